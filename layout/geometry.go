@@ -1,0 +1,320 @@
+package layout
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// MaxHeadsPerLayer is H of SPEC section 1: the bound on a layer number's
+// global KV heads, and the stride of layer numbers in slice factors.
+const MaxHeadsPerLayer = 1 << 16
+
+// Reasons a group is not checksummed (SPEC section 4), reported verbatim.
+const (
+	ReasonNoLayerNumber     = "no single layer number"
+	ReasonSharedLayerNumber = "two caches share a layer number"
+	ReasonTooManyHeads      = "more than 65536 KV heads per layer"
+	ReasonReplication       = "KV head replication is unknown"
+	ReasonNumBlocks         = "cache does not hold num_blocks blocks"
+	ReasonPieces            = "cells are not whole 8-byte pieces"
+	ReasonKernelBlocks      = "kernel blocks do not tile the block size"
+	ReasonCompressed        = "compressed cache (tokens_per_state != 1)"
+	ReasonHeadSlots         = "KV heads packed into head slots"
+	ReasonHostResident      = "host-resident KV"
+	ReasonState             = "state checksums are not supported"
+	ReasonSubByte           = "elements narrower than a byte cannot be read without copying the whole tensor"
+)
+
+// Reasons lists every fixed reason, for documentation and tests.
+var Reasons = []string{
+	ReasonNoLayerNumber, ReasonSharedLayerNumber, ReasonTooManyHeads,
+	ReasonReplication, ReasonNumBlocks, ReasonPieces, ReasonKernelBlocks,
+	ReasonCompressed, ReasonHeadSlots, ReasonHostResident, ReasonState,
+	ReasonSubByte,
+}
+
+// GroupView is a group of one rank resolved for checksumming.
+type GroupView struct {
+	Group *Group
+	// Skip is the reason the group is not checksummed, or "".
+	Skip string
+	// Caches are the distinct caches to checksum, KV-sharing aliases folded
+	// into the cache they share. Empty when Skip is set.
+	Caches []*LayerView
+	// Layers are all of the group's layers on the rank, aliases included,
+	// in manifest order (fingerprints cover them all).
+	Layers []LayerInfo
+}
+
+// LayerInfo is what a fingerprint needs of one layer.
+type LayerInfo struct {
+	Name  string
+	Spec  string // spec type name, the kind's default when not given
+	Dtype string // PyTorch dtype name (an alias takes its cache's)
+	Layer *Layer
+}
+
+// LayerView is one distinct cache of a group on one rank.
+type LayerView struct {
+	Layer   *Layer
+	Number  int    // the layer number of SPEC section 3
+	Module  string // the layer name up to and including its number
+	Aliases []string
+	// Heads is the number of heads this rank holds; HeadBase is the global
+	// index of its first (SPEC section 2 and 3).
+	Heads    int
+	HeadBase int
+	// GlobalHeads is the cache's head count over all TP shards.
+	GlobalHeads  int
+	Replicas     int
+	ReplicaIndex int
+	// Pieces is P, the 8-byte pieces of one cell.
+	Pieces int
+	Cells  CellView
+}
+
+// ReplicaKey is the (replicas, replica_index) key of a partial checksum.
+type ReplicaKey struct{ Replicas, Index int }
+
+// Key returns the cache's replica key.
+func (l *LayerView) Key() ReplicaKey { return ReplicaKey{l.Replicas, l.ReplicaIndex} }
+
+// Factor returns m = 2*(layer*H + head) + 1 for global head head.
+func (l *LayerView) Factor(head int) uint64 {
+	return 2*(uint64(l.Number)*MaxHeadsPerLayer+uint64(head)) + 1
+}
+
+// DefaultSpec returns the spec type name a kind implies.
+func DefaultSpec(kind string) string {
+	switch kind {
+	case KindSlidingWindow:
+		return "SlidingWindowSpec"
+	case KindMLA:
+		return "MLAAttentionSpec"
+	case KindMamba:
+		return "MambaSpec"
+	default:
+		return "FullAttentionSpec"
+	}
+}
+
+// LayerNumber returns the one dot-separated component of name made of ASCII
+// digits only, and the module: name up to and including it. ok is false when
+// there is none or more than one.
+func LayerNumber(name string) (number int, module string, ok bool) {
+	parts := strings.Split(name, ".")
+	found := -1
+	for i, p := range parts {
+		if p != "" && strings.Trim(p, "0123456789") == "" {
+			if found >= 0 {
+				return 0, "", false
+			}
+			found = i
+		}
+	}
+	if found < 0 {
+		return 0, "", false
+	}
+	digits := strings.TrimLeft(parts[found], "0")
+	if len(digits) > 9 {
+		return 0, "", false // no model has a billion layers; keep factors exact
+	}
+	n := 0
+	if digits != "" {
+		n, _ = strconv.Atoi(digits)
+	}
+	return n, strings.Join(parts[:found+1], "."), true
+}
+
+// isMLA says whether a layer's cache is an MLA-type cache: held whole by
+// every rank unless max_tp_shards says otherwise.
+func isMLA(g *Group, l *Layer) bool {
+	if l.Spec != "" {
+		return strings.Contains(l.Spec, "MLA")
+	}
+	return g.Kind == KindMLA
+}
+
+// replicas applies the rules of SPEC section 2. ok is false when the
+// replication is unknown.
+func replicas(m *Manifest, g *Group, l *Layer, heads int) (int, bool) {
+	tp := m.Parallel.TPSize
+	switch {
+	case l.Replicas != nil:
+		return *l.Replicas, true
+	case l.MaxTPShards != nil:
+		return tp / min(tp, *l.MaxTPShards), true
+	case isMLA(g, l):
+		return tp, true
+	case heads > 1 || tp == 1:
+		return 1, true
+	case m.Model.NumKVHeads > 0 && tp%m.Model.NumKVHeads == 0:
+		return tp / m.Model.NumKVHeads, true
+	}
+	return 0, false
+}
+
+// resolveGroup builds the view of group g. tensor opens a layer's tensor as
+// a cell view; it is only called for layers of groups that pass the
+// configuration checks. Errors are inconsistencies of the dump; reasons to
+// skip the group are returned in the view.
+func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer) (CellView, string, error)) (*GroupView, error) {
+	g := &m.Groups[gi]
+	gf := fmt.Sprintf("groups[%d]", gi)
+	v := &GroupView{Group: g}
+	byName := map[string]*Layer{}
+	for i := range g.Layers {
+		byName[g.Layers[i].Name] = &g.Layers[i]
+	}
+	// Follow alias_of to the layer that holds the cache.
+	target := func(l *Layer) (*Layer, error) {
+		for steps := 0; l.AliasOf != ""; steps++ {
+			next := byName[l.AliasOf]
+			if next == nil {
+				return nil, &ManifestError{Field: gf, Msg: fmt.Sprintf("layer %q: alias_of %q names no layer of group %d", l.Name, l.AliasOf, g.ID)}
+			}
+			if steps > len(g.Layers) {
+				return nil, &ManifestError{Field: gf, Msg: fmt.Sprintf("layer %q: alias_of forms a cycle", l.Name)}
+			}
+			l = next
+		}
+		return l, nil
+	}
+	for i := range g.Layers {
+		l := &g.Layers[i]
+		t, err := target(l)
+		if err != nil {
+			return nil, err
+		}
+		spec := l.Spec
+		if spec == "" {
+			spec = t.Spec
+		}
+		if spec == "" {
+			spec = DefaultSpec(g.Kind)
+		}
+		dtype := l.Dtype
+		if dtype == "" {
+			dtype = t.Dtype
+		}
+		v.Layers = append(v.Layers, LayerInfo{Name: l.Name, Spec: spec, Dtype: dtype, Layer: l})
+	}
+	// Configuration that makes the group unsupported, before any tensor.
+	for i := range g.Layers {
+		l := &g.Layers[i]
+		switch {
+		case l.TokensPerState != nil && *l.TokensPerState != 1:
+			v.Skip = ReasonCompressed
+		case l.NumHeadSlots != nil:
+			v.Skip = ReasonHeadSlots
+		}
+		if v.Skip != "" {
+			return v, nil
+		}
+	}
+	if g.HostResident {
+		v.Skip = ReasonHostResident
+		return v, nil
+	}
+	if g.Kind == KindMamba {
+		v.Skip = ReasonState
+		return v, nil
+	}
+	type cache struct {
+		layer   *Layer
+		number  int
+		module  string
+		name    string // the lowest (layer number, name) using the cache
+		aliases []string
+	}
+	caches := map[string]*cache{}
+	for i := range g.Layers {
+		l := &g.Layers[i]
+		n, mod, ok := LayerNumber(l.Name)
+		if !ok {
+			v.Skip = ReasonNoLayerNumber
+			return v, nil
+		}
+		t, _ := target(l) // checked above
+		key := tensorKey(t)
+		c := caches[key]
+		if c == nil {
+			c = &cache{layer: t, number: n, module: mod, name: l.Name}
+			caches[key] = c
+		}
+		c.aliases = append(c.aliases, l.Name)
+		if n < c.number || (n == c.number && l.Name < c.name) {
+			c.number, c.module, c.name = n, mod, l.Name
+		}
+	}
+	list := make([]*cache, 0, len(caches))
+	for _, c := range caches {
+		slices.Sort(c.aliases)
+		list = append(list, c)
+	}
+	slices.SortFunc(list, func(a, b *cache) int {
+		return cmp.Or(cmp.Compare(a.number, b.number), cmp.Compare(a.name, b.name))
+	})
+	tp := m.Parallel.TPSize
+	headsAt := map[int]int{} // layer number -> global heads numbered so far
+	moduleAt := map[int]string{}
+	var views []*LayerView
+	for _, c := range list {
+		if mod, seen := moduleAt[c.number]; seen && mod != c.module {
+			v.Skip = ReasonSharedLayerNumber
+			return v, nil
+		}
+		moduleAt[c.number] = c.module
+		cells, reason, err := tensor(gf, g, c.layer)
+		if err != nil {
+			return nil, err
+		}
+		if reason != "" {
+			v.Skip = reason
+			return v, nil
+		}
+		heads := cells.Heads
+		r, ok := replicas(m, g, c.layer, heads)
+		if !ok {
+			v.Skip = ReasonReplication
+			return v, nil
+		}
+		if r < 1 || tp%r != 0 {
+			return nil, &ManifestError{Field: gf, Msg: fmt.Sprintf("layer %q: %d replicas do not divide tp_size %d", c.layer.Name, r, tp)}
+		}
+		global := heads * (tp / r)
+		base := headsAt[c.number]
+		if base+global > MaxHeadsPerLayer {
+			v.Skip = ReasonTooManyHeads
+			return v, nil
+		}
+		headsAt[c.number] = base + global
+		views = append(views, &LayerView{
+			Layer:        c.layer,
+			Number:       c.number,
+			Module:       c.module,
+			Aliases:      c.aliases,
+			Heads:        heads,
+			HeadBase:     base + (m.Parallel.TPRank/r)*heads,
+			GlobalHeads:  global,
+			Replicas:     r,
+			ReplicaIndex: m.Parallel.TPRank % r,
+			Pieces:       cells.CellBytes / 8,
+			Cells:        cells,
+		})
+	}
+	v.Caches = views
+	return v, nil
+}
+
+// tensorKey identifies the memory a layer's cache lives in: layers naming the
+// same tensor (or the same raw bytes) share one cache.
+func tensorKey(l *Layer) string {
+	if s := l.Source; s != nil {
+		return fmt.Sprintf("source\x00%s\x00%s\x00%d", s.File, s.CUDAIPC, s.Offset)
+	}
+	return "tensor\x00" + l.File + "\x00" + l.Tensor
+}

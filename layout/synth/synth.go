@@ -1,0 +1,566 @@
+// Package synth writes deterministic synthetic KV cache dumps of model
+// presets in any layout, TP and PP split and block size.
+//
+// The logical KV (the bytes of every cell) is a function of the seed, the
+// request id, the cache name, the global head and the token position only,
+// so a producer and a consumer synthesized with the same seed hold the same
+// KV whatever their configuration and must verify. Block ids, unused blocks
+// and slots past num_tokens are filled from the configuration (random
+// bytes), so a reader that looks in the wrong place fails.
+//
+// Expected computes the checks of a configuration straight from the logical
+// KV, without any dump: it is the independent reference the tests compare
+// the engines with.
+package synth
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// Layouts lists the --layout names.
+var Layouts = []string{"flash", "nhd", "hnd", "packed", "packed-token-major"}
+
+// Formats lists how a rank is written: one .safetensors file with the
+// manifest embedded, a directory with manifest.json and a .safetensors
+// file, or a directory with manifest.json and a raw file read through
+// strided sources (with padding between blocks).
+var Formats = []string{"safetensors", "dir", "raw"}
+
+// Config is what to synthesize. Zero fields take the preset's defaults.
+type Config struct {
+	Preset          string
+	Layers          int
+	TP, PP          int
+	Layout          string
+	BlockSize       int
+	KernelBlockSize int
+	NumBlocks       int
+	Requests        int
+	Tokens          int
+	PrefixTokens    int
+	Seed            uint64
+	Role            string // producer or consumer
+	Format          string
+	// Values, when set, replaces the logical KV: the 8-byte piece p of the
+	// cell of global head h at token position t of layer number L. (The
+	// SPEC's worked example uses it.)
+	Values func(L, h, t, p int) uint64 `json:"-"`
+}
+
+// Cache is one cache of a model preset.
+type Cache struct {
+	Name     string
+	Layer    int // layer number (and index for the PP split)
+	Heads    int // global KV heads (1 for a latent cache)
+	HeadSize int
+	Dtype    string // PyTorch dtype name
+	Latent   bool   // one vector per token: no head and no kv axis
+	// MaxTPShards, when set, is written to the manifest.
+	MaxTPShards *int
+	Spec        string
+}
+
+// Group is one KV cache group of a preset.
+type Group struct {
+	ID     int
+	Kind   string
+	Window int
+	Caches []Cache
+}
+
+// Model is a preset expanded for a number of layers.
+type Model struct {
+	Name       string
+	NumKVHeads int
+	Groups     []Group
+}
+
+// Presets lists the preset names.
+var Presets = []string{"tiny", "llama", "mla", "swa", "indexer"}
+
+type defaults struct {
+	layers, blockSize, tokens, requests int
+}
+
+var presetDefaults = map[string]defaults{
+	"tiny":    {2, 2, 3, 1},
+	"llama":   {4, 16, 40, 2},
+	"mla":     {4, 16, 40, 2},
+	"swa":     {4, 16, 72, 2},
+	"indexer": {2, 16, 40, 2},
+}
+
+func one() *int { v := 1; return &v }
+
+// BuildModel returns the caches of a preset with the given number of
+// layers.
+func BuildModel(preset string, layers int) (*Model, error) {
+	attn := func(l, heads, headSize int, dtype string) Cache {
+		return Cache{Name: fmt.Sprintf("model.layers.%d.self_attn.attn", l), Layer: l, Heads: heads, HeadSize: headSize, Dtype: dtype}
+	}
+	m := &Model{Name: "synth/" + preset}
+	switch preset {
+	case "tiny":
+		g := Group{ID: 0, Kind: layout.KindFullAttention}
+		for l := range layers {
+			g.Caches = append(g.Caches, attn(l, 2, 2, "float32"))
+		}
+		m.NumKVHeads, m.Groups = 2, []Group{g}
+	case "llama":
+		g := Group{ID: 0, Kind: layout.KindFullAttention}
+		for l := range layers {
+			g.Caches = append(g.Caches, attn(l, 8, 128, "bfloat16"))
+		}
+		m.NumKVHeads, m.Groups = 8, []Group{g}
+	case "mla":
+		g := Group{ID: 0, Kind: layout.KindMLA}
+		for l := range layers {
+			g.Caches = append(g.Caches, Cache{Name: fmt.Sprintf("model.layers.%d.self_attn.attn", l), Layer: l, Heads: 1, HeadSize: 576, Dtype: "bfloat16", Latent: true})
+		}
+		m.NumKVHeads, m.Groups = 1, []Group{g}
+	case "swa":
+		full := Group{ID: 0, Kind: layout.KindFullAttention}
+		swa := Group{ID: 1, Kind: layout.KindSlidingWindow, Window: 20}
+		for l := range layers {
+			if l%2 == 0 {
+				full.Caches = append(full.Caches, attn(l, 4, 64, "bfloat16"))
+			} else {
+				swa.Caches = append(swa.Caches, attn(l, 4, 64, "bfloat16"))
+			}
+		}
+		m.NumKVHeads, m.Groups = 4, []Group{full, swa}
+	case "indexer":
+		g := Group{ID: 0, Kind: layout.KindFullAttention}
+		for l := range layers {
+			g.Caches = append(g.Caches, attn(l, 4, 64, "bfloat16"), Cache{
+				Name: fmt.Sprintf("model.layers.%d.self_attn.indexer.k_cache", l), Layer: l,
+				Heads: 1, HeadSize: 128, Dtype: "bfloat16", Latent: true, MaxTPShards: one(), Spec: "MLAAttentionSpec",
+			})
+		}
+		m.NumKVHeads, m.Groups = 4, []Group{g}
+	default:
+		return nil, fmt.Errorf("unknown preset %q (want one of %s)", preset, strings.Join(Presets, ", "))
+	}
+	return m, nil
+}
+
+// Normalize fills defaults and checks the configuration.
+func (c Config) Normalize() (Config, error) {
+	if c.Preset == "" {
+		c.Preset = "llama"
+	}
+	d, ok := presetDefaults[c.Preset]
+	if !ok {
+		return c, fmt.Errorf("unknown preset %q (want one of %s)", c.Preset, strings.Join(Presets, ", "))
+	}
+	if c.Layers == 0 {
+		c.Layers = d.layers
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = d.blockSize
+	}
+	if c.Tokens == 0 {
+		c.Tokens = d.tokens
+	}
+	if c.Requests == 0 {
+		c.Requests = d.requests
+	}
+	if c.TP == 0 {
+		c.TP = 1
+	}
+	if c.PP == 0 {
+		c.PP = 1
+	}
+	if c.Layout == "" {
+		c.Layout = "flash"
+	}
+	if c.KernelBlockSize == 0 {
+		c.KernelBlockSize = c.BlockSize
+	}
+	if c.Role == "" {
+		c.Role = "producer"
+	}
+	if c.Format == "" {
+		c.Format = "safetensors"
+	}
+	switch {
+	case !slices.Contains(Layouts, c.Layout):
+		return c, fmt.Errorf("unknown layout %q (want one of %s)", c.Layout, strings.Join(Layouts, ", "))
+	case !slices.Contains(Formats, c.Format):
+		return c, fmt.Errorf("unknown format %q (want one of %s)", c.Format, strings.Join(Formats, ", "))
+	case c.Role != "producer" && c.Role != "consumer":
+		return c, fmt.Errorf("unknown role %q (want producer or consumer)", c.Role)
+	case c.Layers < 1 || c.Layers > 1024:
+		return c, fmt.Errorf("--layers %d is not in 1..1024", c.Layers)
+	case c.TP < 1 || c.TP > 64 || c.PP < 1 || c.PP > c.Layers:
+		return c, fmt.Errorf("--tp %d --pp %d: want tp in 1..64 and pp in 1..layers (%d)", c.TP, c.PP, c.Layers)
+	case c.BlockSize < 1 || c.BlockSize > 4096:
+		return c, fmt.Errorf("--block-size %d is not in 1..4096", c.BlockSize)
+	case c.KernelBlockSize < 1 || c.BlockSize%c.KernelBlockSize != 0:
+		return c, fmt.Errorf("--kernel-block-size %d does not divide the block size %d", c.KernelBlockSize, c.BlockSize)
+	case c.Requests < 1 || c.Requests > 4096:
+		return c, fmt.Errorf("--requests %d is not in 1..4096", c.Requests)
+	case c.Tokens < 1 || c.Tokens > 1<<24:
+		return c, fmt.Errorf("--tokens %d is not in 1..2^24", c.Tokens)
+	case c.PrefixTokens < 0 || c.PrefixTokens > c.Tokens:
+		return c, fmt.Errorf("--prefix-tokens %d is not in 0..tokens (%d)", c.PrefixTokens, c.Tokens)
+	case c.PrefixTokens > 0 && c.Role != "consumer":
+		return c, errors.New("--prefix-tokens is a consumer's local prefix hit: use it with --role consumer")
+	}
+	m, err := BuildModel(c.Preset, c.Layers)
+	if err != nil {
+		return c, err
+	}
+	for _, g := range m.Groups {
+		for _, ca := range g.Caches {
+			if !ca.Latent && ca.Heads%c.TP != 0 && c.TP%ca.Heads != 0 {
+				return c, fmt.Errorf("--tp %d neither divides nor is a multiple of the %d KV heads of %q", c.TP, ca.Heads, ca.Name)
+			}
+		}
+	}
+	need := c.Requests * ceilDiv(c.Tokens, c.BlockSize)
+	if c.NumBlocks == 0 {
+		c.NumBlocks = 2*need + 3
+	}
+	if c.NumBlocks < need {
+		return c, fmt.Errorf("--num-blocks %d cannot hold %d requests of %d tokens (%d blocks)", c.NumBlocks, c.Requests, c.Tokens, need)
+	}
+	return c, nil
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// RequestID names request i.
+func RequestID(i int) string { return fmt.Sprintf("req-%d", i) }
+
+// Piece returns the logical KV: piece p (8 little-endian bytes) of the cell
+// of global head h at token position t of a cache, for a request.
+func (c *Config) Piece(request, cache string, layer, h, t, p int) uint64 {
+	if c.Values != nil {
+		return c.Values(layer, h, t, p)
+	}
+	return mix(cellSeed(c.Seed, request, cache, h, t) ^ uint64(p))
+}
+
+// cellSeed mixes everything but the piece index, so a cell costs one mix
+// per piece.
+func cellSeed(seed uint64, request, cache string, h, t int) uint64 {
+	x := mix(seed ^ 0x6b76617564697421)
+	x = mix(x ^ strHash(request))
+	x = mix(x ^ strHash(cache))
+	x = mix(x ^ uint64(h)<<32 ^ uint64(t))
+	return x
+}
+
+func strHash(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// mix is splitmix64's finalizer.
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// configHash identifies everything that may place data differently, so
+// block ids and filler differ between configurations.
+func (c *Config) configHash() uint64 {
+	return strHash(fmt.Sprintf("%d|%s|%d|%d|%s|%d|%d|%d|%s|%s", c.Seed, c.Preset, c.TP, c.PP, c.Layout, c.BlockSize, c.KernelBlockSize, c.NumBlocks, c.Role, c.Format))
+}
+
+// BlockTables returns, per group id, each request's block table: distinct
+// block ids drawn from a permutation that depends on the configuration, and
+// nulls at the start of a sliding-window group (blocks out of its window).
+func (c *Config) BlockTables(m *Model) map[int][][]*int {
+	tables := map[int][][]*int{}
+	n := ceilDiv(c.Tokens, c.BlockSize)
+	for _, g := range m.Groups {
+		rng := rand.New(rand.NewPCG(c.configHash(), uint64(g.ID)))
+		perm := rng.Perm(c.NumBlocks)
+		keep := n
+		if g.Kind == layout.KindSlidingWindow {
+			keep = min(n, ceilDiv(g.Window, c.BlockSize)+1)
+		}
+		for r := range c.Requests {
+			table := make([]*int, n)
+			for pos := range n {
+				if pos >= n-keep {
+					b := perm[r*n+pos]
+					table[pos] = &b
+				}
+			}
+			tables[g.ID] = append(tables[g.ID], table)
+		}
+	}
+	return tables
+}
+
+// Write synthesizes every rank of cfg under out/<role>/ and returns the
+// dump paths (rank-<pp>-<tp>.safetensors, or directories of that name).
+func Write(out string, cfg Config) ([]string, error) {
+	c, err := cfg.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	m, err := BuildModel(c.Preset, c.Layers)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(out, c.Role)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	tables := c.BlockTables(m)
+	var paths []string
+	for pp := range c.PP {
+		for tp := range c.TP {
+			p, err := c.writeRank(dir, m, tables, pp, tp)
+			if err != nil {
+				return nil, err
+			}
+			paths = append(paths, p)
+		}
+	}
+	return paths, nil
+}
+
+// StageLayers returns the layer numbers [lo, hi) PP stage pp holds.
+func StageLayers(layers, pp, stages int) (lo, hi int) {
+	return pp * layers / stages, (pp + 1) * layers / stages
+}
+
+// placement is how one cache is laid out on one rank.
+type placement struct {
+	axes      []string
+	sizes     []int64
+	strides   []int64 // elements
+	elem      int     // bytes per element of the tensor
+	dtype     string  // safetensors dtype of the tensor
+	heads     int     // on this rank
+	firstHead int     // global head of local head 0
+	replicas  int
+	kb        int // kernel blocks per block
+	total     int64
+}
+
+func (c *Config) place(ca Cache, tpRank int) placement {
+	var pl placement
+	latent := ca.Latent
+	pl.heads, pl.replicas = 1, c.TP
+	if !latent {
+		if ca.Heads >= c.TP {
+			pl.heads, pl.replicas = ca.Heads/c.TP, 1
+		} else {
+			pl.heads, pl.replicas = 1, c.TP/ca.Heads
+		}
+		pl.firstHead = (tpRank / pl.replicas) * pl.heads
+	}
+	dt, _ := layout.TorchDtype(ca.Dtype)
+	pl.elem, pl.dtype = dt.Size(), dt.Name
+	packed := c.Layout == "packed" || c.Layout == "packed-token-major"
+	pl.kb = c.BlockSize / c.KernelBlockSize
+	switch {
+	case latent && packed:
+		pl.axes = []string{"block", "token", "cell"}
+	case latent:
+		pl.axes = []string{"block", "token", "dim"}
+	case c.Layout == "flash":
+		pl.axes = []string{"kv", "block", "token", "head", "dim"}
+	case c.Layout == "nhd":
+		pl.axes = []string{"block", "kv", "token", "head", "dim"}
+	case c.Layout == "hnd":
+		pl.axes = []string{"block", "kv", "head", "token", "dim"}
+	case c.Layout == "packed":
+		pl.axes = []string{"block", "head", "token", "cell"}
+	default:
+		pl.axes = []string{"block", "token", "head", "cell"}
+	}
+	cellBytes := ca.HeadSize * pl.elem * 2
+	if latent {
+		cellBytes /= 2
+	}
+	if packed {
+		pl.elem, pl.dtype = 1, "U8"
+	}
+	for _, a := range pl.axes {
+		var n int
+		switch a {
+		case "block":
+			n = c.NumBlocks * pl.kb
+		case "token":
+			n = c.KernelBlockSize
+		case "head":
+			n = pl.heads
+		case "kv":
+			n = 2
+		case "dim":
+			n = ca.HeadSize
+		case "cell":
+			n = cellBytes
+		}
+		pl.sizes = append(pl.sizes, int64(n))
+	}
+	// Row-major strides; the raw format pads every kernel block row by 64
+	// bytes so that strides are not the contiguous ones.
+	pl.strides = make([]int64, len(pl.axes))
+	run := int64(1)
+	for i := len(pl.axes) - 1; i >= 0; i-- {
+		pl.strides[i] = run
+		run *= pl.sizes[i]
+		if pl.axes[i] == "block" && c.Format == "raw" {
+			run += int64(64 / pl.elem)
+		}
+	}
+	pl.total = run * int64(pl.elem)
+	return pl
+}
+
+// writeRank writes one rank's dump.
+func (c *Config) writeRank(dir string, m *Model, tables map[int][][]*int, pp, tp int) (string, error) {
+	man := &layout.Manifest{
+		Format:    layout.ManifestFormat,
+		Model:     layout.Model{Name: m.Name, NumKVHeads: m.NumKVHeads},
+		Parallel:  layout.Parallel{TPRank: tp, TPSize: c.TP, PPRank: pp, PPSize: c.PP},
+		NumBlocks: c.NumBlocks,
+	}
+	lo, hi := StageLayers(c.Layers, pp, c.PP)
+	var tensors []layout.TensorData
+	var raw []byte
+	noise := rand.New(rand.NewPCG(c.configHash(), uint64(pp)<<32|uint64(tp)))
+	for _, g := range m.Groups {
+		mg := layout.Group{ID: g.ID, Kind: g.Kind, BlockSize: c.BlockSize, SlidingWindow: g.Window, Layers: []layout.Layer{}}
+		for _, ca := range g.Caches {
+			if ca.Layer < lo || ca.Layer >= hi {
+				continue
+			}
+			pl := c.place(ca, tp)
+			data := make([]byte, pl.total)
+			fillNoise(noise, data)
+			c.fillCache(data, ca, pl, tables[g.ID])
+			layer := layout.Layer{
+				Name: ca.Name, Dtype: ca.Dtype, HeadSize: ca.HeadSize,
+				Layout: pl.axes, MaxTPShards: ca.MaxTPShards, Spec: ca.Spec,
+			}
+			if !ca.Latent {
+				layer.NumKVHeads = pl.heads
+			}
+			if c.Format == "raw" {
+				strides := slices.Clone(pl.strides)
+				layer.Source = &layout.Source{File: "kv.bin", Offset: int64(len(raw)), Dtype: pl.dtype, Shape: pl.sizes, Strides: strides}
+				raw = append(raw, data...)
+				raw = append(raw, make([]byte, 8)...) // a gap between tensors
+			} else {
+				layer.Tensor = ca.Name
+				dt, _ := layout.ParseDtype(pl.dtype)
+				tensors = append(tensors, layout.TensorData{Name: ca.Name, Dtype: dt, Shape: pl.sizes, Data: data})
+			}
+			mg.Layers = append(mg.Layers, layer)
+		}
+		man.Groups = append(man.Groups, mg)
+	}
+	for r := range c.Requests {
+		req := layout.Request{ID: RequestID(r), NumTokens: c.Tokens, NumLocalComputedTokens: c.PrefixTokens, BlockTable: map[string][]*int{}}
+		for _, g := range m.Groups {
+			req.BlockTable[fmt.Sprint(g.ID)] = tables[g.ID][r]
+		}
+		man.Requests = append(man.Requests, req)
+	}
+	name := fmt.Sprintf("rank-%d-%d", pp, tp)
+	switch c.Format {
+	case "safetensors":
+		p := filepath.Join(dir, name+".safetensors")
+		return p, layout.WriteDumpFile(p, man, tensors)
+	case "dir":
+		p := filepath.Join(dir, name)
+		return p, layout.WriteDumpDir(p, man, tensors)
+	default:
+		p := filepath.Join(dir, name)
+		if err := layout.WriteDumpDir(p, man, nil); err != nil {
+			return "", err
+		}
+		return p, layout.WriteRawFile(filepath.Join(p, "kv.bin"), raw)
+	}
+}
+
+func fillNoise(rng *rand.Rand, b []byte) {
+	for i := 0; i+8 <= len(b); i += 8 {
+		v := rng.Uint64()
+		for k := range 8 {
+			b[i+k] = byte(v >> (8 * k))
+		}
+	}
+}
+
+// fillCache writes the logical KV of every request's valid tokens into the
+// cache's tensor, computing each byte's address from the axes alone.
+func (c *Config) fillCache(data []byte, ca Cache, pl placement, tables [][]*int) {
+	stride := map[string]int64{}
+	for i, a := range pl.axes {
+		stride[a] = pl.strides[i] * int64(pl.elem) // bytes; absent axes stay 0
+	}
+	_, cellAxis := stride["cell"]
+	kvN := 2
+	if ca.Latent {
+		kvN = 1
+	}
+	dt, _ := layout.TorchDtype(ca.Dtype)
+	es := dt.Size()
+	cellBytes := kvN * ca.HeadSize * es
+	P := cellBytes / 8
+	cell := make([]byte, cellBytes)
+	for r, table := range tables {
+		req := RequestID(r)
+		for pos, b := range table {
+			if b == nil {
+				continue
+			}
+			for t := range c.BlockSize {
+				tok := pos*c.BlockSize + t
+				if tok >= c.Tokens {
+					break
+				}
+				for lh := range pl.heads {
+					gh := pl.firstHead + lh
+					seed := cellSeed(c.Seed, req, ca.Name, gh, tok)
+					for p := range P {
+						var v uint64
+						if c.Values != nil {
+							v = c.Values(ca.Layer, gh, tok, p)
+						} else {
+							v = mix(seed ^ uint64(p))
+						}
+						for k := range 8 {
+							cell[8*p+k] = byte(v >> (8 * k))
+						}
+					}
+					base := int64(*b*pl.kb+t/c.KernelBlockSize)*stride["block"] +
+						int64(t%c.KernelBlockSize)*stride["token"] + int64(lh)*stride["head"]
+					if cellAxis {
+						copy(data[base:base+int64(cellBytes)], cell)
+						continue
+					}
+					for kv := range kvN {
+						for d := range ca.HeadSize {
+							o := (kv*ca.HeadSize + d) * es
+							a := base + int64(kv)*stride["kv"] + int64(d)*stride["dim"]
+							copy(data[a:a+int64(es)], cell[o:o+es])
+						}
+					}
+				}
+			}
+		}
+	}
+}
