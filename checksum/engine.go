@@ -1,0 +1,68 @@
+package checksum
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// Row is one block that a cache contributes to: block id Block holds the
+// request's tokens FirstToken .. FirstToken+Valid-1 (Valid > 0), and the
+// cache's part of the block checksum is added to output slot Out.
+type Row struct {
+	Block      int
+	FirstToken int64
+	Valid      int
+	Out        int
+}
+
+// Task is the rows one cache contributes to.
+type Task struct {
+	Cache *layout.LayerView
+	Rows  []Row
+}
+
+// Plan is the work of one rank: every (cache, block) to checksum and where
+// its sum goes.
+type Plan struct {
+	Dump    *layout.Dump
+	Tasks   []Task
+	Outputs int
+	// Progress, when set, is called with the cell bytes done since its
+	// last call. It may be called from several goroutines at once.
+	Progress func(bytes int64)
+}
+
+// Bytes returns the cell bytes the plan reads (a measure of work).
+func (p *Plan) Bytes() int64 {
+	var n int64
+	for _, t := range p.Tasks {
+		for _, r := range t.Rows {
+			n += int64(r.Valid*t.Cache.Cells.Heads) * int64(t.Cache.Cells.CellBytes)
+		}
+	}
+	return n
+}
+
+// Engine evaluates the definition of SPEC section 1.
+type Engine interface {
+	// Name is the engine's name as --engine takes it.
+	Name() string
+	// Run adds, for every task and row, the cache's contribution to the
+	// block checksum, sum over its heads of m*s, to out[row.Out] (mod
+	// 2^64). len(out) >= p.Outputs. A fault on mapped memory (a file
+	// truncated while mapped) is an error, not a crash.
+	Run(ctx context.Context, p *Plan, out []uint64) error
+}
+
+// deviceCheck fails for a plan that reads device memory, which only the
+// CUDA engine can.
+func deviceCheck(engine string, p *Plan) error {
+	for _, t := range p.Tasks {
+		if t.Cache.Cells.Device != nil {
+			return fmt.Errorf("layer %q of %q lives in device memory (cuda_ipc): the %s engine cannot read it, use --engine cuda", t.Cache.Layer.Name, p.Dump.Path, engine)
+		}
+	}
+	return nil
+}

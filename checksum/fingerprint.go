@@ -1,0 +1,44 @@
+package checksum
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"strconv"
+
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// LayerTuple returns the Python repr of the tuple a layer's fingerprint
+// hashes (SPEC section 7): (name, spec type, block size, 'torch.<dtype>')
+// in the flat form, without the block size in the nested form.
+func LayerTuple(g *layout.Group, l layout.LayerInfo, flat bool) string {
+	items := []string{pyStr(l.Name), pyStr(l.Spec)}
+	if flat {
+		items = append(items, strconv.Itoa(g.BlockSize))
+	}
+	items = append(items, dtypeItem(l))
+	return pyTuple(items...)
+}
+
+// dtypeItem is the last item of a layer's tuple: 'torch.<dtype>'.
+func dtypeItem(l layout.LayerInfo) string {
+	return pyStr("torch." + l.Dtype)
+}
+
+// LayerHash is the first 8 bytes, little-endian, of SHA-256 of a tuple's
+// repr.
+func LayerHash(tuple string) uint64 {
+	sum := sha256.Sum256([]byte(tuple))
+	return binary.LittleEndian.Uint64(sum[:8])
+}
+
+// Fingerprints returns a group's fingerprint on one rank in the nested
+// form (no block size) and the flat form: the sum mod 2^64 of LayerHash
+// over every layer of the group on the rank, aliases included.
+func Fingerprints(g *layout.GroupView) (nested, flat uint64) {
+	for _, l := range g.Layers {
+		nested += LayerHash(LayerTuple(g.Group, l, false))
+		flat += LayerHash(LayerTuple(g.Group, l, true))
+	}
+	return nested, flat
+}

@@ -1,0 +1,267 @@
+package checksum
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+)
+
+// Fixed reasons a load or a group is unverified (SPEC section 9), reported
+// verbatim, and the reasons a group is left out of a verdict.
+const (
+	ReasonNoChecksums         = "the producer sent no checksums"
+	ReasonInvalidChecksums    = "the producer's checksums are invalid"
+	ReasonNotEveryWorker      = "not every worker reported its checksums"
+	ReasonOneSide             = "a group is checksummed by one side only"
+	ReasonFingerprint         = "a group holds other layers, block size or dtype on the producer"
+	ReasonMissingReplica      = "a replica was not checksummed"
+	ReasonNoBlockInCommon     = "a group has no block in common"
+	ReasonBlockSizes          = "block sizes are not multiples of each other"
+	ReasonInsideProducerBlock = "the first loaded block starts inside a producer block"
+	ReasonNoLoadedGroup       = "no loaded group can be checksummed"
+
+	LeftOutSkipped   = "skipped on both sides"
+	LeftOutSplitLess = "state without a TP split is not comparable across TP sizes"
+)
+
+// Checks are one side's whole-model checks: every rank's record summed.
+type Checks struct {
+	TPSize, PPSize int
+	// Complete is false when fewer than TPSize*PPSize ranks reported.
+	Complete bool
+	// Groups describes the side's groups (fingerprints summed over PP
+	// stages), by id.
+	Groups []GroupInfo
+	// Skipped maps a group id to the reason a rank gave for skipping it.
+	Skipped  map[int]string
+	Requests []*RequestChecks
+}
+
+// GroupInfo is a group of a whole side.
+type GroupInfo struct {
+	ID              int
+	Kind            string
+	BlockSize       int
+	Fingerprint     uint64
+	FingerprintFlat uint64
+}
+
+// RequestChecks are one request's checks on one side.
+type RequestChecks struct {
+	ID                     string
+	ProducerID             string
+	NumTokens              int
+	NumLocalComputedTokens int
+	// TPSize is the side's TP size (a payload carries the producer's).
+	TPSize int
+	Groups []*GroupChecks
+	// Unverified holds load-level reasons (ReasonNotEveryWorker, ...).
+	Unverified []string
+}
+
+// Group returns the request's checks of group id, or nil.
+func (r *RequestChecks) Group(id int) *GroupChecks {
+	for _, g := range r.Groups {
+		if g.ID == id {
+			return g
+		}
+	}
+	return nil
+}
+
+// GroupChecks are a request's checks of one group: Checks[k][i] is check k
+// at block position Start+i (SPEC section 2). Check 0 is what a producer
+// sends.
+type GroupChecks struct {
+	ID              int
+	Kind            string
+	BlockSize       int
+	Start           int
+	Fingerprint     uint64
+	FingerprintFlat uint64
+	// HasFlat is false when the flat fingerprint is unknown (a nested
+	// payload carries only the nested one).
+	HasFlat bool
+	Checks  [][]uint64
+	// Keys are the replica keys summed, (replicas, index).
+	Keys [][2]int
+	// MissingReplica is set when some check lacks a replica key's sum.
+	MissingReplica bool
+}
+
+// Positions returns the number of block positions checked.
+func (g *GroupChecks) Positions() int {
+	if len(g.Checks) == 0 {
+		return 0
+	}
+	return len(g.Checks[0])
+}
+
+// MergeError is a set of records that do not belong together.
+type MergeError struct{ Msg string }
+
+func (e *MergeError) Error() string { return "merging records: " + e.Msg }
+
+// Merge sums the records of one side's ranks into whole-model checks. The
+// records must come from one deployment (equal tp_size and pp_size, no rank
+// twice, agreeing on groups and on each request's tokens and blocks). With
+// fewer than tp_size*pp_size records every request is unverified
+// (ReasonNotEveryWorker).
+func Merge(records []*Record) (*Checks, error) {
+	if len(records) == 0 {
+		return nil, &MergeError{"no records"}
+	}
+	recs := slices.Clone(records)
+	slices.SortFunc(recs, func(a, b *Record) int {
+		return cmp.Or(cmp.Compare(a.PPRank, b.PPRank), cmp.Compare(a.TPRank, b.TPRank))
+	})
+	c := &Checks{TPSize: recs[0].TPSize, PPSize: recs[0].PPSize, Skipped: map[int]string{}}
+	for i, r := range recs {
+		if r.TPSize != c.TPSize || r.PPSize != c.PPSize {
+			return nil, &MergeError{fmt.Sprintf("%q is tp_size %d x pp_size %d, %q is %d x %d", r.Source, r.TPSize, r.PPSize, recs[0].Source, c.TPSize, c.PPSize)}
+		}
+		if i > 0 && recs[i-1].PPRank == r.PPRank && recs[i-1].TPRank == r.TPRank {
+			return nil, &MergeError{fmt.Sprintf("rank pp %d tp %d reported twice (%q and %q)", r.PPRank, r.TPRank, recs[i-1].Source, r.Source)}
+		}
+	}
+	c.Complete = len(recs) == c.TPSize*c.PPSize
+
+	// Groups: fingerprints summed over PP stages, one TP rank per stage.
+	info := map[int]*GroupInfo{}
+	stageDone := map[[2]int]bool{} // (pp stage, group) counted
+	for _, r := range recs {
+		for _, g := range r.Groups {
+			gi := info[g.ID]
+			if gi == nil {
+				gi = &GroupInfo{ID: g.ID, Kind: g.Kind, BlockSize: g.BlockSize}
+				info[g.ID] = gi
+			}
+			if gi.Kind != g.Kind || gi.BlockSize != g.BlockSize {
+				return nil, &MergeError{fmt.Sprintf("group %d is %s with block size %d in %q, %s with %d elsewhere", g.ID, g.Kind, g.BlockSize, r.Source, gi.Kind, gi.BlockSize)}
+			}
+			if !stageDone[[2]int{r.PPRank, g.ID}] {
+				stageDone[[2]int{r.PPRank, g.ID}] = true
+				gi.Fingerprint += uint64(g.Fingerprint)
+				gi.FingerprintFlat += uint64(g.FingerprintFlat)
+			}
+		}
+		for k, reason := range r.SkippedGroups {
+			id, _ := strconv.Atoi(k) // validated
+			if _, ok := c.Skipped[id]; !ok {
+				c.Skipped[id] = reason
+			}
+		}
+	}
+	for _, gi := range info {
+		c.Groups = append(c.Groups, *gi)
+	}
+	slices.SortFunc(c.Groups, func(a, b GroupInfo) int { return cmp.Compare(a.ID, b.ID) })
+
+	// Requests, in the order the lowest rank lists them.
+	type partial struct {
+		rc      *RequestChecks
+		ranks   int
+		groups  map[int]*groupSum
+		ordered []int
+	}
+	reqs := map[string]*partial{}
+	var order []string
+	for _, r := range recs {
+		for _, rr := range r.Requests {
+			p := reqs[rr.ID]
+			if p == nil {
+				p = &partial{rc: &RequestChecks{
+					ID: rr.ID, ProducerID: rr.ProducerID, NumTokens: rr.NumTokens,
+					NumLocalComputedTokens: rr.NumLocalComputedTokens, TPSize: c.TPSize,
+				}, groups: map[int]*groupSum{}}
+				reqs[rr.ID] = p
+				order = append(order, rr.ID)
+			}
+			if p.rc.NumTokens != rr.NumTokens || p.rc.NumLocalComputedTokens != rr.NumLocalComputedTokens {
+				return nil, &MergeError{fmt.Sprintf("request %q: %q says %d tokens (%d local), other ranks %d (%d)", rr.ID, r.Source, rr.NumTokens, rr.NumLocalComputedTokens, p.rc.NumTokens, p.rc.NumLocalComputedTokens)}
+			}
+			p.ranks++
+			for _, g := range rr.Groups {
+				if _, skipped := c.Skipped[g.ID]; skipped {
+					continue
+				}
+				s := p.groups[g.ID]
+				if s == nil {
+					s = &groupSum{start: g.Start, n: len(g.Values), sums: map[[2]int][]uint64{}}
+					p.groups[g.ID] = s
+					p.ordered = append(p.ordered, g.ID)
+				}
+				if s.start != g.Start || s.n != len(g.Values) {
+					return nil, &MergeError{fmt.Sprintf("request %q group %d: %q checksums positions %d..%d, other ranks %d..%d", rr.ID, g.ID, r.Source, g.Start, g.Start+len(g.Values)-1, s.start, s.start+s.n-1)}
+				}
+				s.add(g)
+			}
+		}
+	}
+	for _, id := range order {
+		p := reqs[id]
+		if p.ranks < c.TPSize*c.PPSize {
+			p.rc.Unverified = append(p.rc.Unverified, ReasonNotEveryWorker)
+		}
+		slices.Sort(p.ordered)
+		for _, gid := range p.ordered {
+			gi := info[gid]
+			gc := p.groups[gid].checks()
+			gc.ID, gc.Kind, gc.BlockSize = gid, gi.Kind, gi.BlockSize
+			gc.Fingerprint, gc.FingerprintFlat, gc.HasFlat = gi.Fingerprint, gi.FingerprintFlat, true
+			p.rc.Groups = append(p.rc.Groups, gc)
+		}
+		c.Requests = append(c.Requests, p.rc)
+	}
+	return c, nil
+}
+
+// groupSum accumulates one request group's values per replica key.
+type groupSum struct {
+	start, n int
+	sums     map[[2]int][]uint64
+}
+
+func (s *groupSum) add(g RecordRequestGroup) {
+	for k, key := range g.ReplicaKeys {
+		v := s.sums[key]
+		if v == nil {
+			v = make([]uint64, s.n)
+			s.sums[key] = v
+		}
+		for i := range v {
+			v[i] += uint64(g.Values[i][k])
+		}
+	}
+}
+
+// checks forms check k = sum over replica counts R of the sum under key
+// (R, k mod R), for k below the largest R (SPEC section 2).
+func (s *groupSum) checks() *GroupChecks {
+	gc := &GroupChecks{Start: s.start}
+	counts := map[int]bool{}
+	maxR := 1
+	for key := range s.sums {
+		counts[key[0]] = true
+		maxR = max(maxR, key[0])
+		gc.Keys = append(gc.Keys, key)
+	}
+	slices.SortFunc(gc.Keys, func(a, b [2]int) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
+	gc.Checks = make([][]uint64, maxR)
+	for k := range maxR {
+		check := make([]uint64, s.n)
+		for R := range counts {
+			v, ok := s.sums[[2]int{R, k % R}]
+			if !ok {
+				gc.MissingReplica = true
+				continue
+			}
+			for i := range check {
+				check[i] += v[i]
+			}
+		}
+		gc.Checks[k] = check
+	}
+	return gc
+}

@@ -1,0 +1,371 @@
+package checksum
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// RecordFormat is the format tag of a record.
+const RecordFormat = "kvaudit-record/1"
+
+// Record is one rank's partial checksums (SPEC section 8).
+type Record struct {
+	Format string `json:"format"`
+	// Source is the dump the record was computed from (informative).
+	Source string `json:"source,omitempty"`
+	Model  string `json:"model,omitempty"`
+	TPRank int    `json:"tp_rank"`
+	TPSize int    `json:"tp_size"`
+	PPRank int    `json:"pp_rank"`
+	PPSize int    `json:"pp_size"`
+	// Groups describes every group of the rank's manifest.
+	Groups []RecordGroup `json:"groups"`
+	// SkippedGroups maps a group id to the reason it is not checksummed.
+	SkippedGroups map[string]string `json:"skipped_groups"`
+	Requests      []RecordRequest   `json:"requests"`
+}
+
+// RecordGroup is a group as one rank sees it.
+type RecordGroup struct {
+	ID              int          `json:"id"`
+	Kind            string       `json:"kind"`
+	BlockSize       int          `json:"block_size"`
+	Fingerprint     layout.Hex64 `json:"fingerprint"`
+	FingerprintFlat layout.Hex64 `json:"fingerprint_flat"`
+	// Layers counts the group's layers on the rank (aliases included).
+	Layers int `json:"layers"`
+}
+
+// RecordRequest is one request's partial checksums on one rank.
+type RecordRequest struct {
+	ID                     string               `json:"id"`
+	ProducerID             string               `json:"producer_id,omitempty"`
+	NumTokens              int                  `json:"num_tokens"`
+	NumLocalComputedTokens int                  `json:"num_local_computed_tokens"`
+	Groups                 []RecordRequestGroup `json:"groups"`
+}
+
+// RecordRequestGroup is one group's partial checksums for a request:
+// Values[i][k] is the sum of the rank's slices under ReplicaKeys[k] at block
+// position Start+i.
+type RecordRequestGroup struct {
+	ID          int              `json:"id"`
+	Start       int              `json:"start"`
+	ReplicaKeys [][2]int         `json:"replica_keys"`
+	Values      [][]layout.Hex64 `json:"values"`
+}
+
+// RecordError is a record file that is not valid.
+type RecordError struct {
+	File  string
+	Field string
+	Msg   string
+}
+
+func (e *RecordError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("record %q: %s", e.File, e.Msg)
+	}
+	return fmt.Sprintf("record %q: %s: %s", e.File, e.Field, e.Msg)
+}
+
+// Options control Compute and Records.
+type Options struct {
+	// Engine evaluates the definition; nil means Fast{}.
+	Engine Engine
+	// Requests restricts the work to these request ids; empty means all.
+	// An id that no dump holds is an error.
+	Requests []string
+	// Progress is passed to each plan (see Plan.Progress).
+	Progress func(bytes int64)
+}
+
+func (o Options) engine() Engine {
+	if o.Engine == nil {
+		return Fast{}
+	}
+	return o.Engine
+}
+
+// NewPlan lays out the work of one rank for the selected requests
+// (all when ids is empty) and the record its results fill. Call Fill with
+// the engine's output to complete the record.
+func NewPlan(d *layout.Dump, ids []string) (*Plan, *Record, error) {
+	m := d.Manifest
+	rec := &Record{
+		Format: RecordFormat, Source: d.Path, Model: m.Model.Name,
+		TPRank: m.Parallel.TPRank, TPSize: m.Parallel.TPSize,
+		PPRank: m.Parallel.PPRank, PPSize: m.Parallel.PPSize,
+		SkippedGroups: map[string]string{},
+	}
+	for _, g := range d.Groups {
+		fp, flat := Fingerprints(g)
+		rec.Groups = append(rec.Groups, RecordGroup{
+			ID: g.Group.ID, Kind: g.Group.Kind, BlockSize: g.Group.BlockSize,
+			Fingerprint: layout.Hex64(fp), FingerprintFlat: layout.Hex64(flat),
+			Layers: len(g.Layers),
+		})
+		if g.Skip != "" {
+			rec.SkippedGroups[strconv.Itoa(g.Group.ID)] = g.Skip
+		}
+	}
+	plan := &Plan{Dump: d}
+	taskOf := map[*layout.LayerView]int{}
+	for ri := range m.Requests {
+		r := &m.Requests[ri]
+		if len(ids) > 0 && !slices.Contains(ids, r.ID) {
+			continue
+		}
+		rr := RecordRequest{ID: r.ID, ProducerID: r.ProducerID, NumTokens: r.NumTokens, NumLocalComputedTokens: r.NumLocalComputedTokens}
+		for _, g := range d.Groups {
+			if g.Skip != "" || len(g.Caches) == 0 {
+				continue
+			}
+			span, status, err := layout.RequestSpan(r, g.Group)
+			if err != nil {
+				return nil, nil, &layout.DumpError{File: d.Path, Field: fmt.Sprintf("requests[%d]", ri), Err: err}
+			}
+			if status != layout.SpanOK {
+				continue
+			}
+			var keys []layout.ReplicaKey
+			for _, c := range g.Caches {
+				if !slices.Contains(keys, c.Key()) {
+					keys = append(keys, c.Key())
+				}
+			}
+			slices.SortFunc(keys, func(a, b layout.ReplicaKey) int {
+				return cmp.Or(cmp.Compare(a.Replicas, b.Replicas), cmp.Compare(a.Index, b.Index))
+			})
+			rg := RecordRequestGroup{ID: g.Group.ID, Start: span.Start}
+			for _, k := range keys {
+				rg.ReplicaKeys = append(rg.ReplicaKeys, [2]int{k.Replicas, k.Index})
+			}
+			// Output slot of (position i, key k): base + i*len(keys) + k.
+			base := plan.Outputs
+			plan.Outputs += len(span.Blocks) * len(keys)
+			rg.Values = make([][]layout.Hex64, len(span.Blocks))
+			for i := range rg.Values {
+				rg.Values[i] = make([]layout.Hex64, len(keys))
+			}
+			S := g.Group.BlockSize
+			for _, c := range g.Caches {
+				k := slices.Index(keys, c.Key())
+				ti, ok := taskOf[c]
+				if !ok {
+					ti = len(plan.Tasks)
+					taskOf[c] = ti
+					plan.Tasks = append(plan.Tasks, Task{Cache: c})
+				}
+				for i, b := range span.Blocks {
+					pos := span.Start + i
+					valid := layout.ValidTokens(r.NumTokens, pos, S)
+					if valid == 0 {
+						continue
+					}
+					plan.Tasks[ti].Rows = append(plan.Tasks[ti].Rows, Row{
+						Block: b, FirstToken: int64(pos) * int64(S), Valid: valid,
+						Out: base + i*len(keys) + k,
+					})
+				}
+			}
+			rr.Groups = append(rr.Groups, rg)
+		}
+		rec.Requests = append(rec.Requests, rr)
+	}
+	return plan, rec, nil
+}
+
+// Fill copies an engine's output into the record NewPlan returned.
+func (rec *Record) Fill(out []uint64) {
+	slot := 0
+	for ri := range rec.Requests {
+		for gi := range rec.Requests[ri].Groups {
+			for _, vals := range rec.Requests[ri].Groups[gi].Values {
+				for k := range vals {
+					vals[k] = layout.Hex64(out[slot])
+					slot++
+				}
+			}
+		}
+	}
+}
+
+// RankRecord computes one rank's record.
+func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*Record, error) {
+	plan, rec, err := NewPlan(d, opts.Requests)
+	if err != nil {
+		return nil, err
+	}
+	plan.Progress = opts.Progress
+	out := make([]uint64, plan.Outputs)
+	if err := opts.engine().Run(ctx, plan, out); err != nil {
+		return nil, err
+	}
+	rec.Fill(out)
+	return rec, nil
+}
+
+// Records computes the record of every dump. Request ids in opts.Requests
+// that no dump holds are an error.
+func Records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*Record, error) {
+	if err := checkRequested(dumps, opts.Requests); err != nil {
+		return nil, err
+	}
+	recs := make([]*Record, 0, len(dumps))
+	for _, d := range dumps {
+		rec, err := RankRecord(ctx, d, opts)
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, rec)
+	}
+	return recs, nil
+}
+
+func checkRequested(dumps []*layout.Dump, ids []string) error {
+	for _, id := range ids {
+		found := false
+		for _, d := range dumps {
+			if d.Manifest.Request(id) != nil {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return fmt.Errorf("request %q is in none of the given dumps", id)
+		}
+	}
+	return nil
+}
+
+// Compute checksums the given ranks of one side and merges them into
+// whole-model checks.
+func Compute(ctx context.Context, dumps []*layout.Dump, opts Options) (*Checks, error) {
+	recs, err := Records(ctx, dumps, opts)
+	if err != nil {
+		return nil, err
+	}
+	return Merge(recs)
+}
+
+// MarshalRecord returns the record as indented JSON with a final newline.
+func MarshalRecord(rec *Record) ([]byte, error) {
+	b, err := json.MarshalIndent(rec, "", " ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// ParseRecords reads one record, or several JSON records one after the
+// other, from a file's contents. On error it returns nil and a
+// *RecordError.
+func ParseRecords(file string, data []byte) ([]*Record, error) {
+	var recs []*Record
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for i := 0; ; i++ {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			if err.Error() == "EOF" && i > 0 {
+				return recs, nil
+			}
+			return nil, &RecordError{File: file, Msg: fmt.Sprintf("not JSON: %v", err)}
+		}
+		var rec Record
+		if err := layout.DecodeStrictJSON(raw, &rec); err != nil {
+			return nil, &RecordError{File: file, Field: recordField(i), Msg: err.Error()}
+		}
+		if err := rec.Validate(); err != nil {
+			err.File = file
+			if i > 0 || dec.More() {
+				err.Field = recordField(i) + "." + err.Field
+			}
+			return nil, err
+		}
+		recs = append(recs, &rec)
+	}
+}
+
+func recordField(i int) string { return fmt.Sprintf("records[%d]", i) }
+
+// Validate checks a record's consistency. The error has no File.
+func (rec *Record) Validate() *RecordError {
+	bad := func(field, format string, args ...any) *RecordError {
+		return &RecordError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	if rec.Format != RecordFormat {
+		return bad("format", "got %q, want %q", rec.Format, RecordFormat)
+	}
+	if rec.TPSize < 1 || rec.TPSize > 1<<16 || rec.TPRank < 0 || rec.TPRank >= rec.TPSize {
+		return bad("tp_rank", "rank %d of tp_size %d", rec.TPRank, rec.TPSize)
+	}
+	if rec.PPSize < 1 || rec.PPSize > 1<<16 || rec.PPRank < 0 || rec.PPRank >= rec.PPSize {
+		return bad("pp_rank", "rank %d of pp_size %d", rec.PPRank, rec.PPSize)
+	}
+	groups := map[int]bool{}
+	for i, g := range rec.Groups {
+		f := fmt.Sprintf("groups[%d]", i)
+		if groups[g.ID] {
+			return bad(f+".id", "group %d appears twice", g.ID)
+		}
+		if g.ID < 0 || g.BlockSize < 1 || g.BlockSize > 1<<20 || g.Layers < 0 {
+			return bad(f, "id %d, block_size %d, layers %d out of range", g.ID, g.BlockSize, g.Layers)
+		}
+		groups[g.ID] = true
+	}
+	for k := range rec.SkippedGroups {
+		id, err := strconv.Atoi(k)
+		if err != nil || !groups[id] {
+			return bad(fmt.Sprintf("skipped_groups[%q]", k), "names no group of the record")
+		}
+	}
+	ids := map[string]bool{}
+	for i, r := range rec.Requests {
+		f := fmt.Sprintf("requests[%d]", i)
+		if r.ID == "" || ids[r.ID] {
+			return bad(f+".id", "empty or repeated request id %q", r.ID)
+		}
+		ids[r.ID] = true
+		if r.NumTokens < 0 || r.NumTokens > 1<<40 || r.NumLocalComputedTokens < 0 || r.NumLocalComputedTokens > r.NumTokens {
+			return bad(f, "num_tokens %d, num_local_computed_tokens %d out of range", r.NumTokens, r.NumLocalComputedTokens)
+		}
+		seen := map[int]bool{}
+		for j, g := range r.Groups {
+			gf := fmt.Sprintf("%s.groups[%d]", f, j)
+			if !groups[g.ID] || seen[g.ID] {
+				return bad(gf+".id", "group %d is not a group of the record or appears twice", g.ID)
+			}
+			seen[g.ID] = true
+			if g.Start < 0 || g.Start > 1<<40 {
+				return bad(gf+".start", "%d out of range", g.Start)
+			}
+			if len(g.ReplicaKeys) == 0 {
+				return bad(gf+".replica_keys", "empty")
+			}
+			for k, key := range g.ReplicaKeys {
+				if key[0] < 1 || key[0] > rec.TPSize || key[1] < 0 || key[1] >= key[0] {
+					return bad(fmt.Sprintf("%s.replica_keys[%d]", gf, k), "key %v is not (replicas in 1..tp_size, index < replicas)", key)
+				}
+				for _, prev := range g.ReplicaKeys[:k] {
+					if prev == key {
+						return bad(fmt.Sprintf("%s.replica_keys[%d]", gf, k), "key %v appears twice", key)
+					}
+				}
+			}
+			for k, vals := range g.Values {
+				if len(vals) != len(g.ReplicaKeys) {
+					return bad(fmt.Sprintf("%s.values[%d]", gf, k), "%d values for %d replica keys", len(vals), len(g.ReplicaKeys))
+				}
+			}
+		}
+	}
+	return nil
+}

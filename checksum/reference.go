@@ -1,0 +1,64 @@
+package checksum
+
+import (
+	"context"
+	"encoding/binary"
+
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// Reference is the definition of SPEC section 1 written as plainly as
+// possible: one loop per sum, every cell assembled byte by byte. It is slow
+// and exists to check the other engines.
+type Reference struct{}
+
+// Name returns "ref".
+func (Reference) Name() string { return "ref" }
+
+// Run implements Engine.
+func (Reference) Run(ctx context.Context, p *Plan, out []uint64) error {
+	if err := deviceCheck("ref", p); err != nil {
+		return err
+	}
+	for _, task := range p.Tasks {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		c := task.Cache
+		err := layout.Guard(c.Cells.File, func() error {
+			for _, row := range task.Rows {
+				out[row.Out] += ReferenceBlock(c, row)
+				if p.Progress != nil {
+					p.Progress(int64(row.Valid*c.Heads) * int64(c.Cells.CellBytes))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReferenceBlock returns one cache's part of a block checksum:
+// c = sum over heads of m*s, s = sum_j x_j*(2j+1), j = t*P + p for piece p
+// of the token at request position t.
+func ReferenceBlock(c *layout.LayerView, row Row) uint64 {
+	P := uint64(c.Pieces)
+	var blockSum uint64
+	var cell []byte
+	for h := 0; h < c.Heads; h++ {
+		var s uint64
+		for t := 0; t < row.Valid; t++ {
+			cell = c.Cells.ReadCell(cell[:0], row.Block, t, h)
+			for p := uint64(0); p < P; p++ {
+				x := binary.LittleEndian.Uint64(cell[8*p:])
+				j := uint64(row.FirstToken+int64(t))*P + p
+				s += x * (2*j + 1)
+			}
+		}
+		blockSum += c.Factor(c.HeadBase+h) * s
+	}
+	return blockSum
+}

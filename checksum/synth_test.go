@@ -1,0 +1,85 @@
+package checksum_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/layout/synth"
+)
+
+// computeSide synthesizes cfg and checksums every rank with engine.
+func computeSide(t testing.TB, cfg synth.Config, engine checksum.Engine) *checksum.Checks {
+	t.Helper()
+	paths, err := synth.Write(t.TempDir(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dumps, err := layout.OpenSide(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, d := range dumps {
+			d.Close()
+		}
+	}()
+	c, err := checksum.Compute(context.Background(), dumps, checksum.Options{Engine: engine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// checkExpected compares every check of every request and group with the
+// reference computed from the logical KV.
+func checkExpected(t testing.TB, cfg synth.Config, got *checksum.Checks) {
+	t.Helper()
+	want, err := synth.Expected(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Requests) != len(want) {
+		t.Fatalf("%d requests, want %d", len(got.Requests), len(want))
+	}
+	for _, r := range got.Requests {
+		if len(r.Unverified) != 0 {
+			t.Errorf("request %s: unverified %v", r.ID, r.Unverified)
+		}
+		wg := want[r.ID]
+		if len(r.Groups) != len(wg) {
+			t.Fatalf("request %s: %d groups, want %d (skipped %v)", r.ID, len(r.Groups), len(wg), got.Skipped)
+		}
+		for _, g := range r.Groups {
+			e := wg[g.ID]
+			if g.Start != e.Start {
+				t.Errorf("request %s group %d: start %d, want %d", r.ID, g.ID, g.Start, e.Start)
+			}
+			if g.MissingReplica {
+				t.Errorf("request %s group %d: missing replica", r.ID, g.ID)
+			}
+			for k, check := range g.Checks {
+				if fmt.Sprint(check) != fmt.Sprint(e.Values) {
+					t.Errorf("request %s group %d check %d:\n got %x\nwant %x", r.ID, g.ID, k, check, e.Values)
+				}
+			}
+		}
+	}
+}
+
+func TestSynthMatchesExpected(t *testing.T) {
+	for _, preset := range synth.Presets {
+		for _, lay := range synth.Layouts {
+			for _, tp := range []int{1, 2, 4} {
+				cfg := synth.Config{Preset: preset, Layout: lay, TP: tp, PP: 2, Seed: 7}
+				t.Run(fmt.Sprintf("%s/%s/tp%d", preset, lay, tp), func(t *testing.T) {
+					for _, e := range []checksum.Engine{checksum.Reference{}, checksum.Fast{}} {
+						checkExpected(t, cfg, computeSide(t, cfg, e))
+					}
+				})
+			}
+		}
+	}
+}
