@@ -1,0 +1,143 @@
+package layout
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestMapFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "data.bin")
+	want := bytes.Repeat([]byte("kvaudit"), 3000)
+	if err := os.WriteFile(path, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := MapFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Path != path || !bytes.Equal(m.Data, want) {
+		t.Fatalf("MapFile(%q) = {%q, %d bytes}, want the file's %d bytes", path, m.Path, len(m.Data), len(want))
+	}
+	// Hints never fail or crash, whatever the range.
+	n := int64(len(want))
+	for _, r := range [][2]int64{{0, n}, {1, 1}, {5000, 100}, {n - 1, 1 << 62}, {0, 0}, {-1, 10}, {n, 1}, {1 << 62, 1 << 62}, {10, -5}} {
+		m.Advise(r[0], r[1], true)
+		m.Advise(r[0], r[1], false)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if m.Data != nil {
+		t.Error("Data is not nil after Close")
+	}
+	if err := m.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	m.Advise(0, 10, true) // after Close: nothing
+	var nilMapping *Mapping
+	if err := nilMapping.Close(); err != nil {
+		t.Errorf("nil Close: %v", err)
+	}
+}
+
+func TestMapFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.safetensors")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := MapFile(empty)
+	if m != nil || !errors.Is(err, ErrEmptyFile) {
+		t.Fatalf("MapFile(empty) = %v, %v; want ErrEmptyFile", m, err)
+	}
+	if !strings.Contains(err.Error(), strconv.Quote(empty)) || !strings.Contains(err.Error(), "empty file") {
+		t.Errorf("error %q does not name the file and say it is empty", err)
+	}
+	if _, err := MapFile(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("MapFile(missing) error = %v, want ErrNotExist", err)
+	}
+	if _, err := MapFile(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("MapFile(dir) error = %v, want not a regular file", err)
+	}
+}
+
+func TestGuardTruncatedWhileMapped(t *testing.T) {
+	if runtime.GOOS != "linux" && runtime.GOOS != "darwin" {
+		t.Skip("files are read into memory on " + runtime.GOOS)
+	}
+	page := os.Getpagesize()
+	path := filepath.Join(t.TempDir(), "shrinking.bin")
+	if err := os.WriteFile(path, bytes.Repeat([]byte{0xA5}, 4*page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := MapFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := os.Truncate(path, int64(page)); err != nil {
+		t.Fatal(err)
+	}
+	var sum byte
+	err = Guard(path, func() error {
+		sum += m.Data[0] // still in the file
+		sum += m.Data[3*page]
+		t.Error("reading past the truncated end did not fault")
+		return nil
+	})
+	var fe *FaultError
+	if !errors.As(err, &fe) {
+		t.Fatalf("Guard error = %v (%T), want a *FaultError", err, err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"reading " + strconv.Quote(path), "memory fault at 0x", "truncated or changed while mapped"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not contain %q", msg, want)
+		}
+	}
+	// The guard leaves the goroutine's fault setting as it found it.
+	if old := debug.SetPanicOnFault(false); old {
+		t.Error("Guard left SetPanicOnFault on")
+	}
+}
+
+func TestGuardPassesThrough(t *testing.T) {
+	want := errors.New("from fn")
+	if err := Guard("x", func() error { return want }); err != want {
+		t.Errorf("Guard error = %v, want fn's error", err)
+	}
+	if err := Guard("x", func() error { return nil }); err != nil {
+		t.Errorf("Guard error = %v, want nil", err)
+	}
+	debug.SetPanicOnFault(true)
+	Guard("x", func() error { return nil })
+	if old := debug.SetPanicOnFault(false); !old {
+		t.Error("Guard did not restore SetPanicOnFault(true)")
+	}
+}
+
+func TestGuardRepanics(t *testing.T) {
+	recovered := func(fn func() error) (r any) {
+		defer func() { r = recover() }()
+		Guard("x", fn)
+		return nil
+	}
+	if r := recovered(func() error { panic("boom") }); r != "boom" {
+		t.Errorf("recovered %v, want the original panic", r)
+	}
+	var p *[8]byte
+	r := recovered(func() error { _ = p[3]; return nil })
+	if _, ok := r.(runtime.Error); !ok {
+		t.Errorf("nil dereference: recovered %v (%T), want a re-panicked runtime.Error", r, r)
+	}
+	if _, ok := r.(*FaultError); ok {
+		t.Error("nil dereference was turned into a FaultError")
+	}
+}

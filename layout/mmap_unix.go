@@ -1,0 +1,77 @@
+//go:build linux || darwin
+
+package layout
+
+import (
+	"fmt"
+	"math"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// MapFile maps the regular file at path read-only and shared. A zero-length
+// file is an error wrapping ErrEmptyFile (mmap of zero bytes is invalid);
+// so is a file that is not a regular file. The file descriptor is closed
+// before MapFile returns; the mapping stays valid until Close.
+func MapFile(path string) (*Mapping, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("mapping %q: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("mapping %q: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("mapping %q: not a regular file (%s)", path, fi.Mode().Type())
+	}
+	size := fi.Size()
+	if size == 0 {
+		return nil, fmt.Errorf("mapping %q: %w", path, ErrEmptyFile)
+	}
+	if size < 0 || size > math.MaxInt {
+		return nil, fmt.Errorf("mapping %q: file size %d cannot be mapped", path, size)
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mapping %q: %w", path, err)
+	}
+	return &Mapping{Path: path, Data: data}, nil
+}
+
+// Close unmaps the file. Closing a closed or nil Mapping does nothing.
+func (m *Mapping) Close() error {
+	if m == nil || m.Data == nil {
+		return nil
+	}
+	data := m.Data
+	m.Data = nil
+	if err := unix.Munmap(data); err != nil {
+		return fmt.Errorf("unmapping %q: %w", m.Path, err)
+	}
+	return nil
+}
+
+// Advise tells the kernel how the byte range [offset, offset+length) of the
+// mapping will be read: sequentially (MADV_SEQUENTIAL) or soon
+// (MADV_WILLNEED). The range is clamped to the mapping and its start rounded
+// down to a page boundary. It is a hint: errors are ignored, and an empty or
+// out-of-range request does nothing.
+func (m *Mapping) Advise(offset, length int64, sequential bool) {
+	if m == nil || offset < 0 || length <= 0 || offset >= int64(len(m.Data)) {
+		return
+	}
+	end := int64(len(m.Data))
+	if length < end-offset {
+		end = offset + length
+	}
+	page := int64(os.Getpagesize())
+	start := offset &^ (page - 1) // mmap returns a page-aligned base
+	advice := unix.MADV_WILLNEED
+	if sequential {
+		advice = unix.MADV_SEQUENTIAL
+	}
+	_ = unix.Madvise(m.Data[start:end], advice)
+}
