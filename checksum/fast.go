@@ -118,6 +118,11 @@ func (w *scratch) block(c *layout.LayerView, row Row) uint64 {
 	clear(s)
 	P := uint64(c.Pieces)
 	data := v.Data
+	w8 := v.Width()
+	sum := sumAB
+	if w8 != 8 {
+		sum = narrowSum(w8)
+	}
 	contiguous := v.Contiguous()
 	// One run per head per kernel block when a head's tokens are adjacent
 	// whole cells: their pieces are consecutive in memory and in j.
@@ -137,7 +142,7 @@ func (w *scratch) block(c *layout.LayerView, row Row) uint64 {
 			length := int64(n) * int64(v.CellBytes)
 			for h := range H {
 				a := off + int64(h)*v.HeadStride
-				A, B := sumAB(data[a : a+length])
+				A, B := sum(data[a : a+length])
 				s[h] += (2*first*P+1)*A + 2*B
 			}
 		case contiguous:
@@ -149,7 +154,7 @@ func (w *scratch) block(c *layout.LayerView, row Row) uint64 {
 						j0 := (first+uint64(t))*P + pieceOff
 						a := base + int64(t)*v.TokenStride + r.Offset
 						for h := range H {
-							A, B := sumAB(data[a : a+L])
+							A, B := sum(data[a : a+L])
 							s[h] += (2*j0+1)*A + 2*B
 							a += v.HeadStride
 						}
@@ -159,13 +164,13 @@ func (w *scratch) block(c *layout.LayerView, row Row) uint64 {
 						a := base + int64(h)*v.HeadStride + r.Offset
 						for t := range n {
 							j0 := (first+uint64(t))*P + pieceOff
-							A, B := sumAB(data[a : a+L])
+							A, B := sum(data[a : a+L])
 							s[h] += (2*j0+1)*A + 2*B
 							a += v.TokenStride
 						}
 					}
 				}
-				pieceOff += uint64(r.Len / 8)
+				pieceOff += uint64(r.Len / w8)
 			}
 		default:
 			for h := range H {
@@ -176,17 +181,36 @@ func (w *scratch) block(c *layout.LayerView, row Row) uint64 {
 						a := cellAddr + r.Offset
 						w.cell = append(w.cell, data[a:a+int64(r.Len)]...)
 					}
-					A, B := sumAB(w.cell)
+					A, B := sum(w.cell)
 					s[h] += (2*(first+uint64(t))*P+1)*A + 2*B
 				}
 			}
 		}
 	}
-	var sum uint64
+	var total uint64
 	for h := range H {
-		sum += c.Factor(c.HeadBase+h) * s[h]
+		total += c.Factor(c.HeadBase+h) * s[h]
 	}
-	return sum
+	return total
+}
+
+// narrowSum returns sumAB for pieces of 2 or 4 bytes, zero-extended.
+func narrowSum(width int) func(p []byte) (A, B uint64) {
+	return func(p []byte) (A, B uint64) {
+		var k uint64
+		for ; len(p) >= width; p = p[width:] {
+			var x uint64
+			if width == 2 {
+				x = uint64(binary.LittleEndian.Uint16(p))
+			} else {
+				x = uint64(binary.LittleEndian.Uint32(p))
+			}
+			A += x
+			B += k * x
+			k++
+		}
+		return A, B
+	}
 }
 
 // sumAB returns A = sum_k x_k and B = sum_k k*x_k over the little-endian

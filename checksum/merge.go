@@ -265,3 +265,20 @@ func (s *groupSum) checks() *GroupChecks {
 	}
 	return gc
 }
+
+// Select keeps only the requests with the given ids, in the order given.
+// An id the side does not hold is an error.
+func (c *Checks) Select(ids []string) error {
+	var kept []*RequestChecks
+	for _, id := range ids {
+		i := slices.IndexFunc(c.Requests, func(r *RequestChecks) bool { return r.ID == id })
+		if i < 0 {
+			return fmt.Errorf("request %q is not in the given dumps or records", id)
+		}
+		if !slices.Contains(kept, c.Requests[i]) {
+			kept = append(kept, c.Requests[i])
+		}
+	}
+	c.Requests = kept
+	return nil
+}

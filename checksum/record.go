@@ -81,7 +81,7 @@ type Options struct {
 	// Engine evaluates the definition; nil means Fast{}.
 	Engine Engine
 	// Requests restricts the work to these request ids; empty means all.
-	// An id that no dump holds is an error.
+	// Compute fails for an id that no dump holds.
 	Requests []string
 	// Progress is passed to each plan (see Plan.Progress).
 	Progress func(bytes int64)
@@ -213,12 +213,8 @@ func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*Record, err
 	return rec, nil
 }
 
-// Records computes the record of every dump. Request ids in opts.Requests
-// that no dump holds are an error.
+// Records computes the record of every dump.
 func Records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*Record, error) {
-	if err := checkRequested(dumps, opts.Requests); err != nil {
-		return nil, err
-	}
 	recs := make([]*Record, 0, len(dumps))
 	for _, d := range dumps {
 		rec, err := RankRecord(ctx, d, opts)
@@ -230,22 +226,6 @@ func Records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*Record
 	return recs, nil
 }
 
-func checkRequested(dumps []*layout.Dump, ids []string) error {
-	for _, id := range ids {
-		found := false
-		for _, d := range dumps {
-			if d.Manifest.Request(id) != nil {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return fmt.Errorf("request %q is in none of the given dumps", id)
-		}
-	}
-	return nil
-}
-
 // Compute checksums the given ranks of one side and merges them into
 // whole-model checks.
 func Compute(ctx context.Context, dumps []*layout.Dump, opts Options) (*Checks, error) {
@@ -253,7 +233,16 @@ func Compute(ctx context.Context, dumps []*layout.Dump, opts Options) (*Checks, 
 	if err != nil {
 		return nil, err
 	}
-	return Merge(recs)
+	c, err := Merge(recs)
+	if err != nil {
+		return nil, err
+	}
+	if len(opts.Requests) > 0 {
+		if err := c.Select(opts.Requests); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // MarshalRecord returns the record as indented JSON with a final newline.

@@ -43,9 +43,11 @@ func (Reference) Run(ctx context.Context, p *Plan, out []uint64) error {
 
 // ReferenceBlock returns one cache's part of a block checksum:
 // c = sum over heads of m*s, s = sum_j x_j*(2j+1), j = t*P + p for piece p
-// of the token at request position t.
+// of the token at request position t. Pieces are little-endian unsigned
+// integers of the view's piece width, zero-extended.
 func ReferenceBlock(c *layout.LayerView, row Row) uint64 {
 	P := uint64(c.Pieces)
+	w := uint64(c.Cells.Width())
 	var blockSum uint64
 	var cell []byte
 	for h := 0; h < c.Heads; h++ {
@@ -53,7 +55,7 @@ func ReferenceBlock(c *layout.LayerView, row Row) uint64 {
 		for t := 0; t < row.Valid; t++ {
 			cell = c.Cells.ReadCell(cell[:0], row.Block, t, h)
 			for p := uint64(0); p < P; p++ {
-				x := binary.LittleEndian.Uint64(cell[8*p:])
+				x := piece(cell[w*p : w*p+w])
 				j := uint64(row.FirstToken+int64(t))*P + p
 				s += x * (2*j + 1)
 			}
@@ -61,4 +63,16 @@ func ReferenceBlock(c *layout.LayerView, row Row) uint64 {
 		blockSum += c.Factor(c.HeadBase+h) * s
 	}
 	return blockSum
+}
+
+// piece reads a little-endian unsigned integer of len(b) bytes (2, 4 or 8).
+func piece(b []byte) uint64 {
+	switch len(b) {
+	case 2:
+		return uint64(binary.LittleEndian.Uint16(b))
+	case 4:
+		return uint64(binary.LittleEndian.Uint32(b))
+	default:
+		return binary.LittleEndian.Uint64(b)
+	}
 }

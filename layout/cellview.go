@@ -14,14 +14,19 @@ type CellView struct {
 	// Data holds the tensor's bytes; offsets below are relative to it. It
 	// is nil for a tensor in device memory (Device is set instead).
 	Data []byte
-	// File names the mapped file, for errors.
-	File   string
-	Device *DeviceTensor
+	// File names the mapped file; Data[0] is its byte FileOffset.
+	File       string
+	FileOffset int64
+	Device     *DeviceTensor
 
 	KernelBlocks int // kernel blocks per block
 	KernelTokens int // tokens per kernel block
 	Heads        int // heads on this rank (1 without a head axis)
 	CellBytes    int
+	// PieceBytes is the width of a piece: 8 for attention cells; 2 or 4
+	// for state rows, whose elements are read at their own width and
+	// zero-extended (SPEC section 6). Zero means 8.
+	PieceBytes int
 
 	// Strides in bytes of a kernel row, a token and a head.
 	RowStride, TokenStride, HeadStride int64
@@ -67,11 +72,24 @@ func (v *CellView) ReadCell(dst []byte, block, t, head int) []byte {
 	return dst
 }
 
-// Contiguous reports whether every run is whole 8-byte pieces, so pieces can
-// be read in place without assembling the cell.
+// Width returns the piece width in bytes (8 unless PieceBytes says
+// otherwise).
+func (v *CellView) Width() int {
+	if v.PieceBytes == 0 {
+		return 8
+	}
+	return v.PieceBytes
+}
+
+// Pieces returns the pieces of one cell.
+func (v *CellView) Pieces() int { return v.CellBytes / v.Width() }
+
+// Contiguous reports whether every run is whole pieces, so pieces can be
+// read in place without assembling the cell.
 func (v *CellView) Contiguous() bool {
+	w := v.Width()
 	for _, r := range v.Runs {
-		if r.Len%8 != 0 {
+		if r.Len%w != 0 {
 			return false
 		}
 	}

@@ -147,6 +147,7 @@ func Open(path string) (*Dump, error) {
 		var geo tensorGeometry
 		var data []byte
 		var file string
+		var fileOffset int64
 		var device *DeviceTensor
 		switch s := l.Source; {
 		case s == nil:
@@ -158,7 +159,7 @@ func Open(path string) (*Dump, error) {
 			if !ok {
 				return fail(field+".tensor", fmt.Errorf("tensor %q missing from %q", l.Tensor, f.Path))
 			}
-			data, file = ti.Data, f.Path
+			data, file, fileOffset = ti.Data, f.Path, f.DataOffset+ti.Begin
 			geo = tensorGeometry{shape: ti.Shape, dtype: ti.Dtype, size: int64(len(ti.Data))}
 			geo.strides = rowMajorStrides(ti.Shape, int64(max(ti.Dtype.Bits/8, 1)))
 		default:
@@ -184,14 +185,14 @@ func Open(path string) (*Dump, error) {
 			if s.Offset > int64(len(f.Data)) {
 				return fail(field+".source.offset", fmt.Errorf("offset %d is past the end of %q (%d bytes)", s.Offset, f.Path, len(f.Data)))
 			}
-			data, file = f.Data[s.Offset:], f.Path
+			data, file, fileOffset = f.Data[s.Offset:], f.Path, s.Offset
 			geo.size = int64(len(data))
 		}
 		v, reason, err := buildCellView(m, g, l, geo)
 		if err != nil {
 			return fail(field, err)
 		}
-		v.Data, v.File, v.Device = data, file, device
+		v.Data, v.File, v.FileOffset, v.Device = data, file, fileOffset, device
 		return v, reason, nil
 	}
 	for gi := range m.Groups {

@@ -71,7 +71,7 @@ type LayerView struct {
 	GlobalHeads  int
 	Replicas     int
 	ReplicaIndex int
-	// Pieces is P, the 8-byte pieces of one cell.
+	// Pieces is P, the pieces of one cell.
 	Pieces int
 	Cells  CellView
 }
@@ -302,7 +302,7 @@ func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer
 			GlobalHeads:  global,
 			Replicas:     r,
 			ReplicaIndex: m.Parallel.TPRank % r,
-			Pieces:       cells.CellBytes / 8,
+			Pieces:       cells.Pieces(),
 			Cells:        cells,
 		})
 	}

@@ -1,0 +1,141 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/report"
+)
+
+// ChecksumOptions are the settings of `kvaudit checksum`.
+type ChecksumOptions struct {
+	IO       *Streams
+	Paths    []string
+	Output   string
+	Partial  bool
+	Requests []string
+	Engine   checksum.Engine
+	// OutDir, for -o record, receives one file per rank.
+	OutDir string
+}
+
+// NewCmdChecksum builds `kvaudit checksum`. runF replaces the run function
+// in tests.
+func NewCmdChecksum(s *Streams, runF func(context.Context, *ChecksumOptions) error) *cobra.Command {
+	opts := &ChecksumOptions{IO: s}
+	cmd := &cobra.Command{
+		Use:   "checksum DUMP|DIR|RECORD...",
+		Short: "Checksum the requests of KV cache dumps, per group and block position",
+		Long: `Checksum computes, for every request of the given ranks, one value per KV
+cache group and block position, with the definition of vLLM's KV checksums:
+independent of TP, PP, memory layout and block size, so a producer and a
+consumer of any configuration compute the same numbers.
+
+Give every rank of one side (dumps, directories holding them, or records
+that other hosts computed with --partial -o record) to get whole-model
+checks: check 0 is what a producer sends, and there is one check per replica
+of replicated heads. With --partial, a subset of ranks is allowed and
+-o record writes each rank's partial sums for merging elsewhere.`,
+		Example: `  # checksum every rank of a producer
+  $ kvaudit checksum out/producer
+
+  # one host per rank: write its record, then merge the records anywhere
+  $ kvaudit checksum --partial -o record --out records/ out/producer/rank-0-1.safetensors
+  $ kvaudit checksum -o json records/
+
+  # one request, with the literal reference engine
+  $ kvaudit checksum --engine ref --request req-0 out/consumer`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := newConfig(cmd)
+			if err != nil {
+				return err
+			}
+			opts.Paths = args
+			if opts.Output, err = parseFormat(cfg.String("output"), "table", "json", "record"); err != nil {
+				return err
+			}
+			opts.Partial = cfg.Bool("partial")
+			opts.Requests = cfg.Strings("request")
+			opts.OutDir = cfg.String("out")
+			if opts.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return checksumRun(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringP("output", "o", "table", "output: table, json or record")
+	f.Bool("partial", false, "allow a subset of the side's ranks (partial sums)")
+	f.StringSlice("request", nil, "checksum only this request id (repeatable)")
+	f.String("engine", "cpu", engineHelp)
+	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
+	f.String("out", "", "with -o record: directory to write rank-<pp>-<tp>.record.json files into")
+	return cmd
+}
+
+func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
+	in, err := openSide(opts.Paths, false)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests}
+	recs, err := in.allRecords(ctx, copts)
+	if err != nil {
+		return err
+	}
+	if opts.Output == "record" {
+		return writeRecords(opts, recs)
+	}
+	c, err := checksum.Merge(recs)
+	if err != nil {
+		return err
+	}
+	if !c.Complete && !opts.Partial {
+		return usageErrorf("got %s: give every rank of the side, or --partial for partial sums", describeRanks(recs))
+	}
+	if len(opts.Requests) > 0 {
+		if err := c.Select(opts.Requests); err != nil {
+			return err
+		}
+	}
+	if opts.Output == "json" {
+		return report.WriteJSON(opts.IO.Out, report.NewChecksumsJSON(c))
+	}
+	return report.ChecksumsTable(c).Render(opts.IO.Out, report.FormatTable, tableStyle(opts.IO))
+}
+
+// writeRecords writes each rank's record: to stdout, one JSON document
+// after the other, or with --out to one file per rank.
+func writeRecords(opts *ChecksumOptions, recs []*checksum.Record) error {
+	for _, rec := range recs {
+		b, err := checksum.MarshalRecord(rec)
+		if err != nil {
+			return err
+		}
+		if opts.OutDir == "" {
+			if _, err := opts.IO.Out.Write(b); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
+			return err
+		}
+		p := filepath.Join(opts.OutDir, fmt.Sprintf("rank-%d-%d.record.json", rec.PPRank, rec.TPRank))
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(opts.IO.Err, "wrote %s\n", p)
+	}
+	return nil
+}

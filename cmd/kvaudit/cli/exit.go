@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Exit codes (SPEC section 11). The help text is written from this table.
+const (
+	// ExitOK: verified, or the command succeeded.
+	ExitOK = 0
+	// ExitMismatch: some block differs, or a campaign missed a fault.
+	ExitMismatch = 1
+	// ExitUnverified: a load could not be verified (unless
+	// --allow-unverified).
+	ExitUnverified = 2
+	// ExitInvalid: invalid input or usage.
+	ExitInvalid = 3
+)
+
+var exitCodes = []struct {
+	code    int
+	meaning string
+}{
+	{ExitOK, "verified, or success"},
+	{ExitMismatch, "mismatch, or a fault a campaign missed"},
+	{ExitUnverified, "unverified (unless --allow-unverified)"},
+	{ExitInvalid, "invalid input or usage"},
+}
+
+// exitCodeHelp documents the exit codes for --help.
+func exitCodeHelp() string {
+	var b strings.Builder
+	b.WriteString("Exit codes:\n")
+	for _, e := range exitCodes {
+		fmt.Fprintf(&b, "  %d  %s\n", e.code, e.meaning)
+	}
+	return b.String()
+}
+
+// ResultError ends a command whose result (already printed) calls for a
+// non-zero exit code: a mismatch, an unverified load, a missed fault.
+type ResultError struct {
+	Code int
+	Msg  string
+}
+
+func (e *ResultError) Error() string { return e.Msg }
+
+// UsageError is a command line that cannot be run.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+func usageErrorf(format string, args ...any) error {
+	return &UsageError{fmt.Errorf(format, args...)}
+}
+
+// exitCode maps a command's error to its exit code: nil is ExitOK, a
+// ResultError carries its own, anything else (bad input, usage, a failure
+// to read or write) is ExitInvalid.
+func exitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var re *ResultError
+	if errors.As(err, &re) {
+		return re.Code
+	}
+	return ExitInvalid
+}

@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// sideInput is what one side given on the command line holds: dumps to
+// checksum and records computed elsewhere.
+type sideInput struct {
+	dumps   []*layout.Dump
+	records []*checksum.Record
+	// rest are paths that are neither dumps nor records (payloads, for
+	// diff).
+	rest []string
+}
+
+func (s *sideInput) Close() {
+	for _, d := range s.dumps {
+		d.Close()
+	}
+}
+
+// openSide opens the dumps and reads the records among paths (files,
+// dump directories, or directories holding either). Paths that are
+// neither are returned in rest when keepRest, else they are an error.
+func openSide(paths []string, keepRest bool) (*sideInput, error) {
+	dumpPaths, rest, err := layout.FindDumps(paths)
+	if err != nil {
+		return nil, err
+	}
+	in := &sideInput{}
+	for _, p := range rest {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		recs, rerr := checksum.ParseRecords(p, data)
+		if rerr != nil {
+			if keepRest && !looksLikeRecord(data) {
+				in.rest = append(in.rest, p)
+				continue
+			}
+			return nil, rerr
+		}
+		in.records = append(in.records, recs...)
+	}
+	if in.dumps, err = layout.OpenSide(dumpPaths); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// looksLikeRecord says whether a file means to be a record (and so must be
+// a valid one).
+func looksLikeRecord(data []byte) bool {
+	return bytes.Contains(data, []byte(checksum.RecordFormat))
+}
+
+// records checksums the side's dumps and returns them with the side's
+// records.
+func (s *sideInput) allRecords(ctx context.Context, opts checksum.Options) ([]*checksum.Record, error) {
+	recs, err := checksum.Records(ctx, s.dumps, opts)
+	if err != nil {
+		return nil, err
+	}
+	return append(recs, s.records...), nil
+}
+
+// describeRanks says which ranks of a side are present, for errors.
+func describeRanks(recs []*checksum.Record) string {
+	if len(recs) == 0 {
+		return "no ranks"
+	}
+	return fmt.Sprintf("%d of %d ranks (tp %d x pp %d)", len(recs), recs[0].TPSize*recs[0].PPSize, recs[0].TPSize, recs[0].PPSize)
+}

@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvaudit/kvaudit/layout/synth"
+)
+
+// SynthOptions are the settings of `kvaudit synth`.
+type SynthOptions struct {
+	IO     *Streams
+	Out    string
+	Config synth.Config
+}
+
+// NewCmdSynth builds `kvaudit synth`.
+func NewCmdSynth(s *Streams, runF func(context.Context, *SynthOptions) error) *cobra.Command {
+	opts := &SynthOptions{IO: s}
+	cmd := &cobra.Command{
+		Use:   "synth --out DIR",
+		Short: "Write deterministic synthetic KV cache dumps of model presets",
+		Long: `Synth writes every rank of a synthetic producer or consumer under
+DIR/<role>/rank-<pp>-<tp>: a model preset in any layout, TP and PP split,
+block size and kernel block size. The KV itself depends only on the seed,
+the request, the layer, the global head and the token position, so a
+producer and a consumer written with the same seed hold the same KV and
+verify whatever their configurations; block ids, unused blocks and slots
+past the last token differ between configurations.
+
+Presets: ` + strings.Join(synth.Presets, ", ") + `.
+Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
+		Example: `  # a TP1 producer in the FlashAttention layout
+  $ kvaudit synth --out out --preset llama --role producer
+
+  # a TP2 consumer in the HND layout with 32-token blocks and a 16-token prefix hit
+  $ kvaudit synth --out out --preset llama --role consumer --tp 2 --layout hnd --block-size 32 --prefix-tokens 16`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := newConfig(cmd)
+			if err != nil {
+				return err
+			}
+			opts.Out = cfg.String("out")
+			if opts.Out == "" {
+				return usageErrorf("--out is required")
+			}
+			opts.Config = synth.Config{
+				Preset: cfg.String("preset"), Layers: cfg.Int("layers"), TP: cfg.Int("tp"), PP: cfg.Int("pp"),
+				Layout: cfg.String("layout"), BlockSize: cfg.Int("block-size"), KernelBlockSize: cfg.Int("kernel-block-size"),
+				NumBlocks: cfg.Int("num-blocks"), Requests: cfg.Int("requests"), Tokens: cfg.Int("tokens"),
+				PrefixTokens: cfg.Int("prefix-tokens"), Seed: cfg.Uint64("seed"), Role: cfg.String("role"),
+				Format: cfg.String("format"),
+			}
+			if opts.Config, err = opts.Config.Normalize(); err != nil {
+				return &UsageError{err}
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return synthRun(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.String("out", "", "directory to write DIR/<role>/... into (required)")
+	f.String("preset", "llama", "model preset: "+strings.Join(synth.Presets, ", "))
+	f.Int("layers", 0, "number of layers (default: the preset's)")
+	f.Int("tp", 1, "tensor-parallel size")
+	f.Int("pp", 1, "pipeline-parallel size")
+	f.String("layout", "flash", "tensor layout: "+strings.Join(synth.Layouts, ", "))
+	f.Int("block-size", 0, "tokens per block (default: the preset's)")
+	f.Int("kernel-block-size", 0, "tokens per kernel block (default: the block size)")
+	f.Int("num-blocks", 0, "blocks in each cache (default: twice what the requests need, plus 3)")
+	f.Int("requests", 0, "number of requests (default: the preset's)")
+	f.Int("tokens", 0, "tokens per request (default: the preset's)")
+	f.Int("prefix-tokens", 0, "a consumer's local prefix-cache hit (num_local_computed_tokens)")
+	f.Uint64("seed", 1, "seed of the logical KV")
+	f.String("role", "producer", "producer or consumer")
+	f.String("format", "safetensors", "how ranks are written: "+strings.Join(synth.Formats, ", "))
+	return cmd
+}
+
+func synthRun(_ context.Context, opts *SynthOptions) error {
+	paths, err := synth.Write(opts.Out, opts.Config)
+	if err != nil {
+		return err
+	}
+	c := opts.Config
+	fmt.Fprintf(opts.IO.Out, "wrote %d rank(s) of %s (%s, tp %d, pp %d, layout %s, block size %d, %d request(s) of %d tokens):\n",
+		len(paths), c.Role, c.Preset, c.TP, c.PP, c.Layout, c.BlockSize, c.Requests, c.Tokens)
+	for _, p := range paths {
+		fmt.Fprintf(opts.IO.Out, "  %s\n", p)
+	}
+	return nil
+}

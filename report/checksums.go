@@ -1,0 +1,150 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// ChecksumsFormat is the format tag of `kvaudit checksum -o json`.
+const ChecksumsFormat = "kvaudit-checksums/1"
+
+// ChecksumsJSON is the stable schema of `kvaudit checksum -o json` (SPEC
+// section 12). Fields are added, never renamed or removed.
+type ChecksumsJSON struct {
+	Format   string                `json:"format"`
+	TPSize   int                   `json:"tp_size"`
+	PPSize   int                   `json:"pp_size"`
+	Requests []ChecksumRequestJSON `json:"requests"`
+}
+
+// ChecksumRequestJSON is one request's checks.
+type ChecksumRequestJSON struct {
+	ID                     string              `json:"id"`
+	ProducerID             string              `json:"producer_id,omitempty"`
+	NumTokens              int                 `json:"num_tokens"`
+	NumLocalComputedTokens int                 `json:"num_local_computed_tokens"`
+	Groups                 []ChecksumGroupJSON `json:"groups"`
+	SkippedGroups          []SkippedGroupJSON  `json:"skipped_groups"`
+	// Unverified holds load-level reasons, e.g. not every rank was given.
+	Unverified []string `json:"unverified"`
+}
+
+// ChecksumGroupJSON is one group's checks: Checks[k][i] is check k at block
+// position Start+i.
+type ChecksumGroupJSON struct {
+	ID              int              `json:"id"`
+	Kind            string           `json:"kind"`
+	BlockSize       int              `json:"block_size"`
+	Start           int              `json:"start"`
+	Fingerprint     layout.Hex64     `json:"fingerprint"`
+	FingerprintFlat layout.Hex64     `json:"fingerprint_flat"`
+	Checks          [][]layout.Hex64 `json:"checks"`
+	ReplicaKeys     [][2]int         `json:"replica_keys"`
+	MissingReplica  bool             `json:"missing_replica,omitempty"`
+}
+
+// SkippedGroupJSON is a group that is not checksummed and why.
+type SkippedGroupJSON struct {
+	ID     int    `json:"id"`
+	Reason string `json:"reason"`
+}
+
+// NewChecksumsJSON converts a side's checks to the JSON schema.
+func NewChecksumsJSON(c *checksum.Checks) *ChecksumsJSON {
+	out := &ChecksumsJSON{Format: ChecksumsFormat, TPSize: c.TPSize, PPSize: c.PPSize, Requests: []ChecksumRequestJSON{}}
+	skipped := skippedList(c.Skipped)
+	for _, r := range c.Requests {
+		rj := ChecksumRequestJSON{
+			ID: r.ID, ProducerID: r.ProducerID, NumTokens: r.NumTokens,
+			NumLocalComputedTokens: r.NumLocalComputedTokens,
+			Groups:                 []ChecksumGroupJSON{}, SkippedGroups: skipped,
+			Unverified: append([]string{}, r.Unverified...),
+		}
+		for _, g := range r.Groups {
+			gj := ChecksumGroupJSON{
+				ID: g.ID, Kind: g.Kind, BlockSize: g.BlockSize, Start: g.Start,
+				Fingerprint: layout.Hex64(g.Fingerprint), FingerprintFlat: layout.Hex64(g.FingerprintFlat),
+				Checks: make([][]layout.Hex64, len(g.Checks)), ReplicaKeys: g.Keys, MissingReplica: g.MissingReplica,
+			}
+			for k, check := range g.Checks {
+				gj.Checks[k] = make([]layout.Hex64, len(check))
+				for i, v := range check {
+					gj.Checks[k][i] = layout.Hex64(v)
+				}
+			}
+			rj.Groups = append(rj.Groups, gj)
+		}
+		out.Requests = append(out.Requests, rj)
+	}
+	return out
+}
+
+func skippedList(m map[int]string) []SkippedGroupJSON {
+	out := []SkippedGroupJSON{}
+	for id, reason := range m {
+		out = append(out, SkippedGroupJSON{ID: id, Reason: reason})
+	}
+	slices.SortFunc(out, func(a, b SkippedGroupJSON) int { return a.ID - b.ID })
+	return out
+}
+
+// WriteJSON writes v as indented JSON with a final newline.
+func WriteJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// ChecksumsTable lays out a side's checks: one row per request, group and
+// block position, every check in full.
+func ChecksumsTable(c *checksum.Checks) *Table {
+	maxChecks := 1
+	for _, r := range c.Requests {
+		for _, g := range r.Groups {
+			maxChecks = max(maxChecks, len(g.Checks))
+		}
+	}
+	t := &Table{
+		Title:  fmt.Sprintf("checksums (tp %d x pp %d)", c.TPSize, c.PPSize),
+		Header: []string{"request", "group", "kind", "position", "tokens"},
+	}
+	for k := range maxChecks {
+		t.Header = append(t.Header, fmt.Sprintf("check %d", k))
+	}
+	for _, r := range c.Requests {
+		for _, g := range r.Groups {
+			for i := range g.Positions() {
+				pos := g.Start + i
+				row := []Cell{C("%s", r.ID), C("%d", g.ID), C("%s", g.Kind), C("%d", pos),
+					C("%d", layout.ValidTokens(r.NumTokens, pos, g.BlockSize))}
+				for k := range maxChecks {
+					switch {
+					case k >= len(g.Checks):
+						row = append(row, Cell{Text: "-", Tone: Dim})
+					case k > 0 && g.Checks[k][i] != g.Checks[0][i]:
+						row = append(row, Cell{Text: layout.Hex64(g.Checks[k][i]).String(), Tone: Bad})
+					default:
+						row = append(row, C("%s", layout.Hex64(g.Checks[k][i])))
+					}
+				}
+				t.Add(row...)
+			}
+		}
+		if len(r.Unverified) > 0 {
+			t.Notes = append(t.Notes, fmt.Sprintf("request %s: %s", r.ID, strings.Join(r.Unverified, "; ")))
+		}
+	}
+	for _, s := range skippedList(c.Skipped) {
+		t.Notes = append(t.Notes, fmt.Sprintf("group %d skipped: %s", s.ID, s.Reason))
+	}
+	return t
+}
