@@ -3,6 +3,7 @@ package checksum_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
@@ -10,10 +11,23 @@ import (
 	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
+// tester is what both *testing.T and *rapid.T offer.
+type tester interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
+}
+
 // computeSide synthesizes cfg and checksums every rank with engine.
-func computeSide(t testing.TB, cfg synth.Config, engine checksum.Engine) *checksum.Checks {
+func computeSide(t tester, cfg synth.Config, engine checksum.Engine) *checksum.Checks {
 	t.Helper()
-	paths, err := synth.Write(t.TempDir(), cfg)
+	dir, err := os.MkdirTemp("", "kvaudit-side-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	paths, err := synth.Write(dir, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +49,7 @@ func computeSide(t testing.TB, cfg synth.Config, engine checksum.Engine) *checks
 
 // checkExpected compares every check of every request and group with the
 // reference computed from the logical KV.
-func checkExpected(t testing.TB, cfg synth.Config, got *checksum.Checks) {
+func checkExpected(t tester, cfg synth.Config, got *checksum.Checks) {
 	t.Helper()
 	want, err := synth.Expected(cfg)
 	if err != nil {
