@@ -14,6 +14,7 @@
 package synth
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -505,13 +506,18 @@ func fillNoise(rng *rand.Rand, b []byte) {
 }
 
 // fillCache writes the logical KV of every request's valid tokens into the
-// cache's tensor, computing each byte's address from the axes alone.
+// cache's tensor, computing each byte's address from the axes alone. It
+// writes the same bytes as writing element by element (fill_test.go keeps
+// that version and compares them); it only copies a K or V vector in one
+// piece when its elements are adjacent.
 func (c *Config) fillCache(data []byte, ca Cache, pl placement, tables [][]*int) {
 	stride := map[string]int64{}
 	for i, a := range pl.axes {
 		stride[a] = pl.strides[i] * int64(pl.elem) // bytes; absent axes stay 0
 	}
 	_, cellAxis := stride["cell"]
+	blockStride, tokenStride, headStride := stride["block"], stride["token"], stride["head"]
+	kvStride, dimStride := stride["kv"], stride["dim"]
 	kvN := 2
 	if ca.Latent {
 		kvN = 1
@@ -519,6 +525,8 @@ func (c *Config) fillCache(data []byte, ca Cache, pl placement, tables [][]*int)
 	dt, _ := layout.TorchDtype(ca.Dtype)
 	es := dt.Size()
 	cellBytes := kvN * ca.HeadSize * es
+	vecBytes := int64(ca.HeadSize * es)
+	adjacent := dimStride == int64(es) // a K or V vector is one run
 	P := cellBytes / 8
 	cell := make([]byte, cellBytes)
 	for r, table := range tables {
@@ -542,21 +550,24 @@ func (c *Config) fillCache(data []byte, ca Cache, pl placement, tables [][]*int)
 						} else {
 							v = mix(seed ^ uint64(p))
 						}
-						for k := range 8 {
-							cell[8*p+k] = byte(v >> (8 * k))
-						}
+						binary.LittleEndian.PutUint64(cell[8*p:], v)
 					}
-					base := int64(*b*pl.kb+t/c.KernelBlockSize)*stride["block"] +
-						int64(t%c.KernelBlockSize)*stride["token"] + int64(lh)*stride["head"]
+					base := int64(*b*pl.kb+t/c.KernelBlockSize)*blockStride +
+						int64(t%c.KernelBlockSize)*tokenStride + int64(lh)*headStride
 					if cellAxis {
 						copy(data[base:base+int64(cellBytes)], cell)
 						continue
 					}
 					for kv := range kvN {
+						a := base + int64(kv)*kvStride
+						if adjacent {
+							copy(data[a:a+vecBytes], cell[int64(kv)*vecBytes:])
+							continue
+						}
 						for d := range ca.HeadSize {
 							o := (kv*ca.HeadSize + d) * es
-							a := base + int64(kv)*stride["kv"] + int64(d)*stride["dim"]
 							copy(data[a:a+int64(es)], cell[o:o+es])
+							a += dimStride
 						}
 					}
 				}
