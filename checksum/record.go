@@ -5,7 +5,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 
@@ -263,7 +265,7 @@ func ParseRecords(file string, data []byte) ([]*Record, error) {
 	for i := 0; ; i++ {
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			if err.Error() == "EOF" && i > 0 {
+			if errors.Is(err, io.EOF) && i > 0 {
 				return recs, nil
 			}
 			return nil, &RecordError{File: file, Msg: fmt.Sprintf("not JSON: %v", err)}

@@ -146,9 +146,6 @@ func buildCellView(m *Manifest, g *Group, l *Layer, t tensorGeometry) (CellView,
 	} else if t.dtype.Bits != ldt.Bits {
 		return v, "", fmt.Errorf("dtype size mismatch: tensor %s has %d-bit elements, layer dtype %q %d-bit", t.dtype.Name, t.dtype.Bits, l.Dtype, ldt.Bits)
 	}
-	if ldt.Bits%8 != 0 {
-		return v, ReasonSubByte, nil
-	}
 	// The extent of the tensor must lie in the bytes available.
 	if t.size >= 0 {
 		end, ok := tensorEnd(t)

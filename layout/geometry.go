@@ -25,7 +25,6 @@ const (
 	ReasonHeadSlots         = "KV heads packed into head slots"
 	ReasonHostResident      = "host-resident KV"
 	ReasonState             = "state checksums are not supported"
-	ReasonSubByte           = "elements narrower than a byte cannot be read without copying the whole tensor"
 )
 
 // Reasons lists every fixed reason, for documentation and tests.
@@ -33,7 +32,6 @@ var Reasons = []string{
 	ReasonNoLayerNumber, ReasonSharedLayerNumber, ReasonTooManyHeads,
 	ReasonReplication, ReasonNumBlocks, ReasonPieces, ReasonKernelBlocks,
 	ReasonCompressed, ReasonHeadSlots, ReasonHostResident, ReasonState,
-	ReasonSubByte,
 }
 
 // GroupView is a group of one rank resolved for checksumming.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 )
@@ -23,6 +24,9 @@ const maxJSONDepth = 32
 func DecodeStrictJSON(data []byte, v any) error {
 	if !utf8.Valid(data) {
 		return errors.New("not valid UTF-8")
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return errors.New("empty: no JSON value")
 	}
 	if err := checkJSONKeys(data); err != nil {
 		return err
@@ -47,7 +51,19 @@ func jsonError(err error) error {
 		if field == "" {
 			field = "(top level)"
 		}
-		return fmt.Errorf("%s: got a JSON %s, want %s", field, te.Value, te.Type)
+		want := te.Type.String()
+		switch te.Type.Kind() {
+		case reflect.Struct, reflect.Map:
+			want = "an object"
+		case reflect.Slice, reflect.Array:
+			want = "an array"
+		case reflect.Int, reflect.Int64, reflect.Uint64:
+			want = "an integer"
+		}
+		return fmt.Errorf("%s: got a JSON %s, want %s", field, te.Value, want)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return errors.New("unexpected end of JSON input")
 	}
 	msg := err.Error()
 	if rest, ok := strings.CutPrefix(msg, "json: unknown field "); ok {

@@ -53,9 +53,12 @@ checksummed. Use it to check a dump written by your own exporter.`,
 }
 
 func inspectRun(_ context.Context, opts *InspectOptions) error {
-	paths, _, err := layout.FindDumps(opts.Paths)
+	paths, rest, err := layout.FindDumps(opts.Paths)
 	if err != nil {
 		return err
+	}
+	if len(rest) > 0 {
+		return usageErrorf("%q is not a dump: give a .safetensors file with an embedded manifest, or a directory holding manifest.json", rest[0])
 	}
 	var dumps []*layout.Dump
 	defer func() {

@@ -1,0 +1,174 @@
+package checksum_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/layout/synth"
+)
+
+func recordCases(t testing.TB) map[string]string {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", "record", "cases.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cases := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, want, ok := strings.Cut(line, ": ")
+		if !ok {
+			t.Fatalf("cases.txt: bad line %q", line)
+		}
+		cases[name] = want
+	}
+	return cases
+}
+
+// TestRecordCorpus parses every record of testdata/record and checks the
+// outcome cases.txt gives.
+func TestRecordCorpus(t *testing.T) {
+	cases := recordCases(t)
+	files, _ := filepath.Glob(filepath.Join("testdata", "record", "*.json"))
+	if len(files) < 25 || len(files) != len(cases) {
+		t.Fatalf("%d record files, %d cases: the corpus must hold at least 25, each with an outcome", len(files), len(cases))
+	}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".json")
+		want := cases[name]
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := checksum.ParseRecords(file, data)
+		if want == "ok" {
+			if err != nil || len(recs) == 0 {
+				t.Errorf("%s: %v", name, err)
+			}
+			continue
+		}
+		var re *checksum.RecordError
+		if err == nil || recs != nil || !errors.As(err, &re) {
+			t.Errorf("%s: got %v, %v; want a *RecordError", name, recs, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), file) {
+			t.Errorf("%s: error %q does not name the file and say %q", name, err, want)
+		}
+	}
+}
+
+// TestRecordsMergeLikeDumps: records written by each rank and read back
+// merge into the same checks as the dumps themselves.
+func TestRecordsMergeLikeDumps(t *testing.T) {
+	cfg := synth.Config{Preset: "mla", TP: 2, PP: 2, Seed: 3}
+	paths, err := synth.Write(t.TempDir(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dumps, err := layout.OpenSide(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, d := range dumps {
+			d.Close()
+		}
+	}()
+	recs, err := checksum.Records(context.Background(), dumps, checksum.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read []*checksum.Record
+	for _, r := range recs {
+		b, err := checksum.MarshalRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := checksum.ParseRecords("rank.json", b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read = append(read, back...)
+	}
+	a, err := checksum.Merge(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := checksum.Merge(read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a, b) || !a.Complete {
+		t.Fatalf("merged records differ or are incomplete:\n%+v\n%+v", a, b)
+	}
+	checkExpected(t, cfg, b)
+	// Three of four ranks leave every request unverified.
+	part, err := checksum.Merge(read[:3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if part.Complete || len(part.Requests[0].Unverified) != 1 || part.Requests[0].Unverified[0] != checksum.ReasonNotEveryWorker {
+		t.Errorf("partial merge: complete %v, unverified %v", part.Complete, part.Requests[0].Unverified)
+	}
+	// A rank twice, or ranks of two deployments, do not merge.
+	if _, err := checksum.Merge(append(read[:1:1], read[0])); err == nil {
+		t.Error("a rank given twice merged")
+	}
+	other := *read[1]
+	other.TPSize = 4
+	if _, err := checksum.Merge([]*checksum.Record{read[0], &other}); err == nil {
+		t.Error("ranks of tp 2 and tp 4 merged")
+	}
+}
+
+// FuzzRecords: ParseRecords never panics; it returns records that survive a
+// round trip, or nil and a *RecordError.
+func FuzzRecords(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "record", "*.json"))
+	if len(files) < 25 {
+		f.Fatalf("seed corpus holds %d files, want at least 25", len(files))
+	}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		recs, err := checksum.ParseRecords("fuzz.json", data)
+		if err != nil {
+			var re *checksum.RecordError
+			if recs != nil || !errors.As(err, &re) {
+				t.Fatalf("got %v, %T %v", recs, err, err)
+			}
+			return
+		}
+		for _, r := range recs {
+			b, err := checksum.MarshalRecord(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := checksum.ParseRecords("again.json", b)
+			if err != nil || len(back) != 1 || !reflect.DeepEqual(back[0], r) {
+				t.Fatalf("round trip: %v\n%+v\n%+v", err, r, back)
+			}
+		}
+		// Merging valid records never panics.
+		checksum.Merge(recs)
+	})
+}
