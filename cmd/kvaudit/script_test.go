@@ -4,6 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -28,6 +32,7 @@ func TestScripts(t *testing.T) {
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"checks": cmdChecks,
+			"exits":  cmdExits,
 		},
 	})
 }
@@ -55,4 +60,46 @@ func cmdChecks(ts *testscript.TestScript, neg bool, args []string) {
 			fmt.Fprintf(ts.Stdout(), "%s group %d fingerprint %s start %d: %v\n", r.ID, g.ID, g.Fingerprint, g.Start, g.Checks[0])
 		}
 	}
+}
+
+// cmdExits runs kvaudit and checks its exit code: exits N ARGS... Its
+// stdout and stderr become the script's, as with exec.
+func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 {
+		ts.Fatalf("usage: exits CODE ARGS...")
+	}
+	want, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	bin, err := exec.LookPath("kvaudit")
+	if err != nil {
+		// the script's PATH holds the test binary's kvaudit
+		for _, dir := range filepath.SplitList(ts.Getenv("PATH")) {
+			if p := filepath.Join(dir, "kvaudit"); fileExists(p) {
+				bin = p
+				break
+			}
+		}
+	}
+	cmd := exec.Command(bin, args[1:]...)
+	cmd.Dir = ts.MkAbs(".")
+	cmd.Env = append(os.Environ(), "PATH="+ts.Getenv("PATH"), "NO_COLOR=1", "HOME="+ts.Getenv("HOME"))
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		ts.Fatalf("running kvaudit: %v", err)
+	}
+	fmt.Fprint(ts.Stdout(), stdout.String())
+	fmt.Fprint(ts.Stderr(), stderr.String())
+	if code != want {
+		ts.Fatalf("kvaudit exited %d, want %d\nstderr: %s", code, want, stderr.String())
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

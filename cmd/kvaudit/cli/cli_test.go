@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"crypto/sha256"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvaudit/kvaudit/layout/synth"
+)
+
+// run runs kvaudit in-process and returns its exit code and output.
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb strings.Builder
+	code = Main(args, &Streams{In: strings.NewReader(""), Out: &out, Err: &errb, NoColor: true})
+	return code, out.String(), errb.String()
+}
+
+// hashTree returns the SHA-256 of every file under dir.
+func hashTree(t *testing.T, dir string) map[string][32]byte {
+	t.Helper()
+	sums := map[string][32]byte{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		sums[p] = sha256.Sum256(b)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sums
+}
+
+// assertUnchanged fails when any file under dir differs from before.
+func assertUnchanged(t *testing.T, dir string, before map[string][32]byte) {
+	t.Helper()
+	after := hashTree(t, dir)
+	if len(after) != len(before) {
+		t.Errorf("%s: %d files, had %d", dir, len(after), len(before))
+	}
+	for p, sum := range before {
+		if after[p] != sum {
+			t.Errorf("%s was written to", p)
+		}
+	}
+}
+
+// TestInputsNeverWritten: checksum and inspect leave every input byte as it
+// was.
+func TestInputsNeverWritten(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range synth.Formats {
+		if _, err := synth.Write(filepath.Join(dir, f), synth.Config{Preset: "swa", TP: 2, PP: 2, Format: f}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := hashTree(t, dir)
+	for _, f := range synth.Formats {
+		side := filepath.Join(dir, f, "producer")
+		for _, args := range [][]string{
+			{"checksum", side}, {"checksum", "-o", "json", "--engine", "ref", side},
+			{"checksum", "-o", "record", side}, {"inspect", side},
+		} {
+			if code, _, stderr := run(t, args...); code != ExitOK {
+				t.Fatalf("%v: exit %d: %s", args, code, stderr)
+			}
+		}
+	}
+	assertUnchanged(t, dir, before)
+}
+
+// TestConfigPrecedence: a flag beats KVAUDIT_*, which beats the command's
+// section of kvaudit.yaml, which beats a top-level key.
+func TestConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := synth.Write(dir, synth.Config{Preset: "tiny"}); err != nil {
+		t.Fatal(err)
+	}
+	side := filepath.Join(dir, "producer")
+	cfg := filepath.Join(dir, "kvaudit.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(cfg, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	isJSON := func(out string) bool { return strings.HasPrefix(out, "{") }
+
+	write("output: json\n")
+	if _, out, _ := run(t, "checksum", "--config", cfg, side); !isJSON(out) {
+		t.Errorf("top-level key ignored: %q", out)
+	}
+	write("output: table\nchecksum:\n  output: json\n")
+	if _, out, _ := run(t, "checksum", "--config", cfg, side); !isJSON(out) {
+		t.Errorf("command section ignored: %q", out)
+	}
+	t.Setenv("KVAUDIT_OUTPUT", "table")
+	if _, out, _ := run(t, "checksum", "--config", cfg, side); isJSON(out) {
+		t.Errorf("environment ignored: %q", out)
+	}
+	if _, out, _ := run(t, "checksum", "--config", cfg, "-o", "json", side); !isJSON(out) {
+		t.Errorf("flag ignored: %q", out)
+	}
+	if code, _, stderr := run(t, "checksum", "--config", filepath.Join(dir, "none.yaml"), side); code != ExitInvalid || !strings.Contains(stderr, "reading configuration") {
+		t.Errorf("a missing --config file: exit %d, %q", code, stderr)
+	}
+}
+
+// TestHelpDocumentsExitCodes: the root help is written from the exit-code
+// table.
+func TestHelpDocumentsExitCodes(t *testing.T) {
+	_, out, _ := run(t, "--help")
+	for _, e := range exitCodes {
+		if !strings.Contains(out, e.meaning) {
+			t.Errorf("help lacks exit code %d (%s)", e.code, e.meaning)
+		}
+	}
+}
