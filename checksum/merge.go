@@ -45,6 +45,7 @@ type GroupInfo struct {
 	BlockSize       int
 	Fingerprint     uint64
 	FingerprintFlat uint64
+	SplitLess       bool
 }
 
 // RequestChecks are one request's checks on one side.
@@ -88,6 +89,14 @@ type GroupChecks struct {
 	Keys [][2]int
 	// MissingReplica is set when some check lacks a replica key's sum.
 	MissingReplica bool
+	// FlatOnly marks checks decoded from a flat payload: only
+	// FingerprintFlat is known and BlockSize is 0 (not carried), so a
+	// consumer compares fingerprints with the block size (SPEC section 9).
+	FlatOnly bool
+	// SplitLess marks a state group checksummed without a TP split (SPEC
+	// section 6): comparable only between equal TP sizes, left out of a
+	// verdict across TP sizes.
+	SplitLess bool
 }
 
 // Positions returns the number of block positions checked.
@@ -134,7 +143,7 @@ func Merge(records []*Record) (*Checks, error) {
 		for _, g := range r.Groups {
 			gi := info[g.ID]
 			if gi == nil {
-				gi = &GroupInfo{ID: g.ID, Kind: g.Kind, BlockSize: g.BlockSize}
+				gi = &GroupInfo{ID: g.ID, Kind: g.Kind, BlockSize: g.BlockSize, SplitLess: g.SplitLess}
 				info[g.ID] = gi
 			}
 			if gi.Kind != g.Kind || gi.BlockSize != g.BlockSize {
@@ -210,6 +219,7 @@ func Merge(records []*Record) (*Checks, error) {
 			gc := p.groups[gid].checks()
 			gc.ID, gc.Kind, gc.BlockSize = gid, gi.Kind, gi.BlockSize
 			gc.Fingerprint, gc.FingerprintFlat, gc.HasFlat = gi.Fingerprint, gi.FingerprintFlat, true
+			gc.SplitLess = gi.SplitLess
 			p.rc.Groups = append(p.rc.Groups, gc)
 		}
 		c.Requests = append(c.Requests, p.rc)

@@ -1,0 +1,90 @@
+package checksum
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// PayloadRequest returns the producer checks a decoded payload carries,
+// as request id: check 0 of each group, with the nested fingerprint and
+// block size of a nested payload, or the flat fingerprint alone (FlatOnly,
+// BlockSize 0) of a flat one. TPSize is the payload's (0 for the flat
+// form). The groups are sorted by id and share no memory with p.
+func PayloadRequest(id string, p *Payload) *RequestChecks {
+	r := &RequestChecks{ID: id, NumTokens: p.NumTokens, TPSize: p.TPSize}
+	for _, g := range p.Groups {
+		gc := &GroupChecks{ID: g.ID, Start: g.Start, BlockSize: g.BlockSize, Checks: [][]uint64{slices.Clone(g.Values)}}
+		if gc.Checks[0] == nil {
+			gc.Checks[0] = []uint64{}
+		}
+		if p.Form == FormFlat {
+			gc.FingerprintFlat, gc.HasFlat, gc.FlatOnly = g.Fingerprint, true, true
+		} else {
+			gc.Fingerprint = g.Fingerprint
+		}
+		r.Groups = append(r.Groups, gc)
+	}
+	slices.SortFunc(r.Groups, func(a, b *GroupChecks) int { return cmp.Compare(a.ID, b.ID) })
+	return r
+}
+
+// PayloadRequestBase64 decodes a payload's base64 text into the producer
+// checks of request id. A malformed payload is not an error of the
+// comparison: it gives a request unverified with ReasonInvalidChecksums,
+// and the decoding error (a *PayloadError) to report.
+func PayloadRequestBase64(id, text string) (*RequestChecks, error) {
+	p, err := DecodePayloadBase64(text)
+	if err != nil {
+		return InvalidRequest(id, ReasonInvalidChecksums), err
+	}
+	return PayloadRequest(id, p), nil
+}
+
+// InvalidRequest returns a producer request with no checks, unverified
+// for reason (ReasonInvalidChecksums, ReasonNoChecksums).
+func InvalidRequest(id, reason string) *RequestChecks {
+	return &RequestChecks{ID: id, Unverified: []string{reason}}
+}
+
+// ProducerChecks makes a side of producer requests given one by one
+// (payloads): complete, nothing skipped, the TP size of the first request
+// that carries one.
+func ProducerChecks(reqs ...*RequestChecks) *Checks {
+	c := &Checks{PPSize: 1, Complete: true, Skipped: map[int]string{}, Requests: reqs}
+	for _, r := range reqs {
+		if r.TPSize != 0 {
+			c.TPSize = r.TPSize
+			break
+		}
+	}
+	return c
+}
+
+// NewPayload returns what a producer sends for request r of side c: check
+// 0 of each group, in form (FormNested with the nested fingerprint, block
+// size and the side's TP size; FormFlat with the flat fingerprint). A
+// request with load-level unverified reasons (not every rank reported) has
+// no payload: vLLM's producer sends none then.
+func NewPayload(c *Checks, r *RequestChecks, form PayloadForm) (*Payload, error) {
+	if len(r.Unverified) > 0 {
+		return nil, fmt.Errorf("request %q: no payload: %s", r.ID, r.Unverified[0])
+	}
+	p := &Payload{Form: form, NumTokens: r.NumTokens}
+	if form == FormNested {
+		p.TPSize = c.TPSize
+	}
+	for _, g := range r.Groups {
+		pg := PayloadGroup{ID: g.ID, Start: g.Start, Fingerprint: g.Fingerprint}
+		if len(g.Checks) > 0 {
+			pg.Values = g.Checks[0]
+		}
+		if form == FormNested {
+			pg.BlockSize = g.BlockSize
+		} else {
+			pg.Fingerprint = g.FingerprintFlat
+		}
+		p.Groups = append(p.Groups, pg)
+	}
+	return p, nil
+}

@@ -1,0 +1,404 @@
+package checksum_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// Fingerprints of the hand-built groups.
+const (
+	hfp     = 0x1111
+	hfpFlat = 0x2222
+)
+
+// hg builds a request's checks of one group: Checks[k] = checks[k].
+func hg(id, blockSize, start int, checks ...[]uint64) *checksum.GroupChecks {
+	return &checksum.GroupChecks{
+		ID: id, Kind: layout.KindFullAttention, BlockSize: blockSize, Start: start,
+		Fingerprint: hfp, FingerprintFlat: hfpFlat, HasFlat: true, Checks: checks,
+	}
+}
+
+func hreq(id string, tokens int, groups ...*checksum.GroupChecks) *checksum.RequestChecks {
+	return &checksum.RequestChecks{ID: id, NumTokens: tokens, TPSize: 1, Groups: groups}
+}
+
+func hside(reqs ...*checksum.RequestChecks) *checksum.Checks {
+	return &checksum.Checks{TPSize: 1, PPSize: 1, Complete: true, Skipped: map[int]string{}, Requests: reqs}
+}
+
+// with applies edits to a value and returns it.
+func with[T any](v T, edits ...func(T)) T {
+	for _, e := range edits {
+		e(v)
+	}
+	return v
+}
+
+// wantGroup is the expected verdict of one group.
+type wantGroup struct {
+	id        int
+	verdict   checksum.Verdict
+	reason    string
+	positions []int
+	checks    []int
+}
+
+type verdictCase struct {
+	name     string
+	producer *checksum.Checks
+	consumer *checksum.Checks
+	verdict  checksum.Verdict
+	reasons  []string
+	groups   []wantGroup
+	// maps, when set, is the block map of each group, in order.
+	maps []string
+}
+
+func verdictCases() []verdictCase {
+	v3 := []uint64{10, 20, 30}
+	skippedBoth := func(c *checksum.Checks) { c.Skipped[1] = "no single layer number" }
+	return []verdictCase{
+		{
+			name:     "equal",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3, v3))),
+			verdict:  checksum.Verified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Verified}},
+			maps:     []string{"..."},
+		},
+		{
+			name:     "one position differs",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, []uint64{10, 21, 30}))),
+			verdict:  checksum.Mismatch,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Mismatch, positions: []int{1}, checks: []int{0}}},
+			maps:     []string{".X."},
+		},
+		{
+			name:     "one replica diverged: a mismatch in its check only",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3, []uint64{10, 20, 31}, v3))),
+			verdict:  checksum.Mismatch,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Mismatch, positions: []int{2}, checks: []int{1}}},
+		},
+		{
+			name:     "producer_id pairs the load",
+			producer: hside(hreq("p-7", 40, hg(0, 16, 0, v3))),
+			consumer: hside(with(hreq("d-1", 40, hg(0, 16, 0, v3)), func(r *checksum.RequestChecks) { r.ProducerID = "p-7" })),
+			verdict:  checksum.Verified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Verified}},
+		},
+		{
+			name:     "no checksums: no producer",
+			producer: nil,
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			verdict:  checksum.Unverified,
+			reasons:  []string{checksum.ReasonNoChecksums},
+		},
+		{
+			name:     "no checksums: producer lacks the request",
+			producer: hside(hreq("other", 40, hg(0, 16, 0, v3))),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			verdict:  checksum.Unverified,
+			reasons:  []string{checksum.ReasonNoChecksums},
+		},
+		{
+			name:     "invalid checksums",
+			producer: checksum.ProducerChecks(checksum.InvalidRequest("r", checksum.ReasonInvalidChecksums)),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			verdict:  checksum.Unverified,
+			reasons:  []string{checksum.ReasonInvalidChecksums},
+		},
+		{
+			name:     "not every worker on the consumer: partial sums are not compared",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			consumer: hside(with(hreq("r", 40, hg(0, 16, 0, []uint64{1, 2, 3})), func(r *checksum.RequestChecks) { r.Unverified = []string{checksum.ReasonNotEveryWorker} })),
+			verdict:  checksum.Unverified,
+			reasons:  []string{checksum.ReasonNotEveryWorker},
+		},
+		{
+			name:     "not every worker on the producer",
+			producer: hside(with(hreq("r", 40, hg(0, 16, 0, v3)), func(r *checksum.RequestChecks) { r.Unverified = []string{checksum.ReasonNotEveryWorker} })),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			verdict:  checksum.Unverified,
+			reasons:  []string{checksum.ReasonNotEveryWorker},
+		},
+		{
+			name:     "group on the producer only; a mismatch elsewhere still wins",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, v3), hg(1, 16, 0, v3))),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, []uint64{9, 20, 30}))),
+			verdict:  checksum.Mismatch,
+			groups: []wantGroup{
+				{id: 0, verdict: checksum.Mismatch, positions: []int{0}, checks: []int{0}},
+				{id: 1, verdict: checksum.Unverified, reason: checksum.ReasonOneSide},
+			},
+		},
+		{
+			name:     "group skipped on the consumer only",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, v3), hg(1, 16, 0, v3))),
+			consumer: with(hside(hreq("r", 40, hg(0, 16, 0, v3))), skippedBoth),
+			verdict:  checksum.Unverified,
+			groups: []wantGroup{
+				{id: 0, verdict: checksum.Verified},
+				{id: 1, verdict: checksum.Unverified, reason: checksum.ReasonOneSide},
+			},
+		},
+		{
+			name:     "group skipped on both sides is left out",
+			producer: with(hside(hreq("r", 40, hg(0, 16, 0, v3))), skippedBoth),
+			consumer: with(hside(hreq("r", 40, hg(0, 16, 0, v3))), skippedBoth),
+			verdict:  checksum.Verified,
+			groups: []wantGroup{
+				{id: 0, verdict: checksum.Verified},
+				{id: 1, verdict: checksum.LeftOut, reason: checksum.LeftOutSkipped},
+			},
+		},
+		{
+			name:     "nested fingerprint differs",
+			producer: hside(hreq("r", 40, with(hg(0, 16, 0, v3), func(g *checksum.GroupChecks) { g.Fingerprint++ }))),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			verdict:  checksum.Unverified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Unverified, reason: checksum.ReasonFingerprint}},
+			maps:     []string{"---"},
+		},
+		{
+			name: "flat payload: compared in the flat form, other nested fingerprint ignored",
+			producer: hside(hreq("r", 40, with(hg(0, 0, 0, v3), func(g *checksum.GroupChecks) {
+				g.FlatOnly, g.Fingerprint = true, 0
+			}))),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			verdict:  checksum.Verified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Verified}},
+		},
+		{
+			name: "flat payload: flat fingerprint differs (other block size)",
+			producer: hside(hreq("r", 40, with(hg(0, 0, 0, v3), func(g *checksum.GroupChecks) {
+				g.FlatOnly, g.FingerprintFlat = true, hfpFlat+1
+			}))),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			verdict:  checksum.Unverified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Unverified, reason: checksum.ReasonFingerprint}},
+		},
+		{
+			name:     "a replica was not checksummed",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, v3, []uint64{0, 0, 0}), func(g *checksum.GroupChecks) { g.MissingReplica = true }))),
+			verdict:  checksum.Unverified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Unverified, reason: checksum.ReasonMissingReplica}},
+		},
+		{
+			name:     "no block in common",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, []uint64{10, 20}))),
+			consumer: hside(hreq("r", 80, hg(0, 16, 3, []uint64{40, 50}))),
+			verdict:  checksum.Unverified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Unverified, reason: checksum.ReasonNoBlockInCommon}},
+			maps:     []string{"___--"},
+		},
+		{
+			name:     "last block compared only with equal token counts",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			consumer: hside(hreq("r", 41, hg(0, 16, 0, []uint64{10, 20, 99}))),
+			verdict:  checksum.Verified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Verified}},
+			maps:     []string{"..-"},
+		},
+		{
+			name:     "consumer prefix hit: only loaded blocks compared",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			consumer: hside(with(hreq("r", 40, hg(0, 16, 1, []uint64{20, 30})), func(r *checksum.RequestChecks) { r.NumLocalComputedTokens = 20 })),
+			verdict:  checksum.Verified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Verified}},
+			maps:     []string{"_.."},
+		},
+		{
+			name:     "block sizes not multiples",
+			producer: hside(hreq("r", 40, hg(0, 32, 0, []uint64{30, 30}))),
+			consumer: hside(hreq("r", 40, hg(0, 48, 0, []uint64{60}))),
+			verdict:  checksum.Unverified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Unverified, reason: checksum.ReasonBlockSizes}},
+		},
+		{
+			name:     "smaller consumer blocks summed into producer chunks",
+			producer: hside(hreq("r", 40, hg(0, 32, 0, []uint64{30, 30}))),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, []uint64{10, 20, 30}))),
+			verdict:  checksum.Verified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Verified}},
+			maps:     []string{"..."},
+		},
+		{
+			name:     "a chunk mismatch names the consumer positions of the chunk",
+			producer: hside(hreq("r", 40, hg(0, 32, 0, []uint64{30, 30}))),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, []uint64{10, 21, 30}))),
+			verdict:  checksum.Mismatch,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Mismatch, positions: []int{0, 1}, checks: []int{0}}},
+			maps:     []string{"XX."},
+		},
+		{
+			name:     "larger consumer blocks: producer sums into chunks",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, []uint64{10, 20, 30}))),
+			consumer: hside(hreq("r", 40, hg(0, 32, 0, []uint64{30, 31}))),
+			verdict:  checksum.Mismatch,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Mismatch, positions: []int{1}, checks: []int{0}}},
+			maps:     []string{".X"},
+		},
+		{
+			name:     "a chunk the producer does not cover whole is not compared",
+			producer: hside(hreq("r", 64, hg(0, 16, 1, []uint64{20, 30, 40}))),
+			consumer: hside(hreq("r", 64, hg(0, 32, 0, []uint64{99, 70}))),
+			verdict:  checksum.Verified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Verified}},
+			maps:     []string{"-."},
+		},
+		{
+			name:     "first loaded block inside a producer block",
+			producer: hside(hreq("r", 64, hg(0, 32, 0, []uint64{30, 70}))),
+			consumer: hside(with(hreq("r", 64, hg(0, 16, 1, []uint64{20, 30, 40})), func(r *checksum.RequestChecks) { r.NumLocalComputedTokens = 16 })),
+			verdict:  checksum.Unverified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Unverified, reason: checksum.ReasonInsideProducerBlock}},
+			maps:     []string{"_-.."},
+		},
+		{
+			name:     "first loaded block inside a producer block, and a later chunk differs",
+			producer: hside(hreq("r", 64, hg(0, 32, 0, []uint64{30, 71}))),
+			consumer: hside(with(hreq("r", 64, hg(0, 16, 1, []uint64{20, 30, 40})), func(r *checksum.RequestChecks) { r.NumLocalComputedTokens = 16 })),
+			verdict:  checksum.Mismatch,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Mismatch, positions: []int{2, 3}, checks: []int{0}}},
+		},
+		{
+			name:     "no loaded group",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			consumer: with(hside(hreq("r", 40)), func(c *checksum.Checks) { c.Skipped[0] = "host-resident KV" }),
+			verdict:  checksum.Unverified,
+			reasons:  []string{checksum.ReasonNoLoadedGroup},
+			groups:   []wantGroup{{id: 0, verdict: checksum.Unverified, reason: checksum.ReasonOneSide}},
+		},
+		{
+			name:     "state group: position 0 only, no token-count check",
+			producer: hside(hreq("r", 40, with(hg(0, 64, 0, []uint64{5}), stateGroup))),
+			consumer: hside(hreq("r", 41, with(hg(0, 64, 0, []uint64{5}, []uint64{5}), stateGroup))),
+			verdict:  checksum.Verified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Verified}},
+			maps:     []string{"."},
+		},
+		{
+			name:     "state group differs in one replica",
+			producer: hside(hreq("r", 40, with(hg(0, 64, 0, []uint64{5}), stateGroup))),
+			consumer: hside(hreq("r", 41, with(hg(0, 64, 0, []uint64{5}, []uint64{6}), stateGroup))),
+			verdict:  checksum.Mismatch,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Mismatch, positions: []int{0}, checks: []int{1}}},
+		},
+		{
+			name:     "split-less state group across TP sizes is left out",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, v3), with(hg(1, 64, 0, []uint64{5}), stateGroup, splitLess))),
+			consumer: hside(with(hreq("r", 40, hg(0, 16, 0, v3), with(hg(1, 64, 0, []uint64{6}), stateGroup, splitLess)), func(r *checksum.RequestChecks) { r.TPSize = 2 })),
+			verdict:  checksum.Verified,
+			groups: []wantGroup{
+				{id: 0, verdict: checksum.Verified},
+				{id: 1, verdict: checksum.LeftOut, reason: checksum.LeftOutSplitLess},
+			},
+		},
+		{
+			name:     "split-less state group with equal TP sizes is compared",
+			producer: hside(hreq("r", 40, with(hg(1, 64, 0, []uint64{5}), stateGroup, splitLess))),
+			consumer: hside(hreq("r", 40, with(hg(1, 64, 0, []uint64{6}), stateGroup, splitLess))),
+			verdict:  checksum.Mismatch,
+			groups:   []wantGroup{{id: 1, verdict: checksum.Mismatch, positions: []int{0}, checks: []int{0}}},
+		},
+	}
+}
+
+func stateGroup(g *checksum.GroupChecks) { g.Kind = layout.KindMamba }
+func splitLess(g *checksum.GroupChecks)  { g.SplitLess = true }
+
+// blockMap writes a group's map as the table does: _ not loaded, - not
+// compared, . verified, X mismatch.
+func blockMap(m []checksum.PositionState) string {
+	b := make([]byte, len(m))
+	for i, s := range m {
+		b[i] = "_-.X"[s]
+	}
+	return string(b)
+}
+
+// TestDiffRules runs every rule of SPEC section 9 on hand-built checks
+// and checks that every fixed reason is produced by some case.
+func TestDiffRules(t *testing.T) {
+	produced := map[string]bool{}
+	for _, tc := range verdictCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			res := checksum.Diff(tc.producer, tc.consumer)
+			if len(res.Requests) != 1 {
+				t.Fatalf("%d requests, want 1", len(res.Requests))
+			}
+			rv := res.Requests[0]
+			if rv.Verdict != tc.verdict || res.Verdict != tc.verdict {
+				t.Errorf("verdict %q (overall %q), want %q", rv.Verdict, res.Verdict, tc.verdict)
+			}
+			if fmt.Sprint(rv.Reasons) != fmt.Sprint(append([]string{}, tc.reasons...)) {
+				t.Errorf("reasons %q, want %q", rv.Reasons, tc.reasons)
+			}
+			for _, r := range rv.Reasons {
+				produced[r] = true
+			}
+			if len(rv.Groups) != len(tc.groups) {
+				t.Fatalf("%d groups %+v, want %d", len(rv.Groups), rv.Groups, len(tc.groups))
+			}
+			for i, w := range tc.groups {
+				g := rv.Groups[i]
+				produced[g.Reason] = true
+				got := wantGroup{g.ID, g.Verdict, g.Reason, g.Positions, g.Checks}
+				if fmt.Sprint(got) != fmt.Sprint(wantGroup{w.id, w.verdict, w.reason, orEmpty(w.positions), orEmpty(w.checks)}) {
+					t.Errorf("group %d: got %+v, want %+v", w.id, got, w)
+				}
+				if i < len(tc.maps) && blockMap(g.Map) != tc.maps[i] {
+					t.Errorf("group %d: map %q, want %q", w.id, blockMap(g.Map), tc.maps[i])
+				}
+			}
+		})
+	}
+	for _, r := range []string{
+		checksum.ReasonNoChecksums, checksum.ReasonInvalidChecksums, checksum.ReasonNotEveryWorker,
+		checksum.ReasonOneSide, checksum.ReasonFingerprint, checksum.ReasonMissingReplica,
+		checksum.ReasonNoBlockInCommon, checksum.ReasonBlockSizes, checksum.ReasonInsideProducerBlock,
+		checksum.ReasonNoLoadedGroup, checksum.LeftOutSkipped, checksum.LeftOutSplitLess,
+	} {
+		if !produced[r] {
+			t.Errorf("no case produces %q", r)
+		}
+	}
+}
+
+func orEmpty(v []int) []int {
+	if v == nil {
+		return []int{}
+	}
+	return v
+}
+
+// TestDiffOverall: mismatch beats unverified across requests; no request
+// at all is unverified.
+func TestDiffOverall(t *testing.T) {
+	v := []uint64{1}
+	p := hside(hreq("a", 16, hg(0, 16, 0, v)), hreq("b", 16, hg(0, 16, 0, v)))
+	c := hside(hreq("a", 16, hg(0, 16, 0, []uint64{2})), hreq("b", 16, hg(0, 16, 0, v)), hreq("c", 16, hg(0, 16, 0, v)))
+	res := checksum.Diff(p, c)
+	got := []checksum.Verdict{res.Verdict}
+	for _, r := range res.Requests {
+		got = append(got, r.Verdict)
+	}
+	want := []checksum.Verdict{checksum.Mismatch, checksum.Mismatch, checksum.Verified, checksum.Unverified}
+	if !slices.Equal(got, want) {
+		t.Errorf("verdicts %v, want %v", got, want)
+	}
+	if v := checksum.Diff(p, hside()).Verdict; v != checksum.Unverified {
+		t.Errorf("no requests: %q, want unverified", v)
+	}
+	if v := checksum.Diff(p, hside(hreq("b", 16, hg(0, 16, 0, v)))).Verdict; v != checksum.Verified {
+		t.Errorf("one verified request: %q", v)
+	}
+}
