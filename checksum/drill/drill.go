@@ -1,0 +1,408 @@
+// Package drill localises checksum mismatches: when both sides of a
+// comparison are dumps, it compares the logical cells (one token of one
+// global KV head of one layer) of every mismatching block position, so the
+// two sides may differ in layout, TP, PP and block size, and says which
+// layers, heads, replicas and tokens differ and what the difference looks
+// like (a flipped bit, zeroed cells, swapped heads, another block's or
+// another request's KV, ...).
+package drill
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strconv"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// DefaultMaxDetails is the cap on details per request when
+// Options.MaxDetails is 0.
+const DefaultMaxDetails = 32
+
+// FlipBits is the most differing bits a detail is called "N bits
+// flipped" with; more are "random bytes" unless another hint fits.
+const FlipBits = 16
+
+// Options control Explain.
+type Options struct {
+	// MaxDetails caps the details of one request (0: DefaultMaxDetails,
+	// negative: no cap). Differences past the cap are counted in a note,
+	// not classified.
+	MaxDetails int
+}
+
+// Explain fills the Details (and Notes) of every request of res that has
+// a mismatching group, comparing the cells of the mismatching consumer
+// block positions with the producer's: for each layer (matched by name),
+// global head, consumer replica copy and token. It reads only the cells of
+// those positions (and, to classify a difference, single cells elsewhere),
+// always inside layout.Guard, and never writes to a dump. Groups whose
+// data is not in mapped files (device memory) or that are state groups get
+// a note instead. It returns an error only for a fault while reading
+// mapped data or a cancelled ctx.
+func Explain(ctx context.Context, producer, consumer []*layout.Dump, res *checksum.DiffResult, opts Options) error {
+	maxDetails := opts.MaxDetails
+	if maxDetails == 0 {
+		maxDetails = DefaultMaxDetails
+	}
+	p, c := newSide(producer), newSide(consumer)
+	return layout.Guard("dump data during the drill-down", func() error {
+		for _, rv := range res.Requests {
+			if rv.Verdict != checksum.Mismatch {
+				continue
+			}
+			e := &explainer{ctx: ctx, p: p, c: c, rv: rv, max: maxDetails, budget: searchBudget}
+			if err := e.request(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// side indexes one side's dumps.
+type side struct {
+	dumps []*layout.Dump
+	// reqs maps, per dump, request id -> request.
+	reqs []map[string]*layout.Request
+}
+
+func newSide(dumps []*layout.Dump) *side {
+	s := &side{dumps: dumps}
+	for _, d := range dumps {
+		m := map[string]*layout.Request{}
+		for i := range d.Manifest.Requests {
+			m[d.Manifest.Requests[i].ID] = &d.Manifest.Requests[i]
+		}
+		s.reqs = append(s.reqs, m)
+	}
+	return s
+}
+
+// request returns the request id as any rank lists it.
+func (s *side) request(id string) *layout.Request {
+	for _, m := range s.reqs {
+		if r := m[id]; r != nil {
+			return r
+		}
+	}
+	return nil
+}
+
+// requestIDs lists the side's request ids in the first rank's order.
+func (s *side) requestIDs() []string {
+	var ids []string
+	for _, d := range s.dumps {
+		for _, r := range d.Manifest.Requests {
+			if !slices.Contains(ids, r.ID) {
+				ids = append(ids, r.ID)
+			}
+		}
+	}
+	return ids
+}
+
+// cache is one distinct cache of a group on one rank.
+type cache struct {
+	di    int // dump index
+	group *layout.Group
+	view  *layout.LayerView
+}
+
+// caches returns the side's caches of group id, in rank order.
+func (s *side) caches(group int) []cache {
+	var out []cache
+	for di, d := range s.dumps {
+		gv := d.GroupView(group)
+		if gv == nil || gv.Skip != "" {
+			continue
+		}
+		for _, v := range gv.Caches {
+			out = append(out, cache{di: di, group: gv.Group, view: v})
+		}
+	}
+	return out
+}
+
+// find returns the cache holding layer name (or an alias of it) and
+// global head; replica < 0 prefers replica index 0, else any.
+func (s *side) find(group int, name string, head, replica int) (cache, bool) {
+	var best cache
+	found := false
+	for _, c := range s.caches(group) {
+		v := c.view
+		if v.Layer.Name != name && !slices.Contains(v.Aliases, name) {
+			continue
+		}
+		if head < v.HeadBase || head >= v.HeadBase+v.Heads {
+			continue
+		}
+		switch {
+		case replica >= 0 && v.ReplicaIndex == replica:
+			return c, true
+		case replica < 0 && v.ReplicaIndex == 0:
+			return c, true
+		case replica < 0 && !found:
+			best, found = c, true
+		}
+	}
+	return best, found
+}
+
+// cell appends the logical bytes of the cell of request id at token of
+// global head in cache c to dst. ok is false where the side holds no
+// such cell (no block there, a null block, device memory).
+func (s *side) cell(dst []byte, c cache, id string, head, token int) ([]byte, bool) {
+	r := s.reqs[c.di][id]
+	if r == nil || c.view.Cells.Data == nil || token < 0 {
+		return dst, false
+	}
+	S := c.group.BlockSize
+	table := r.BlockTable[strconv.Itoa(c.group.ID)]
+	pos := token / S
+	if pos >= len(table) || table[pos] == nil {
+		return dst, false
+	}
+	b := *table[pos]
+	if b < 0 || b >= s.dumps[c.di].Manifest.NumBlocks {
+		return dst, false
+	}
+	return c.view.Cells.ReadCell(dst, b, token%S, head-c.view.HeadBase), true
+}
+
+// explainer drills one request down.
+type explainer struct {
+	ctx     context.Context
+	p, c    *side
+	rv      *checksum.RequestVerdict
+	max     int
+	skipped int // differences past the cap
+	budget  int // cells classification may still read
+}
+
+func (e *explainer) request() error {
+	pr, cr := e.p.request(e.rv.ProducerID), e.c.request(e.rv.ID)
+	if pr == nil || cr == nil {
+		e.rv.Notes = append(e.rv.Notes, "no drill-down: the request is not in both sides' dumps")
+		return nil
+	}
+	for _, g := range e.rv.Groups {
+		if g.Verdict != checksum.Mismatch {
+			continue
+		}
+		if g.Kind == layout.KindMamba {
+			e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d: state groups are not drilled down", g.ID))
+			continue
+		}
+		caches := e.c.caches(g.ID)
+		if len(caches) == 0 {
+			e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d: no drill-down: the consumer's dumps do not hold its caches", g.ID))
+			continue
+		}
+		S := caches[0].group.BlockSize
+		for _, pos := range g.Positions {
+			if err := e.ctx.Err(); err != nil {
+				return err
+			}
+			lo := pos * S
+			hi := min((pos+1)*S, cr.NumTokens, pr.NumTokens)
+			before := len(e.rv.Details) + e.skipped
+			unreadable := false
+			for _, c := range caches {
+				if c.view.Cells.Data == nil {
+					unreadable = true
+					continue
+				}
+				for lh := range c.view.Heads {
+					e.compare(g.ID, pos, S, c, c.view.HeadBase+lh, lo, hi)
+				}
+			}
+			switch {
+			case unreadable:
+				e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d position %d: some caches are in device memory and were not compared", g.ID, pos))
+			case len(e.rv.Details)+e.skipped == before:
+				e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d position %d: no differing cell found (the producer's dumps do not hold what it checksummed)", g.ID, pos))
+			}
+		}
+	}
+	if e.skipped > 0 {
+		e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("%d more differing (layer, head, replica) cells not shown: the cap is %d details per request", e.skipped, e.max))
+	}
+	slices.SortStableFunc(e.rv.Details, func(a, b checksum.Detail) int {
+		return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Position, b.Position),
+			cmp.Compare(a.Layer, b.Layer), cmp.Compare(a.Head, b.Head), cmp.Compare(a.Replica, b.Replica))
+	})
+	return nil
+}
+
+// diffCell is one differing token of a (layer, head, replica).
+type diffCell struct {
+	token int
+	got   []byte // consumer
+	want  []byte // producer
+}
+
+// compare compares the consumer's cells of one cache and global head at
+// tokens [lo, hi) with the producer's and adds a detail if they differ.
+func (e *explainer) compare(group, pos, S int, c cache, head, lo, hi int) {
+	name := c.view.Layer.Name
+	pc, ok := e.p.find(group, name, head, -1)
+	if !ok {
+		return
+	}
+	var diffs []diffCell
+	nbytes, nbits := 0, 0
+	for t := lo; t < hi; t++ {
+		got, ok1 := e.c.cell(nil, c, e.rv.ID, head, t)
+		want, ok2 := e.p.cell(nil, pc, e.rv.ProducerID, head, t)
+		if !ok1 || !ok2 || bytes.Equal(got, want) {
+			continue
+		}
+		for i := range min(len(got), len(want)) {
+			if x := got[i] ^ want[i]; x != 0 {
+				nbytes++
+				nbits += bits.OnesCount8(x)
+			}
+		}
+		diffs = append(diffs, diffCell{token: t, got: got, want: want})
+	}
+	if len(diffs) == 0 {
+		return
+	}
+	if e.max >= 0 && len(e.rv.Details) >= e.max {
+		e.skipped++
+		return
+	}
+	e.rv.Details = append(e.rv.Details, checksum.Detail{
+		Group: group, Position: pos, Layer: c.view.Number, LayerName: name, Head: head,
+		Replica: c.view.ReplicaIndex, FirstToken: diffs[0].token, LastToken: diffs[len(diffs)-1].token,
+		Bytes: nbytes, Bits: nbits, Hint: e.classify(group, pos, S, c, pc, head, lo, hi, diffs, nbits),
+	})
+}
+
+// searchBudget bounds the cells one request's classification reads
+// looking for where a differing cell came from.
+const searchBudget = 1 << 20
+
+// classify says what the differing cells look like. Exact explanations
+// (every differing consumer cell equals a producer cell from elsewhere:
+// another token, head, layer, position or request) come first, then
+// zeroed cells, then a few flipped bits, else random bytes.
+func (e *explainer) classify(group, pos, S int, c, pc cache, head, lo, hi int, diffs []diffCell, nbits int) string {
+	// from reports whether every differing consumer cell equals the cell
+	// src returns for its token. It reads one cell per candidate that
+	// fails, from the first differing token.
+	from := func(src func(t int) ([]byte, bool)) bool {
+		for _, d := range diffs {
+			if e.budget <= 0 {
+				return false
+			}
+			e.budget--
+			b, ok := src(d.token)
+			if !ok || !bytes.Equal(b, d.got) {
+				return false
+			}
+		}
+		return true
+	}
+	zero := true
+	for _, d := range diffs {
+		if slices.ContainsFunc(d.got, func(b byte) bool { return b != 0 }) {
+			zero = false
+			break
+		}
+	}
+	if zero {
+		return "zeroed"
+	}
+	pid, cid := e.rv.ProducerID, e.rv.ID
+	// Tokens swapped within the block: each differing cell is the
+	// producer's cell of another token of the block.
+	if len(diffs) >= 2 {
+		swapped := true
+		for _, d := range diffs {
+			found := false
+			for u := lo; u < hi && !found && e.budget > 0; u++ {
+				e.budget--
+				b, ok := e.p.cell(nil, pc, pid, head, u)
+				found = u != d.token && ok && bytes.Equal(b, d.got)
+			}
+			if !found {
+				swapped = false
+				break
+			}
+		}
+		if swapped {
+			return "tokens swapped"
+		}
+	}
+	// Heads swapped: the producer's cells of another head of the layer.
+	tpRank := e.c.dumps[c.di].Manifest.Parallel.TPRank
+	first := c.view.HeadBase - (tpRank/c.view.Replicas)*c.view.Heads
+	for other := first; other < first+c.view.GlobalHeads; other++ {
+		if other == head {
+			continue
+		}
+		oc, ok := e.p.find(group, c.view.Layer.Name, other, -1)
+		if ok && from(func(t int) ([]byte, bool) { return e.p.cell(nil, oc, pid, other, t) }) {
+			return fmt.Sprintf("heads %d<->%d swapped", min(head, other), max(head, other))
+		}
+	}
+	// Layers swapped: the producer's cells of the same head in another
+	// layer of the group.
+	seen := map[string]bool{}
+	for _, oc := range e.p.caches(group) {
+		name := oc.view.Layer.Name
+		if seen[name] || oc.view.Number == c.view.Number {
+			continue
+		}
+		seen[name] = true
+		lc, ok := e.p.find(group, name, head, -1)
+		if !ok || lc.view.Cells.CellBytes != c.view.Cells.CellBytes {
+			continue
+		}
+		if from(func(t int) ([]byte, bool) { return e.p.cell(nil, lc, pid, head, t) }) {
+			a, b := c.view.Number, lc.view.Number
+			return fmt.Sprintf("layers %d<->%d swapped", min(a, b), max(a, b))
+		}
+	}
+	// The block of another position of the request, on the producer.
+	for x := range ceilDiv(e.p.request(pid).NumTokens, S) {
+		shift := (x - pos) * S
+		if x != pos && from(func(t int) ([]byte, bool) { return e.p.cell(nil, pc, pid, head, t+shift) }) {
+			return fmt.Sprintf("holds the block of position %d", x)
+		}
+	}
+	// KV of another request: the producer's, or the consumer's own
+	// co-resident request (a stale read of a reused block).
+	for _, sd := range []struct {
+		side *side
+		c    cache
+	}{{e.p, pc}, {e.c, c}} {
+		for _, id := range sd.side.requestIDs() {
+			if id == pid || id == cid {
+				continue
+			}
+			for x := range ceilDiv(sd.side.request(id).NumTokens, S) {
+				shift := (x - pos) * S
+				if from(func(t int) ([]byte, bool) { return sd.side.cell(nil, sd.c, id, head, t+shift) }) {
+					return "holds KV of request " + id
+				}
+			}
+		}
+	}
+	if nbits <= FlipBits {
+		if nbits == 1 {
+			return "1 bit flipped"
+		}
+		return fmt.Sprintf("%d bits flipped", nbits)
+	}
+	return "random bytes"
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -1,0 +1,61 @@
+package drill
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// CellRef names one logical cell of a side: one token of one global KV
+// head of one layer, in one replica copy.
+type CellRef struct {
+	Request string
+	Group   int
+	Layer   string // the layer's name (an alias names its cache)
+	Head    int    // global KV head
+	Replica int    // replica index of the copy; 0 when not replicated
+	Token   int    // token position in the request
+}
+
+func (r CellRef) String() string {
+	return fmt.Sprintf("request %q group %d layer %q head %d replica %d token %d", r.Request, r.Group, r.Layer, r.Head, r.Replica, r.Token)
+}
+
+// Locate returns the file that holds byte i of a cell's logical bytes (K
+// then V) and the byte's offset in it, so that a tool or a test can change
+// exactly one byte of a copy of a dump. It reads no tensor data. It fails
+// for a cell the side does not hold (no such request, layer, head or copy,
+// a null or missing block) or held in device memory.
+func Locate(dumps []*layout.Dump, ref CellRef, i int) (string, int64, error) {
+	s := newSide(dumps)
+	c, ok := s.find(ref.Group, ref.Layer, ref.Head, ref.Replica)
+	if !ok {
+		return "", 0, fmt.Errorf("locating %s: no dump holds that layer, head and replica", ref)
+	}
+	r := s.reqs[c.di][ref.Request]
+	if r == nil {
+		return "", 0, fmt.Errorf("locating %s: %q does not hold the request", ref, s.dumps[c.di].Path)
+	}
+	S := c.group.BlockSize
+	table := r.BlockTable[strconv.Itoa(c.group.ID)]
+	pos := ref.Token / S
+	if ref.Token < 0 || pos >= len(table) || table[pos] == nil {
+		return "", 0, fmt.Errorf("locating %s: no block at position %d", ref, pos)
+	}
+	cells := &c.view.Cells
+	if cells.Data == nil {
+		return "", 0, fmt.Errorf("locating %s: the cache is in device memory", ref)
+	}
+	if i < 0 || i >= cells.CellBytes {
+		return "", 0, fmt.Errorf("locating %s: byte %d of a %d-byte cell", ref, i, cells.CellBytes)
+	}
+	addr := cells.CellAddr(*table[pos], ref.Token%S, ref.Head-c.view.HeadBase)
+	for _, run := range cells.Runs {
+		if i < run.Len {
+			return cells.File, cells.FileOffset + addr + run.Offset + int64(i), nil
+		}
+		i -= run.Len
+	}
+	return "", 0, fmt.Errorf("locating %s: byte beyond the cell's runs", ref)
+}
