@@ -10,7 +10,9 @@ import (
 
 // LayerTuple returns the Python repr of the tuple a layer's fingerprint
 // hashes (SPEC section 7): (name, spec type, block size, 'torch.<dtype>')
-// in the flat form, without the block size in the nested form.
+// in the flat form, without the block size in the nested form. A state
+// layer has, in place of the dtype, the tuple of its covered states, each
+// ('torch.<dtype>', (shape)).
 func LayerTuple(g *layout.Group, l layout.LayerInfo, flat bool) string {
 	items := []string{pyStr(l.Name), pyStr(l.Spec)}
 	if flat {
@@ -20,9 +22,21 @@ func LayerTuple(g *layout.Group, l layout.LayerInfo, flat bool) string {
 	return pyTuple(items...)
 }
 
-// dtypeItem is the last item of a layer's tuple: 'torch.<dtype>'.
+// dtypeItem is the last item of a layer's tuple: 'torch.<dtype>', or a
+// state layer's states.
 func dtypeItem(l layout.LayerInfo) string {
-	return pyStr("torch." + l.Dtype)
+	if l.States == nil {
+		return pyStr("torch." + l.Dtype)
+	}
+	var states []string
+	for _, s := range l.States {
+		dims := make([]string, len(s.Shape))
+		for i, d := range s.Shape {
+			dims[i] = strconv.FormatInt(d, 10)
+		}
+		states = append(states, pyTuple(pyStr("torch."+s.Dtype), pyTuple(dims...)))
+	}
+	return pyTuple(states...)
 }
 
 // LayerHash is the first 8 bytes, little-endian, of SHA-256 of a tuple's

@@ -18,13 +18,16 @@ import (
 // kernel-block splits, block sizes, tokens and a consumer's prefix hit.
 func genConfig(t *rapid.T) synth.Config {
 	cfg := synth.Config{
-		Preset: rapid.SampledFrom([]string{"tiny", "llama", "mla", "swa", "indexer"}).Draw(t, "preset"),
+		Preset: rapid.SampledFrom(synth.Presets).Draw(t, "preset"),
 		Layout: rapid.SampledFrom(synth.Layouts).Draw(t, "layout"),
 		Format: rapid.SampledFrom(synth.Formats).Draw(t, "format"),
 		TP:     rapid.SampledFrom([]int{1, 2, 4, 8}).Draw(t, "tp"),
 		Seed:   rapid.Uint64().Draw(t, "seed"),
 	}
 	cfg.Layers = rapid.IntRange(3, 4).Draw(t, "layers")
+	cfg.ConvLayout = rapid.SampledFrom(synth.ConvLayouts).Draw(t, "conv layout")
+	cfg.ConvDtype = rapid.SampledFrom([]string{"bfloat16", "float32"}).Draw(t, "conv dtype")
+	cfg.NoStateSplit = rapid.Bool().Draw(t, "no state split")
 	cfg.PP = rapid.IntRange(1, 3).Draw(t, "pp")
 	if cfg.Preset == "llama" {
 		cfg.Layers = 3 // keep the big preset small
@@ -159,11 +162,14 @@ func TestPropertyOneByteChange(t *testing.T) {
 		pos := span.Start + i
 		S := g.Group.BlockSize
 		tok := rapid.IntRange(0, S-1).Draw(t, "token")
+		if c.State {
+			tok = 0 // a state row is the whole block
+		}
 		head := rapid.IntRange(0, c.Heads-1).Draw(t, "head")
 		byteIdx := rapid.IntRange(0, c.Cells.CellBytes-1).Draw(t, "byte")
 		mask := byte(1) << rapid.IntRange(0, 7).Draw(t, "bit")
 		target := locate(t, d, g, c, span.Blocks[i], tok, head, byteIdx)
-		valid := pos*S+tok < req.NumTokens
+		valid := pos*S+tok < req.NumTokens || c.State
 		key := [2]int{c.Replicas, c.ReplicaIndex}
 		d.Close()
 

@@ -43,6 +43,9 @@ type RecordGroup struct {
 	FingerprintFlat layout.Hex64 `json:"fingerprint_flat"`
 	// Layers counts the group's layers on the rank (aliases included).
 	Layers int `json:"layers"`
+	// SplitLess marks a state group without a TP split (SPEC section 6):
+	// comparable only between equal TP sizes.
+	SplitLess bool `json:"split_less,omitempty"`
 }
 
 // RecordRequest is one request's partial checksums on one rank.
@@ -112,7 +115,7 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *Record, error) {
 		rec.Groups = append(rec.Groups, RecordGroup{
 			ID: g.Group.ID, Kind: g.Group.Kind, BlockSize: g.Group.BlockSize,
 			Fingerprint: layout.Hex64(fp), FingerprintFlat: layout.Hex64(flat),
-			Layers: len(g.Layers),
+			Layers: len(g.Layers), SplitLess: splitLess(g),
 		})
 		if g.Skip != "" {
 			rec.SkippedGroups[strconv.Itoa(g.Group.ID)] = g.Skip
@@ -169,6 +172,9 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *Record, error) {
 				for i, b := range span.Blocks {
 					pos := span.Start + i
 					valid := layout.ValidTokens(r.NumTokens, pos, S)
+					if c.State {
+						valid = 1 // a state row is one "token": its whole state
+					}
 					if valid == 0 {
 						continue
 					}
@@ -183,6 +189,17 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *Record, error) {
 		rec.Requests = append(rec.Requests, rr)
 	}
 	return plan, rec, nil
+}
+
+// splitLess says whether a group is a state group whose layers have no TP
+// split.
+func splitLess(g *layout.GroupView) bool {
+	for _, l := range g.Layers {
+		if l.States != nil && l.Layer.States[0].Split == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Fill copies an engine's output into the record NewPlan returned.

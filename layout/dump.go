@@ -134,15 +134,15 @@ func Open(path string) (*Dump, error) {
 		return f, nil
 	}
 	m := d.Manifest
-	tensor := func(gf string, g *Group, l *Layer) (CellView, string, error) {
+	tensor := func(gf string, g *Group, l *Layer) (opened, string, error) {
 		li := slices.IndexFunc(g.Layers, func(x Layer) bool { return x.Name == l.Name })
 		field := fmt.Sprintf("%s.layers[%d]", gf, li)
-		fail := func(f string, err error) (CellView, string, error) {
+		fail := func(f string, err error) (opened, string, error) {
 			var se *SafetensorsError
 			if errors.As(err, &se) {
-				return CellView{}, "", err
+				return opened{}, "", err
 			}
-			return CellView{}, "", &DumpError{File: manifestFile, Field: f, Err: fmt.Errorf("layer %q: %w", l.Name, err)}
+			return opened{}, "", &DumpError{File: manifestFile, Field: f, Err: fmt.Errorf("layer %q: %w", l.Name, err)}
 		}
 		var geo tensorGeometry
 		var data []byte
@@ -188,12 +188,24 @@ func Open(path string) (*Dump, error) {
 			data, file, fileOffset = f.Data[s.Offset:], f.Path, s.Offset
 			geo.size = int64(len(data))
 		}
-		v, reason, err := buildCellView(m, g, l, geo)
+		var o opened
+		var reason string
+		var err error
+		if g.Kind == KindMamba {
+			o.views, o.keys, o.firstRows, o.rows, reason, err = stateViews(m, l, geo)
+		} else {
+			var v CellView
+			v, reason, err = buildCellView(m, g, l, geo)
+			o.views = []CellView{v}
+		}
 		if err != nil {
 			return fail(field, err)
 		}
-		v.Data, v.File, v.FileOffset, v.Device = data, file, fileOffset, device
-		return v, reason, nil
+		for i := range o.views {
+			v := &o.views[i]
+			v.Data, v.File, v.FileOffset, v.Device = data, file, fileOffset, device
+		}
+		return o, reason, nil
 	}
 	for gi := range m.Groups {
 		gv, err := resolveGroup(m, gi, tensor)

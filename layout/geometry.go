@@ -24,14 +24,13 @@ const (
 	ReasonCompressed        = "compressed cache (tokens_per_state != 1)"
 	ReasonHeadSlots         = "KV heads packed into head slots"
 	ReasonHostResident      = "host-resident KV"
-	ReasonState             = "state checksums are not supported"
 )
 
 // Reasons lists every fixed reason, for documentation and tests.
 var Reasons = []string{
 	ReasonNoLayerNumber, ReasonSharedLayerNumber, ReasonTooManyHeads,
 	ReasonReplication, ReasonNumBlocks, ReasonPieces, ReasonKernelBlocks,
-	ReasonCompressed, ReasonHeadSlots, ReasonHostResident, ReasonState,
+	ReasonCompressed, ReasonHeadSlots, ReasonHostResident, ReasonStateWidth,
 }
 
 // GroupView is a group of one rank resolved for checksumming.
@@ -52,7 +51,9 @@ type LayerInfo struct {
 	Name  string
 	Spec  string // spec type name, the kind's default when not given
 	Dtype string // PyTorch dtype name (an alias takes its cache's)
-	Layer *Layer
+	// States are a state layer's covered states (nil for attention).
+	States []StateShape
+	Layer  *Layer
 }
 
 // LayerView is one distinct cache of a group on one rank.
@@ -72,6 +73,10 @@ type LayerView struct {
 	// Pieces is P, the pieces of one cell.
 	Pieces int
 	Cells  CellView
+	// State marks a state layer's view (SPEC section 6): its "heads" are
+	// global rows of one (state, segment), its pieces the row's elements,
+	// and its block is a request's state block at position 0.
+	State bool
 }
 
 // ReplicaKey is the (replicas, replica_index) key of a partial checksum.
@@ -159,7 +164,17 @@ func replicas(m *Manifest, g *Group, l *Layer, heads int) (int, bool) {
 // a cell view; it is only called for layers of groups that pass the
 // configuration checks. Errors are inconsistencies of the dump; reasons to
 // skip the group are returned in the view.
-func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer) (CellView, string, error)) (*GroupView, error) {
+// opened is a layer's tensor as cell views: one for an attention cache;
+// for a state layer one per (state, segment), with each view's replica key
+// and first global row, and the layer's global rows.
+type opened struct {
+	views     []CellView
+	keys      []ReplicaKey
+	firstRows []int
+	rows      int
+}
+
+func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer) (opened, string, error)) (*GroupView, error) {
 	g := &m.Groups[gi]
 	gf := fmt.Sprintf("groups[%d]", gi)
 	v := &GroupView{Group: g}
@@ -198,7 +213,11 @@ func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer
 		if dtype == "" {
 			dtype = t.Dtype
 		}
-		v.Layers = append(v.Layers, LayerInfo{Name: l.Name, Spec: spec, Dtype: dtype, Layer: l})
+		info := LayerInfo{Name: l.Name, Spec: spec, Dtype: dtype, Layer: l}
+		if g.Kind == KindMamba {
+			info.States = StateShapes(t, m.Parallel.TPSize)
+		}
+		v.Layers = append(v.Layers, info)
 	}
 	// Configuration that makes the group unsupported, before any tensor.
 	for i := range g.Layers {
@@ -215,10 +234,6 @@ func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer
 	}
 	if g.HostResident {
 		v.Skip = ReasonHostResident
-		return v, nil
-	}
-	if g.Kind == KindMamba {
-		v.Skip = ReasonState
 		return v, nil
 	}
 	type cache struct {
@@ -266,7 +281,7 @@ func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer
 			return v, nil
 		}
 		moduleAt[c.number] = c.module
-		cells, reason, err := tensor(gf, g, c.layer)
+		o, reason, err := tensor(gf, g, c.layer)
 		if err != nil {
 			return nil, err
 		}
@@ -274,6 +289,25 @@ func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer
 			v.Skip = reason
 			return v, nil
 		}
+		base := headsAt[c.number]
+		if g.Kind == KindMamba {
+			// State rows take the place of heads (SPEC section 6).
+			if base+o.rows > MaxHeadsPerLayer {
+				v.Skip = ReasonTooManyHeads
+				return v, nil
+			}
+			headsAt[c.number] = base + o.rows
+			for i, cells := range o.views {
+				views = append(views, &LayerView{
+					Layer: c.layer, Number: c.number, Module: c.module, Aliases: c.aliases,
+					Heads: cells.Heads, HeadBase: base + o.firstRows[i], GlobalHeads: o.rows,
+					Replicas: o.keys[i].Replicas, ReplicaIndex: o.keys[i].Index,
+					Pieces: cells.Pieces(), Cells: cells, State: true,
+				})
+			}
+			continue
+		}
+		cells := o.views[0]
 		heads := cells.Heads
 		r, ok := replicas(m, g, c.layer, heads)
 		if !ok {
@@ -284,7 +318,6 @@ func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer
 			return nil, &ManifestError{Field: gf, Msg: fmt.Sprintf("layer %q: %d replicas do not divide tp_size %d", c.layer.Name, r, tp)}
 		}
 		global := heads * (tp / r)
-		base := headsAt[c.number]
 		if base+global > MaxHeadsPerLayer {
 			v.Skip = ReasonTooManyHeads
 			return v, nil

@@ -205,7 +205,7 @@ func (m *Manifest) Validate() error {
 		for li := range g.Layers {
 			l := &g.Layers[li]
 			lf := fmt.Sprintf("%s.layers[%d]", gf, li)
-			if err := validateLayer(l, g, lf, bad); err != nil {
+			if err := validateLayer(l, g, lf, p.TPSize, bad); err != nil {
 				return err
 			}
 			if prev, dup := layerNames[l.Name]; dup {
@@ -282,7 +282,7 @@ func (m *Manifest) Validate() error {
 	return nil
 }
 
-func validateLayer(l *Layer, g *Group, lf string, bad func(string, string, ...any) error) error {
+func validateLayer(l *Layer, g *Group, lf string, tp int, bad func(string, string, ...any) error) error {
 	if l.Name == "" {
 		return bad(lf+".name", "empty layer name")
 	}
@@ -365,7 +365,7 @@ func validateLayer(l *Layer, g *Group, lf string, bad func(string, string, ...an
 		if len(l.States) == 0 {
 			return bad(lf+".states", "a state layer lists its states")
 		}
-		return nil
+		return validateStates(l, lf, tp, bad)
 	}
 	if len(l.States) != 0 {
 		return bad(lf+".states", "only state layers (kind mamba) have states")

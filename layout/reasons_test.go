@@ -89,6 +89,33 @@ func buildDump(t *testing.T, g1 layout.Group, caches []testCache, edit func(*lay
 	if edit != nil {
 		edit(m)
 	}
+	return writeAndOpen(t, m, tensors)
+}
+
+// buildDumpWith writes a dump with only the regular group 0, after add has
+// added groups and tensors, and opens it.
+func buildDumpWith(t *testing.T, add func(m *layout.Manifest, tensors *[]layout.TensorData)) *layout.Dump {
+	t.Helper()
+	d := buildDump(t, layout.Group{ID: 99, Kind: layout.KindFullAttention, BlockSize: 2}, nil, func(m *layout.Manifest) {
+		m.Groups = m.Groups[:1]
+		delete(m.Requests[0].BlockTable, "1")
+	})
+	m := d.Manifest
+	var tensors []layout.TensorData
+	f, err := layout.OpenSafetensors(d.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, ti := range f.Tensors {
+		tensors = append(tensors, layout.TensorData{Name: ti.Name, Dtype: ti.Dtype, Shape: ti.Shape, Data: append([]byte(nil), ti.Data...)})
+	}
+	add(m, &tensors)
+	return writeAndOpen(t, m, tensors)
+}
+
+func writeAndOpen(t *testing.T, m *layout.Manifest, tensors []layout.TensorData) *layout.Dump {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "dump.safetensors")
 	if err := layout.WriteDumpFile(path, m, tensors); err != nil {
 		t.Fatal(err)
@@ -215,4 +242,46 @@ func TestModuleHeads(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("heads %v, want %v", got, want)
 	}
+}
+
+// TestStateWidthReason: a state of 8-byte elements (float64) with a split
+// makes its group unsupported; the attention group beside it is kept.
+func TestStateWidthReason(t *testing.T) {
+	for _, tc := range []struct {
+		dtype  string
+		split  bool
+		reason string
+	}{
+		{"float64", true, layout.ReasonStateWidth},
+		{"uint8", true, layout.ReasonStateWidth},
+		{"float32", true, ""},
+		{"bfloat16", false, layout.ReasonPieces}, // 3x5 bf16 = 30 bytes, not whole 8-byte pieces
+		{"float64", false, ""},                   // without a split, 8-byte pieces of bytes
+	} {
+		st := layout.State{Dtype: tc.dtype, Shape: []int64{3, 5}}
+		if tc.split {
+			st.Split = &layout.Split{Axis: 1, Segments: [][2]int{{5, 1}}}
+		}
+		g1 := layout.Group{ID: 1, Kind: layout.KindMamba, BlockSize: 2}
+		d := buildStateDump(t, g1, st)
+		if got := d.Groups[1].Skip; got != tc.reason {
+			t.Errorf("%s split=%v: skip %q, want %q", tc.dtype, tc.split, got, tc.reason)
+		}
+		if d.Groups[0].Skip != "" || len(d.Groups[0].Caches) != 2 {
+			t.Errorf("%s split=%v: the attention group was not kept", tc.dtype, tc.split)
+		}
+	}
+}
+
+// buildStateDump writes a dump with the regular group 0 and one state
+// layer holding st in a 256-byte page.
+func buildStateDump(t *testing.T, g1 layout.Group, st layout.State) *layout.Dump {
+	t.Helper()
+	return buildDumpWith(t, func(m *layout.Manifest, tensors *[]layout.TensorData) {
+		u8, _ := layout.ParseDtype("U8")
+		g1.Layers = []layout.Layer{{Name: "model.layers.7.mixer", Dtype: st.Dtype, Tensor: "state", Layout: []string{"block", "page"}, States: []layout.State{st}}}
+		m.Groups = append(m.Groups, g1)
+		*tensors = append(*tensors, layout.TensorData{Name: "state", Dtype: u8, Shape: []int64{int64(m.NumBlocks), 256}, Data: make([]byte, m.NumBlocks*256)})
+		m.Requests[0].StateBlock = map[string]int{"1": 2}
+	})
 }

@@ -124,8 +124,11 @@ func ChecksumsTable(c *checksum.Checks) *Table {
 		for _, g := range r.Groups {
 			for i := range g.Positions() {
 				pos := g.Start + i
-				row := []Cell{C("%s", r.ID), C("%d", g.ID), C("%s", g.Kind), C("%d", pos),
-					C("%d", layout.ValidTokens(r.NumTokens, pos, g.BlockSize))}
+				tokens := C("%d", layout.ValidTokens(r.NumTokens, pos, g.BlockSize))
+				if g.Kind == layout.KindMamba {
+					tokens = C("state")
+				}
+				row := []Cell{C("%s", r.ID), C("%d", g.ID), C("%s", g.Kind), C("%d", pos), tokens}
 				for k := range maxChecks {
 					switch {
 					case k >= len(g.Checks):

@@ -1,6 +1,7 @@
 package synth
 
 import (
+	"github.com/kvaudit/kvaudit/layout"
 	"slices"
 	"strings"
 )
@@ -21,7 +22,7 @@ func Expected(cfg Config) (map[string]map[int]ExpectedGroup, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := BuildModel(c.Preset, c.Layers)
+	m, err := BuildModel(c)
 	if err != nil {
 		return nil, err
 	}
@@ -32,6 +33,14 @@ func Expected(cfg Config) (map[string]map[int]ExpectedGroup, error) {
 		req := RequestID(r)
 		out[req] = map[int]ExpectedGroup{}
 		for _, g := range m.Groups {
+			if g.Kind == layout.KindMamba {
+				var sum uint64
+				for _, ca := range g.Caches {
+					sum += c.expectedState(ca, req)
+				}
+				out[req][g.ID] = ExpectedGroup{Start: 0, Values: []uint64{sum}}
+				continue
+			}
 			table := tables[g.ID][r]
 			first := c.PrefixTokens / S
 			end := ceilDiv(c.Tokens, S)

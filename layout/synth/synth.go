@@ -51,6 +51,13 @@ type Config struct {
 	Seed            uint64
 	Role            string // producer or consumer
 	Format          string
+	// ConvLayout places a state layer's conv state dim-first ([channels,
+	// width]) or channels-last ([width, channels]); ConvDtype is its dtype
+	// (bfloat16 or float32). NoStateSplit writes state layers without their
+	// TP split (one slice per rank, comparable only at equal TP sizes).
+	ConvLayout   string
+	ConvDtype    string
+	NoStateSplit bool
 	// Values, when set, replaces the logical KV: the 8-byte piece p of the
 	// cell of global head h at token position t of layer number L. (The
 	// SPEC's worked example uses it.)
@@ -68,6 +75,10 @@ type Cache struct {
 	// MaxTPShards, when set, is written to the manifest.
 	MaxTPShards *int
 	Spec        string
+	// States make the cache a state layer (group kind mamba): its covered
+	// states in page order, then Extra bytes of an uncovered extra state.
+	States []StateDef
+	Extra  int
 }
 
 // Group is one KV cache group of a preset.
@@ -86,7 +97,10 @@ type Model struct {
 }
 
 // Presets lists the preset names.
-var Presets = []string{"tiny", "llama", "mla", "swa", "indexer"}
+var Presets = []string{"tiny", "llama", "mla", "swa", "indexer", "mamba2-hybrid", "gdn-hybrid", "mamba1"}
+
+// ConvLayouts lists the conv state layouts of state presets.
+var ConvLayouts = []string{"dim-first", "channels-last"}
 
 type defaults struct {
 	layers, blockSize, tokens, requests int
@@ -98,13 +112,18 @@ var presetDefaults = map[string]defaults{
 	"mla":     {4, 16, 40, 2},
 	"swa":     {4, 16, 72, 2},
 	"indexer": {2, 16, 40, 2},
+	// hybrids: even layers attention, odd layers state
+	"mamba2-hybrid": {4, 16, 40, 2},
+	"gdn-hybrid":    {4, 16, 40, 2},
+	"mamba1":        {2, 16, 40, 2},
 }
 
 func one() *int { v := 1; return &v }
 
-// BuildModel returns the caches of a preset with the given number of
-// layers.
-func BuildModel(preset string, layers int) (*Model, error) {
+// BuildModel returns the caches of the configuration's preset and number
+// of layers (c normalized).
+func BuildModel(c Config) (*Model, error) {
+	preset, layers := c.Preset, c.Layers
 	attn := func(l, heads, headSize int, dtype string) Cache {
 		return Cache{Name: fmt.Sprintf("model.layers.%d.self_attn.attn", l), Layer: l, Heads: heads, HeadSize: headSize, Dtype: dtype}
 	}
@@ -148,6 +167,8 @@ func BuildModel(preset string, layers int) (*Model, error) {
 			})
 		}
 		m.NumKVHeads, m.Groups = 4, []Group{g}
+	case "mamba2-hybrid", "gdn-hybrid", "mamba1":
+		return stateModel(c)
 	default:
 		return nil, fmt.Errorf("unknown preset %q (want one of %s)", preset, strings.Join(Presets, ", "))
 	}
@@ -193,11 +214,21 @@ func (c Config) Normalize() (Config, error) {
 	if c.Format == "" {
 		c.Format = "safetensors"
 	}
+	if c.ConvLayout == "" {
+		c.ConvLayout = "dim-first"
+	}
+	if c.ConvDtype == "" {
+		c.ConvDtype = "bfloat16"
+	}
 	switch {
 	case !slices.Contains(Layouts, c.Layout):
 		return c, fmt.Errorf("unknown layout %q (want one of %s)", c.Layout, strings.Join(Layouts, ", "))
 	case !slices.Contains(Formats, c.Format):
 		return c, fmt.Errorf("unknown format %q (want one of %s)", c.Format, strings.Join(Formats, ", "))
+	case !slices.Contains(ConvLayouts, c.ConvLayout):
+		return c, fmt.Errorf("unknown conv layout %q (want one of %s)", c.ConvLayout, strings.Join(ConvLayouts, ", "))
+	case c.ConvDtype != "bfloat16" && c.ConvDtype != "float32":
+		return c, fmt.Errorf("conv dtype %q: want bfloat16 or float32", c.ConvDtype)
 	case c.Role != "producer" && c.Role != "consumer":
 		return c, fmt.Errorf("unknown role %q (want producer or consumer)", c.Role)
 	case c.Layers < 1 || c.Layers > 1024:
@@ -217,13 +248,20 @@ func (c Config) Normalize() (Config, error) {
 	case c.PrefixTokens > 0 && c.Role != "consumer":
 		return c, errors.New("--prefix-tokens is a consumer's local prefix hit: use it with --role consumer")
 	}
-	m, err := BuildModel(c.Preset, c.Layers)
+	m, err := BuildModel(c)
 	if err != nil {
 		return c, err
 	}
 	for _, g := range m.Groups {
 		for _, ca := range g.Caches {
-			if !ca.Latent && ca.Heads%c.TP != 0 && c.TP%ca.Heads != 0 {
+			for _, st := range ca.States {
+				for _, seg := range st.Segments {
+					if !seg.Replicated && seg.Global%c.TP != 0 {
+						return c, fmt.Errorf("--tp %d does not divide the %d rows of a %s segment of %q", c.TP, seg.Global, st.Name, ca.Name)
+					}
+				}
+			}
+			if ca.States == nil && !ca.Latent && ca.Heads%c.TP != 0 && c.TP%ca.Heads != 0 {
 				return c, fmt.Errorf("--tp %d neither divides nor is a multiple of the %d KV heads of %q", c.TP, ca.Heads, ca.Name)
 			}
 		}
@@ -279,7 +317,7 @@ func mix(x uint64) uint64 {
 // configHash identifies everything that may place data differently, so
 // block ids and filler differ between configurations.
 func (c *Config) configHash() uint64 {
-	return strHash(fmt.Sprintf("%d|%s|%d|%d|%s|%d|%d|%d|%s|%s", c.Seed, c.Preset, c.TP, c.PP, c.Layout, c.BlockSize, c.KernelBlockSize, c.NumBlocks, c.Role, c.Format))
+	return strHash(fmt.Sprintf("%d|%s|%d|%d|%s|%d|%d|%d|%s|%s|%s|%s|%v", c.Seed, c.Preset, c.TP, c.PP, c.Layout, c.BlockSize, c.KernelBlockSize, c.NumBlocks, c.Role, c.Format, c.ConvLayout, c.ConvDtype, c.NoStateSplit))
 }
 
 // BlockTables returns, per group id, each request's block table: distinct
@@ -292,6 +330,9 @@ func (c *Config) BlockTables(m *Model) map[int][][]*int {
 		rng := rand.New(rand.NewPCG(c.configHash(), uint64(g.ID)))
 		perm := rng.Perm(c.NumBlocks)
 		keep := n
+		if g.Kind == layout.KindMamba {
+			n, keep = 1, 1 // one state block per request
+		}
 		if g.Kind == layout.KindSlidingWindow {
 			keep = min(n, ceilDiv(g.Window, c.BlockSize)+1)
 		}
@@ -316,7 +357,7 @@ func Write(out string, cfg Config) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := BuildModel(c.Preset, c.Layers)
+	m, err := BuildModel(c)
 	if err != nil {
 		return nil, err
 	}
@@ -447,16 +488,27 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][][]*int, pp, tp
 			if ca.Layer < lo || ca.Layer >= hi {
 				continue
 			}
-			pl := c.place(ca, tp)
-			data := make([]byte, pl.total)
-			fillNoise(noise, data)
-			c.fillCache(data, ca, pl, tables[g.ID])
-			layer := layout.Layer{
-				Name: ca.Name, Dtype: ca.Dtype, HeadSize: ca.HeadSize,
-				Layout: pl.axes, MaxTPShards: ca.MaxTPShards, Spec: ca.Spec,
-			}
-			if !ca.Latent {
-				layer.NumKVHeads = pl.heads
+			var pl placement
+			var data []byte
+			var layer layout.Layer
+			if ca.States != nil {
+				pl = c.placeState(ca)
+				data = make([]byte, pl.total)
+				fillNoise(noise, data)
+				c.fillState(data, ca, pl, tables[g.ID], tp)
+				layer = layout.Layer{Name: ca.Name, Dtype: ca.States[0].Dtype, Layout: pl.axes, States: c.manifestStates(ca)}
+			} else {
+				pl = c.place(ca, tp)
+				data = make([]byte, pl.total)
+				fillNoise(noise, data)
+				c.fillCache(data, ca, pl, tables[g.ID])
+				layer = layout.Layer{
+					Name: ca.Name, Dtype: ca.Dtype, HeadSize: ca.HeadSize,
+					Layout: pl.axes, MaxTPShards: ca.MaxTPShards, Spec: ca.Spec,
+				}
+				if !ca.Latent {
+					layer.NumKVHeads = pl.heads
+				}
 			}
 			if c.Format == "raw" {
 				strides := slices.Clone(pl.strides)
@@ -475,6 +527,13 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][][]*int, pp, tp
 	for r := range c.Requests {
 		req := layout.Request{ID: RequestID(r), NumTokens: c.Tokens, NumLocalComputedTokens: c.PrefixTokens, BlockTable: map[string][]*int{}}
 		for _, g := range m.Groups {
+			if g.Kind == layout.KindMamba {
+				if req.StateBlock == nil {
+					req.StateBlock = map[string]int{}
+				}
+				req.StateBlock[fmt.Sprint(g.ID)] = *tables[g.ID][r][0]
+				continue
+			}
 			req.BlockTable[fmt.Sprint(g.ID)] = tables[g.ID][r]
 		}
 		man.Requests = append(man.Requests, req)

@@ -31,10 +31,15 @@ producer and a consumer written with the same seed hold the same KV and
 verify whatever their configurations; block ids, unused blocks and slots
 past the last token differ between configurations.
 
-Presets: ` + strings.Join(synth.Presets, ", ") + `.
+Presets: ` + strings.Join(synth.Presets, ", ") + `. The state presets
+(Mamba2 and gated delta net hybrids, Mamba1) write state layers whose
+conv state is dim-first or channels-last, in bfloat16 or float32.
 Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 		Example: `  # a TP1 producer in the FlashAttention layout
   $ kvaudit synth --out out --preset llama --role producer
+
+  # a Mamba2 hybrid at TP 4, channels-last fp32 conv state (B and C replicated)
+  $ kvaudit synth --out out --preset mamba2-hybrid --tp 4 --conv-layout channels-last --conv-dtype float32
 
   # a TP2 consumer in the HND layout with 32-token blocks and a 16-token prefix hit
   $ kvaudit synth --out out --preset llama --role consumer --tp 2 --layout hnd --block-size 32 --prefix-tokens 16`,
@@ -53,7 +58,8 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 				Layout: cfg.String("layout"), BlockSize: cfg.Int("block-size"), KernelBlockSize: cfg.Int("kernel-block-size"),
 				NumBlocks: cfg.Int("num-blocks"), Requests: cfg.Int("requests"), Tokens: cfg.Int("tokens"),
 				PrefixTokens: cfg.Int("prefix-tokens"), Seed: cfg.Uint64("seed"), Role: cfg.String("role"),
-				Format: cfg.String("format"),
+				Format: cfg.String("format"), ConvLayout: cfg.String("conv-layout"), ConvDtype: cfg.String("conv-dtype"),
+				NoStateSplit: cfg.Bool("no-state-split"),
 			}
 			if opts.Config, err = opts.Config.Normalize(); err != nil {
 				return &UsageError{err}
@@ -80,6 +86,9 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 	f.Uint64("seed", 1, "seed of the logical KV")
 	f.String("role", "producer", "producer or consumer")
 	f.String("format", "safetensors", "how ranks are written: "+strings.Join(synth.Formats, ", "))
+	f.String("conv-layout", "dim-first", "state presets: conv state layout, "+strings.Join(synth.ConvLayouts, " or "))
+	f.String("conv-dtype", "bfloat16", "state presets: conv state dtype, bfloat16 or float32")
+	f.Bool("no-state-split", false, "state presets: write state layers without their TP split (one slice per rank)")
 	return cmd
 }
 
