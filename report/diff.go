@@ -1,0 +1,406 @@
+package report
+
+import (
+	"encoding/xml"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/charmbracelet/lipgloss"
+
+	"github.com/kvaudit/kvaudit/checksum"
+)
+
+// DiffFormat is the format tag of `kvaudit diff -o json`.
+const DiffFormat = "kvaudit-diff/1"
+
+// DiffJSON is the stable schema of `kvaudit diff -o json` (SPEC section
+// 12). Fields are added, never renamed or removed.
+type DiffJSON struct {
+	Format string `json:"format"`
+	// Verdict is verified, mismatch or unverified.
+	Verdict  string            `json:"verdict"`
+	Requests []DiffRequestJSON `json:"requests"`
+}
+
+// DiffRequestJSON is the verdict of one load (a consumer request).
+type DiffRequestJSON struct {
+	ID string `json:"id"`
+	// ProducerID is the producer request compared with.
+	ProducerID string `json:"producer_id"`
+	Verdict    string `json:"verdict"`
+	// Reasons are load-level unverified reasons.
+	Reasons []string        `json:"reasons"`
+	Groups  []DiffGroupJSON `json:"groups"`
+	// Details localise mismatches (filled when both sides are dumps).
+	Details []DiffDetailJSON `json:"details"`
+	// Notes say what the drill-down left out.
+	Notes []string `json:"notes"`
+}
+
+// DiffGroupJSON is the verdict of one group of a load.
+type DiffGroupJSON struct {
+	ID int `json:"id"`
+	// Verdict is verified, mismatch, unverified or "left out".
+	Verdict string `json:"verdict"`
+	// Positions are the consumer block positions that differ.
+	Positions []int `json:"positions"`
+	// Reason is the fixed unverified or left-out reason, or "".
+	Reason string `json:"reason"`
+	Kind   string `json:"kind"`
+	// Checks are the consumer checks (replica copies) that differ.
+	Checks            []int `json:"checks"`
+	BlockSize         int   `json:"block_size"`
+	ProducerBlockSize int   `json:"producer_block_size"`
+	// Map has one character per consumer block position from 0: "."
+	// verified, "X" mismatch, "-" not compared, "_" not loaded (local
+	// prefix hit, out of the window).
+	Map string `json:"map"`
+}
+
+// DiffDetailJSON is one differing (group, position, layer, head, replica).
+type DiffDetailJSON struct {
+	Group      int    `json:"group"`
+	Position   int    `json:"position"`
+	Layer      int    `json:"layer"`
+	Head       int    `json:"head"`
+	Replica    int    `json:"replica"`
+	FirstToken int    `json:"first_token"`
+	LastToken  int    `json:"last_token"`
+	Bytes      int    `json:"bytes"`
+	Hint       string `json:"hint"`
+	LayerName  string `json:"layer_name"`
+	Bits       int    `json:"bits"`
+}
+
+// NewDiffJSON converts a comparison to the JSON schema.
+func NewDiffJSON(res *checksum.DiffResult) *DiffJSON {
+	out := &DiffJSON{Format: DiffFormat, Verdict: string(res.Verdict), Requests: []DiffRequestJSON{}}
+	for _, r := range res.Requests {
+		rj := DiffRequestJSON{
+			ID: r.ID, ProducerID: r.ProducerID, Verdict: string(r.Verdict),
+			Reasons: append([]string{}, r.Reasons...), Groups: []DiffGroupJSON{},
+			Details: []DiffDetailJSON{}, Notes: append([]string{}, r.Notes...),
+		}
+		for _, g := range r.Groups {
+			rj.Groups = append(rj.Groups, DiffGroupJSON{
+				ID: g.ID, Verdict: string(g.Verdict), Positions: append([]int{}, g.Positions...),
+				Reason: g.Reason, Kind: g.Kind, Checks: append([]int{}, g.Checks...),
+				BlockSize: g.BlockSize, ProducerBlockSize: g.ProducerBlockSize, Map: mapChars(g.Map),
+			})
+		}
+		for _, d := range r.Details {
+			rj.Details = append(rj.Details, DiffDetailJSON{
+				Group: d.Group, Position: d.Position, Layer: d.Layer, Head: d.Head, Replica: d.Replica,
+				FirstToken: d.FirstToken, LastToken: d.LastToken, Bytes: d.Bytes, Hint: d.Hint,
+				LayerName: d.LayerName, Bits: d.Bits,
+			})
+		}
+		out.Requests = append(out.Requests, rj)
+	}
+	return out
+}
+
+// mapSymbols are the block map's characters by checksum.PositionState.
+const mapSymbols = "_-.X"
+
+func mapChars(m []checksum.PositionState) string {
+	b := make([]byte, len(m))
+	for i, s := range m {
+		b[i] = mapSymbols[s]
+	}
+	return string(b)
+}
+
+// MapWidth is the most cells a block map has in a table; longer maps are
+// scaled down.
+const MapWidth = 96
+
+// BlockMap draws a group's block map in at most width cells (all when
+// width <= 0): one cell per block position from 0, "." verified, "X"
+// mismatch, "-" not compared, "_" not loaded. When there are more
+// positions than cells, each cell stands for per consecutive positions
+// and shows the worst of them (X, then -, then ., then _). r, when not
+// nil, colors the cells.
+func BlockMap(m []checksum.PositionState, width int, r *lipgloss.Renderer) (text string, per int) {
+	per = 1
+	if width > 0 && len(m) > width {
+		per = (len(m) + width - 1) / width
+	}
+	var cells []checksum.PositionState
+	for i := 0; i < len(m); i += per {
+		worst := m[i]
+		for _, s := range m[i:min(i+per, len(m))] {
+			worst = max(worst, s)
+		}
+		cells = append(cells, worst)
+	}
+	if r == nil {
+		return mapChars(cells), per
+	}
+	styles := map[checksum.PositionState]lipgloss.Style{
+		checksum.PosNotLoaded:   r.NewStyle().Foreground(lipgloss.Color("8")),
+		checksum.PosNotCompared: r.NewStyle().Foreground(lipgloss.Color("3")),
+		checksum.PosVerified:    r.NewStyle().Foreground(lipgloss.Color("2")),
+		checksum.PosMismatch:    r.NewStyle().Foreground(lipgloss.Color("1")).Bold(true),
+	}
+	var b strings.Builder
+	for i := 0; i < len(cells); {
+		j := i
+		for j < len(cells) && cells[j] == cells[i] {
+			j++
+		}
+		b.WriteString(styles[cells[i]].Render(strings.Repeat(mapSymbols[cells[i]:cells[i]+1], j-i)))
+		i = j
+	}
+	return b.String(), per
+}
+
+// Ranges writes ascending integers compactly: "1-3,7".
+func Ranges(v []int) string {
+	var parts []string
+	for i := 0; i < len(v); {
+		j := i
+		for j+1 < len(v) && v[j+1] == v[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.Itoa(v[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", v[i], v[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
+
+func verdictTone(v checksum.Verdict) Tone {
+	switch v {
+	case checksum.Verified:
+		return Good
+	case checksum.Mismatch:
+		return Bad
+	case checksum.Unverified:
+		return Warn
+	}
+	return Dim
+}
+
+// DiffTables lays out a comparison: the verdict per request and group
+// (positions, differing checks, reason, block map) and, when there are
+// any, the drill-down's details. color styles the block maps for a
+// terminal; plain maps are never scaled, so piped output is complete.
+func DiffTables(res *checksum.DiffResult, r *lipgloss.Renderer) []*Table {
+	width := 0
+	if r != nil {
+		width = MapWidth
+	}
+	t := &Table{
+		Title:  "kvaudit diff: " + string(res.Verdict),
+		Header: []string{"request", "group", "kind", "verdict", "positions", "checks", "reason", "blocks"},
+	}
+	scaled := 0
+	counts := map[checksum.Verdict]int{}
+	for _, rv := range res.Requests {
+		counts[rv.Verdict]++
+		id := rv.ID
+		if rv.ProducerID != rv.ID {
+			id += " <- " + rv.ProducerID
+		}
+		if len(rv.Reasons) > 0 || len(rv.Groups) == 0 {
+			t.Add(C("%s", id), C("-"), C(""), Cell{Text: string(rv.Verdict), Tone: verdictTone(rv.Verdict)},
+				C(""), C(""), C("%s", strings.Join(rv.Reasons, "; ")), C(""))
+		}
+		for _, g := range rv.Groups {
+			checks := ""
+			if len(g.Checks) > 0 {
+				checks = Ranges(g.Checks)
+			}
+			m, per := BlockMap(g.Map, width, r)
+			scaled = max(scaled, per)
+			t.Add(C("%s", id), C("%d", g.ID), C("%s", g.Kind), Cell{Text: string(g.Verdict), Tone: verdictTone(g.Verdict)},
+				C("%s", Ranges(g.Positions)), C("%s", checks), C("%s", g.Reason), C("%s", m))
+		}
+	}
+	t.Notes = append(t.Notes, fmt.Sprintf("%d request(s): %d verified, %d mismatch, %d unverified",
+		len(res.Requests), counts[checksum.Verified], counts[checksum.Mismatch], counts[checksum.Unverified]))
+	legend := "blocks: one cell per consumer block position from 0: . verified, X mismatch, - not compared, _ not loaded (local prefix hit or out of the window)"
+	if scaled > 1 {
+		legend += fmt.Sprintf("; scaled: one cell per %d positions at most, showing the worst", scaled)
+	}
+	t.Notes = append(t.Notes, legend)
+	tables := []*Table{t}
+
+	d := &Table{
+		Title:  "drill-down: what differs",
+		Header: []string{"request", "group", "position", "layer", "head", "replica", "tokens", "bytes", "hint"},
+	}
+	for _, rv := range res.Requests {
+		for _, x := range rv.Details {
+			tokens := strconv.Itoa(x.FirstToken)
+			if x.LastToken != x.FirstToken {
+				tokens += "-" + strconv.Itoa(x.LastToken)
+			}
+			d.Add(C("%s", rv.ID), C("%d", x.Group), C("%d", x.Position), C("%d (%s)", x.Layer, x.LayerName),
+				C("%d", x.Head), C("%d", x.Replica), C("%s", tokens), C("%d", x.Bytes), Cell{Text: x.Hint, Tone: Bad})
+		}
+		for _, n := range rv.Notes {
+			d.Notes = append(d.Notes, fmt.Sprintf("request %s: %s", rv.ID, n))
+		}
+	}
+	if len(d.Rows) > 0 || len(d.Notes) > 0 {
+		tables = append(tables, d)
+	}
+	return tables
+}
+
+// DiffOptions control RenderDiff.
+type DiffOptions struct {
+	Style Style
+	// AllowUnverified makes unverified groups and loads skipped test cases
+	// in JUnit, instead of errors.
+	AllowUnverified bool
+}
+
+// RenderDiff writes a comparison as a table (styled when opts.Style.Color,
+// else plain tab-separated text), markdown, JSON or JUnit XML.
+func RenderDiff(w io.Writer, res *checksum.DiffResult, f Format, opts DiffOptions) error {
+	switch f {
+	case FormatJSON:
+		return WriteJSON(w, NewDiffJSON(res))
+	case FormatJUnit:
+		return WriteDiffJUnit(w, res, opts.AllowUnverified)
+	}
+	var r *lipgloss.Renderer
+	if f == FormatTable && opts.Style.Color {
+		r = lipgloss.NewRenderer(w)
+	}
+	for i, t := range DiffTables(res, r) {
+		if i > 0 && f != FormatMarkdown {
+			if _, err := io.WriteString(w, "\n"); err != nil {
+				return err
+			}
+		}
+		if err := t.Render(w, f, opts.Style); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// JUnit XML, as CI systems read it (the Ant/Surefire schema).
+type junitSuites struct {
+	XMLName  xml.Name     `xml:"testsuites"`
+	Name     string       `xml:"name,attr"`
+	Tests    int          `xml:"tests,attr"`
+	Failures int          `xml:"failures,attr"`
+	Errors   int          `xml:"errors,attr"`
+	Skipped  int          `xml:"skipped,attr"`
+	Suites   []junitSuite `xml:"testsuite"`
+}
+
+type junitSuite struct {
+	Name     string      `xml:"name,attr"`
+	Tests    int         `xml:"tests,attr"`
+	Failures int         `xml:"failures,attr"`
+	Errors   int         `xml:"errors,attr"`
+	Skipped  int         `xml:"skipped,attr"`
+	Cases    []junitCase `xml:"testcase"`
+}
+
+type junitCase struct {
+	Name      string        `xml:"name,attr"`
+	Classname string        `xml:"classname,attr"`
+	Failure   *junitOutcome `xml:"failure,omitempty"`
+	Error     *junitOutcome `xml:"error,omitempty"`
+	Skipped   *junitOutcome `xml:"skipped,omitempty"`
+}
+
+type junitOutcome struct {
+	Message string `xml:"message,attr"`
+	Type    string `xml:"type,attr,omitempty"`
+	Text    string `xml:",chardata"`
+}
+
+// WriteDiffJUnit writes a comparison as JUnit XML: one test suite per
+// load (consumer request), holding a test case "load" for the load-level
+// reasons and one test case "group N" per group. A mismatch is a
+// <failure> (its text lists the drill-down's details of the group); an
+// unverified group or load is an <error> (the check could not be run),
+// or <skipped> with allowUnverified; a group left out is <skipped>; a
+// verified group passes. So a CI fails exactly when `kvaudit diff` exits
+// non-zero.
+func WriteDiffJUnit(w io.Writer, res *checksum.DiffResult, allowUnverified bool) error {
+	out := junitSuites{Name: "kvaudit diff"}
+	unverified := func(msg, text string) (*junitOutcome, *junitOutcome) {
+		o := &junitOutcome{Message: msg, Type: "unverified", Text: text}
+		if allowUnverified {
+			return nil, o
+		}
+		return o, nil
+	}
+	for _, rv := range res.Requests {
+		s := junitSuite{Name: "request " + rv.ID}
+		load := junitCase{Name: "load", Classname: rv.ID}
+		if len(rv.Reasons) > 0 {
+			load.Error, load.Skipped = unverified(strings.Join(rv.Reasons, "; "), "")
+		}
+		s.Cases = append(s.Cases, load)
+		for _, g := range rv.Groups {
+			c := junitCase{Name: fmt.Sprintf("group %d", g.ID), Classname: rv.ID}
+			switch g.Verdict {
+			case checksum.Mismatch:
+				var text strings.Builder
+				for _, d := range rv.Details {
+					if d.Group == g.ID {
+						fmt.Fprintf(&text, "position %d layer %d (%s) head %d replica %d tokens %d-%d: %d bytes differ: %s\n",
+							d.Position, d.Layer, d.LayerName, d.Head, d.Replica, d.FirstToken, d.LastToken, d.Bytes, d.Hint)
+					}
+				}
+				c.Failure = &junitOutcome{
+					Message: fmt.Sprintf("mismatch at consumer block positions %s (checks %s)", Ranges(g.Positions), Ranges(g.Checks)),
+					Type:    "mismatch", Text: text.String(),
+				}
+			case checksum.Unverified:
+				c.Error, c.Skipped = unverified(g.Reason, "")
+			case checksum.LeftOut:
+				c.Skipped = &junitOutcome{Message: "left out: " + g.Reason}
+			}
+			s.Cases = append(s.Cases, c)
+		}
+		for _, c := range s.Cases {
+			s.Tests++
+			switch {
+			case c.Failure != nil:
+				s.Failures++
+			case c.Error != nil:
+				s.Errors++
+			case c.Skipped != nil:
+				s.Skipped++
+			}
+		}
+		out.Tests += s.Tests
+		out.Failures += s.Failures
+		out.Errors += s.Errors
+		out.Skipped += s.Skipped
+		out.Suites = append(out.Suites, s)
+	}
+	if len(res.Requests) == 0 {
+		out.Tests, out.Errors = 1, 1
+		out.Suites = append(out.Suites, junitSuite{Name: "requests", Tests: 1, Errors: 1, Cases: []junitCase{{
+			Name: "requests", Classname: "kvaudit diff",
+			Error: &junitOutcome{Message: "the consumer holds no request to compare", Type: "unverified"},
+		}}})
+	}
+	if _, err := io.WriteString(w, xml.Header); err != nil {
+		return err
+	}
+	enc := xml.NewEncoder(w)
+	enc.Indent("", "  ")
+	if err := enc.Encode(out); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "\n")
+	return err
+}

@@ -1,0 +1,173 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"strings"
+	"testing"
+
+	"github.com/kvaudit/kvaudit/checksum"
+)
+
+// diffFixture is a comparison with one verified, one mismatching and one
+// unverified load, a group left out and a drill-down detail.
+func diffFixture() *checksum.DiffResult {
+	g := func(id, start int, vals ...uint64) *checksum.GroupChecks {
+		return &checksum.GroupChecks{ID: id, Kind: "full_attention", BlockSize: 16, Start: start, Fingerprint: 1, FingerprintFlat: 2, HasFlat: true, Checks: [][]uint64{vals}}
+	}
+	req := func(id string, groups ...*checksum.GroupChecks) *checksum.RequestChecks {
+		return &checksum.RequestChecks{ID: id, NumTokens: 40, TPSize: 1, Groups: groups}
+	}
+	prod := &checksum.Checks{TPSize: 1, Complete: true, Skipped: map[int]string{2: "host-resident KV"}, Requests: []*checksum.RequestChecks{
+		req("req-0", g(0, 0, 1, 2, 3), g(1, 0, 4, 5, 6)),
+		req("req-1", g(0, 0, 1, 2, 3)),
+	}}
+	cons := &checksum.Checks{TPSize: 1, Complete: true, Skipped: map[int]string{2: "host-resident KV"}, Requests: []*checksum.RequestChecks{
+		req("req-0", g(0, 1, 2, 9)),
+		req("req-1", g(0, 0, 1, 2, 3)),
+		req("req-2", g(0, 0, 1, 2, 3)),
+	}}
+	cons.Requests[0].NumLocalComputedTokens = 16
+	res := checksum.Diff(prod, cons)
+	res.Requests[0].Details = []checksum.Detail{{Group: 0, Position: 2, Layer: 1, LayerName: "model.layers.1.self_attn.attn", Head: 0, Replica: 0, FirstToken: 33, LastToken: 33, Bytes: 1, Bits: 1, Hint: "1 bit flipped"}}
+	res.Requests[0].Notes = []string{"a note"}
+	return res
+}
+
+func TestDiffJSON(t *testing.T) {
+	var b bytes.Buffer
+	if err := RenderDiff(&b, diffFixture(), FormatJSON, DiffOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The keys and values of SPEC section 12, read back untyped.
+	var doc map[string]any
+	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	r0 := doc["requests"].([]any)[0].(map[string]any)
+	groups := r0["groups"].([]any)
+	check := func(what string, got, want any) {
+		t.Helper()
+		gj, _ := json.Marshal(got)
+		wj, _ := json.Marshal(want)
+		if string(gj) != string(wj) {
+			t.Errorf("%s = %s, want %s", what, gj, wj)
+		}
+	}
+	check("format", doc["format"], "kvaudit-diff/1")
+	check("verdict", doc["verdict"], "mismatch")
+	check("requests[0].id", r0["id"], "req-0")
+	check("requests[0].verdict", r0["verdict"], "mismatch")
+	check("requests[0].reasons", r0["reasons"], []string{})
+	check("groups[0]", []any{groups[0].(map[string]any)["id"], groups[0].(map[string]any)["verdict"], groups[0].(map[string]any)["positions"], groups[0].(map[string]any)["reason"], groups[0].(map[string]any)["map"]},
+		[]any{0, "mismatch", []int{2}, "", "_.X"})
+	check("groups[1]", []any{groups[1].(map[string]any)["verdict"], groups[1].(map[string]any)["positions"], groups[1].(map[string]any)["reason"]},
+		[]any{"unverified", []int{}, "a group is checksummed by one side only"})
+	check("groups[2]", []any{groups[2].(map[string]any)["verdict"], groups[2].(map[string]any)["reason"]}, []any{"left out", "skipped on both sides"})
+	d := r0["details"].([]any)[0].(map[string]any)
+	for k, v := range map[string]any{"group": 0, "position": 2, "layer": 1, "head": 0, "replica": 0, "first_token": 33, "last_token": 33, "bytes": 1, "hint": "1 bit flipped"} {
+		check("details[0]."+k, d[k], v)
+	}
+	r2 := doc["requests"].([]any)[2].(map[string]any)
+	check("requests[2]", []any{r2["verdict"], r2["reasons"], r2["details"]}, []any{"unverified", []string{"the producer sent no checksums"}, []any{}})
+}
+
+func TestDiffJUnit(t *testing.T) {
+	for _, allow := range []bool{false, true} {
+		var b bytes.Buffer
+		if err := RenderDiff(&b, diffFixture(), FormatJUnit, DiffOptions{AllowUnverified: allow}); err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			XMLName  xml.Name `xml:"testsuites"`
+			Tests    int      `xml:"tests,attr"`
+			Failures int      `xml:"failures,attr"`
+			Errors   int      `xml:"errors,attr"`
+			Skipped  int      `xml:"skipped,attr"`
+			Suites   []struct {
+				Name  string `xml:"name,attr"`
+				Cases []struct {
+					Name    string `xml:"name,attr"`
+					Failure *struct {
+						Message string `xml:"message,attr"`
+						Text    string `xml:",chardata"`
+					} `xml:"failure"`
+					Error   *struct{} `xml:"error"`
+					Skipped *struct {
+						Message string `xml:"message,attr"`
+					} `xml:"skipped"`
+				} `xml:"testcase"`
+			} `xml:"testsuite"`
+		}
+		if err := xml.Unmarshal(b.Bytes(), &doc); err != nil {
+			t.Fatalf("not valid XML: %v\n%s", err, b.String())
+		}
+		// req-0: load, group 0 (failure), 1 (unverified), 2 (left out);
+		// req-1: load, groups 0 and 2; req-2: load (no checksums).
+		wantErrors, wantSkipped := 2, 2
+		if allow {
+			wantErrors, wantSkipped = 0, 4
+		}
+		if len(doc.Suites) != 3 || doc.Tests != 8 || doc.Failures != 1 || doc.Errors != wantErrors || doc.Skipped != wantSkipped {
+			t.Errorf("allow %v: %d suites, tests %d failures %d errors %d skipped %d", allow, len(doc.Suites), doc.Tests, doc.Failures, doc.Errors, doc.Skipped)
+		}
+		f := doc.Suites[0].Cases[1].Failure
+		if f == nil || f.Message != "mismatch at consumer block positions 2 (checks 0)" || !strings.Contains(f.Text, "1 bit flipped") {
+			t.Errorf("group 0 failure %+v", f)
+		}
+	}
+}
+
+func TestDiffTable(t *testing.T) {
+	var b bytes.Buffer
+	if err := RenderDiff(&b, diffFixture(), FormatTable, DiffOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"# kvaudit diff: mismatch\n",
+		"req-0\t0\tfull_attention\tmismatch\t2\t0\t\t_.X\n",
+		"req-0\t1\tfull_attention\tunverified\t\t\ta group is checksummed by one side only\t\n",
+		"req-0\t2\t\tleft out\t\t\tskipped on both sides\t\n",
+		"req-2\t-\t\tunverified\t\t\tthe producer sent no checksums\t\n",
+		"3 request(s): 1 verified, 1 mismatch, 1 unverified\n",
+		"req-0\t0\t2\t1 (model.layers.1.self_attn.attn)\t0\t0\t33\t1\t1 bit flipped\n",
+		"request req-0: a note\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plain table lacks %q:\n%s", want, out)
+		}
+	}
+	b.Reset()
+	if err := RenderDiff(&b, diffFixture(), FormatTable, DiffOptions{Style: Style{Color: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "╭") || !strings.Contains(b.String(), "1 bit flipped") {
+		t.Errorf("styled table:\n%s", b.String())
+	}
+	b.Reset()
+	if err := RenderDiff(&b, diffFixture(), FormatMarkdown, DiffOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| req-0 | 0 | full_attention | mismatch | 2 | 0 |  | _.X |") {
+		t.Errorf("markdown:\n%s", b.String())
+	}
+}
+
+func TestBlockMap(t *testing.T) {
+	m := make([]checksum.PositionState, 10)
+	for i := range m {
+		m[i] = checksum.PosVerified
+	}
+	m[0], m[7] = checksum.PosNotLoaded, checksum.PosMismatch
+	if s, per := BlockMap(m, 0, nil); s != "_......X.." || per != 1 {
+		t.Errorf("full map %q per %d", s, per)
+	}
+	if s, per := BlockMap(m, 4, nil); s != "..X." || per != 3 {
+		t.Errorf("scaled map %q per %d", s, per)
+	}
+	if got := Ranges([]int{0, 1, 2, 5, 7, 8}); got != "0-2,5,7-8" {
+		t.Errorf("Ranges = %q", got)
+	}
+}
