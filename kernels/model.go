@@ -1,0 +1,223 @@
+package kernels
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// DefaultBatchBytes is the staging buffer of one batch of rows.
+const DefaultBatchBytes = 64 << 20
+
+// Model is a checksum.Engine that executes the CUDA kernel's work in Go:
+// the same jobs, batches and staging as the runner, and, for every launch,
+// every thread block and thread of the grid one after the other with the
+// per-thread code of checksum.cu (Kernel.Thread). It is slow; it exists to
+// prove the kernel's decomposition against checksum.Reference where there
+// is no GPU.
+type Model struct {
+	// InPlace reads mapped tensors where they lie, as the runner reads
+	// device tensors, instead of staging the rows' bytes as it does for
+	// dumps.
+	InPlace bool
+	// Mode forces a load variant (ModeAuto picks as the runner does).
+	Mode Mode
+	// BatchBytes bounds the staged bytes of one launch; 0 means
+	// DefaultBatchBytes.
+	BatchBytes int64
+	// MaxRows bounds the rows of one launch; 0 means no bound but the
+	// grid's.
+	MaxRows int
+}
+
+// Name returns "model".
+func (Model) Name() string { return "model" }
+
+// Run implements checksum.Engine.
+func (m Model) Run(ctx context.Context, p *checksum.Plan, out []uint64) error {
+	for _, t := range p.Tasks {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		c := t.Cache
+		if c.Cells.Device != nil {
+			return fmt.Errorf("layer %q of %q lives in device memory (cuda_ipc): the model engine cannot read it", c.Layer.Name, p.Dump.Path)
+		}
+		var base uint64
+		if len(c.Cells.Data) > 0 {
+			base = uint64(c.Cells.FileOffset) // the alignment a device copy of the file would have
+		}
+		j, err := NewJob(c, t.Rows, JobOptions{InPlace: m.InPlace, Base: base, Mode: m.Mode})
+		if err != nil {
+			return err
+		}
+		err = layout.Guard(c.Cells.File, func() error { return m.run(j, out, p.Progress) })
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m Model) run(j *Job, out []uint64, progress func(int64)) error {
+	batchBytes := m.BatchBytes
+	if batchBytes <= 0 {
+		batchBytes = DefaultBatchBytes
+	}
+	maxRows := m.MaxRows
+	if maxRows <= 0 {
+		maxRows = MaxGrid
+	}
+	var stage []byte
+	for _, b := range j.Batches(batchBytes, maxRows) {
+		rows := j.Rows[b[0]:b[1]]
+		table := make([]int64, len(rows)*RowWords)
+		j.RowTable(table, rows)
+		data := j.Cache.Cells.Data
+		if !j.InPlace {
+			n := int64(len(rows)) * j.RowBytes()
+			if int64(cap(stage)) < n {
+				stage = make([]byte, n)
+			}
+			stage = stage[:n]
+			// Poison the buffer: the kernel must never read a byte Fill did
+			// not write.
+			for i := range stage {
+				stage[i] = 0xa5
+			}
+			if err := j.Fill(stage, rows); err != nil {
+				return err
+			}
+			data = stage
+		}
+		if err := j.Kernel.Exec(data, table, out, j.Factors, j.Offsets); err != nil {
+			return fmt.Errorf("layer %q: %w", j.Cache.Layer.Name, err)
+		}
+		if progress != nil {
+			progress(j.ReadBytes(rows))
+		}
+	}
+	return nil
+}
+
+// Exec runs one launch over the rows of table (RowWords words each): every
+// thread block of the grid, each the sum of its threads, added to its row's
+// output slot, as the CUDA kernel's block reduction and atomic add do. A
+// read outside data is an error.
+func (k *Kernel) Exec(data []byte, table []int64, out []uint64, factors []uint64, offsets []int64) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("model kernel: %v", r)
+		}
+	}()
+	nrows := len(table) / RowWords
+	grid := k.Grid(nrows)
+	for bid := int64(0); bid < grid; bid++ {
+		var sum uint64 // the block reduction
+		for tid := int64(0); tid < k.Threads; tid++ {
+			sum += k.Thread(data, table, factors, offsets, bid, tid)
+		}
+		row := bid / (k.Chunks * k.Tiles)
+		out[table[row*RowWords+3]] += sum
+	}
+	return nil
+}
+
+// Thread returns what thread tid of thread block bid adds to its row's
+// output slot. It is kvaudit_checksum's per-thread code, statement by
+// statement (checksum.cu marks each with the same comment).
+func (k *Kernel) Thread(data []byte, rows []int64, factors []uint64, offsets []int64, bid, tid int64) uint64 {
+	// [decompose] block -> row, chunk, tile.
+	tile := bid % k.Tiles
+	rest := bid / k.Tiles
+	chunk := rest % k.Chunks
+	row := rest / k.Chunks
+	rowBase := rows[row*RowWords+0]
+	first := rows[row*RowWords+1]
+	valid := rows[row*RowWords+2]
+
+	// [lane] thread -> token lane, lane -> head, piece.
+	tokenLane := tid / k.TileLanes
+	lane := tile*k.TileLanes + tid%k.TileLanes
+	if tokenLane >= k.TokenLanes || lane >= k.Lanes {
+		return 0
+	}
+	perCell := k.Pieces / k.Vec
+	h := lane / perCell
+	p := (lane % perCell) * k.Vec
+
+	// [tokens] this thread's tokens: t0, t0+TL, ... below the chunk's end
+	// and the row's valid tokens (the mask).
+	t0 := chunk*k.ChunkTokens + tokenLane
+	end := min(chunk*k.ChunkTokens+k.ChunkTokens, valid)
+	if t0 >= end {
+		return 0
+	}
+	n := (end - t0 + k.TokenLanes - 1) / k.TokenLanes
+	steps := (n + Unroll - 1) / Unroll * Unroll
+
+	// [address] the cell of token t0, and how it moves by TL tokens.
+	tk := t0 % k.KernelTokens
+	at := rowBase + (t0/k.KernelTokens)*k.RowStride + tk*k.TokenStride + h*k.HeadStride
+	if k.Gather == 0 {
+		at += offsets[p]
+	}
+	stepTK := k.TokenLanes % k.KernelTokens
+	stepAddr := (k.TokenLanes/k.KernelTokens)*k.RowStride + stepTK*k.TokenStride
+	wrapAddr := k.RowStride - k.KernelTokens*k.TokenStride
+
+	// [accumulate] a = sum of y_i, b = sum over steps of a (so that
+	// sum_i i*y_i = steps*a - b), e = sum of the second pieces of pairs.
+	var a, b, e uint64
+	for i := int64(0); i < steps; i += Unroll {
+		var x, y [Unroll]uint64
+		for u := int64(0); u < Unroll; u++ {
+			if i+u < n {
+				x[u], y[u] = k.load(data, offsets, at, p)
+				tk += stepTK
+				at += stepAddr
+				if tk >= k.KernelTokens {
+					tk -= k.KernelTokens
+					at += wrapAddr
+				}
+			}
+		}
+		for u := 0; u < Unroll; u++ {
+			a += x[u] + y[u]
+			b += a
+			e += y[u]
+		}
+	}
+
+	// [weigh] piece p of token first+t0+i*TL has index
+	// j = (first+t0)*P + p + i*TL*P: sum_i y_i*(2j+1) + 2*e.
+	j0 := uint64(first+t0)*uint64(k.Pieces) + uint64(p)
+	s := (2*j0+1)*a + 2*uint64(k.Pieces)*uint64(k.TokenLanes)*(uint64(steps)*a-b) + 2*e
+	return factors[h] * s
+}
+
+// load reads piece p (and, for a pair, p+1) of the cell whose piece p lies
+// at at (wide loads), or whose address is at (gather: byte by byte through
+// the byte offset table). y is 0 unless Vec is 2.
+func (k *Kernel) load(data []byte, offsets []int64, at, p int64) (x, y uint64) {
+	if k.Gather != 0 {
+		for i := int64(0); i < k.Width; i++ {
+			x |= uint64(data[at+offsets[p*k.Width+i]]) << (8 * i)
+		}
+		return x, 0
+	}
+	switch k.Width {
+	case 2:
+		return uint64(binary.LittleEndian.Uint16(data[at:])), 0
+	case 4:
+		return uint64(binary.LittleEndian.Uint32(data[at:])), 0
+	}
+	x = binary.LittleEndian.Uint64(data[at:])
+	if k.Vec == 2 {
+		y = binary.LittleEndian.Uint64(data[at+8:])
+	}
+	return x, y
+}
