@@ -120,6 +120,8 @@ func TestDiffSynth(t *testing.T) {
 		{"prefix hit 20, 16 vs 32", p16, consumerOf(p16, blockSize(32), prefix(20)), checksum.Verified, ""},
 		{"mla tp1 vs tp2 (replicated latent)", synth.Config{Preset: "mla", Seed: 3}, synth.Config{Preset: "mla", Seed: 3, TP: 2, Role: "consumer"}, checksum.Verified, ""},
 		{"swa window, 16 vs 16 tp2", synth.Config{Preset: "swa", Seed: 3}, synth.Config{Preset: "swa", Seed: 3, TP: 2, Layout: "nhd", Role: "consumer"}, checksum.Verified, ""},
+		{"mamba2-hybrid tp1 vs tp2 (state at position 0)", synth.Config{Preset: "mamba2-hybrid", Seed: 3}, synth.Config{Preset: "mamba2-hybrid", Seed: 3, TP: 2, Role: "consumer", Layout: "hnd"}, checksum.Verified, ""},
+		{"gdn-hybrid 16 vs 32", synth.Config{Preset: "gdn-hybrid", Seed: 3}, synth.Config{Preset: "gdn-hybrid", Seed: 3, BlockSize: 32, Role: "consumer"}, checksum.Verified, ""},
 		{"another seed", p16, consumerOf(p16, func(c *synth.Config) { c.Seed = 12 }), checksum.Mismatch, ""},
 	}
 	for _, tc := range cases {
@@ -131,6 +133,11 @@ func TestDiffSynth(t *testing.T) {
 			for _, r := range res.Requests {
 				if r.Verdict != tc.verdict {
 					t.Errorf("request %s: %q (reasons %q, groups %s), want %q", r.ID, r.Verdict, r.Reasons, groupsString(r), tc.verdict)
+				}
+				for _, g := range r.Groups {
+					if tc.verdict == checksum.Verified && g.Verdict != checksum.Verified {
+						t.Errorf("request %s: group %d %q %q: every group must be compared", r.ID, g.ID, g.Verdict, g.Reason)
+					}
 				}
 				if tc.reason != "" && (len(r.Groups) == 0 || r.Groups[0].Reason != tc.reason) {
 					t.Errorf("request %s: groups %s, want group 0 %q", r.ID, groupsString(r), tc.reason)
