@@ -22,6 +22,8 @@ type ChecksumOptions struct {
 	Engine   checksum.Engine
 	// OutDir, for -o record, receives one file per rank.
 	OutDir string
+	// PayloadForm is the form -o payload writes.
+	PayloadForm checksum.PayloadForm
 }
 
 // NewCmdChecksum builds `kvaudit checksum`. runF replaces the run function
@@ -57,8 +59,11 @@ of replicated heads. With --partial, a subset of ranks is allowed and
 				return err
 			}
 			opts.Paths = args
-			if opts.Output, err = parseFormat(cfg.String("output"), "table", "json", "record"); err != nil {
+			if opts.Output, err = parseFormat(cfg.String("output"), "table", "json", "record", "payload"); err != nil {
 				return err
+			}
+			if opts.PayloadForm, err = checksum.ParsePayloadForm(cfg.String("payload-form")); err != nil {
+				return usageErrorf("--payload-form: %v", err)
 			}
 			opts.Partial = cfg.Bool("partial")
 			opts.Requests = cfg.Strings("request")
@@ -73,7 +78,8 @@ of replicated heads. With --partial, a subset of ranks is allowed and
 		},
 	}
 	f := cmd.Flags()
-	f.StringP("output", "o", "table", "output: table, json or record")
+	f.StringP("output", "o", "table", "output: table, json, record, or payload (a JSON map of request id to the base64 payload a producer sends)")
+	f.String("payload-form", "nested", "with -o payload: nested, or flat (no block sizes, fingerprints with the block size)")
 	f.Bool("partial", false, "allow a subset of the side's ranks (partial sums)")
 	f.StringSlice("request", nil, "checksum only this request id (repeatable)")
 	f.String("engine", "cpu", engineHelp)
@@ -108,8 +114,11 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 			return err
 		}
 	}
-	if opts.Output == "json" {
+	switch opts.Output {
+	case "json":
 		return report.WriteJSON(opts.IO.Out, report.NewChecksumsJSON(c))
+	case "payload":
+		return writePayloads(opts.IO.Out, c, opts.PayloadForm)
 	}
 	return report.ChecksumsTable(c).Render(opts.IO.Out, report.FormatTable, tableStyle(opts.IO))
 }

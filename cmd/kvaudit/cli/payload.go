@@ -1,0 +1,33 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/report"
+)
+
+// writePayloads prints what a producer sends for each request of side c:
+// one JSON object mapping request id to the base64 payload of its check 0
+// in the given form (`kvaudit checksum -o payload`, SPEC section 12).
+// `kvaudit diff` reads the object back and pairs its entries by id. A side
+// missing ranks has no payload.
+func writePayloads(w io.Writer, c *checksum.Checks, form checksum.PayloadForm) error {
+	if !c.Complete {
+		return usageErrorf("-o payload: a producer sends checksums only when every rank reported: give all %d ranks", c.TPSize*c.PPSize)
+	}
+	out := make(map[string]string, len(c.Requests))
+	for _, r := range c.Requests {
+		p, err := checksum.NewPayload(c, r, form)
+		if err != nil {
+			return err
+		}
+		text, err := checksum.EncodePayloadBase64(p)
+		if err != nil {
+			return fmt.Errorf("request %q: %w", r.ID, err)
+		}
+		out[r.ID] = text
+	}
+	return report.WriteJSON(w, out)
+}
