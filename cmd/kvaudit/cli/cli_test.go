@@ -2,11 +2,14 @@ package cli
 
 import (
 	"crypto/sha256"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/layout/synth"
 )
@@ -121,6 +124,46 @@ func TestHelpDocumentsExitCodes(t *testing.T) {
 	for _, e := range exitCodes {
 		if !strings.Contains(out, e.meaning) {
 			t.Errorf("help lacks exit code %d (%s)", e.code, e.meaning)
+		}
+	}
+}
+
+// TestEveryCommandDocumented: every command has a one-line summary, a
+// paragraph of purpose and examples ("# what it does" then "$ kvaudit ...").
+func TestEveryCommandDocumented(t *testing.T) {
+	root := NewRootCmd(&Streams{Out: io.Discard, Err: io.Discard})
+	root.InitDefaultCompletionCmd()
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		if c == root || c.Name() == "help" || c.HasParent() && c.Parent().Name() == "completion" || c.Name() == "completion" {
+			return
+		}
+		if c.Short == "" || strings.Contains(c.Short, "\n") || strings.HasSuffix(c.Short, ".") {
+			t.Errorf("%s: Short %q is not a one-line summary", c.CommandPath(), c.Short)
+		}
+		if len(c.Long) < 80 {
+			t.Errorf("%s: Long is not a paragraph of purpose: %q", c.CommandPath(), c.Long)
+		}
+		if !strings.Contains(c.Example, "# ") || !strings.Contains(c.Example, "$ kvaudit "+c.Name()) {
+			t.Errorf("%s: Example lacks '# what it does' and '$ kvaudit %s ...' lines", c.CommandPath(), c.Name())
+		}
+	}
+	walk(root)
+}
+
+// TestManPages: kvaudit man writes a page per command.
+func TestManPages(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, stderr := run(t, "man", dir); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, name := range []string{"kvaudit.1", "kvaudit-checksum.1", "kvaudit-synth.1", "kvaudit-demo.1"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || !strings.Contains(string(b), ".TH") {
+			t.Errorf("%s: %v", name, err)
 		}
 	}
 }
