@@ -25,7 +25,7 @@ completions come from "kvaudit completion bash|zsh|fish|powershell".`,
 
   # bash completion for this shell
   $ source <(kvaudit completion bash)`,
-		Args:   cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := os.MkdirAll(args[0], 0o755); err != nil {
 				return err
