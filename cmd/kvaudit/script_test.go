@@ -31,8 +31,11 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"checks": cmdChecks,
-			"exits":  cmdExits,
+			"checks":    cmdChecks,
+			"exits":     cmdExits,
+			"flipkv":    cmdFlipKV,
+			"junitxml":  cmdJUnitXML,
+			"payloadof": cmdPayloadOf,
 		},
 	})
 }
