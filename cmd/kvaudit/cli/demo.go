@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/report"
@@ -33,7 +34,9 @@ func NewCmdDemo(s *Streams, runF func(context.Context, *DemoOptions) error) *cob
 		Long: `Demo needs no input. It synthesizes a producer (TP1, FlashAttention layout)
 and a consumer that loaded the same KV with another TP size, layout and
 block ids (TP2, HND), checksums both and shows they agree, then flips one
-bit of the consumer's KV and shows that exactly one block's value changes.`,
+bit of the consumer's KV and shows that exactly one block's value changes,
+and ends on the verdict kvaudit diff gives: a mismatch at that block,
+drilled down to the layer, head, token and bit.`,
 		Example: `  # run it
   $ kvaudit demo
 
@@ -122,7 +125,46 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 	if err != nil {
 		return err
 	}
-	return demoTable(w, opts.IO, prod, flipped, cons)
+	if err := demoTable(w, opts.IO, prod, flipped, cons); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "4. Compare them as `kvaudit diff %s %s` does: the verdict per request and group, and the drill-down to layer, head, token and bit\n\n",
+		filepath.Join(dir, pc.Role), filepath.Join(dir, cc.Role))
+	return demoDiff(ctx, opts.IO, ppaths, cpaths)
+}
+
+// demoDiff compares the demo's producer and consumer dumps, drills the
+// mismatch down and prints the verdict table.
+func demoDiff(ctx context.Context, s *Streams, ppaths, cpaths []string) error {
+	pd, err := layout.OpenSide(ppaths)
+	if err != nil {
+		return err
+	}
+	defer closeDumps(pd)
+	cd, err := layout.OpenSide(cpaths)
+	if err != nil {
+		return err
+	}
+	defer closeDumps(cd)
+	prod, err := checksum.Compute(ctx, pd, checksum.Options{})
+	if err != nil {
+		return err
+	}
+	cons, err := checksum.Compute(ctx, cd, checksum.Options{})
+	if err != nil {
+		return err
+	}
+	res := checksum.Diff(prod, cons)
+	if err := drill.Explain(ctx, pd, cd, res, drill.Options{}); err != nil {
+		return err
+	}
+	return report.RenderDiff(s.Out, res, report.FormatTable, report.DiffOptions{Style: tableStyle(s)})
+}
+
+func closeDumps(dumps []*layout.Dump) {
+	for _, d := range dumps {
+		d.Close()
+	}
 }
 
 // demoTable prints the producer's and consumer's check 0 side by side and
