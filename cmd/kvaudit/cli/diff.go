@@ -335,6 +335,10 @@ func payloadSide(what string, data []byte) (*diffSide, error) {
 		if err := json.Unmarshal(text, &obj); err != nil {
 			return nil, fmt.Errorf("%s: not a JSON object: %v", what, err)
 		}
+		var format string
+		if json.Unmarshal(obj["format"], &format) == nil && strings.HasPrefix(format, "kvaudit-") {
+			return nil, fmt.Errorf("%s is %s output, not what a producer sends: give its dumps, records (checksum --partial -o record) or payloads (checksum -o payload)", what, format)
+		}
 		if raw, ok := obj["kv_checksums"]; ok {
 			// vLLM's kv_transfer_params.
 			var t *string
