@@ -15,6 +15,7 @@ import (
 	"math/bits"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
@@ -211,22 +212,29 @@ func (e *explainer) request() error {
 			}
 			lo := pos * S
 			hi := min((pos+1)*S, cr.NumTokens, pr.NumTokens)
-			before := len(e.rv.Details) + e.skipped
 			unreadable := false
+			var layers, heads []int
+			differ := 0
 			for _, c := range caches {
 				if c.view.Cells.Data == nil {
 					unreadable = true
 					continue
 				}
 				for lh := range c.view.Heads {
-					e.compare(g.ID, pos, S, c, c.view.HeadBase+lh, lo, hi)
+					if e.compare(g.ID, pos, S, c, c.view.HeadBase+lh, lo, hi) {
+						differ++
+						layers = appendUnique(layers, c.view.Number)
+						heads = appendUnique(heads, c.view.HeadBase+lh)
+					}
 				}
 			}
 			switch {
 			case unreadable:
 				e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d position %d: some caches are in device memory and were not compared", g.ID, pos))
-			case len(e.rv.Details)+e.skipped == before:
+			case differ == 0:
 				e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d position %d: no differing cell found (the producer's dumps do not hold what it checksummed)", g.ID, pos))
+			case differ > 1:
+				e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d position %d: %d (layer, head, replica) slices differ, in layers %s and heads %s", g.ID, pos, differ, ranges(layers), ranges(heads)))
 			}
 		}
 	}
@@ -248,12 +256,13 @@ type diffCell struct {
 }
 
 // compare compares the consumer's cells of one cache and global head at
-// tokens [lo, hi) with the producer's and adds a detail if they differ.
-func (e *explainer) compare(group, pos, S int, c cache, head, lo, hi int) {
+// tokens [lo, hi) with the producer's and adds a detail (or counts one past
+// the cap) if they differ, which it reports.
+func (e *explainer) compare(group, pos, S int, c cache, head, lo, hi int) bool {
 	name := c.view.Layer.Name
 	pc, ok := e.p.find(group, name, head, -1)
 	if !ok {
-		return
+		return false
 	}
 	var diffs []diffCell
 	nbytes, nbits := 0, 0
@@ -272,17 +281,48 @@ func (e *explainer) compare(group, pos, S int, c cache, head, lo, hi int) {
 		diffs = append(diffs, diffCell{token: t, got: got, want: want})
 	}
 	if len(diffs) == 0 {
-		return
+		return false
 	}
 	if e.max >= 0 && len(e.rv.Details) >= e.max {
 		e.skipped++
-		return
+		return true
 	}
 	e.rv.Details = append(e.rv.Details, checksum.Detail{
 		Group: group, Position: pos, Layer: c.view.Number, LayerName: name, Head: head,
 		Replica: c.view.ReplicaIndex, FirstToken: diffs[0].token, LastToken: diffs[len(diffs)-1].token,
 		Bytes: nbytes, Bits: nbits, Hint: e.classify(group, pos, S, c, pc, head, lo, hi, diffs, nbits),
 	})
+	return true
+}
+
+func appendUnique(v []int, x int) []int {
+	if slices.Contains(v, x) {
+		return v
+	}
+	return append(v, x)
+}
+
+// ranges writes integers compactly, ascending: "0-3,7".
+func ranges(v []int) string {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	var b strings.Builder
+	for i := 0; i < len(v); {
+		j := i
+		for j+1 < len(v) && v[j+1] == v[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		if j == i {
+			fmt.Fprintf(&b, "%d", v[i])
+		} else {
+			fmt.Fprintf(&b, "%d-%d", v[i], v[j])
+		}
+		i = j + 1
+	}
+	return b.String()
 }
 
 // searchBudget bounds the cells one request's classification reads

@@ -262,6 +262,10 @@ func TestExplainStaleRead(t *testing.T) {
 			t.Errorf("detail %q", d)
 		}
 	}
+	notes := res.Requests[1].Notes
+	if want := "group 0 position 1: 4 (layer, head, replica) slices differ, in layers 0-1 and heads 0-1"; len(notes) != 1 || notes[0] != want {
+		t.Errorf("notes %q, want [%q]", notes, want)
+	}
 }
 
 // TestExplainReplica: a diverged copy of a replicated head is reported
@@ -292,7 +296,11 @@ func TestExplainCap(t *testing.T) {
 	}
 	res := explain(t, prod, c, drill.Options{MaxDetails: 3})
 	r := res.Requests[0]
-	if len(r.Details) != 3 || len(r.Notes) != 1 || !strings.HasPrefix(r.Notes[0], "5 more differing") {
+	want := []string{
+		"group 0 position 0: 8 (layer, head, replica) slices differ, in layers 1 and heads 0-7",
+		"5 more differing (layer, head, replica) cells not shown: the cap is 3 details per request",
+	}
+	if len(r.Details) != 3 || strings.Join(r.Notes, "\n") != strings.Join(want, "\n") {
 		t.Errorf("details %d, notes %q", len(r.Details), r.Notes)
 	}
 	if res := explain(t, prod, c, drill.Options{MaxDetails: -1}); len(res.Requests[0].Details) != 8 {
