@@ -354,7 +354,7 @@ func WriteDiffJUnit(w io.Writer, res *checksum.DiffResult, allowUnverified bool)
 				var text strings.Builder
 				for _, d := range rv.Details {
 					if d.Group == g.ID {
-						fmt.Fprintf(&text, "position %d layer %d (%s) head %d replica %d tokens %d-%d: %d bytes differ: %s\n",
+						fmt.Fprintf(&text, "position %d layer %d (%s) head %d replica %d tokens %d-%d, %d differing bytes: %s\n",
 							d.Position, d.Layer, d.LayerName, d.Head, d.Replica, d.FirstToken, d.LastToken, d.Bytes, d.Hint)
 					}
 				}
