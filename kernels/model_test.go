@@ -14,7 +14,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/kernels"
-	"github.com/kvaudit/kvaudit/kernels/internal/kerneltest"
+	"github.com/kvaudit/kvaudit/kernels/kerneltest"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 )
