@@ -258,6 +258,24 @@ func (g *gpu) launch(k *kernels.Kernel, stream cu.Stream, data, rows cu.DevicePt
 	return nil
 }
 
+// slotLayout places a batch in a slot: its row table, the job's factors
+// and offsets, then (staged) its rows' bytes, each at a multiple of
+// tableAlign. Everything a launch reads but device tensors travels in the
+// slot's one copy, ordered on the slot's stream.
+type slotLayout struct{ factors, offsets, data, end int64 }
+
+func layoutSlot(job *kernels.Job, nrows int) slotLayout {
+	var l slotLayout
+	l.factors = roundUp(int64(nrows)*kernels.RowWords*8, tableAlign)
+	l.offsets = l.factors + roundUp(int64(len(job.Factors))*8, tableAlign)
+	l.data = l.offsets + roundUp(int64(len(job.Offsets))*8, tableAlign)
+	l.end = l.data
+	if !job.InPlace {
+		l.end += int64(nrows) * job.RowBytes()
+	}
+	return l
+}
+
 // Run implements checksum.Engine: staged copies of the needed spans of
 // mapped dumps, double-buffered on two streams, and device tensors read
 // in place; every kernel adds to one output array on the device.
@@ -265,22 +283,23 @@ func (g *gpu) Run(ctx context.Context, p *checksum.Plan, out []uint64) (err erro
 	if p.Outputs == 0 {
 		return nil
 	}
-	var frees []cu.DevicePtr
-	defer func() {
-		if serr := cu.Synchronize(); serr != nil && err == nil {
-			err = fmt.Errorf("cuda: %w", serr)
-		}
-		for _, f := range frees {
-			cu.MemFree(f)
-		}
-	}()
 	dOut, err := cu.MemAlloc(int64(p.Outputs) * 8)
 	if err != nil {
 		return fmt.Errorf("cuMemAlloc(%d outputs): %w", p.Outputs, err)
 	}
-	frees = append(frees, dOut)
+	defer func() {
+		if serr := cu.Synchronize(); serr != nil && err == nil {
+			err = fmt.Errorf("cuda: %w", serr)
+		}
+		cu.MemFree(dOut)
+	}()
+	// The memset runs on the legacy stream, which the slots' non-blocking
+	// streams do not wait for: finish it first.
 	if err := cu.MemsetD8(dOut, 0, int64(p.Outputs)*8); err != nil {
 		return fmt.Errorf("cuMemsetD8: %w", err)
+	}
+	if err := cu.Synchronize(); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	for _, t := range p.Tasks {
 		if err := ctx.Err(); err != nil {
@@ -299,25 +318,11 @@ func (g *gpu) Run(ctx context.Context, p *checksum.Plan, out []uint64) (err erro
 		if err != nil {
 			return err
 		}
-		factors, err := upload(job.Factors)
-		if err != nil {
-			return err
-		}
-		frees = append(frees, factors)
-		offsets, err := upload(job.Offsets)
-		if err != nil {
-			return err
-		}
-		frees = append(frees, offsets)
 		batches := job.Batches(g.slotBytes/8*7, int(g.slotBytes/8/(kernels.RowWords*8)))
 		for _, b := range batches {
 			rows := t.Rows[b[0]:b[1]]
-			tableBytes := roundUp(int64(len(rows))*kernels.RowWords*8, tableAlign)
-			used := tableBytes
-			if !job.InPlace {
-				used += int64(len(rows)) * job.RowBytes()
-			}
-			if err := g.ensureSlots(used); err != nil {
+			l := layoutSlot(job, len(rows))
+			if err := g.ensureSlots(l.end); err != nil {
 				return err
 			}
 			s := g.next
@@ -325,20 +330,21 @@ func (g *gpu) Run(ctx context.Context, p *checksum.Plan, out []uint64) (err erro
 			if err := g.copied[s].Synchronize(); err != nil { // the slot's last copy is done
 				return fmt.Errorf("cuda: %w", err)
 			}
-			if err := g.fill(job, rows, g.pinned[s][:used], tableBytes); err != nil {
+			if err := g.fill(job, rows, g.pinned[s][:l.end], l); err != nil {
 				return err
 			}
-			if err := cu.MemcpyHtoDAsync(g.dbuf[s], unsafe.Pointer(&g.pinned[s][0]), used, g.streams[s]); err != nil {
-				return fmt.Errorf("cuMemcpyHtoDAsync(%d bytes): %w", used, err)
+			if err := cu.MemcpyHtoDAsync(g.dbuf[s], unsafe.Pointer(&g.pinned[s][0]), l.end, g.streams[s]); err != nil {
+				return fmt.Errorf("cuMemcpyHtoDAsync(%d bytes): %w", l.end, err)
 			}
 			if err := g.copied[s].Record(g.streams[s]); err != nil {
 				return fmt.Errorf("cuEventRecord: %w", err)
 			}
-			data := g.dbuf[s] + cu.DevicePtr(tableBytes)
+			d := g.dbuf[s]
+			data := d + cu.DevicePtr(l.data)
 			if job.InPlace {
 				data = cu.DevicePtr(base)
 			}
-			if err := g.launch(&job.Kernel, g.streams[s], data, g.dbuf[s], len(rows), dOut, factors, offsets); err != nil {
+			if err := g.launch(&job.Kernel, g.streams[s], data, d, len(rows), dOut, d+cu.DevicePtr(l.factors), d+cu.DevicePtr(l.offsets)); err != nil {
 				return err
 			}
 			if p.Progress != nil {
@@ -363,18 +369,25 @@ func (g *gpu) Run(ctx context.Context, p *checksum.Plan, out []uint64) (err erro
 
 func roundUp(n, a int64) int64 { return (n + a - 1) / a * a }
 
-// fill writes a batch's row table and, for staged data, its rows' bytes
-// into a pinned slot, several goroutines at once (none calls CUDA).
-func (g *gpu) fill(job *kernels.Job, rows []checksum.Row, slot []byte, tableBytes int64) error {
+// fill writes a batch into a pinned slot as layoutSlot places it: the row
+// table, the factors and offsets and, for staged data, the rows' bytes,
+// these with several goroutines at once (none calls CUDA).
+func (g *gpu) fill(job *kernels.Job, rows []checksum.Row, slot []byte, l slotLayout) error {
 	table := make([]int64, len(rows)*kernels.RowWords)
 	job.RowTable(table, rows)
 	for i, v := range table {
 		binary.LittleEndian.PutUint64(slot[i*8:], uint64(v))
 	}
+	for i, v := range job.Factors {
+		binary.LittleEndian.PutUint64(slot[l.factors+int64(i)*8:], v)
+	}
+	for i, v := range job.Offsets {
+		binary.LittleEndian.PutUint64(slot[l.offsets+int64(i)*8:], uint64(v))
+	}
 	if job.InPlace {
 		return nil
 	}
-	data := slot[tableBytes:]
+	data := slot[l.data:]
 	workers := min(runtime.GOMAXPROCS(0), 8, len(rows))
 	per := (len(rows) + workers - 1) / workers
 	errs := make([]error, workers)
@@ -467,6 +480,11 @@ func (g *gpu) Bench(ctx context.Context, req kernels.BenchRequest) (*kernels.Ben
 		return nil, err
 	}
 	frees = append(frees, dTable)
+	// The uploads and the fill ran on the legacy stream or on stream:
+	// finish them before timing anything.
+	if err := cu.Synchronize(); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
 
 	start, err := cu.MakeEvent(cu.DefaultEvent)
 	if err != nil {
