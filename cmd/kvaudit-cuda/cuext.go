@@ -8,6 +8,7 @@ package main
 /*
 #cgo LDFLAGS: -lcuda
 #include <cuda.h>
+#include <stdlib.h>
 #include <string.h>
 
 static CUresult kv_ipc_open(CUdeviceptr *dptr, const void *handle64) {
@@ -17,6 +18,17 @@ static CUresult kv_ipc_open(CUdeviceptr *dptr, const void *handle64) {
 }
 static CUresult kv_ipc_close(CUdeviceptr dptr) { return cuIpcCloseMemHandle(dptr); }
 static CUresult kv_mem_alloc_host(void **pp, size_t n) { return cuMemAllocHost(pp, n); }
+// kv_jit_log loads image with an error log and returns the log (in log,
+// n bytes); the module, if it loads, is unloaded.
+static CUresult kv_jit_log(const char *image, char *log, unsigned int n) {
+	CUjit_option opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+	void *vals[2] = {log, (void *)(size_t)n};
+	CUmodule m;
+	log[0] = 0;
+	CUresult r = cuModuleLoadDataEx(&m, image, 2, opts, vals);
+	if (r == CUDA_SUCCESS) cuModuleUnload(m);
+	return r;
+}
 static const char *kv_err_name(CUresult r) {
 	const char *s = NULL;
 	if (cuGetErrorName(r, &s) != CUDA_SUCCESS || s == NULL) return "CUDA_ERROR_UNKNOWN";
@@ -27,6 +39,7 @@ import "C"
 
 import (
 	"fmt"
+	"strings"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -85,4 +98,20 @@ func memFreeHost(b []byte) {
 	if len(b) > 0 {
 		cu.MemFreeHost(unsafe.Pointer(&b[0]))
 	}
+}
+
+// jitLog loads a PTX image again with an error log in C memory and
+// returns the driver's error and log: the explanation of a failed load.
+func jitLog(ptx string) string {
+	image := C.CString(ptx)
+	defer C.free(unsafe.Pointer(image))
+	const n = 8192
+	log := (*C.char)(C.malloc(n))
+	defer C.free(unsafe.Pointer(log))
+	err := check("cuModuleLoadDataEx", C.kv_jit_log(image, log, n))
+	msg := strings.TrimSpace(C.GoString(log))
+	if err != nil {
+		return strings.TrimSpace(err.Error() + " " + msg)
+	}
+	return msg
 }

@@ -85,9 +85,8 @@ func newGPU(index int, slotBytes int64) (*gpu, error) {
 		ComputeCapability: fmt.Sprintf("%d.%d", major, minor), Multiprocessors: sms,
 		MemoryBytes: mem, DriverVersion: cu.Version(),
 	}
-	errLog := make([]byte, 8192)
-	if g.mod, err = cu.LoadDataEx(kernels.PTX, &cu.JITErrorLogBuffer{Buffer: errLog}); err != nil {
-		return nil, fmt.Errorf("loading the kernels (PTX ISA 7.8 needs a driver of release 520 or newer): %w: %s", err, cstring(errLog))
+	if g.mod, err = cu.LoadData(kernels.PTX); err != nil {
+		return nil, fmt.Errorf("loading the kernels (PTX ISA 7.8 needs a CUDA driver of release 520 or newer): %w: %s", err, jitLog(kernels.PTX))
 	}
 	for _, name := range append([]string{kernels.EntryFill, kernels.EntryReadSum}, kernels.Entries...) {
 		if g.fns[name], err = g.mod.Function(name); err != nil {
@@ -103,15 +102,6 @@ func newGPU(index int, slotBytes int64) (*gpu, error) {
 		}
 	}
 	return g, nil
-}
-
-func cstring(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
 }
 
 // Hello implements kernels.Device.
