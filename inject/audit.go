@@ -1,0 +1,156 @@
+package inject
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// TailFinding is a block of a consumer request, past the range its
+// transfer wrote, that holds non-zero bytes on one rank in one layer: the
+// tail of the request's last block (slots past num_tokens), or a whole
+// block of its table past the last token.
+type TailFinding struct {
+	Request  string
+	Group    int
+	Position int
+	// Block is the block id.
+	Block int
+	Rank  Rank
+	// Layer is the cache's layer name.
+	Layer string
+	// Whole is set for a block past the last token (else it is the tail
+	// of the last block).
+	Whole bool
+	// FirstToken and LastToken are the request token positions of the
+	// first and last slots holding non-zero bytes.
+	FirstToken, LastToken int
+	// Bytes counts the non-zero bytes; File and Offset locate the first.
+	Bytes  int
+	File   string
+	Offset int64
+}
+
+// Place returns where the finding is, as fault.json lists it.
+func (t TailFinding) Place() AuditPlace {
+	return AuditPlace{Request: t.Request, Group: t.Group, Position: t.Position, Rank: t.Rank, Layer: t.Layer}
+}
+
+// TailAudit is the result of the transferred-or-zeroed audit.
+type TailAudit struct {
+	// Checked counts the (request, group, position, rank, layer) regions
+	// read.
+	Checked  int
+	Findings []TailFinding
+	// Notes say what could not be audited (skipped groups, device
+	// memory).
+	Notes []string
+}
+
+// AuditTails checks the invariant a consumer's connector must keep: every
+// byte of a request's attention blocks past the transferred range is zero
+// (the tail of the last block past num_tokens, and whole blocks of its
+// table past the last token). Only cell bytes are read (not padding between
+// blocks); slots that hold another request's valid tokens (a shared block)
+// are not counted; state groups have no token blocks and are not audited.
+// requests restricts the requests (all when empty). The audit reads mapped
+// data inside layout.Guard; a fault there is the only error.
+//
+// It is a load-time check: a dump taken after decoding started holds the
+// decoded tokens' KV past num_tokens and fails it, as it should.
+func AuditTails(dumps []*layout.Dump, requests []string) (*TailAudit, error) {
+	a := &TailAudit{}
+	err := layout.Guard("dump data during the tail audit", func() error {
+		for _, d := range dumps {
+			auditRank(a, d, requests)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(a.Findings, func(x, y TailFinding) int {
+		return cmp.Or(cmp.Compare(x.Request, y.Request), cmp.Compare(x.Group, y.Group), cmp.Compare(x.Position, y.Position),
+			cmp.Compare(x.Rank.PP, y.Rank.PP), cmp.Compare(x.Rank.TP, y.Rank.TP), cmp.Compare(x.Layer, y.Layer))
+	})
+	return a, nil
+}
+
+func auditRank(a *TailAudit, d *layout.Dump, requests []string) {
+	pp, tp := d.Rank()
+	rank := Rank{pp, tp}
+	m := d.Manifest
+	for _, gv := range d.Groups {
+		g := gv.Group
+		if g.Kind == layout.KindMamba {
+			continue
+		}
+		key := strconv.Itoa(g.ID)
+		S := g.BlockSize
+		// owned[b]: the valid slots some request holds in block b.
+		owned := map[int]int{}
+		for _, r := range m.Requests {
+			for pos, b := range r.BlockTable[key] {
+				if b != nil {
+					owned[*b] = max(owned[*b], layout.ValidTokens(r.NumTokens, pos, S))
+				}
+			}
+		}
+		for _, r := range m.Requests {
+			if len(requests) > 0 && !slices.Contains(requests, r.ID) {
+				continue
+			}
+			table, ok := r.BlockTable[key]
+			if !ok {
+				continue
+			}
+			if gv.Skip != "" {
+				a.Notes = append(a.Notes, fmt.Sprintf("rank %s group %d: not audited: %s", rank, g.ID, gv.Skip))
+				continue
+			}
+			for pos := r.NumTokens / S; pos < len(table); pos++ {
+				if table[pos] == nil {
+					continue
+				}
+				b := *table[pos]
+				lo := max(0, r.NumTokens-pos*S, owned[b])
+				for _, c := range gv.Caches {
+					cv := &c.Cells
+					if cv.Data == nil {
+						a.Notes = append(a.Notes, fmt.Sprintf("rank %s layer %q: not audited: in device memory", rank, c.Layer.Name))
+						continue
+					}
+					a.Checked++
+					f := TailFinding{Request: r.ID, Group: g.ID, Position: pos, Block: b, Rank: rank, Layer: c.Layer.Name,
+						Whole: r.NumTokens <= pos*S, FirstToken: -1}
+					for slot := lo; slot < S; slot++ {
+						for h := range cv.Heads {
+							addr := cv.CellAddr(b, slot, h)
+							for _, run := range cv.Runs {
+								for i, x := range cv.Data[addr+run.Offset : addr+run.Offset+int64(run.Len)] {
+									if x == 0 {
+										continue
+									}
+									if f.Bytes == 0 {
+										f.File, f.Offset = cv.File, cv.FileOffset+addr+run.Offset+int64(i)
+										f.FirstToken = pos*S + slot
+									}
+									f.Bytes++
+									f.LastToken = pos*S + slot
+								}
+							}
+						}
+					}
+					if f.Bytes > 0 {
+						a.Findings = append(a.Findings, f)
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(a.Notes)
+	a.Notes = slices.Compact(a.Notes)
+}

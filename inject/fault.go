@@ -1,0 +1,305 @@
+// Package inject corrupts copies of KV cache dumps and producer payloads
+// the way real transfers go wrong, says in a Fault (fault.json) exactly
+// what it changed and what should catch it, audits consumer dumps for what
+// a checksum cannot see (unzeroed tails), and runs campaigns of seeded
+// faults that measure detection and localisation.
+//
+// An input dump is never written to: Inject writes a copy of the side into
+// a new directory, hard-linking the files it leaves unchanged and writing
+// every file it changes as a fresh file.
+package inject
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// FaultFormat is the format tag of fault.json.
+const FaultFormat = "kvaudit-fault/1"
+
+// Kind is a kind of fault.
+type Kind string
+
+// Fault kinds. See KindInfo for what each models and what catches it.
+const (
+	BitFlip         Kind = "bit-flip"
+	ByteNoise       Kind = "byte-noise"
+	ZeroBlock       Kind = "zero-block"
+	SwapTokens      Kind = "swap-tokens"
+	SwapHeads       Kind = "swap-heads"
+	SwapLayers      Kind = "swap-layers"
+	MisplaceBlock   Kind = "misplace-block"
+	ShiftBlocks     Kind = "shift-blocks"
+	StaleBlock      Kind = "stale-block"
+	ReplicaDiverge  Kind = "replica-diverge"
+	StaleTail       Kind = "stale-tail"
+	StrayWrite      Kind = "stray-write"
+	PastNumTokens   Kind = "past-num-tokens"
+	PayloadFlip     Kind = "payload-flip"
+	PayloadTruncate Kind = "payload-truncate"
+	PayloadVersion  Kind = "payload-version"
+	PayloadNesting  Kind = "payload-nesting"
+	WrongPrefix     Kind = "wrong-prefix"
+	StateFlip       Kind = "state-flip"
+	// None changes nothing: a clean copy, a control.
+	None Kind = "none"
+)
+
+// Detectors: what is expected to catch a fault.
+const (
+	// DetectChecksum: the faulted request's checksums differ from the
+	// producer's (kvaudit diff).
+	DetectChecksum = "checksum"
+	// DetectCoResident: another request's checksums differ: the fault
+	// wrote into a block that request owns (kvaudit diff compares every
+	// request of the consumer).
+	DetectCoResident = "co-resident"
+	// DetectTail: the transferred-or-zeroed audit (kvaudit diff
+	// --audit-tail) finds non-zero bytes past the transferred range.
+	DetectTail = "tail-audit"
+	// DetectStored: the offload tier's tagged stored checksums (kvaudit
+	// diff --stored, kvaudit checksum --stored).
+	DetectStored = "stored"
+	// DetectPayload: the consumer's comparison with a tampered or broken
+	// producer payload is a mismatch or unverified, never verified.
+	DetectPayload = "payload"
+	// DetectNone: nothing may report it (a control).
+	DetectNone = "none"
+)
+
+// Inputs: what a fault corrupts.
+const (
+	// InputDumps: a copy of the side's dumps (positions are the side's).
+	InputDumps = "dumps"
+	// InputPayload: the producer's payloads (positions are the producer's).
+	InputPayload = "payload"
+)
+
+// Info describes a kind.
+type Info struct {
+	Kind     Kind
+	Models   string
+	Detector string
+	Input    string
+	// Control kinds must not be reported by any detector they are judged
+	// by.
+	Control bool
+}
+
+// Infos lists every kind in the order of the campaign table.
+var Infos = []Info{
+	{BitFlip, "bit rot, bad DMA: --bits N bits of one cell flipped", DetectChecksum, InputDumps, false},
+	{ByteNoise, "torn or garbage write: a run of one cell's bytes replaced by noise", DetectChecksum, InputDumps, false},
+	{ZeroBlock, "lost write: a block's cells zeroed on one rank", DetectChecksum, InputDumps, false},
+	{SwapTokens, "wrong token offset: two tokens of a block swapped in one layer", DetectChecksum, InputDumps, false},
+	{SwapHeads, "wrong head mapping (across TP): two heads of a layer swapped in a block", DetectChecksum, InputDumps, false},
+	{SwapLayers, "wrong layer region: two layers' cells of a block swapped", DetectChecksum, InputDumps, false},
+	{MisplaceBlock, "blocks paired wrongly: the contents of two block ids of a request swapped", DetectChecksum, InputDumps, false},
+	{ShiftBlocks, "off-by-one pairing: from a position on, each block holds the previous one", DetectChecksum, InputDumps, false},
+	{StaleBlock, "a lapsed lease: a block holds another request's KV", DetectChecksum, InputDumps, false},
+	{ReplicaDiverge, "one TP rank's copy of a replicated head (or Mamba2 B/C row) differs", DetectChecksum, InputDumps, false},
+	{StateFlip, "a bit flipped in a covered row of a Mamba/SSM state", DetectChecksum, InputDumps, false},
+	{StrayWrite, "a transfer wrote into a block another request owns", DetectCoResident, InputDumps, false},
+	{StaleTail, "the untransferred tail of the last block, or a block past the transfer, left unzeroed", DetectTail, InputDumps, false},
+	{WrongPrefix, "an offload store returned an intact block stored for another prefix", DetectStored, InputDumps, false},
+	{PayloadFlip, "a tampered producer payload: one bit of a checksum value flipped", DetectPayload, InputPayload, false},
+	{PayloadTruncate, "a producer payload cut short", DetectPayload, InputPayload, false},
+	{PayloadVersion, "a producer payload with another format version", DetectPayload, InputPayload, false},
+	{PayloadNesting, "a hostile producer payload: deeply nested arrays", DetectPayload, InputPayload, false},
+	{PastNumTokens, "decode or draft writes past num_tokens (must not be reported)", DetectNone, InputDumps, true},
+}
+
+// Kinds lists every fault kind (not None), in table order.
+func Kinds() []Kind {
+	out := make([]Kind, len(Infos))
+	for i, in := range Infos {
+		out[i] = in.Kind
+	}
+	return out
+}
+
+// InfoOf returns a kind's description; ok is false for an unknown kind.
+// None is a control with no detector.
+func InfoOf(k Kind) (Info, bool) {
+	if k == None {
+		return Info{None, "nothing: a clean copy", DetectNone, InputDumps, true}, true
+	}
+	i := slices.IndexFunc(Infos, func(in Info) bool { return in.Kind == k })
+	if i < 0 {
+		return Info{}, false
+	}
+	return Infos[i], true
+}
+
+// ParseKind checks a kind name.
+func ParseKind(s string) (Kind, error) {
+	if _, ok := InfoOf(Kind(s)); ok {
+		return Kind(s), nil
+	}
+	names := []string{string(None)}
+	for _, k := range Kinds() {
+		names = append(names, string(k))
+	}
+	return "", fmt.Errorf("unknown fault kind %q (want one of %s)", s, strings.Join(names, ", "))
+}
+
+// Rank is a (pp_rank, tp_rank).
+type Rank struct {
+	PP int `json:"pp"`
+	TP int `json:"tp"`
+}
+
+func (r Rank) String() string { return fmt.Sprintf("pp %d tp %d", r.PP, r.TP) }
+
+// Fault is what a fault changed and what should catch it: fault.json.
+// Positions are block positions of the side the fault went into (the
+// consumer's dumps, or the producer's payload: Input says which); a
+// comparison with a side of larger blocks reports every consumer position
+// of the larger block (kvaudit campaign accounts for it).
+type Fault struct {
+	Format      string `json:"format"`
+	Kind        Kind   `json:"kind"`
+	Seed        uint64 `json:"seed"`
+	Input       string `json:"input"`
+	Description string `json:"description"`
+	// Request is the request the fault went into ("" for none).
+	Request string `json:"request"`
+	// Rank, Tensor and File are those of the first change (null and ""
+	// when nothing changed or for a payload).
+	Rank   *Rank  `json:"rank"`
+	Tensor string `json:"tensor"`
+	File   string `json:"file"`
+	// Changes are the byte ranges that differ from the input, exactly,
+	// by file (relative to the output directory) and offset.
+	Changes []Change `json:"changes"`
+	// Affected are the (request, group, position)s whose checksummed KV
+	// changed.
+	Affected []Place `json:"affected"`
+	// Detector is what should catch the fault (Detect*).
+	Detector string `json:"detector"`
+	Expect   Expect `json:"expect"`
+	// Payload describes a payload fault.
+	Payload *PayloadChange `json:"payload,omitempty"`
+}
+
+// Change is a range of bytes that differ from the input.
+type Change struct {
+	// File is relative to the output directory, slash-separated.
+	File string `json:"file"`
+	Rank Rank   `json:"rank"`
+	// Tensor is the layer whose tensor the bytes belong to, or
+	// "manifest" for a manifest's bytes.
+	Tensor string `json:"tensor"`
+	Offset int64  `json:"offset"`
+	Length int64  `json:"length"`
+}
+
+// Place is a block position of a request in a group.
+type Place struct {
+	Request  string `json:"request"`
+	Group    int    `json:"group"`
+	Position int    `json:"position"`
+}
+
+// Expect is what each detector must report. A nil list is not judged (the
+// detector may report anything); an empty list means it must report
+// nothing.
+type Expect struct {
+	// Verdict is the overall verdict of `kvaudit diff PRODUCER FAULTED`:
+	// verified, mismatch or unverified.
+	Verdict string `json:"verdict"`
+	// Requests are the loads that must not verify, and how; every other
+	// load must verify (as it did before the fault).
+	Requests []RequestExpect `json:"requests"`
+	// Details are what the drill-down must report for those loads (null:
+	// not judged, e.g. for payloads; state groups are not drilled down).
+	Details []DetailExpect `json:"details"`
+	// Tail are the findings of the tail audit (null: not judged).
+	Tail []AuditPlace `json:"tail"`
+	// Stored are the blocks whose stored checksum must fail (null: not
+	// judged).
+	Stored []AuditPlace `json:"stored"`
+}
+
+// RequestExpect is the expected verdict of one load.
+type RequestExpect struct {
+	ID string `json:"id"`
+	// Verdict is mismatch or unverified.
+	Verdict string `json:"verdict"`
+	// Reason is, for an unverified load, the load-level reason.
+	Reason string        `json:"reason,omitempty"`
+	Groups []GroupExpect `json:"groups"`
+}
+
+// GroupExpect is the expected mismatch of one group.
+type GroupExpect struct {
+	ID int `json:"id"`
+	// Positions are the faulted side's positions that differ.
+	Positions []int `json:"positions"`
+	// Checks are the consumer checks (replica copies) that differ; null
+	// when the producer's value changed (every check differs).
+	Checks []int `json:"checks"`
+}
+
+// DetailExpect is one drill-down detail.
+type DetailExpect struct {
+	Request  string `json:"request"`
+	Group    int    `json:"group"`
+	Position int    `json:"position"`
+	Layer    int    `json:"layer"`
+	Head     int    `json:"head"`
+	Replica  int    `json:"replica"`
+	Hint     string `json:"hint"`
+	// Tokens are the first and last differing tokens, when the kind
+	// defines them.
+	Tokens *[2]int `json:"tokens,omitempty"`
+}
+
+// AuditPlace is one finding of an audit: a block of a request on a rank
+// (and, for the tail audit, a layer).
+type AuditPlace struct {
+	Request  string `json:"request"`
+	Group    int    `json:"group"`
+	Position int    `json:"position"`
+	Rank     Rank   `json:"rank"`
+	Layer    string `json:"layer,omitempty"`
+}
+
+// PayloadChange describes a payload fault: which request's payload, in
+// which form, and the byte ranges of its msgpack (after base64 decoding)
+// that differ; a truncated payload's base64 text is cut at Length.
+type PayloadChange struct {
+	Request string `json:"request"`
+	Form    string `json:"form"`
+	// File holds the payloads (request id -> base64), relative to the
+	// output directory.
+	File string `json:"file"`
+	// Original and Tampered are the base64 texts.
+	Original string `json:"original"`
+	Tampered string `json:"tampered"`
+	// Msgpack are the byte ranges of the decoded original that differ
+	// (payload-flip, payload-version) or were replaced
+	// (payload-nesting); for payload-truncate, the text is cut at
+	// TextLength characters.
+	Msgpack    []Change `json:"msgpack,omitempty"`
+	TextLength int      `json:"text_length,omitempty"`
+}
+
+// NotApplicableError says a kind cannot be injected into a side (no
+// second request, no replicated head, no stored checksums, ...).
+type NotApplicableError struct {
+	Kind Kind
+	Msg  string
+}
+
+func (e *NotApplicableError) Error() string {
+	return fmt.Sprintf("fault %s: %s", e.Kind, e.Msg)
+}
+
+// IsNotApplicable reports whether err is a *NotApplicableError.
+func IsNotApplicable(err error) bool {
+	var na *NotApplicableError
+	return errors.As(err, &na)
+}

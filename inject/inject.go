@@ -1,0 +1,279 @@
+package inject
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// Options say which fault to inject where.
+type Options struct {
+	Kind Kind
+	// Seed drives every choice the target leaves open.
+	Seed   uint64
+	Target Target
+	// Bits is the number of bits bit-flip, replica-diverge and state-flip
+	// flip in one cell or state row (0 means 1).
+	Bits int
+	// Allow, when set, restricts the block positions a fault may target
+	// (the campaign passes the positions a comparison covers). It is not
+	// applied to stale-tail and past-num-tokens, which write past the
+	// tokens.
+	Allow func(request string, group, position int) bool
+	// ChangedOnly writes only the ranks the fault changes (their unchanged
+	// files linked), not the whole side: the campaign's trials.
+	ChangedOnly bool
+	// Engine checksums the producer for payload faults (nil: the cpu
+	// engine).
+	Engine checksum.Engine
+	// PayloadForm is the form of the payloads payload faults write.
+	PayloadForm checksum.PayloadForm
+}
+
+// Target narrows where a fault goes; zero fields leave the choice to the
+// seed.
+type Target struct {
+	Request string
+	Group   *int
+	// Layer is a layer name (or alias) or a layer number.
+	Layer string
+	// Head is a global KV head (for state faults, a global state row).
+	Head     *int
+	Position *int
+	Rank     *Rank
+}
+
+// FaultFile is the name of the fault description in the output directory.
+const FaultFile = "fault.json"
+
+// Inject writes into out (created, and empty if it exists) a copy of the
+// side made of dumps with the fault applied, and out/fault.json, and
+// returns the fault. The dumps are only read. A payload fault writes
+// out/payloads.json (request id -> base64 payload, as `kvaudit checksum
+// -o payload` prints) instead of a copy of the dumps. A kind the side
+// cannot take (no second request, no replicated head, ...) is a
+// *NotApplicableError; nothing is written then.
+func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options) (*Fault, error) {
+	info, ok := InfoOf(opts.Kind)
+	if !ok {
+		_, err := ParseKind(string(opts.Kind))
+		return nil, err
+	}
+	if len(dumps) == 0 {
+		return nil, fmt.Errorf("fault %s: no dump", opts.Kind)
+	}
+	if info.Input == InputPayload {
+		return injectPayload(ctx, dumps, out, opts)
+	}
+	f, edits, err := plan(dumps, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := prepareOut(out); err != nil {
+		return nil, err
+	}
+	changes, err := materialize(dumps, out, edits, opts.ChangedOnly)
+	if err != nil {
+		return nil, err
+	}
+	f.Changes = changes
+	if len(changes) > 0 {
+		c := changes[0]
+		f.Rank, f.File = &c.Rank, c.File
+		for _, c := range changes {
+			if c.Tensor != "manifest" {
+				f.Tensor = c.Tensor
+				break
+			}
+		}
+	}
+	if f.Changes == nil {
+		f.Changes = []Change{}
+	}
+	return f, writeFault(out, f)
+}
+
+func writeFault(out string, f *Fault) error {
+	b, err := json.MarshalIndent(f, "", " ")
+	if err != nil {
+		return err
+	}
+	return writeNew(filepath.Join(out, FaultFile), append(b, '\n'))
+}
+
+// ReadFault reads a fault.json file.
+func ReadFault(path string) (*Fault, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f Fault
+	if err := layout.DecodeStrictJSON(data, &f); err != nil {
+		return nil, fmt.Errorf("fault %q: %w", path, err)
+	}
+	if f.Format != FaultFormat {
+		return nil, fmt.Errorf("fault %q: format: got %q, want %q", path, f.Format, FaultFormat)
+	}
+	return &f, nil
+}
+
+// plan decides a dump fault without writing anything: the fault (without
+// its Changes, which only writing measures) and the edits. The dumps'
+// mapped data is read inside layout.Guard.
+func plan(dumps []*layout.Dump, opts Options) (*Fault, []edit, error) {
+	info, _ := InfoOf(opts.Kind)
+	p := &planner{
+		s:    newSide(dumps),
+		opts: opts,
+		rng:  rand.New(rand.NewPCG(opts.Seed, kindSeed(opts.Kind))),
+		f: &Fault{
+			Format: FaultFormat, Kind: opts.Kind, Seed: opts.Seed, Input: info.Input,
+			Detector: info.Detector, Affected: []Place{},
+			Expect: Expect{Verdict: string(checksum.Verified), Requests: []RequestExpect{}},
+		},
+	}
+	if err := p.checkTarget(); err != nil {
+		return nil, nil, err
+	}
+	err := layout.Guard("dump data while planning a fault", func() error {
+		return p.plan()
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	p.finish()
+	return p.f, p.edits, nil
+}
+
+func kindSeed(k Kind) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(k))
+	return h.Sum64()
+}
+
+// side indexes a side's dumps.
+type side struct {
+	dumps []*layout.Dump
+	ids   []string // request ids, first rank's order
+	paths []string // absolute data file path per dump's files (cache)
+}
+
+func newSide(dumps []*layout.Dump) *side {
+	s := &side{dumps: dumps}
+	for _, d := range dumps {
+		for _, r := range d.Manifest.Requests {
+			if !slices.Contains(s.ids, r.ID) {
+				s.ids = append(s.ids, r.ID)
+			}
+		}
+	}
+	return s
+}
+
+func (s *side) rank(di int) Rank {
+	pp, tp := s.dumps[di].Rank()
+	return Rank{pp, tp}
+}
+
+// request returns request id as the first rank holding it lists it.
+func (s *side) request(id string) *layout.Request {
+	for _, d := range s.dumps {
+		if r := d.Manifest.Request(id); r != nil {
+			return r
+		}
+	}
+	return nil
+}
+
+// group returns the manifest group id of the first rank that has it.
+func (s *side) group(id int) *layout.Group {
+	for _, d := range s.dumps {
+		if g := d.Manifest.Group(id); g != nil {
+			return g
+		}
+	}
+	return nil
+}
+
+// groupIDs lists the side's group ids in manifest order.
+func (s *side) groupIDs() []int {
+	var ids []int
+	for _, d := range s.dumps {
+		for _, g := range d.Manifest.Groups {
+			if !slices.Contains(ids, g.ID) {
+				ids = append(ids, g.ID)
+			}
+		}
+	}
+	return ids
+}
+
+// cache is one distinct cache of a group on one rank.
+type cache struct {
+	di int
+	v  *layout.LayerView
+}
+
+// caches returns the checksummed caches of group id on every rank.
+func (s *side) caches(group int) []cache {
+	var out []cache
+	for di, d := range s.dumps {
+		gv := d.GroupView(group)
+		if gv == nil || gv.Skip != "" {
+			continue
+		}
+		for _, v := range gv.Caches {
+			out = append(out, cache{di, v})
+		}
+	}
+	return out
+}
+
+// block returns the block id of request id at position pos of group g on
+// rank di (a state group's state block at position 0).
+func (s *side) block(di int, id string, g *layout.Group, pos int) (int, bool) {
+	r := s.dumps[di].Manifest.Request(id)
+	if r == nil {
+		return 0, false
+	}
+	key := strconv.Itoa(g.ID)
+	if g.Kind == layout.KindMamba {
+		b, ok := r.StateBlock[key]
+		return b, ok && pos == 0
+	}
+	t := r.BlockTable[key]
+	if pos < 0 || pos >= len(t) || t[pos] == nil {
+		return 0, false
+	}
+	return *t[pos], true
+}
+
+// maxReplicas is the number of checks of a group on the side.
+func (s *side) maxReplicas(group int) int {
+	n := 1
+	for _, c := range s.caches(group) {
+		n = max(n, c.v.Replicas)
+	}
+	return n
+}
+
+// checks returns the checks that differ when the sums under keys change:
+// check k sums key (R, k mod R) for every replica count R.
+func (s *side) checks(group int, keys []layout.ReplicaKey) []int {
+	out := []int{}
+	for k := range s.maxReplicas(group) {
+		if slices.ContainsFunc(keys, func(key layout.ReplicaKey) bool { return k%key.Replicas == key.Index }) {
+			out = append(out, k)
+		}
+	}
+	return out
+}

@@ -1,0 +1,256 @@
+package inject
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/kvaudit/kvaudit/checksum"
+)
+
+// Judgement compares what the detectors reported for a faulted side with
+// what its fault expects.
+type Judgement struct {
+	// Detected: the fault's expected detector reported it.
+	Detected bool
+	// Localised: every judged detector reported exactly what the fault
+	// expects (and the fault was detected).
+	Localised bool
+	// FalsePositive: a detector reported something the fault did not
+	// touch (for a control, anything).
+	FalsePositive bool
+	// Problems say what differs from the expectation.
+	Problems []string
+}
+
+// Judge compares a comparison of the producer with the faulted side (res,
+// drilled down where both sides are dumps), the tail audit's findings and
+// the stored-checksum results of the faulted consumer with the fault's
+// expectations. clean is the comparison before the fault: requests the
+// fault does not name must keep their verdicts, and positions it did not
+// cover are not expected to be reported. tail and stored are ignored
+// where the fault does not judge them.
+func Judge(f *Fault, res, clean *checksum.DiffResult, consumer *checksum.Checks, tail []TailFinding, stored []*checksum.StoredRank) Judgement {
+	var j Judgement
+	info, _ := InfoOf(f.Kind)
+	problem := func(fp bool, format string, args ...any) {
+		j.Problems = append(j.Problems, fmt.Sprintf(format, args...))
+		if fp {
+			j.FalsePositive = true
+		}
+	}
+	expected := map[string]RequestExpect{}
+	for _, r := range f.Expect.Requests {
+		expected[r.ID] = r
+	}
+	cleanOf := map[string]*checksum.RequestVerdict{}
+	for _, rv := range clean.Requests {
+		cleanOf[rv.ID] = rv
+	}
+	// reported[request][group] = the consumer positions a mismatch must
+	// name.
+	reported := map[string]map[int][]int{}
+	for _, rv := range res.Requests {
+		e, ok := expected[rv.ID]
+		cv := cleanOf[rv.ID]
+		if !ok {
+			if cv == nil || rv.Verdict != cv.Verdict {
+				problem(true, "request %s: %s (%s), but the fault did not touch it", rv.ID, rv.Verdict, describeVerdict(rv))
+			}
+			continue
+		}
+		switch checksum.Verdict(e.Verdict) {
+		case checksum.Unverified:
+			if rv.Verdict != checksum.Verified {
+				j.Detected = true
+			}
+			if rv.Verdict != checksum.Unverified || !slices.Contains(rv.Reasons, e.Reason) {
+				problem(false, "request %s: %s (%s), want unverified: %s", rv.ID, rv.Verdict, describeVerdict(rv), e.Reason)
+			}
+		case checksum.Mismatch:
+			if rv.Verdict == checksum.Mismatch || (info.Detector == DetectPayload && rv.Verdict != checksum.Verified) {
+				j.Detected = true
+			}
+			if rv.Verdict != checksum.Mismatch {
+				problem(false, "request %s: %s (%s), want a mismatch", rv.ID, rv.Verdict, describeVerdict(rv))
+				continue
+			}
+			want := map[int]GroupExpect{}
+			for _, g := range e.Groups {
+				want[g.ID] = g
+			}
+			for _, gv := range rv.Groups {
+				g, ok := want[gv.ID]
+				if !ok {
+					if gv.Verdict == checksum.Mismatch {
+						problem(true, "request %s group %d: mismatch at %v, but the fault did not touch the group", rv.ID, gv.ID, gv.Positions)
+					}
+					continue
+				}
+				cg := groupVerdict(clean, rv.ID, gv.ID)
+				if cg == nil {
+					problem(false, "request %s group %d: not in the clean comparison", rv.ID, gv.ID)
+					continue
+				}
+				positions := expandPositions(cg, g.Positions, f.Input)
+				if reported[rv.ID] == nil {
+					reported[rv.ID] = map[int][]int{}
+				}
+				reported[rv.ID][gv.ID] = positions
+				if !slices.Equal(gv.Positions, positions) {
+					fp := slices.ContainsFunc(gv.Positions, func(p int) bool { return !slices.Contains(positions, p) })
+					problem(fp, "request %s group %d: mismatch at positions %v, want %v", rv.ID, gv.ID, gv.Positions, positions)
+				}
+				checks := g.Checks
+				if checks == nil {
+					checks = allChecks(consumer, rv.ID, gv.ID)
+				}
+				if !slices.Equal(gv.Checks, checks) {
+					problem(false, "request %s group %d: checks %v differ, want %v", rv.ID, gv.ID, gv.Checks, checks)
+				}
+				delete(want, gv.ID)
+			}
+			for id := range want {
+				problem(false, "request %s group %d: no mismatch reported", rv.ID, id)
+			}
+		}
+	}
+	for id := range expected {
+		if !slices.ContainsFunc(res.Requests, func(rv *checksum.RequestVerdict) bool { return rv.ID == id }) {
+			problem(false, "request %s: not compared", id)
+		}
+	}
+	if f.Expect.Details != nil {
+		judgeDetails(f, res, reported, problem)
+	}
+	if f.Expect.Tail != nil {
+		var got []AuditPlace
+		for _, t := range tail {
+			got = append(got, t.Place())
+		}
+		found := judgePlaces("tail audit", f.Expect.Tail, got, problem)
+		if info.Detector == DetectTail && found {
+			j.Detected = true
+		}
+	}
+	if f.Expect.Stored != nil {
+		var got []AuditPlace
+		for _, s := range stored {
+			for _, b := range s.Mismatches() {
+				got = append(got, AuditPlace{Request: b.Request, Group: b.Group, Position: b.Position, Rank: Rank{s.PPRank, s.TPRank}})
+			}
+		}
+		found := judgePlaces("stored checksums", f.Expect.Stored, got, problem)
+		if info.Detector == DetectStored && found {
+			j.Detected = true
+		}
+	}
+	if info.Control {
+		j.Detected = false
+		if len(j.Problems) > 0 {
+			j.FalsePositive = true
+		}
+	}
+	j.Localised = j.Detected && len(j.Problems) == 0
+	return j
+}
+
+// allChecks lists every check of a consumer request's group.
+func allChecks(c *checksum.Checks, id string, group int) []int {
+	out := []int{}
+	for _, r := range c.Requests {
+		if r.ID != id {
+			continue
+		}
+		if g := r.Group(group); g != nil {
+			for k := range g.Checks {
+				out = append(out, k)
+			}
+		}
+	}
+	return out
+}
+
+// judgePlaces compares an audit's findings with the expected ones; found
+// says whether any expected one was reported.
+func judgePlaces(what string, want, got []AuditPlace, problem func(bool, string, ...any)) (found bool) {
+	for _, w := range want {
+		if slices.Contains(got, w) {
+			found = true
+		} else {
+			problem(false, "%s: %+v not reported", what, w)
+		}
+	}
+	for _, g := range got {
+		if !slices.Contains(want, g) {
+			problem(true, "%s: %+v reported, but the fault did not touch it", what, g)
+		}
+	}
+	return found
+}
+
+// judgeDetails compares the drill-down's details with the expected ones at
+// the positions the comparison covers.
+func judgeDetails(f *Fault, res *checksum.DiffResult, reported map[string]map[int][]int, problem func(bool, string, ...any)) {
+	type key struct {
+		req                                    string
+		group, position, layer, head, replica int
+	}
+	want := map[key]DetailExpect{}
+	for _, d := range f.Expect.Details {
+		if slices.Contains(reported[d.Request][d.Group], d.Position) {
+			want[key{d.Request, d.Group, d.Position, d.Layer, d.Head, d.Replica}] = d
+		}
+	}
+	for _, rv := range res.Requests {
+		for _, d := range rv.Details {
+			k := key{rv.ID, d.Group, d.Position, d.Layer, d.Head, d.Replica}
+			w, ok := want[k]
+			if !ok {
+				problem(false, "drill-down: request %s group %d position %d layer %d head %d replica %d: %q, not expected", rv.ID, d.Group, d.Position, d.Layer, d.Head, d.Replica, d.Hint)
+				continue
+			}
+			delete(want, k)
+			if d.Hint != w.Hint {
+				problem(false, "drill-down: request %s group %d position %d layer %d head %d replica %d: hint %q, want %q", rv.ID, d.Group, d.Position, d.Layer, d.Head, d.Replica, d.Hint, w.Hint)
+			}
+			if w.Tokens != nil && (d.FirstToken != w.Tokens[0] || d.LastToken != w.Tokens[1]) {
+				problem(false, "drill-down: request %s group %d position %d layer %d head %d: tokens %d-%d, want %d-%d", rv.ID, d.Group, d.Position, d.Layer, d.Head, d.FirstToken, d.LastToken, w.Tokens[0], w.Tokens[1])
+			}
+		}
+	}
+	var missing []string
+	for k, w := range want {
+		missing = append(missing, fmt.Sprintf("request %s group %d position %d layer %d head %d replica %d (%s)", k.req, k.group, k.position, k.layer, k.head, k.replica, w.Hint))
+	}
+	slices.Sort(missing)
+	if len(missing) > 0 {
+		problem(false, "drill-down: %d expected detail(s) missing: %s", len(missing), strings.Join(missing, "; "))
+	}
+}
+
+// judge records a trial's judgement in o.
+func (s *pairState) judge(f *Fault, res, clean *checksum.DiffResult, tail []TailFinding, stored []*checksum.StoredRank, o *trialOutcome) {
+	j := Judge(f, res, clean, s.consChecks, tail, stored)
+	o.detected, o.localised, o.falsePositive, o.problems = j.Detected, j.Localised, j.FalsePositive, j.Problems
+	if f.Request != "" {
+		for _, rv := range res.Requests {
+			for _, gv := range rv.Groups {
+				if gv.Verdict == checksum.Mismatch && o.example == "" {
+					o.example = fmt.Sprintf("%s g%d %s", rv.ID, gv.ID, blockMap(gv.Map))
+				}
+			}
+		}
+	}
+}
+
+// blockMap draws a block map as report does: . verified, X mismatch, -
+// not compared, _ not loaded.
+func blockMap(m []checksum.PositionState) string {
+	const symbols = "_-.X"
+	b := make([]byte, len(m))
+	for i, s := range m {
+		b[i] = symbols[s]
+	}
+	return string(b)
+}

@@ -1,0 +1,299 @@
+package inject
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// PrepareOptions say how to turn a side into the consumer an audit
+// expects.
+type PrepareOptions struct {
+	// ZeroTails zeroes every cell slot of an attention cache that no
+	// request's valid token occupies: the tails of last blocks, blocks
+	// past a request's last token and unused blocks (what a connector
+	// that keeps the transferred-or-zeroed invariant leaves).
+	ZeroTails bool
+	// ExtraBlocks appends this many unused blocks to every request's
+	// attention block tables, past its last token (blocks a consumer
+	// allocated beyond the transfer).
+	ExtraBlocks int
+	// Stored gives every request block_hashes for its full attention
+	// blocks (kept where the manifest has them; else synthesized from the
+	// request id, group and position, chained like prefix hashes) and the
+	// stored_checksums of those blocks (an offload tier that stored them).
+	Stored bool
+	// Engine computes the stored checksums (nil: the cpu engine).
+	Engine checksum.Engine
+}
+
+// Prepare writes into out (created, and empty if it exists) a copy of the
+// side made of dumps with opts applied, each rank under the name it has
+// beside its input, and returns the paths of the dumps written. Files it
+// does not change are hard-linked; the dumps are only read.
+func Prepare(ctx context.Context, dumps []*layout.Dump, out string, opts PrepareOptions) ([]string, error) {
+	if err := prepareOut(out); err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, d := range dumps {
+		p, err := prepareRank(ctx, d, out, opts)
+		if err != nil {
+			return nil, err
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
+// cloneManifest deep-copies a manifest.
+func cloneManifest(m *layout.Manifest) (*layout.Manifest, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var c layout.Manifest
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// BlockHash is the block hash Prepare gives position pos of a request's
+// group when the manifest has none: the hex SHA-256 of the previous
+// position's hash (none for position 0), the request id, the group and
+// the position.
+func BlockHash(prev, request string, group, pos int) string {
+	s := sha256.Sum256(fmt.Appendf(nil, "%s|%s|%d|%d", prev, request, group, pos))
+	return hex.EncodeToString(s[:])
+}
+
+func prepareRank(ctx context.Context, d *layout.Dump, out string, opts PrepareOptions) (string, error) {
+	m, err := cloneManifest(d.Manifest)
+	if err != nil {
+		return "", err
+	}
+	attention := func(g *layout.Group) bool { return g.Kind != layout.KindMamba }
+	if opts.ExtraBlocks > 0 {
+		for _, g := range m.Groups {
+			if !attention(&g) {
+				continue
+			}
+			key := strconv.Itoa(g.ID)
+			used := map[int]bool{}
+			for _, r := range m.Requests {
+				for _, b := range r.BlockTable[key] {
+					if b != nil {
+						used[*b] = true
+					}
+				}
+			}
+			next := 0
+			for ri := range m.Requests {
+				r := &m.Requests[ri]
+				t, ok := r.BlockTable[key]
+				if !ok {
+					continue
+				}
+				for range opts.ExtraBlocks {
+					for next < m.NumBlocks && used[next] {
+						next++
+					}
+					if next == m.NumBlocks {
+						return "", fmt.Errorf("dump %q group %d: no unused block left for --extra-blocks", d.Path, g.ID)
+					}
+					b := next
+					used[b] = true
+					t = append(t, &b)
+				}
+				r.BlockTable[key] = t
+			}
+		}
+	}
+	var edits []edit
+	if opts.ZeroTails {
+		err := layout.Guard("dump data while zeroing tails", func() error {
+			edits = zeroEdits(d, m)
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	if opts.Stored {
+		for ri := range m.Requests {
+			r := &m.Requests[ri]
+			for _, g := range m.Groups {
+				key := strconv.Itoa(g.ID)
+				t, ok := r.BlockTable[key]
+				if !attention(&g) || !ok {
+					continue
+				}
+				full := min(r.NumTokens/g.BlockSize, len(t))
+				if full == 0 {
+					continue
+				}
+				if r.BlockHashes == nil {
+					r.BlockHashes = map[string][]string{}
+				}
+				hashes := slices.Clone(r.BlockHashes[key])
+				for p := len(hashes); p < full; p++ {
+					prev := ""
+					if p > 0 {
+						prev = hashes[p-1]
+					}
+					hashes = append(hashes, BlockHash(prev, r.ID, g.ID, p))
+				}
+				r.BlockHashes[key] = hashes
+			}
+		}
+		// Compute the values on a view of the dump with the new manifest:
+		// zeroing tails does not touch the valid tokens of full blocks.
+		view := *d
+		view.Manifest = m
+		s, err := checksum.Stored(ctx, &view, checksum.Options{Engine: opts.Engine})
+		if err != nil {
+			return "", err
+		}
+		for ri := range m.Requests {
+			r := &m.Requests[ri]
+			r.StoredChecksums = nil
+			for _, b := range s.Blocks {
+				if b.Request != r.ID {
+					continue
+				}
+				if r.StoredChecksums == nil {
+					r.StoredChecksums = map[string][]string{}
+				}
+				key := strconv.Itoa(b.Group)
+				for len(r.StoredChecksums[key]) < b.Position {
+					// a null block: no value can be stored for it
+					r.StoredChecksums[key] = append(r.StoredChecksums[key], layout.Hex64(0).String())
+				}
+				r.StoredChecksums[key] = append(r.StoredChecksums[key], layout.Hex64(b.Value).String())
+			}
+		}
+	}
+	if err := m.Validate(); err != nil {
+		return "", fmt.Errorf("dump %q: the prepared manifest: %w", d.Path, err)
+	}
+	return writeDump(d, out, m, edits)
+}
+
+// zeroEdits zeroes every slot of every block of the dump's attention
+// caches past the valid tokens its owners hold (by the new manifest m).
+func zeroEdits(d *layout.Dump, m *layout.Manifest) []edit {
+	var edits []edit
+	p := &planner{}
+	for _, gv := range d.Groups {
+		g := gv.Group
+		if g.Kind == layout.KindMamba || gv.Skip != "" {
+			continue
+		}
+		key := strconv.Itoa(g.ID)
+		owned := make([]int, m.NumBlocks)
+		for _, r := range m.Requests {
+			for pos, b := range r.BlockTable[key] {
+				if b != nil {
+					owned[*b] = max(owned[*b], layout.ValidTokens(r.NumTokens, pos, g.BlockSize))
+				}
+			}
+		}
+		for _, v := range gv.Caches {
+			if v.Cells.Data == nil {
+				continue
+			}
+			c := cache{v: v}
+			zero := make([]byte, v.Cells.CellBytes)
+			for b := range m.NumBlocks {
+				for slot := owned[b]; slot < g.BlockSize; slot++ {
+					for lh := range v.Heads {
+						if slices.ContainsFunc(p.cell(c, b, slot, lh), func(x byte) bool { return x != 0 }) {
+							p.write(c, b, slot, lh, zero)
+						}
+					}
+				}
+			}
+		}
+	}
+	edits = p.edits
+	return edits
+}
+
+// writeDump writes a rank's dump into out with manifest m and the edits:
+// a .safetensors dump rewritten with m embedded, a dump directory with a
+// new manifest.json; other files linked or, when edited, written fresh.
+func writeDump(d *layout.Dump, out string, m *layout.Manifest, edits []edit) (string, error) {
+	rf, err := dumpFiles(d)
+	if err != nil {
+		return "", err
+	}
+	mf, err := manifestFile(d)
+	if err != nil {
+		return "", err
+	}
+	byFile := map[string][]edit{}
+	for _, e := range edits {
+		byFile[e.file] = append(byFile[e.file], e)
+	}
+	base := filepath.Join(out, filepath.Base(d.Path))
+	for i, src := range rf.files {
+		dst := filepath.Join(out, filepath.FromSlash(rf.rel[i]))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return "", err
+		}
+		switch {
+		case src == mf && filepath.Base(src) == "manifest.json":
+			text, err := layout.MarshalManifest(m)
+			if err != nil {
+				return "", err
+			}
+			if err := writeNew(dst, append(text, '\n')); err != nil {
+				return "", err
+			}
+		case src == mf:
+			if err := rewriteEmbedded(src, dst, m, byFile[src]); err != nil {
+				return "", err
+			}
+		case len(byFile[src]) > 0:
+			if _, err := writeEdited(src, dst, byFile[src]); err != nil {
+				return "", err
+			}
+		default:
+			if err := linkOrCopy(src, dst); err != nil {
+				return "", err
+			}
+		}
+	}
+	return base, nil
+}
+
+// rewriteEmbedded writes a .safetensors dump anew: its tensors (with the
+// edits applied) and manifest m in its metadata.
+func rewriteEmbedded(src, dst string, m *layout.Manifest, edits []edit) error {
+	raw, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range edits {
+		copy(raw[e.off:], e.data)
+	}
+	st, err := layout.ParseSafetensors(src, raw)
+	if err != nil {
+		return err
+	}
+	tensors := make([]layout.TensorData, len(st.Tensors))
+	for i, t := range st.Tensors {
+		tensors[i] = layout.TensorData{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape, Data: t.Data}
+	}
+	return layout.WriteDumpFile(dst, m, tensors)
+}
