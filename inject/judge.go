@@ -193,7 +193,7 @@ func judgePlaces(what string, want, got []AuditPlace, problem func(bool, string,
 // the positions the comparison covers.
 func judgeDetails(f *Fault, res *checksum.DiffResult, reported map[string]map[int][]int, problem func(bool, string, ...any)) {
 	type key struct {
-		req                                    string
+		req                                   string
 		group, position, layer, head, replica int
 	}
 	want := map[key]DetailExpect{}

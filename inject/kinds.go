@@ -814,7 +814,9 @@ func (p *planner) staleBlock() error {
 			if layout.ValidTokens(r2.NumTokens, pl.pos, pl.S()) < pl.valid {
 				continue
 			}
-			if len(p.filterCaches(pl.g.ID, func(c cache) bool { return p.hasBlocks(c.di, pl.id, pl.g, pl.pos) && p.hasBlocks(c.di, id, pl.g, pl.pos) })) > 0 {
+			if len(p.filterCaches(pl.g.ID, func(c cache) bool {
+				return p.hasBlocks(c.di, pl.id, pl.g, pl.pos) && p.hasBlocks(c.di, id, pl.g, pl.pos)
+			})) > 0 {
 				cands = append(cands, cand{pl, id})
 			}
 		}
