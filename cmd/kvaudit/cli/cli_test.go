@@ -167,3 +167,25 @@ func TestManPages(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigFileInWorkingDirectory: ./kvaudit.yaml is read; a file called
+// plain "kvaudit" (the binary beside it) is not taken for configuration.
+func TestConfigFileInWorkingDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := synth.Write(dir, synth.Config{Preset: "tiny"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	if err := os.WriteFile("kvaudit", []byte("\x7fELF\x00\x01binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, stderr := run(t, "checksum", "producer"); code != ExitOK || strings.HasPrefix(out, "{") {
+		t.Fatalf("exit %d, %q, %q", code, out, stderr)
+	}
+	if err := os.WriteFile("kvaudit.yaml", []byte("output: json\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, stderr := run(t, "checksum", "producer"); code != ExitOK || !strings.HasPrefix(out, "{") {
+		t.Fatalf("./kvaudit.yaml ignored: exit %d, %q, %q", code, out, stderr)
+	}
+}

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,23 +30,35 @@ func newConfig(cmd *cobra.Command) (*config, error) {
 		return nil, err
 	}
 	file, _ := cmd.Flags().GetString("config")
+	if file == "" {
+		file = findConfigFile()
+	}
 	if file != "" {
 		v.SetConfigFile(file)
-	} else {
-		v.SetConfigName("kvaudit")
 		v.SetConfigType("yaml")
-		v.AddConfigPath(".")
-		if dir, err := os.UserConfigDir(); err == nil {
-			v.AddConfigPath(filepath.Join(dir, "kvaudit"))
-		}
-	}
-	if err := v.ReadInConfig(); err != nil {
-		var nf viper.ConfigFileNotFoundError
-		if file != "" || !errors.As(err, &nf) {
-			return nil, usageErrorf("reading configuration: %v", err)
+		if err := v.ReadInConfig(); err != nil {
+			return nil, usageErrorf("reading configuration %q: %v", file, err)
 		}
 	}
 	return &config{v: v, cmd: cmd}, nil
+}
+
+// findConfigFile returns ./kvaudit.yaml, else
+// $XDG_CONFIG_HOME/kvaudit/kvaudit.yaml, whichever exists first, or "".
+// (Only these exact names: a file called plain "kvaudit", such as the
+// binary itself, is never read as configuration.)
+func findConfigFile() string {
+	dirs := []string{"."}
+	if dir, err := os.UserConfigDir(); err == nil {
+		dirs = append(dirs, filepath.Join(dir, "kvaudit"))
+	}
+	for _, dir := range dirs {
+		p := filepath.Join(dir, "kvaudit.yaml")
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return p
+		}
+	}
+	return ""
 }
 
 // key returns the viper key for a flag, preferring the command's section
