@@ -192,7 +192,7 @@ func Open(path string) (*Dump, error) {
 		var reason string
 		var err error
 		if g.Kind == KindMamba {
-			o.views, o.keys, o.firstRows, o.rows, reason, err = stateViews(m, l, geo)
+			o.views, o.keys, o.firstRows, o.states, o.rows, reason, err = stateViews(m, l, geo)
 		} else {
 			var v CellView
 			v, reason, err = buildCellView(m, g, l, geo)

@@ -75,8 +75,10 @@ type LayerView struct {
 	Cells  CellView
 	// State marks a state layer's view (SPEC section 6): its "heads" are
 	// global rows of one (state, segment), its pieces the row's elements,
-	// and its block is a request's state block at position 0.
-	State bool
+	// and its block is a request's state block at position 0. StateIndex
+	// is the index of its state in the layer's states.
+	State      bool
+	StateIndex int
 }
 
 // ReplicaKey is the (replicas, replica_index) key of a partial checksum.
@@ -171,6 +173,7 @@ type opened struct {
 	views     []CellView
 	keys      []ReplicaKey
 	firstRows []int
+	states    []int
 	rows      int
 }
 
@@ -302,7 +305,7 @@ func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer
 					Layer: c.layer, Number: c.number, Module: c.module, Aliases: c.aliases,
 					Heads: cells.Heads, HeadBase: base + o.firstRows[i], GlobalHeads: o.rows,
 					Replicas: o.keys[i].Replicas, ReplicaIndex: o.keys[i].Index,
-					Pieces: cells.Pieces(), Cells: cells, State: true,
+					Pieces: cells.Pieces(), Cells: cells, State: true, StateIndex: o.states[i],
 				})
 			}
 			continue

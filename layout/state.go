@@ -107,24 +107,24 @@ func StateShapes(l *Layer, tp int) []StateShape {
 // stateViews resolves a state layer into cell views (SPEC section 6). With
 // a split, each (state, segment) is one view whose "heads" are the rank's
 // rows of the segment and whose pieces are the row's elements at their own
-// width; firstRows gives each view's first global row and rows counts the
-// layer's global rows. Without a split, one view covers all the states'
+// width; firstRows gives each view's first global row, states its state's
+// index, and rows counts the layer's global rows. Without a split, one view covers all the states'
 // bytes as 8-byte pieces, as head tp_rank. t is the [block, page] tensor.
-func stateViews(m *Manifest, l *Layer, t tensorGeometry) (views []CellView, keys []ReplicaKey, firstRows []int, rows int, reason string, err error) {
+func stateViews(m *Manifest, l *Layer, t tensorGeometry) (views []CellView, keys []ReplicaKey, firstRows, states []int, rows int, reason string, err error) {
 	if len(t.shape) != 2 || l.Layout[0] != "block" || l.Layout[1] != "page" {
-		return nil, nil, nil, 0, "", fmt.Errorf("a state layer's tensor is [block, page], got shape %v", t.shape)
+		return nil, nil, nil, nil, 0, "", fmt.Errorf("a state layer's tensor is [block, page], got shape %v", t.shape)
 	}
 	if t.dtype.Bits != 8 {
-		return nil, nil, nil, 0, "", fmt.Errorf("a state layer's tensor is bytes (U8 or I8), got %s", t.dtype.Name)
+		return nil, nil, nil, nil, 0, "", fmt.Errorf("a state layer's tensor is bytes (U8 or I8), got %s", t.dtype.Name)
 	}
 	if t.size >= 0 {
 		end, ok := tensorEnd(t)
 		if !ok || end > t.size {
-			return nil, nil, nil, 0, "", fmt.Errorf("tensor of shape %v and strides %v (bytes) needs %d bytes, %d available", t.shape, t.strides, end, t.size)
+			return nil, nil, nil, nil, 0, "", fmt.Errorf("tensor of shape %v and strides %v (bytes) needs %d bytes, %d available", t.shape, t.strides, end, t.size)
 		}
 	}
 	if t.shape[0] != int64(m.NumBlocks) {
-		return nil, nil, nil, 0, ReasonNumBlocks, nil
+		return nil, nil, nil, nil, 0, ReasonNumBlocks, nil
 	}
 	page := t.shape[1]
 	var offsets []int64
@@ -132,16 +132,16 @@ func stateViews(m *Manifest, l *Layer, t tensorGeometry) (views []CellView, keys
 	for i, s := range l.States {
 		n, ok := stateBytes(s)
 		if !ok {
-			return nil, nil, nil, 0, "", fmt.Errorf("states[%d] is too large", i)
+			return nil, nil, nil, nil, 0, "", fmt.Errorf("states[%d] is too large", i)
 		}
 		offsets = append(offsets, total)
 		total += n
 	}
 	if total > page {
-		return nil, nil, nil, 0, "", fmt.Errorf("states take %d bytes, the page holds %d", total, page)
+		return nil, nil, nil, nil, 0, "", fmt.Errorf("states take %d bytes, the page holds %d", total, page)
 	}
 	if t.strides[1] != 1 {
-		return nil, nil, nil, 0, "", fmt.Errorf("the page axis must be contiguous bytes, its stride is %d", t.strides[1])
+		return nil, nil, nil, nil, 0, "", fmt.Errorf("the page axis must be contiguous bytes, its stride is %d", t.strides[1])
 	}
 	base := CellView{KernelBlocks: 1, KernelTokens: 1, RowStride: t.strides[0]}
 	tp, rank := m.Parallel.TPSize, m.Parallel.TPRank
@@ -150,15 +150,15 @@ func stateViews(m *Manifest, l *Layer, t tensorGeometry) (views []CellView, keys
 		v.Heads, v.CellBytes = 1, int(total)
 		v.Runs = []CellRun{{Offset: 0, Len: int(total)}}
 		if total == 0 || total%8 != 0 {
-			return nil, nil, nil, 0, ReasonPieces, nil
+			return nil, nil, nil, nil, 0, ReasonPieces, nil
 		}
-		return []CellView{v}, []ReplicaKey{{1, 0}}, []int{rank}, tp, "", nil
+		return []CellView{v}, []ReplicaKey{{1, 0}}, []int{rank}, []int{0}, tp, "", nil
 	}
 	for i, s := range l.States {
 		dt, _ := TorchDtype(s.Dtype)
 		w := dt.Size()
 		if w != 2 && w != 4 {
-			return nil, nil, nil, 0, ReasonStateWidth, nil
+			return nil, nil, nil, nil, 0, ReasonStateWidth, nil
 		}
 		// Row-major element strides of the local state.
 		st := make([]int64, len(s.Shape))
@@ -208,9 +208,10 @@ func stateViews(m *Manifest, l *Layer, t tensorGeometry) (views []CellView, keys
 			views = append(views, v)
 			keys = append(keys, ReplicaKey{r, rank % r})
 			firstRows = append(firstRows, rows+(rank/r)*local)
+			states = append(states, i)
 			rows += local * (tp / r)
 			lo += int64(local)
 		}
 	}
-	return views, keys, firstRows, rows, "", nil
+	return views, keys, firstRows, states, rows, "", nil
 }
