@@ -43,6 +43,8 @@ func Judge(f *Fault, res, clean *checksum.DiffResult, consumer *checksum.Checks,
 	for _, r := range f.Expect.Requests {
 		expected[r.ID] = r
 	}
+	// Only the comparison's detectors detect through it.
+	byVerdict := info.Detector == DetectChecksum || info.Detector == DetectCoResident || info.Detector == DetectPayload
 	cleanOf := map[string]*checksum.RequestVerdict{}
 	for _, rv := range clean.Requests {
 		cleanOf[rv.ID] = rv
@@ -61,14 +63,14 @@ func Judge(f *Fault, res, clean *checksum.DiffResult, consumer *checksum.Checks,
 		}
 		switch checksum.Verdict(e.Verdict) {
 		case checksum.Unverified:
-			if rv.Verdict != checksum.Verified {
+			if byVerdict && rv.Verdict != checksum.Verified {
 				j.Detected = true
 			}
 			if rv.Verdict != checksum.Unverified || !slices.Contains(rv.Reasons, e.Reason) {
 				problem(false, "request %s: %s (%s), want unverified: %s", rv.ID, rv.Verdict, describeVerdict(rv), e.Reason)
 			}
 		case checksum.Mismatch:
-			if rv.Verdict == checksum.Mismatch || (info.Detector == DetectPayload && rv.Verdict != checksum.Verified) {
+			if byVerdict && (rv.Verdict == checksum.Mismatch || (info.Detector == DetectPayload && rv.Verdict != checksum.Verified)) {
 				j.Detected = true
 			}
 			if rv.Verdict != checksum.Mismatch {

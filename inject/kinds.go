@@ -1038,7 +1038,9 @@ func (p *planner) wrongPrefix() error {
 				continue
 			}
 			for _, s := range all {
-				if s.pl.id != v.pl.id && s.pl.g.ID == v.pl.g.ID && s.hash != v.hash && s.text != v.text {
+				// Another prefix's block at the same position: its sum
+				// alone equals the loaded block's, only the tag differs.
+				if s.pl.id != v.pl.id && s.pl.g.ID == v.pl.g.ID && s.pl.pos == v.pl.pos && s.hash != v.hash && s.text != v.text {
 					cands = append(cands, cand{di, v, s})
 				}
 			}
