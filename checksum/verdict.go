@@ -107,6 +107,13 @@ type Detail struct {
 	// "zeroed", "heads 1<->2 swapped", "holds the block of position 3",
 	// "holds KV of request req-4", "random bytes", ...
 	Hint string
+	// State is set for a state group (SPEC section 6): Head and LastHead
+	// are then the first and last differing global rows, StateIndex the
+	// state (in the layer's states) they belong to, and there are no
+	// tokens. For attention LastHead equals Head.
+	State      bool
+	StateIndex int
+	LastHead   int
 }
 
 // Diff compares each consumer request with its producer request (the

@@ -72,6 +72,11 @@ type DiffDetailJSON struct {
 	Hint       string `json:"hint"`
 	LayerName  string `json:"layer_name"`
 	Bits       int    `json:"bits"`
+	// LastHead is the last differing head (or state row); State is the
+	// index of the state, in the layer's states, of a state group's rows
+	// (absent for attention, whose details have tokens instead).
+	LastHead int  `json:"last_head"`
+	State    *int `json:"state,omitempty"`
 }
 
 // NewDiffJSON converts a comparison to the JSON schema.
@@ -91,11 +96,15 @@ func NewDiffJSON(res *checksum.DiffResult) *DiffJSON {
 			})
 		}
 		for _, d := range r.Details {
-			rj.Details = append(rj.Details, DiffDetailJSON{
+			dj := DiffDetailJSON{
 				Group: d.Group, Position: d.Position, Layer: d.Layer, Head: d.Head, Replica: d.Replica,
 				FirstToken: d.FirstToken, LastToken: d.LastToken, Bytes: d.Bytes, Hint: d.Hint,
-				LayerName: d.LayerName, Bits: d.Bits,
-			})
+				LayerName: d.LayerName, Bits: d.Bits, LastHead: d.LastHead,
+			}
+			if d.State {
+				dj.State = &d.StateIndex
+			}
+			rj.Details = append(rj.Details, dj)
 		}
 		out.Requests = append(out.Requests, rj)
 	}
@@ -242,8 +251,17 @@ func DiffTables(res *checksum.DiffResult, r *lipgloss.Renderer) []*Table {
 			if x.LastToken != x.FirstToken {
 				tokens += "-" + strconv.Itoa(x.LastToken)
 			}
+			head := strconv.Itoa(x.Head)
+			if x.State {
+				// state rows: no tokens; the head column holds the rows
+				tokens = fmt.Sprintf("state %d", x.StateIndex)
+				head = "rows " + head
+				if x.LastHead != x.Head {
+					head += "-" + strconv.Itoa(x.LastHead)
+				}
+			}
 			d.Add(C("%s", rv.ID), C("%d", x.Group), C("%d", x.Position), C("%d (%s)", x.Layer, x.LayerName),
-				C("%d", x.Head), C("%d", x.Replica), C("%s", tokens), C("%d", x.Bytes), Cell{Text: x.Hint, Tone: Bad})
+				C("%s", head), C("%d", x.Replica), C("%s", tokens), C("%d", x.Bytes), Cell{Text: x.Hint, Tone: Bad})
 		}
 		for _, n := range rv.Notes {
 			d.Notes = append(d.Notes, fmt.Sprintf("request %s: %s", rv.ID, n))
@@ -353,7 +371,12 @@ func WriteDiffJUnit(w io.Writer, res *checksum.DiffResult, allowUnverified bool)
 			case checksum.Mismatch:
 				var text strings.Builder
 				for _, d := range rv.Details {
-					if d.Group == g.ID {
+					switch {
+					case d.Group != g.ID:
+					case d.State:
+						fmt.Fprintf(&text, "layer %d (%s) state %d rows %d-%d replica %d, %d differing bytes: %s\n",
+							d.Layer, d.LayerName, d.StateIndex, d.Head, d.LastHead, d.Replica, d.Bytes, d.Hint)
+					default:
 						fmt.Fprintf(&text, "position %d layer %d (%s) head %d replica %d tokens %d-%d, %d differing bytes: %s\n",
 							d.Position, d.Layer, d.LayerName, d.Head, d.Replica, d.FirstToken, d.LastToken, d.Bytes, d.Hint)
 					}

@@ -43,8 +43,9 @@ type Options struct {
 // global head, consumer replica copy and token. It reads only the cells of
 // those positions (and, to classify a difference, single cells elsewhere),
 // always inside layout.Guard, and never writes to a dump. Groups whose
-// data is not in mapped files (device memory) or that are state groups get
-// a note instead. It returns an error only for a fault while reading
+// data is not in mapped files (device memory) get a note instead. State
+// groups are compared row by row (SPEC section 6): each consumer copy of a
+// (state, segment) with differing rows gives one detail naming the rows. It returns an error only for a fault while reading
 // mapped data or a cancelled ctx.
 func Explain(ctx context.Context, producer, consumer []*layout.Dump, res *checksum.DiffResult, opts Options) error {
 	maxDetails := opts.MaxDetails
@@ -196,11 +197,13 @@ func (e *explainer) request() error {
 		if g.Verdict != checksum.Mismatch {
 			continue
 		}
-		if g.Kind == layout.KindMamba {
-			e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d: state groups are not drilled down", g.ID))
+		caches := e.c.caches(g.ID)
+		if g.Kind == layout.KindMamba && len(caches) > 0 {
+			if err := e.stateGroup(g.ID, caches); err != nil {
+				return err
+			}
 			continue
 		}
-		caches := e.c.caches(g.ID)
 		if len(caches) == 0 {
 			e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d: no drill-down: the consumer's dumps do not hold its caches", g.ID))
 			continue
@@ -291,8 +294,137 @@ func (e *explainer) compare(group, pos, S int, c cache, head, lo, hi int) bool {
 		Group: group, Position: pos, Layer: c.view.Number, LayerName: name, Head: head,
 		Replica: c.view.ReplicaIndex, FirstToken: diffs[0].token, LastToken: diffs[len(diffs)-1].token,
 		Bytes: nbytes, Bits: nbits, Hint: e.classify(group, pos, S, c, pc, head, lo, hi, diffs, nbits),
+		LastHead: head,
 	})
 	return true
+}
+
+// stateBlock returns the state block of request id in cache c's group.
+func (s *side) stateBlock(c cache, id string) (int, bool) {
+	r := s.reqs[c.di][id]
+	if r == nil {
+		return 0, false
+	}
+	b, ok := r.StateBlock[strconv.Itoa(c.group.ID)]
+	return b, ok && b >= 0 && b < s.dumps[c.di].Manifest.NumBlocks
+}
+
+// row appends global row row of cache c's state block for request id.
+func (s *side) row(dst []byte, c cache, id string, row int) ([]byte, bool) {
+	b, ok := s.stateBlock(c, id)
+	if !ok || c.view.Cells.Data == nil {
+		return dst, false
+	}
+	return c.view.Cells.ReadCell(dst, b, 0, row-c.view.HeadBase), true
+}
+
+// stateGroup compares every consumer copy of every state row of a
+// mismatching state group with the producer's row (the same global row of
+// the same layer, any copy) and adds one detail per consumer view (a
+// (state, segment) copy) whose rows differ.
+func (e *explainer) stateGroup(group int, caches []cache) error {
+	pid, cid := e.rv.ProducerID, e.rv.ID
+	differ := 0
+	for _, c := range caches {
+		if err := e.ctx.Err(); err != nil {
+			return err
+		}
+		if c.view.Cells.Data == nil {
+			e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d: some state layers are in device memory and were not compared", group))
+			continue
+		}
+		var rows []int
+		var gots, wants [][]byte
+		nbytes, nbits := 0, 0
+		for lr := range c.view.Heads {
+			row := c.view.HeadBase + lr
+			pc, ok := e.p.find(group, c.view.Layer.Name, row, -1)
+			if !ok {
+				continue
+			}
+			got, ok1 := e.c.row(nil, c, cid, row)
+			want, ok2 := e.p.row(nil, pc, pid, row)
+			if !ok1 || !ok2 || bytes.Equal(got, want) {
+				continue
+			}
+			for i := range min(len(got), len(want)) {
+				if x := got[i] ^ want[i]; x != 0 {
+					nbytes++
+					nbits += bits.OnesCount8(x)
+				}
+			}
+			rows = append(rows, row)
+			gots, wants = append(gots, got), append(wants, want)
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		differ++
+		if e.max >= 0 && len(e.rv.Details) >= e.max {
+			e.skipped++
+			continue
+		}
+		e.rv.Details = append(e.rv.Details, checksum.Detail{
+			Group: group, Layer: c.view.Number, LayerName: c.view.Layer.Name, Head: rows[0], LastHead: rows[len(rows)-1],
+			Replica: c.view.ReplicaIndex, Bytes: nbytes, Bits: nbits, State: true, StateIndex: c.view.StateIndex,
+			Hint: e.classifyState(group, c, rows, gots, nbits),
+		})
+	}
+	if differ == 0 {
+		e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d: no differing state row found (the producer's dumps do not hold what it checksummed)", group))
+	}
+	return nil
+}
+
+// classifyState says what differing state rows look like: zeroed, the
+// state of another request (a stale read of a reused state block), a few
+// flipped bits, or random bytes.
+func (e *explainer) classifyState(group int, c cache, rows []int, gots [][]byte, nbits int) string {
+	zero := true
+	for _, g := range gots {
+		if slices.ContainsFunc(g, func(b byte) bool { return b != 0 }) {
+			zero = false
+			break
+		}
+	}
+	if zero {
+		return "zeroed"
+	}
+	for _, sd := range []*side{e.p, e.c} {
+		for _, id := range sd.requestIDs() {
+			if id == e.rv.ProducerID || id == e.rv.ID {
+				continue
+			}
+			same := true
+			for i, row := range rows {
+				if e.budget <= 0 {
+					same = false
+					break
+				}
+				e.budget--
+				src, ok := sd.find(group, c.view.Layer.Name, row, -1)
+				if !ok {
+					same = false
+					break
+				}
+				b, ok := sd.row(nil, src, id, row)
+				if !ok || !bytes.Equal(b, gots[i]) {
+					same = false
+					break
+				}
+			}
+			if same {
+				return "holds the state of request " + id
+			}
+		}
+	}
+	if nbits <= FlipBits {
+		if nbits == 1 {
+			return "1 bit flipped"
+		}
+		return fmt.Sprintf("%d bits flipped", nbits)
+	}
+	return "random bytes"
 }
 
 func appendUnique(v []int, x int) []int {

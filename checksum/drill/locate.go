@@ -8,12 +8,13 @@ import (
 )
 
 // CellRef names one logical cell of a side: one token of one global KV
-// head of one layer, in one replica copy.
+// head of one layer, in one replica copy; in a state group, one global row
+// (Head) of the request's state block (Token is then ignored).
 type CellRef struct {
 	Request string
 	Group   int
 	Layer   string // the layer's name (an alias names its cache)
-	Head    int    // global KV head
+	Head    int    // global KV head, or global state row
 	Replica int    // replica index of the copy; 0 when not replicated
 	Token   int    // token position in the request
 }
@@ -37,12 +38,6 @@ func Locate(dumps []*layout.Dump, ref CellRef, i int) (string, int64, error) {
 	if r == nil {
 		return "", 0, fmt.Errorf("locating %s: %q does not hold the request", ref, s.dumps[c.di].Path)
 	}
-	S := c.group.BlockSize
-	table := r.BlockTable[strconv.Itoa(c.group.ID)]
-	pos := ref.Token / S
-	if ref.Token < 0 || pos >= len(table) || table[pos] == nil {
-		return "", 0, fmt.Errorf("locating %s: no block at position %d", ref, pos)
-	}
 	cells := &c.view.Cells
 	if cells.Data == nil {
 		return "", 0, fmt.Errorf("locating %s: the cache is in device memory", ref)
@@ -50,7 +45,22 @@ func Locate(dumps []*layout.Dump, ref CellRef, i int) (string, int64, error) {
 	if i < 0 || i >= cells.CellBytes {
 		return "", 0, fmt.Errorf("locating %s: byte %d of a %d-byte cell", ref, i, cells.CellBytes)
 	}
-	addr := cells.CellAddr(*table[pos], ref.Token%S, ref.Head-c.view.HeadBase)
+	var addr int64
+	if c.view.State {
+		b, ok := s.stateBlock(c, ref.Request)
+		if !ok {
+			return "", 0, fmt.Errorf("locating %s: the request has no state block in group %d", ref, ref.Group)
+		}
+		addr = cells.CellAddr(b, 0, ref.Head-c.view.HeadBase)
+	} else {
+		S := c.group.BlockSize
+		table := r.BlockTable[strconv.Itoa(c.group.ID)]
+		pos := ref.Token / S
+		if ref.Token < 0 || pos >= len(table) || table[pos] == nil {
+			return "", 0, fmt.Errorf("locating %s: no block at position %d", ref, pos)
+		}
+		addr = cells.CellAddr(*table[pos], ref.Token%S, ref.Head-c.view.HeadBase)
+	}
 	for _, run := range cells.Runs {
 		if i < run.Len {
 			return cells.File, cells.FileOffset + addr + run.Offset + int64(i), nil
