@@ -3,43 +3,53 @@ package checksum
 import (
 	"context"
 	"encoding/binary"
+	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/kvaudit/kvaudit/layout"
 )
 
-// Fast is the CPU engine: parallel over (cache, block range), walking each
-// kernel block in memory order and forming the sums of SPEC section 1 with
-// the addition-only A/B decomposition. It allocates nothing per block.
+// Fast is the CPU engine. It cuts the plan into chunks of (cache, rows in
+// block order) sized to the data, checksums them on Threads goroutines, and
+// within a block walks the cache tensor in memory order, adding each
+// contiguous run of bytes into per-head accumulators with the
+// addition-only A/B sums of SPEC section 1 (several independent lanes).
+// It asks the kernel to read ahead the mapped ranges it will read. Its
+// allocations depend on the plan's size, never on the number of blocks
+// done, and its results are bit-identical to Reference.
 type Fast struct {
 	// Threads is the number of goroutines; 0 means GOMAXPROCS.
 	Threads int
-	// ChunkBytes is the work of one unit handed to a goroutine; 0 means
-	// 4 MiB.
+	// ChunkBytes is the cell bytes of one unit of work handed to a
+	// goroutine; 0 sizes chunks to the plan (between 256 KiB and 4 MiB,
+	// at least 8 per thread when the plan is large enough).
 	ChunkBytes int64
 }
 
 // Name returns "cpu".
 func (Fast) Name() string { return "cpu" }
 
+const (
+	minChunk = 256 << 10
+	maxChunk = 4 << 20
+)
+
+// chunk is a unit of work: rows order[begin:end] of one task.
 type chunk struct {
-	task       int
-	begin, end int
+	task       int32
+	begin, end int32
+	bytes      int64
 }
 
-// chunks splits the plan's tasks into row ranges of about size bytes.
-func chunks(p *Plan, size int64) []chunk {
-	var cs []chunk
-	for ti, t := range p.Tasks {
-		per := max(t.Cache.Cells.BlockBytes(), 1)
-		rows := int(max(size/per, 1))
-		for b := 0; b < len(t.Rows); b += rows {
-			cs = append(cs, chunk{ti, b, min(b+rows, len(t.Rows))})
-		}
-	}
-	return cs
+// job is one task prepared for the walk: its rows in block order and how
+// to walk its tensor.
+type job struct {
+	task  *Task
+	order []int32 // row indices sorted by block id
+	walk  *walk
 }
 
 // Run implements Engine.
@@ -51,11 +61,27 @@ func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
+	jobs := make([]job, len(p.Tasks))
+	var total int64
+	maxHeads, maxTokens := 0, 0
+	for i := range p.Tasks {
+		t := &p.Tasks[i]
+		jobs[i] = job{task: t, order: blockOrder(t.Rows), walk: newWalk(t.Cache)}
+		total += int64(len(t.Rows)) * jobs[i].walk.rowBytes
+		maxHeads = max(maxHeads, t.Cache.Cells.Heads)
+		maxTokens = max(maxTokens, t.Cache.Cells.KernelTokens)
+	}
 	size := f.ChunkBytes
 	if size <= 0 {
-		size = 4 << 20
+		size = min(max(total/int64(threads*8), minChunk), maxChunk)
 	}
-	cs := chunks(p, size)
+	cs := chunks(jobs, size)
+	if len(cs) == 0 {
+		return ctx.Err()
+	}
+	for i := range jobs {
+		jobs[i].advise()
+	}
 	threads = min(threads, len(cs))
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -64,29 +90,25 @@ func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var s scratch
+			s := newScratch(maxHeads, maxTokens)
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(cs) || ctx.Err() != nil {
 					return
 				}
-				c := cs[i]
-				task := &p.Tasks[c.task]
-				err := layout.Guard(task.Cache.Cells.File, func() error {
-					var done int64
-					for _, row := range task.Rows[c.begin:c.end] {
-						atomic.AddUint64(&out[row.Out], s.block(task.Cache, row))
-						done += int64(row.Valid*task.Cache.Heads) * int64(task.Cache.Cells.CellBytes)
-					}
-					if p.Progress != nil {
-						p.Progress(done)
-					}
+				c := &cs[i]
+				j := &jobs[c.task]
+				err := layout.Guard(j.task.Cache.Cells.File, func() error {
+					s.chunk(j, c, out)
 					return nil
 				})
 				if err != nil {
 					errs[w] = err
 					next.Store(int64(len(cs))) // stop the others
 					return
+				}
+				if p.Progress != nil {
+					p.Progress(c.bytes)
 				}
 			}
 		}()
@@ -100,148 +122,644 @@ func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
 	return ctx.Err()
 }
 
-// scratch is one goroutine's reusable state: per-head sums and a buffer to
-// assemble cells whose pieces straddle runs.
-type scratch struct {
-	s    []uint64
-	cell []byte
+// blockOrder returns the indices of rows sorted by block id (stable), so
+// that a chunk reads the tensor front to back.
+func blockOrder(rows []Row) []int32 {
+	order := make([]int32, len(rows))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	if slices.IsSortedFunc(rows, func(a, b Row) int { return a.Block - b.Block }) {
+		return order
+	}
+	slices.SortStableFunc(order, func(a, b int32) int { return rows[a].Block - rows[b].Block })
+	return order
 }
 
-// block returns one cache's part of a block checksum, as ReferenceBlock.
-func (w *scratch) block(c *layout.LayerView, row Row) uint64 {
+// chunks cuts every job's ordered rows into ranges of about size bytes.
+// It allocates once, whatever the number of chunks.
+func chunks(jobs []job, size int64) []chunk {
+	each := func(emit func(chunk)) {
+		for ti := range jobs {
+			j := &jobs[ti]
+			c := chunk{task: int32(ti)}
+			for i, ri := range j.order {
+				c.bytes += int64(j.task.Rows[ri].Valid) * j.walk.tokenBytes
+				if c.bytes >= size || i == len(j.order)-1 {
+					c.end = int32(i + 1)
+					emit(c)
+					c = chunk{task: int32(ti), begin: int32(i + 1)}
+				}
+			}
+		}
+	}
+	n := 0
+	each(func(chunk) { n++ })
+	cs := make([]chunk, 0, n)
+	each(func(c chunk) { cs = append(cs, c) })
+	return cs
+}
+
+// advise tells the kernel which part of the mapped tensor the job reads,
+// so that it reads ahead what is not in memory yet. It is a hint: it does
+// nothing for data that is not a mapped file.
+func (j *job) advise() {
+	v := &j.task.Cache.Cells
+	if len(j.order) == 0 || len(v.Data) == 0 || v.FileOffset < 0 {
+		return
+	}
+	rows := j.task.Rows
+	lo := int64(rows[j.order[0]].Block*v.KernelBlocks) * v.RowStride
+	hi := int64(rows[j.order[len(j.order)-1]].Block*v.KernelBlocks+v.KernelBlocks) * v.RowStride
+	// Data[0] is byte FileOffset of a file mapped from its start, so
+	// Data[skip] is page-aligned: a Mapping from there is one Advise
+	// understands.
+	page := int64(os.Getpagesize())
+	skip := (page - v.FileOffset%page) % page
+	if skip >= int64(len(v.Data)) {
+		return
+	}
+	m := layout.Mapping{Data: v.Data[skip:]}
+	lo = max(lo-skip, 0)
+	m.Advise(lo, hi-skip-lo, false)
+}
+
+// walk is how to read one cache's blocks in memory order.
+type walk struct {
+	v *layout.CellView
+	// w is the piece width, P the pieces of a cell.
+	w int
+	P uint64
+	// runs are the cell's runs sorted by memory offset.
+	runs []walkRun
+	// runsOuter: each run's cells (all tokens and heads) lie apart from
+	// the other runs', so a kernel row is walked run by run; otherwise
+	// cell by cell with the runs innermost.
+	runsOuter bool
+	// tokensInner: a head's tokens are nearer in memory than a token's
+	// heads.
+	tokensInner bool
+	// stripe: a head's tokens are whole adjacent cells, so one head of a
+	// kernel row is a single run of consecutive pieces.
+	stripe bool
+	// pieceRun: every run is one piece and heads are adjacent pieces, so a
+	// token's run over all heads is one stretch of pieces, one per head.
+	pieceRun bool
+	// simd: runs of whole 8-byte pieces, a multiple of 32 bytes long, go
+	// through the SIMD kernel (sumsSIMD) when the machine has one.
+	simd bool
+	// m is the slice factor of each local head.
+	m []uint64
+	// rowBytes and tokenBytes are the cell bytes of a block and a token.
+	rowBytes, tokenBytes int64
+}
+
+// walkRun is one run of a cell: Len bytes at memory offset off from the
+// cell's address, holding the cell's logical bytes q .. q+n-1.
+type walkRun struct {
+	off     int64
+	n       int
+	q       int
+	aligned bool // q and n are whole pieces
+}
+
+func newWalk(c *layout.LayerView) *walk {
 	v := &c.Cells
-	H := c.Heads
-	if cap(w.s) < H {
-		w.s = make([]uint64, H)
+	k := &walk{v: v, w: v.Width(), P: uint64(c.Pieces)}
+	k.simd = useSIMD && k.w == 8
+	q := 0
+	for _, r := range v.Runs {
+		k.runs = append(k.runs, walkRun{off: r.Offset, n: r.Len, q: q, aligned: q%k.w == 0 && r.Len%k.w == 0})
+		q += r.Len
 	}
-	s := w.s[:H]
-	clear(s)
-	P := uint64(c.Pieces)
+	slices.SortStableFunc(k.runs, func(a, b walkRun) int {
+		switch {
+		case a.off < b.off:
+			return -1
+		case a.off > b.off:
+			return 1
+		}
+		return 0
+	})
+	H, KT := v.Heads, v.KernelTokens
+	switch {
+	case H == 1:
+		k.tokensInner = true
+	case KT == 1:
+		k.tokensInner = false
+	default:
+		k.tokensInner = v.TokenStride <= v.HeadStride
+	}
+	// The span of one run over a kernel row's cells.
+	span := int64(KT-1)*abs(v.TokenStride) + int64(H-1)*abs(v.HeadStride)
+	k.runsOuter = v.TokenStride >= 0 && v.HeadStride >= 0
+	for i := 1; i < len(k.runs) && k.runsOuter; i++ {
+		prev := k.runs[i-1]
+		k.runsOuter = prev.off+span+int64(prev.n) <= k.runs[i].off
+	}
+	if len(k.runs) == 1 {
+		k.runsOuter = true
+		r := k.runs[0]
+		k.stripe = k.tokensInner && r.n == v.CellBytes && v.TokenStride == int64(v.CellBytes) && r.aligned
+	}
+	k.pieceRun = k.runsOuter && !k.tokensInner && v.HeadStride == int64(k.w)
+	for _, r := range k.runs {
+		k.pieceRun = k.pieceRun && r.n == k.w && r.aligned
+	}
+	k.m = make([]uint64, H)
+	for h := range H {
+		k.m[h] = c.Factor(c.HeadBase + h)
+	}
+	k.tokenBytes = int64(H) * int64(v.CellBytes)
+	k.rowBytes = int64(v.KernelBlocks*KT) * k.tokenBytes
+	return k
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// scratch is one goroutine's per-head accumulators: xa[h] = sum of the
+// head's pieces, ya[h] = sum of piece * (its index j from the block's
+// first token).
+type scratch struct {
+	xa, ya []uint64
+	// ab receives the SIMD kernel's A and B of each run.
+	ab []uint64
+}
+
+// useSIMD lets tests force the generic loops; the SIMD kernel is used only
+// where simdAvailable.
+var useSIMD = simdAvailable
+
+func newScratch(heads, tokens int) *scratch {
+	return &scratch{xa: make([]uint64, heads), ya: make([]uint64, heads), ab: make([]uint64, 2*max(heads, tokens))}
+}
+
+// simdRuns runs the SIMD kernel over count runs of n bytes, run i at
+// data[off+i*stride:], and returns their A, B pairs, or nil when the runs
+// are not for it (then the caller uses the generic loop). It checks that
+// every run lies in data before the kernel reads it.
+func (s *scratch) simdRuns(k *walk, data []byte, off, stride int64, count, n int) []uint64 {
+	if !k.simd || n < 32 || n%32 != 0 || count < 1 || stride < 0 || 2*count > len(s.ab) {
+		return nil
+	}
+	_ = data[off+int64(count-1)*stride+int64(n)-1] // bounds: the kernel reads up to here
+	_ = data[off]
+	sumsSIMD(data, off, stride, count, n, s.ab)
+	return s.ab[:2*count]
+}
+
+// chunk adds the rows of one chunk to out.
+func (s *scratch) chunk(j *job, c *chunk, out []uint64) {
+	rows := j.task.Rows
+	for _, ri := range j.order[c.begin:c.end] {
+		r := &rows[ri]
+		atomic.AddUint64(&out[r.Out], s.block(j.walk, r))
+	}
+}
+
+// block returns one cache's part of a block checksum, as ReferenceBlock:
+// sum over heads of m * s, s = (2*first*P+1)*A + 2*Y, A the head's sum of
+// pieces and Y the sum of piece * j with j counted from the block's first
+// valid token (first = row.FirstToken).
+func (s *scratch) block(k *walk, row *Row) uint64 {
+	v := k.v
+	H := v.Heads
+	xa := s.xa[:H]
+	ya := s.ya[:len(xa)]
+	clear(xa)
+	clear(ya)
 	data := v.Data
-	w8 := v.Width()
-	sum := sumAB
-	if w8 != 8 {
-		sum = narrowSum(w8)
-	}
-	contiguous := v.Contiguous()
-	// One run per head per kernel block when a head's tokens are adjacent
-	// whole cells: their pieces are consecutive in memory and in j.
-	merged := len(v.Runs) == 1 && v.Runs[0].Len == v.CellBytes && v.TokenStride == int64(v.CellBytes)
-	headInner := v.HeadStride < v.TokenStride
+	C := int64(v.CellBytes)
+	w := int64(k.w)
 	for kr := 0; kr < v.KernelBlocks; kr++ {
-		t0 := kr * v.KernelTokens
-		n := min(v.KernelTokens, row.Valid-t0)
+		tok0 := kr * v.KernelTokens
+		n := min(v.KernelTokens, row.Valid-tok0)
 		if n <= 0 {
 			break
 		}
 		base := int64(row.Block*v.KernelBlocks+kr) * v.RowStride
-		first := uint64(row.FirstToken) + uint64(t0) // request position of token 0 of the kernel block
+		j0 := uint64(tok0) * k.P // piece index of the kernel row's first piece
 		switch {
-		case merged:
-			off := base + v.Runs[0].Offset
-			length := int64(n) * int64(v.CellBytes)
-			for h := range H {
-				a := off + int64(h)*v.HeadStride
-				A, B := sum(data[a : a+length])
-				s[h] += (2*first*P+1)*A + 2*B
+		case k.stripe:
+			L := int64(n) * C
+			a := base + k.runs[0].off
+			if ab := s.simdRuns(k, data, a, v.HeadStride, H, int(L)); ab != nil {
+				for h := range xa {
+					A, B := ab[2*h], ab[2*h+1]
+					xa[h] += A
+					ya[h] += j0*A + B
+				}
+				continue
 			}
-		case contiguous:
-			var pieceOff uint64
-			for _, r := range v.Runs {
-				L := int64(r.Len)
-				if headInner {
-					for t := range n {
-						j0 := (first+uint64(t))*P + pieceOff
-						a := base + int64(t)*v.TokenStride + r.Offset
-						for h := range H {
-							A, B := sum(data[a : a+L])
-							s[h] += (2*j0+1)*A + 2*B
-							a += v.HeadStride
-						}
+			for h := range H {
+				A, B := k.sum(data[a : a+L])
+				xa[h] += A
+				ya[h] += j0*A + B
+				a += v.HeadStride
+			}
+		case k.pieceRun:
+			// Each run holds one piece of every head, heads adjacent (a
+			// row-split state stored with the split axis last). Heads go
+			// in tiles whose sums stay in the first-level cache, each
+			// tile's runs read front to back.
+			for t := range n {
+				jt := j0 + uint64(t)*k.P
+				a := base + int64(t)*v.TokenStride
+				for h0 := 0; h0 < H; h0 += pieceTile {
+					h1 := min(h0+pieceTile, H)
+					for _, r := range k.runs {
+						a := a + r.off + int64(h0)*w
+						k.pieces(data[a:a+int64(h1-h0)*w], jt+uint64(r.q/k.w), xa[h0:h1], ya[h0:h1])
 					}
-				} else {
-					for h := range H {
-						a := base + int64(h)*v.HeadStride + r.Offset
+				}
+			}
+		case k.runsOuter:
+			for ri := range k.runs {
+				r := &k.runs[ri]
+				L := int64(r.n)
+				if k.tokensInner {
+					for h := range xa {
+						a := base + int64(h)*v.HeadStride + r.off
+						var x, y uint64
+						var ab []uint64
+						if r.aligned {
+							ab = s.simdRuns(k, data, a, v.TokenStride, n, r.n)
+						}
+						if ab != nil {
+							for t := range n {
+								jb := uint64((int64(tok0+t)*C + int64(r.q)) / w)
+								A, B := ab[2*t], ab[2*t+1]
+								x += A
+								y += jb*A + B
+							}
+							xa[h] += x
+							ya[h] += y
+							continue
+						}
 						for t := range n {
-							j0 := (first+uint64(t))*P + pieceOff
-							A, B := sum(data[a : a+L])
-							s[h] += (2*j0+1)*A + 2*B
+							jb := uint64((int64(tok0+t)*C + int64(r.q)) / w)
+							A, B := k.acc(data[a:a+L], r)
+							x += A
+							y += jb*A + B
 							a += v.TokenStride
 						}
+						xa[h] += x
+						ya[h] += y
+					}
+					continue
+				}
+				for t := range n {
+					jb := uint64((int64(tok0+t)*C + int64(r.q)) / w)
+					a := base + int64(t)*v.TokenStride + r.off
+					if r.aligned {
+						if ab := s.simdRuns(k, data, a, v.HeadStride, H, r.n); ab != nil {
+							for h := range xa {
+								A, B := ab[2*h], ab[2*h+1]
+								xa[h] += A
+								ya[h] += jb*A + B
+							}
+							continue
+						}
+					}
+					if k.w == 8 && r.aligned {
+						// The common case (attention K or V of each head).
+						for h := range xa {
+							A, B := sumAB(data[a : a+L])
+							xa[h] += A
+							ya[h] += jb*A + B
+							a += v.HeadStride
+						}
+						continue
+					}
+					for h := range xa {
+						A, B := k.acc(data[a:a+L], r)
+						xa[h] += A
+						ya[h] += jb*A + B
+						a += v.HeadStride
 					}
 				}
-				pieceOff += uint64(r.Len / w8)
 			}
 		default:
-			for h := range H {
-				for t := range n {
-					cellAddr := base + int64(t)*v.TokenStride + int64(h)*v.HeadStride
-					w.cell = w.cell[:0]
-					for _, r := range v.Runs {
-						a := cellAddr + r.Offset
-						w.cell = append(w.cell, data[a:a+int64(r.Len)]...)
+			// Runs interleave with other cells: visit cell by cell, runs
+			// innermost, in the order of the nearer axis.
+			outer, inner := n, H
+			ostride, istride := v.TokenStride, v.HeadStride
+			if k.tokensInner {
+				outer, inner, ostride, istride = H, n, v.HeadStride, v.TokenStride
+			}
+			for o := range outer {
+				for i := range inner {
+					t, h := o, i
+					if k.tokensInner {
+						t, h = i, o
 					}
-					A, B := sum(w.cell)
-					s[h] += (2*(first+uint64(t))*P+1)*A + 2*B
+					cell := base + int64(o)*ostride + int64(i)*istride
+					for ri := range k.runs {
+						r := &k.runs[ri]
+						a := cell + r.off
+						jb := uint64((int64(tok0+t)*C + int64(r.q)) / w)
+						A, B := k.acc(data[a:a+int64(r.n)], r)
+						xa[h] += A
+						ya[h] += jb*A + B
+					}
 				}
 			}
 		}
 	}
-	var total uint64
+	var X, Y uint64
 	for h := range H {
-		total += c.Factor(c.HeadBase+h) * s[h]
+		X += k.m[h] * xa[h]
+		Y += k.m[h] * ya[h]
 	}
-	return total
+	return (2*uint64(row.FirstToken)*k.P+1)*X + 2*Y
 }
 
-// narrowSum returns sumAB for pieces of 2 or 4 bytes, zero-extended.
-func narrowSum(width int) func(p []byte) (A, B uint64) {
-	return func(p []byte) (A, B uint64) {
-		var k uint64
-		for ; len(p) >= width; p = p[width:] {
-			var x uint64
-			if width == 2 {
-				x = uint64(binary.LittleEndian.Uint16(p))
-			} else {
-				x = uint64(binary.LittleEndian.Uint32(p))
+// sum returns A and B of whole pieces of the walk's width.
+func (k *walk) sum(p []byte) (A, B uint64) {
+	switch k.w {
+	case 8:
+		return sumAB(p)
+	case 4:
+		return sumAB32(p)
+	default:
+		return sumAB16(p)
+	}
+}
+
+// acc returns A = sum of the values and B = sum of value * (piece index
+// relative to the piece holding p[0]) of run bytes p. A run that is not
+// whole pieces contributes its partial pieces as their bytes shifted to
+// their place in the piece: piece values are sums of such parts.
+func (k *walk) acc(p []byte, r *walkRun) (A, B uint64) {
+	if r.aligned {
+		return k.sum(p)
+	}
+	return partialAB(p, r.q%k.w, k.w)
+}
+
+// partialAB is acc for bytes p that start at byte q of a piece of width w.
+func partialAB(p []byte, q, w int) (A, B uint64) {
+	var j uint64
+	for len(p) > 0 {
+		if q == 0 && len(p) >= w {
+			whole := len(p) - len(p)%w
+			var a, b uint64
+			switch w {
+			case 8:
+				a, b = sumAB(p[:whole])
+			case 4:
+				a, b = sumAB32(p[:whole])
+			default:
+				a, b = sumAB16(p[:whole])
 			}
-			A += x
-			B += k * x
-			k++
+			A += a
+			B += j*a + b
+			j += uint64(whole / w)
+			p = p[whole:]
+			continue
 		}
-		return A, B
+		c := min(len(p), w-q)
+		var x uint64
+		for i := c - 1; i >= 0; i-- {
+			x = x<<8 | uint64(p[i])
+		}
+		x <<= 8 * uint(q)
+		A += x
+		B += j * x
+		p = p[c:]
+		q += c
+		if q == w {
+			q = 0
+			j++
+		}
+	}
+	return A, B
+}
+
+// pieceTile is how many heads' sums (16 bytes each) the piece-by-piece
+// walk keeps hot at a time.
+const pieceTile = 1024
+
+// pieces adds a stretch of pieces, piece h to head h, all at index j.
+func (k *walk) pieces(p []byte, j uint64, xa, ya []uint64) {
+	switch k.w {
+	case 8:
+		for h := range xa {
+			x := binary.LittleEndian.Uint64(p[8*h:])
+			xa[h] += x
+			ya[h] += j * x
+		}
+	case 4:
+		for h := range xa {
+			x := uint64(binary.LittleEndian.Uint32(p[4*h:]))
+			xa[h] += x
+			ya[h] += j * x
+		}
+	default:
+		for h := range xa {
+			x := uint64(binary.LittleEndian.Uint16(p[2*h:]))
+			xa[h] += x
+			ya[h] += j * x
+		}
 	}
 }
 
 // sumAB returns A = sum_k x_k and B = sum_k k*x_k over the little-endian
 // 8-byte pieces of p (len(p) a multiple of 8), so that a run starting at
-// piece index j0 weighs sum_k x_k*(2*(j0+k)+1) = (2*j0+1)*A + 2*B. It uses
-// additions only in its loop (a += x; b += a), on four independent lanes.
+// piece index j0 weighs sum_k x_k*(2*(j0+k)+1) = (2*j0+1)*A + 2*B. Its loop
+// uses additions only (a += x; b += a) on four independent lanes, unrolled
+// four times.
 func sumAB(p []byte) (A, B uint64) {
 	var a0, a1, a2, a3, b0, b1, b2, b3 uint64
-	m := uint64(len(p) / 32)
-	for len(p) >= 32 {
-		a0 += binary.LittleEndian.Uint64(p[0:8])
-		a1 += binary.LittleEndian.Uint64(p[8:16])
-		a2 += binary.LittleEndian.Uint64(p[16:24])
-		a3 += binary.LittleEndian.Uint64(p[24:32])
+	i := 0
+	for ; i+128 <= len(p); i += 128 {
+		q := (*[128]byte)(p[i : i+128])
+		a0 += binary.LittleEndian.Uint64(q[0:8])
+		a1 += binary.LittleEndian.Uint64(q[8:16])
+		a2 += binary.LittleEndian.Uint64(q[16:24])
+		a3 += binary.LittleEndian.Uint64(q[24:32])
 		b0 += a0
 		b1 += a1
 		b2 += a2
 		b3 += a3
-		p = p[32:]
+		a0 += binary.LittleEndian.Uint64(q[32:40])
+		a1 += binary.LittleEndian.Uint64(q[40:48])
+		a2 += binary.LittleEndian.Uint64(q[48:56])
+		a3 += binary.LittleEndian.Uint64(q[56:64])
+		b0 += a0
+		b1 += a1
+		b2 += a2
+		b3 += a3
+		a0 += binary.LittleEndian.Uint64(q[64:72])
+		a1 += binary.LittleEndian.Uint64(q[72:80])
+		a2 += binary.LittleEndian.Uint64(q[80:88])
+		a3 += binary.LittleEndian.Uint64(q[88:96])
+		b0 += a0
+		b1 += a1
+		b2 += a2
+		b3 += a3
+		a0 += binary.LittleEndian.Uint64(q[96:104])
+		a1 += binary.LittleEndian.Uint64(q[104:112])
+		a2 += binary.LittleEndian.Uint64(q[112:120])
+		a3 += binary.LittleEndian.Uint64(q[120:128])
+		b0 += a0
+		b1 += a1
+		b2 += a2
+		b3 += a3
 	}
+	for ; i+32 <= len(p); i += 32 {
+		q := (*[32]byte)(p[i : i+32])
+		a0 += binary.LittleEndian.Uint64(q[0:8])
+		a1 += binary.LittleEndian.Uint64(q[8:16])
+		a2 += binary.LittleEndian.Uint64(q[16:24])
+		a3 += binary.LittleEndian.Uint64(q[24:32])
+		b0 += a0
+		b1 += a1
+		b2 += a2
+		b3 += a3
+	}
+	m := uint64(i / 32)
 	// Lane l holds x_{4i+l}, i < m: a_l = sum x, b_l = sum (m-i)*x, so
 	// sum_i (4i+l)*x_{4i+l} = 4*(m*a_l - b_l) + l*a_l.
 	A = a0 + a1 + a2 + a3
 	B = 4*(m*A-(b0+b1+b2+b3)) + a1 + 2*a2 + 3*a3
 	k := 4 * m
-	for len(p) >= 8 {
-		x := binary.LittleEndian.Uint64(p)
+	for ; i+8 <= len(p); i += 8 {
+		x := binary.LittleEndian.Uint64(p[i:])
 		A += x
 		B += k * x
 		k++
-		p = p[8:]
+	}
+	return A, B
+}
+
+// sumAB32 is sumAB for 4-byte pieces, zero-extended.
+func sumAB32(p []byte) (A, B uint64) {
+	var a0, a1, a2, a3, b0, b1, b2, b3 uint64
+	i := 0
+	for ; i+64 <= len(p); i += 64 {
+		q := (*[64]byte)(p[i : i+64])
+		a0 += uint64(binary.LittleEndian.Uint32(q[0:4]))
+		a1 += uint64(binary.LittleEndian.Uint32(q[4:8]))
+		a2 += uint64(binary.LittleEndian.Uint32(q[8:12]))
+		a3 += uint64(binary.LittleEndian.Uint32(q[12:16]))
+		b0 += a0
+		b1 += a1
+		b2 += a2
+		b3 += a3
+		a0 += uint64(binary.LittleEndian.Uint32(q[16:20]))
+		a1 += uint64(binary.LittleEndian.Uint32(q[20:24]))
+		a2 += uint64(binary.LittleEndian.Uint32(q[24:28]))
+		a3 += uint64(binary.LittleEndian.Uint32(q[28:32]))
+		b0 += a0
+		b1 += a1
+		b2 += a2
+		b3 += a3
+		a0 += uint64(binary.LittleEndian.Uint32(q[32:36]))
+		a1 += uint64(binary.LittleEndian.Uint32(q[36:40]))
+		a2 += uint64(binary.LittleEndian.Uint32(q[40:44]))
+		a3 += uint64(binary.LittleEndian.Uint32(q[44:48]))
+		b0 += a0
+		b1 += a1
+		b2 += a2
+		b3 += a3
+		a0 += uint64(binary.LittleEndian.Uint32(q[48:52]))
+		a1 += uint64(binary.LittleEndian.Uint32(q[52:56]))
+		a2 += uint64(binary.LittleEndian.Uint32(q[56:60]))
+		a3 += uint64(binary.LittleEndian.Uint32(q[60:64]))
+		b0 += a0
+		b1 += a1
+		b2 += a2
+		b3 += a3
+	}
+	for ; i+16 <= len(p); i += 16 {
+		q := (*[16]byte)(p[i : i+16])
+		a0 += uint64(binary.LittleEndian.Uint32(q[0:4]))
+		a1 += uint64(binary.LittleEndian.Uint32(q[4:8]))
+		a2 += uint64(binary.LittleEndian.Uint32(q[8:12]))
+		a3 += uint64(binary.LittleEndian.Uint32(q[12:16]))
+		b0 += a0
+		b1 += a1
+		b2 += a2
+		b3 += a3
+	}
+	m := uint64(i / 16)
+	A = a0 + a1 + a2 + a3
+	B = 4*(m*A-(b0+b1+b2+b3)) + a1 + 2*a2 + 3*a3
+	k := 4 * m
+	for ; i+4 <= len(p); i += 4 {
+		x := uint64(binary.LittleEndian.Uint32(p[i:]))
+		A += x
+		B += k * x
+		k++
+	}
+	return A, B
+}
+
+// sumAB16 is sumAB for 2-byte pieces, zero-extended.
+func sumAB16(p []byte) (A, B uint64) {
+	var a0, a1, a2, a3, b0, b1, b2, b3 uint64
+	i := 0
+	for ; i+32 <= len(p); i += 32 {
+		q := (*[32]byte)(p[i : i+32])
+		a0 += uint64(binary.LittleEndian.Uint16(q[0:2]))
+		a1 += uint64(binary.LittleEndian.Uint16(q[2:4]))
+		a2 += uint64(binary.LittleEndian.Uint16(q[4:6]))
+		a3 += uint64(binary.LittleEndian.Uint16(q[6:8]))
+		b0 += a0
+		b1 += a1
+		b2 += a2
+		b3 += a3
+		a0 += uint64(binary.LittleEndian.Uint16(q[8:10]))
+		a1 += uint64(binary.LittleEndian.Uint16(q[10:12]))
+		a2 += uint64(binary.LittleEndian.Uint16(q[12:14]))
+		a3 += uint64(binary.LittleEndian.Uint16(q[14:16]))
+		b0 += a0
+		b1 += a1
+		b2 += a2
+		b3 += a3
+		a0 += uint64(binary.LittleEndian.Uint16(q[16:18]))
+		a1 += uint64(binary.LittleEndian.Uint16(q[18:20]))
+		a2 += uint64(binary.LittleEndian.Uint16(q[20:22]))
+		a3 += uint64(binary.LittleEndian.Uint16(q[22:24]))
+		b0 += a0
+		b1 += a1
+		b2 += a2
+		b3 += a3
+		a0 += uint64(binary.LittleEndian.Uint16(q[24:26]))
+		a1 += uint64(binary.LittleEndian.Uint16(q[26:28]))
+		a2 += uint64(binary.LittleEndian.Uint16(q[28:30]))
+		a3 += uint64(binary.LittleEndian.Uint16(q[30:32]))
+		b0 += a0
+		b1 += a1
+		b2 += a2
+		b3 += a3
+	}
+	for ; i+8 <= len(p); i += 8 {
+		q := (*[8]byte)(p[i : i+8])
+		a0 += uint64(binary.LittleEndian.Uint16(q[0:2]))
+		a1 += uint64(binary.LittleEndian.Uint16(q[2:4]))
+		a2 += uint64(binary.LittleEndian.Uint16(q[4:6]))
+		a3 += uint64(binary.LittleEndian.Uint16(q[6:8]))
+		b0 += a0
+		b1 += a1
+		b2 += a2
+		b3 += a3
+	}
+	m := uint64(i / 8)
+	A = a0 + a1 + a2 + a3
+	B = 4*(m*A-(b0+b1+b2+b3)) + a1 + 2*a2 + 3*a3
+	k := 4 * m
+	for ; i+2 <= len(p); i += 2 {
+		x := uint64(binary.LittleEndian.Uint16(p[i:]))
+		A += x
+		B += k * x
+		k++
 	}
 	return A, B
 }
