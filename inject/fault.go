@@ -214,7 +214,7 @@ type Expect struct {
 	// load must verify (as it did before the fault).
 	Requests []RequestExpect `json:"requests"`
 	// Details are what the drill-down must report for those loads (null:
-	// not judged, e.g. for payloads; state groups are not drilled down).
+	// not judged, as for payloads, which have no dumps to drill into).
 	Details []DetailExpect `json:"details"`
 	// Tail are the findings of the tail audit (null: not judged).
 	Tail []AuditPlace `json:"tail"`
@@ -243,7 +243,8 @@ type GroupExpect struct {
 	Checks []int `json:"checks"`
 }
 
-// DetailExpect is one drill-down detail.
+// DetailExpect is one drill-down detail. For a state group, Head is the
+// first differing global row of a (state, segment) copy and Position is 0.
 type DetailExpect struct {
 	Request  string `json:"request"`
 	Group    int    `json:"group"`

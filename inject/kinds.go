@@ -418,8 +418,10 @@ func (p *planner) flip(state, replicated bool) error {
 	tok := pl.pos*pl.S() + slot
 	what := fmt.Sprintf("token %d (block position %d, block id %d), global head %d", tok, pl.pos, block, c.v.HeadBase+lh)
 	if state {
+		// The drill-down names a state copy's differing global rows as
+		// heads, at position 0, without tokens.
 		what = fmt.Sprintf("state block %d, global row %d", block, c.v.HeadBase+lh)
-		p.f.Expect.Details = []DetailExpect{} // state groups are not drilled down
+		p.detail(pl.id, pl.g.ID, pl.pos, c, lh, hintBits(n), nil)
 	} else {
 		p.detail(pl.id, pl.g.ID, pl.pos, c, lh, hintBits(n), &[2]int{tok, tok})
 	}
