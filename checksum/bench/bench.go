@@ -1,0 +1,467 @@
+// Package bench measures the checksum engines next to their limits. Over
+// the same mapped bytes of a side's dumps, and for each thread count, it
+// times a plain read of every byte the checksum covers (the practical limit
+// of any checksum), the fast engine, the reference engine on a sample,
+// CRC32C and xxh3, and reports each one's throughput relative to the plain
+// read, with the peak heap and resident set of the process.
+//
+// The data are expected to be in the page cache: the numbers are the CPU
+// cost of reading mapped memory, not the speed of a disk.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// Method names, in the order they are reported.
+const (
+	MethodRead   = "read"   // plain read: uint64 sum of the covered bytes
+	MethodFast   = "cpu"    // checksum.Fast
+	MethodCRC32C = "crc32c" // hash/crc32 Castagnoli over the same extents
+	MethodXXH3   = "xxh3"   // github.com/zeebo/xxh3 over the same extents
+	MethodRef    = "ref"    // checksum.ReferenceBlock, on a sample
+)
+
+// Methods lists the methods in report order.
+var Methods = []string{MethodRead, MethodFast, MethodCRC32C, MethodXXH3, MethodRef}
+
+// Options say what to measure.
+type Options struct {
+	// Paths are the side's dumps, or directories holding them
+	// (layout.FindDumps). Run opens them itself, and again for each
+	// end-to-end repetition.
+	Paths []string
+	// Threads are the thread counts; empty means 1..GOMAXPROCS.
+	Threads []int
+	// Reps is the number of timed repetitions (the median is reported);
+	// 0 means 5. Warmup runs of each method come first, untimed; 0 means
+	// 1, negative none.
+	Reps, Warmup int
+	// RefSample is the bytes the reference engine reads; 0 means 32 MiB.
+	RefSample int64
+	// EndToEnd also times what `kvaudit checksum` does (open the side,
+	// checksum every request, merge, close) against opening the side and
+	// reading it plainly, at the largest thread count.
+	EndToEnd bool
+	// Log, when set, receives one line per step (for a status display).
+	Log func(line string)
+}
+
+// Result is a benchmark run: one data value for every renderer.
+type Result struct {
+	Machine Machine `json:"machine"`
+	// Bytes is the number of bytes the checksum covers (one pass).
+	Bytes  int64 `json:"bytes"`
+	Dumps  int   `json:"dumps"`
+	Caches int   `json:"caches"`
+	// Rows is the number of (cache, block) rows.
+	Rows   int `json:"rows"`
+	Reps   int `json:"reps"`
+	Warmup int `json:"warmup"`
+	// Measurements are in thread-count order, Methods order within each.
+	Measurements []Measurement `json:"measurements"`
+	EndToEnd     *EndToEnd     `json:"end_to_end,omitempty"`
+	// PeakHeapBytes is the largest live Go heap seen while measuring
+	// (sampled every millisecond, and at the end of every run).
+	PeakHeapBytes uint64 `json:"peak_heap_bytes"`
+	// PeakRSSBytes is the peak resident set while measuring (Linux: VmHWM,
+	// reset when measuring starts; elsewhere getrusage since the process
+	// started, or 0 when unknown). It includes the mapped pages of the
+	// dumps, which belong to the page cache.
+	PeakRSSBytes uint64   `json:"peak_rss_bytes"`
+	RSSSource    string   `json:"rss_source"`
+	Notes        []string `json:"notes"`
+}
+
+// Machine describes where the numbers were measured.
+type Machine struct {
+	GOOS       string `json:"goos"`
+	GOARCH     string `json:"goarch"`
+	CPU        string `json:"cpu,omitempty"`
+	NumCPU     int    `json:"num_cpu"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	GoVersion  string `json:"go_version"`
+	// LoadAverage is the 1-minute load average when the run started (-1
+	// when unknown): a busy machine makes every number noisier.
+	LoadAverage float64 `json:"load_average"`
+}
+
+// Measurement is one method at one thread count.
+type Measurement struct {
+	Method  string `json:"method"`
+	Threads int    `json:"threads"`
+	// Bytes is what one repetition reads.
+	Bytes int64 `json:"bytes"`
+	// Seconds is the median time of a repetition.
+	Seconds float64 `json:"seconds"`
+	// GBPerS is Bytes / Seconds in 10^9 bytes per second.
+	GBPerS float64 `json:"gb_per_s"`
+	// Ratio is the median over repetitions of this method's throughput
+	// divided by the plain read's in the same repetition (1 for read).
+	Ratio float64 `json:"ratio_to_read"`
+}
+
+// EndToEnd compares a whole `kvaudit checksum` of the side with a plain
+// read of it, both from opening the dumps to closing them.
+type EndToEnd struct {
+	Threads int `json:"threads"`
+	// ChecksumSeconds is the median time to open the side, compute every
+	// request's checks with the fast engine, merge them and close it.
+	ChecksumSeconds float64 `json:"checksum_seconds"`
+	// ReadSeconds is the median time to open the side, lay out the same
+	// work, read it plainly and close it.
+	ReadSeconds float64 `json:"read_seconds"`
+	// Ratio is the median over repetitions of checksum time / read time
+	// (the target is at most 1.2).
+	Ratio float64 `json:"time_ratio"`
+	// RatioWarm is ChecksumSeconds over the plain read of the already
+	// mapped side at the same thread count.
+	RatioWarm float64 `json:"time_ratio_to_warm_read"`
+}
+
+// Run measures the side at opts.Paths.
+func Run(ctx context.Context, opts Options) (*Result, error) {
+	logf := func(format string, args ...any) {
+		if opts.Log != nil {
+			opts.Log(fmt.Sprintf(format, args...))
+		}
+	}
+	reps := opts.Reps
+	if reps <= 0 {
+		reps = 5
+	}
+	warm := opts.Warmup
+	switch {
+	case warm == 0:
+		warm = 1
+	case warm < 0:
+		warm = 0
+	}
+	threads := slices.Clone(opts.Threads)
+	if len(threads) == 0 {
+		for t := 1; t <= runtime.GOMAXPROCS(0); t++ {
+			threads = append(threads, t)
+		}
+	}
+	for _, t := range threads {
+		if t < 1 {
+			return nil, fmt.Errorf("thread count %d: want at least 1", t)
+		}
+	}
+	refSample := opts.RefSample
+	if refSample <= 0 {
+		refSample = 32 << 20
+	}
+
+	paths, rest, err := layout.FindDumps(opts.Paths)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) > 0 {
+		return nil, fmt.Errorf("%q is not a dump: bench measures dumps", rest[0])
+	}
+	dumps, err := layout.OpenSide(paths)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, d := range dumps {
+			d.Close()
+		}
+	}()
+	plans := make([]*checksum.Plan, len(dumps))
+	outs := make([][]uint64, len(dumps))
+	caches := 0
+	rows := 0
+	for i, d := range dumps {
+		if plans[i], _, err = checksum.NewPlan(d, nil); err != nil {
+			return nil, err
+		}
+		for _, t := range plans[i].Tasks {
+			if t.Cache.Cells.Device != nil {
+				return nil, fmt.Errorf("dump %q: layer %q lives in device memory; bench measures mapped files", d.Path, t.Cache.Layer.Name)
+			}
+			rows += len(t.Rows)
+		}
+		caches += len(plans[i].Tasks)
+		outs[i] = make([]uint64, plans[i].Outputs)
+	}
+	work := NewWork(plans, 0)
+	if work.Bytes == 0 {
+		return nil, fmt.Errorf("the side holds no checksummed bytes: no request has a supported group")
+	}
+	sample := work.Sample(refSample)
+
+	res := &Result{
+		Machine: machine(), Bytes: work.Bytes, Dumps: len(dumps), Caches: caches, Rows: rows,
+		Reps: reps, Warmup: warm,
+	}
+	logf("%d dump(s), %d cache(s), %d rows, %.2f GB covered", len(dumps), caches, rows, float64(work.Bytes)/1e9)
+
+	// The engines must agree on the sample before their speed means
+	// anything.
+	if err := crossCheck(ctx, sample); err != nil {
+		return nil, err
+	}
+
+	runtime.GC()
+	debug.FreeOSMemory()
+	res.RSSSource = resetPeakRSS()
+	peak := startHeapSampler()
+
+	fast := func(t int) func() error {
+		return func() error {
+			f := checksum.Fast{Threads: t}
+			for i, p := range plans {
+				clear(outs[i])
+				if err := f.Run(ctx, p, outs[i]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	baseline := func(fn func(context.Context, int) (uint64, error), t int) func() error {
+		return func() error {
+			_, err := fn(ctx, t)
+			return err
+		}
+	}
+	for _, t := range threads {
+		runs := map[string]func() error{
+			MethodRead:   baseline(work.Read, t),
+			MethodFast:   fast(t),
+			MethodCRC32C: baseline(work.CRC32C, t),
+			MethodXXH3:   baseline(work.XXH3, t),
+			MethodRef:    baseline(sample.Reference, t),
+		}
+		bytes := map[string]int64{MethodRef: sample.Bytes}
+		times := map[string][]float64{}
+		for w := range warm {
+			for _, m := range Methods {
+				logf("threads %d: warm-up %d/%d: %s", t, w+1, warm, m)
+				if err := runs[m](); err != nil {
+					peak.stop()
+					return nil, err
+				}
+			}
+		}
+		for r := range reps {
+			for _, m := range Methods {
+				logf("threads %d: repetition %d/%d: %s", t, r+1, reps, m)
+				start := time.Now()
+				if err := runs[m](); err != nil {
+					peak.stop()
+					return nil, err
+				}
+				times[m] = append(times[m], time.Since(start).Seconds())
+				peak.sample()
+			}
+		}
+		for _, m := range Methods {
+			b, ok := bytes[m]
+			if !ok {
+				b = work.Bytes
+			}
+			sec := median(times[m])
+			ratios := make([]float64, reps)
+			for r := range reps {
+				ratios[r] = times[MethodRead][r] / times[m][r] * float64(b) / float64(work.Bytes)
+			}
+			res.Measurements = append(res.Measurements, Measurement{
+				Method: m, Threads: t, Bytes: b, Seconds: sec,
+				GBPerS: float64(b) / sec / 1e9, Ratio: median(ratios),
+			})
+		}
+	}
+
+	if opts.EndToEnd {
+		t := slices.Max(threads)
+		e, err := endToEnd(ctx, paths, t, reps, warm, logf, peak)
+		if err != nil {
+			peak.stop()
+			return nil, err
+		}
+		for _, m := range res.Measurements {
+			if m.Method == MethodRead && m.Threads == t {
+				e.RatioWarm = e.ChecksumSeconds / m.Seconds
+			}
+		}
+		res.EndToEnd = e
+	}
+	res.PeakHeapBytes = peak.stop()
+	res.PeakRSSBytes = peakRSS()
+	res.Notes = append(res.Notes,
+		"the side is in the page cache (synthesized or read just before): this is the CPU cost of reading mapped memory, not disk speed",
+		fmt.Sprintf("ratio: throughput over the plain read's in the same repetition, median of %d; ref runs on a %.0f MB sample", reps, float64(sample.Bytes)/1e6),
+	)
+	return res, nil
+}
+
+// crossCheck runs the fast and reference engines on every unit of the
+// sample and fails when they differ.
+func crossCheck(ctx context.Context, sample *Work) error {
+	for _, p := range sample.Plans() {
+		a := make([]uint64, p.Outputs)
+		b := make([]uint64, p.Outputs)
+		if err := (checksum.Fast{}).Run(ctx, p, a); err != nil {
+			return err
+		}
+		if err := (checksum.Reference{}).Run(ctx, p, b); err != nil {
+			return err
+		}
+		if !slices.Equal(a, b) {
+			return fmt.Errorf("the fast engine disagrees with the reference on layer %q of %q", p.Tasks[0].Cache.Layer.Name, p.Dump.Path)
+		}
+	}
+	return nil
+}
+
+// endToEnd times Compute against open + plain read, interleaved.
+func endToEnd(ctx context.Context, paths []string, threads, reps, warm int, logf func(string, ...any), peak *heapSampler) (*EndToEnd, error) {
+	check := func() error {
+		dumps, err := layout.OpenSide(paths)
+		if err != nil {
+			return err
+		}
+		defer closeAll(dumps)
+		_, err = checksum.Compute(ctx, dumps, checksum.Options{Engine: checksum.Fast{Threads: threads}})
+		return err
+	}
+	read := func() error {
+		dumps, err := layout.OpenSide(paths)
+		if err != nil {
+			return err
+		}
+		defer closeAll(dumps)
+		plans := make([]*checksum.Plan, len(dumps))
+		for i, d := range dumps {
+			if plans[i], _, err = checksum.NewPlan(d, nil); err != nil {
+				return err
+			}
+		}
+		_, err = NewWork(plans, 0).Read(ctx, threads)
+		return err
+	}
+	var tc, tr []float64
+	for r := range warm + reps {
+		logf("end to end: %d/%d", r+1, warm+reps)
+		for _, step := range []struct {
+			fn func() error
+			to *[]float64
+		}{{read, &tr}, {check, &tc}} {
+			start := time.Now()
+			if err := step.fn(); err != nil {
+				return nil, err
+			}
+			if r >= warm {
+				*step.to = append(*step.to, time.Since(start).Seconds())
+			}
+			peak.sample()
+		}
+	}
+	ratios := make([]float64, reps)
+	for i := range ratios {
+		ratios[i] = tc[i] / tr[i]
+	}
+	return &EndToEnd{Threads: threads, ChecksumSeconds: median(tc), ReadSeconds: median(tr), Ratio: median(ratios)}, nil
+}
+
+func closeAll(dumps []*layout.Dump) {
+	for _, d := range dumps {
+		d.Close()
+	}
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func machine() Machine {
+	return Machine{
+		GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPU: cpuModel(),
+		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
+		GoVersion: runtime.Version(), LoadAverage: loadAverage(),
+	}
+}
+
+// heapSampler records the peak of the live heap.
+type heapSampler struct {
+	mu   sync.Mutex
+	peak uint64
+	s    []metrics.Sample
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+const heapMetric = "/memory/classes/heap/objects:bytes"
+
+func startHeapSampler() *heapSampler {
+	h := &heapSampler{s: []metrics.Sample{{Name: heapMetric}}, done: make(chan struct{})}
+	h.sample()
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-h.done:
+				return
+			case <-tick.C:
+				h.sample()
+			}
+		}
+	}()
+	return h
+}
+
+func (h *heapSampler) sample() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	metrics.Read(h.s)
+	if h.s[0].Value.Kind() == metrics.KindUint64 {
+		h.peak = max(h.peak, h.s[0].Value.Uint64())
+	}
+}
+
+// stop ends sampling and returns the peak. It may be called again.
+func (h *heapSampler) stop() uint64 {
+	select {
+	case <-h.done:
+	default:
+		close(h.done)
+	}
+	h.wg.Wait()
+	h.sample()
+	return h.peak
+}
+
+// readFile reads a small system file, "" on error.
+func readFile(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
