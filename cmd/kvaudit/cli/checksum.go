@@ -95,7 +95,10 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 	}
 	defer in.Close()
 	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests}
+	bar := newChecksumProgress(opts.IO, in.dumps, opts.Requests)
+	copts.Progress = bar.Callback()
 	recs, err := in.allRecords(ctx, copts)
+	bar.Finish()
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// progressDelay is how long work runs before its progress bar appears:
+// quick commands print nothing.
+var progressDelay = time.Second
+
+// progress is a byte progress bar on stderr. It appears only when stderr
+// is a terminal and the work has taken longer than progressDelay. Add is
+// safe for concurrent use and costs one atomic addition: a goroutine of
+// its own draws the bar, so engine threads never wait on the terminal. A
+// nil *progress does nothing.
+type progress struct {
+	done  atomic.Int64
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	total int64
+}
+
+// newProgress starts a bar for total bytes described by desc; it is nil
+// when stderr is not a terminal or total is not positive.
+func newProgress(s *Streams, total int64, desc string) *progress {
+	if !s.ErrTerminal || total <= 0 {
+		return nil
+	}
+	p := &progress{stop: make(chan struct{}), total: total}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		start := time.Now()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		var bar *progressbar.ProgressBar
+		for {
+			select {
+			case <-p.stop:
+				if bar != nil {
+					bar.Set64(min(p.done.Load(), total))
+					bar.Finish()
+				}
+				return
+			case <-tick.C:
+			}
+			if bar == nil {
+				if time.Since(start) < progressDelay {
+					continue
+				}
+				bar = progressbar.NewOptions64(total,
+					progressbar.OptionSetWriter(s.Err),
+					progressbar.OptionSetDescription(desc),
+					progressbar.OptionShowBytes(true),
+					progressbar.OptionShowTotalBytes(true),
+					progressbar.OptionSetPredictTime(true),
+					progressbar.OptionThrottle(100*time.Millisecond),
+					progressbar.OptionClearOnFinish(),
+					progressbar.OptionEnableColorCodes(!s.NoColor),
+				)
+			}
+			bar.Set64(min(p.done.Load(), total))
+		}
+	}()
+	return p
+}
+
+// Add records n more bytes done. It matches checksum.Plan.Progress.
+func (p *progress) Add(n int64) {
+	if p != nil {
+		p.done.Add(n)
+	}
+}
+
+// Callback returns Add as a checksum progress function, nil for a nil
+// progress (so the engines skip the calls).
+func (p *progress) Callback() func(int64) {
+	if p == nil {
+		return nil
+	}
+	return p.Add
+}
+
+// Finish removes the bar. It waits for the drawing goroutine to end.
+func (p *progress) Finish() {
+	if p == nil {
+		return
+	}
+	close(p.stop)
+	p.wg.Wait()
+}
+
+// newChecksumProgress starts a bar for checksumming the selected requests
+// of dumps.
+func newChecksumProgress(s *Streams, dumps []*layout.Dump, requests []string) *progress {
+	if !s.ErrTerminal {
+		return nil
+	}
+	var total int64
+	for _, d := range dumps {
+		p, _, err := checksum.NewPlan(d, requests)
+		if err != nil {
+			return nil // the checksum itself reports it
+		}
+		total += p.Bytes()
+	}
+	return newProgress(s, total, "checksum")
+}
+
+// status is a one-line status display on stderr for long steps (bench): a
+// line is replaced by the next, and done clears it. It prints nothing
+// when stderr is not a terminal.
+type status struct {
+	s     *Streams
+	mu    sync.Mutex
+	shown bool
+}
+
+func newStatus(s *Streams) *status { return &status{s: s} }
+
+// line shows msg in place of the previous line.
+func (st *status) line(msg string) {
+	if !st.s.ErrTerminal {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	fmt.Fprintf(st.s.Err, "\r\x1b[K%s", msg)
+	st.shown = true
+}
+
+// done clears the status line.
+func (st *status) done() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.shown {
+		fmt.Fprint(st.s.Err, "\r\x1b[K")
+		st.shown = false
+	}
+}

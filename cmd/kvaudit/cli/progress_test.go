@@ -1,0 +1,80 @@
+package cli
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuilder is a strings.Builder safe for the bar's goroutine.
+type syncBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuilder) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuilder) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestProgressSilentWhenPiped: without a terminal on stderr there is no
+// bar and no callback (the engines skip the calls).
+func TestProgressSilentWhenPiped(t *testing.T) {
+	var errb syncBuilder
+	p := newProgress(&Streams{Err: &errb}, 1000, "checksum")
+	if p != nil || p.Callback() != nil {
+		t.Fatal("a progress bar without a terminal")
+	}
+	p.Add(10)
+	p.Finish()
+	st := newStatus(&Streams{Err: &errb})
+	st.line("working")
+	st.done()
+	if errb.String() != "" {
+		t.Errorf("wrote %q to a pipe", errb.String())
+	}
+}
+
+// TestProgressOnTerminal: on a terminal the bar appears once the work has
+// run longer than the delay, and is cleared at the end.
+func TestProgressOnTerminal(t *testing.T) {
+	old := progressDelay
+	progressDelay = 0
+	defer func() { progressDelay = old }()
+	var errb syncBuilder
+	p := newProgress(&Streams{Err: &errb, ErrTerminal: true, NoColor: true}, 1000, "checksum")
+	add := p.Callback()
+	add(400)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(errb.String(), "checksum") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	add(600)
+	p.Finish()
+	if out := errb.String(); !strings.Contains(out, "checksum") || !strings.Contains(out, "%") {
+		t.Errorf("no bar drawn: %q", out)
+	}
+}
+
+// TestProgressQuickWorkDrawsNothing: work done within the delay leaves
+// stderr empty even on a terminal.
+func TestProgressQuickWorkDrawsNothing(t *testing.T) {
+	old := progressDelay
+	progressDelay = time.Hour
+	defer func() { progressDelay = old }()
+	var errb syncBuilder
+	p := newProgress(&Streams{Err: &errb, ErrTerminal: true}, 1000, "checksum")
+	p.Add(1000)
+	p.Finish()
+	if errb.String() != "" {
+		t.Errorf("quick work drew %q", errb.String())
+	}
+}
