@@ -1,0 +1,191 @@
+package report
+
+import (
+	"bytes"
+	"fmt"
+	"encoding/json"
+	"encoding/xml"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/inject"
+)
+
+// campaignResult is a campaign with one failing kind, one passing kind, a
+// control kind and a flagged clean pair (names with XML's special
+// characters).
+func campaignResult(pass bool) *inject.CampaignResult {
+	r := &inject.CampaignResult{Seed: 7, Trials: 4, Pass: pass, Elapsed: 1500 * time.Millisecond,
+		Kinds: []inject.KindResult{
+			{Kind: inject.BitFlip, Detector: inject.DetectChecksum, Trials: 4, Detected: 4, Localised: 4, Pairs: map[string]int{"a<b": 4}, Example: "req-0 g0 .X"},
+			{Kind: inject.StaleTail, Detector: inject.DetectTail, Trials: 3, NotApplicable: 1, Detected: 3, Localised: 3, Pairs: map[string]int{"a<b": 3}},
+			{Kind: inject.PastNumTokens, Detector: inject.DetectNone, Control: true, Trials: 4, Pairs: map[string]int{"a<b": 4}},
+			{Kind: inject.WrongPrefix, Detector: inject.DetectStored, NotApplicable: 4, Pairs: map[string]int{}},
+		},
+		Pairs: []inject.PairResult{{Name: "a<b", Verified: true}},
+	}
+	if !pass {
+		r.Kinds[0].Localised, r.Kinds[0].Missed, r.Kinds[0].Detected = 2, 1, 3
+		r.Kinds[0].Failures = []inject.TrialFailure{{Trial: 1, Pair: "a<b", Seed: 9, Fault: `flipped "x" & y`}, {Trial: 2, Pair: "a<b", Seed: 10, Fault: "f", Problems: []string{"positions [1], want [2] <&>"}}}
+		r.Kinds[2].FalsePositives = 1
+		r.Pairs = append(r.Pairs, inject.PairResult{Name: "c&d", Problems: []string{"request req-0: mismatch"}})
+	}
+	return r
+}
+
+// TestCampaignJUnitValid: the JUnit output parses as XML, counts its cases,
+// and fails exactly the failing kinds and pairs.
+func TestCampaignJUnitValid(t *testing.T) {
+	for _, pass := range []bool{true, false} {
+		var b bytes.Buffer
+		if err := RenderCampaign(&b, campaignResult(pass), FormatJUnit, Style{}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(b.String(), xml.Header) {
+			t.Errorf("no XML header")
+		}
+		var doc junitSuites
+		if err := xml.Unmarshal(b.Bytes(), &doc); err != nil {
+			t.Fatalf("pass %v: not XML: %v\n%s", pass, err, b.String())
+		}
+		// A strict token walk too: every element closed.
+		dec := xml.NewDecoder(bytes.NewReader(b.Bytes()))
+		for {
+			if _, err := dec.Token(); err != nil {
+				if err.Error() != "EOF" {
+					t.Fatalf("pass %v: %v", pass, err)
+				}
+				break
+			}
+		}
+		tests, failures, skipped := 0, 0, 0
+		var failed []string
+		for _, s := range doc.Suites {
+			if s.Tests != len(s.Cases) {
+				t.Errorf("suite %s: tests=%d, %d cases", s.Name, s.Tests, len(s.Cases))
+			}
+			for _, c := range s.Cases {
+				tests++
+				if c.Failure != nil {
+					failures++
+					failed = append(failed, c.Name)
+				}
+				if c.Skipped != nil {
+					skipped++
+				}
+			}
+		}
+		if doc.Tests != tests || doc.Failures != failures || doc.Skipped != skipped {
+			t.Errorf("pass %v: totals %d/%d/%d, cases %d/%d/%d", pass, doc.Tests, doc.Failures, doc.Skipped, tests, failures, skipped)
+		}
+		want := "[]"
+		if !pass {
+			want = "[bit-flip past-num-tokens clean c&d]"
+		}
+		if got := fmt.Sprint(failed); got != want {
+			t.Errorf("pass %v: failed cases %q, want %s", pass, failed, want)
+		}
+		if skipped != 1 {
+			t.Errorf("pass %v: %d skipped, want 1 (wrong-prefix ran nowhere)", pass, skipped)
+		}
+	}
+}
+
+// TestCampaignJSONAndTable: the JSON has the schema's fields, seeds as hex
+// strings; the table has a row per kind plus the clean controls, and the
+// failing trials.
+func TestCampaignJSONAndTable(t *testing.T) {
+	var b bytes.Buffer
+	if err := RenderCampaign(&b, campaignResult(false), FormatJSON, Style{}); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["format"] != CampaignFormat || got["pass"] != false || got["seed"] != "0x0000000000000007" {
+		t.Errorf("JSON head: %v %v %v", got["format"], got["pass"], got["seed"])
+	}
+	kinds := got["kinds"].([]any)
+	first := kinds[0].(map[string]any)
+	if first["failed"] != true || first["missed"] != 1.0 || len(first["failures"].([]any)) != 2 {
+		t.Errorf("bit-flip row: %v", first)
+	}
+	b.Reset()
+	if err := RenderCampaign(&b, campaignResult(false), FormatTable, Style{}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"kvaudit campaign: FAIL", "bit-flip\tchecksum\t4\t3\t2\t1\t0\t1/2", "stale-tail\ttail-audit\t3 (+1 n/a)",
+		"past-num-tokens\tnone (control)\t4\t-\t-\t-\t1", "clean\tnone (control)\t2\t-\t-\t-\t1", "failing trials", "positions [1], want [2]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	b.Reset()
+	if err := RenderCampaign(&b, campaignResult(true), FormatMarkdown, Style{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| bit-flip | checksum | 4 | 4 | 4 | 0 | 0 | 1/1 | req-0 g0 .X |") || strings.Contains(b.String(), "failing trials") {
+		t.Errorf("markdown:\n%s", b.String())
+	}
+}
+
+// TestDiffAudits: the comparison's output with the audits: JSON keeps
+// kvaudit-diff/1's fields and adds the audits'; JUnit stays one valid
+// document with a suite per audit.
+func TestDiffAudits(t *testing.T) {
+	res := &checksum.DiffResult{Verdict: checksum.Verified, Requests: []*checksum.RequestVerdict{{ID: "req-0", ProducerID: "req-0", Verdict: checksum.Verified, Reasons: []string{},
+		Groups: []*checksum.GroupVerdict{{ID: 0, Verdict: checksum.Verified, Positions: []int{}, Checks: []int{}, Map: []checksum.PositionState{checksum.PosVerified}}}}}}
+	a := &Audits{
+		Tail: &inject.TailAudit{Checked: 3, Findings: []inject.TailFinding{{Request: "req-0", Group: 0, Position: 2, Block: 5, Layer: "model.layers.1.self_attn.attn", FirstToken: 37, LastToken: 40, Bytes: 9, File: "x.safetensors", Offset: 123}}},
+		Stored: []*checksum.StoredRank{{Path: "r", Blocks: []checksum.StoredBlock{
+			{Request: "req-0", Group: 0, Position: 0, Block: 3, Hash: "aa", Value: 1, Stored: 1, HasStored: true},
+			{Request: "req-0", Group: 0, Position: 1, Block: 4, Hash: "bb", Value: 2, Stored: 3, HasStored: true},
+		}, Skipped: map[int]string{}}},
+	}
+	if !a.Failed() || a.StoredChecked() != 2 {
+		t.Errorf("failed %v, checked %d", a.Failed(), a.StoredChecked())
+	}
+	var b bytes.Buffer
+	if err := RenderDiffAudits(&b, res, a, FormatJSON, DiffOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Format    string        `json:"format"`
+		Requests  []any         `json:"requests"`
+		TailAudit TailAuditJSON `json:"tail_audit"`
+		Stored    StoredJSON    `json:"stored"`
+	}
+	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Format != DiffFormat || len(got.Requests) != 1 || got.TailAudit.Verdict != "not zeroed" || got.Stored.Verdict != "mismatch" {
+		t.Errorf("JSON: %+v", got)
+	}
+	if sc := got.Stored.Ranks[0].Requests[0].StoredChecksums["0"]; len(sc) != 2 || sc[1] != 2 {
+		t.Errorf("stored_checksums for the manifest: %v", sc)
+	}
+	b.Reset()
+	if err := RenderDiffAudits(&b, res, a, FormatJUnit, DiffOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var doc junitSuites
+	if err := xml.Unmarshal(b.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Suites) != 3 || doc.Failures != 2 || doc.Tests != 4 {
+		t.Errorf("JUnit: %d suites, %d failures, %d tests\n%s", len(doc.Suites), doc.Failures, doc.Tests, b.String())
+	}
+	b.Reset()
+	if err := RenderDiffAudits(&b, res, a, FormatTable, DiffOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"kvaudit diff: verified", "transferred-or-zeroed audit: 1 block(s) not zeroed", "x.safetensors:123", "stored checksums: mismatch", "DIFFERS"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+}
