@@ -2,9 +2,9 @@ package report
 
 import (
 	"bytes"
-	"fmt"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
