@@ -103,7 +103,7 @@ func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options)
 }
 
 func writeFault(out string, f *Fault) error {
-	b, err := json.MarshalIndent(f, "", " ")
+	b, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -528,6 +528,9 @@ func StoredTable(ranks []*checksum.StoredRank) *Table {
 			t.Notes = append(t.Notes, fmt.Sprintf("rank %d:%d group %d: %s", r.PPRank, r.TPRank, id, r.Skipped[id]))
 		}
 	}
+	if len(t.Rows) == 0 {
+		t.Notes = append(t.Notes, "no full block lists a block hash (block_hashes in the manifest): nothing to emit or check")
+	}
 	t.Notes = append(t.Notes, "stored checksum = the rank's part of the block checksum XOR le64(first 8 bytes of the block hash) XOR the rank's nested fingerprint of the group; only full blocks")
 	return t
 }

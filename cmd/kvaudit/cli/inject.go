@@ -1,0 +1,412 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/report"
+)
+
+func init() {
+	extraCommands = append(extraCommands, func(s *Streams) *cobra.Command { return NewCmdInject(s, nil) })
+}
+
+// InjectOptions are the settings of `kvaudit inject`.
+type InjectOptions struct {
+	IO    *Streams
+	Paths []string
+	Out   string
+	// Output is table (a summary) or json (fault.json).
+	Output  string
+	Inject  inject.Options
+	Prepare inject.PrepareOptions
+}
+
+// NewCmdInject builds `kvaudit inject`. runF replaces the run function in
+// tests.
+func NewCmdInject(s *Streams, runF func(context.Context, *InjectOptions) error) *cobra.Command {
+	opts := &InjectOptions{IO: s}
+	var kinds []string
+	for _, in := range inject.Infos {
+		kinds = append(kinds, fmt.Sprintf("  %-16s %s (%s)", in.Kind, in.Models, in.Detector))
+	}
+	cmd := &cobra.Command{
+		Use:   "inject DUMP|DIR... --fault KIND --out DIR",
+		Short: "Write a corrupted copy of a side and fault.json: what changed and what should catch it",
+		Long: `Inject copies a side (its dumps, or the producer's payloads for payload
+faults) into --out with one seeded fault, the way KV transfers go wrong, and
+writes --out/fault.json: the kind, the seed, the rank, tensor and file, the
+exact byte ranges that differ from the input, the (group, block position)s
+affected, the detector expected to catch it (checksum, co-resident,
+tail-audit, stored, payload, none) and what each detector must report. The
+input is never written: unchanged files are hard-linked, changed files are
+written fresh.
+
+Targets (--request, --group, --layer, --head, --position, --rank PP:TP or TP)
+narrow where the fault goes; the seed picks the rest.
+
+--zero-tails, --extra-blocks N and --stored first turn the side into the
+consumer the audits expect (tails zeroed, N blocks allocated past each
+request's last token, stored checksums of an offload tier); fault.json's
+byte ranges are then relative to that prepared copy. --fault none with them
+writes just the prepared copy.
+
+Kinds:
+` + strings.Join(kinds, "\n") + `
+  none             no change: a clean copy (a control)
+
+` + exitCodeHelp(),
+		Example: `  # flip one bit somewhere in a consumer, then see diff find it
+  $ kvaudit inject out/consumer --fault bit-flip --seed 7 --out bad
+  $ kvaudit diff out/producer bad
+
+  # swap two heads of layer 1 in request req-0's block at position 2
+  $ kvaudit inject out/consumer --fault swap-heads --request req-0 --layer 1 --position 2 --out bad
+
+  # an unzeroed tail on a consumer whose connector zeroes tails, found by the tail audit only
+  $ kvaudit inject out/consumer --fault stale-tail --zero-tails --extra-blocks 1 --out bad
+  $ kvaudit diff out/producer bad --audit-tail
+
+  # a tampered payload
+  $ kvaudit inject out/producer --fault payload-flip --out bad
+  $ kvaudit diff bad/payloads.json out/consumer`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := newConfig(cmd)
+			if err != nil {
+				return err
+			}
+			opts.Paths = args
+			if opts.Out = cfg.String("out"); opts.Out == "" {
+				return usageErrorf("--out is required")
+			}
+			if opts.Output, err = parseFormat(cfg.String("output"), "table", "json"); err != nil {
+				return err
+			}
+			o := &opts.Inject
+			k, err := inject.ParseKind(cfg.String("fault"))
+			if err != nil {
+				return &UsageError{fmt.Errorf("--fault: %w", err)}
+			}
+			o.Kind, o.Seed, o.Bits = k, cfg.Uint64("seed"), cfg.Int("bits")
+			if o.Bits < 1 {
+				return usageErrorf("--bits %d: want at least 1", o.Bits)
+			}
+			t := &o.Target
+			t.Request, t.Layer = cfg.String("request"), cfg.String("layer")
+			for _, x := range []struct {
+				flag string
+				dst  **int
+			}{{"group", &t.Group}, {"head", &t.Head}, {"position", &t.Position}} {
+				if cfg.Changed(x.flag) || cfg.Int(x.flag) >= 0 {
+					v := cfg.Int(x.flag)
+					if v < 0 {
+						return usageErrorf("--%s %d is negative", x.flag, v)
+					}
+					*x.dst = &v
+				}
+			}
+			if r := cfg.String("rank"); r != "" {
+				if t.Rank, err = parseRank(r); err != nil {
+					return err
+				}
+			}
+			if o.PayloadForm, err = checksum.ParsePayloadForm(cfg.String("payload-form")); err != nil {
+				return &UsageError{err}
+			}
+			p := &opts.Prepare
+			p.ZeroTails, p.ExtraBlocks, p.Stored = cfg.Bool("zero-tails"), cfg.Int("extra-blocks"), cfg.Bool("stored")
+			if p.ExtraBlocks < 0 {
+				return usageErrorf("--extra-blocks %d is negative", p.ExtraBlocks)
+			}
+			if o.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
+				return err
+			}
+			p.Engine = o.Engine
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return injectRun(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.String("fault", "", "fault kind (see above)")
+	f.String("out", "", "directory to write the copy and fault.json into (created; must be empty)")
+	f.Uint64("seed", 1, "seed of every choice the targets leave open")
+	f.String("request", "", "target request id")
+	f.Int("group", -1, "target group id")
+	f.String("layer", "", "target layer name or number")
+	f.Int("head", -1, "target global KV head (a global state row for state faults)")
+	f.Int("position", -1, "target block position")
+	f.String("rank", "", "target rank: TP or PP:TP")
+	f.Int("bits", 1, "bits to flip (bit-flip, replica-diverge, state-flip, payload-flip)")
+	f.Bool("zero-tails", false, "first zero every slot no request's tokens occupy (a connector that zeroes tails)")
+	f.Int("extra-blocks", 0, "first append N unused blocks past each request's last token")
+	f.Bool("stored", false, "first give full blocks block hashes and stored checksums (an offload tier)")
+	f.String("payload-form", "nested", "form of the payloads payload faults write: nested or flat")
+	f.StringP("output", "o", "table", "output: table (a summary) or json (fault.json)")
+	f.String("engine", "cpu", engineHelp)
+	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
+	return cmd
+}
+
+// parseRank reads "TP" or "PP:TP".
+func parseRank(s string) (*inject.Rank, error) {
+	pp, tp, ok := strings.Cut(s, ":")
+	if !ok {
+		pp, tp = "0", s
+	}
+	p, err1 := strconv.Atoi(pp)
+	t, err2 := strconv.Atoi(tp)
+	if err1 != nil || err2 != nil || p < 0 || t < 0 {
+		return nil, usageErrorf("--rank %q: want TP or PP:TP (non-negative integers)", s)
+	}
+	return &inject.Rank{PP: p, TP: t}, nil
+}
+
+// openDumpSide opens the dumps of a side given as paths; anything that is
+// not a dump is an error.
+func openDumpSide(paths []string) ([]*layout.Dump, error) {
+	dumps, rest, err := layout.FindDumps(paths)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) > 0 {
+		return nil, fmt.Errorf("%q is not a dump (give dumps or directories holding them)", rest[0])
+	}
+	return layout.OpenSide(dumps)
+}
+
+func closeAll(dumps []*layout.Dump) {
+	for _, d := range dumps {
+		d.Close()
+	}
+}
+
+func injectRun(ctx context.Context, opts *InjectOptions) error {
+	dumps, err := openDumpSide(opts.Paths)
+	if err != nil {
+		return err
+	}
+	defer closeAll(dumps)
+	out, err := filepath.Abs(opts.Out)
+	if err != nil {
+		return err
+	}
+	for _, d := range dumps {
+		if st, err := os.Stat(d.Path); err == nil && st.IsDir() {
+			if dir, _ := filepath.Abs(d.Path); strings.HasPrefix(out+string(filepath.Separator), dir+string(filepath.Separator)) {
+				return usageErrorf("--out %q is inside the dump %q: write the copy elsewhere", opts.Out, d.Path)
+			}
+		}
+	}
+	p := opts.Prepare
+	if p.ZeroTails || p.ExtraBlocks > 0 || p.Stored {
+		// Prepare a copy beside --out, inject from it into --out (its
+		// files are linked there), and remove the scratch names.
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return err
+		}
+		tmp, err := os.MkdirTemp(filepath.Dir(out), ".kvaudit-prepare-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		paths, err := inject.Prepare(ctx, dumps, filepath.Join(tmp, "side"), p)
+		if err != nil {
+			return err
+		}
+		prepared, err := layout.OpenSide(paths)
+		if err != nil {
+			return err
+		}
+		defer closeAll(prepared)
+		dumps = prepared
+	}
+	f, err := inject.Inject(ctx, dumps, opts.Out, opts.Inject)
+	var na *inject.NotApplicableError
+	if errors.As(err, &na) {
+		return fmt.Errorf("%w (kvaudit inject --help lists what each kind needs)", err)
+	}
+	if err != nil {
+		return err
+	}
+	if opts.Output == "json" {
+		return report.WriteJSON(opts.IO.Out, f)
+	}
+	return faultTable(f, opts.Out).Render(opts.IO.Out, report.FormatTable, tableStyle(opts.IO))
+}
+
+// faultTable summarizes a fault.
+func faultTable(f *inject.Fault, out string) *report.Table {
+	t := &report.Table{Title: fmt.Sprintf("kvaudit inject: %s (seed %d) into %s", f.Kind, f.Seed, out)}
+	add := func(k, format string, args ...any) { t.Add(report.C("%s", k), report.C(format, args...)) }
+	add("fault", "%s", f.Description)
+	if f.Rank != nil {
+		add("rank", "%d:%d", f.Rank.PP, f.Rank.TP)
+	}
+	if f.File != "" {
+		add("file", "%s", f.File)
+	}
+	if f.Tensor != "" {
+		add("tensor", "%s", f.Tensor)
+	}
+	var bytes int64
+	for _, c := range f.Changes {
+		bytes += c.Length
+	}
+	add("changed", "%d byte(s) in %d range(s)", bytes, len(f.Changes))
+	var places []string
+	for _, p := range f.Affected {
+		places = append(places, fmt.Sprintf("%s g%d p%d", p.Request, p.Group, p.Position))
+	}
+	add("affected", "%s", strings.Join(places, ", "))
+	add("detector", "%s", f.Detector)
+	add("expect", "%s", expectSummary(f))
+	t.Notes = append(t.Notes, "fault.json lists every changed byte range and what each detector must report")
+	return t
+}
+
+func expectSummary(f *inject.Fault) string {
+	var parts []string
+	for _, r := range f.Expect.Requests {
+		if r.Verdict == string(checksum.Unverified) {
+			parts = append(parts, fmt.Sprintf("%s unverified (%s)", r.ID, r.Reason))
+			continue
+		}
+		for _, g := range r.Groups {
+			s := fmt.Sprintf("%s mismatch in group %d at position(s) %s", r.ID, g.ID, report.Ranges(g.Positions))
+			if g.Checks != nil {
+				s += " in check(s) " + report.Ranges(g.Checks)
+			}
+			parts = append(parts, s)
+		}
+	}
+	if len(f.Expect.Tail) > 0 {
+		parts = append(parts, fmt.Sprintf("the tail audit finds %d block(s) not zeroed", len(f.Expect.Tail)))
+	}
+	if len(f.Expect.Stored) > 0 {
+		parts = append(parts, fmt.Sprintf("%d stored checksum(s) fail", len(f.Expect.Stored)))
+	}
+	if len(parts) == 0 {
+		return "every load verifies: nothing may report it"
+	}
+	if len(f.Expect.Requests) == 0 {
+		parts = append(parts, "every load verifies")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Audit options of kvaudit diff (--audit-tail, --stored) and kvaudit
+// checksum (--stored): runAudits runs them on a consumer's dumps.
+
+// runAudits runs the tail audit (tail) and the stored-checksum check
+// (stored) on dumps.
+func runAudits(ctx context.Context, dumps []*layout.Dump, requests []string, tail, stored bool, engine checksum.Engine) (*report.Audits, error) {
+	a := &report.Audits{}
+	if tail {
+		t, err := inject.AuditTails(dumps, requests)
+		if err != nil {
+			return nil, err
+		}
+		a.Tail = t
+	}
+	if stored {
+		a.Stored = []*checksum.StoredRank{}
+		for _, d := range dumps {
+			s, err := checksum.Stored(ctx, d, checksum.Options{Engine: engine, Requests: requests})
+			if err != nil {
+				return nil, err
+			}
+			a.Stored = append(a.Stored, s)
+		}
+	}
+	return a, nil
+}
+
+// auditExit combines a command's result with its audits': a finding is a
+// mismatch (exit 1); --stored with no stored checksum to compare is
+// unverified (exit 2) unless allowed.
+func auditExit(result error, a *report.Audits, allowUnverified bool) error {
+	var re *ResultError
+	if result != nil && !errors.As(result, &re) {
+		return result
+	}
+	var msgs []string
+	if re != nil && re.Code == ExitMismatch {
+		msgs = append(msgs, re.Msg)
+	}
+	if a.Tail != nil && len(a.Tail.Findings) > 0 {
+		x := a.Tail.Findings[0]
+		msgs = append(msgs, fmt.Sprintf("tail audit: %d block(s) hold non-zero bytes past the transferred range (request %s group %d position %d, ...)", len(a.Tail.Findings), x.Request, x.Group, x.Position))
+	}
+	if a.Stored != nil && report.StoredVerdict(a.Stored) == checksum.Mismatch {
+		msgs = append(msgs, "stored checksums: some block differs from the checksum stored with it")
+	}
+	if len(msgs) > 0 {
+		return &ResultError{Code: ExitMismatch, Msg: strings.Join(msgs, "; ")}
+	}
+	if result != nil {
+		return result
+	}
+	if a.Stored != nil && report.StoredVerdict(a.Stored) == checksum.Unverified && !allowUnverified {
+		return &ResultError{Code: ExitUnverified, Msg: "stored checksums: no request lists stored_checksums for a full block (--allow-unverified accepts it)"}
+	}
+	return nil
+}
+
+// diffAudits renders a comparison with the consumer audits the options ask
+// for and returns the command's result. It is kvaudit diff's path when
+// --audit-tail or --stored is given; the consumer must be dumps.
+func diffAudits(ctx context.Context, opts *DiffOptions, res *checksum.DiffResult, consumer *diffSide) error {
+	if consumer.in == nil || len(consumer.in.dumps) == 0 || len(consumer.in.records) > 0 {
+		return usageErrorf("--audit-tail and --stored read the consumer's dumps: give dumps, not records")
+	}
+	a, err := runAudits(ctx, consumer.in.dumps, opts.Requests, opts.AuditTail, opts.Stored, opts.Engine)
+	if err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
+	err = report.RenderDiffAudits(opts.IO.Out, res, a, report.Format(opts.Output), report.DiffOptions{
+		Style: tableStyle(opts.IO), AllowUnverified: opts.AllowUnverified,
+	})
+	if err != nil {
+		return err
+	}
+	return auditExit(diffExit(res, opts.AllowUnverified), a, opts.AllowUnverified)
+}
+
+// storedRun is kvaudit checksum --stored: each full block's stored
+// checksum (rank-local, so any subset of ranks will do) and, where the
+// manifests list stored checksums, whether they match (exit 1 if one
+// differs).
+func storedRun(ctx context.Context, opts *ChecksumOptions, in *sideInput) error {
+	if len(in.records) > 0 || len(in.dumps) == 0 {
+		return usageErrorf("--stored reads dumps (the blocks and their block hashes), not records")
+	}
+	if opts.Output != "table" && opts.Output != "json" {
+		return usageErrorf("--stored: -o %q: want table or json", opts.Output)
+	}
+	a, err := runAudits(ctx, in.dumps, opts.Requests, false, true, opts.Engine)
+	if err != nil {
+		return err
+	}
+	if opts.Output == "json" {
+		err = report.WriteJSON(opts.IO.Out, report.NewStoredJSON(a.Stored))
+	} else {
+		err = report.StoredTable(a.Stored).Render(opts.IO.Out, report.FormatTable, tableStyle(opts.IO))
+	}
+	if err != nil {
+		return err
+	}
+	return auditExit(nil, a, true)
+}
