@@ -24,6 +24,9 @@ type ChecksumOptions struct {
 	OutDir string
 	// PayloadForm is the form -o payload writes.
 	PayloadForm checksum.PayloadForm
+	// Stored emits (and checks) the offload tier's stored checksums
+	// instead of the checks (inject.go).
+	Stored bool
 }
 
 // NewCmdChecksum builds `kvaudit checksum`. runF replaces the run function
@@ -68,6 +71,7 @@ of replicated heads. With --partial, a subset of ranks is allowed and
 			opts.Partial = cfg.Bool("partial")
 			opts.Requests = cfg.Strings("request")
 			opts.OutDir = cfg.String("out")
+			opts.Stored = cfg.Bool("stored")
 			if opts.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
 				return err
 			}
@@ -85,6 +89,7 @@ of replicated heads. With --partial, a subset of ranks is allowed and
 	f.String("engine", "cpu", engineHelp)
 	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
 	f.String("out", "", "with -o record: directory to write rank-<pp>-<tp>.record.json files into")
+	f.Bool("stored", false, "emit each full block's stored checksum (rank-local, tagged with its block hash) and check it against the manifest's stored_checksums; -o table or json")
 	return cmd
 }
 
@@ -94,6 +99,9 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 		return err
 	}
 	defer in.Close()
+	if opts.Stored {
+		return storedRun(ctx, opts, in)
+	}
 	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests}
 	bar := newChecksumProgress(opts.IO, in.dumps, opts.Requests)
 	copts.Progress = bar.Callback()

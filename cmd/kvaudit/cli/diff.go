@@ -37,6 +37,8 @@ type DiffOptions struct {
 	// request (0: drill.DefaultMaxDetails, negative: no cap).
 	NoDrill    bool
 	MaxDetails int
+	// AuditTail and Stored run the consumer audits (inject.go).
+	AuditTail, Stored bool
 }
 
 // NewCmdDiff builds `kvaudit diff`. runF replaces the run function in
@@ -92,6 +94,7 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 			opts.AllowUnverified = cfg.Bool("allow-unverified")
 			opts.NoDrill = cfg.Bool("no-drill")
 			opts.MaxDetails = cfg.Int("max-details")
+			opts.AuditTail, opts.Stored = cfg.Bool("audit-tail"), cfg.Bool("stored")
 			if opts.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
 				return err
 			}
@@ -109,6 +112,8 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
 	f.Bool("no-drill", false, "skip the drill-down of mismatches to layers, heads and tokens")
 	f.Int("max-details", drill.DefaultMaxDetails, "drill-down details per request at most (-1: no cap)")
+	f.Bool("audit-tail", false, "also audit the consumer's dumps: every byte past the transferred range is zero")
+	f.Bool("stored", false, "also check the consumer's blocks against the stored checksums in its manifests")
 	return cmd
 }
 
@@ -207,6 +212,9 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 		if err := drill.Explain(ctx, pside.in.dumps, cside.in.dumps, res, drill.Options{MaxDetails: opts.MaxDetails}); err != nil {
 			return err
 		}
+	}
+	if opts.AuditTail || opts.Stored {
+		return diffAudits(ctx, opts, res, cside)
 	}
 	err = report.RenderDiff(opts.IO.Out, res, report.Format(opts.Output), report.DiffOptions{
 		Style: tableStyle(opts.IO), AllowUnverified: opts.AllowUnverified,
