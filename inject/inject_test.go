@@ -101,6 +101,14 @@ var sides = []synth.Config{
 // from the input exactly in the ranges fault.json lists, changed files are
 // fresh files (never links to the input), and the input is unchanged.
 func TestFaultJSONNamesChanges(t *testing.T) {
+	applied := map[inject.Kind]int{}
+	defer func() {
+		for _, k := range inject.Kinds() {
+			if applied[k] == 0 {
+				t.Errorf("%s: no side took it", k)
+			}
+		}
+	}()
 	for _, cfg := range sides {
 		t.Run(cfg.Preset, func(t *testing.T) {
 			side, dumps := preparedConsumer(t, cfg)
@@ -118,6 +126,7 @@ func TestFaultJSONNamesChanges(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", k, err)
 				}
+				applied[k]++
 				onDisk, err := inject.ReadFault(filepath.Join(out, inject.FaultFile))
 				if err != nil {
 					t.Fatalf("%s: %v", k, err)
