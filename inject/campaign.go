@@ -266,7 +266,7 @@ func Campaign(ctx context.Context, opts CampaignOptions) (*CampaignResult, error
 					continue
 				}
 				dir := filepath.Join(scratch, fmt.Sprintf("w%d", w))
-				outcomes[j.ki][j.trial] = runTrial(ctx, states, kinds[j.ki], j.ki, j.trial, opts.Seed, dir)
+				outcomes[j.ki][j.trial] = runTrial(ctx, states, kinds[j.ki], j.trial, opts.Seed, dir)
 				n := done.Add(1)
 				if opts.Progress != nil {
 					opts.Progress(int(n), total)
@@ -326,9 +326,10 @@ func Campaign(ctx context.Context, opts CampaignOptions) (*CampaignResult, error
 	return res, nil
 }
 
-// trialSeed derives a trial's seed from the campaign's.
-func trialSeed(seed uint64, ki, trial int) uint64 {
-	x := seed ^ uint64(ki+1)<<40 ^ uint64(trial+1)
+// trialSeed derives a trial's seed from the campaign's, the kind and the
+// trial's number, so a trial is the same whatever other kinds run.
+func trialSeed(seed uint64, k Kind, trial int) uint64 {
+	x := seed ^ kindSeed(k) ^ uint64(trial+1)
 	x += 0x9e3779b97f4a7c15
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
 	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
@@ -583,11 +584,13 @@ func expandPositions(gv *checksum.GroupVerdict, positions []int, input string) [
 }
 
 // runTrial injects one fault and judges what the detectors report.
-func runTrial(ctx context.Context, states []*pairState, k Kind, ki, trial int, campaignSeed uint64, dir string) trialOutcome {
+func runTrial(ctx context.Context, states []*pairState, k Kind, trial int, campaignSeed uint64, dir string) trialOutcome {
 	info, _ := InfoOf(k)
-	seed := trialSeed(campaignSeed, ki, trial)
+	seed := trialSeed(campaignSeed, k, trial)
+	// Kinds start on different pairs; trials rotate through them.
+	first := slices.IndexFunc(Infos, func(in Info) bool { return in.Kind == k }) + 1
 	for attempt := range len(states) {
-		s := states[(ki+trial+attempt)%len(states)]
+		s := states[(first+trial+attempt)%len(states)]
 		if k == StaleTail && !s.tailClean {
 			continue
 		}

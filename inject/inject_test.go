@@ -539,3 +539,24 @@ func TestCampaignGivenSides(t *testing.T) {
 		}
 	}
 }
+
+// TestCampaignTrialsIndependent: a trial depends on the campaign's seed,
+// its kind and its number only, not on the other kinds run.
+func TestCampaignTrialsIndependent(t *testing.T) {
+	run := func(kinds ...inject.Kind) inject.KindResult {
+		res, err := inject.Campaign(context.Background(), inject.CampaignOptions{Trials: 4, Seed: 9, Kinds: kinds, Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Kinds[len(res.Kinds)-1]
+	}
+	a, b := run(inject.SwapHeads), run(inject.PayloadFlip, inject.StaleTail, inject.SwapHeads)
+	if a.Example != b.Example || len(a.Pairs) != len(b.Pairs) {
+		t.Errorf("swap-heads alone: %q on %v; after other kinds: %q on %v", a.Example, a.Pairs, b.Example, b.Pairs)
+	}
+	for p, n := range a.Pairs {
+		if b.Pairs[p] != n {
+			t.Errorf("pair %s: %d trials alone, %d after other kinds", p, n, b.Pairs[p])
+		}
+	}
+}

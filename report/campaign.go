@@ -164,19 +164,20 @@ func CampaignTables(r *inject.CampaignResult) []*Table {
 		}
 	}
 	tables := []*Table{t}
-	f := &Table{Title: "failing trials (reproduce with --faults KIND --seed SEED)", Header: []string{"kind", "trial", "pair", "fault", "problem"}}
+	f := &Table{Title: "failing trials", Header: []string{"kind", "trial", "pair", "trial seed", "fault", "problem"}}
+	f.Notes = append(f.Notes, fmt.Sprintf("a trial depends only on the campaign's seed, its kind and its number: kvaudit campaign --faults KIND --seed %d --trials N (N past the trial's number) runs it again", r.Seed))
 	for _, k := range r.Kinds {
 		for _, x := range k.Failures {
 			problem := "missed: nothing reported it"
 			if len(x.Problems) > 0 {
 				problem = strings.Join(x.Problems, "; ")
 			}
-			f.Add(C("%s", k.Kind), C("%d", x.Trial), C("%s", x.Pair), C("%s", x.Fault), Cell{Text: problem, Tone: Bad})
+			f.Add(C("%s", k.Kind), C("%d", x.Trial), C("%s", x.Pair), C("%d", x.Seed), C("%s", x.Fault), Cell{Text: problem, Tone: Bad})
 		}
 	}
 	for _, p := range r.Pairs {
 		for _, x := range p.Problems {
-			f.Add(C("clean"), C("-"), C("%s", p.Name), C("no fault"), Cell{Text: x, Tone: Bad})
+			f.Add(C("clean"), C("-"), C("%s", p.Name), C("-"), C("no fault"), Cell{Text: x, Tone: Bad})
 		}
 	}
 	if len(f.Rows) > 0 {
