@@ -63,13 +63,12 @@ func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
 	}
 	jobs := make([]job, len(p.Tasks))
 	var total int64
-	maxHeads, maxTokens := 0, 0
+	maxHeads := 0
 	for i := range p.Tasks {
 		t := &p.Tasks[i]
 		jobs[i] = job{task: t, order: blockOrder(t.Rows), walk: newWalk(t.Cache)}
 		total += int64(len(t.Rows)) * jobs[i].walk.rowBytes
 		maxHeads = max(maxHeads, t.Cache.Cells.Heads)
-		maxTokens = max(maxTokens, t.Cache.Cells.KernelTokens)
 	}
 	size := f.ChunkBytes
 	if size <= 0 {
@@ -90,7 +89,7 @@ func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s := newScratch(maxHeads, maxTokens)
+			s := newScratch(maxHeads)
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(cs) || ctx.Err() != nil {
@@ -206,7 +205,7 @@ type walk struct {
 	// token's run over all heads is one stretch of pieces, one per head.
 	pieceRun bool
 	// simd: runs of whole 8-byte pieces, a multiple of 32 bytes long, go
-	// through the SIMD kernel (sumsSIMD) when the machine has one.
+	// through the SIMD kernel (accumSIMD) when the machine has one.
 	simd bool
 	// m is the slice factor of each local head.
 	m []uint64
@@ -287,30 +286,58 @@ func abs(x int64) int64 {
 // first token).
 type scratch struct {
 	xa, ya []uint64
-	// ab receives the SIMD kernel's A and B of each run.
-	ab []uint64
+	// state holds the SIMD kernel's lanes, 12 per head.
+	state []uint64
 }
 
 // useSIMD lets tests force the generic loops; the SIMD kernel is used only
 // where simdAvailable.
 var useSIMD = simdAvailable
 
-func newScratch(heads, tokens int) *scratch {
-	return &scratch{xa: make([]uint64, heads), ya: make([]uint64, heads), ab: make([]uint64, 2*max(heads, tokens))}
+func newScratch(heads int) *scratch {
+	return &scratch{xa: make([]uint64, heads), ya: make([]uint64, heads), state: make([]uint64, 12*heads)}
 }
 
-// simdRuns runs the SIMD kernel over count runs of n bytes, run i at
-// data[off+i*stride:], and returns their A, B pairs, or nil when the runs
-// are not for it (then the caller uses the generic loop). It checks that
-// every run lies in data before the kernel reads it.
-func (s *scratch) simdRuns(k *walk, data []byte, off, stride int64, count, n int) []uint64 {
-	if !k.simd || n < 32 || n%32 != 0 || count < 1 || stride < 0 || 2*count > len(s.ab) {
-		return nil
+// simdAccum adds the runs of the heads of xa and ya to their sums with the
+// SIMD kernel, and reports false, doing nothing, where the kernel does not
+// apply. Each head has R runs of n bytes of whole 8-byte pieces, the
+// runs of consecutive tokens: run t of a head starts at piece index
+// j0 + t*P. All R*len(xa) runs are evenly spaced by stride from data[off]:
+// with headsInner, run i is head i%H's run i/H (a token-major kernel row),
+// otherwise head i/R's run i%R.
+//
+// The kernel reads each head's runs as one stream: lanes a, b with
+// B_stream = sum of (stream piece index)*x, and c, which gives
+// T = sum_t t*A_t. The pieces of run t have stream index t*Lp+k and piece
+// index j0+t*P+k, so the head's sum of j*x is j0*A + B_stream + (P-Lp)*T.
+func (s *scratch) simdAccum(k *walk, data []byte, off, stride int64, n, R int, headsInner bool, j0 uint64, xa, ya []uint64) bool {
+	H := len(xa)
+	if !k.simd || n < 32 || n%32 != 0 || R < 1 || H < 1 || stride < 0 || off < 0 || 12*H > len(s.state) {
+		return false
 	}
-	_ = data[off+int64(count-1)*stride+int64(n)-1] // bounds: the kernel reads up to here
-	_ = data[off]
-	sumsSIMD(data, off, stride, count, n, s.ab)
-	return s.ab[:2*count]
+	count := R * H
+	_ = data[off+int64(count-1)*stride+int64(n)-1] // the kernel reads up to here
+	state := s.state[:12*H]
+	clear(state)
+	group := 1
+	if !headsInner {
+		group = R
+	}
+	accumSIMD(data, off, stride, n, count, group, H, state)
+	M := uint64(R) * uint64(n/32) // 32-byte steps of a head's stream
+	Lp := uint64(n / 8)
+	ya = ya[:H]
+	for h := range xa {
+		st := (*[12]uint64)(state[12*h : 12*h+12])
+		A := st[0] + st[1] + st[2] + st[3]
+		Sb := st[4] + st[5] + st[6] + st[7]
+		Sc := st[8] + st[9] + st[10] + st[11]
+		B := 4*(M*A-Sb) + st[1] + 2*st[2] + 3*st[3]
+		T := uint64(R-1)*A - Sc
+		xa[h] += A
+		ya[h] += j0*A + B + (k.P-Lp)*T
+	}
+	return true
 }
 
 // chunk adds the rows of one chunk to out.
@@ -348,12 +375,7 @@ func (s *scratch) block(k *walk, row *Row) uint64 {
 		case k.stripe:
 			L := int64(n) * C
 			a := base + k.runs[0].off
-			if ab := s.simdRuns(k, data, a, v.HeadStride, H, int(L)); ab != nil {
-				for h := range xa {
-					A, B := ab[2*h], ab[2*h+1]
-					xa[h] += A
-					ya[h] += j0*A + B
-				}
+			if s.simdAccum(k, data, a, v.HeadStride, int(L), 1, true, j0, xa, ya) {
 				continue
 			}
 			for h := range H {
@@ -382,25 +404,17 @@ func (s *scratch) block(k *walk, row *Row) uint64 {
 			for ri := range k.runs {
 				r := &k.runs[ri]
 				L := int64(r.n)
+				jr := uint64((int64(tok0)*C + int64(r.q)) / w) // the run's first piece in token 0
 				if k.tokensInner {
+					if r.aligned && v.HeadStride == int64(n)*v.TokenStride && s.simdAccum(k, data, base+r.off, v.TokenStride, r.n, n, false, jr, xa, ya) {
+						continue // evenly spaced (hnd, whole kernel row): one call
+					}
 					for h := range xa {
 						a := base + int64(h)*v.HeadStride + r.off
-						var x, y uint64
-						var ab []uint64
-						if r.aligned {
-							ab = s.simdRuns(k, data, a, v.TokenStride, n, r.n)
-						}
-						if ab != nil {
-							for t := range n {
-								jb := uint64((int64(tok0+t)*C + int64(r.q)) / w)
-								A, B := ab[2*t], ab[2*t+1]
-								x += A
-								y += jb*A + B
-							}
-							xa[h] += x
-							ya[h] += y
+						if r.aligned && s.simdAccum(k, data, a, v.TokenStride, r.n, n, false, jr, xa[h:h+1], ya[h:h+1]) {
 							continue
 						}
+						var x, y uint64
 						for t := range n {
 							jb := uint64((int64(tok0+t)*C + int64(r.q)) / w)
 							A, B := k.acc(data[a:a+L], r)
@@ -413,18 +427,14 @@ func (s *scratch) block(k *walk, row *Row) uint64 {
 					}
 					continue
 				}
+				if r.aligned && v.TokenStride == int64(H)*v.HeadStride && s.simdAccum(k, data, base+r.off, v.HeadStride, r.n, n, true, jr, xa, ya) {
+					continue // evenly spaced (flash, nhd): one call for the kernel row
+				}
 				for t := range n {
 					jb := uint64((int64(tok0+t)*C + int64(r.q)) / w)
 					a := base + int64(t)*v.TokenStride + r.off
-					if r.aligned {
-						if ab := s.simdRuns(k, data, a, v.HeadStride, H, r.n); ab != nil {
-							for h := range xa {
-								A, B := ab[2*h], ab[2*h+1]
-								xa[h] += A
-								ya[h] += jb*A + B
-							}
-							continue
-						}
+					if r.aligned && s.simdAccum(k, data, a, v.HeadStride, r.n, 1, true, jb, xa, ya) {
+						continue
 					}
 					if k.w == 8 && r.aligned {
 						// The common case (attention K or V of each head).

@@ -478,31 +478,50 @@ func TestFastMatchesReferenceRapid(t *testing.T) {
 	})
 }
 
-// TestSIMDMatchesGeneric compares the SIMD kernel with sumAB on every run
-// length it takes, at several strides and counts.
+// TestSIMDMatchesGeneric compares the SIMD kernel with the generic sums
+// on every run length it takes, for token-major and head-major runs,
+// several heads, runs per head, strides and first pieces.
 func TestSIMDMatchesGeneric(t *testing.T) {
 	if !simdAvailable {
 		t.Skip("no SIMD kernel on this machine")
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
-	data := make([]byte, 1<<16)
+	data := make([]byte, 1<<17)
 	for i := range data {
 		data[i] = byte(rng.Uint32())
 	}
-	ab := make([]uint64, 2*9)
-	for n := 32; n <= 4096; n += 32 {
-		for _, stride := range []int64{int64(n), int64(n) + 8, 0, 3 * int64(n)} {
-			for _, count := range []int{1, 2, 9} {
-				off := int64(rng.IntN(64))
-				if off+int64(count-1)*stride+int64(n) > int64(len(data)) {
-					continue
-				}
-				sumsSIMD(data, off, stride, count, n, ab)
-				for i := range count {
-					a := off + int64(i)*stride
-					A, B := sumAB(data[a : a+int64(n)])
-					if ab[2*i] != A || ab[2*i+1] != B {
-						t.Fatalf("n %d stride %d run %d: simd (%x, %x), generic (%x, %x)", n, stride, i, ab[2*i], ab[2*i+1], A, B)
+	s := newScratch(5)
+	for n := 32; n <= 2048; n += 32 {
+		for _, H := range []int{1, 2, 5} {
+			for _, R := range []int{1, 3} {
+				for _, headsInner := range []bool{true, false} {
+					stride := int64(n) + 8*int64(rng.IntN(3))
+					off := int64(rng.IntN(64))
+					if off+int64(R*H)*stride > int64(len(data)) {
+						continue
+					}
+					P := uint64(n/8) * uint64(1+rng.IntN(3)) // pieces per token
+					j0 := uint64(rng.IntN(1000))
+					k := &walk{simd: true, w: 8, P: P}
+					xa, ya := make([]uint64, H), make([]uint64, H)
+					if !s.simdAccum(k, data, off, stride, n, R, headsInner, j0, xa, ya) {
+						t.Fatalf("n %d: the kernel declined", n)
+					}
+					for h := range H {
+						var A, Y uint64
+						for r := range R {
+							i := r*H + h
+							if !headsInner {
+								i = h*R + r
+							}
+							a := off + int64(i)*stride
+							x, b := sumAB(data[a : a+int64(n)])
+							A += x
+							Y += (j0+uint64(r)*P)*x + b
+						}
+						if xa[h] != A || ya[h] != Y {
+							t.Fatalf("n %d H %d R %d heads inner %v head %d: simd (%x, %x), generic (%x, %x)", n, H, R, headsInner, h, xa[h], ya[h], A, Y)
+						}
 					}
 				}
 			}
@@ -564,7 +583,7 @@ func TestFastBlockAllocs(t *testing.T) {
 		for _, simd := range kernels() {
 			withSIMD(simd, func() {
 				k := newWalk(c)
-				s := newScratch(v.Heads, v.KernelTokens)
+				s := newScratch(v.Heads)
 				row := Row{Block: 2, FirstToken: 5, Valid: v.KernelBlocks * v.KernelTokens}
 				if n := testing.AllocsPerRun(100, func() { s.block(k, &row) }); n != 0 {
 					t.Errorf("%s %s: %v allocations per block, want 0", name, kernelName(simd), n)

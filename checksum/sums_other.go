@@ -5,7 +5,7 @@ package checksum
 // simdAvailable is false: this build has only the generic loops.
 var simdAvailable = false
 
-// sumsSIMD is never called without simdAvailable.
-func sumsSIMD(data []byte, off int64, stride int64, count int, n int, ab []uint64) {
+// accumSIMD is never called without simdAvailable.
+func accumSIMD(data []byte, off, stride int64, n, count, group, heads int, state []uint64) {
 	panic("checksum: no SIMD kernel in this build")
 }

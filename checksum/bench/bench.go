@@ -288,6 +288,10 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 
 	if opts.EndToEnd {
+		// The side is opened afresh for each repetition: unmap the
+		// measured one first, so the resident set counts one mapping.
+		closeAll(dumps)
+		dumps = nil
 		t := slices.Max(threads)
 		e, err := endToEnd(ctx, paths, t, reps, warm, logf, peak)
 		if err != nil {
