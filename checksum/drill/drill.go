@@ -209,6 +209,8 @@ func (e *explainer) request() error {
 			continue
 		}
 		S := caches[0].group.BlockSize
+		var quiet []int // mismatching positions where no cell differs
+		found := false
 		for _, pos := range g.Positions {
 			if err := e.ctx.Err(); err != nil {
 				return err
@@ -235,10 +237,17 @@ func (e *explainer) request() error {
 			case unreadable:
 				e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d position %d: some caches are in device memory and were not compared", g.ID, pos))
 			case differ == 0:
-				e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d position %d: no differing cell found (the producer's dumps do not hold what it checksummed)", g.ID, pos))
+				quiet = append(quiet, pos)
 			case differ > 1:
 				e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d position %d: %d (layer, head, replica) slices differ, in layers %s and heads %s", g.ID, pos, differ, ranges(layers), ranges(heads)))
 			}
+			found = found || differ > 0
+		}
+		// With larger producer blocks a mismatch names every consumer
+		// position of the chunk, including unchanged ones: only when no
+		// position differs is the producer's dump itself suspect.
+		if len(quiet) > 0 && !found {
+			e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d positions %s: no differing cell found (the producer's dumps do not hold what it checksummed)", g.ID, ranges(quiet)))
 		}
 	}
 	if e.skipped > 0 {
