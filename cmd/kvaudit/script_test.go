@@ -24,20 +24,37 @@ func TestMain(m *testing.M) {
 
 // TestScripts runs the whole-CLI stories in testdata/script/*.txtar.
 func TestScripts(t *testing.T) {
-	testscript.Run(t, testscript.Params{
-		Dir: "testdata/script",
-		Setup: func(env *testscript.Env) error {
-			env.Setenv("NO_COLOR", "1")
-			return nil
-		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"checks":    cmdChecks,
-			"exits":     cmdExits,
-			"flipkv":    cmdFlipKV,
-			"junitxml":  cmdJUnitXML,
-			"payloadof": cmdPayloadOf,
-		},
-	})
+	testscript.Run(t, scriptParams(testscript.Params{Dir: "testdata/script"}))
+}
+
+// scriptParams adds the environment and the custom commands every script
+// gets.
+func scriptParams(p testscript.Params) testscript.Params {
+	p.Setup = func(env *testscript.Env) error {
+		env.Setenv("NO_COLOR", "1")
+		return nil
+	}
+	p.Cmds = map[string]func(ts *testscript.TestScript, neg bool, args []string){
+		"checks":       cmdChecks,
+		"exits":        cmdExits,
+		"stdoutprefix": cmdStdoutPrefix,
+		"flipkv":       cmdFlipKV,
+		"junitxml":     cmdJUnitXML,
+		"payloadof":    cmdPayloadOf,
+	}
+	return p
+}
+
+// cmdStdoutPrefix checks that the last command's stdout starts with the
+// contents of FILE: stdoutprefix FILE.
+func cmdStdoutPrefix(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: stdoutprefix FILE")
+	}
+	got, want := ts.ReadFile("stdout"), ts.ReadFile(args[0])
+	if !strings.HasPrefix(got, want) {
+		ts.Fatalf("stdout does not start with %s:\n--- got\n%s\n--- want\n%s", args[0], got, want)
+	}
 }
 
 // cmdChecks prints check 0 of every request and group of a `kvaudit
