@@ -261,39 +261,6 @@ func WriteCampaignJUnit(w io.Writer, r *inject.CampaignResult) error {
 	return writeJUnit(w, out)
 }
 
-// add counts a suite's cases and appends it.
-func (s *junitSuites) add(suite junitSuite) {
-	for _, c := range suite.Cases {
-		suite.Tests++
-		switch {
-		case c.Failure != nil:
-			suite.Failures++
-		case c.Error != nil:
-			suite.Errors++
-		case c.Skipped != nil:
-			suite.Skipped++
-		}
-	}
-	s.Tests += suite.Tests
-	s.Failures += suite.Failures
-	s.Errors += suite.Errors
-	s.Skipped += suite.Skipped
-	s.Suites = append(s.Suites, suite)
-}
-
-func writeJUnit(w io.Writer, out junitSuites) error {
-	if _, err := io.WriteString(w, xml.Header); err != nil {
-		return err
-	}
-	enc := xml.NewEncoder(w)
-	enc.Indent("", "  ")
-	if err := enc.Encode(out); err != nil {
-		return err
-	}
-	_, err := io.WriteString(w, "\n")
-	return err
-}
-
 // Audits are the consumer audits run beside a comparison; a nil field was
 // not run.
 type Audits struct {

@@ -1,7 +1,6 @@
 package report
 
 import (
-	"encoding/xml"
 	"fmt"
 	"io"
 	"strconv"
@@ -307,40 +306,6 @@ func RenderDiff(w io.Writer, res *checksum.DiffResult, f Format, opts DiffOption
 	return nil
 }
 
-// JUnit XML, as CI systems read it (the Ant/Surefire schema).
-type junitSuites struct {
-	XMLName  xml.Name     `xml:"testsuites"`
-	Name     string       `xml:"name,attr"`
-	Tests    int          `xml:"tests,attr"`
-	Failures int          `xml:"failures,attr"`
-	Errors   int          `xml:"errors,attr"`
-	Skipped  int          `xml:"skipped,attr"`
-	Suites   []junitSuite `xml:"testsuite"`
-}
-
-type junitSuite struct {
-	Name     string      `xml:"name,attr"`
-	Tests    int         `xml:"tests,attr"`
-	Failures int         `xml:"failures,attr"`
-	Errors   int         `xml:"errors,attr"`
-	Skipped  int         `xml:"skipped,attr"`
-	Cases    []junitCase `xml:"testcase"`
-}
-
-type junitCase struct {
-	Name      string        `xml:"name,attr"`
-	Classname string        `xml:"classname,attr"`
-	Failure   *junitOutcome `xml:"failure,omitempty"`
-	Error     *junitOutcome `xml:"error,omitempty"`
-	Skipped   *junitOutcome `xml:"skipped,omitempty"`
-}
-
-type junitOutcome struct {
-	Message string `xml:"message,attr"`
-	Type    string `xml:"type,attr,omitempty"`
-	Text    string `xml:",chardata"`
-}
-
 // WriteDiffJUnit writes a comparison as JUnit XML: one test suite per
 // load (consumer request), holding a test case "load" for the load-level
 // reasons and one test case "group N" per group. A mismatch is a
@@ -392,38 +357,13 @@ func WriteDiffJUnit(w io.Writer, res *checksum.DiffResult, allowUnverified bool)
 			}
 			s.Cases = append(s.Cases, c)
 		}
-		for _, c := range s.Cases {
-			s.Tests++
-			switch {
-			case c.Failure != nil:
-				s.Failures++
-			case c.Error != nil:
-				s.Errors++
-			case c.Skipped != nil:
-				s.Skipped++
-			}
-		}
-		out.Tests += s.Tests
-		out.Failures += s.Failures
-		out.Errors += s.Errors
-		out.Skipped += s.Skipped
-		out.Suites = append(out.Suites, s)
+		out.add(s)
 	}
 	if len(res.Requests) == 0 {
-		out.Tests, out.Errors = 1, 1
-		out.Suites = append(out.Suites, junitSuite{Name: "requests", Tests: 1, Errors: 1, Cases: []junitCase{{
+		out.add(junitSuite{Name: "requests", Cases: []junitCase{{
 			Name: "requests", Classname: "kvaudit diff",
 			Error: &junitOutcome{Message: "the consumer holds no request to compare", Type: "unverified"},
 		}}})
 	}
-	if _, err := io.WriteString(w, xml.Header); err != nil {
-		return err
-	}
-	enc := xml.NewEncoder(w)
-	enc.Indent("", "  ")
-	if err := enc.Encode(out); err != nil {
-		return err
-	}
-	_, err := io.WriteString(w, "\n")
-	return err
+	return writeJUnit(w, out)
 }
