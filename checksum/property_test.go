@@ -115,16 +115,7 @@ func TestPropertyOneByteChange(t *testing.T) {
 			t.Fatal(err)
 		}
 		compute := func() *checksum.Checks {
-			dumps, err := layout.OpenSide(paths)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				for _, d := range dumps {
-					d.Close()
-				}
-			}()
-			c, err := checksum.Compute(context.Background(), dumps, checksum.Options{})
+			c, err := checksum.ComputePaths(context.Background(), paths, checksum.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -215,11 +206,7 @@ func TestFastMatchesReferenceOnJunk(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer func() {
-			for _, d := range dumps {
-				d.Close()
-			}
-		}()
+		defer layout.CloseAll(dumps)
 		var outs [][]*checksum.Record
 		for _, e := range []checksum.Engine{checksum.Reference{}, checksum.Fast{Threads: 2, ChunkBytes: 64}} {
 			recs, err := checksum.Records(context.Background(), dumps, checksum.Options{Engine: e})

@@ -377,3 +377,21 @@ func (rec *Record) Validate() *RecordError {
 	}
 	return nil
 }
+
+// ComputePaths opens a side given as paths (dumps, or directories holding
+// them, as layout.FindDumps reads them), checksums it and closes it.
+func ComputePaths(ctx context.Context, paths []string, opts Options) (*Checks, error) {
+	found, rest, err := layout.FindDumps(paths)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) > 0 {
+		return nil, fmt.Errorf("%q is not a dump", rest[0])
+	}
+	dumps, err := layout.OpenSide(found)
+	if err != nil {
+		return nil, err
+	}
+	defer layout.CloseAll(dumps)
+	return Compute(ctx, dumps, opts)
+}

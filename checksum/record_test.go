@@ -83,11 +83,7 @@ func TestRecordsMergeLikeDumps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		for _, d := range dumps {
-			d.Close()
-		}
-	}()
+	defer layout.CloseAll(dumps)
 	recs, err := checksum.Records(context.Background(), dumps, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)

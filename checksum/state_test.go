@@ -42,16 +42,7 @@ func TestStatePaddingAndExtraNotCovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	compute := func() *checksum.Checks {
-		dumps, err := layout.OpenSide(paths)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			for _, d := range dumps {
-				d.Close()
-			}
-		}()
-		c, err := checksum.Compute(context.Background(), dumps, checksum.Options{})
+		c, err := checksum.ComputePaths(context.Background(), paths, checksum.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
@@ -31,16 +30,7 @@ func computeSide(t tester, cfg synth.Config, engine checksum.Engine) *checksum.C
 	if err != nil {
 		t.Fatal(err)
 	}
-	dumps, err := layout.OpenSide(paths)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, d := range dumps {
-			d.Close()
-		}
-	}()
-	c, err := checksum.Compute(context.Background(), dumps, checksum.Options{Engine: engine})
+	c, err := checksum.ComputePaths(context.Background(), paths, checksum.Options{Engine: engine})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,18 +31,12 @@ func sideChecks(t testing.TB, paths []string) *checksum.Checks {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeAll(dumps)
+	defer layout.CloseAll(dumps)
 	c, err := checksum.Compute(context.Background(), dumps, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
-}
-
-func closeAll(dumps []*layout.Dump) {
-	for _, d := range dumps {
-		d.Close()
-	}
 }
 
 // flipBit flips one bit of byte i of a cell of the dumps at paths, in
@@ -54,7 +48,7 @@ func flipBit(t testing.TB, paths []string, ref drill.CellRef, i, bit int) {
 		t.Fatal(err)
 	}
 	file, off, err := drill.Locate(dumps, ref, i)
-	closeAll(dumps)
+	layout.CloseAll(dumps)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -645,11 +645,7 @@ func (s *pairState) dumpTrial(ctx context.Context, k Kind, seed uint64, dir stri
 	recs := slices.Clone(s.consRecs)
 	stored := slices.Clone(s.stored)
 	var opened []*layout.Dump
-	defer func() {
-		for _, d := range opened {
-			d.Close()
-		}
-	}()
+	defer layout.CloseAll(opened)
 	for i, d := range s.consumer {
 		pp, tp := d.Rank()
 		if !changed[Rank{pp, tp}] {

@@ -201,16 +201,7 @@ func computeSide(t *testing.T, cfg synth.Config, e checksum.Engine) *checksum.Ch
 	if err != nil {
 		t.Fatal(err)
 	}
-	dumps, err := layout.OpenSide(paths)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, d := range dumps {
-			d.Close()
-		}
-	}()
-	c, err := checksum.Compute(context.Background(), dumps, checksum.Options{Engine: e})
+	c, err := checksum.ComputePaths(context.Background(), paths, checksum.Options{Engine: e})
 	if err != nil {
 		t.Fatal(err)
 	}

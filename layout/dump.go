@@ -354,3 +354,10 @@ func CheckRanks(dumps []*Dump) error {
 	}
 	return nil
 }
+
+// CloseAll closes every dump (of a side).
+func CloseAll(dumps []*Dump) {
+	for _, d := range dumps {
+		d.Close()
+	}
+}

@@ -176,11 +176,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		for _, d := range dumps {
-			d.Close()
-		}
-	}()
+	defer layout.CloseAll(dumps)
 	plans := make([]*checksum.Plan, len(dumps))
 	outs := make([][]uint64, len(dumps))
 	caches := 0

@@ -40,7 +40,7 @@ func (s *kv) locate(ref drill.CellRef) (string, []int64) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	defer closeAll(dumps)
+	defer layout.CloseAll(dumps)
 	var file string
 	var offs []int64
 	for i := 0; ; i++ {
@@ -91,12 +91,6 @@ func (s *kv) write(ref drill.CellRef, b []byte) {
 	}
 }
 
-func closeAll(dumps []*layout.Dump) {
-	for _, d := range dumps {
-		d.Close()
-	}
-}
-
 // explain diffs the two sides and drills the result down.
 func explain(t *testing.T, p, c *kv, opts drill.Options) *checksum.DiffResult {
 	t.Helper()
@@ -104,12 +98,12 @@ func explain(t *testing.T, p, c *kv, opts drill.Options) *checksum.DiffResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeAll(pd)
+	defer layout.CloseAll(pd)
 	cd, err := layout.OpenSide(c.paths)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeAll(cd)
+	defer layout.CloseAll(cd)
 	ctx := context.Background()
 	pc, err := checksum.Compute(ctx, pd, checksum.Options{})
 	if err != nil {

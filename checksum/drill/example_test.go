@@ -26,12 +26,12 @@ func ExampleExplain() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer closeAll(pd)
+	defer layout.CloseAll(pd)
 	cd, err := layout.OpenSide(cpaths)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer closeAll(cd)
+	defer layout.CloseAll(cd)
 	prod, _ := checksum.Compute(ctx, pd, checksum.Options{})
 	cons, _ := checksum.Compute(ctx, cd, checksum.Options{})
 	res := checksum.Diff(prod, cons)
@@ -58,9 +58,7 @@ func flip(paths []string, ref drill.CellRef, i, bit int) {
 		log.Fatal(err)
 	}
 	file, off, err := drill.Locate(dumps, ref, i)
-	for _, d := range dumps {
-		d.Close()
-	}
+	layout.CloseAll(dumps)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -96,16 +96,7 @@ dump_kv(sys.argv[3], kv, groups, tp_rank=spec["tp_rank"], tp_size=spec["tp_size"
 
 func checksums(t *testing.T, paths []string) *checksum.Checks {
 	t.Helper()
-	dumps, err := layout.OpenSide(paths)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, d := range dumps {
-			d.Close()
-		}
-	}()
-	c, err := checksum.Compute(context.Background(), dumps, checksum.Options{})
+	c, err := checksum.ComputePaths(context.Background(), paths, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

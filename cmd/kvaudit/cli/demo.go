@@ -92,16 +92,7 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 		return err
 	}
 	side := func(paths []string) (*checksum.Checks, error) {
-		dumps, err := layout.OpenSide(paths)
-		if err != nil {
-			return nil, err
-		}
-		defer func() {
-			for _, d := range dumps {
-				d.Close()
-			}
-		}()
-		return checksum.Compute(ctx, dumps, checksum.Options{})
+		return checksum.ComputePaths(ctx, paths, checksum.Options{})
 	}
 	prod, err := side(ppaths)
 	if err != nil {

@@ -187,18 +187,12 @@ func openDumpSide(paths []string) ([]*layout.Dump, error) {
 	return layout.OpenSide(dumps)
 }
 
-func closeAll(dumps []*layout.Dump) {
-	for _, d := range dumps {
-		d.Close()
-	}
-}
-
 func injectRun(ctx context.Context, opts *InjectOptions) error {
 	dumps, err := openDumpSide(opts.Paths)
 	if err != nil {
 		return err
 	}
-	defer closeAll(dumps)
+	defer layout.CloseAll(dumps)
 	out, err := filepath.Abs(opts.Out)
 	if err != nil {
 		return err
@@ -230,7 +224,7 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 		if err != nil {
 			return err
 		}
-		defer closeAll(prepared)
+		defer layout.CloseAll(prepared)
 		dumps = prepared
 	}
 	f, err := inject.Inject(ctx, dumps, opts.Out, opts.Inject)

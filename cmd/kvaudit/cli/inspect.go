@@ -61,11 +61,7 @@ func inspectRun(_ context.Context, opts *InspectOptions) error {
 		return usageErrorf("%q is not a dump: give a .safetensors file with an embedded manifest, or a directory holding manifest.json", rest[0])
 	}
 	var dumps []*layout.Dump
-	defer func() {
-		for _, d := range dumps {
-			d.Close()
-		}
-	}()
+	defer layout.CloseAll(dumps)
 	for _, p := range paths {
 		d, err := layout.Open(p)
 		if err != nil {

@@ -20,11 +20,7 @@ type sideInput struct {
 	rest []string
 }
 
-func (s *sideInput) Close() {
-	for _, d := range s.dumps {
-		d.Close()
-	}
-}
+func (s *sideInput) Close() { layout.CloseAll(s.dumps) }
 
 // openSide opens the dumps and reads the records among paths (files,
 // dump directories, or directories holding either). Paths that are
