@@ -5,11 +5,15 @@
 // records and their merge into whole-model checks, fingerprints, and the
 // producer payload.
 //
-// Ten lines get a side's checks:
+// A few lines compare a producer with a consumer:
 //
-//	dumps, err := layout.OpenSide(paths)
+//	prod, err := checksum.ComputePaths(ctx, []string{"kv/producer"}, checksum.Options{})
 //	...
-//	side, err := checksum.Compute(ctx, dumps, checksum.Options{})
+//	cons, err := checksum.ComputePaths(ctx, []string{"kv/consumer"}, checksum.Options{})
 //	...
-//	for _, r := range side.Requests { fmt.Println(r.ID, r.Groups[0].Checks[0]) }
+//	res := checksum.Diff(prod, cons)
+//	fmt.Println(res.Verdict) // verified, mismatch or unverified
+//
+// Compute takes dumps already opened with layout.OpenSide, and package
+// drill explains a mismatch from both sides' dumps.
 package checksum
