@@ -86,3 +86,35 @@ func TestStatePaddingAndExtraNotCovered(t *testing.T) {
 		t.Fatal("flipping the last covered bit changed nothing")
 	}
 }
+
+// TestStateFingerprints: a state group's fingerprint (both forms) is the
+// same for every TP size and conv layout, and differs with the conv dtype;
+// without a split it follows the local shapes, so it differs across TP.
+func TestStateFingerprints(t *testing.T) {
+	fp := func(cfg synth.Config) [2]uint64 {
+		c := computeSide(t, cfg, checksum.Fast{})
+		for _, g := range c.Groups {
+			if g.Kind == layout.KindMamba {
+				return [2]uint64{g.Fingerprint, g.FingerprintFlat}
+			}
+		}
+		t.Fatalf("%+v: no state group", cfg)
+		return [2]uint64{}
+	}
+	for _, preset := range []string{"mamba2-hybrid", "gdn-hybrid", "mamba1"} {
+		base := fp(synth.Config{Preset: preset})
+		for _, tp := range []int{1, 2, 4} {
+			for _, conv := range synth.ConvLayouts {
+				if got := fp(synth.Config{Preset: preset, TP: tp, PP: 2, ConvLayout: conv}); got != base {
+					t.Errorf("%s tp %d %s: fingerprint %x, tp 1 dim-first %x", preset, tp, conv, got, base)
+				}
+			}
+		}
+		if fp(synth.Config{Preset: preset, ConvDtype: "float32"}) == base {
+			t.Errorf("%s: the conv dtype does not change the fingerprint", preset)
+		}
+		if fp(synth.Config{Preset: preset, TP: 2, NoStateSplit: true}) == fp(synth.Config{Preset: preset, NoStateSplit: true}) {
+			t.Errorf("%s: without a split the fingerprint should follow the local shapes", preset)
+		}
+	}
+}
