@@ -224,7 +224,10 @@ func diffRequest(producer, consumer *Checks, cr *RequestChecks) *RequestVerdict 
 	for _, id := range ids {
 		rv.Groups = append(rv.Groups, diffGroup(pr, cr, pr.Group(id), cr.Group(id), id, consumer))
 	}
-	if len(cr.Groups) == 0 {
+	// Nothing to verify the load by: the consumer checksummed no group,
+	// or every group is left out (a pure state model without a TP split
+	// across TP sizes, or groups skipped on both sides).
+	if len(cr.Groups) == 0 || !slices.ContainsFunc(rv.Groups, func(g *GroupVerdict) bool { return g.Verdict != LeftOut }) {
 		rv.Reasons = addReason(rv.Reasons, ReasonNoLoadedGroup)
 	}
 	rv.Verdict = combine(false, func(yield func(Verdict) bool) {
