@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"github.com/kvaudit/kvaudit/kernels"
 	"os"
 	"strconv"
 	"strings"
@@ -31,6 +32,10 @@ type BenchOptions struct {
 	Dir    string
 	Keep   bool
 	Output string
+	// Engine is "cpu" (the CPU engines beside a plain read) or "cuda" (the
+	// GPU kernel beside a plain-read kernel and a device-to-device copy,
+	// on a cache of Size bytes the runner fills on the device).
+	Engine string
 	// Bench holds the measurement settings (Paths is set by the run).
 	Bench bench.Options
 }
@@ -63,7 +68,10 @@ measures side by side; absolute speeds depend on the machine and its load.`,
   $ kvaudit bench --size 4GB --layout hnd -o json
 
   # measure on existing dumps, one and two threads, 9 repetitions
-  $ kvaudit bench --threads 1,2 --reps 9 out/producer`,
+  $ kvaudit bench --threads 1,2 --reps 9 out/producer
+
+  # the GPU kernel on a 4 GiB cache beside a device-to-device copy
+  $ kvaudit bench --engine cuda --size 4GiB`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := newConfig(cmd)
 			if err != nil {
@@ -77,6 +85,15 @@ measures side by side; absolute speeds depend on the machine and its load.`,
 				return usageErrorf("--size: %v", err)
 			}
 			opts.Preset, opts.Layout, opts.PP = cfg.String("preset"), cfg.String("layout"), cfg.Int("pp")
+			switch opts.Engine = cfg.String("engine"); opts.Engine {
+			case "cpu":
+			case "cuda":
+				if len(args) > 0 {
+					return usageErrorf("--engine cuda measures the kernel on a cache the runner fills on the device; it takes no dumps")
+				}
+			default:
+				return usageErrorf("--engine %q: want cpu or cuda", opts.Engine)
+			}
 			opts.Dir, opts.Keep = cfg.String("dir"), cfg.Bool("keep")
 			if len(args) == 0 {
 				if _, err := bench.SideConfig(opts.Size, opts.Preset, opts.Layout, opts.PP); err != nil {
@@ -120,10 +137,14 @@ measures side by side; absolute speeds depend on the machine and its load.`,
 	f.Int("warmup", 1, "untimed runs of each method before timing")
 	f.String("ref-sample", "32MB", "bytes the reference engine reads (it is slow)")
 	f.Bool("end-to-end", true, "also time a whole checksum of the side against opening and reading it")
+	f.String("engine", "cpu", "cpu: the CPU engines beside a plain read; cuda: the GPU kernel beside a plain-read kernel and a device-to-device copy (kvaudit-cuda runner)")
 	return cmd
 }
 
 func benchRun(ctx context.Context, opts *BenchOptions) error {
+	if opts.Engine == "cuda" {
+		return benchCUDA(ctx, opts)
+	}
 	status := newStatus(opts.IO)
 	paths := opts.Paths
 	if len(paths) == 0 {
@@ -240,4 +261,23 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size (e.g. 512MB, 2GB, 1GiB)", s)
 	}
 	return int64(v * mult), nil
+}
+
+// benchCUDA times the GPU kernel on a cache of opts.Size bytes that the
+// kvaudit-cuda runner allocates and fills on the device, beside a
+// plain-read kernel and a device-to-device copy of the same bytes, in one
+// run; a few rows are checked against the reference on the host.
+func benchCUDA(ctx context.Context, opts *BenchOptions) error {
+	r, err := kernels.StartRunner(ctx, kernels.RunnerOptions{})
+	if err != nil {
+		return fmt.Errorf("the CUDA engine is unavailable: %w", err)
+	}
+	res, err := r.Bench(ctx, kernels.BenchRequest{Bytes: opts.Size, Reps: opts.Bench.Reps})
+	if err != nil {
+		return err
+	}
+	if opts.Output == "json" {
+		return report.WriteJSON(opts.IO.Out, res)
+	}
+	return res.WriteText(opts.IO.Out)
 }
