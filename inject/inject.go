@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
@@ -160,108 +159,31 @@ func kindSeed(k Kind) uint64 {
 	return h.Sum64()
 }
 
-// side indexes a side's dumps.
+// side is a side's dumps, indexed, with what injection needs of them.
 type side struct {
-	dumps []*layout.Dump
-	ids   []string // request ids, first rank's order
-	paths []string // absolute data file path per dump's files (cache)
+	*layout.Side
+	ids []string // request ids, the first rank's first
 }
 
 func newSide(dumps []*layout.Dump) *side {
-	s := &side{dumps: dumps}
-	for _, d := range dumps {
-		for _, r := range d.Manifest.Requests {
-			if !slices.Contains(s.ids, r.ID) {
-				s.ids = append(s.ids, r.ID)
-			}
-		}
-	}
+	s := &side{Side: layout.NewSide(dumps)}
+	s.ids = s.RequestIDs()
 	return s
 }
 
 func (s *side) rank(di int) Rank {
-	pp, tp := s.dumps[di].Rank()
+	pp, tp := s.Dumps[di].Rank()
 	return Rank{pp, tp}
 }
 
-// request returns request id as the first rank holding it lists it.
-func (s *side) request(id string) *layout.Request {
-	for _, d := range s.dumps {
-		if r := d.Manifest.Request(id); r != nil {
-			return r
-		}
-	}
-	return nil
-}
-
-// group returns the manifest group id of the first rank that has it.
-func (s *side) group(id int) *layout.Group {
-	for _, d := range s.dumps {
-		if g := d.Manifest.Group(id); g != nil {
-			return g
-		}
-	}
-	return nil
-}
-
-// groupIDs lists the side's group ids in manifest order.
-func (s *side) groupIDs() []int {
-	var ids []int
-	for _, d := range s.dumps {
-		for _, g := range d.Manifest.Groups {
-			if !slices.Contains(ids, g.ID) {
-				ids = append(ids, g.ID)
-			}
-		}
-	}
-	return ids
-}
-
 // cache is one distinct cache of a group on one rank.
-type cache struct {
-	di int
-	v  *layout.LayerView
-}
-
-// caches returns the checksummed caches of group id on every rank.
-func (s *side) caches(group int) []cache {
-	var out []cache
-	for di, d := range s.dumps {
-		gv := d.GroupView(group)
-		if gv == nil || gv.Skip != "" {
-			continue
-		}
-		for _, v := range gv.Caches {
-			out = append(out, cache{di, v})
-		}
-	}
-	return out
-}
-
-// block returns the block id of request id at position pos of group g on
-// rank di (a state group's state block at position 0).
-func (s *side) block(di int, id string, g *layout.Group, pos int) (int, bool) {
-	r := s.dumps[di].Manifest.Request(id)
-	if r == nil {
-		return 0, false
-	}
-	key := strconv.Itoa(g.ID)
-	if g.Kind == layout.KindMamba {
-		b, ok := r.StateBlock[key]
-		return b, ok && pos == 0
-	}
-	t := r.BlockTable[key]
-	if pos < 0 || pos >= len(t) || t[pos] == nil {
-		return 0, false
-	}
-	return *t[pos], true
-}
+type cache = layout.SideCache
 
 // maxReplicas is the number of checks of a group on the side.
 func (s *side) maxReplicas(group int) int {
 	n := 1
-	for _, c := range s.caches(group) {
-		n = max(n, c.v.Replicas)
+	for _, c := range s.Caches(group) {
+		n = max(n, c.View.Replicas)
 	}
 	return n
 }

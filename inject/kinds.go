@@ -41,13 +41,13 @@ func (p *planner) na(format string, args ...any) error {
 // checkTarget rejects targets that name nothing of the side.
 func (p *planner) checkTarget() error {
 	t := p.opts.Target
-	if t.Request != "" && p.s.request(t.Request) == nil {
+	if t.Request != "" && p.s.Request(t.Request) == nil {
 		return fmt.Errorf("--request %q: the side holds no such request", t.Request)
 	}
-	if t.Group != nil && p.s.group(*t.Group) == nil {
+	if t.Group != nil && p.s.Group(*t.Group) == nil {
 		return fmt.Errorf("--group %d: the side has no such group", *t.Group)
 	}
-	if t.Rank != nil && !slices.ContainsFunc(p.s.dumps, func(d *layout.Dump) bool {
+	if t.Rank != nil && !slices.ContainsFunc(p.s.Dumps, func(d *layout.Dump) bool {
 		pp, tp := d.Rank()
 		return pp == t.Rank.PP && tp == t.Rank.TP
 	}) {
@@ -169,8 +169,8 @@ func (p *planner) affect(id string, g, pos int) {
 }
 
 func (p *planner) detail(id string, g, pos int, c cache, lh int, hint string, tokens *[2]int) {
-	p.details = append(p.details, DetailExpect{Request: id, Group: g, Position: pos, Layer: c.v.Number,
-		Head: c.v.HeadBase + lh, Replica: c.v.ReplicaIndex, Hint: hint, Tokens: tokens})
+	p.details = append(p.details, DetailExpect{Request: id, Group: g, Position: pos, Layer: c.View.Number,
+		Head: c.View.HeadBase + lh, Replica: c.View.ReplicaIndex, Hint: hint, Tokens: tokens})
 }
 
 // absFile returns the absolute path of a cache's file.
@@ -192,17 +192,17 @@ func (p *planner) absFile(name string) string {
 // cell returns a copy of the logical bytes of a cell (local head lh,
 // token slot t of block).
 func (p *planner) cell(c cache, block, t, lh int) []byte {
-	return c.v.Cells.ReadCell(nil, block, t, lh)
+	return c.View.Cells.ReadCell(nil, block, t, lh)
 }
 
 // write replaces a cell's logical bytes in the copy.
 func (p *planner) write(c cache, block, t, lh int, data []byte) {
-	cv := &c.v.Cells
+	cv := &c.View.Cells
 	a := cv.CellAddr(block, t, lh)
 	file := p.absFile(cv.File)
 	i := 0
 	for _, r := range cv.Runs {
-		p.edits = append(p.edits, edit{file: file, off: cv.FileOffset + a + r.Offset, data: slices.Clone(data[i : i+r.Len]), tensor: c.v.Layer.Name})
+		p.edits = append(p.edits, edit{file: file, off: cv.FileOffset + a + r.Offset, data: slices.Clone(data[i : i+r.Len]), tensor: c.View.Layer.Name})
 		i += r.Len
 	}
 }
@@ -230,9 +230,9 @@ func (p *planner) places(state, allow bool, pred func(place) bool) []place {
 		if t.Request != "" && id != t.Request {
 			continue
 		}
-		r := p.s.request(id)
-		for _, gid := range p.s.groupIDs() {
-			g := p.s.group(gid)
+		r := p.s.Request(id)
+		for _, gid := range p.s.GroupIDs() {
+			g := p.s.Group(gid)
 			if (t.Group != nil && gid != *t.Group) || (g.Kind == layout.KindMamba) != state || len(p.filterCaches(gid, nil)) == 0 {
 				continue
 			}
@@ -271,11 +271,11 @@ func layerMatch(v *layout.LayerView, layer string) bool {
 func (p *planner) filterCaches(g int, pred func(cache) bool) []cache {
 	t := p.opts.Target
 	var out []cache
-	for _, c := range p.s.caches(g) {
-		if t.Rank != nil && p.s.rank(c.di) != *t.Rank {
+	for _, c := range p.s.Caches(g) {
+		if t.Rank != nil && p.s.rank(c.Dump) != *t.Rank {
 			continue
 		}
-		if !layerMatch(c.v, t.Layer) {
+		if !layerMatch(c.View, t.Layer) {
 			continue
 		}
 		if pred == nil || pred(c) {
@@ -298,11 +298,11 @@ func (p *planner) heads(v *layout.LayerView) []int {
 
 func pick[T any](rng *rand.Rand, xs []T) T { return xs[rng.IntN(len(xs))] }
 
-// hasBlocks says whether rank c.di holds blocks of request id at every
+// hasBlocks says whether rank c.Dump holds blocks of request id at every
 // position.
 func (p *planner) hasBlocks(di int, id string, g *layout.Group, positions ...int) bool {
 	for _, pos := range positions {
-		if _, ok := p.s.block(di, id, g, pos); !ok {
+		if _, ok := p.s.Block(di, id, g, pos); !ok {
 			return false
 		}
 	}
@@ -310,7 +310,7 @@ func (p *planner) hasBlocks(di int, id string, g *layout.Group, positions ...int
 }
 
 func (p *planner) blockOf(di int, id string, g *layout.Group, pos int) int {
-	b, _ := p.s.block(di, id, g, pos)
+	b, _ := p.s.Block(di, id, g, pos)
 	return b
 }
 
@@ -320,13 +320,13 @@ func (p *planner) rankCaches(g *layout.Group, ok func(di int) bool) ([]cache, in
 	byRank := map[int][]cache{}
 	var ranks []int
 	for _, c := range p.filterCaches(g.ID, nil) {
-		if !ok(c.di) {
+		if !ok(c.Dump) {
 			continue
 		}
-		if byRank[c.di] == nil {
-			ranks = append(ranks, c.di)
+		if byRank[c.Dump] == nil {
+			ranks = append(ranks, c.Dump)
 		}
-		byRank[c.di] = append(byRank[c.di], c)
+		byRank[c.Dump] = append(byRank[c.Dump], c)
 	}
 	if len(ranks) == 0 {
 		return nil, 0, p.na("no rank holds the blocks of group %d", g.ID)
@@ -363,13 +363,13 @@ func flipBits(rng *rand.Rand, b []byte, n int) []int {
 // replica copy other than the first (replica-diverge, attention or state
 // rows), or of a state row (state-flip).
 func (p *planner) flip(state, replicated bool) error {
-	cachePred := func(c cache) bool { return !replicated || (c.v.Replicas > 1 && c.v.ReplicaIndex >= 1) }
+	cachePred := func(c cache) bool { return !replicated || (c.View.Replicas > 1 && c.View.ReplicaIndex >= 1) }
 	var pls []place
 	if replicated {
 		// Pick the group first, so hybrids exercise attention heads and
 		// state rows alike.
 		var groups []int
-		for _, gid := range p.s.groupIDs() {
+		for _, gid := range p.s.GroupIDs() {
 			if len(p.filterCaches(gid, cachePred)) > 0 && (p.opts.Target.Group == nil || *p.opts.Target.Group == gid) {
 				groups = append(groups, gid)
 			}
@@ -380,7 +380,7 @@ func (p *planner) flip(state, replicated bool) error {
 		slices.Sort(groups)
 		for _, perm := range p.rng.Perm(len(groups)) {
 			gid := groups[perm]
-			isState := p.s.group(gid).Kind == layout.KindMamba
+			isState := p.s.Group(gid).Kind == layout.KindMamba
 			pls = p.places(isState, true, func(pl place) bool { return pl.g.ID == gid })
 			if len(pls) > 0 {
 				state = isState
@@ -395,39 +395,39 @@ func (p *planner) flip(state, replicated bool) error {
 	}
 	pl := pick(p.rng, pls)
 	cs := p.filterCaches(pl.g.ID, func(c cache) bool {
-		return cachePred(c) && p.hasBlocks(c.di, pl.id, pl.g, pl.pos) && len(p.heads(c.v)) > 0
+		return cachePred(c) && p.hasBlocks(c.Dump, pl.id, pl.g, pl.pos) && len(p.heads(c.View)) > 0
 	})
 	if len(cs) == 0 {
 		return p.na("no cache holds request %q at position %d of group %d", pl.id, pl.pos, pl.g.ID)
 	}
 	c := pick(p.rng, cs)
-	lh := pick(p.rng, p.heads(c.v))
+	lh := pick(p.rng, p.heads(c.View))
 	slot := 0
 	if !state {
 		slot = p.rng.IntN(pl.valid)
 	}
-	block := p.blockOf(c.di, pl.id, pl.g, pl.pos)
+	block := p.blockOf(c.Dump, pl.id, pl.g, pl.pos)
 	b := p.cell(c, block, slot, lh)
 	n := max(p.opts.Bits, 1)
 	if n > len(b)*8 {
-		return fmt.Errorf("--bits %d: a cell of %q holds %d bits", n, c.v.Layer.Name, len(b)*8)
+		return fmt.Errorf("--bits %d: a cell of %q holds %d bits", n, c.View.Layer.Name, len(b)*8)
 	}
 	flipped := flipBits(p.rng, b, n)
 	p.write(c, block, slot, lh, b)
-	p.mismatch(pl.id, pl.g.ID, pl.pos, c.v.Key())
+	p.mismatch(pl.id, pl.g.ID, pl.pos, c.View.Key())
 	tok := pl.pos*pl.S() + slot
-	what := fmt.Sprintf("token %d (block position %d, block id %d), global head %d", tok, pl.pos, block, c.v.HeadBase+lh)
+	what := fmt.Sprintf("token %d (block position %d, block id %d), global head %d", tok, pl.pos, block, c.View.HeadBase+lh)
 	if state {
 		// The drill-down names a state copy's differing global rows as
 		// heads, at position 0, without tokens.
-		what = fmt.Sprintf("state block %d, global row %d", block, c.v.HeadBase+lh)
+		what = fmt.Sprintf("state block %d, global row %d", block, c.View.HeadBase+lh)
 		p.detail(pl.id, pl.g.ID, pl.pos, c, lh, hintBits(n), nil)
 	} else {
 		p.detail(pl.id, pl.g.ID, pl.pos, c, lh, hintBits(n), &[2]int{tok, tok})
 	}
 	p.f.Request = pl.id
 	p.f.Description = fmt.Sprintf("flipped %d bit(s) %v of the cell of request %q group %d layer %d (%s), %s, replica %d of %d, on rank %s",
-		n, flipped, pl.id, pl.g.ID, c.v.Number, c.v.Layer.Name, what, c.v.ReplicaIndex, c.v.Replicas, p.s.rank(c.di))
+		n, flipped, pl.id, pl.g.ID, c.View.Number, c.View.Layer.Name, what, c.View.ReplicaIndex, c.View.Replicas, p.s.rank(c.Dump))
 	return nil
 }
 
@@ -440,14 +440,14 @@ func (p *planner) byteNoise() error {
 		return p.na("no checksummed position to corrupt")
 	}
 	pl := pick(p.rng, pls)
-	cs := p.filterCaches(pl.g.ID, func(c cache) bool { return p.hasBlocks(c.di, pl.id, pl.g, pl.pos) && len(p.heads(c.v)) > 0 })
+	cs := p.filterCaches(pl.g.ID, func(c cache) bool { return p.hasBlocks(c.Dump, pl.id, pl.g, pl.pos) && len(p.heads(c.View)) > 0 })
 	if len(cs) == 0 {
 		return p.na("no cache holds request %q at position %d of group %d", pl.id, pl.pos, pl.g.ID)
 	}
 	c := pick(p.rng, cs)
-	lh := pick(p.rng, p.heads(c.v))
+	lh := pick(p.rng, p.heads(c.View))
 	slot := p.rng.IntN(pl.valid)
-	block := p.blockOf(c.di, pl.id, pl.g, pl.pos)
+	block := p.blockOf(c.Dump, pl.id, pl.g, pl.pos)
 	b := p.cell(c, block, slot, lh)
 	lo := min(6, len(b))
 	n := lo + p.rng.IntN(min(64, len(b))-lo+1)
@@ -460,20 +460,20 @@ func (p *planner) byteNoise() error {
 		b[i] ^= m
 	}
 	p.write(c, block, slot, lh, b)
-	p.mismatch(pl.id, pl.g.ID, pl.pos, c.v.Key())
+	p.mismatch(pl.id, pl.g.ID, pl.pos, c.View.Key())
 	tok := pl.pos*pl.S() + slot
 	p.detail(pl.id, pl.g.ID, pl.pos, c, lh, "random bytes", &[2]int{tok, tok})
 	p.f.Request = pl.id
 	p.f.Description = fmt.Sprintf("noise over bytes %d..%d of the cell of request %q group %d layer %d (%s), token %d, global head %d, on rank %s",
-		start, start+n-1, pl.id, pl.g.ID, c.v.Number, c.v.Layer.Name, tok, c.v.HeadBase+lh, p.s.rank(c.di))
+		start, start+n-1, pl.id, pl.g.ID, c.View.Number, c.View.Layer.Name, tok, c.View.HeadBase+lh, p.s.rank(c.Dump))
 	return nil
 }
 
 // blockCells calls fn for every (token slot, local head) of the target's
 // heads of a cache.
 func (p *planner) blockCells(c cache, fn func(slot, lh int)) {
-	for slot := range c.v.Cells.KernelBlocks * c.v.Cells.KernelTokens {
-		for _, lh := range p.heads(c.v) {
+	for slot := range c.View.Cells.KernelBlocks * c.View.Cells.KernelTokens {
+		for _, lh := range p.heads(c.View) {
 			fn(slot, lh)
 		}
 	}
@@ -503,9 +503,9 @@ func (p *planner) zeroBlock() error {
 	}
 	block := p.blockOf(di, pl.id, pl.g, pl.pos)
 	for _, c := range cs {
-		zero := make([]byte, c.v.Cells.CellBytes)
+		zero := make([]byte, c.View.Cells.CellBytes)
 		p.blockCells(c, func(slot, lh int) { p.write(c, block, slot, lh, zero) })
-		for _, lh := range p.heads(c.v) {
+		for _, lh := range p.heads(c.View) {
 			nonzero := false
 			for slot := range pl.valid {
 				if slices.ContainsFunc(p.cell(c, block, slot, lh), func(x byte) bool { return x != 0 }) {
@@ -513,7 +513,7 @@ func (p *planner) zeroBlock() error {
 				}
 			}
 			if nonzero {
-				p.mismatch(pl.id, pl.g.ID, pl.pos, c.v.Key())
+				p.mismatch(pl.id, pl.g.ID, pl.pos, c.View.Key())
 				p.detail(pl.id, pl.g.ID, pl.pos, c, lh, "zeroed", nil)
 			}
 		}
@@ -535,23 +535,23 @@ func (p *planner) swapTokens() error {
 		return p.na("no checksummed position holds two tokens")
 	}
 	pl := pick(p.rng, pls)
-	cs := p.filterCaches(pl.g.ID, func(c cache) bool { return p.hasBlocks(c.di, pl.id, pl.g, pl.pos) && len(p.heads(c.v)) > 0 })
+	cs := p.filterCaches(pl.g.ID, func(c cache) bool { return p.hasBlocks(c.Dump, pl.id, pl.g, pl.pos) && len(p.heads(c.View)) > 0 })
 	if len(cs) == 0 {
 		return p.na("no cache holds request %q at position %d of group %d", pl.id, pl.pos, pl.g.ID)
 	}
 	c := pick(p.rng, cs)
-	block := p.blockOf(c.di, pl.id, pl.g, pl.pos)
+	block := p.blockOf(c.Dump, pl.id, pl.g, pl.pos)
 	perm := p.rng.Perm(pl.valid)
 	t1, t2 := min(perm[0], perm[1]), max(perm[0], perm[1])
 	base := pl.pos * pl.S()
-	for _, lh := range p.heads(c.v) {
+	for _, lh := range p.heads(c.View) {
 		a, b := p.cell(c, block, t1, lh), p.cell(c, block, t2, lh)
 		if string(a) == string(b) {
 			continue
 		}
 		p.write(c, block, t1, lh, b)
 		p.write(c, block, t2, lh, a)
-		p.mismatch(pl.id, pl.g.ID, pl.pos, c.v.Key())
+		p.mismatch(pl.id, pl.g.ID, pl.pos, c.View.Key())
 		p.detail(pl.id, pl.g.ID, pl.pos, c, lh, "tokens swapped", &[2]int{base + t1, base + t2})
 	}
 	if len(p.details) == 0 {
@@ -559,7 +559,7 @@ func (p *planner) swapTokens() error {
 	}
 	p.f.Request = pl.id
 	p.f.Description = fmt.Sprintf("swapped tokens %d and %d of request %q group %d position %d in layer %d (%s) on rank %s",
-		base+t1, base+t2, pl.id, pl.g.ID, pl.pos, c.v.Number, c.v.Layer.Name, p.s.rank(c.di))
+		base+t1, base+t2, pl.id, pl.g.ID, pl.pos, c.View.Number, c.View.Layer.Name, p.s.rank(c.Dump))
 	return nil
 }
 
@@ -571,11 +571,11 @@ func (p *planner) swapHeads() error {
 		lh int
 	}
 	// layer name -> global head -> where it lives, per group
-	sharded := func(c cache) bool { return c.v.Replicas == 1 && !c.v.State }
+	sharded := func(c cache) bool { return c.View.Replicas == 1 && !c.View.State }
 	pls := p.places(false, true, func(pl place) bool {
 		n := map[string]int{}
 		for _, c := range p.filterCaches(pl.g.ID, sharded) {
-			n[c.v.Layer.Name] += c.v.Heads
+			n[c.View.Layer.Name] += c.View.Heads
 		}
 		for _, k := range n {
 			if k >= 2 {
@@ -590,12 +590,12 @@ func (p *planner) swapHeads() error {
 	pl := pick(p.rng, pls)
 	heads := map[string][]headAt{}
 	var names []string
-	for _, c := range p.filterCaches(pl.g.ID, func(c cache) bool { return sharded(c) && p.hasBlocks(c.di, pl.id, pl.g, pl.pos) }) {
-		if heads[c.v.Layer.Name] == nil {
-			names = append(names, c.v.Layer.Name)
+	for _, c := range p.filterCaches(pl.g.ID, func(c cache) bool { return sharded(c) && p.hasBlocks(c.Dump, pl.id, pl.g, pl.pos) }) {
+		if heads[c.View.Layer.Name] == nil {
+			names = append(names, c.View.Layer.Name)
 		}
-		for lh := range c.v.Heads {
-			heads[c.v.Layer.Name] = append(heads[c.v.Layer.Name], headAt{c, lh})
+		for lh := range c.View.Heads {
+			heads[c.View.Layer.Name] = append(heads[c.View.Layer.Name], headAt{c, lh})
 		}
 	}
 	names = slices.DeleteFunc(names, func(n string) bool { return len(heads[n]) < 2 })
@@ -605,7 +605,7 @@ func (p *planner) swapHeads() error {
 	hs := heads[pick(p.rng, names)]
 	var firsts []int
 	for i, h := range hs {
-		if t := p.opts.Target.Head; t == nil || *t == h.c.v.HeadBase+h.lh {
+		if t := p.opts.Target.Head; t == nil || *t == h.c.View.HeadBase+h.lh {
 			firsts = append(firsts, i)
 		}
 	}
@@ -618,10 +618,10 @@ func (p *planner) swapHeads() error {
 		j++
 	}
 	a, b := hs[i], hs[j]
-	ga, gb := a.c.v.HeadBase+a.lh, b.c.v.HeadBase+b.lh
-	ba, bb := p.blockOf(a.c.di, pl.id, pl.g, pl.pos), p.blockOf(b.c.di, pl.id, pl.g, pl.pos)
+	ga, gb := a.c.View.HeadBase+a.lh, b.c.View.HeadBase+b.lh
+	ba, bb := p.blockOf(a.c.Dump, pl.id, pl.g, pl.pos), p.blockOf(b.c.Dump, pl.id, pl.g, pl.pos)
 	differ := false
-	for slot := range a.c.v.Cells.KernelBlocks * a.c.v.Cells.KernelTokens {
+	for slot := range a.c.View.Cells.KernelBlocks * a.c.View.Cells.KernelTokens {
 		x, y := p.cell(a.c, ba, slot, a.lh), p.cell(b.c, bb, slot, b.lh)
 		p.write(a.c, ba, slot, a.lh, y)
 		p.write(b.c, bb, slot, b.lh, x)
@@ -632,12 +632,12 @@ func (p *planner) swapHeads() error {
 	}
 	hint := fmt.Sprintf("heads %d<->%d swapped", min(ga, gb), max(ga, gb))
 	for _, h := range []headAt{a, b} {
-		p.mismatch(pl.id, pl.g.ID, pl.pos, h.c.v.Key())
+		p.mismatch(pl.id, pl.g.ID, pl.pos, h.c.View.Key())
 		p.detail(pl.id, pl.g.ID, pl.pos, h.c, h.lh, hint, nil)
 	}
 	p.f.Request = pl.id
 	p.f.Description = fmt.Sprintf("swapped global heads %d (rank %s) and %d (rank %s) of layer %d (%s) in request %q group %d position %d",
-		ga, p.s.rank(a.c.di), gb, p.s.rank(b.c.di), a.c.v.Number, a.c.v.Layer.Name, pl.id, pl.g.ID, pl.pos)
+		ga, p.s.rank(a.c.Dump), gb, p.s.rank(b.c.Dump), a.c.View.Number, a.c.View.Layer.Name, pl.id, pl.g.ID, pl.pos)
 	return nil
 }
 
@@ -647,17 +647,17 @@ func (p *planner) swapLayers() error {
 	type pair struct{ a, b cache }
 	pairsOf := func(pl place) []pair {
 		var out []pair
-		all := p.s.caches(pl.g.ID)
+		all := p.s.Caches(pl.g.ID)
 		for _, a := range all {
-			if t := p.opts.Target.Rank; t != nil && p.s.rank(a.di) != *t {
+			if t := p.opts.Target.Rank; t != nil && p.s.rank(a.Dump) != *t {
 				continue
 			}
-			if !layerMatch(a.v, p.opts.Target.Layer) || !p.hasBlocks(a.di, pl.id, pl.g, pl.pos) {
+			if !layerMatch(a.View, p.opts.Target.Layer) || !p.hasBlocks(a.Dump, pl.id, pl.g, pl.pos) {
 				continue
 			}
 			for _, b := range all {
-				if b.di == a.di && b.v != a.v && b.v.Number != a.v.Number && b.v.Cells.CellBytes == a.v.Cells.CellBytes &&
-					b.v.Heads == a.v.Heads && b.v.HeadBase == a.v.HeadBase && b.v.Key() == a.v.Key() && !a.v.State {
+				if b.Dump == a.Dump && b.View != a.View && b.View.Number != a.View.Number && b.View.Cells.CellBytes == a.View.Cells.CellBytes &&
+					b.View.Heads == a.View.Heads && b.View.HeadBase == a.View.HeadBase && b.View.Key() == a.View.Key() && !a.View.State {
 					out = append(out, pair{a, b})
 				}
 			}
@@ -670,17 +670,17 @@ func (p *planner) swapLayers() error {
 	}
 	pl := pick(p.rng, pls)
 	pr := pick(p.rng, pairsOf(pl))
-	block := p.blockOf(pr.a.di, pl.id, pl.g, pl.pos)
-	hint := fmt.Sprintf("layers %d<->%d swapped", min(pr.a.v.Number, pr.b.v.Number), max(pr.a.v.Number, pr.b.v.Number))
-	for _, lh := range p.heads(pr.a.v) {
-		for slot := range pr.a.v.Cells.KernelBlocks * pr.a.v.Cells.KernelTokens {
+	block := p.blockOf(pr.a.Dump, pl.id, pl.g, pl.pos)
+	hint := fmt.Sprintf("layers %d<->%d swapped", min(pr.a.View.Number, pr.b.View.Number), max(pr.a.View.Number, pr.b.View.Number))
+	for _, lh := range p.heads(pr.a.View) {
+		for slot := range pr.a.View.Cells.KernelBlocks * pr.a.View.Cells.KernelTokens {
 			x, y := p.cell(pr.a, block, slot, lh), p.cell(pr.b, block, slot, lh)
 			p.write(pr.a, block, slot, lh, y)
 			p.write(pr.b, block, slot, lh, x)
 		}
 		if p.validDiffersAcross(pr.a, pr.b, block, pl.valid, lh) {
 			for _, c := range []cache{pr.a, pr.b} {
-				p.mismatch(pl.id, pl.g.ID, pl.pos, c.v.Key())
+				p.mismatch(pl.id, pl.g.ID, pl.pos, c.View.Key())
 				p.detail(pl.id, pl.g.ID, pl.pos, c, lh, hint, nil)
 			}
 		}
@@ -690,7 +690,7 @@ func (p *planner) swapLayers() error {
 	}
 	p.f.Request = pl.id
 	p.f.Description = fmt.Sprintf("swapped layers %d (%s) and %d (%s) of request %q group %d position %d (block id %d) on rank %s",
-		pr.a.v.Number, pr.a.v.Layer.Name, pr.b.v.Number, pr.b.v.Layer.Name, pl.id, pl.g.ID, pl.pos, block, p.s.rank(pr.a.di))
+		pr.a.View.Number, pr.a.View.Layer.Name, pr.b.View.Number, pr.b.View.Layer.Name, pl.id, pl.g.ID, pl.pos, block, p.s.rank(pr.a.Dump))
 	return nil
 }
 
@@ -709,9 +709,9 @@ func (p *planner) validDiffersAcross(a, b cache, block, valid, lh int) bool {
 func (p *planner) moveBlock(cs []cache, src, dst int, id string, g *layout.Group, pos, valid int, hint string) {
 	for _, c := range cs {
 		p.blockCells(c, func(slot, lh int) { p.write(c, dst, slot, lh, p.cell(c, src, slot, lh)) })
-		for _, lh := range p.heads(c.v) {
+		for _, lh := range p.heads(c.View) {
 			if p.validDiffers(c, src, dst, valid, lh) {
-				p.mismatch(id, g.ID, pos, c.v.Key())
+				p.mismatch(id, g.ID, pos, c.View.Key())
 				p.detail(id, g.ID, pos, c, lh, hint, nil)
 			}
 		}
@@ -763,13 +763,13 @@ func (p *planner) shift() error {
 	var cands map[place][]cache
 	cands = map[place][]cache{}
 	for _, pl := range pls {
-		r := p.s.request(pl.id)
+		r := p.s.Request(pl.id)
 		last := (r.NumTokens+pl.S()-1)/pl.S() - 1
 		positions := []int{}
 		for q := pl.pos - 1; q <= last; q++ {
 			positions = append(positions, q)
 		}
-		cs := p.filterCaches(pl.g.ID, func(c cache) bool { return p.hasBlocks(c.di, pl.id, pl.g, positions...) })
+		cs := p.filterCaches(pl.g.ID, func(c cache) bool { return p.hasBlocks(c.Dump, pl.id, pl.g, positions...) })
 		if len(cs) > 0 {
 			ok = append(ok, pl)
 			cands[pl] = cs
@@ -779,10 +779,10 @@ func (p *planner) shift() error {
 		return p.na("no request has a checksummed block after another block")
 	}
 	pl := pick(p.rng, ok)
-	r := p.s.request(pl.id)
+	r := p.s.Request(pl.id)
 	S := pl.S()
 	last := (r.NumTokens+S-1)/S - 1
-	cs, di, err := p.rankCaches(pl.g, func(di int) bool { return slices.ContainsFunc(cands[pl], func(c cache) bool { return c.di == di }) })
+	cs, di, err := p.rankCaches(pl.g, func(di int) bool { return slices.ContainsFunc(cands[pl], func(c cache) bool { return c.Dump == di }) })
 	if err != nil {
 		return err
 	}
@@ -812,12 +812,12 @@ func (p *planner) staleBlock() error {
 			if id == pl.id {
 				continue
 			}
-			r2 := p.s.request(id)
+			r2 := p.s.Request(id)
 			if layout.ValidTokens(r2.NumTokens, pl.pos, pl.S()) < pl.valid {
 				continue
 			}
 			if len(p.filterCaches(pl.g.ID, func(c cache) bool {
-				return p.hasBlocks(c.di, pl.id, pl.g, pl.pos) && p.hasBlocks(c.di, id, pl.g, pl.pos)
+				return p.hasBlocks(c.Dump, pl.id, pl.g, pl.pos) && p.hasBlocks(c.Dump, id, pl.g, pl.pos)
 			})) > 0 {
 				cands = append(cands, cand{pl, id})
 			}
@@ -870,7 +870,7 @@ func (p *planner) strayWrite() error {
 			p.opts.Target = saved
 			for _, v := range victims {
 				if len(p.filterCaches(src.g.ID, func(c cache) bool {
-					return p.hasBlocks(c.di, src.id, src.g, src.pos) && p.hasBlocks(c.di, v.id, v.g, v.pos)
+					return p.hasBlocks(c.Dump, src.id, src.g, src.pos) && p.hasBlocks(c.Dump, v.id, v.g, v.pos)
 				})) > 0 {
 					cands = append(cands, cand{src, v})
 				}
@@ -919,9 +919,9 @@ func (p *planner) tailRegions() []tailRegion {
 		if t.Request != "" && id != t.Request {
 			continue
 		}
-		r := p.s.request(id)
-		for _, gid := range p.s.groupIDs() {
-			g := p.s.group(gid)
+		r := p.s.Request(id)
+		for _, gid := range p.s.GroupIDs() {
+			g := p.s.Group(gid)
 			if (t.Group != nil && gid != *t.Group) || g.Kind == layout.KindMamba || len(p.filterCaches(gid, nil)) == 0 {
 				continue
 			}
@@ -964,15 +964,15 @@ func (p *planner) pastTokens(stale bool) error {
 	tail := []AuditPlace{}
 	for _, c := range cs {
 		for slot := rg.lo; slot < rg.hi; slot++ {
-			for _, lh := range p.heads(c.v) {
-				b := make([]byte, c.v.Cells.CellBytes)
+			for _, lh := range p.heads(c.View) {
+				b := make([]byte, c.View.Cells.CellBytes)
 				for i := range b {
 					b[i] = byte(1 + p.rng.IntN(255)) // never zero
 				}
 				p.write(c, block, slot, lh, b)
 			}
 		}
-		tail = append(tail, AuditPlace{Request: rg.id, Group: rg.g.ID, Position: rg.pos, Rank: p.s.rank(di), Layer: c.v.Layer.Name})
+		tail = append(tail, AuditPlace{Request: rg.id, Group: rg.g.ID, Position: rg.pos, Rank: p.s.rank(di), Layer: c.View.Layer.Name})
 	}
 	p.affect(rg.id, rg.g.ID, rg.pos)
 	e := &p.f.Expect
@@ -1007,7 +1007,7 @@ func (p *planner) wrongPrefix() error {
 		victim, src stored
 	}
 	var cands []cand
-	for di, d := range p.s.dumps {
+	for di, d := range p.s.Dumps {
 		if t := p.opts.Target.Rank; t != nil && p.s.rank(di) != *t {
 			continue
 		}
@@ -1024,7 +1024,7 @@ func (p *planner) wrongPrefix() error {
 					if pos >= len(r.BlockHashes[key]) || layout.ValidTokens(r.NumTokens, pos, g.BlockSize) != g.BlockSize {
 						continue
 					}
-					if _, ok := p.s.block(di, r.ID, g, pos); !ok {
+					if _, ok := p.s.Block(di, r.ID, g, pos); !ok {
 						continue
 					}
 					all = append(all, stored{place{r.ID, g, pos, g.BlockSize}, r.BlockHashes[key][pos], text})
@@ -1052,7 +1052,7 @@ func (p *planner) wrongPrefix() error {
 		return p.na("no rank lists stored checksums (block_hashes and stored_checksums) for full blocks of two requests")
 	}
 	c := pick(p.rng, cands)
-	d := p.s.dumps[c.di]
+	d := p.s.Dumps[c.di]
 	for _, s := range []stored{c.victim, c.src} {
 		if _, err := layout.ParseHex64(s.text); err != nil || len(s.text) != 18 {
 			return p.na("stored checksum %q is not 0x and 16 hex digits", s.text)
@@ -1073,21 +1073,21 @@ func (p *planner) wrongPrefix() error {
 	p.edits = append(p.edits, e)
 	g := c.victim.pl.g
 	var cs []cache
-	for _, x := range p.s.caches(g.ID) {
-		if x.di == c.di {
+	for _, x := range p.s.Caches(g.ID) {
+		if x.Dump == c.di {
 			cs = append(cs, x)
 		}
 	}
 	src, dst := p.blockOf(c.di, c.src.pl.id, g, c.src.pl.pos), p.blockOf(c.di, c.victim.pl.id, g, c.victim.pl.pos)
 	for _, x := range cs {
 		for slot := range g.BlockSize {
-			for lh := range x.v.Heads {
+			for lh := range x.View.Heads {
 				p.write(x, dst, slot, lh, p.cell(x, src, slot, lh))
 			}
 		}
-		for lh := range x.v.Heads {
+		for lh := range x.View.Heads {
 			if p.validDiffers(x, src, dst, g.BlockSize, lh) {
-				p.mismatch(c.victim.pl.id, g.ID, c.victim.pl.pos, x.v.Key())
+				p.mismatch(c.victim.pl.id, g.ID, c.victim.pl.pos, x.View.Key())
 				p.detail(c.victim.pl.id, g.ID, c.victim.pl.pos, x, lh, "holds KV of request "+c.src.pl.id, nil)
 			}
 		}

@@ -212,7 +212,7 @@ func zeroEdits(d *layout.Dump, m *layout.Manifest) []edit {
 			if v.Cells.Data == nil {
 				continue
 			}
-			c := cache{v: v}
+			c := cache{View: v}
 			zero := make([]byte, v.Cells.CellBytes)
 			for b := range m.NumBlocks {
 				for slot := owned[b]; slot < g.BlockSize; slot++ {

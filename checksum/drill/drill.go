@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
@@ -67,77 +66,21 @@ func Explain(ctx context.Context, producer, consumer []*layout.Dump, res *checks
 	})
 }
 
-// side indexes one side's dumps.
-type side struct {
-	dumps []*layout.Dump
-	// reqs maps, per dump, request id -> request.
-	reqs []map[string]*layout.Request
-}
+// side is one side's dumps, indexed, with the drill-down's lookups.
+type side struct{ *layout.Side }
 
-func newSide(dumps []*layout.Dump) *side {
-	s := &side{dumps: dumps}
-	for _, d := range dumps {
-		m := map[string]*layout.Request{}
-		for i := range d.Manifest.Requests {
-			m[d.Manifest.Requests[i].ID] = &d.Manifest.Requests[i]
-		}
-		s.reqs = append(s.reqs, m)
-	}
-	return s
-}
-
-// request returns the request id as any rank lists it.
-func (s *side) request(id string) *layout.Request {
-	for _, m := range s.reqs {
-		if r := m[id]; r != nil {
-			return r
-		}
-	}
-	return nil
-}
-
-// requestIDs lists the side's request ids in the first rank's order.
-func (s *side) requestIDs() []string {
-	var ids []string
-	for _, d := range s.dumps {
-		for _, r := range d.Manifest.Requests {
-			if !slices.Contains(ids, r.ID) {
-				ids = append(ids, r.ID)
-			}
-		}
-	}
-	return ids
-}
+func newSide(dumps []*layout.Dump) *side { return &side{layout.NewSide(dumps)} }
 
 // cache is one distinct cache of a group on one rank.
-type cache struct {
-	di    int // dump index
-	group *layout.Group
-	view  *layout.LayerView
-}
-
-// caches returns the side's caches of group id, in rank order.
-func (s *side) caches(group int) []cache {
-	var out []cache
-	for di, d := range s.dumps {
-		gv := d.GroupView(group)
-		if gv == nil || gv.Skip != "" {
-			continue
-		}
-		for _, v := range gv.Caches {
-			out = append(out, cache{di: di, group: gv.Group, view: v})
-		}
-	}
-	return out
-}
+type cache = layout.SideCache
 
 // find returns the cache holding layer name (or an alias of it) and
 // global head; replica < 0 prefers replica index 0, else any.
 func (s *side) find(group int, name string, head, replica int) (cache, bool) {
 	var best cache
 	found := false
-	for _, c := range s.caches(group) {
-		v := c.view
+	for _, c := range s.Caches(group) {
+		v := c.View
 		if v.Layer.Name != name && !slices.Contains(v.Aliases, name) {
 			continue
 		}
@@ -160,21 +103,15 @@ func (s *side) find(group int, name string, head, replica int) (cache, bool) {
 // global head in cache c to dst. ok is false where the side holds no
 // such cell (no block there, a null block, device memory).
 func (s *side) cell(dst []byte, c cache, id string, head, token int) ([]byte, bool) {
-	r := s.reqs[c.di][id]
-	if r == nil || c.view.Cells.Data == nil || token < 0 {
+	if c.View.Cells.Data == nil || token < 0 {
 		return dst, false
 	}
-	S := c.group.BlockSize
-	table := r.BlockTable[strconv.Itoa(c.group.ID)]
-	pos := token / S
-	if pos >= len(table) || table[pos] == nil {
+	S := c.Group.BlockSize
+	b, ok := s.Block(c.Dump, id, c.Group, token/S)
+	if !ok {
 		return dst, false
 	}
-	b := *table[pos]
-	if b < 0 || b >= s.dumps[c.di].Manifest.NumBlocks {
-		return dst, false
-	}
-	return c.view.Cells.ReadCell(dst, b, token%S, head-c.view.HeadBase), true
+	return c.View.Cells.ReadCell(dst, b, token%S, head-c.View.HeadBase), true
 }
 
 // explainer drills one request down.
@@ -188,7 +125,7 @@ type explainer struct {
 }
 
 func (e *explainer) request() error {
-	pr, cr := e.p.request(e.rv.ProducerID), e.c.request(e.rv.ID)
+	pr, cr := e.p.Request(e.rv.ProducerID), e.c.Request(e.rv.ID)
 	if pr == nil || cr == nil {
 		e.rv.Notes = append(e.rv.Notes, "no drill-down: the request is not in both sides' dumps")
 		return nil
@@ -197,7 +134,7 @@ func (e *explainer) request() error {
 		if g.Verdict != checksum.Mismatch {
 			continue
 		}
-		caches := e.c.caches(g.ID)
+		caches := e.c.Caches(g.ID)
 		if g.Kind == layout.KindMamba && len(caches) > 0 {
 			if err := e.stateGroup(g.ID, caches); err != nil {
 				return err
@@ -208,7 +145,7 @@ func (e *explainer) request() error {
 			e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d: no drill-down: the consumer's dumps do not hold its caches", g.ID))
 			continue
 		}
-		S := caches[0].group.BlockSize
+		S := caches[0].Group.BlockSize
 		var quiet []int // mismatching positions where no cell differs
 		found := false
 		for _, pos := range g.Positions {
@@ -221,15 +158,15 @@ func (e *explainer) request() error {
 			var layers, heads []int
 			differ := 0
 			for _, c := range caches {
-				if c.view.Cells.Data == nil {
+				if c.View.Cells.Data == nil {
 					unreadable = true
 					continue
 				}
-				for lh := range c.view.Heads {
-					if e.compare(g.ID, pos, S, c, c.view.HeadBase+lh, lo, hi) {
+				for lh := range c.View.Heads {
+					if e.compare(g.ID, pos, S, c, c.View.HeadBase+lh, lo, hi) {
 						differ++
-						layers = appendUnique(layers, c.view.Number)
-						heads = appendUnique(heads, c.view.HeadBase+lh)
+						layers = appendUnique(layers, c.View.Number)
+						heads = appendUnique(heads, c.View.HeadBase+lh)
 					}
 				}
 			}
@@ -271,7 +208,7 @@ type diffCell struct {
 // tokens [lo, hi) with the producer's and adds a detail (or counts one past
 // the cap) if they differ, which it reports.
 func (e *explainer) compare(group, pos, S int, c cache, head, lo, hi int) bool {
-	name := c.view.Layer.Name
+	name := c.View.Layer.Name
 	pc, ok := e.p.find(group, name, head, -1)
 	if !ok {
 		return false
@@ -300,31 +237,21 @@ func (e *explainer) compare(group, pos, S int, c cache, head, lo, hi int) bool {
 		return true
 	}
 	e.rv.Details = append(e.rv.Details, checksum.Detail{
-		Group: group, Position: pos, Layer: c.view.Number, LayerName: name, Head: head,
-		Replica: c.view.ReplicaIndex, FirstToken: diffs[0].token, LastToken: diffs[len(diffs)-1].token,
+		Group: group, Position: pos, Layer: c.View.Number, LayerName: name, Head: head,
+		Replica: c.View.ReplicaIndex, FirstToken: diffs[0].token, LastToken: diffs[len(diffs)-1].token,
 		Bytes: nbytes, Bits: nbits, Hint: e.classify(group, pos, S, c, pc, head, lo, hi, diffs, nbits),
 		LastHead: head,
 	})
 	return true
 }
 
-// stateBlock returns the state block of request id in cache c's group.
-func (s *side) stateBlock(c cache, id string) (int, bool) {
-	r := s.reqs[c.di][id]
-	if r == nil {
-		return 0, false
-	}
-	b, ok := r.StateBlock[strconv.Itoa(c.group.ID)]
-	return b, ok && b >= 0 && b < s.dumps[c.di].Manifest.NumBlocks
-}
-
 // row appends global row row of cache c's state block for request id.
 func (s *side) row(dst []byte, c cache, id string, row int) ([]byte, bool) {
-	b, ok := s.stateBlock(c, id)
-	if !ok || c.view.Cells.Data == nil {
+	b, ok := s.Block(c.Dump, id, c.Group, 0)
+	if !ok || c.View.Cells.Data == nil {
 		return dst, false
 	}
-	return c.view.Cells.ReadCell(dst, b, 0, row-c.view.HeadBase), true
+	return c.View.Cells.ReadCell(dst, b, 0, row-c.View.HeadBase), true
 }
 
 // stateGroup compares every consumer copy of every state row of a
@@ -338,16 +265,16 @@ func (e *explainer) stateGroup(group int, caches []cache) error {
 		if err := e.ctx.Err(); err != nil {
 			return err
 		}
-		if c.view.Cells.Data == nil {
+		if c.View.Cells.Data == nil {
 			e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d: some state layers are in device memory and were not compared", group))
 			continue
 		}
 		var rows []int
 		var gots, wants [][]byte
 		nbytes, nbits := 0, 0
-		for lr := range c.view.Heads {
-			row := c.view.HeadBase + lr
-			pc, ok := e.p.find(group, c.view.Layer.Name, row, -1)
+		for lr := range c.View.Heads {
+			row := c.View.HeadBase + lr
+			pc, ok := e.p.find(group, c.View.Layer.Name, row, -1)
 			if !ok {
 				continue
 			}
@@ -374,8 +301,8 @@ func (e *explainer) stateGroup(group int, caches []cache) error {
 			continue
 		}
 		e.rv.Details = append(e.rv.Details, checksum.Detail{
-			Group: group, Layer: c.view.Number, LayerName: c.view.Layer.Name, Head: rows[0], LastHead: rows[len(rows)-1],
-			Replica: c.view.ReplicaIndex, Bytes: nbytes, Bits: nbits, State: true, StateIndex: c.view.StateIndex,
+			Group: group, Layer: c.View.Number, LayerName: c.View.Layer.Name, Head: rows[0], LastHead: rows[len(rows)-1],
+			Replica: c.View.ReplicaIndex, Bytes: nbytes, Bits: nbits, State: true, StateIndex: c.View.StateIndex,
 			Hint: e.classifyState(group, c, rows, gots, nbits),
 		})
 	}
@@ -400,7 +327,7 @@ func (e *explainer) classifyState(group int, c cache, rows []int, gots [][]byte,
 		return "zeroed"
 	}
 	for _, sd := range []*side{e.p, e.c} {
-		for _, id := range sd.requestIDs() {
+		for _, id := range sd.RequestIDs() {
 			if id == e.rv.ProducerID || id == e.rv.ID {
 				continue
 			}
@@ -411,7 +338,7 @@ func (e *explainer) classifyState(group int, c cache, rows []int, gots [][]byte,
 					break
 				}
 				e.budget--
-				src, ok := sd.find(group, c.view.Layer.Name, row, -1)
+				src, ok := sd.find(group, c.View.Layer.Name, row, -1)
 				if !ok {
 					same = false
 					break
@@ -523,13 +450,13 @@ func (e *explainer) classify(group, pos, S int, c, pc cache, head, lo, hi int, d
 		}
 	}
 	// Heads swapped: the producer's cells of another head of the layer.
-	tpRank := e.c.dumps[c.di].Manifest.Parallel.TPRank
-	first := c.view.HeadBase - (tpRank/c.view.Replicas)*c.view.Heads
-	for other := first; other < first+c.view.GlobalHeads; other++ {
+	tpRank := e.c.Dumps[c.Dump].Manifest.Parallel.TPRank
+	first := c.View.HeadBase - (tpRank/c.View.Replicas)*c.View.Heads
+	for other := first; other < first+c.View.GlobalHeads; other++ {
 		if other == head {
 			continue
 		}
-		oc, ok := e.p.find(group, c.view.Layer.Name, other, -1)
+		oc, ok := e.p.find(group, c.View.Layer.Name, other, -1)
 		if ok && from(func(t int) ([]byte, bool) { return e.p.cell(nil, oc, pid, other, t) }) {
 			return fmt.Sprintf("heads %d<->%d swapped", min(head, other), max(head, other))
 		}
@@ -537,23 +464,23 @@ func (e *explainer) classify(group, pos, S int, c, pc cache, head, lo, hi int, d
 	// Layers swapped: the producer's cells of the same head in another
 	// layer of the group.
 	seen := map[string]bool{}
-	for _, oc := range e.p.caches(group) {
-		name := oc.view.Layer.Name
-		if seen[name] || oc.view.Number == c.view.Number {
+	for _, oc := range e.p.Caches(group) {
+		name := oc.View.Layer.Name
+		if seen[name] || oc.View.Number == c.View.Number {
 			continue
 		}
 		seen[name] = true
 		lc, ok := e.p.find(group, name, head, -1)
-		if !ok || lc.view.Cells.CellBytes != c.view.Cells.CellBytes {
+		if !ok || lc.View.Cells.CellBytes != c.View.Cells.CellBytes {
 			continue
 		}
 		if from(func(t int) ([]byte, bool) { return e.p.cell(nil, lc, pid, head, t) }) {
-			a, b := c.view.Number, lc.view.Number
+			a, b := c.View.Number, lc.View.Number
 			return fmt.Sprintf("layers %d<->%d swapped", min(a, b), max(a, b))
 		}
 	}
 	// The block of another position of the request, on the producer.
-	for x := range ceilDiv(e.p.request(pid).NumTokens, S) {
+	for x := range ceilDiv(e.p.Request(pid).NumTokens, S) {
 		shift := (x - pos) * S
 		if x != pos && from(func(t int) ([]byte, bool) { return e.p.cell(nil, pc, pid, head, t+shift) }) {
 			return fmt.Sprintf("holds the block of position %d", x)
@@ -565,11 +492,11 @@ func (e *explainer) classify(group, pos, S int, c, pc cache, head, lo, hi int, d
 		side *side
 		c    cache
 	}{{e.p, pc}, {e.c, c}} {
-		for _, id := range sd.side.requestIDs() {
+		for _, id := range sd.side.RequestIDs() {
 			if id == pid || id == cid {
 				continue
 			}
-			for x := range ceilDiv(sd.side.request(id).NumTokens, S) {
+			for x := range ceilDiv(sd.side.Request(id).NumTokens, S) {
 				shift := (x - pos) * S
 				if from(func(t int) ([]byte, bool) { return sd.side.cell(nil, sd.c, id, head, t+shift) }) {
 					return "holds KV of request " + id

@@ -2,7 +2,6 @@ package drill
 
 import (
 	"fmt"
-	"strconv"
 
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -34,33 +33,27 @@ func Locate(dumps []*layout.Dump, ref CellRef, i int) (string, int64, error) {
 	if !ok {
 		return "", 0, fmt.Errorf("locating %s: no dump holds that layer, head and replica", ref)
 	}
-	r := s.reqs[c.di][ref.Request]
-	if r == nil {
-		return "", 0, fmt.Errorf("locating %s: %q does not hold the request", ref, s.dumps[c.di].Path)
+	if s.RankRequest(c.Dump, ref.Request) == nil {
+		return "", 0, fmt.Errorf("locating %s: %q does not hold the request", ref, s.Dumps[c.Dump].Path)
 	}
-	cells := &c.view.Cells
+	cells := &c.View.Cells
 	if cells.Data == nil {
 		return "", 0, fmt.Errorf("locating %s: the cache is in device memory", ref)
 	}
 	if i < 0 || i >= cells.CellBytes {
 		return "", 0, fmt.Errorf("locating %s: byte %d of a %d-byte cell", ref, i, cells.CellBytes)
 	}
-	var addr int64
-	if c.view.State {
-		b, ok := s.stateBlock(c, ref.Request)
-		if !ok {
-			return "", 0, fmt.Errorf("locating %s: the request has no state block in group %d", ref, ref.Group)
-		}
-		addr = cells.CellAddr(b, 0, ref.Head-c.view.HeadBase)
-	} else {
-		S := c.group.BlockSize
-		table := r.BlockTable[strconv.Itoa(c.group.ID)]
-		pos := ref.Token / S
-		if ref.Token < 0 || pos >= len(table) || table[pos] == nil {
-			return "", 0, fmt.Errorf("locating %s: no block at position %d", ref, pos)
-		}
-		addr = cells.CellAddr(*table[pos], ref.Token%S, ref.Head-c.view.HeadBase)
+	// A state row is the request's state block at position 0; a cell is
+	// the token's block.
+	pos, tok := 0, 0
+	if !c.View.State {
+		pos, tok = ref.Token/c.Group.BlockSize, ref.Token%c.Group.BlockSize
 	}
+	b, ok := s.Block(c.Dump, ref.Request, c.Group, pos)
+	if !ok || ref.Token < 0 {
+		return "", 0, fmt.Errorf("locating %s: no block at position %d of group %d", ref, pos, ref.Group)
+	}
+	addr := cells.CellAddr(b, tok, ref.Head-c.View.HeadBase)
 	for _, run := range cells.Runs {
 		if i < run.Len {
 			return cells.File, cells.FileOffset + addr + run.Offset + int64(i), nil
