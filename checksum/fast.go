@@ -1,6 +1,7 @@
 package checksum
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"os"
@@ -246,15 +247,7 @@ func newWalk(c *layout.LayerView) *walk {
 		k.runs = append(k.runs, walkRun{off: r.Offset, n: r.Len, q: q, aligned: q%k.w == 0 && r.Len%k.w == 0})
 		q += r.Len
 	}
-	slices.SortStableFunc(k.runs, func(a, b walkRun) int {
-		switch {
-		case a.off < b.off:
-			return -1
-		case a.off > b.off:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(k.runs, func(a, b walkRun) int { return cmp.Compare(a.off, b.off) })
 	H, KT := v.Heads, v.KernelTokens
 	switch {
 	case H == 1:

@@ -105,15 +105,8 @@ func TestPropertyOneByteChange(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		cfg := genConfig(t)
 		cfg.Role, cfg.PrefixTokens = "producer", 0
-		dir, err := os.MkdirTemp("", "kvaudit-prop-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer os.RemoveAll(dir)
-		paths, err := synth.Write(dir, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		paths, remove := synthSide(t, cfg)
+		defer remove()
 		compute := func() *checksum.Checks {
 			c, err := checksum.ComputePaths(context.Background(), paths, checksum.Options{})
 			if err != nil {
@@ -193,15 +186,8 @@ func TestPropertyOneByteChange(t *testing.T) {
 func TestFastMatchesReferenceOnJunk(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		cfg := genConfig(t)
-		dir, err := os.MkdirTemp("", "kvaudit-junk-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer os.RemoveAll(dir)
-		paths, err := synth.Write(dir, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		paths, remove := synthSide(t, cfg)
+		defer remove()
 		dumps, err := layout.OpenSide(paths)
 		if err != nil {
 			t.Fatal(err)

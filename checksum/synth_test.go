@@ -18,18 +18,28 @@ type tester interface {
 	Errorf(format string, args ...any)
 }
 
-// computeSide synthesizes cfg and checksums every rank with engine.
-func computeSide(t tester, cfg synth.Config, engine checksum.Engine) *checksum.Checks {
+// synthSide synthesizes cfg into a new temporary directory and returns
+// the rank paths and a function that removes them (rapid's T has no
+// TempDir).
+func synthSide(t tester, cfg synth.Config) (paths []string, remove func()) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "kvaudit-side-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	paths, err := synth.Write(dir, cfg)
+	paths, err = synth.Write(dir, cfg)
 	if err != nil {
+		os.RemoveAll(dir)
 		t.Fatal(err)
 	}
+	return paths, func() { os.RemoveAll(dir) }
+}
+
+// computeSide synthesizes cfg and checksums every rank with engine.
+func computeSide(t tester, cfg synth.Config, engine checksum.Engine) *checksum.Checks {
+	t.Helper()
+	paths, remove := synthSide(t, cfg)
+	defer remove()
 	c, err := checksum.ComputePaths(context.Background(), paths, checksum.Options{Engine: engine})
 	if err != nil {
 		t.Fatal(err)

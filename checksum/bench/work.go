@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"hash/crc32"
@@ -113,15 +114,7 @@ func extents(v *layout.CellView, n int) []extent {
 			}
 		}
 	}
-	slices.SortFunc(es, func(a, b extent) int {
-		switch {
-		case a.off < b.off:
-			return -1
-		case a.off > b.off:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(es, func(a, b extent) int { return cmp.Compare(a.off, b.off) })
 	out := es[:0]
 	for _, e := range es {
 		if k := len(out) - 1; k >= 0 && out[k].off+out[k].len == e.off {
