@@ -22,7 +22,8 @@ const FaultFormat = "kvaudit-fault/1"
 // Kind is a kind of fault.
 type Kind string
 
-// Fault kinds. See KindInfo for what each models and what catches it.
+// Fault kinds. See Infos (or InfoOf) for what each models and what
+// catches it.
 const (
 	BitFlip         Kind = "bit-flip"
 	ByteNoise       Kind = "byte-noise"

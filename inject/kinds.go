@@ -760,8 +760,7 @@ func (p *planner) misplace() error {
 func (p *planner) shift() error {
 	pls := p.places(false, true, func(pl place) bool { return pl.pos >= 1 })
 	var ok []place
-	var cands map[place][]cache
-	cands = map[place][]cache{}
+	cands := map[place][]cache{}
 	for _, pl := range pls {
 		r := p.s.Request(pl.id)
 		last := (r.NumTokens+pl.S()-1)/pl.S() - 1

@@ -12,7 +12,7 @@
 //
 //   - Job and Kernel: how a cache's rows are cut into thread blocks, tiles,
 //     chunks and lanes, and how the needed bytes of a dump are staged for
-//     the device (kernel.go, staging.go). The runner launches exactly
+//     the device (kernel.go: NewJob, Job.stage). The runner launches exactly
 //     these geometries.
 //   - Model: a checksum.Engine that executes the kernel's decomposition in
 //     Go, thread by thread, with the same masks and the same per-thread

@@ -270,7 +270,7 @@ func (e *explainer) stateGroup(group int, caches []cache) error {
 			continue
 		}
 		var rows []int
-		var gots, wants [][]byte
+		var gots [][]byte
 		nbytes, nbits := 0, 0
 		for lr := range c.View.Heads {
 			row := c.View.HeadBase + lr
@@ -290,7 +290,7 @@ func (e *explainer) stateGroup(group int, caches []cache) error {
 				}
 			}
 			rows = append(rows, row)
-			gots, wants = append(gots, got), append(wants, want)
+			gots = append(gots, got)
 		}
 		if len(rows) == 0 {
 			continue

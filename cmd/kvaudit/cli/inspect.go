@@ -61,7 +61,10 @@ func inspectRun(_ context.Context, opts *InspectOptions) error {
 		return usageErrorf("%q is not a dump: give a .safetensors file with an embedded manifest, or a directory holding manifest.json", rest[0])
 	}
 	var dumps []*layout.Dump
-	defer layout.CloseAll(dumps)
+	// A closure, so that it closes the dumps opened below (a plain defer
+	// would evaluate dumps now, while it is nil), also when one fails to
+	// open.
+	defer func() { layout.CloseAll(dumps) }()
 	for _, p := range paths {
 		d, err := layout.Open(p)
 		if err != nil {
