@@ -458,7 +458,7 @@ func TestJudgeFails(t *testing.T) {
 	if err := drill.Explain(ctx, prod, bad, res, drill.Options{MaxDetails: -1}); err != nil {
 		t.Fatal(err)
 	}
-	if j := inject.Judge(f, res, cleanRes, clean, nil, nil); !j.Localised || j.FalsePositive {
+	if j := inject.Judge(f, inject.Observed{Diff: res, Clean: cleanRes, CleanConsumer: clean}); !j.Localised || j.FalsePositive {
 		t.Fatalf("the fault as injected: %+v", j)
 	}
 	for name, mutate := range map[string]func(f *inject.Fault){
@@ -472,12 +472,12 @@ func TestJudgeFails(t *testing.T) {
 		b, _ := json.Marshal(f)
 		json.Unmarshal(b, &g)
 		mutate(&g)
-		if j := inject.Judge(&g, res, cleanRes, clean, nil, nil); j.Localised {
+		if j := inject.Judge(&g, inject.Observed{Diff: res, Clean: cleanRes, CleanConsumer: clean}); j.Localised {
 			t.Errorf("%s changed: still localised", name)
 		}
 	}
 	// The clean consumer judged against the fault: missed.
-	if j := inject.Judge(f, cleanRes, cleanRes, clean, nil, nil); j.Detected {
+	if j := inject.Judge(f, inject.Observed{Diff: cleanRes, Clean: cleanRes, CleanConsumer: clean}); j.Detected {
 		t.Errorf("an untouched consumer detected: %+v", j)
 	}
 }

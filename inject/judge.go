@@ -23,14 +23,30 @@ type Judgement struct {
 	Problems []string
 }
 
-// Judge compares a comparison of the producer with the faulted side (res,
-// drilled down where both sides are dumps), the tail audit's findings and
-// the stored-checksum results of the faulted consumer with the fault's
-// expectations. clean is the comparison before the fault: requests the
-// fault does not name must keep their verdicts, and positions it did not
-// cover are not expected to be reported. tail and stored are ignored
-// where the fault does not judge them.
-func Judge(f *Fault, res, clean *checksum.DiffResult, consumer *checksum.Checks, tail []TailFinding, stored []*checksum.StoredRank) Judgement {
+// Observed is what the detectors reported for a faulted side, with the
+// comparison before the fault to judge it against.
+type Observed struct {
+	// Diff compares the producer with the faulted side, drilled down where
+	// both sides are dumps.
+	Diff *checksum.DiffResult
+	// Clean is the same comparison before the fault: requests the fault
+	// does not name must keep their verdicts, and positions it did not
+	// cover are not expected to be reported.
+	Clean *checksum.DiffResult
+	// CleanConsumer is the consumer's checks before the fault: a fault that
+	// names no checks is expected in every check of its group.
+	CleanConsumer *checksum.Checks
+	// Tail is the tail audit's findings on the faulted consumer.
+	Tail []TailFinding
+	// Stored is the faulted consumer's stored-checksum results.
+	Stored []*checksum.StoredRank
+}
+
+// Judge compares what was observed of a faulted side with the fault's
+// expectations. Tail and Stored are ignored where the fault does not
+// judge them.
+func Judge(f *Fault, o Observed) Judgement {
+	res, clean, consumer, tail, stored := o.Diff, o.Clean, o.CleanConsumer, o.Tail, o.Stored
 	var j Judgement
 	info, _ := InfoOf(f.Kind)
 	problem := func(fp bool, format string, args ...any) {
@@ -233,7 +249,7 @@ func judgeDetails(f *Fault, res *checksum.DiffResult, reported map[string]map[in
 
 // judge records a trial's judgement in o.
 func (s *pairState) judge(f *Fault, res, clean *checksum.DiffResult, tail []TailFinding, stored []*checksum.StoredRank, o *trialOutcome) {
-	j := Judge(f, res, clean, s.consChecks, tail, stored)
+	j := Judge(f, Observed{Diff: res, Clean: clean, CleanConsumer: s.consChecks, Tail: tail, Stored: stored})
 	o.detected, o.localised, o.falsePositive, o.problems = j.Detected, j.Localised, j.FalsePositive, j.Problems
 	if f.Request != "" {
 		for _, rv := range res.Requests {
