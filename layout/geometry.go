@@ -162,10 +162,6 @@ func replicas(m *Manifest, g *Group, l *Layer, heads int) (int, bool) {
 	return 0, false
 }
 
-// resolveGroup builds the view of group g. tensor opens a layer's tensor as
-// a cell view; it is only called for layers of groups that pass the
-// configuration checks. Errors are inconsistencies of the dump; reasons to
-// skip the group are returned in the view.
 // opened is a layer's tensor as cell views: one for an attention cache;
 // for a state layer one per (state, segment), with each view's replica key
 // and first global row, and the layer's global rows.
@@ -177,6 +173,10 @@ type opened struct {
 	rows      int
 }
 
+// resolveGroup builds the view of group g. tensor opens a layer's tensor as
+// a cell view; it is only called for layers of groups that pass the
+// configuration checks. Errors are inconsistencies of the dump; reasons to
+// skip the group are returned in the view.
 func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer) (opened, string, error)) (*GroupView, error) {
 	g := &m.Groups[gi]
 	gf := fmt.Sprintf("groups[%d]", gi)
