@@ -1,7 +1,6 @@
 package checksum_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"os"
@@ -11,37 +10,15 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
-func recordCases(t testing.TB) map[string]string {
-	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "record", "cases.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	cases := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		name, want, ok := strings.Cut(line, ": ")
-		if !ok {
-			t.Fatalf("cases.txt: bad line %q", line)
-		}
-		cases[name] = want
-	}
-	return cases
-}
-
 // TestRecordCorpus parses every record of testdata/record and checks the
 // outcome cases.txt gives.
 func TestRecordCorpus(t *testing.T) {
-	cases := recordCases(t)
+	cases := testfiles.ReadCases(t, filepath.Join("testdata", "record", "cases.txt"))
 	files, _ := filepath.Glob(filepath.Join("testdata", "record", "*.json"))
 	if len(files) < 25 || len(files) != len(cases) {
 		t.Fatalf("%d record files, %d cases: the corpus must hold at least 25, each with an outcome", len(files), len(cases))

@@ -3,7 +3,6 @@ package inject_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -18,43 +17,10 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 )
-
-// hashTree returns the SHA-256 of every file under dir.
-func hashTree(t *testing.T, dir string) map[string][32]byte {
-	t.Helper()
-	sums := map[string][32]byte{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		sums[p] = sha256.Sum256(b)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sums
-}
-
-func assertUnchanged(t *testing.T, dir string, before map[string][32]byte) {
-	t.Helper()
-	after := hashTree(t, dir)
-	if len(after) != len(before) {
-		t.Errorf("%s: %d files, had %d", dir, len(after), len(before))
-	}
-	for p, sum := range before {
-		if after[p] != sum {
-			t.Errorf("%s was written to", p)
-		}
-	}
-}
 
 func open(t *testing.T, paths []string) []*layout.Dump {
 	t.Helper()
@@ -112,7 +78,7 @@ func TestFaultJSONNamesChanges(t *testing.T) {
 	for _, cfg := range sides {
 		t.Run(cfg.Preset, func(t *testing.T) {
 			side, dumps := preparedConsumer(t, cfg)
-			before := hashTree(t, side)
+			before := testfiles.HashTree(t, side)
 			for _, k := range append(inject.Kinds(), inject.None) {
 				info, _ := inject.InfoOf(k)
 				out := filepath.Join(t.TempDir(), "out")
@@ -142,7 +108,7 @@ func TestFaultJSONNamesChanges(t *testing.T) {
 				}
 				checkChanges(t, k, f, side, out)
 			}
-			assertUnchanged(t, side, before)
+			testfiles.AssertUnchanged(t, side, before)
 		})
 	}
 }
@@ -211,7 +177,7 @@ func checkChanges(t *testing.T, k inject.Kind, f *inject.Fault, side, out string
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inputs := len(hashTree(t, side)); files != inputs {
+	if inputs := len(testfiles.HashTree(t, side)); files != inputs {
 		t.Errorf("%s: the copy holds %d files, the side %d", k, files, inputs)
 	}
 }
@@ -519,7 +485,7 @@ func TestCampaignGivenSides(t *testing.T) {
 	if _, err := synth.Write(dir, synth.Config{Preset: "llama", TP: 2, Layers: 2, Requests: 2, Role: "consumer", Format: "dir"}); err != nil {
 		t.Fatal(err)
 	}
-	before := hashTree(t, dir)
+	before := testfiles.HashTree(t, dir)
 	res, err := inject.Campaign(context.Background(), inject.CampaignOptions{
 		Trials: 2, Seed: 1, Dir: t.TempDir(),
 		Kinds: []inject.Kind{inject.BitFlip, inject.SwapHeads, inject.StaleTail, inject.WrongPrefix, inject.PayloadNesting, inject.None},
@@ -528,7 +494,7 @@ func TestCampaignGivenSides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	assertUnchanged(t, dir, before)
+	testfiles.AssertUnchanged(t, dir, before)
 	if !res.Pass || len(res.Pairs[0].Notes) == 0 {
 		t.Errorf("pass %v, notes %v", res.Pass, res.Pairs[0].Notes)
 	}

@@ -1,7 +1,6 @@
 package layout_test
 
 import (
-	"bufio"
 	"errors"
 	"os"
 	"path/filepath"
@@ -9,38 +8,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout"
 )
-
-// manifestCases reads testdata/manifest/cases.txt: NAME -> expected error
-// substring, or "ok".
-func manifestCases(t testing.TB) map[string]string {
-	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "manifest", "cases.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	cases := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		name, want, ok := strings.Cut(line, ": ")
-		if !ok {
-			t.Fatalf("cases.txt: bad line %q", line)
-		}
-		cases[name] = want
-	}
-	return cases
-}
 
 // TestManifestCorpus parses every manifest of testdata/manifest and checks
 // the outcome cases.txt gives: the error names the field.
 func TestManifestCorpus(t *testing.T) {
-	cases := manifestCases(t)
+	cases := testfiles.ReadCases(t, filepath.Join("testdata", "manifest", "cases.txt"))
 	files, _ := filepath.Glob(filepath.Join("testdata", "manifest", "*.json"))
 	if len(files) < 40 || len(files) != len(cases) {
 		t.Fatalf("%d manifest files, %d cases: the corpus must hold at least 40, each with an outcome", len(files), len(cases))

@@ -1,7 +1,6 @@
 package layout
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -15,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kvaudit/kvaudit/internal/testfiles"
 )
 
 var updateSafetensorsCorpus = flag.Bool("update-safetensors-corpus", false,
@@ -137,37 +138,6 @@ func hostileSafetensors() []stCase {
 	}
 }
 
-// readCasesTxt reads lines of "name: expected" (blank lines and # comments
-// ignored).
-func readCasesTxt(t *testing.T, path string) map[string]string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	cases := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for line := 1; sc.Scan(); line++ {
-		text := sc.Text()
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
-		}
-		name, want, ok := strings.Cut(text, ": ")
-		if !ok || name == "" || want == "" {
-			t.Fatalf("%s:%d: want `name: expected error substring` or `name: ok`, got %q", path, line, text)
-		}
-		if _, dup := cases[name]; dup {
-			t.Fatalf("%s:%d: duplicate case %q", path, line, name)
-		}
-		cases[name] = want
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return cases
-}
-
 func formatCasesTxt(cases []stCase) []byte {
 	var b bytes.Buffer
 	b.WriteString("# Expected outcomes of the safetensors files in this directory: NAME.safetensors,\n")
@@ -222,7 +192,7 @@ func TestSafetensorsCorpus(t *testing.T) {
 	if len(files) < 20 {
 		t.Fatalf("%s holds %d .safetensors files, want at least 20", stCorpusDir, len(files))
 	}
-	cases := readCasesTxt(t, filepath.Join(stCorpusDir, "cases.txt"))
+	cases := testfiles.ReadCases(t, filepath.Join(stCorpusDir, "cases.txt"))
 	for _, path := range files {
 		name := strings.TrimSuffix(filepath.Base(path), ".safetensors")
 		want, ok := cases[name]

@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"crypto/sha256"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
@@ -22,41 +21,6 @@ func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
-// hashTree returns the SHA-256 of every file under dir.
-func hashTree(t *testing.T, dir string) map[string][32]byte {
-	t.Helper()
-	sums := map[string][32]byte{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		sums[p] = sha256.Sum256(b)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sums
-}
-
-// assertUnchanged fails when any file under dir differs from before.
-func assertUnchanged(t *testing.T, dir string, before map[string][32]byte) {
-	t.Helper()
-	after := hashTree(t, dir)
-	if len(after) != len(before) {
-		t.Errorf("%s: %d files, had %d", dir, len(after), len(before))
-	}
-	for p, sum := range before {
-		if after[p] != sum {
-			t.Errorf("%s was written to", p)
-		}
-	}
-}
-
 // TestInputsNeverWritten: checksum and inspect leave every input byte as it
 // was.
 func TestInputsNeverWritten(t *testing.T) {
@@ -66,7 +30,7 @@ func TestInputsNeverWritten(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before := hashTree(t, dir)
+	before := testfiles.HashTree(t, dir)
 	for _, f := range synth.Formats {
 		side := filepath.Join(dir, f, "producer")
 		for _, args := range [][]string{
@@ -78,7 +42,7 @@ func TestInputsNeverWritten(t *testing.T) {
 			}
 		}
 	}
-	assertUnchanged(t, dir, before)
+	testfiles.AssertUnchanged(t, dir, before)
 }
 
 // TestConfigPrecedence: a flag beats KVAUDIT_*, which beats the command's

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
@@ -24,7 +25,7 @@ func TestInjectNeverWritesInputs(t *testing.T) {
 			}
 		}
 	}
-	before := hashTree(t, dir)
+	before := testfiles.HashTree(t, dir)
 	out := t.TempDir()
 	n := 0
 	for _, f := range synth.Formats {
@@ -49,5 +50,5 @@ func TestInjectNeverWritesInputs(t *testing.T) {
 			t.Errorf("campaign over %s sides: exit %d: %s", f, code, stderr)
 		}
 	}
-	assertUnchanged(t, dir, before)
+	testfiles.AssertUnchanged(t, dir, before)
 }
