@@ -59,8 +59,13 @@ type Options struct {
 	Log func(line string)
 }
 
+// Format is the format tag of a Result in JSON (`kvaudit bench -o json`).
+const Format = "kvaudit-bench/1"
+
 // Result is a benchmark run: one data value for every renderer.
 type Result struct {
+	// Format is always Format.
+	Format  string  `json:"format"`
 	Machine Machine `json:"machine"`
 	// Bytes is the number of bytes the checksum covers (one pass).
 	Bytes  int64 `json:"bytes"`
@@ -201,7 +206,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	sample := work.Sample(refSample)
 
 	res := &Result{
-		Machine: machine(), Bytes: work.Bytes, Dumps: len(dumps), Caches: caches, Rows: rows,
+		Format: Format, Machine: machine(), Bytes: work.Bytes, Dumps: len(dumps), Caches: caches, Rows: rows,
 		Reps: reps, Warmup: warm,
 	}
 	logf("%d dump(s), %d cache(s), %d rows, %.2f GB covered", len(dumps), caches, rows, float64(work.Bytes)/1e9)

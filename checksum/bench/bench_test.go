@@ -198,6 +198,9 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if res.Format != "kvaudit-bench/1" {
+		t.Errorf("format %q", res.Format)
+	}
 	if res.Dumps != 2 || res.Bytes <= 0 || res.Rows == 0 || res.Caches != SideLayers {
 		t.Errorf("result describes %d dumps, %d bytes, %d rows, %d caches", res.Dumps, res.Bytes, res.Rows, res.Caches)
 	}
