@@ -139,13 +139,7 @@ func TestCampaignJSONAndTable(t *testing.T) {
 func TestDiffAudits(t *testing.T) {
 	res := &checksum.DiffResult{Verdict: checksum.Verified, Requests: []*checksum.RequestVerdict{{ID: "req-0", ProducerID: "req-0", Verdict: checksum.Verified, Reasons: []string{},
 		Groups: []*checksum.GroupVerdict{{ID: 0, Verdict: checksum.Verified, Positions: []int{}, Checks: []int{}, Map: []checksum.PositionState{checksum.PosVerified}}}}}}
-	a := &Audits{
-		Tail: &inject.TailAudit{Checked: 3, Findings: []inject.TailFinding{{Request: "req-0", Group: 0, Position: 2, Block: 5, Layer: "model.layers.1.self_attn.attn", FirstToken: 37, LastToken: 40, Bytes: 9, File: "x.safetensors", Offset: 123}}},
-		Stored: []*checksum.StoredRank{{Path: "r", Blocks: []checksum.StoredBlock{
-			{Request: "req-0", Group: 0, Position: 0, Block: 3, Hash: "aa", Value: 1, Stored: 1, HasStored: true},
-			{Request: "req-0", Group: 0, Position: 1, Block: 4, Hash: "bb", Value: 2, Stored: 3, HasStored: true},
-		}, Skipped: map[int]string{}}},
-	}
+	a := auditsFixture()
 	if !a.Failed() || a.StoredChecked() != 2 {
 		t.Errorf("failed %v, checked %d", a.Failed(), a.StoredChecked())
 	}
@@ -165,7 +159,7 @@ func TestDiffAudits(t *testing.T) {
 	if got.Format != DiffFormat || len(got.Requests) != 1 || got.TailAudit.Verdict != "not zeroed" || got.Stored.Verdict != "mismatch" {
 		t.Errorf("JSON: %+v", got)
 	}
-	if sc := got.Stored.Ranks[0].Requests[0].StoredChecksums["0"]; len(sc) != 2 || sc[1] != 2 {
+	if sc := got.Stored.Ranks[0].Requests[0].StoredChecksums["0"]; len(sc) != 3 || sc[1] != 2 || sc[2] != 7 {
 		t.Errorf("stored_checksums for the manifest: %v", sc)
 	}
 	b.Reset()
