@@ -1,0 +1,291 @@
+"""Tests of kvaudit_export on caches built the way vLLM builds them.
+
+Each scenario allocates a rank's caches as the model runner does (raw int8
+tensors viewed through the backend's shape and stride order; Mamba state
+views with a page stride; the hybrid FlashAttention re-striding), writes a
+logical KV into the requests' blocks, exports, and compares `kvaudit
+checksum` with reference.py's checksums of the logical KV; then it flips one
+bit in the cache, exports a consumer and checks that `kvaudit diff` finds
+the mismatch at that block position.
+
+Needs PyTorch (Debian: python3-torch) and the kvaudit executable in
+$KVAUDIT_BIN (the Go test that runs this builds it). With
+KVAUDIT_REQUIRE_TORCH set (CI sets it), a missing PyTorch fails the tests
+instead of skipping them.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import kvaudit_export as kx  # noqa: E402
+import reference  # noqa: E402
+
+try:
+    import torch
+    import vllm_like as vl
+except ImportError:  # pragma: no cover - CI requires it
+    torch = None
+
+KVAUDIT = os.environ.get("KVAUDIT_BIN", "")
+needs_torch = unittest.skipIf(torch is None and not os.environ.get("KVAUDIT_REQUIRE_TORCH"), "no PyTorch")
+needs_kvaudit = unittest.skipIf(not KVAUDIT, "KVAUDIT_BIN is not set")
+
+
+def setUpModule():
+    if torch is None and os.environ.get("KVAUDIT_REQUIRE_TORCH"):
+        raise RuntimeError("KVAUDIT_REQUIRE_TORCH is set but PyTorch does not import (install python3-torch)")
+
+
+def kvaudit(*args, ok=(0,)):
+    p = subprocess.run([KVAUDIT, *args], capture_output=True, text=True)
+    if p.returncode not in ok:
+        raise AssertionError(f"kvaudit {' '.join(args)}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+    return json.loads(p.stdout) if "-o" in args and "json" in args else p.stdout
+
+
+def attn_name(L):
+    return f"model.layers.{L}.self_attn.attn"
+
+
+def mixer_name(L):
+    return f"model.layers.{L}.mixer"
+
+
+class Model:
+    """A small model in one of vLLM's cache layouts, TP-split, with its
+    logical KV per request. attention layers: even numbers when hybrid."""
+
+    def __init__(self, backend, *, cache_layout="NHD", block_size=16, kernel_block_size=None, heads=4,
+                 head_size=64, tp=1, layers=2, num_blocks=12, hybrid=False, window=None, seed=1):
+        self.backend, self.cache_layout, self.tp = backend, cache_layout, tp
+        self.S, self.kbs = block_size, kernel_block_size or block_size
+        self.mla = backend == "mla"
+        self.heads = 1 if self.mla else heads
+        self.local_heads = 1 if self.mla else heads // tp
+        self.D, self.num_blocks, self.hybrid = head_size, num_blocks, hybrid
+        self.dtype = torch.bfloat16
+        self.attn_layers = [L for L in range(layers) if not hybrid or L % 2 == 0]
+        self.state_layers = [L for L in range(layers) if hybrid and L % 2 == 1]
+        self.rng = np.random.default_rng(seed)
+        kind = "mla" if self.mla else ("swa" if window else "full")
+        self.attn_spec = vl.attention_spec(kind, block_size, self.local_heads, head_size, self.dtype, window)
+        # Mamba2 with one group: conv channels [x, B, C] (B, C replicated
+        # over TP), ssm [heads, head_dim, state_size].
+        self.I, self.N, self.W, self.MH, self.hd = 64, 16, 4, 8, 8
+        groups = [([attn_name(L) for L in self.attn_layers], self.attn_spec)]
+        shared = None
+        if hybrid:
+            conv = (self.W - 1, self.I // tp + 2 * self.N)
+            ssm = (self.MH // tp, self.hd, self.N)
+            self.state_spec = vl.mamba_spec(block_size, [conv, ssm], [torch.bfloat16, torch.float32],
+                                            page_size_padded=vl.attention_page_bytes(self.attn_spec))
+            assert vl.mamba_page_bytes(self.state_spec) >= sum(
+                np.prod(s) * vl.esize(d) for s, d in zip(self.state_spec.shapes, self.state_spec.dtypes))
+            groups.append(([mixer_name(L) for L in self.state_layers], self.state_spec))
+            shared = list(zip([attn_name(L) for L in self.attn_layers], [mixer_name(L) for L in self.state_layers]))
+        self.config = vl.config(num_blocks, groups, shared)
+        self.kv, self.states = {}, {}
+
+    def splits(self):
+        return kx.mamba2_state_splits(self.tp, self.I, 1, self.MH, self.N)
+
+    def add_request(self, rid, num_tokens):
+        """Draws the request's logical KV: kv[L][global head] = [tokens, cell
+        elements] int16 (bf16 bits); state layers: global conv [x; B; C] rows
+        and ssm."""
+        cell = self.D if self.mla else 2 * self.D
+        self.kv[rid] = {L: [self.rng.integers(-2**15, 2**15, (num_tokens, cell), dtype=np.int16)
+                            for _ in range(self.heads)] for L in self.attn_layers}
+        self.states[rid] = {L: (self.rng.integers(-2**15, 2**15, (self.I + 2 * self.N, self.W - 1), dtype=np.int16),
+                                self.rng.integers(-2**31, 2**31, (self.MH, self.hd, self.N), dtype=np.int32))
+                            for L in self.state_layers}
+
+    def rank_caches(self, rank, tables, seed):
+        """Allocates rank's caches and writes each request's KV into its
+        blocks; tables: rid -> (num_tokens, attention block ids, state block)."""
+        caches = vl.allocate(self.config, {0: self.backend}, {0: self.kbs}, self.cache_layout, seed=seed)
+        for rid, (n, ids, sb) in tables.items():
+            for L in self.attn_layers:
+                cache = caches[attn_name(L)]
+                for hl in range(self.local_heads):
+                    g = 0 if self.mla else rank * self.local_heads + hl
+                    cells = self.kv[rid][L][g]
+                    for t in range(n):
+                        c = cells[t] if self.mla else cells[t].reshape(2, self.D)
+                        vl.write_token(cache, self.backend, self.attn_spec, self.kbs, ids[t // self.S], t % self.S, hl, c)
+            for L in self.state_layers:
+                conv, ssm = self.states[rid][L]
+                xl = self.I // self.tp
+                local = np.concatenate([conv[rank * xl:(rank + 1) * xl], conv[self.I:]])  # [x shard; B; C]
+                st = caches[mixer_name(L)]
+                st[0].view(torch.int16)[sb] = torch.from_numpy(np.ascontiguousarray(local.T))  # SD
+                ml = self.MH // self.tp
+                st[1].view(torch.int32)[sb] = torch.from_numpy(ssm[rank * ml:(rank + 1) * ml].copy())
+        return caches
+
+    def requests(self, tables, **extra):
+        out = []
+        for rid, (n, ids, sb) in tables.items():
+            block_ids = [list(ids)] + ([[sb]] if self.hybrid else [])
+            r = {"id": rid, "num_tokens": n, "block_ids": block_ids}
+            r.update(extra.get(rid, {}))
+            out.append(r)
+        return out
+
+    def expected(self, rid, n, start=0):
+        """{group id: [checks]}: the reference's values by block position."""
+        blocks = -(-n // self.S)
+        out = {0: [reference.attention_block(self.kv[rid], self.attn_layers, self.S, n, b) for b in range(start, blocks)]}
+        if self.hybrid:
+            total = 0
+            for L in self.state_layers:
+                conv, ssm = self.states[rid][L]
+                total += reference.state_block([conv, ssm], L)
+            out[1] = [total & reference.MASK]
+        return out
+
+    def export(self, out_dir, tables, flip=None, seed=7, extra=None, tables_of=None):
+        """Exports every rank into out_dir; flip=(rank, L, rid, token, local
+        head) flips a bit there first; a state flip is (rank, L, rid, None, 0)."""
+        os.makedirs(out_dir, exist_ok=True)
+        for rank in range(self.tp):
+            caches = self.rank_caches(rank, tables, seed + rank)
+            if flip and flip[0] == rank:
+                _, L, rid, t, hl = flip
+                n, ids, sb = tables[rid]
+                if t is None:
+                    caches[mixer_name(L)][0].view(torch.int16)[sb, 0, 0] ^= 1
+                else:
+                    vl.flip(caches[attn_name(L)], self.backend, self.attn_spec, self.kbs, ids[t // self.S], t % self.S, hl)
+            kx.export_dump(os.path.join(out_dir, f"rank-0-{rank}.safetensors"), self.config, caches,
+                           self.requests(tables, **(extra or {})), tp_rank=rank, tp_size=self.tp,
+                           model="test/model", model_num_kv_heads=self.heads,
+                           state_splits={1: self.splits()} if self.hybrid else None)
+
+
+def checks_by_group(result, rid):
+    req = next(r for r in result["requests"] if r["id"] == rid)
+    return {g["id"]: g for g in req["groups"]}
+
+
+@needs_torch
+@needs_kvaudit
+class TestBackends(unittest.TestCase):
+    """Each of vLLM's layouts: checksums equal the reference; a flipped bit
+    is a mismatch at its block position."""
+
+    def run_case(self, model, tables, flips):
+        for rid, (n, _, _) in tables.items():
+            model.add_request(rid, n)
+        with tempfile.TemporaryDirectory(prefix="kvaudit-export-") as tmp:
+            prod = os.path.join(tmp, "producer")
+            model.export(prod, tables)
+            got = kvaudit("checksum", "-o", "json", prod)
+            for rid, (n, _, _) in tables.items():
+                want = model.expected(rid, n)
+                groups = checks_by_group(got, rid)
+                self.assertEqual(sorted(groups), sorted(want), f"{rid}: groups")
+                for gid, values in want.items():
+                    g = groups[gid]
+                    self.assertEqual(g["start"], 0)
+                    self.assertGreaterEqual(len(g["checks"]), 1)
+                    for k, check in enumerate(g["checks"]):
+                        self.assertEqual(check, [reference.hex64(v) for v in values], f"{rid} group {gid} check {k}")
+            for i, (flip, gid, pos) in enumerate(flips):
+                cons = os.path.join(tmp, f"consumer-{i}")
+                model.export(cons, tables, flip=flip, seed=100 + i)
+                d = kvaudit("diff", "-o", "json", prod, cons, ok=(1,))
+                self.assertEqual(d["verdict"], "mismatch")
+                rid = flip[2]
+                req = next(r for r in d["requests"] if r["id"] == rid)
+                bad = {g["id"]: g["positions"] for g in req["groups"] if g["verdict"] == "mismatch"}
+                self.assertEqual(bad, {gid: [pos]}, f"flip {flip}")
+                for r in d["requests"]:
+                    if r["id"] != rid:
+                        self.assertEqual(r["verdict"], "verified")
+
+    def test_flash_attention(self):
+        m = Model("flash", tp=1)
+        tables = {"A": (40, [5, 2, 9], None), "B": (20, [7, 11], None)}
+        self.run_case(m, tables, [((0, 1, "A", 17, 2), 0, 1), ((0, 0, "B", 19, 0), 0, 1)])
+
+    def test_flashinfer_nhd_tp2(self):
+        m = Model("flashinfer", heads=8, tp=2)
+        tables = {"A": (40, [5, 2, 9], None), "B": (20, [7, 11], None)}
+        self.run_case(m, tables, [((1, 1, "A", 33, 3), 0, 2)])
+
+    def test_flashinfer_hnd(self):
+        m = Model("flashinfer", cache_layout="HND")
+        tables = {"A": (40, [5, 2, 9], None), "B": (20, [7, 11], None)}
+        self.run_case(m, tables, [((0, 0, "A", 2, 1), 0, 0)])
+
+    def test_flash_hnd_kernel_blocks(self):
+        # 32-token blocks, split by the runner into 16-token kernel blocks.
+        m = Model("flash", cache_layout="HND", block_size=32, kernel_block_size=16, tp=2, heads=4)
+        tables = {"A": (40, [5, 2], None), "B": (20, [7], None)}
+        self.run_case(m, tables, [((1, 1, "A", 20, 1), 0, 0), ((0, 0, "A", 39, 0), 0, 1)])
+
+    def test_flashinfer_kernel_blocks(self):
+        m = Model("flashinfer", block_size=64, kernel_block_size=16, num_blocks=6)
+        tables = {"A": (100, [5, 2], None), "B": (20, [3], None)}
+        self.run_case(m, tables, [((0, 1, "A", 70, 3), 0, 1)])
+
+    def test_mla_tp2(self):
+        m = Model("mla", head_size=96, tp=2)
+        tables = {"A": (40, [5, 2, 9], None), "B": (20, [7, 11], None)}
+        # MLA is held whole by every rank: the copy on rank 1 differs.
+        self.run_case(m, tables, [((1, 0, "B", 5, 0), 0, 0)])
+
+    def test_hybrid_mamba2_tp2(self):
+        # Attention on even layers (FlashAttention re-strided to share each
+        # block's page with the Mamba layer of its KVCacheTensor, 32-token
+        # blocks in 16-token kernel blocks), Mamba2 state lists on odd ones.
+        m = Model("flash", block_size=32, kernel_block_size=16, tp=2, heads=4, layers=4, hybrid=True)
+        tables = {"A": (40, [3, 8], 4), "B": (20, [6], 10)}
+        self.run_case(m, tables, [((1, 3, "A", None, 0), 1, 0), ((0, 2, "B", 19, 1), 0, 0)])
+
+
+@needs_torch
+@needs_kvaudit
+class TestConsumer(unittest.TestCase):
+    def test_producer_id_and_local_prefix(self):
+        """A consumer's own request ids, other block ids and a 16-token
+        local prefix hit: verified, and a flip in a loaded block is found."""
+        m = Model("flashinfer", cache_layout="HND")
+        m.add_request("A", 40)
+        prod_tables = {"A": (40, [5, 2, 9], None)}
+        with tempfile.TemporaryDirectory(prefix="kvaudit-export-") as tmp:
+            prod = os.path.join(tmp, "producer")
+            m.export(prod, prod_tables)
+            m.kv["cmpl-A"] = m.kv["A"]
+            cons_tables = {"cmpl-A": (40, [3, 10, 1], None)}
+            extra = {"cmpl-A": {"producer_id": "A", "num_local_computed_tokens": 16}}
+            cons = os.path.join(tmp, "consumer")
+            m.export(cons, cons_tables, seed=50, extra=extra)
+            self.assertEqual(checks_by_group(kvaudit("checksum", "-o", "json", cons), "cmpl-A")[0]["start"], 1)
+            d = kvaudit("diff", "-o", "json", prod, cons)
+            self.assertEqual(d["verdict"], "verified")
+            bad = os.path.join(tmp, "consumer-bad")
+            m.export(bad, cons_tables, seed=51, extra=extra, flip=(0, 1, "cmpl-A", 35, 0))
+            d = kvaudit("diff", "-o", "json", prod, bad, ok=(1,))
+            g = d["requests"][0]["groups"][0]
+            self.assertEqual((g["verdict"], g["positions"]), ("mismatch", [2]))
+
+
+class TestReference(unittest.TestCase):
+    def test_spec_worked_example(self):
+        """reference.py reproduces SPEC 1's golden vector."""
+        kv = {L: [np.array([[(L + 1) * 1000 + (h + 1) * 100 + t * 10 + p for p in range(2)] for t in range(4)],
+                           dtype=np.uint64) for h in range(2)] for L in range(2)}
+        got = [reference.attention_block(kv, [0, 1], 2, 3, b) for b in range(2)]
+        self.assertEqual([reference.hex64(v) for v in got], ["0x000000021b8b4990", "0x00000002a65023b8"])
