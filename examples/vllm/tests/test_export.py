@@ -289,3 +289,168 @@ class TestReference(unittest.TestCase):
                            dtype=np.uint64) for h in range(2)] for L in range(2)}
         got = [reference.attention_block(kv, [0, 1], 2, 3, b) for b in range(2)]
         self.assertEqual([reference.hex64(v) for v in got], ["0x000000021b8b4990", "0x00000002a65023b8"])
+
+
+@needs_torch
+class TestRefusals(unittest.TestCase):
+    """Descriptions that would audit nothing fail in the exporter, naming
+    the layer, and leave no file behind."""
+
+    def setUp(self):
+        self.m = Model("flashinfer", cache_layout="HND")
+        self.caches = self.m.rank_caches(0, {}, seed=3)
+        self.reqs = [{"id": "A", "num_tokens": 20, "block_ids": [[5, 2]]}]
+        self.tmp = tempfile.TemporaryDirectory(prefix="kvaudit-export-")
+        self.path = os.path.join(self.tmp.name, "rank.safetensors")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def refused(self, config, caches, reqs, *words, **kw):
+        with self.assertRaises(kx.ExportError) as cm:
+            kx.export_dump(self.path, config, caches, reqs, **kw)
+        for w in words:
+            self.assertIn(w, str(cm.exception))
+        self.assertFalse(os.path.exists(self.path), "a refused export left a file")
+        return str(cm.exception)
+
+    def test_hnd_shaped_tensor(self):
+        """HND bytes with an HND shape (not vLLM's logical shape) are not
+        taken for NHD: the shape does not fit the spec."""
+        name = attn_name(1)
+        c = dict(self.caches)
+        c[name] = c[name].permute(0, 1, 3, 2, 4).contiguous()
+        self.refused(self.m.config, c, self.reqs, repr(name), "disagree")
+
+    def test_strides_do_not_fit_shape(self):
+        name = attn_name(0)
+        t = self.caches[name]
+        raw = {"buffer": np.zeros(t.numel() * 2, np.uint8), "offset": 0, "dtype": "bfloat16",
+               "shape": list(t.shape), "strides": [t.stride(0), t.stride(1), 1, 1, 1]}
+        c = dict(self.caches, **{name: raw})
+        self.refused(self.m.config, c, self.reqs, repr(name), "strides")
+
+    def test_strides_past_the_buffer(self):
+        name = attn_name(0)
+        t = self.caches[name]
+        raw = {"buffer": np.zeros(t.numel(), np.uint8), "offset": 0, "dtype": "bfloat16",
+               "shape": list(t.shape), "strides": list(t.stride())}
+        c = dict(self.caches, **{name: raw})
+        self.refused(self.m.config, c, self.reqs, repr(name), "buffer holds")
+
+    def test_layer_in_no_group(self):
+        c = dict(self.caches, **{"model.layers.9.self_attn.attn": self.caches[attn_name(0)]})
+        self.refused(self.m.config, c, self.reqs, "'model.layers.9.self_attn.attn'", "no KV cache group")
+
+    def test_group_layer_without_tensor(self):
+        c = dict(self.caches)
+        del c[attn_name(1)]
+        self.refused(self.m.config, c, self.reqs, repr(attn_name(1)))
+
+    def test_block_past_the_cache(self):
+        reqs = [{"id": "A", "num_tokens": 20, "block_ids": [[5, 12]]}]
+        self.refused(self.m.config, self.caches, reqs, repr(attn_name(0)), "block id 12", "past the cache")
+
+    def test_wrong_dtype(self):
+        name = attn_name(0)
+        c = dict(self.caches, **{name: self.caches[name].float()})
+        self.refused(self.m.config, c, self.reqs, repr(name), "bfloat16")
+
+    def test_state_layer_given_one_tensor(self):
+        m = Model("flash", block_size=32, kernel_block_size=16, layers=2, hybrid=True)
+        caches = m.rank_caches(0, {}, seed=1)
+        caches[mixer_name(1)] = caches[mixer_name(1)][0]
+        reqs = [{"id": "A", "num_tokens": 20, "block_ids": [[5], [6]]}]
+        self.refused(m.config, caches, reqs, repr(mixer_name(1)), "list of its state tensors")
+
+    def test_state_split_that_does_not_add_up(self):
+        m = Model("flash", block_size=32, kernel_block_size=16, layers=2, hybrid=True)
+        caches = m.rank_caches(0, {}, seed=1)
+        reqs = [{"id": "A", "num_tokens": 20, "block_ids": [[5], [6]]}]
+        bad = kx.mamba2_state_splits(2, m.I, 1, m.MH, m.N)  # TP 2's split on a TP 1 rank
+        self.refused(m.config, caches, reqs, repr(mixer_name(1)), "split", state_splits={1: bad})
+
+    def test_nothing_overwritten(self):
+        with open(self.path, "wb") as f:
+            f.write(b"keep")
+        with self.assertRaises(FileExistsError):
+            kx.export_dump(self.path, self.m.config, self.caches, self.reqs)
+        with open(self.path, "rb") as f:
+            self.assertEqual(f.read(), b"keep")
+
+    def test_null_block_and_remap(self):
+        """Block id 0 is vLLM's null block; the dump renumbers the selected
+        blocks and keeps the worker's ids in its metadata."""
+        m = Model("flash", window=None)
+        caches = m.rank_caches(0, {}, seed=2)
+        reqs = [{"id": "A", "num_tokens": 40, "block_ids": [[0, 9, 4]]}]
+        out = kx.export_dump(self.path, m.config, caches, reqs)
+        self.assertEqual(out["block_ids"], [4, 9])
+        with open(self.path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        manifest = json.loads(header["__metadata__"][kx.METADATA_KEY])
+        self.assertEqual(manifest["num_blocks"], 2)
+        self.assertEqual(manifest["requests"][0]["block_table"], {"0": [None, 1, 0]})
+        self.assertEqual(json.loads(header["__metadata__"][kx.BLOCK_IDS_KEY]), [4, 9])
+        self.assertEqual(header[attn_name(0)]["shape"], [2, 2, 16, 4, 64])
+
+
+MEMORY_SCRIPT = r"""
+import json, os, resource, sys, tracemalloc
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import numpy as np, torch
+import kvaudit_export as kx, vllm_like as vl
+total, layers, use_numpy, out = int(sys.argv[3]), 8, sys.argv[4] == "numpy", sys.argv[5]
+spec = vl.attention_spec("full", 16, 8, 128, torch.bfloat16)
+page = vl.attention_page_bytes(spec)
+nb = total // layers // page
+cfg = vl.config(nb, [([f"model.layers.{i}.self_attn.attn" for i in range(layers)], spec)])
+caches = vl.allocate(cfg, {0: "flash"}, {0: 16}, "NHD", fill=1)
+if use_numpy:
+    caches = {k: v.view(torch.int16).numpy() for k, v in caches.items()}
+reqs = [{"id": "A", "num_tokens": 60, "block_ids": [[3, nb - 1, 17, 40]]},
+        {"id": "B", "num_tokens": 50, "block_ids": [[nb // 2, 5, 6, 7]]}]
+tracemalloc.start()
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+s = kx.export_dump(out, cfg, caches, reqs, model_num_kv_heads=8)
+peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+peak_py = tracemalloc.get_traced_memory()[1]
+cache = sum(t.nbytes if use_numpy else t.numel() * t.element_size() for t in caches.values())
+print(json.dumps({"cache": cache, "selected": s["bytes"], "layer": s["max_layer_bytes"],
+                  "rss_growth": peak_rss, "traced_peak": peak_py}))
+"""
+
+
+@needs_torch
+class TestMemory(unittest.TestCase):
+    """Exporting 2 requests from a big cache copies their blocks, one layer
+    at a time: the peak growth of resident memory and of traced (NumPy)
+    allocations stays within a few times the selected blocks.
+    The cache is 1 GiB (KVAUDIT_MEMORY_TEST_MIB sets another size)."""
+
+    def measure(self, kind):
+        size = int(os.environ.get("KVAUDIT_MEMORY_TEST_MIB", "1024")) << 20
+        with tempfile.TemporaryDirectory(prefix="kvaudit-export-") as tmp:
+            out = os.path.join(tmp, "rank.safetensors")
+            p = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, os.path.dirname(HERE), HERE, str(size), kind, out],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            r = json.loads(p.stdout)
+        print(f"\n  memory ({kind}): cache {r['cache'] >> 20} MiB, selected {r['selected'] >> 10} KiB "
+              f"({r['layer'] >> 10} KiB a layer), resident growth {r['rss_growth'] >> 10} KiB, "
+              f"traced peak {r['traced_peak'] >> 10} KiB", file=sys.stderr)
+        self.assertGreaterEqual(r["cache"], size * 0.99)
+        self.assertEqual(r["selected"], 8 * 8 * 2 * 16 * 8 * 128 * 2)  # 8 layers x 8 blocks x 64 KiB
+        return r
+
+    def test_torch(self):
+        r = self.measure("torch")
+        # resident growth: the gathered layer, its host copy, Python's own
+        # working set (a few MiB); never the cache.
+        self.assertLess(r["rss_growth"], 3 * r["selected"] + (8 << 20))
+
+    def test_numpy(self):
+        r = self.measure("numpy")
+        self.assertLess(r["traced_peak"], 3 * r["layer"] + (1 << 20))
+        self.assertLess(r["rss_growth"], 3 * r["selected"] + (8 << 20))

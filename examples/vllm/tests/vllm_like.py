@@ -74,15 +74,19 @@ def page_bytes(spec):
     return mamba_page_bytes(spec) if type(spec).__name__ == "MambaSpec" else attention_page_bytes(spec)
 
 
-def allocate(kv_cache_config, backends, kernel_block_sizes, cache_layout="NHD", seed=0):
+def allocate(kv_cache_config, backends, kernel_block_sizes, cache_layout="NHD", seed=0, fill=None):
     """Returns layer name -> cache (a tensor, or a list of state tensors)
     for kv_cache_config (SimpleNamespace like vLLM's KVCacheConfig),
     backends (group id -> flash, flashinfer or mla) and kernel block sizes
-    (group id -> tokens per kernel block), raw memory filled with noise."""
+    (group id -> tokens per kernel block), raw memory filled with noise
+    (or with the byte fill)."""
     gen = torch.Generator().manual_seed(seed)
     raw = {}
     for t in kv_cache_config.kv_cache_tensors:
-        buf = torch.randint(-128, 128, (t.size,), dtype=torch.int8, generator=gen)
+        if fill is None:
+            buf = torch.randint(-128, 128, (t.size,), dtype=torch.int8, generator=gen)
+        else:
+            buf = torch.full((t.size,), fill, dtype=torch.int8)
         for name in t.shared_by:
             raw[name] = buf
     caches = {}
