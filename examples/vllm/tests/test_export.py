@@ -66,8 +66,8 @@ class Model:
     logical KV per request. attention layers: even numbers when hybrid."""
 
     def __init__(self, backend, *, cache_layout="NHD", block_size=16, kernel_block_size=None, heads=4,
-                 head_size=64, tp=1, layers=2, num_blocks=12, hybrid=False, window=None, seed=1):
-        self.backend, self.cache_layout, self.tp = backend, cache_layout, tp
+                 head_size=64, tp=1, layers=2, num_blocks=12, hybrid=False, window=None, seed=1, device="cpu"):
+        self.backend, self.cache_layout, self.tp, self.device = backend, cache_layout, tp, device
         self.S, self.kbs = block_size, kernel_block_size or block_size
         self.mla = backend == "mla"
         self.heads = 1 if self.mla else heads
@@ -110,10 +110,11 @@ class Model:
                                 self.rng.integers(-2**31, 2**31, (self.MH, self.hd, self.N), dtype=np.int32))
                             for L in self.state_layers}
 
-    def rank_caches(self, rank, tables, seed):
+    def rank_caches(self, rank, tables, seed, raw_out=None):
         """Allocates rank's caches and writes each request's KV into its
         blocks; tables: rid -> (num_tokens, attention block ids, state block)."""
-        caches = vl.allocate(self.config, {0: self.backend}, {0: self.kbs}, self.cache_layout, seed=seed)
+        caches = vl.allocate(self.config, {0: self.backend}, {0: self.kbs}, self.cache_layout, seed=seed,
+                             device=self.device, raw_out=raw_out)
         for rid, (n, ids, sb) in tables.items():
             for L in self.attn_layers:
                 cache = caches[attn_name(L)]
@@ -454,3 +455,80 @@ class TestMemory(unittest.TestCase):
         r = self.measure("numpy")
         self.assertLess(r["traced_peak"], 3 * r["layer"] + (1 << 20))
         self.assertLess(r["rss_growth"], 3 * r["selected"] + (8 << 20))
+
+
+@needs_torch
+@needs_kvaudit
+class TestIPCManifest(unittest.TestCase):
+    """export_ipc's manifest, without a GPU: a fake handle function stands
+    for CUDA IPC (one handle per raw allocation, the tensor's byte offset in
+    it). Swapping each handle for a file holding that allocation's bytes,
+    with the same offsets, shapes and strides, lets the cpu engine read the
+    live description: it must give the reference's checksums."""
+
+    def run_model(self, m, tables):
+        import base64
+        import export_ipc
+        for rid, (n, _, _) in tables.items():
+            m.add_request(rid, n)
+        with tempfile.TemporaryDirectory(prefix="kvaudit-ipc-") as tmp:
+            live = os.path.join(tmp, "live")
+            for rank in range(m.tp):
+                raw = {}
+                caches = m.rank_caches(rank, tables, seed=rank, raw_out=raw)
+                allocs = list({b.data_ptr(): b for b in raw.values()}.values())
+
+                def fake(t):
+                    p = t.data_ptr()
+                    for i, b in enumerate(allocs):
+                        if b.data_ptr() <= p < b.data_ptr() + b.numel():
+                            return bytes([i]) * 64, p - b.data_ptr(), 0
+                    raise AssertionError("a tensor outside the allocations")
+
+                d = os.path.join(live, f"rank-0-{rank}")
+                dev = export_ipc.export_ipc(d, m.config, caches, m.requests(tables), handle_fn=fake,
+                                            tp_rank=rank, tp_size=m.tp, model_num_kv_heads=m.heads,
+                                            state_splits={1: m.splits()} if m.hybrid else None)
+                self.assertEqual(dev, 0)
+                with open(os.path.join(d, "manifest.json")) as f:
+                    manifest = json.load(f)
+                self.assertEqual(manifest["num_blocks"], m.num_blocks)  # the worker's own block ids
+                for g in manifest["groups"]:
+                    for layer in g["layers"]:
+                        src = layer["source"]
+                        name = layer["name"]
+                        if g["kind"] == "mamba":
+                            self.assertEqual(layer["layout"], ["block", "page"])
+                            self.assertEqual(src["strides"], [src["shape"][1], 1])
+                        else:
+                            t = caches[name]
+                            self.assertEqual(src["shape"], list(t.shape))
+                            self.assertEqual(src["strides"], list(t.stride()))
+                        i = base64.b64decode(src.pop("cuda_ipc"))[0]
+                        src["file"] = f"alloc{i}.bin"
+                for i, b in enumerate(allocs):
+                    b.numpy().tofile(os.path.join(d, f"alloc{i}.bin"))
+                os.remove(os.path.join(d, "manifest.json"))
+                with open(os.path.join(d, "manifest.json"), "w") as f:
+                    json.dump(manifest, f)
+            got = kvaudit("checksum", "-o", "json", live)
+            for rid, (n, _, _) in tables.items():
+                groups = checks_by_group(got, rid)
+                for gid, values in m.expected(rid, n).items():
+                    for check in groups[gid]["checks"]:
+                        self.assertEqual(check, [reference.hex64(v) for v in values], f"{rid} group {gid}")
+            return manifest
+
+    def test_flashinfer_hnd_tp2(self):
+        m = Model("flashinfer", cache_layout="HND", heads=8, tp=2)
+        manifest = self.run_model(m, {"A": (40, [5, 2, 9], None), "B": (20, [7, 11], None)})
+        # vLLM's logical shape, HND strides: the layout names the logical axes.
+        self.assertEqual(manifest["groups"][0]["layers"][0]["layout"], ["block", "kv", "token", "head", "dim"])
+
+    def test_hybrid_mamba2_tp2(self):
+        m = Model("flash", block_size=32, kernel_block_size=16, tp=2, heads=4, layers=4, hybrid=True)
+        self.run_model(m, {"A": (40, [3, 8], 4), "B": (20, [6], 10)})
+
+    def test_mla(self):
+        m = Model("mla", head_size=96)
+        self.run_model(m, {"A": (40, [5, 2, 9], None)})

@@ -74,12 +74,14 @@ def page_bytes(spec):
     return mamba_page_bytes(spec) if type(spec).__name__ == "MambaSpec" else attention_page_bytes(spec)
 
 
-def allocate(kv_cache_config, backends, kernel_block_sizes, cache_layout="NHD", seed=0, fill=None):
+def allocate(kv_cache_config, backends, kernel_block_sizes, cache_layout="NHD", seed=0, fill=None,
+             device="cpu", raw_out=None):
     """Returns layer name -> cache (a tensor, or a list of state tensors)
     for kv_cache_config (SimpleNamespace like vLLM's KVCacheConfig),
     backends (group id -> flash, flashinfer or mla) and kernel block sizes
     (group id -> tokens per kernel block), raw memory filled with noise
-    (or with the byte fill)."""
+    (or with the byte fill), on device. raw_out, a dict, receives layer
+    name -> its raw tensor."""
     gen = torch.Generator().manual_seed(seed)
     raw = {}
     for t in kv_cache_config.kv_cache_tensors:
@@ -87,6 +89,7 @@ def allocate(kv_cache_config, backends, kernel_block_sizes, cache_layout="NHD", 
             buf = torch.randint(-128, 128, (t.size,), dtype=torch.int8, generator=gen)
         else:
             buf = torch.full((t.size,), fill, dtype=torch.int8)
+        buf = buf.to(device)
         for name in t.shared_by:
             raw[name] = buf
     caches = {}
@@ -117,6 +120,8 @@ def allocate(kv_cache_config, backends, kernel_block_sizes, cache_layout="NHD", 
             order = stride_order(backend, cache_layout)
             inv = [order.index(i) for i in range(len(order))]
             caches[name] = buf.view(spec.dtype).view(tuple(shape[i] for i in order)).permute(*inv)
+    if raw_out is not None:
+        raw_out.update(raw)
     if has_attn and has_mamba:
         for name, c in caches.items():
             if isinstance(c, torch.Tensor) and c.shape[0] == 2:
