@@ -477,19 +477,21 @@ def build_plan(kv_cache_config, kv_caches, *, state_splits=None, layouts=None, c
         if name not in grouped:
             raise ExportError(f"layer {name!r} is in no KV cache group of kv_cache_config "
                               "(its blocks would be numbered by no block table)")
-    # KV sharing: a layer bound to another layer's very tensor is an alias.
-    seen = []
-    for lp in (lp for g in groups for lp in g["layers"]):
-        if lp.tensor is None:
-            continue
-        for other in seen:
-            if other.tensor.same_memory(lp.tensor):
-                if other.group is not lp.group:
-                    raise ExportError(f"layer {lp.name!r} shares its tensor with {other.name!r} of another group")
-                lp.alias_of = other.name
-                break
-        else:
-            seen.append(lp)
+    # KV sharing: a layer bound to the very tensor of another layer of its
+    # group is an alias. Across groups, shared memory is vLLM's hybrid
+    # allocator (one KVCacheTensor shared_by a layer of each group, kept
+    # apart by block ids from one pool): each layer reads its own blocks.
+    for g in groups:
+        seen = []
+        for lp in g["layers"]:
+            if lp.tensor is None:
+                continue
+            for other in seen:
+                if other.tensor.same_memory(lp.tensor):
+                    lp.alias_of = other.name
+                    break
+            else:
+                seen.append(lp)
     return Plan(num_blocks, groups)
 
 

@@ -532,3 +532,62 @@ class TestIPCManifest(unittest.TestCase):
     def test_mla(self):
         m = Model("mla", head_size=96)
         self.run_model(m, {"A": (40, [5, 2, 9], None)})
+
+
+@needs_torch
+@needs_kvaudit
+class TestGroupsAndSharing(unittest.TestCase):
+    def test_uniform_type_specs_and_kv_sharing(self):
+        """A group whose spec is UniformTypeKVCacheSpecs (one spec per
+        layer), and a layer bound to another layer's cache (vLLM's KV
+        sharing): the alias is exported once and counted once, under the
+        lower layer."""
+        from types import SimpleNamespace
+        m = Model("flash", layers=2)
+        tables = {"A": (40, [5, 2, 9], None)}
+        m.add_request("A", 40)
+        caches = m.rank_caches(0, tables, seed=4)
+        names = [attn_name(0), attn_name(1), attn_name(2)]
+        caches[attn_name(2)] = caches[attn_name(0)]  # layer 2 reads layer 0's cache
+        uniform = type("UniformTypeKVCacheSpecs", (SimpleNamespace,), {})(
+            block_size=16, kv_cache_specs={n: m.attn_spec for n in names})
+        cfg = SimpleNamespace(num_blocks=m.num_blocks, kv_cache_groups=[SimpleNamespace(layer_names=names, kv_cache_spec=uniform)])
+        with tempfile.TemporaryDirectory(prefix="kvaudit-export-") as tmp:
+            path = os.path.join(tmp, "rank.safetensors")
+            kx.export_dump(path, cfg, caches, m.requests(tables), model_num_kv_heads=m.heads)
+            with open(path, "rb") as f:
+                header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+            layers = json.loads(header["__metadata__"][kx.METADATA_KEY])["groups"][0]["layers"]
+            self.assertEqual(layers[2], {"name": attn_name(2), "dtype": "bfloat16", "alias_of": attn_name(0)})
+            self.assertNotIn(attn_name(2), header)
+            got = checks_by_group(kvaudit("checksum", "-o", "json", path), "A")[0]["checks"][0]
+            want = [reference.attention_block(m.kv["A"], [0, 1], 16, 40, b) for b in range(3)]
+            self.assertEqual(got, [reference.hex64(v) for v in want])
+
+    def test_full_and_sliding_window_groups_sharing_tensors(self):
+        """vLLM's hybrid allocator: a full-attention group and a
+        sliding-window group whose layers share KVCacheTensors, block ids
+        from one pool, the blocks out of the window replaced by the null
+        block (0)."""
+        S, D, heads = 16, 64, 2
+        full = vl.attention_spec("full", S, heads, D, torch.bfloat16)
+        swa = vl.attention_spec("swa", S, heads, D, torch.bfloat16, window=32)
+        cfg = vl.config(12, [([attn_name(0)], full), ([attn_name(1)], swa)], shared=[(attn_name(0), attn_name(1))])
+        caches = vl.allocate(cfg, {0: "flash", 1: "flash"}, {}, "HND", seed=5)
+        n, rng = 70, np.random.default_rng(9)
+        kv = {L: [rng.integers(-2**15, 2**15, (n, 2 * D), dtype=np.int16) for _ in range(heads)] for L in (0, 1)}
+        tables = {0: [5, 2, 9, 1, 7], 1: [0, 0, 3, 4, 6]}
+        for L, spec in ((0, full), (1, swa)):
+            for h in range(heads):
+                for t in range(n):
+                    b = tables[L][t // S]
+                    if b:
+                        vl.write_token(caches[attn_name(L)], "flash", spec, S, b, t % S, h, kv[L][h][t].reshape(2, D))
+        with tempfile.TemporaryDirectory(prefix="kvaudit-export-") as tmp:
+            path = os.path.join(tmp, "rank.safetensors")
+            kx.export_dump(path, cfg, caches, [{"id": "A", "num_tokens": n, "block_ids": [tables[0], tables[1]]}])
+            groups = checks_by_group(kvaudit("checksum", "-o", "json", path), "A")
+        self.assertEqual(groups[1]["kind"], "sliding_window")
+        self.assertEqual(groups[0]["checks"][0], [reference.hex64(reference.attention_block(kv, [0], S, n, b)) for b in range(5)])
+        self.assertEqual(groups[1]["start"], 2)
+        self.assertEqual(groups[1]["checks"][0], [reference.hex64(reference.attention_block(kv, [1], S, n, b)) for b in range(2, 5)])
