@@ -66,8 +66,9 @@ class Model:
     logical KV per request. attention layers: even numbers when hybrid."""
 
     def __init__(self, backend, *, cache_layout="NHD", block_size=16, kernel_block_size=None, heads=4,
-                 head_size=64, tp=1, layers=2, num_blocks=12, hybrid=False, window=None, seed=1, device="cpu"):
+                 head_size=64, tp=1, layers=2, num_blocks=12, hybrid=False, window=None, seed=1, device="cpu", conv_layout="SD"):
         self.backend, self.cache_layout, self.tp, self.device = backend, cache_layout, tp, device
+        self.conv_layout = conv_layout
         self.S, self.kbs = block_size, kernel_block_size or block_size
         self.mla = backend == "mla"
         self.heads = 1 if self.mla else heads
@@ -86,6 +87,8 @@ class Model:
         shared = None
         if hybrid:
             conv = (self.W - 1, self.I // tp + 2 * self.N)
+            if conv_layout == "DS":
+                conv = conv[::-1]
             ssm = (self.MH // tp, self.hd, self.N)
             self.state_spec = vl.mamba_spec(block_size, [conv, ssm], [torch.bfloat16, torch.float32],
                                             page_size_padded=vl.attention_page_bytes(self.attn_spec))
@@ -97,7 +100,7 @@ class Model:
         self.kv, self.states = {}, {}
 
     def splits(self):
-        return kx.mamba2_state_splits(self.tp, self.I, 1, self.MH, self.N)
+        return kx.mamba2_state_splits(self.tp, self.I, 1, self.MH, self.N, conv_layout=self.conv_layout)
 
     def add_request(self, rid, num_tokens):
         """Draws the request's logical KV: kv[L][global head] = [tokens, cell
@@ -129,7 +132,8 @@ class Model:
                 xl = self.I // self.tp
                 local = np.concatenate([conv[rank * xl:(rank + 1) * xl], conv[self.I:]])  # [x shard; B; C]
                 st = caches[mixer_name(L)]
-                st[0].view(torch.int16)[sb] = torch.from_numpy(np.ascontiguousarray(local.T))  # SD
+                local = local.T if self.conv_layout == "SD" else local
+                st[0].view(torch.int16)[sb] = torch.from_numpy(np.ascontiguousarray(local))
                 ml = self.MH // self.tp
                 st[1].view(torch.int32)[sb] = torch.from_numpy(ssm[rank * ml:(rank + 1) * ml].copy())
         return caches
@@ -254,6 +258,13 @@ class TestBackends(unittest.TestCase):
         m = Model("flash", block_size=32, kernel_block_size=16, tp=2, heads=4, layers=4, hybrid=True)
         tables = {"A": (40, [3, 8], 4), "B": (20, [6], 10)}
         self.run_case(m, tables, [((1, 3, "A", None, 0), 1, 0), ((0, 2, "B", 19, 1), 0, 0)])
+
+    def test_hybrid_mamba2_conv_dim_first(self):
+        # VLLM_SSM_CONV_STATE_LAYOUT=DS: conv states (dim, state_len); FlashInfer.
+        m = Model("flashinfer", block_size=32, kernel_block_size=16, tp=2, heads=4, layers=4, hybrid=True,
+                  conv_layout="DS")
+        tables = {"A": (40, [3, 8], 4), "B": (20, [6], 10)}
+        self.run_case(m, tables, [((0, 1, "B", None, 0), 1, 0)])
 
 
 @needs_torch
@@ -591,3 +602,28 @@ class TestGroupsAndSharing(unittest.TestCase):
         self.assertEqual(groups[0]["checks"][0], [reference.hex64(reference.attention_block(kv, [0], S, n, b)) for b in range(5)])
         self.assertEqual(groups[1]["start"], 2)
         self.assertEqual(groups[1]["checks"][0], [reference.hex64(reference.attention_block(kv, [1], S, n, b)) for b in range(2, 5)])
+
+
+class TestSplitHelpers(unittest.TestCase):
+    """The split helpers against vLLM's state shape formulas
+    (MambaStateShapeCalculator), written out here."""
+
+    def test_mamba2(self):
+        for tp, groups in ((1, 1), (2, 1), (4, 2), (4, 8)):
+            I, H, N = 256, 8, 16
+            extra = 0 if groups % tp == 0 else tp - groups
+            conv_dim = (I + 2 * (groups + extra) * N) // tp
+            conv, ssm = kx.mamba2_state_splits(tp, I, groups, H, N)
+            self.assertEqual(conv["axis"], 1)  # SD: (state_len, dim)
+            self.assertEqual(sum(a for a, _ in conv["segments"]), conv_dim)
+            self.assertEqual(conv["segments"][1][1], max(1, tp // groups))
+            self.assertEqual(ssm["segments"], [[H // tp, 1]])
+
+    def test_gdn_and_mamba1(self):
+        tp, hk, hv, dk, dv = 2, 4, 8, 32, 16
+        conv, ssm = kx.gdn_state_splits(tp, hk, hv, dk, dv, conv_layout="DS")
+        self.assertEqual(conv["axis"], 0)
+        self.assertEqual(sum(a for a, _ in conv["segments"]), (dk * hk * 2 + dv * hv) // tp)
+        self.assertEqual(ssm["segments"], [[hv // tp, 1]])
+        conv, ssm = kx.mamba1_state_splits(4, 512)
+        self.assertEqual((conv["segments"], ssm["segments"]), ([[128, 1]], [[128, 1]]))
