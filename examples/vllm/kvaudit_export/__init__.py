@@ -153,7 +153,8 @@ def _spec_info(spec, layer):
         # Subclasses and look-alikes: decide by the fields vLLM's classes have.
         if _field(spec, "shapes", default=None) is not None:
             kind = "mamba"
-        elif _field(spec, "cache_dtype_str", default=_MISSING) is not _MISSING or "MLA" in type_name:
+        elif (("cache_dtype_str" in spec) if isinstance(spec, dict) else hasattr(spec, "cache_dtype_str")) \
+                or "MLA" in type_name:
             kind = "mla"
         elif "Cross" in type_name or "EncoderOnly" in type_name:
             raise ExportError(f"{what}: {type_name} layers hold no decoder KV to audit")
