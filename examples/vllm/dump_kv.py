@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from kvaudit_export import ExportError, export_dump  # noqa: E402
+from kvaudit_export import export_dump  # noqa: E402
 
 
 def main(argv):
