@@ -294,7 +294,6 @@ func TestK8sJobs(t *testing.T) {
 	}
 }
 
-
 // sbatch is a stand-in for Slurm's: it runs each job at once, in
 // submission order (an array task by task, with SLURM_ARRAY_TASK_ID), with
 // --export's variables, honours --dependency=afterok:ID[:ID...] by not
