@@ -31,6 +31,9 @@ type CampaignJSON struct {
 	Kinds          []CampaignKindJSON `json:"kinds"`
 	// Controls are the clean pairs: compared and audited untouched.
 	Controls []CampaignControlJSON `json:"controls"`
+	// Stopped says why no trial ran (a pair that does not verify
+	// untouched); absent when the trials ran.
+	Stopped string `json:"stopped,omitempty"`
 }
 
 // CampaignKindJSON is one fault kind's row.
@@ -74,7 +77,7 @@ type CampaignControlJSON struct {
 // NewCampaignJSON converts a campaign's result to the JSON schema.
 func NewCampaignJSON(r *inject.CampaignResult) *CampaignJSON {
 	out := &CampaignJSON{Format: CampaignFormat, Pass: r.Pass, Seed: layout.Hex64(r.Seed), TrialsPerKind: r.Trials,
-		ElapsedSeconds: r.Elapsed.Seconds(), Kinds: []CampaignKindJSON{}, Controls: []CampaignControlJSON{}}
+		ElapsedSeconds: r.Elapsed.Seconds(), Kinds: []CampaignKindJSON{}, Controls: []CampaignControlJSON{}, Stopped: r.Stopped}
 	for _, k := range r.Kinds {
 		kj := CampaignKindJSON{Kind: string(k.Kind), Detector: k.Detector, Control: k.Control, Trials: k.Trials,
 			NotApplicable: k.NotApplicable, Detected: k.Detected, Localised: k.Localised, Missed: k.Missed,
@@ -101,6 +104,16 @@ func NewCampaignJSON(r *inject.CampaignResult) *CampaignJSON {
 // block map of an example) and a row of clean controls; then the failing
 // trials, if any.
 func CampaignTables(r *inject.CampaignResult) []*Table {
+	if r.Stopped != "" {
+		t := &Table{Title: "kvaudit campaign: not run", Header: []string{"pair", "problem untouched"}}
+		for _, p := range r.Pairs {
+			for _, x := range p.Problems {
+				t.Add(C("%s", p.Name), Cell{Text: x, Tone: Bad})
+			}
+		}
+		t.Notes = append(t.Notes, r.Stopped+"; no fault was injected")
+		return []*Table{t}
+	}
 	verdict := "pass"
 	if !r.Pass {
 		verdict = "FAIL"
@@ -220,6 +233,9 @@ func renderTables(w io.Writer, tables []*Table, f Format, style Style) error {
 func WriteCampaignJUnit(w io.Writer, r *inject.CampaignResult) error {
 	out := junitSuites{Name: "kvaudit campaign", Time: seconds(r.Elapsed)}
 	kinds := junitSuite{Name: "fault kinds"}
+	if r.Stopped != "" {
+		kinds.Cases = append(kinds.Cases, junitCase{Name: "fault kinds", Classname: "kvaudit.campaign", Skipped: &junitOutcome{Message: "not run: " + r.Stopped}})
+	}
 	for _, k := range r.Kinds {
 		c := junitCase{Name: string(k.Kind), Classname: "kvaudit.campaign." + k.Detector}
 		switch {
