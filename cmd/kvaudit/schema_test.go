@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,7 +11,24 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/kvaudit/kvaudit/kernels"
 )
+
+// modelRunnerEnv makes this test binary, started as "serve", a CUDA runner
+// that serves the kernel's Go model (kernels.ModelDevice): the runner
+// behind `kvaudit bench --engine cuda` in testdata/schema.
+const modelRunnerEnv = "KVAUDIT_SCHEMA_MODEL_RUNNER"
+
+func init() {
+	if os.Getenv(modelRunnerEnv) == "1" && len(os.Args) == 2 && os.Args[1] == "serve" {
+		if err := kernels.Serve(context.Background(), os.Stdin, os.Stdout, kernels.ModelDevice{}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
 
 // schemaDir holds one JSON Schema per machine output, named after its
 // format: kvaudit-diff/1 is checked against kvaudit-diff.schema.json.
@@ -25,8 +43,13 @@ func TestOutputSchemas(t *testing.T) {
 	}
 	p := scriptParams(testscript.Params{Dir: "testdata/schema"})
 	setup := p.Setup
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
 	p.Setup = func(env *testscript.Env) error {
 		env.Setenv("SCHEMAS", dir)
+		env.Setenv("MODEL_RUNNER", exe)
 		return setup(env)
 	}
 	p.Cmds["schema"] = cmdSchema
