@@ -129,6 +129,10 @@ type CampaignResult struct {
 	// or a control (a clean pair, a past-num-tokens write) was flagged.
 	Pass    bool
 	Elapsed time.Duration
+	// Stopped, when set, says why no trial ran: a pair that does not
+	// verify untouched would fail every trial, so the campaign reports
+	// its control and stops.
+	Stopped string
 }
 
 // KindResult sums the trials of one kind.
@@ -246,6 +250,11 @@ func Campaign(ctx context.Context, opts CampaignOptions) (*CampaignResult, error
 		if !s.control.Verified {
 			res.Pass = false
 		}
+	}
+	if !res.Pass {
+		res.Stopped = "a pair does not verify untouched: every trial would fail; compare it with kvaudit diff first"
+		res.Elapsed = time.Since(start)
+		return res, nil
 	}
 
 	type job struct{ ki, trial int }

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"github.com/kvaudit/kvaudit/kernels"
 	"os"
 	"strconv"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/checksum/bench"
+	"github.com/kvaudit/kvaudit/kernels"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/report"
 )
@@ -61,7 +61,7 @@ preset, 32 layers) in a temporary directory and removes it afterwards. The
 side is in the page cache when measured: the numbers are the CPU cost of
 reading mapped memory, not the speed of a disk. Quote ratios, which one run
 measures side by side; absolute speeds depend on the machine and its load.`,
-		Example: `  # measure on a synthesized 2 GB side
+		Example: `  # measure on a synthesized 4 GB side in the HND layout
   $ kvaudit bench
 
   # a 4 GB side in the HND layout, as JSON
@@ -172,13 +172,35 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 		return err
 	}
 	if opts.Output == "json" {
-		return report.WriteJSON(opts.IO.Out, res)
+		return report.WriteJSON(opts.IO.Out, benchJSON{Format: BenchFormat, Engine: "cpu", Result: res})
 	}
 	f := report.FormatTable
 	if opts.Output == "markdown" {
 		f = report.FormatMarkdown
 	}
 	return benchTable(res).Render(opts.IO.Out, f, tableStyle(opts.IO))
+}
+
+// The versions of bench -o json (SPEC 12: fields are added, never renamed
+// or removed): the cpu engines' measurements, and the GPU kernel's.
+const (
+	BenchFormat     = "kvaudit-bench/1"
+	BenchCUDAFormat = "kvaudit-bench-cuda/1"
+)
+
+// benchJSON is bench -o json: the format and engine, then the result's
+// fields.
+type benchJSON struct {
+	Format string `json:"format"`
+	Engine string `json:"engine"`
+	*bench.Result
+}
+
+// benchCUDAJSON is bench --engine cuda -o json.
+type benchCUDAJSON struct {
+	Format string `json:"format"`
+	Engine string `json:"engine"`
+	*kernels.BenchResult
 }
 
 // benchTable lays out a bench result: one row per thread count and method.
@@ -277,7 +299,7 @@ func benchCUDA(ctx context.Context, opts *BenchOptions) error {
 		return err
 	}
 	if opts.Output == "json" {
-		return report.WriteJSON(opts.IO.Out, res)
+		return report.WriteJSON(opts.IO.Out, benchCUDAJSON{Format: BenchCUDAFormat, Engine: "cuda", BenchResult: res})
 	}
 	return res.WriteText(opts.IO.Out)
 }

@@ -2,10 +2,8 @@ package cli
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/cobra/doc"
 )
 
 func init() {
@@ -27,14 +25,11 @@ completions come from "kvaudit completion bash|zsh|fish|powershell".`,
   $ source <(kvaudit completion bash)`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := os.MkdirAll(args[0], 0o755); err != nil {
+			files, err := writeManPages(cmd.Root(), args[0])
+			if err != nil {
 				return err
 			}
-			header := &doc.GenManHeader{Title: "KVAUDIT", Section: "1", Source: versionString()}
-			if err := doc.GenManTree(cmd.Root(), header, args[0]); err != nil {
-				return err
-			}
-			_, err := fmt.Fprintf(s.Out, "wrote man pages to %s\n", args[0])
+			_, err = fmt.Fprintf(s.Err, "wrote %d man pages to %s\n", len(files), args[0])
 			return err
 		},
 	}
