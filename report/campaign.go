@@ -121,6 +121,7 @@ func CampaignTables(r *inject.CampaignResult) []*Table {
 	t := &Table{
 		Title:  fmt.Sprintf("kvaudit campaign: %s (%d trials per kind, seed %d)", verdict, r.Trials, r.Seed),
 		Header: []string{"kind", "detector", "trials", "detected", "localised exactly", "missed", "false positives", "pairs", "example"},
+		Drop:   []string{"pairs", "example", "detector", "detected"},
 	}
 	dash := Cell{Text: "-", Tone: Dim}
 	count := func(n int, bad bool) Cell {
@@ -466,6 +467,7 @@ func TailAuditTable(a *inject.TailAudit) *Table {
 	t := &Table{
 		Title:  "transferred-or-zeroed audit: " + verdict,
 		Header: []string{"request", "group", "position", "block", "rank", "layer", "where", "tokens", "non-zero bytes", "first at"},
+		Drop:   []string{"first at", "block", "rank", "where", "group"},
 	}
 	for _, f := range a.Findings {
 		where := "tail of the last block"
@@ -485,11 +487,13 @@ func TailAuditTable(a *inject.TailAudit) *Table {
 }
 
 // StoredTable lays out stored checksums: one row per full block with a
-// block hash, its recomputed stored checksum and the manifest's.
+// block hash, the stored checksum computed from the block and the one the
+// manifest lists (stored_checksums), and whether they match.
 func StoredTable(ranks []*checksum.StoredRank) *Table {
 	t := &Table{
 		Title:  "stored checksums: " + string(StoredVerdict(ranks)),
-		Header: []string{"rank", "request", "group", "position", "block", "block hash", "stored checksum", "manifest", ""},
+		Header: []string{"rank", "request", "group", "position", "block", "block hash", "computed", "in manifest", "verdict"},
+		Drop:   []string{"block hash", "block", "rank", "group"},
 	}
 	for _, r := range ranks {
 		for i := range r.Blocks {
@@ -513,7 +517,7 @@ func StoredTable(ranks []*checksum.StoredRank) *Table {
 	if len(t.Rows) == 0 {
 		t.Notes = append(t.Notes, "no full block lists a block hash (block_hashes in the manifest): nothing to emit or check")
 	}
-	t.Notes = append(t.Notes, "stored checksum = the rank's part of the block checksum XOR le64(first 8 bytes of the block hash) XOR the rank's nested fingerprint of the group; only full blocks")
+	t.Notes = append(t.Notes, "computed: the stored checksum computed from the block, the rank's part of the block checksum XOR le64(first 8 bytes of the block hash) XOR the rank's nested fingerprint of the group (only full blocks); in manifest: the stored_checksums the manifest lists")
 	return t
 }
 
@@ -574,20 +578,7 @@ func RenderDiffAudits(w io.Writer, res *checksum.DiffResult, a *Audits, f Format
 		}
 		return writeJUnit(w, doc)
 	}
-	if err := RenderDiff(w, res, f, opts); err != nil {
-		return err
-	}
-	for _, t := range AuditTables(a) {
-		if f != FormatMarkdown {
-			if _, err := io.WriteString(w, "\n"); err != nil {
-				return err
-			}
-		}
-		if err := t.Render(w, f, opts.Style); err != nil {
-			return err
-		}
-	}
-	return nil
+	return renderTables(w, append(DiffTables(res), AuditTables(a)...), f, opts.Style)
 }
 
 // auditKey is a (request, group) of an audit suite.

@@ -116,6 +116,7 @@ func ChecksumsTable(c *checksum.Checks) *Table {
 	t := &Table{
 		Title:  fmt.Sprintf("checksums (tp %d x pp %d)", c.TPSize, c.PPSize),
 		Header: []string{"request", "group", "kind", "position", "tokens"},
+		Drop:   []string{"kind", "tokens"},
 	}
 	for k := range maxChecks {
 		t.Header = append(t.Header, fmt.Sprintf("check %d", k))

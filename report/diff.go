@@ -122,8 +122,8 @@ func mapChars(m []checksum.PositionState) string {
 	return string(b)
 }
 
-// MapWidth is the most cells a block map has in a table; longer maps are
-// scaled down.
+// MapWidth is the most cells a block map has in a styled or aligned
+// table; longer maps are scaled down (and further to fit the terminal).
 const MapWidth = 96
 
 // BlockMap draws a group's block map in at most width cells (all when
@@ -196,20 +196,20 @@ func verdictTone(v checksum.Verdict) Tone {
 	return Dim
 }
 
+// DiffLegend explains the block map's characters.
+const DiffLegend = "blocks from position 0: . verified, X mismatch, - not compared, _ not loaded"
+
 // DiffTables lays out a comparison: the verdict per request and group
 // (positions, differing checks, reason, block map) and, when there are
-// any, the drill-down's details. color styles the block maps for a
-// terminal; plain maps are never scaled, so piped output is complete.
-func DiffTables(res *checksum.DiffResult, r *lipgloss.Renderer) []*Table {
-	width := 0
-	if r != nil {
-		width = MapWidth
-	}
+// any, the drill-down's details. A styled or aligned table that does not
+// fit the terminal leaves out kind, checks and positions (the map shows
+// the positions), then the drill-down's bytes, replica and group.
+func DiffTables(res *checksum.DiffResult) []*Table {
 	t := &Table{
 		Title:  "kvaudit diff: " + string(res.Verdict),
 		Header: []string{"request", "group", "kind", "verdict", "positions", "checks", "reason", "blocks"},
+		Drop:   []string{"kind", "checks", "positions"},
 	}
-	scaled := 0
 	counts := map[checksum.Verdict]int{}
 	for _, rv := range res.Requests {
 		counts[rv.Verdict]++
@@ -226,24 +226,18 @@ func DiffTables(res *checksum.DiffResult, r *lipgloss.Renderer) []*Table {
 			if len(g.Checks) > 0 {
 				checks = Ranges(g.Checks)
 			}
-			m, per := BlockMap(g.Map, width, r)
-			scaled = max(scaled, per)
 			t.Add(C("%s", id), C("%d", g.ID), C("%s", g.Kind), Cell{Text: string(g.Verdict), Tone: verdictTone(g.Verdict)},
-				C("%s", Ranges(g.Positions)), C("%s", checks), C("%s", g.Reason), C("%s", m))
+				C("%s", Ranges(g.Positions)), C("%s", checks), C("%s", g.Reason), MapCell(g.Map))
 		}
 	}
 	t.Notes = append(t.Notes, fmt.Sprintf("%d request(s): %d verified, %d mismatch, %d unverified",
-		len(res.Requests), counts[checksum.Verified], counts[checksum.Mismatch], counts[checksum.Unverified]))
-	legend := "blocks: one cell per consumer block position from 0: . verified, X mismatch, - not compared, _ not loaded (local prefix hit or out of the window)"
-	if scaled > 1 {
-		legend += fmt.Sprintf("; scaled: one cell per %d positions at most, showing the worst", scaled)
-	}
-	t.Notes = append(t.Notes, legend)
+		len(res.Requests), counts[checksum.Verified], counts[checksum.Mismatch], counts[checksum.Unverified]), DiffLegend)
 	tables := []*Table{t}
 
 	d := &Table{
 		Title:  "drill-down: what differs",
 		Header: []string{"request", "group", "position", "layer", "head", "replica", "tokens", "bytes", "hint"},
+		Drop:   []string{"bytes", "replica", "group"},
 	}
 	for _, rv := range res.Requests {
 		for _, x := range rv.Details {
@@ -293,21 +287,7 @@ func RenderDiff(w io.Writer, res *checksum.DiffResult, f Format, opts DiffOption
 	case FormatJUnit:
 		return writeJUnit(w, diffJUnit(res, opts))
 	}
-	var r *lipgloss.Renderer
-	if f == FormatTable && opts.Style.Color {
-		r = lipgloss.NewRenderer(w)
-	}
-	for i, t := range DiffTables(res, r) {
-		if i > 0 && f != FormatMarkdown {
-			if _, err := io.WriteString(w, "\n"); err != nil {
-				return err
-			}
-		}
-		if err := t.Render(w, f, opts.Style); err != nil {
-			return err
-		}
-	}
-	return nil
+	return renderTables(w, DiffTables(res), f, opts.Style)
 }
 
 // WriteDiffJUnit writes a comparison as JUnit XML: one test suite per

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/xml"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -150,10 +151,13 @@ func TestDiffTable(t *testing.T) {
 	if err := RenderDiff(&b, diffFixture(), FormatMarkdown, DiffOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "| req-0 | 0 | full_attention | mismatch | 2 | 0 |  | _.X |") {
+	if !strings.Contains(squeeze(b.String()), "| req-0 | 0 | full_attention | mismatch | 2 | 0 | | _.X |") {
 		t.Errorf("markdown:\n%s", b.String())
 	}
 }
+
+// squeeze collapses runs of spaces (markdown tables are padded to align).
+func squeeze(s string) string { return regexp.MustCompile(" {2,}").ReplaceAllString(s, " ") }
 
 func TestBlockMap(t *testing.T) {
 	m := make([]checksum.PositionState, 10)
@@ -169,5 +173,44 @@ func TestBlockMap(t *testing.T) {
 	}
 	if got := Ranges([]int{0, 1, 2, 5, 7, 8}); got != "0-2,5,7-8" {
 		t.Errorf("Ranges = %q", got)
+	}
+}
+
+// TestDiffFitsWidth: on an 80-column terminal the diff table of a long
+// load keeps its verdict and block map (scaled, the mismatch still shown)
+// and leaves out low-value columns, styled or aligned; without a width
+// nothing is left out and the aligned map is cut at MapWidth cells.
+func TestDiffFitsWidth(t *testing.T) {
+	m := make([]checksum.PositionState, 300)
+	for i := range m {
+		m[i] = checksum.PosVerified
+	}
+	m[250] = checksum.PosMismatch
+	res := &checksum.DiffResult{Verdict: checksum.Mismatch, Requests: []*checksum.RequestVerdict{{
+		ID: "cmpl-7f3a9c2e-long-request-id", ProducerID: "cmpl-7f3a9c2e-long-request-id", Verdict: checksum.Mismatch,
+		Groups: []*checksum.GroupVerdict{{ID: 0, Kind: "full_attention", Verdict: checksum.Mismatch, Positions: []int{250}, Checks: []int{0}, Map: m}},
+	}}}
+	for _, style := range []Style{{Color: true, Width: 80}, {Aligned: true, Width: 80}} {
+		var b bytes.Buffer
+		if err := RenderDiff(&b, res, FormatTable, DiffOptions{Style: style}); err != nil {
+			t.Fatal(err)
+		}
+		out := string(sgr.ReplaceAll(b.Bytes(), nil))
+		fits(t, []byte(out), 80)
+		for _, want := range []string{"verdict", "blocks", "mismatch", "X", strings.Repeat(".", 20), "blocks scaled to fit: one cell per", "left out to fit 80 columns: kind"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%+v: lacks %q:\n%s", style, want, out)
+			}
+		}
+		if strings.Contains(out, "full_attention") || strings.Contains(out, strings.Repeat(".", 63)) {
+			t.Errorf("%+v: kind not left out or map not scaled to the room left:\n%s", style, out)
+		}
+	}
+	var b bytes.Buffer
+	if err := RenderDiff(&b, res, FormatTable, DiffOptions{Style: Style{Aligned: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "full_attention") || !strings.Contains(out, strings.Repeat(".", 62)+"X") || !strings.Contains(out, "one cell per 4 positions") || strings.Contains(out, "left out") {
+		t.Errorf("no width: %s", out)
 	}
 }

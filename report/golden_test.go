@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"github.com/charmbracelet/x/ansi"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -77,14 +78,14 @@ func render(t *testing.T, f func(b *bytes.Buffer) error) []byte {
 }
 
 // ansi matches terminal escape sequences (SGR).
-var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
+var sgr = regexp.MustCompile("\x1b\\[[0-9;]*m")
 
 // styled renders a styled table without its color codes: a buffer is not
 // a terminal, so there are none, unless the environment forces them
 // (CLICOLOR_FORCE); the golden files hold the layout either way.
 func styled(t *testing.T, f func(b *bytes.Buffer) error) []byte {
 	t.Helper()
-	return ansi.ReplaceAll(render(t, f), nil)
+	return sgr.ReplaceAll(render(t, f), nil)
 }
 
 // goldenFormat is a format of the golden files and its extension.
@@ -97,16 +98,33 @@ type goldenFormat struct {
 // render renders in the format, without color codes for a styled table.
 func (g goldenFormat) render(t *testing.T, f func(b *bytes.Buffer) error) []byte {
 	t.Helper()
+	out := render(t, f)
 	if g.style.Color {
-		return styled(t, f)
+		out = styled(t, f)
 	}
-	return render(t, f)
+	if g.style.Width > 0 {
+		fits(t, out, g.style.Width)
+	}
+	return out
+}
+
+// fits checks that no line of out is wider than width cells.
+func fits(t *testing.T, out []byte, width int) {
+	t.Helper()
+	for i, l := range strings.Split(string(sgr.ReplaceAll(out, nil)), "\n") {
+		if w := ansi.StringWidth(l); w > width {
+			t.Errorf("line %d is %d cells wide, more than %d: %q", i+1, w, width, l)
+		}
+	}
 }
 
 // goldenFormats are the formats of the golden files.
 var goldenFormats = []goldenFormat{
 	{"txt", FormatTable, Style{}},
 	{"styled.txt", FormatTable, Style{Color: true}},
+	{"aligned.txt", FormatTable, Style{Aligned: true}},
+	{"styled80.txt", FormatTable, Style{Color: true, Width: 80}},
+	{"aligned80.txt", FormatTable, Style{Aligned: true, Width: 80}},
 	{"md", FormatMarkdown, Style{}},
 	{"json", FormatJSON, Style{}},
 	{"xml", FormatJUnit, Style{}},

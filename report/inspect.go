@@ -124,6 +124,21 @@ func others(names []string, self string) []string {
 	return out
 }
 
+// Bytes writes a size in bytes for a person: "512 B", "704.0 KiB".
+func Bytes(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, unit := float64(n)/1024, "KiB"
+	for _, u := range []string{"MiB", "GiB", "TiB"} {
+		if v < 1024 {
+			break
+		}
+		v, unit = v/1024, u
+	}
+	return fmt.Sprintf("%.1f %s", v, unit)
+}
+
 // InspectTables lays out what dumps hold: one table per dump.
 func InspectTables(in *InspectJSON) []*Table {
 	var tables []*Table
@@ -131,7 +146,8 @@ func InspectTables(in *InspectJSON) []*Table {
 		t := &Table{
 			Title: fmt.Sprintf("%s: %s, tp %d/%d, pp %d/%d, %d blocks, %d requests",
 				d.Path, d.Model, d.TPRank, d.TPSize, d.PPRank, d.PPSize, d.NumBlocks, len(d.Requests)),
-			Header: []string{"group", "kind", "block", "cache", "layer", "dtype", "layout", "heads", "replicas", "cell", "bytes"},
+			Header: []string{"group", "kind", "block size", "cache", "layer", "dtype", "layout", "heads", "replicas", "cell size", "cache size"},
+			Drop:   []string{"layout", "replicas", "cell size", "layer", "block size", "dtype"},
 		}
 		for _, g := range d.Groups {
 			kind := g.Kind
@@ -151,7 +167,7 @@ func InspectTables(in *InspectJSON) []*Table {
 				heads := fmt.Sprintf("%d..%d of %d", c.FirstHead, c.FirstHead+c.Heads-1, c.GlobalHeads)
 				t.Add(C("%d", g.ID), C("%s", kind), C("%d", g.BlockSize), C("%s", name), C("%d", c.Layer), C("%s", c.Dtype),
 					C("%s", strings.Join(c.Layout, ",")), C("%s", heads), C("%d (index %d)", c.Replicas, c.ReplicaIndex),
-					C("%d B", c.CellBytes), C("%d", c.Bytes))
+					C("%s", Bytes(int64(c.CellBytes))), C("%s", Bytes(c.Bytes)))
 			}
 		}
 		for _, r := range d.Requests {

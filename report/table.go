@@ -7,6 +7,13 @@ import (
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/lipgloss/table"
+	"github.com/charmbracelet/x/ansi"
+	"github.com/muesli/termenv"
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
+
+	"github.com/kvaudit/kvaudit/checksum"
 )
 
 // Format is an output format.
@@ -20,11 +27,22 @@ const (
 	FormatJUnit    Format = "junit"
 )
 
-// Style says how a table is drawn.
+// Style says how a table (FormatTable) is drawn: styled with borders and
+// colors (Color), aligned in bordered columns without color (Aligned), or
+// else as tab-separated text, one row per line, for a pipe.
 type Style struct {
-	// Color draws a styled table (borders, colors); otherwise the table is
-	// plain tab-separated text, one row per line.
+	// Color draws a styled table (lipgloss: borders, colors).
 	Color bool
+	// ForceColor writes the color codes even when the writer is not a
+	// terminal (--color always).
+	ForceColor bool
+	// Aligned, without Color, draws the table in aligned columns with
+	// borders and no color (a terminal with NO_COLOR or --color never).
+	Aligned bool
+	// Width is the terminal's width that a styled or aligned table fits
+	// in: low-value columns are left out, then long cells wrap and block
+	// maps are scaled down (0: no limit).
+	Width int
 }
 
 // Tone colors a cell on a terminal.
@@ -39,14 +57,20 @@ const (
 	Dim
 )
 
-// Cell is one table cell.
+// Cell is one table cell: text, or a block map (Map not nil), which is
+// written in full in tab-separated text and markdown and scaled down to
+// the room left in a styled or aligned table.
 type Cell struct {
 	Text string
 	Tone Tone
+	Map  []checksum.PositionState
 }
 
 // C makes a plain cell.
 func C(format string, args ...any) Cell { return Cell{Text: fmt.Sprintf(format, args...)} }
+
+// MapCell makes a block map cell.
+func MapCell(m []checksum.PositionState) Cell { return Cell{Map: m, Text: mapChars(m)} }
 
 // Table is a titled grid with notes under it.
 type Table struct {
@@ -54,20 +78,27 @@ type Table struct {
 	Header []string
 	Rows   [][]Cell
 	Notes  []string
+	// Drop names the columns (by header) that a styled or aligned table
+	// leaves out, in this order, when it is wider than Style.Width; the
+	// verdicts and block maps are never in it.
+	Drop []string
 }
 
 // Add appends a row.
 func (t *Table) Add(cells ...Cell) { t.Rows = append(t.Rows, cells) }
 
-// Render writes the table as a styled grid (style.Color), plain
-// tab-separated text, or markdown (f == FormatMarkdown).
+// Render writes the table as a styled grid (style.Color), an aligned grid
+// without color (style.Aligned), plain tab-separated text, or markdown
+// (f == FormatMarkdown).
 func (t *Table) Render(w io.Writer, f Format, style Style) error {
 	var b strings.Builder
 	switch {
 	case f == FormatMarkdown:
 		t.markdown(&b)
 	case style.Color:
-		t.styled(&b, w)
+		t.styled(&b, w, style)
+	case style.Aligned:
+		t.aligned(&b, style)
 	default:
 		t.plain(&b)
 	}
@@ -94,37 +125,258 @@ func (t *Table) plain(b *strings.Builder) {
 	}
 }
 
+// markdown writes a GitHub table (tablewriter's markdown renderer), each
+// note a paragraph of its own.
 func (t *Table) markdown(b *strings.Builder) {
 	if t.Title != "" {
 		fmt.Fprintf(b, "### %s\n\n", t.Title)
 	}
 	esc := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 	if len(t.Header) > 0 {
-		cols := make([]string, len(t.Header))
-		seps := make([]string, len(t.Header))
+		tb := tablewriter.NewTable(b, tablewriter.WithRenderer(renderer.NewMarkdown()),
+			tablewriter.WithHeaderAutoFormat(tw.Off), tablewriter.WithHeaderAlignment(tw.AlignLeft),
+			tablewriter.WithRowAlignment(tw.AlignLeft), tablewriter.WithRowAutoWrap(tw.WrapNone),
+			tablewriter.WithHeaderAutoWrap(tw.WrapNone), tablewriter.WithTrimSpace(tw.Off))
+		hdr := make([]string, len(t.Header))
 		for i, h := range t.Header {
-			cols[i], seps[i] = esc(h), "---"
+			hdr[i] = esc(h)
 		}
-		fmt.Fprintf(b, "| %s |\n| %s |\n", strings.Join(cols, " | "), strings.Join(seps, " | "))
+		tb.Header(hdr)
+		for _, r := range t.Rows {
+			cols := make([]string, len(t.Header))
+			for i, c := range r[:min(len(r), len(cols))] {
+				cols[i] = esc(c.Text)
+			}
+			_ = tb.Append(cols)
+		}
+		_ = tb.Render()
 	}
-	for _, r := range t.Rows {
-		cols := make([]string, len(r))
-		for i, c := range r {
-			cols[i] = esc(c.Text)
-		}
-		fmt.Fprintf(b, "| %s |\n", strings.Join(cols, " | "))
-	}
-	if len(t.Notes) > 0 {
-		b.WriteString("\n")
-		for _, n := range t.Notes {
-			fmt.Fprintf(b, "%s\n", n)
-		}
+	for _, n := range t.Notes {
+		fmt.Fprintf(b, "\n%s\n", n)
 	}
 	b.WriteString("\n")
 }
 
-func (t *Table) styled(b *strings.Builder, w io.Writer) {
+// laidOut is a table fitted to a width: the columns kept, each cell's
+// lines, and the notes to add (columns left out, maps scaled).
+type laidOut struct {
+	header []string
+	cols   []int // indexes into the table's columns
+	widths []int
+	notes  []string
+}
+
+// cellWidth is the widest a cell wants to be; a map's at most MapWidth.
+func cellWidth(c Cell) int {
+	if c.Map != nil {
+		return min(len(c.Map), MapWidth)
+	}
+	w := 0
+	for l := range strings.SplitSeq(c.Text, "\n") {
+		w = max(w, ansi.StringWidth(l))
+	}
+	return w
+}
+
+// minWidth is the narrowest a column may wrap to: its header (one line),
+// its cells' longest word up to 20 cells (checksums stay whole), a map
+// of 16 cells.
+func minWidth(header string, cells []Cell) int {
+	w := ansi.StringWidth(header)
+	for _, c := range cells {
+		if c.Map != nil {
+			w = max(w, min(len(c.Map), 16))
+			continue
+		}
+		if cw := ansi.StringWidth(c.Text); cw <= 10 {
+			w = max(w, cw) // a short cell ("184.0 KiB") stays on one line
+			continue
+		}
+		for f := range strings.FieldsSeq(c.Text) {
+			w = max(w, min(ansi.StringWidth(f), 20))
+		}
+	}
+	return w
+}
+
+// layout fits the table in width cells, 3 per column for the padding and
+// border and 1 for the last border: it leaves out the Drop columns in
+// order while the table would have to wrap more than an eighth of the
+// width, then narrows the widest columns one cell at a time, block maps
+// first.
+func (t *Table) layout(width int) *laidOut {
+	n := len(t.Header)
+	column := func(i int) []Cell {
+		var cs []Cell
+		for _, r := range t.Rows {
+			if i < len(r) {
+				cs = append(cs, r[i])
+			}
+		}
+		return cs
+	}
+	natural, least := make([]int, n), make([]int, n)
+	for i, h := range t.Header {
+		natural[i] = ansi.StringWidth(h)
+		for _, c := range column(i) {
+			natural[i] = max(natural[i], cellWidth(c))
+		}
+		least[i] = min(natural[i], minWidth(h, column(i)))
+	}
+	keep := make([]bool, n)
+	for i := range keep {
+		keep[i] = true
+	}
+	sum := func(ws []int) int {
+		s := 1
+		for i, w := range ws {
+			if keep[i] {
+				s += w + 3
+			}
+		}
+		return s
+	}
+	var dropped []string
+	if width > 0 {
+		for _, name := range t.Drop {
+			// wrap when that takes at most an eighth of the width
+			if sum(least) <= width && sum(natural) <= width+width/8 {
+				break
+			}
+			for i, h := range t.Header {
+				if h == name && keep[i] {
+					keep[i] = false
+					dropped = append(dropped, name)
+				}
+			}
+		}
+	}
+	widths := append([]int{}, natural...)
+	narrow := func(least []int) {
+		for width > 0 && sum(widths) > width {
+			widest := -1
+			for i := range widths {
+				if keep[i] && widths[i] > least[i] && (widest < 0 || widths[i] > widths[widest]) {
+					widest = i
+				}
+			}
+			if widest < 0 {
+				return
+			}
+			widths[widest]--
+		}
+	}
+	// Block maps shrink first, to 32 cells; then text wraps; then maps
+	// shrink to their least; then words break too, down to 4 cells a
+	// column or the header's width.
+	isMap := make([]bool, n)
+	for _, r := range t.Rows {
+		for i, c := range r {
+			if i < n && c.Map != nil {
+				isMap[i] = true
+			}
+		}
+	}
+	step := make([]int, n)
+	for i := range step {
+		step[i] = natural[i]
+		if isMap[i] {
+			step[i] = max(least[i], min(natural[i], 32))
+		}
+	}
+	narrow(step)
+	for i := range step {
+		if !isMap[i] {
+			step[i] = least[i]
+		}
+	}
+	narrow(step)
+	narrow(least)
+	for i, h := range t.Header {
+		least[i] = min(least[i], max(4, ansi.StringWidth(h)))
+	}
+	narrow(least)
+	out := &laidOut{}
+	for i := range n {
+		if keep[i] {
+			out.cols = append(out.cols, i)
+			out.header = append(out.header, t.Header[i])
+			out.widths = append(out.widths, widths[i])
+		}
+	}
+	if len(dropped) > 0 {
+		out.notes = append(out.notes, fmt.Sprintf("left out to fit %d columns: %s (-o json has every field)", width, strings.Join(dropped, ", ")))
+	}
+	return out
+}
+
+// cells renders the kept cells of a row: text wrapped to the column's
+// width, a map scaled to it (colored by r when not nil). per is the most
+// positions a map cell stands for.
+func (l *laidOut) cells(row []Cell, r *lipgloss.Renderer) (out []string, per int) {
+	per = 1
+	for k, i := range l.cols {
+		if i >= len(row) {
+			out = append(out, "")
+			continue
+		}
+		c := row[i]
+		if c.Map != nil {
+			m, p := BlockMap(c.Map, l.widths[k], r)
+			per = max(per, p)
+			out = append(out, m)
+			continue
+		}
+		out = append(out, ansi.Wrap(c.Text, l.widths[k], " ,;"))
+	}
+	return out, per
+}
+
+// scaledNote says how many positions a map cell stands for.
+func scaledNote(per int) string {
+	return fmt.Sprintf("blocks scaled to fit: one cell per %d positions, showing the worst", per)
+}
+
+// aligned writes the table in aligned columns with borders and no color
+// (tablewriter).
+func (t *Table) aligned(b *strings.Builder, style Style) {
+	if t.Title != "" {
+		b.WriteString(ansi.Wrap(t.Title, widthOr(style.Width), " ") + "\n")
+	}
+	l := t.layout(style.Width)
+	tb := tablewriter.NewTable(b, tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithHeaderAlignment(tw.AlignLeft), tablewriter.WithRowAlignment(tw.AlignLeft),
+		tablewriter.WithRowAutoWrap(tw.WrapNone), tablewriter.WithHeaderAutoWrap(tw.WrapNone),
+		tablewriter.WithTrimSpace(tw.Off))
+	tb.Header(l.header)
+	scaled := 1
+	for _, row := range t.Rows {
+		cells, per := l.cells(row, nil)
+		scaled = max(scaled, per)
+		_ = tb.Append(cells)
+	}
+	_ = tb.Render()
+	notes := append(append([]string{}, t.Notes...), l.notes...)
+	if scaled > 1 {
+		notes = append(notes, scaledNote(scaled))
+	}
+	for _, n := range notes {
+		b.WriteString(ansi.Wrap(n, widthOr(style.Width), " ") + "\n")
+	}
+}
+
+func widthOr(w int) int {
+	if w <= 0 {
+		return 1 << 30
+	}
+	return w
+}
+
+func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 	r := lipgloss.NewRenderer(w)
+	if style.ForceColor {
+		r.SetColorProfile(termenv.ANSI256)
+	}
 	title := r.NewStyle().Bold(true)
 	header := r.NewStyle().Bold(true).Padding(0, 1)
 	cell := r.NewStyle().Padding(0, 1)
@@ -136,31 +388,47 @@ func (t *Table) styled(b *strings.Builder, w io.Writer) {
 		Dim:   cell.Foreground(lipgloss.Color("8")),
 	}
 	if t.Title != "" {
-		b.WriteString(title.Render(t.Title) + "\n")
+		b.WriteString(title.Render(ansi.Wrap(t.Title, widthOr(style.Width), " ")) + "\n")
 	}
+	l := t.layout(style.Width)
+	scaled := 1
 	rows := make([][]string, len(t.Rows))
+	tone := make([][]Tone, len(t.Rows))
 	for i, row := range t.Rows {
-		rows[i] = make([]string, len(row))
-		for j, c := range row {
-			rows[i][j] = c.Text
+		cells, per := l.cells(row, r)
+		scaled = max(scaled, per)
+		rows[i] = cells
+		for _, c := range l.cols {
+			tn := Plain
+			if c < len(row) {
+				tn = row[c].Tone
+			}
+			tone[i] = append(tone[i], tn)
 		}
 	}
 	tb := table.New().
 		Border(lipgloss.RoundedBorder()).
 		BorderStyle(r.NewStyle().Foreground(lipgloss.Color("8"))).
-		Headers(t.Header...).
+		Headers(l.header...).
 		Rows(rows...).
 		StyleFunc(func(row, col int) lipgloss.Style {
 			if row == table.HeaderRow {
 				return header
 			}
-			if row < 0 || row >= len(t.Rows) || col >= len(t.Rows[row]) {
+			if row < 0 || row >= len(tone) || col >= len(tone[row]) {
 				return cell
 			}
-			return tones[t.Rows[row][col].Tone]
+			return tones[tone[row][col]]
 		})
 	b.WriteString(tb.Render() + "\n")
-	for _, n := range t.Notes {
-		b.WriteString(r.NewStyle().Faint(true).Render(n) + "\n")
+	notes := append(append([]string{}, t.Notes...), l.notes...)
+	if scaled > 1 {
+		notes = append(notes, scaledNote(scaled))
+	}
+	faint := r.NewStyle().Faint(true)
+	for _, n := range notes {
+		for l := range strings.SplitSeq(ansi.Wrap(n, widthOr(style.Width), " "), "\n") {
+			b.WriteString(faint.Render(l) + "\n")
+		}
 	}
 }
