@@ -3,6 +3,7 @@
 # Debian 12 machine, as root, without a GPU. Installs Debian's CUDA
 # toolkit when missing (nvidia-cuda-toolkit 11.8.89 from non-free: about
 # 1.6 GB downloaded, 100 s), then:
+#   - tests that kvaudit-cuda --help, version and info work without a GPU,
 #   - regenerates kernels/checksum.ptx (go generate) and fails if it changed,
 #   - assembles it for sm_70 and sm_90 with ptxas,
 #   - builds the kvaudit-cuda runner with -tags cuda and vets it,
@@ -43,6 +44,9 @@ if ! command -v nvcc >/dev/null || ! nvcc --version | grep -q "$want_nvcc"; then
     { tail -40 "$tmp/apt.log"; exit 1; }
 fi
 nvcc --version | tail -2
+
+step "kvaudit-cuda's runner without a GPU (--help, version, info)"
+go test -count=1 -run TestRunnerWithoutGPU ./cmd/kvaudit-cuda/internal/start
 
 step "kernels/checksum.ptx is what checksum.cu generates (go generate ./kernels/)"
 go generate ./kernels/

@@ -129,7 +129,7 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(opts.IO.Err),
 					progressbar.OptionSetDescription("trials"), progressbar.OptionShowCount(),
 					progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100*time.Millisecond),
-					progressbar.OptionClearOnFinish(), progressbar.OptionEnableColorCodes(!opts.IO.NoColor))
+					progressbar.OptionClearOnFinish(), progressbar.OptionEnableColorCodes(opts.IO.errColor()))
 			})
 			bar.Set(done)
 			if done == total {

@@ -119,9 +119,18 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 	if err := demoTable(w, opts.IO, prod, flipped, cons); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "4. Compare them as `kvaudit diff %s %s` does: the verdict per request and group, and the drill-down to layer, head, token and bit\n\n",
-		filepath.Join(dir, pc.Role), filepath.Join(dir, cc.Role))
-	return demoDiff(ctx, opts.IO, ppaths, cpaths)
+	fmt.Fprintf(w, "4. Compare them as kvaudit diff does: the verdict per request and group, and the drill-down to layer, head, token and bit\n\n")
+	if err := demoDiff(ctx, opts.IO, ppaths, cpaths); err != nil {
+		return err
+	}
+	if opts.Dir != "" {
+		fmt.Fprintf(w, "\nThe dumps are kept in %s: run it yourself with\n  kvaudit diff %s %s\n",
+			opts.Dir, filepath.Join(dir, pc.Role), filepath.Join(dir, cc.Role))
+	} else {
+		fmt.Fprintf(w, "\nThe dumps were temporary and are removed: kvaudit demo --dir DIR keeps them, to run\n  kvaudit diff DIR/%s DIR/%s\n",
+			pc.Role, cc.Role)
+	}
+	return nil
 }
 
 // demoDiff compares the demo's producer and consumer dumps, drills the
@@ -161,7 +170,7 @@ func closeDumps(dumps []*layout.Dump) {
 // demoTable prints the producer's and consumer's check 0 side by side and
 // says whether they agree; before, when given, marks what changed.
 func demoTable(w io.Writer, s *Streams, prod, cons, before *checksum.Checks) error {
-	t := &report.Table{Header: []string{"request", "group", "position", "producer", "consumer", ""}}
+	t := &report.Table{Header: []string{"request", "group", "position", "producer check 0", "consumer check 0", "compared"}}
 	changed := 0
 	for _, pr := range prod.Requests {
 		cr := cons.Requests[0]

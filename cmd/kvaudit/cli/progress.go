@@ -64,7 +64,7 @@ func newProgress(s *Streams, total int64, desc string) *progress {
 					progressbar.OptionSetPredictTime(true),
 					progressbar.OptionThrottle(100*time.Millisecond),
 					progressbar.OptionClearOnFinish(),
-					progressbar.OptionEnableColorCodes(!s.NoColor),
+					progressbar.OptionEnableColorCodes(s.errColor()),
 				)
 			}
 			bar.Set64(min(p.done.Load(), total))

@@ -12,8 +12,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-
-	"github.com/kvaudit/kvaudit/report"
 )
 
 // Main runs kvaudit with args and returns the process exit code.
@@ -57,6 +55,15 @@ optional kvaudit.yaml (--config, the working directory or
 		return &UsageError{fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
 	})
 	root.PersistentFlags().String("config", "", "configuration file (default ./kvaudit.yaml or ~/.config/kvaudit/kvaudit.yaml)")
+	root.PersistentFlags().String("color", "auto", "color in tables and progress bars: auto (on a terminal, unless NO_COLOR is set), always or never")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		mode, _ := cmd.Flags().GetString("color")
+		if !slices.Contains(colorModes, mode) {
+			return usageErrorf("--color %q: want one of %s", mode, strings.Join(colorModes, ", "))
+		}
+		s.Color = mode
+		return nil
+	}
 	root.AddCommand(
 		NewCmdChecksum(s, nil),
 		NewCmdInspect(s, nil),
@@ -81,6 +88,3 @@ func parseFormat(value string, allowed ...string) (string, error) {
 	}
 	return "", usageErrorf("-o %q: want one of %s", value, strings.Join(allowed, ", "))
 }
-
-// tableStyle is the report style for the streams' output.
-func tableStyle(s *Streams) report.Style { return report.Style{Color: s.color()} }

@@ -3,8 +3,11 @@ package cli
 import (
 	"io"
 	"os"
+	"strconv"
 
 	"golang.org/x/term"
+
+	"github.com/kvaudit/kvaudit/report"
 )
 
 // Streams are a command's input and output. Commands write only here.
@@ -13,22 +16,69 @@ type Streams struct {
 	Out io.Writer
 	Err io.Writer
 	// OutTerminal and ErrTerminal say whether Out and Err are terminals
-	// (styled tables, progress bars).
+	// (aligned or styled tables, progress bars).
 	OutTerminal, ErrTerminal bool
-	// NoColor is set by the NO_COLOR environment variable.
+	// NoColor is set by a non-empty NO_COLOR environment variable
+	// (https://no-color.org): no color, the tables stay aligned.
 	NoColor bool
+	// Color is --color: "auto" (or ""): color on a terminal unless
+	// NoColor; "always"; "never".
+	Color string
+	// Width is Out's terminal width in cells, 0 when unknown or not a
+	// terminal: tables on a terminal fit in it.
+	Width int
 }
 
 // SystemStreams returns the process's standard streams.
 func SystemStreams() *Streams {
-	_, noColor := os.LookupEnv("NO_COLOR")
-	return &Streams{
+	s := &Streams{
 		In: os.Stdin, Out: os.Stdout, Err: os.Stderr,
 		OutTerminal: term.IsTerminal(int(os.Stdout.Fd())),
 		ErrTerminal: term.IsTerminal(int(os.Stderr.Fd())),
-		NoColor:     noColor,
+		NoColor:     os.Getenv("NO_COLOR") != "",
 	}
+	if s.OutTerminal {
+		if w, _, err := term.GetSize(int(os.Stdout.Fd())); err == nil && w > 0 {
+			s.Width = w
+		} else if w, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && w > 0 {
+			s.Width = w
+		}
+	}
+	return s
 }
 
-// color says whether tables on Out are styled.
-func (s *Streams) color() bool { return s.OutTerminal && !s.NoColor }
+// colorModes are the values of --color.
+var colorModes = []string{"auto", "always", "never"}
+
+// color says whether tables on Out are styled with color.
+func (s *Streams) color() bool {
+	switch s.Color {
+	case "always":
+		return true
+	case "never":
+		return false
+	}
+	return s.OutTerminal && !s.NoColor
+}
+
+// errColor says whether progress bars on Err use color.
+func (s *Streams) errColor() bool {
+	switch s.Color {
+	case "always":
+		return true
+	case "never":
+		return false
+	}
+	return s.ErrTerminal && !s.NoColor
+}
+
+// tableStyle is the report style for the streams' output: styled with
+// color, else aligned on a terminal, else tab-separated for a pipe;
+// fitted to the terminal's width.
+func tableStyle(s *Streams) report.Style {
+	st := report.Style{Color: s.color(), ForceColor: s.Color == "always", Aligned: s.OutTerminal}
+	if s.OutTerminal {
+		st.Width = s.Width
+	}
+	return st
+}

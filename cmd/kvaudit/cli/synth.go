@@ -98,10 +98,10 @@ func synthRun(_ context.Context, opts *SynthOptions) error {
 		return err
 	}
 	c := opts.Config
-	fmt.Fprintf(opts.IO.Out, "wrote %d rank(s) of %s (%s, tp %d, pp %d, layout %s, block size %d, %d request(s) of %d tokens):\n",
+	fmt.Fprintf(opts.IO.Err, "wrote %d rank(s) of %s (%s, tp %d, pp %d, layout %s, block size %d, %d request(s) of %d tokens):\n",
 		len(paths), c.Role, c.Preset, c.TP, c.PP, c.Layout, c.BlockSize, c.Requests, c.Tokens)
 	for _, p := range paths {
-		fmt.Fprintf(opts.IO.Out, "  %s\n", p)
+		fmt.Fprintf(opts.IO.Err, "  %s\n", p)
 	}
 	return nil
 }
