@@ -48,7 +48,7 @@ func NewCmdBench(s *Streams, runF func(context.Context, *BenchOptions) error) *c
 		Use:   "bench [DUMP|DIR...]",
 		Short: "Measure the checksum engines against a plain read of the same bytes",
 		Long: `Bench measures how fast kvaudit checksums a side, next to the limits of
-reading it: over the same mapped bytes and for 1..GOMAXPROCS threads it
+reading it: over the same mapped bytes and for 1..--threads threads it
 times a plain read of every byte the checksum covers (a uint64 sum: the
 practical limit), the fast cpu engine, the reference engine on a sample,
 CRC32C and xxh3, and prints each one's GB/s and ratio to the plain read
@@ -68,7 +68,7 @@ measures side by side; absolute speeds depend on the machine and its load.`,
   $ kvaudit bench --size 4GB --layout hnd -o json
 
   # measure on existing dumps, one and two threads, 9 repetitions
-  $ kvaudit bench --threads 1,2 --reps 9 out/producer
+  $ kvaudit bench --threads 2 --reps 9 out/producer
 
   # the GPU kernel on a 4 GiB cache beside a device-to-device copy
   $ kvaudit bench --engine cuda --size 4GiB`,
@@ -78,7 +78,7 @@ measures side by side; absolute speeds depend on the machine and its load.`,
 				return err
 			}
 			opts.Paths = args
-			if opts.Output, err = parseFormat(cfg.String("output"), "table", "json", "markdown"); err != nil {
+			if opts.Output, err = outputOf(cfg); err != nil {
 				return err
 			}
 			if opts.Size, err = parseSize(cfg.String("size")); err != nil {
@@ -100,12 +100,13 @@ measures side by side; absolute speeds depend on the machine and its load.`,
 					return &UsageError{err}
 				}
 			}
-			for _, t := range cfg.Strings("threads") {
-				n, err := strconv.Atoi(strings.TrimSpace(t))
-				if err != nil || n < 1 {
-					return usageErrorf("--threads %q: want positive integers", t)
+			switch n := cfg.Int("threads"); {
+			case n < 0:
+				return usageErrorf("--threads %d: want a positive number (or 0 for GOMAXPROCS)", n)
+			case n > 0:
+				for t := 1; t <= n; t++ {
+					opts.Bench.Threads = append(opts.Bench.Threads, t)
 				}
-				opts.Bench.Threads = append(opts.Bench.Threads, n)
 			}
 			opts.Bench.Reps, opts.Bench.Warmup = cfg.Int("reps"), cfg.Int("warmup")
 			if opts.Bench.Reps < 1 {
@@ -117,7 +118,10 @@ measures side by side; absolute speeds depend on the machine and its load.`,
 			if opts.Bench.RefSample, err = parseSize(cfg.String("ref-sample")); err != nil {
 				return usageErrorf("--ref-sample: %v", err)
 			}
-			opts.Bench.EndToEnd = cfg.Bool("end-to-end")
+			opts.Bench.EndToEnd = !cfg.Bool("no-end-to-end")
+			if cfg.Changed("end-to-end") {
+				opts.Bench.EndToEnd = cfg.Bool("end-to-end")
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -125,18 +129,20 @@ measures side by side; absolute speeds depend on the machine and its load.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringP("output", "o", "table", "output: table, json or markdown")
+	addOutputFlag(cmd, "")
 	f.String("size", "2GB", "bytes of KV to synthesize when no dump is given (e.g. 512MB, 4GB, 2GiB)")
 	f.String("preset", "llama", "model preset of the synthesized side: "+strings.Join(synth.Presets, ", "))
 	f.String("layout", "flash", "layout of the synthesized side: "+strings.Join(synth.Layouts, ", "))
 	f.Int("pp", 1, "pipeline stages of the synthesized side (one dump each)")
 	f.String("dir", "", "directory to synthesize into (default: the system's temporary directory)")
 	f.Bool("keep", false, "keep the synthesized side and print where it is")
-	f.StringSlice("threads", nil, "thread counts to measure (default 1..GOMAXPROCS)")
+	f.Int("threads", 0, "measure 1 to this many threads (default GOMAXPROCS)")
 	f.Int("reps", 5, "timed repetitions of each measurement (the median is reported)")
 	f.Int("warmup", 1, "untimed runs of each method before timing")
 	f.String("ref-sample", "32MB", "bytes the reference engine reads (it is slow)")
-	f.Bool("end-to-end", true, "also time a whole checksum of the side against opening and reading it")
+	f.Bool("no-end-to-end", false, "skip timing a whole checksum of the side against opening and reading it")
+	f.Bool("end-to-end", true, "")
+	_ = f.MarkDeprecated("end-to-end", "use --no-end-to-end")
 	f.String("engine", "cpu", "cpu: the CPU engines beside a plain read; cuda: the GPU kernel beside a plain-read kernel and a device-to-device copy (kvaudit-cuda runner)")
 	return cmd
 }

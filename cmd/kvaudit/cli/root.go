@@ -74,6 +74,9 @@ optional kvaudit.yaml (--config, the working directory or
 	for _, add := range extraCommands {
 		root.AddCommand(add(s))
 	}
+	root.Version = versionString()
+	root.SetVersionTemplate("{{.Version}}\n")
+	registerCompletions(root)
 	return root
 }
 
