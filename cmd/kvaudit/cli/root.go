@@ -5,6 +5,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -20,10 +21,13 @@ func Main(args []string, s *Streams) int {
 	defer stop()
 	root := NewRootCmd(s)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err != nil {
 		if _, silent := err.(*ResultError); !silent || err.Error() != "" {
 			fmt.Fprintf(s.Err, "kvaudit: %v\n", err)
+		}
+		if ue := (*UsageError)(nil); errors.As(err, &ue) && cmd != nil {
+			fmt.Fprintf(s.Err, "usage: %s\n", cmd.UseLine())
 		}
 	}
 	return exitCode(err)
@@ -77,6 +81,7 @@ optional kvaudit.yaml (--config, the working directory or
 	root.Version = versionString()
 	root.SetVersionTemplate("{{.Version}}\n")
 	registerCompletions(root)
+	explainArgs(root)
 	return root
 }
 

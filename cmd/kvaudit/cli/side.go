@@ -3,8 +3,11 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
@@ -26,6 +29,11 @@ func (s *sideInput) Close() { layout.CloseAll(s.dumps) }
 // dump directories, or directories holding either). Paths that are
 // neither are returned in rest when keepRest, else they are an error.
 func openSide(paths []string, keepRest bool) (*sideInput, error) {
+	for _, p := range paths {
+		if err := checkSidePath(p); err != nil {
+			return nil, err
+		}
+	}
 	dumpPaths, rest, err := layout.FindDumps(paths)
 	if err != nil {
 		return nil, err
@@ -50,6 +58,48 @@ func openSide(paths []string, keepRest bool) (*sideInput, error) {
 		return nil, err
 	}
 	return in, nil
+}
+
+// checkSidePath explains the two ways a side's path goes wrong before it
+// is read: it does not exist (a usage error), or it is a directory that
+// holds no dump itself but whose subdirectories do (a root such as synth
+// --out writes, holding producer/ and consumer/): it names them.
+func checkSidePath(p string) error {
+	st, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return usageErrorf("%q does not exist: want a dump (a .safetensors file, or a directory with manifest.json), a directory of dumps, or a record file", p)
+	}
+	if err != nil || !st.IsDir() || layout.IsDump(p) {
+		return nil // read as usual
+	}
+	if dumps, _, err := layout.FindDumps([]string{p}); err == nil && len(dumps) > 0 {
+		return nil
+	}
+	entries, err := os.ReadDir(p)
+	if err != nil {
+		return nil
+	}
+	var sides []string
+	for _, e := range entries {
+		q := filepath.Join(p, e.Name())
+		if e.IsDir() {
+			if dumps, _, err := layout.FindDumps([]string{q}); err == nil && len(dumps) > 0 {
+				sides = append(sides, q)
+			}
+		}
+	}
+	if len(sides) > 0 {
+		return usageErrorf("%q holds no dump itself; the dumps are in %s: give one of them", p, orList(quoteAll(sides)))
+	}
+	return nil
+}
+
+func quoteAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, x := range s {
+		out[i] = fmt.Sprintf("%q", x)
+	}
+	return out
 }
 
 // looksLikeRecord says whether a file means to be a record (and so must be
