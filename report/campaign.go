@@ -177,7 +177,7 @@ func CampaignTables(r *inject.CampaignResult) []*Table {
 	}
 	tables := []*Table{t}
 	f := &Table{Title: "failing trials", Header: []string{"kind", "trial", "pair", "trial seed", "fault", "problem"}}
-	f.Notes = append(f.Notes, fmt.Sprintf("a trial depends only on the campaign's seed, its kind and its number: kvaudit campaign --faults KIND --seed %d --trials N (N past the trial's number) runs it again", r.Seed))
+	f.Notes = append(f.Notes, fmt.Sprintf("a trial depends only on the campaign's seed, its kind and its number: kvaudit campaign --fault KIND --seed %d --trials N (N past the trial's number) runs it again", r.Seed))
 	for _, k := range r.Kinds {
 		for _, x := range k.Failures {
 			problem := "missed: nothing reported it"

@@ -47,9 +47,9 @@ must never be flagged.
 
 Without arguments it synthesizes its own pairs over every preset with a mix
 of TP (1->2, 2->1, 1->4), PP, layouts, formats and producer/consumer block
-sizes, and prepares each consumer as a connector that keeps its invariants
-leaves it (tails zeroed, a block allocated past the last token, stored
-checksums). With arguments, each PRODUCER CONSUMER pair of sides is used as
+sizes, and prepares each consumer the way a connector that keeps its
+invariants leaves it (tails zeroed, a block allocated past the last token,
+stored checksums). With arguments, each PRODUCER CONSUMER pair of sides is used as
 it is (kinds a pair cannot take are counted as not applicable). Trials run
 in parallel in-process; each writes and recomputes only the consumer ranks
 its fault changes. The inputs are never written.
@@ -65,7 +65,7 @@ fault was missed or mislocalised or a control was flagged.
   $ kvaudit campaign --trials 200 -o junit > campaign.xml
 
   # two kinds on your own producer and consumer dumps
-  $ kvaudit campaign --faults bit-flip,stale-block out/producer out/consumer`,
+  $ kvaudit campaign --fault bit-flip --fault stale-block out/producer out/consumer`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := newConfig(cmd)
 			if err != nil {
@@ -75,18 +75,21 @@ fault was missed or mislocalised or a control was flagged.
 				return usageErrorf("give sides in pairs: PRODUCER CONSUMER (got %d arguments)", len(args))
 			}
 			opts.Paths = args
-			if opts.Output, err = parseFormat(cfg.String("output"), "table", "json", "markdown", "junit"); err != nil {
+			if opts.Output, err = outputOf(cfg); err != nil {
 				return err
 			}
 			c := &opts.Campaign
-			c.Trials, c.Seed, c.Workers, c.Dir = cfg.Int("trials"), cfg.Uint64("seed"), cfg.Int("workers"), cfg.String("dir")
+			c.Trials, c.Seed, c.Workers, c.Dir = cfg.Int("trials"), cfg.Uint64("seed"), cfg.Int("threads"), cfg.String("dir")
+			if cfg.Changed("workers") {
+				c.Workers = cfg.Int("workers")
+			}
 			if c.Trials < 1 {
 				return usageErrorf("--trials %d: want at least 1", c.Trials)
 			}
-			for _, name := range cfg.Strings("faults") {
+			for _, name := range append(cfg.Strings("fault"), cfg.Strings("faults")...) {
 				k, err := inject.ParseKind(strings.TrimSpace(name))
 				if err != nil {
-					return &UsageError{fmt.Errorf("--faults: %w", err)}
+					return &UsageError{fmt.Errorf("--fault: %w", err)}
 				}
 				c.Kinds = append(c.Kinds, k)
 			}
@@ -99,9 +102,13 @@ fault was missed or mislocalised or a control was flagged.
 	f := cmd.Flags()
 	f.Int("trials", 20, "trials per fault kind")
 	f.Uint64("seed", 1, "seed of the campaign (and of the synthesized KV)")
-	f.StringSlice("faults", nil, "fault kinds to run, comma-separated (default every kind)")
-	f.StringP("output", "o", "table", "output: table, json, markdown or junit")
-	f.Int("workers", 0, "trials run at once (default GOMAXPROCS)")
+	f.StringSlice("fault", nil, "fault kind to run (repeatable, or comma-separated; default every kind)")
+	addOutputFlag(cmd, "")
+	f.Int("threads", 0, "trials run at once (default GOMAXPROCS)")
+	f.StringSlice("faults", nil, "")
+	_ = f.MarkDeprecated("faults", "use --fault")
+	f.Int("workers", 0, "")
+	_ = f.MarkDeprecated("workers", "use --threads")
 	f.String("dir", "", "directory for the campaign's scratch files, removed afterwards (default the system's temporary directory)")
 	return cmd
 }

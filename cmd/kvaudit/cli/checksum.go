@@ -62,7 +62,7 @@ of replicated heads. With --partial, a subset of ranks is allowed and
 				return err
 			}
 			opts.Paths = args
-			if opts.Output, err = parseFormat(cfg.String("output"), "table", "json", "record", "payload"); err != nil {
+			if opts.Output, err = outputOf(cfg); err != nil {
 				return err
 			}
 			if opts.PayloadForm, err = checksum.ParsePayloadForm(cfg.String("payload-form")); err != nil {
@@ -82,7 +82,7 @@ of replicated heads. With --partial, a subset of ranks is allowed and
 		},
 	}
 	f := cmd.Flags()
-	f.StringP("output", "o", "table", "output: table, json, record, or payload (a JSON map of request id to the base64 payload a producer sends)")
+	addOutputFlag(cmd, "record: each rank's partial sums; payload: a JSON map of request id to the base64 payload a producer sends")
 	f.String("payload-form", "nested", "with -o payload: nested, or flat (no block sizes, fingerprints with the block size)")
 	f.Bool("partial", false, "allow a subset of the side's ranks (partial sums)")
 	f.StringSlice("request", nil, "checksum only this request id (repeatable)")
@@ -131,7 +131,7 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 	case "payload":
 		return writePayloads(opts.IO.Out, c, opts.PayloadForm)
 	}
-	return report.ChecksumsTable(c).Render(opts.IO.Out, report.FormatTable, tableStyle(opts.IO))
+	return report.ChecksumsTable(c).Render(opts.IO.Out, report.Format(opts.Output), tableStyle(opts.IO))
 }
 
 // writeRecords writes each rank's record: to stdout, one JSON document

@@ -76,10 +76,24 @@ func envName(flag string) string {
 	return "KVAUDIT_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
-func (c *config) String(name string) string    { return c.v.GetString(c.key(name)) }
-func (c *config) Int(name string) int          { return c.v.GetInt(c.key(name)) }
-func (c *config) Uint64(name string) uint64    { return c.v.GetUint64(c.key(name)) }
-func (c *config) Bool(name string) bool        { return c.v.GetBool(c.key(name)) }
-func (c *config) Strings(name string) []string { return c.v.GetStringSlice(c.key(name)) }
-func (c *config) Changed(name string) bool     { return c.cmd.Flags().Changed(name) }
-func (c *config) Flags() *pflag.FlagSet        { return c.cmd.Flags() }
+func (c *config) String(name string) string { return c.v.GetString(c.key(name)) }
+func (c *config) Int(name string) int       { return c.v.GetInt(c.key(name)) }
+func (c *config) Uint64(name string) uint64 { return c.v.GetUint64(c.key(name)) }
+func (c *config) Bool(name string) bool     { return c.v.GetBool(c.key(name)) }
+
+// Strings reads a list: a repeatable flag, a KVAUDIT_* variable or a
+// configuration value, comma-separated the same way everywhere
+// (KVAUDIT_REQUEST="a,b" is --request a,b), blanks dropped.
+func (c *config) Strings(name string) []string {
+	var out []string
+	for _, v := range c.v.GetStringSlice(c.key(name)) {
+		for _, part := range strings.Split(v, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				out = append(out, part)
+			}
+		}
+	}
+	return out
+}
+func (c *config) Changed(name string) bool { return c.cmd.Flags().Changed(name) }
+func (c *config) Flags() *pflag.FlagSet    { return c.cmd.Flags() }

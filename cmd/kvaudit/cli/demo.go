@@ -19,8 +19,8 @@ import (
 // DemoOptions are the settings of `kvaudit demo`.
 type DemoOptions struct {
 	IO *Streams
-	// Dir holds the demo's dumps; empty means a temporary directory that
-	// is removed afterwards.
+	// Dir holds the demo's dumps (--out); empty means a temporary
+	// directory that is removed afterwards.
 	Dir  string
 	Seed uint64
 }
@@ -41,14 +41,17 @@ drilled down to the layer, head, token and bit.`,
   $ kvaudit demo
 
   # keep the dumps to play with
-  $ kvaudit demo --dir /tmp/kvdemo`,
+  $ kvaudit demo --out /tmp/kvdemo`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := newConfig(cmd)
 			if err != nil {
 				return err
 			}
-			opts.Dir = cfg.String("dir")
+			opts.Dir = cfg.String("out")
+			if cfg.Changed("dir") {
+				opts.Dir = cfg.String("dir")
+			}
 			opts.Seed = cfg.Uint64("seed")
 			if runF != nil {
 				return runF(cmd.Context(), opts)
@@ -56,7 +59,9 @@ drilled down to the layer, head, token and bit.`,
 			return demoRun(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().String("dir", "", "keep the demo's dumps in this directory (default: a temporary one, removed)")
+	cmd.Flags().String("out", "", "directory to write the demo's dumps into, kept (default: a temporary one, removed)")
+	cmd.Flags().String("dir", "", "")
+	_ = cmd.Flags().MarkDeprecated("dir", "use --out")
 	cmd.Flags().Uint64("seed", 42, "seed of the synthetic KV")
 	return cmd
 }
@@ -127,7 +132,7 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 		fmt.Fprintf(w, "\nThe dumps are kept in %s: run it yourself with\n  kvaudit diff %s %s\n",
 			opts.Dir, filepath.Join(dir, pc.Role), filepath.Join(dir, cc.Role))
 	} else {
-		fmt.Fprintf(w, "\nThe dumps were temporary and are removed: kvaudit demo --dir DIR keeps them, to run\n  kvaudit diff DIR/%s DIR/%s\n",
+		fmt.Fprintf(w, "\nThe dumps were temporary and are removed: kvaudit demo --out DIR keeps them, to run\n  kvaudit diff DIR/%s DIR/%s\n",
 			pc.Role, cc.Role)
 	}
 	return nil

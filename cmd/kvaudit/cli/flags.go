@@ -19,7 +19,7 @@ import (
 // markdown wherever there is a table, junit wherever there is a verdict;
 // the first is the default.
 var outputFormats = map[string][]string{
-	"checksum": {"table", "json", "markdown", "record", "payload"},
+	"checksum": {"table", "json", "record", "payload", "markdown"},
 	"inspect":  {"table", "json", "markdown"},
 	"diff":     {"table", "json", "markdown", "junit"},
 	"inject":   {"table", "json", "markdown"},
@@ -105,7 +105,7 @@ func enumValues(cmd *cobra.Command, flag string) []string {
 func registerCompletions(root *cobra.Command) {
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
-		c.Flags().VisitAll(func(f *pflag.Flag) {
+		visit := func(f *pflag.Flag) {
 			values := enumValues(c, f.Name)
 			if values == nil {
 				return
@@ -124,7 +124,9 @@ func registerCompletions(root *cobra.Command) {
 				}
 				return out, cobra.ShellCompDirectiveNoFileComp
 			})
-		})
+		}
+		c.Flags().VisitAll(visit)
+		c.PersistentFlags().VisitAll(visit)
 		for _, sub := range c.Commands() {
 			walk(sub)
 		}

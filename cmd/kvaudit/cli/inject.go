@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,7 +27,7 @@ type InjectOptions struct {
 	IO    *Streams
 	Paths []string
 	Out   string
-	// Output is table (a summary) or json (fault.json).
+	// Output is table or markdown (a summary) or json (fault.json).
 	Output  string
 	Inject  inject.Options
 	Prepare inject.PrepareOptions
@@ -52,10 +53,10 @@ tail-audit, stored, payload, none) and what each detector must report. The
 input is never written: unchanged files are hard-linked, changed files are
 written fresh.
 
-Targets (--request, --group, --layer, --head, --position, --rank PP:TP or TP)
-narrow where the fault goes; the seed picks the rest.
+Targets (--request, repeatable, --group, --layer, --head, --position, --rank
+PP:TP or TP) narrow where the fault goes; the seed picks the rest.
 
---zero-tails, --extra-blocks N and --stored first turn the side into the
+--zero-tails, --extra-blocks N and --add-stored first turn the side into the
 consumer the audits expect (tails zeroed, N blocks allocated past each
 request's last token, stored checksums of an offload tier); fault.json's
 byte ranges are then relative to that prepared copy. --fault none with them
@@ -90,11 +91,15 @@ Kinds:
 			if opts.Out = cfg.String("out"); opts.Out == "" {
 				return usageErrorf("--out is required")
 			}
-			if opts.Output, err = parseFormat(cfg.String("output"), "table", "json"); err != nil {
+			if opts.Output, err = outputOf(cfg); err != nil {
 				return err
 			}
 			o := &opts.Inject
-			k, err := inject.ParseKind(cfg.String("fault"))
+			faults := cfg.Strings("fault")
+			if len(faults) > 1 {
+				return usageErrorf("--fault %s: inject writes one fault (kvaudit campaign runs several kinds)", strings.Join(faults, ","))
+			}
+			k, err := inject.ParseKind(strings.Join(faults, ""))
 			if err != nil {
 				return &UsageError{fmt.Errorf("--fault: %w", err)}
 			}
@@ -103,7 +108,14 @@ Kinds:
 				return usageErrorf("--bits %d: want at least 1", o.Bits)
 			}
 			t := &o.Target
-			t.Request, t.Layer = cfg.String("request"), cfg.String("layer")
+			t.Layer = cfg.String("layer")
+			switch requests := cfg.Strings("request"); len(requests) {
+			case 0:
+			case 1:
+				t.Request = requests[0]
+			default: // the seed picks one of them
+				o.Allow = func(request string, _, _ int) bool { return slices.Contains(requests, request) }
+			}
 			for _, x := range []struct {
 				flag string
 				dst  **int
@@ -125,7 +137,7 @@ Kinds:
 				return &UsageError{err}
 			}
 			p := &opts.Prepare
-			p.ZeroTails, p.ExtraBlocks, p.Stored = cfg.Bool("zero-tails"), cfg.Int("extra-blocks"), cfg.Bool("stored")
+			p.ZeroTails, p.ExtraBlocks, p.Stored = cfg.Bool("zero-tails"), cfg.Int("extra-blocks"), cfg.Bool("add-stored") || cfg.Bool("stored")
 			if p.ExtraBlocks < 0 {
 				return usageErrorf("--extra-blocks %d is negative", p.ExtraBlocks)
 			}
@@ -140,10 +152,10 @@ Kinds:
 		},
 	}
 	f := cmd.Flags()
-	f.String("fault", "", "fault kind (see above)")
+	f.StringSlice("fault", nil, "fault kind (see above; one)")
 	f.String("out", "", "directory to write the copy and fault.json into (created; must be empty)")
 	f.Uint64("seed", 1, "seed of every choice the targets leave open")
-	f.String("request", "", "target request id")
+	f.StringSlice("request", nil, "target request id (repeatable: the seed picks one of them)")
 	f.Int("group", -1, "target group id")
 	f.String("layer", "", "target layer name or number")
 	f.Int("head", -1, "target global KV head (a global state row for state faults)")
@@ -152,9 +164,11 @@ Kinds:
 	f.Int("bits", 1, "bits to flip (bit-flip, replica-diverge, state-flip, payload-flip)")
 	f.Bool("zero-tails", false, "first zero every slot no request's tokens occupy (a connector that zeroes tails)")
 	f.Int("extra-blocks", 0, "first append N unused blocks past each request's last token")
-	f.Bool("stored", false, "first give full blocks block hashes and stored checksums (an offload tier)")
+	f.Bool("add-stored", false, "first give full blocks block hashes and stored checksums (an offload tier)")
+	f.Bool("stored", false, "")
+	_ = f.MarkDeprecated("stored", "use --add-stored (--stored checks stored checksums in checksum and diff)")
 	f.String("payload-form", "nested", "form of the payloads payload faults write: nested or flat")
-	f.StringP("output", "o", "table", "output: table (a summary) or json (fault.json)")
+	addOutputFlag(cmd, "table and markdown: a summary; json: fault.json")
 	f.String("engine", "cpu", engineHelp)
 	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
 	return cmd
@@ -238,7 +252,7 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 	if opts.Output == "json" {
 		return report.WriteJSON(opts.IO.Out, f)
 	}
-	return faultTable(f, opts.Out).Render(opts.IO.Out, report.FormatTable, tableStyle(opts.IO))
+	return faultTable(f, opts.Out).Render(opts.IO.Out, report.Format(opts.Output), tableStyle(opts.IO))
 }
 
 // faultTable summarizes a fault.

@@ -39,7 +39,7 @@ checksummed. Use it to check a dump written by your own exporter.`,
 				return err
 			}
 			opts.Paths = args
-			if opts.Output, err = parseFormat(cfg.String("output"), "table", "json", "markdown"); err != nil {
+			if opts.Output, err = outputOf(cfg); err != nil {
 				return err
 			}
 			if runF != nil {
@@ -48,7 +48,7 @@ checksummed. Use it to check a dump written by your own exporter.`,
 			return inspectRun(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().StringP("output", "o", "table", "output: table, json or markdown")
+	addOutputFlag(cmd, "")
 	return cmd
 }
 

@@ -1,0 +1,210 @@
+package cli
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/kvaudit/kvaudit/layout/synth"
+)
+
+// flagVocabulary is the table of kvaudit's flags: every flag of every
+// command, by name, with its type and what it means. A name means one
+// thing, with one type, on every command that has it; a new flag goes
+// here first (TestFlagVocabulary fails on a flag that is not here).
+var flagVocabulary = map[string]struct{ typ, meaning string }{
+	// Common to every command.
+	"color":  {"string", "color in tables and progress bars: auto, always or never"},
+	"config": {"string", "the configuration file"},
+	// Inputs and selections.
+	"request":          {"stringSlice", "request ids, repeatable or comma-separated (KVAUDIT_REQUEST=a,b)"},
+	"fault":            {"stringSlice", "fault kinds, repeatable or comma-separated (inject takes one)"},
+	"partial":          {"bool", "a subset of a side's ranks is allowed"},
+	"seed":             {"uint64", "the seed of every random choice"},
+	"engine":           {"string", "the checksum engine"},
+	"threads":          {"int", "how many things run at once (engine threads, trials); the only parallelism flag"},
+	"output":           {"string", "-o: the output format"},
+	"out":              {"string", "the directory a command writes its results into, kept"},
+	"dir":              {"string", "the directory a command keeps its temporary files under, removed afterwards"},
+	"keep":             {"bool", "keep what would be removed"},
+	"trials":           {"int", "trials per fault kind"},
+	"allow-unverified": {"bool", "unverified loads do not fail the command"},
+	// Checks beside the checksum comparison.
+	"stored":      {"bool", "check blocks against the stored checksums of the manifests"},
+	"audit-tail":  {"bool", "audit the transferred-or-zeroed invariant"},
+	"no-drill":    {"bool", "skip the drill-down"},
+	"max-details": {"int", "drill-down details per request at most"},
+	// Payloads.
+	"payload-form": {"string", "nested or flat payloads"},
+	// What inject prepares and targets.
+	"add-stored":   {"bool", "inject: first add block hashes and stored checksums"},
+	"zero-tails":   {"bool", "inject: first zero every unused slot"},
+	"extra-blocks": {"int", "inject: first allocate blocks past the last token"},
+	"bits":         {"int", "bits a fault flips"},
+	"group":        {"int", "target group id"},
+	"layer":        {"string", "target layer name or number"},
+	"head":         {"int", "target global head"},
+	"position":     {"int", "target block position"},
+	"rank":         {"string", "target rank TP or PP:TP"},
+	// Synthesized sides.
+	"preset":            {"string", "model preset"},
+	"layout":            {"string", "tensor layout"},
+	"layers":            {"int", "layers"},
+	"tp":                {"int", "tensor-parallel size"},
+	"pp":                {"int", "pipeline-parallel size"},
+	"block-size":        {"int", "tokens per block"},
+	"kernel-block-size": {"int", "tokens per kernel block"},
+	"num-blocks":        {"int", "blocks per cache"},
+	"requests":          {"int", "number of requests"},
+	"tokens":            {"int", "tokens per request"},
+	"prefix-tokens":     {"int", "a consumer's local prefix hit"},
+	"role":              {"string", "producer or consumer"},
+	"format":            {"string", "how ranks are written"},
+	"conv-layout":       {"string", "conv state layout"},
+	"conv-dtype":        {"string", "conv state dtype"},
+	"no-state-split":    {"bool", "state layers without their TP split"},
+	// Bench.
+	"size":          {"string", "bytes to synthesize"},
+	"reps":          {"int", "timed repetitions"},
+	"warmup":        {"int", "untimed runs"},
+	"ref-sample":    {"string", "bytes the reference engine reads"},
+	"no-end-to-end": {"bool", "skip the end-to-end timing"},
+}
+
+// verdictCommands are the commands whose result is a verdict: they offer
+// -o junit.
+var verdictCommands = []string{"diff", "campaign"}
+
+// visibleFlags calls f for every flag of every command that help shows
+// (not deprecated or hidden aliases, not --help).
+func visibleFlags(root *cobra.Command, f func(c *cobra.Command, fl *pflag.Flag)) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(fl *pflag.Flag) {
+			if fl.Hidden || fl.Deprecated != "" || fl.Name == "help" || fl.Name == "version" {
+				return
+			}
+			f(c, fl)
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+}
+
+// TestFlagVocabulary: every flag is in the table with its type; booleans
+// default to false (a feature on by default is turned off by --no-X, never
+// --X=false); -o offers json everywhere, markdown wherever there is a
+// table and junit wherever there is a verdict; parallelism is --threads.
+func TestFlagVocabulary(t *testing.T) {
+	root := NewRootCmd(&Streams{Out: &strings.Builder{}, Err: &strings.Builder{}})
+	visibleFlags(root, func(c *cobra.Command, fl *pflag.Flag) {
+		where := c.CommandPath() + " --" + fl.Name
+		v, ok := flagVocabulary[fl.Name]
+		switch {
+		case !ok:
+			t.Errorf("%s is not in the flag vocabulary (flags_test.go): add it, or use the name that means the same", where)
+		case fl.Value.Type() != v.typ:
+			t.Errorf("%s is a %s; the vocabulary says %s (%s)", where, fl.Value.Type(), v.typ, v.meaning)
+		}
+		if fl.Value.Type() == "bool" && fl.DefValue != "false" {
+			t.Errorf("%s defaults to %s: a feature on by default is turned off with --no-...", where, fl.DefValue)
+		}
+		if fl.Usage == "" {
+			t.Errorf("%s has no help", where)
+		}
+		for _, bad := range []string{"workers", "jobs", "parallel", "faults"} {
+			if fl.Name == bad {
+				t.Errorf("%s: use the vocabulary's name", where)
+			}
+		}
+	})
+	for _, c := range root.Commands() {
+		fl := c.Flags().Lookup("output")
+		formats := outputFormats[c.Name()]
+		if fl == nil {
+			if formats != nil {
+				t.Errorf("%s has no -o but outputFormats lists %v", c.Name(), formats)
+			}
+			continue
+		}
+		if fl.Shorthand != "o" || fl.DefValue != formats[0] {
+			t.Errorf("%s --output: shorthand %q default %q", c.Name(), fl.Shorthand, fl.DefValue)
+		}
+		if !slices.Contains(formats, "json") {
+			t.Errorf("%s -o lacks json: %v", c.Name(), formats)
+		}
+		if slices.Contains(formats, "table") != slices.Contains(formats, "markdown") {
+			t.Errorf("%s -o: a table without markdown (or the reverse): %v", c.Name(), formats)
+		}
+		if slices.Contains(verdictCommands, c.Name()) != slices.Contains(formats, "junit") {
+			t.Errorf("%s -o: junit wherever there is a verdict, only there: %v", c.Name(), formats)
+		}
+		for _, f := range formats {
+			if !strings.Contains(fl.Usage, f) {
+				t.Errorf("%s -o help %q does not name %s", c.Name(), fl.Usage, f)
+			}
+		}
+	}
+}
+
+// TestEnumCompletion: enum flags complete their values, not file names;
+// a list flag completes after its last comma.
+func TestEnumCompletion(t *testing.T) {
+	complete := func(args ...string) []string {
+		t.Helper()
+		code, out, stderr := run(t, append([]string{cobra.ShellCompRequestCmd}, args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if last := lines[len(lines)-1]; last != ":4" { // ShellCompDirectiveNoFileComp
+			t.Errorf("%v: directive %s, want :4 (no file names)", args, last)
+		}
+		return lines[:len(lines)-1]
+	}
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"diff", "-o", ""}, outputFormats["diff"]},
+		{[]string{"checksum", "--engine", ""}, engineNames},
+		{[]string{"bench", "--engine", ""}, []string{"cpu", "cuda"}},
+		{[]string{"synth", "--preset", ""}, synth.Presets},
+		{[]string{"synth", "--layout", "p"}, []string{"packed", "packed-token-major"}},
+		{[]string{"inject", "--fault", "bit"}, []string{"bit-flip"}},
+		{[]string{"campaign", "--fault", "bit-flip,st"}, []string{"bit-flip,stale-block", "bit-flip,stale-tail", "bit-flip,state-flip", "bit-flip,stray-write"}},
+		{[]string{"inspect", "--color", ""}, colorModes},
+	} {
+		got := complete(c.args...)
+		slices.Sort(got)
+		want := slices.Sorted(slices.Values(c.want))
+		if !slices.Equal(got, want) {
+			t.Errorf("%v: %v, want %v", c.args, got, c.want)
+		}
+	}
+}
+
+// TestRequestListFromEnvironment: KVAUDIT_REQUEST="a,b" selects what
+// --request a,b and --request a --request b do.
+func TestRequestListFromEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := synth.Write(dir, synth.Config{Preset: "tiny", Requests: 3}); err != nil {
+		t.Fatal(err)
+	}
+	side := dir + "/producer"
+	_, flags, _ := run(t, "checksum", "--request", "req-0", "--request", "req-2", side)
+	_, comma, _ := run(t, "checksum", "--request", "req-0,req-2", side)
+	t.Setenv("KVAUDIT_REQUEST", "req-0,req-2")
+	code, env, stderr := run(t, "checksum", side)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(flags, "req-2") || strings.Contains(flags, "req-1") || comma != flags || env != flags {
+		t.Errorf("--request twice:\n%s\n--request a,b:\n%s\nKVAUDIT_REQUEST=a,b:\n%s", flags, comma, env)
+	}
+}
