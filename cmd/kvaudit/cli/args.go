@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strings"
 
@@ -69,4 +70,26 @@ func givenArgs(args []string) string {
 		q[i] = fmt.Sprintf("%q", a)
 	}
 	return fmt.Sprintf("%d (%s)", len(args), strings.Join(q, " "))
+}
+
+// plausiblePayload says whether a side argument that is not an existing
+// path can be payload text, to be decoded (and, broken, reported as an
+// unverified load): a JSON object, or base64 text (either alphabet) of
+// at least 8 characters that starts the way every payload does, a msgpack
+// array of 2 or 3 whose first element is an unsigned integer (the
+// version). Anything else, such as a mistyped path ("producerdumps"), is
+// a usage error.
+func plausiblePayload(arg string) bool {
+	t := strings.TrimSpace(arg)
+	if strings.HasPrefix(t, "{") {
+		return true
+	}
+	if len(t) < 8 || strings.Trim(t, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_") != "" {
+		return false
+	}
+	head, err := base64.StdEncoding.DecodeString(strings.NewReplacer("-", "+", "_", "/").Replace(t[:4]))
+	if err != nil || len(head) < 2 {
+		return false
+	}
+	return (head[0] == 0x92 || head[0] == 0x93) && (head[1] < 0x80 || head[1] >= 0xcc && head[1] <= 0xcf)
 }

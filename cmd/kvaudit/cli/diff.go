@@ -263,8 +263,11 @@ func readDiffSide(arg string, stdin io.Reader) (*diffSide, error) {
 	}
 	st, err := os.Stat(arg)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) && !looksLikePath(arg) {
+		if errors.Is(err, fs.ErrNotExist) && !looksLikePath(arg) && plausiblePayload(arg) {
 			return payloadSide("the argument", []byte(arg))
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, usageErrorf("%q is neither an existing path nor payload text (base64 or JSON): want dumps, a directory, a record file, or what a producer sent", shortArg(arg))
 		}
 		return nil, err
 	}

@@ -1,0 +1,35 @@
+package cli
+
+import (
+	"testing"
+
+	"github.com/kvaudit/kvaudit/checksum"
+)
+
+// TestPlausiblePayload: real payloads (either form), their JSON and a
+// truncated payload are payload text; mistyped paths and words are not.
+func TestPlausiblePayload(t *testing.T) {
+	var yes []string
+	for _, form := range []checksum.PayloadForm{checksum.FormNested, checksum.FormFlat} {
+		p := &checksum.Payload{Form: form, NumTokens: 40, Groups: []checksum.PayloadGroup{{ID: 0, Fingerprint: 7, Values: []uint64{1, 2, 3}}}}
+		if form == checksum.FormNested {
+			p.TPSize, p.Groups[0].BlockSize = 1, 16
+		}
+		s, err := checksum.EncodePayloadBase64(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		yes = append(yes, s, s[:len(s)-5], " "+s+"\n")
+	}
+	yes = append(yes, `{"kv_checksums": null}`)
+	for _, s := range yes {
+		if !plausiblePayload(s) {
+			t.Errorf("%q: not taken as payload text", s)
+		}
+	}
+	for _, s := range []string{"producerdumps", "consumer", "out/consumer", "kv", "", "prodcuer/rank-0-0.safetensors", "kvdump-extra"} {
+		if plausiblePayload(s) {
+			t.Errorf("%q: taken as payload text", s)
+		}
+	}
+}
