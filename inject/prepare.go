@@ -38,8 +38,9 @@ type PrepareOptions struct {
 
 // Prepare writes into out (created, and empty if it exists) a copy of the
 // side made of dumps with opts applied, each rank under the name it has
-// beside its input, and returns the paths of the dumps written. Files it
-// does not change are hard-linked; the dumps are only read.
+// beside its input, and returns the paths of the dumps written. Every
+// file is copied (never linked: the copy shares no storage with the
+// input); the dumps are only read.
 func Prepare(ctx context.Context, dumps []*layout.Dump, out string, opts PrepareOptions) ([]string, error) {
 	if err := prepareOut(out); err != nil {
 		return nil, err
@@ -186,7 +187,7 @@ func prepareRank(ctx context.Context, d *layout.Dump, out string, opts PrepareOp
 	if err := m.Validate(); err != nil {
 		return "", fmt.Errorf("dump %q: the prepared manifest: %w", d.Path, err)
 	}
-	return writeDump(d, out, m, edits)
+	return writeDump(ctx, d, out, m, edits)
 }
 
 // zeroEdits zeroes every slot of every block of the dump's attention
@@ -231,8 +232,8 @@ func zeroEdits(d *layout.Dump, m *layout.Manifest) []edit {
 
 // writeDump writes a rank's dump into out with manifest m and the edits:
 // a .safetensors dump rewritten with m embedded, a dump directory with a
-// new manifest.json; other files linked or, when edited, written fresh.
-func writeDump(d *layout.Dump, out string, m *layout.Manifest, edits []edit) (string, error) {
+// new manifest.json; other files copied (never linked) and patched.
+func writeDump(ctx context.Context, d *layout.Dump, out string, m *layout.Manifest, edits []edit) (string, error) {
 	rf, err := dumpFiles(d)
 	if err != nil {
 		return "", err
@@ -264,13 +265,18 @@ func writeDump(d *layout.Dump, out string, m *layout.Manifest, edits []edit) (st
 			if err := rewriteEmbedded(src, dst, m, byFile[src]); err != nil {
 				return "", err
 			}
-		case len(byFile[src]) > 0:
-			if _, err := writeEdited(src, dst, byFile[src]); err != nil {
+		default:
+			if err := copyFile(ctx, src, dst); err != nil {
 				return "", err
 			}
-		default:
-			if err := linkOrCopy(src, dst); err != nil {
-				return "", err
+			if es := byFile[src]; len(es) > 0 {
+				moved := slices.Clone(es)
+				for i := range moved {
+					moved[i].file = dst
+				}
+				if _, err := patchFile(dst, moved); err != nil {
+					return "", err
+				}
 			}
 		}
 	}
