@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/checksum/drill"
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 )
@@ -211,11 +212,11 @@ func Campaign(ctx context.Context, opts CampaignOptions) (*CampaignResult, error
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	scratch, err := os.MkdirTemp(opts.Dir, "kvaudit-campaign-")
+	scratch, err := safeio.TempDir(opts.Dir, "kvaudit-campaign-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(scratch)
+	defer safeio.RemoveTemp(scratch)
 
 	states := make([]*pairState, len(pairs))
 	{

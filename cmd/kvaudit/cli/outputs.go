@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// checkOutsideInputs refuses an output directory that is one of the input
+// paths, lies inside an input directory, or is the directory holding an
+// input file: kvaudit never writes among the files it reads.
+func checkOutsideInputs(out string, inputs []string) error {
+	o, err := realPath(out)
+	if err != nil {
+		return err
+	}
+	for _, in := range inputs {
+		p, err := realPath(in)
+		if err != nil {
+			return err
+		}
+		dir := p
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			dir = filepath.Dir(p)
+		}
+		if o == dir || strings.HasPrefix(o+string(filepath.Separator), dir+string(filepath.Separator)) {
+			return usageErrorf("--out %q is inside the input %q: write outputs elsewhere", out, in)
+		}
+	}
+	return nil
+}
+
+// realPath is path made absolute with its symlinks resolved, as far as it
+// exists (an output directory may not exist yet).
+func realPath(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	for p := abs; ; p = filepath.Dir(p) {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return filepath.Join(r, rest), nil
+		}
+		if p == filepath.Dir(p) {
+			return abs, nil
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+	}
+}
