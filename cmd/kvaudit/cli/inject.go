@@ -379,6 +379,7 @@ func diffAudits(ctx context.Context, opts *DiffOptions, res *checksum.DiffResult
 	if err != nil {
 		return err
 	}
+	allowedNotice(opts, res)
 	return auditExit(diffExit(res, opts.AllowUnverified), a, opts.AllowUnverified)
 }
 

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/kvaudit/kvaudit/checksum"
 )
 
 // checkOutsideInputs refuses an output directory that is one of the input
@@ -46,5 +49,13 @@ func realPath(path string) (string, error) {
 			return abs, nil
 		}
 		rest = filepath.Join(filepath.Base(p), rest)
+	}
+}
+
+// allowedNotice says on stderr when the configuration file, not a flag,
+// turns an unverified load into exit 0.
+func allowedNotice(opts *DiffOptions, res *checksum.DiffResult) {
+	if opts.AllowUnverified && opts.AllowedBy != "" && res.Verdict == checksum.Unverified {
+		fmt.Fprintf(opts.IO.Err, "kvaudit: note: an unverified load exits 0 because %s sets allow-unverified\n", opts.AllowedBy)
 	}
 }
