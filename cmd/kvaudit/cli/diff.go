@@ -35,7 +35,7 @@ type DiffOptions struct {
 	// AllowedBy is the configuration file and line that set
 	// AllowUnverified, when no flag or variable did ("" otherwise).
 	AllowedBy string
-	Engine             checksum.Engine
+	Engine    checksum.Engine
 	// NoDrill skips the drill-down; MaxDetails caps its details per
 	// request (0: drill.DefaultMaxDetails, negative: no cap).
 	NoDrill    bool
