@@ -306,14 +306,17 @@ func copyFile(ctx context.Context, src, dst string) error {
 			return err
 		}
 		n, err := io.CopyN(o, in, 16<<20)
+		if copyHook != nil && n > 0 {
+			copyHook(ctx)
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
 			return fmt.Errorf("copying %q to %q: %w", src, dst, err)
-		}
-		if copyHook != nil && n > 0 {
-			copyHook(ctx)
 		}
 	}
 	if err := o.Sync(); err != nil {
