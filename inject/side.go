@@ -173,6 +173,9 @@ func staged(out string, force bool, fill func(stage string) error) error {
 		return err
 	}
 	defer safeio.RemoveTemp(stage)
+	if err := os.Chmod(stage, 0o755); err != nil { // it becomes out
+		return err
+	}
 	if err := fill(stage); err != nil {
 		return err
 	}

@@ -15,8 +15,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 )
 
@@ -47,12 +49,26 @@ func Create(path string, force bool) (*File, error) {
 	if dir == "" {
 		dir = "."
 	}
-	f, err := os.CreateTemp(dir, "."+base+".kvaudit-tmp-*")
+	f, err := createTemp(dir, "."+base+".kvaudit-tmp-")
 	if err != nil {
 		return nil, err
 	}
 	register(f.Name())
 	return &File{File: f, target: path, force: force}, nil
+}
+
+// createTemp creates a new file dir/prefix<random> with mode 0644 less
+// the umask (os.CreateTemp's files are 0600: too narrow for outputs).
+func createTemp(dir, prefix string) (*os.File, error) {
+	for range 100 {
+		name := filepath.Join(dir, prefix+strconv.FormatUint(uint64(rand.Uint32()), 36))
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return f, err
+	}
+	return nil, fmt.Errorf("creating a temporary file in %q: too many collisions", dir)
 }
 
 func checkTarget(path string, force bool) error {
