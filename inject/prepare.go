@@ -283,23 +283,47 @@ func writeDump(ctx context.Context, d *layout.Dump, out string, m *layout.Manife
 	return base, nil
 }
 
-// rewriteEmbedded writes a .safetensors dump anew: its tensors (with the
-// edits applied) and manifest m in its metadata.
+// rewriteEmbedded writes a .safetensors dump anew: its tensors (streamed
+// from the mapped input, never held in memory) and manifest m in its
+// metadata, then the edits patched in at the tensors' new offsets.
 func rewriteEmbedded(src, dst string, m *layout.Manifest, edits []edit) error {
-	raw, err := os.ReadFile(src)
+	st, err := layout.OpenSafetensors(src)
 	if err != nil {
 		return err
 	}
-	for _, e := range edits {
-		copy(raw[e.off:], e.data)
-	}
-	st, err := layout.ParseSafetensors(src, raw)
-	if err != nil {
-		return err
-	}
+	defer st.Close()
 	tensors := make([]layout.TensorData, len(st.Tensors))
+	begin := make([]int64, len(st.Tensors)) // in the new data section
+	var pos int64
 	for i, t := range st.Tensors {
 		tensors[i] = layout.TensorData{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape, Data: t.Data}
+		begin[i] = pos
+		pos += int64(len(t.Data))
 	}
-	return layout.WriteDumpFile(dst, m, tensors)
+	err = layout.Guard("dump data while rewriting "+src, func() error {
+		return layout.WriteDumpFile(dst, m, tensors)
+	})
+	if err != nil || len(edits) == 0 {
+		return err
+	}
+	out, err := layout.OpenSafetensors(dst)
+	if err != nil {
+		return err
+	}
+	dataOffset := out.DataOffset
+	out.Close()
+	moved := make([]edit, 0, len(edits))
+	for _, e := range edits {
+		rel := e.off - st.DataOffset
+		i := slices.IndexFunc(st.Tensors, func(t layout.TensorInfo) bool {
+			return rel >= t.Begin && rel+int64(len(e.data)) <= t.End
+		})
+		if i < 0 {
+			return fmt.Errorf("internal error: an edit of %q at %d+%d lies in no tensor", src, e.off, len(e.data))
+		}
+		e.file, e.off = dst, dataOffset+begin[i]+rel-st.Tensors[i].Begin
+		moved = append(moved, e)
+	}
+	_, err = patchFile(dst, moved)
+	return err
 }
