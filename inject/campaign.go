@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -228,6 +229,11 @@ func Campaign(ctx context.Context, opts CampaignOptions) (*CampaignResult, error
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
+				defer func() {
+					if r := recover(); r != nil {
+						states[i] = &pairState{name: pairs[i].Name, err: internalPanic(r)}
+					}
+				}()
 				states[i] = preparePair(ctx, pairs[i], filepath.Join(scratch, fmt.Sprintf("pair-%02d", i)))
 			}()
 		}
@@ -267,7 +273,14 @@ func Campaign(ctx context.Context, opts CampaignOptions) (*CampaignResult, error
 					continue
 				}
 				dir := filepath.Join(scratch, fmt.Sprintf("w%d", w))
-				outcomes[j.ki][j.trial] = runTrial(ctx, states, kinds[j.ki], j.trial, opts.Seed, dir)
+				func() {
+					defer func() {
+						if r := recover(); r != nil {
+							outcomes[j.ki][j.trial] = trialOutcome{err: internalPanic(r)}
+						}
+					}()
+					outcomes[j.ki][j.trial] = runTrial(ctx, states, kinds[j.ki], j.trial, opts.Seed, dir)
+				}()
 				n := done.Add(1)
 				if opts.Progress != nil {
 					opts.Progress(int(n), total)
@@ -329,6 +342,13 @@ func Campaign(ctx context.Context, opts CampaignOptions) (*CampaignResult, error
 
 // trialSeed derives a trial's seed from the campaign's, the kind and the
 // trial's number, so a trial is the same whatever other kinds run.
+// internalPanic turns a panic in a campaign goroutine (which would end the
+// process with Go's exit code 2, a verdict's) into an internal error that
+// kvaudit exits 4 for.
+func internalPanic(r any) error {
+	return fmt.Errorf("internal error: %v\n%s", r, debug.Stack())
+}
+
 func trialSeed(seed uint64, k Kind, trial int) uint64 {
 	x := seed ^ kindSeed(k) ^ uint64(trial+1)
 	x += 0x9e3779b97f4a7c15
