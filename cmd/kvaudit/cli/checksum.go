@@ -75,8 +75,11 @@ of replicated heads. With --partial, a subset of ranks is allowed and
 			opts.Requests = cfg.Strings("request")
 			opts.OutDir = cfg.String("out")
 			opts.Force = cfg.Bool("force")
-			if opts.OutDir != "" && opts.Output != "record" {
-				return usageErrorf("--out is for -o record (got -o %s, which prints to stdout)", opts.Output)
+			if opts.Output != "record" {
+				if src, ok := cfg.Explicit("out"); ok {
+					return usageErrorf("%s: only -o record writes files (got -o %s, which prints to stdout)", src, opts.Output)
+				}
+				opts.OutDir = "" // a top-level out: in kvaudit.yaml, for synth or inject
 			}
 			opts.Stored = cfg.Bool("stored")
 			if opts.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {

@@ -233,6 +233,19 @@ func (c *config) Source(name string) string {
 	return "--" + name + " (default)"
 }
 
+// Explicit says whether a setting was given for this command (the flag,
+// its environment variable, or the command's section of the configuration
+// file, not a top-level key shared by every command), and where.
+func (c *config) Explicit(name string) (string, bool) {
+	if f := c.cmd.Flags().Lookup(name); (f != nil && f.Changed) || os.Getenv(envName(name)) != "" {
+		return c.Source(name), true
+	}
+	if key := c.key(name); key != name {
+		return c.Source(name), true
+	}
+	return "", false
+}
+
 // FromFile says whether a setting's value comes from the configuration
 // file, and where ("file:line").
 func (c *config) FromFile(name string) (string, bool) {
