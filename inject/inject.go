@@ -131,7 +131,7 @@ func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options)
 			}
 			copyRanks = append(copyRanks, rf)
 		}
-		changes, err := patch(copyRanks, edits)
+		changes, err := patch(copyRanks, edits, true)
 		if err != nil {
 			return err
 		}

@@ -168,7 +168,7 @@ func staged(out string, force bool, fill func(stage string) error) error {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return err
 	}
-	stage, err := safeio.TempDir(parent, "."+filepath.Base(out)+".kvaudit-tmp-")
+	stage, err := safeio.StageDir(parent, "."+filepath.Base(out)+".kvaudit-tmp-")
 	if err != nil {
 		return err
 	}
@@ -212,7 +212,7 @@ func copySide(ctx context.Context, dumps []*layout.Dump, dir string) ([]rankFile
 	}
 	for _, rf := range ranks {
 		for i, src := range rf.files {
-			if err := copyFile(ctx, src, filepath.Join(dir, filepath.FromSlash(rf.rel[i]))); err != nil {
+			if err := copyFile(ctx, src, filepath.Join(dir, filepath.FromSlash(rf.rel[i])), true); err != nil {
 				return nil, err
 			}
 		}
@@ -245,7 +245,7 @@ func materialize(ctx context.Context, dumps []*layout.Dump, out string, edits []
 		c := rankFiles{rank: rf.rank, rel: rf.rel}
 		for i, src := range rf.files {
 			dst := filepath.Join(out, filepath.FromSlash(rf.rel[i]))
-			if err := copyFile(ctx, src, dst); err != nil {
+			if err := copyFile(ctx, src, dst, !changedOnly); err != nil {
 				return nil, err
 			}
 			c.files = append(c.files, dst)
@@ -258,7 +258,7 @@ func materialize(ctx context.Context, dumps []*layout.Dump, out string, edits []
 		moved[i] = e
 		moved[i].file = dstOf[e.file]
 	}
-	return patch(copied, moved)
+	return patch(copied, moved, !changedOnly)
 }
 
 func relOf(ranks []rankFiles, f string) string {
@@ -282,10 +282,11 @@ func init() {
 }
 
 // copyFile copies the regular file src to dst, which must not exist, in
-// chunks, stopping when ctx is cancelled, and syncs it. The caller's
+// chunks, stopping when ctx is cancelled, and syncs it when durable (an
+// output; scratch copies are not synced). The caller's
 // temporary directory holds dst, so a partial copy is never left under a
 // final name.
-func copyFile(ctx context.Context, src, dst string) error {
+func copyFile(ctx context.Context, src, dst string, durable bool) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
@@ -322,8 +323,10 @@ func copyFile(ctx context.Context, src, dst string) error {
 			return fmt.Errorf("copying %q to %q: %w", src, dst, err)
 		}
 	}
-	if err := o.Sync(); err != nil {
-		return fmt.Errorf("writing %q: %w", dst, err)
+	if durable {
+		if err := o.Sync(); err != nil {
+			return fmt.Errorf("writing %q: %w", dst, err)
+		}
 	}
 	return o.Close()
 }
@@ -332,7 +335,7 @@ func copyFile(ctx context.Context, src, dst string) error {
 // written), in place, and returns the ranges that now differ from what the
 // files held (Offset and Length, Tensor, File as the rank's relative path,
 // Rank). Only the edited ranges are read.
-func patch(ranks []rankFiles, edits []edit) ([]Change, error) {
+func patch(ranks []rankFiles, edits []edit, durable bool) ([]Change, error) {
 	byFile := map[string][]edit{}
 	for _, e := range edits {
 		byFile[e.file] = append(byFile[e.file], e)
@@ -344,7 +347,7 @@ func patch(ranks []rankFiles, edits []edit) ([]Change, error) {
 			if len(es) == 0 {
 				continue
 			}
-			c, err := patchFile(file, es)
+			c, err := patchFile(file, es, durable)
 			if err != nil {
 				return nil, err
 			}
@@ -362,8 +365,9 @@ func patch(ranks []rankFiles, edits []edit) ([]Change, error) {
 }
 
 // patchFile applies edits (in order: a later edit of the same bytes wins)
-// to file in place and returns the ranges that differ from what it held.
-func patchFile(file string, edits []edit) ([]Change, error) {
+// to file in place, syncs it when durable, and returns the ranges that
+// differ from what it held.
+func patchFile(file string, edits []edit, durable bool) ([]Change, error) {
 	f, err := os.OpenFile(file, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
@@ -445,8 +449,10 @@ func patchFile(file string, edits []edit) ([]Change, error) {
 			return nil, fmt.Errorf("writing %q: %w", file, err)
 		}
 	}
-	if err := f.Sync(); err != nil {
-		return nil, fmt.Errorf("writing %q: %w", file, err)
+	if durable {
+		if err := f.Sync(); err != nil {
+			return nil, fmt.Errorf("writing %q: %w", file, err)
+		}
 	}
 	return changes, f.Close()
 }

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -98,7 +99,11 @@ func (f *File) Commit() error {
 	f.done = true
 	tmp := f.Name()
 	defer unregister(tmp)
-	err := f.Sync()
+	scratch := inScratch(f.target)
+	var err error
+	if !scratch {
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -109,6 +114,9 @@ func (f *File) Commit() error {
 	if err := place(tmp, f.target, f.force); err != nil {
 		os.Remove(tmp)
 		return err
+	}
+	if scratch {
+		return nil
 	}
 	return syncDir(filepath.Dir(f.target))
 }
@@ -186,15 +194,51 @@ func WriteFile(path string, data []byte, force bool) error {
 	})
 }
 
-// TempDir creates a temporary directory in parent (the system's when
-// empty) and registers it for Cleanup. Remove it with RemoveTemp.
+// TempDir creates a scratch directory in parent (the system's when empty)
+// and registers it for Cleanup. Remove it with RemoveTemp. Files written
+// inside it are not synced: it is removed, or only read, afterwards.
 func TempDir(parent, pattern string) (string, error) {
+	dir, err := os.MkdirTemp(parent, pattern)
+	if err != nil {
+		return "", err
+	}
+	mu.Lock()
+	pending[dir] = true
+	scratchDirs[dir] = true
+	mu.Unlock()
+	return dir, nil
+}
+
+// StageDir creates a temporary directory in parent that becomes an output
+// (PlaceDir): files written inside it are synced. It is registered for
+// Cleanup; remove it with RemoveTemp.
+func StageDir(parent, pattern string) (string, error) {
 	dir, err := os.MkdirTemp(parent, pattern)
 	if err != nil {
 		return "", err
 	}
 	register(dir)
 	return dir, nil
+}
+
+// inScratch says whether path lies inside a scratch directory.
+func inScratch(path string) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	if len(scratchDirs) == 0 {
+		return false
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return false
+	}
+	for dir := range scratchDirs {
+		d, err := filepath.Abs(dir)
+		if err == nil && strings.HasPrefix(abs, d+string(filepath.Separator)) {
+			return true
+		}
+	}
+	return false
 }
 
 // RemoveTemp removes a temporary directory or file and forgets it.
@@ -207,8 +251,9 @@ func RemoveTemp(path string) error {
 func Forget(path string) { unregister(path) }
 
 var (
-	mu      sync.Mutex
-	pending = map[string]bool{}
+	mu          sync.Mutex
+	pending     = map[string]bool{}
+	scratchDirs = map[string]bool{}
 )
 
 func register(path string) {
@@ -220,6 +265,7 @@ func register(path string) {
 func unregister(path string) {
 	mu.Lock()
 	delete(pending, path)
+	delete(scratchDirs, path)
 	mu.Unlock()
 }
 
@@ -241,7 +287,7 @@ func Cleanup() {
 	for p := range pending {
 		paths = append(paths, p)
 	}
-	pending = map[string]bool{}
+	pending, scratchDirs = map[string]bool{}, map[string]bool{}
 	mu.Unlock()
 	for _, p := range paths {
 		os.RemoveAll(p)

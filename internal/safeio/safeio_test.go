@@ -150,3 +150,24 @@ func assertOnly(t *testing.T, dir string, names ...string) {
 		}
 	}
 }
+
+// Files in a scratch directory are placed like any other (complete or
+// not at all, never over an existing file); only the syncs are skipped.
+func TestScratchWritesStillSafe(t *testing.T) {
+	dir, err := TempDir(t.TempDir(), "scratch-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer RemoveTemp(dir)
+	p := filepath.Join(dir, "f")
+	if !inScratch(p) || inScratch(filepath.Dir(dir)) {
+		t.Fatalf("inScratch wrong for %s", p)
+	}
+	if err := WriteFile(p, []byte("a"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(p, []byte("b"), false); err == nil {
+		t.Error("overwrote an existing file in a scratch directory")
+	}
+	assertOnly(t, dir, "f")
+}
