@@ -131,17 +131,19 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 					progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100*time.Millisecond),
 					progressbar.OptionClearOnFinish(), progressbar.OptionEnableColorCodes(!opts.IO.NoColor))
 			})
-			bar.Set(done)
-			if done == total {
-				bar.Finish()
-			}
+			draw(func() {
+				bar.Set(done)
+				if done == total {
+					bar.Finish()
+				}
+			})
 		}
 	}
 	res, err := inject.Campaign(ctx, c)
 	if err != nil {
 		mu.Lock()
 		if bar != nil {
-			bar.Clear() // an interrupted campaign leaves no bar behind
+			draw(func() { bar.Clear() }) // an interrupted campaign leaves no bar behind
 		}
 		mu.Unlock()
 		return err

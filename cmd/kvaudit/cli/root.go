@@ -35,6 +35,7 @@ var exitProcess = os.Exit
 // cleared and Main returns ExitInterrupted or ExitTerminated. A panic is
 // recovered and reported as ExitInternal.
 func Main(args []string, s *Streams) (code int) {
+	resumeDrawing()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 2)
@@ -94,10 +95,8 @@ func Main(args []string, s *Streams) (code int) {
 // interrupted ends a command stopped by sig: it removes the temporaries in
 // progress, clears the progress bar's line and returns the exit code.
 func interrupted(s *Streams, sig os.Signal) int {
+	stopDrawing(s.Err, s.ErrTerminal)
 	safeio.Cleanup()
-	if s.ErrTerminal {
-		fmt.Fprint(s.Err, "\r\x1b[K")
-	}
 	fmt.Fprintln(s.Err, "kvaudit: interrupted")
 	if sig == syscall.SIGTERM {
 		return ExitTerminated
