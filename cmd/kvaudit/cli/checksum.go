@@ -159,7 +159,7 @@ func writeRecords(opts *ChecksumOptions, recs []*checksum.Record) error {
 			}
 			continue
 		}
-		if err := checkOutsideInputs(opts.OutDir, opts.Paths); err != nil {
+		if err := checkOutsideInputs(opts.OutDir, opts.Paths, false); err != nil {
 			return err
 		}
 		if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {

@@ -204,7 +204,7 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := checkOutsideInputs(out, opts.Paths); err != nil {
+	if err := checkOutsideInputs(opts.Out, opts.Paths, opts.Inject.Force); err != nil {
 		return err
 	}
 	p := opts.Prepare

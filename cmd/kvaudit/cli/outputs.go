@@ -11,8 +11,10 @@ import (
 
 // checkOutsideInputs refuses an output directory that is one of the input
 // paths, lies inside an input directory, or is the directory holding an
-// input file: kvaudit never writes among the files it reads.
-func checkOutsideInputs(out string, inputs []string) error {
+// input file: kvaudit never writes among the files it reads. With
+// replacing (an output directory replaced whole, inject --force) an input
+// inside out is refused too.
+func checkOutsideInputs(out string, inputs []string, replacing bool) error {
 	o, err := realPath(out)
 	if err != nil {
 		return err
@@ -28,6 +30,9 @@ func checkOutsideInputs(out string, inputs []string) error {
 		}
 		if o == dir || strings.HasPrefix(o+string(filepath.Separator), dir+string(filepath.Separator)) {
 			return usageErrorf("--out %q is inside the input %q: write outputs elsewhere", out, in)
+		}
+		if replacing && strings.HasPrefix(p, o+string(filepath.Separator)) {
+			return usageErrorf("the input %q is inside --out %q, which would be replaced: write outputs elsewhere", in, out)
 		}
 	}
 	return nil
