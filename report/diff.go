@@ -229,7 +229,7 @@ func DiffTables(res *checksum.DiffResult, r *lipgloss.Renderer) []*Table {
 			m, per := BlockMap(g.Map, width, r)
 			scaled = max(scaled, per)
 			t.Add(C("%s", id), C("%d", g.ID), C("%s", g.Kind), Cell{Text: string(g.Verdict), Tone: verdictTone(g.Verdict)},
-				C("%s", Ranges(g.Positions)), C("%s", checks), C("%s", g.Reason), C("%s", m))
+				C("%s", Ranges(g.Positions)), C("%s", checks), C("%s", g.Reason), Cell{Text: m, Styled: r != nil})
 		}
 	}
 	t.Notes = append(t.Notes, fmt.Sprintf("%d request(s): %d verified, %d mismatch, %d unverified",

@@ -32,7 +32,10 @@ type DiffOptions struct {
 	Output             string
 	Requests           []string
 	AllowUnverified    bool
-	Engine             checksum.Engine
+	// AllowedBy is the configuration file and line that set
+	// AllowUnverified, when no flag or variable did ("" otherwise).
+	AllowedBy string
+	Engine    checksum.Engine
 	// NoDrill skips the drill-down; MaxDetails caps its details per
 	// request (0: drill.DefaultMaxDetails, negative: no cap).
 	NoDrill    bool
@@ -92,6 +95,7 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 			}
 			opts.Requests = cfg.Strings("request")
 			opts.AllowUnverified = cfg.Bool("allow-unverified")
+			opts.AllowedBy, _ = cfg.FromFile("allow-unverified")
 			opts.NoDrill = cfg.Bool("no-drill")
 			opts.MaxDetails = cfg.Int("max-details")
 			opts.AuditTail, opts.Stored = cfg.Bool("audit-tail"), cfg.Bool("stored")
@@ -222,6 +226,7 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 	if err != nil {
 		return err
 	}
+	allowedNotice(opts, res)
 	return diffExit(res, opts.AllowUnverified)
 }
 
