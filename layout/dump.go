@@ -1,7 +1,9 @@
 package layout
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -55,6 +57,14 @@ func IsDump(path string) bool {
 // Open opens one rank's dump: a .safetensors file with the manifest in its
 // __metadata__ under "kvaudit.manifest", or a directory holding
 // manifest.json and the data files it names. Files are mapped read-only.
+//
+// A dump is untrusted input: every file a directory's manifest names must
+// be a regular file that resolves, after symlinks, inside the directory
+// (no absolute path, no "..", no symlink leading out of it); a .safetensors
+// dump reads only its own file. Anything else is a *DumpError naming the
+// manifest and the field, and nothing outside is opened. FIFOs and devices
+// are refused without blocking; manifest.json is read only up to
+// MaxManifestSize.
 func Open(path string) (*Dump, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -69,13 +79,26 @@ func Open(path string) (*Dump, error) {
 	}()
 	files := map[string]*Safetensors{}
 	var dir, manifestFile string
-	var embedded *Safetensors
+	var root *os.Root // the dump directory; nil for a .safetensors dump
 	if st.IsDir() {
 		dir = path
 		manifestFile = filepath.Join(path, "manifest.json")
-		data, err := os.ReadFile(manifestFile)
+		if root, err = os.OpenRoot(path); err != nil {
+			return nil, &DumpError{File: path, Err: err}
+		}
+		defer root.Close()
+		f, fi, err := openRegular(root, "manifest.json", manifestFile)
 		if err != nil {
+			var re *ReadError
+			if errors.As(err, &re) {
+				return nil, err
+			}
 			return nil, &DumpError{File: path, Err: fmt.Errorf("not a dump: %w", err)}
+		}
+		data, err := readCapped(f, fi.Size(), manifestFile, MaxManifestSize, "manifest")
+		f.Close()
+		if err != nil {
+			return nil, err
 		}
 		if d.Manifest, err = ParseManifest(manifestFile, data); err != nil {
 			return nil, err
@@ -83,12 +106,13 @@ func Open(path string) (*Dump, error) {
 	} else {
 		dir = filepath.Dir(path)
 		manifestFile = path
-		embedded, err = OpenSafetensors(path)
+		embedded, err := OpenSafetensors(path)
 		if err != nil {
 			return nil, err
 		}
 		d.closers = append(d.closers, embedded)
 		files[""] = embedded
+		files[filepath.Base(path)] = embedded
 		text, ok := embedded.Metadata[MetadataKey]
 		if !ok {
 			return nil, &DumpError{File: path, Field: "__metadata__", Err: fmt.Errorf("no %q key: not a kvaudit dump (a dump directory holds manifest.json)", MetadataKey)}
@@ -97,27 +121,57 @@ func Open(path string) (*Dump, error) {
 			return nil, err
 		}
 	}
+	// inside checks a file name the manifest gives: a local path, for a
+	// dump directory (a .safetensors dump names no other file).
+	inside := func(name string) (string, error) {
+		if root == nil {
+			return "", fmt.Errorf("file %q: a .safetensors dump reads only its own tensors; a dump naming other files is a directory holding manifest.json", name)
+		}
+		local := filepath.FromSlash(name)
+		if !filepath.IsLocal(local) {
+			return "", fmt.Errorf("file %q is outside the dump directory %q (absolute, empty, or leaving it with \"..\"): refused", name, dir)
+		}
+		return local, nil
+	}
+	// confined wraps an error of opening name in the dump directory.
+	confined := func(name string, err error) error {
+		var pe *os.PathError
+		if errors.As(err, &pe) && pe.Err.Error() == "path escapes from parent" {
+			return fmt.Errorf("file %q resolves outside the dump directory %q (through a symbolic link): refused", name, dir)
+		}
+		return err
+	}
 	// safetensorsFile returns the file a layer's tensor lives in.
 	safetensorsFile := func(name string) (*Safetensors, error) {
 		if f, ok := files[name]; ok {
 			return f, nil
 		}
-		p := name
+		key := name
 		if name == "" {
 			matches, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
 			if len(matches) != 1 {
 				return nil, fmt.Errorf("no file given and the dump directory holds %d .safetensors files, not one", len(matches))
 			}
-			p = matches[0]
-		} else {
-			p = filepath.Join(dir, filepath.FromSlash(name))
+			name = filepath.Base(matches[0])
+			if f, ok := files[name]; ok {
+				files[key] = f
+				return f, nil
+			}
 		}
-		f, err := OpenSafetensors(p)
+		local, err := inside(name)
+		if err != nil {
+			return nil, err
+		}
+		m, err := mapIn(root, local, filepath.Join(dir, local))
+		if err != nil && !errors.Is(err, ErrEmptyFile) {
+			return nil, confined(name, err)
+		}
+		f, err := openSafetensorsMapping(filepath.Join(dir, local), m)
 		if err != nil {
 			return nil, err
 		}
 		d.closers = append(d.closers, f)
-		files[name] = f
+		files[key], files[name] = f, f
 		return f, nil
 	}
 	raws := map[string]*Mapping{}
@@ -125,9 +179,13 @@ func Open(path string) (*Dump, error) {
 		if f, ok := raws[name]; ok {
 			return f, nil
 		}
-		f, err := MapFile(filepath.Join(dir, filepath.FromSlash(name)))
+		local, err := inside(name)
 		if err != nil {
 			return nil, err
+		}
+		f, err := mapIn(root, local, filepath.Join(dir, local))
+		if err != nil {
+			return nil, confined(name, err)
 		}
 		d.closers = append(d.closers, f)
 		raws[name] = f
@@ -250,8 +308,17 @@ func (d *Dump) GroupView(id int) *GroupView {
 // FindDumps expands a side given on the command line: each path is a dump
 // (a .safetensors file, or a directory holding manifest.json) or a
 // directory holding dumps (every *.safetensors file with an embedded
-// manifest and every subdirectory holding manifest.json). Other files are
-// returned in rest (records, payloads) for the caller to interpret.
+// manifest, every subdirectory holding manifest.json, and every *.json
+// file that is a record). Other files given as paths are returned in rest
+// (records, payloads) for the caller to interpret.
+//
+// In a directory, a *.json file is taken as a record when its first 4 KiB
+// name the record format ("kvaudit-record/"), as kvaudit's records do;
+// any other JSON file (notes, fault.json) is not read further. A
+// .safetensors file is checked for an embedded manifest by looking for its
+// key in the header, without parsing it (Open parses it, once). A FIFO,
+// device or socket named like a dump or record is an error, found without
+// blocking.
 func FindDumps(paths []string) (dumps, rest []string, err error) {
 	for _, p := range paths {
 		st, err := os.Stat(p)
@@ -281,30 +348,59 @@ func FindDumps(paths []string) (dumps, rest []string, err error) {
 			case e.IsDir() && IsDump(q):
 				dumps = append(dumps, q)
 				found++
-			case !e.IsDir() && strings.HasSuffix(e.Name(), ".safetensors") && hasEmbeddedManifest(q):
-				dumps = append(dumps, q)
-				found++
+			case !e.IsDir() && strings.HasSuffix(e.Name(), ".safetensors"):
+				embedded, err := hasEmbeddedManifest(q)
+				if err != nil {
+					return nil, nil, err
+				}
+				if embedded {
+					dumps = append(dumps, q)
+					found++
+				}
 			case !e.IsDir() && strings.HasSuffix(e.Name(), ".json") && e.Name() != "fault.json":
-				rest = append(rest, q)
-				found++
+				head, err := readHead(q, sniffSize)
+				if err != nil {
+					return nil, nil, err
+				}
+				if bytes.Contains(head, []byte(`"kvaudit-record/`)) { // checksum.RecordFormat
+					rest = append(rest, q)
+					found++
+				}
 			}
 		}
 		if found == 0 {
-			return nil, nil, fmt.Errorf("%q holds no dump: no .safetensors file with an embedded manifest and no subdirectory with manifest.json", p)
+			return nil, nil, fmt.Errorf("%q holds no dump: no .safetensors file with an embedded manifest, no subdirectory with manifest.json and no record", p)
 		}
 	}
 	return dumps, rest, nil
 }
 
-// hasEmbeddedManifest reads only the header of a .safetensors file.
-func hasEmbeddedManifest(path string) bool {
-	f, err := OpenSafetensors(path)
-	if err != nil {
-		return true // let Open report what is wrong with it
+// hasEmbeddedManifest says whether a .safetensors file's header holds the
+// manifest key, looking for it as a JSON string without parsing the header.
+// A file whose header cannot be located is reported as a dump, for Open to
+// say what is wrong with it; a file that is not a regular file is an error.
+func hasEmbeddedManifest(path string) (bool, error) {
+	m, err := MapFile(path)
+	if errors.Is(err, ErrEmptyFile) {
+		return true, nil
 	}
-	defer f.Close()
-	_, ok := f.Metadata[MetadataKey]
-	return ok
+	if err != nil {
+		return false, err
+	}
+	defer m.Close()
+	found := true
+	err = Guard(path, func() error {
+		if len(m.Data) < 8 {
+			return nil
+		}
+		n := binary.LittleEndian.Uint64(m.Data)
+		if n > MaxSafetensorsHeader || n > uint64(len(m.Data)-8) {
+			return nil
+		}
+		found = bytes.Contains(m.Data[8:8+n], []byte(`"`+MetadataKey+`"`))
+		return nil
+	})
+	return found, err
 }
 
 // OpenSide opens the dumps of one side (all ranks of a producer or

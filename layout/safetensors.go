@@ -65,14 +65,20 @@ type Safetensors struct {
 // MapFile; a file truncated while it is parsed is a *FaultError.
 func OpenSafetensors(path string) (*Safetensors, error) {
 	m, err := MapFile(path)
-	if errors.Is(err, ErrEmptyFile) {
-		return ParseSafetensors(path, nil)
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrEmptyFile) {
 		return nil, err
 	}
+	return openSafetensorsMapping(path, m)
+}
+
+// openSafetensorsMapping parses a mapped file (nil for an empty one) and
+// takes ownership of the mapping.
+func openSafetensorsMapping(path string, m *Mapping) (*Safetensors, error) {
+	if m == nil {
+		return ParseSafetensors(path, nil)
+	}
 	var s *Safetensors
-	err = Guard(path, func() error {
+	err := Guard(path, func() error {
 		var perr error
 		s, perr = ParseSafetensors(path, m.Data)
 		return perr
