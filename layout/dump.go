@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -219,17 +220,29 @@ func Open(path string) (*Dump, error) {
 			}
 			data, file, fileOffset = ti.Data, f.Path, f.DataOffset+ti.Begin
 			geo = tensorGeometry{shape: ti.Shape, dtype: ti.Dtype, size: int64(len(ti.Data))}
-			geo.strides = rowMajorStrides(ti.Shape, int64(max(ti.Dtype.Bits/8, 1)))
+			geo.strides, _ = rowMajorStrides(ti.Shape, int64(max(ti.Dtype.Bits/8, 1))) // the shape's size was checked
 		default:
 			dt, _ := ParseDtype(s.Dtype) // validated with the manifest
 			elem := int64(max(dt.Bits/8, 1))
 			geo = tensorGeometry{shape: s.Shape, dtype: dt, size: -1}
 			if s.Strides == nil {
-				geo.strides = rowMajorStrides(s.Shape, elem)
+				var ok bool
+				if geo.strides, ok = rowMajorStrides(s.Shape, elem); !ok {
+					return fail(field+".source.shape", fmt.Errorf("shape %v of %d-byte elements exceeds 2^62 bytes", s.Shape, elem))
+				}
 			} else {
-				for _, st := range s.Strides {
+				for i, st := range s.Strides {
+					if st > math.MaxInt64/elem {
+						return fail(fmt.Sprintf("%s.source.strides[%d]", field, i), fmt.Errorf("stride %d of %d-byte elements overflows a 64-bit byte offset", st, elem))
+					}
 					geo.strides = append(geo.strides, st*elem)
 				}
+			}
+			if _, ok := tensorEnd(geo); !ok {
+				return fail(field+".source", fmt.Errorf("tensor of shape %v and strides %v (bytes) spans more than 2^62 bytes", s.Shape, geo.strides))
+			}
+			if msg := overlapping(geo, l.Layout); msg != "" {
+				return fail(field+".source.strides", errors.New(msg))
 			}
 			if s.CUDAIPC != "" {
 				device = &DeviceTensor{IPCHandle: s.CUDAIPC, Offset: s.Offset, Dtype: dt, Shape: s.Shape, Strides: geo.strides}
