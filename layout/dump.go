@@ -204,6 +204,7 @@ func Open(path string) (*Dump, error) {
 			return opened{}, "", &DumpError{File: manifestFile, Field: f, Err: fmt.Errorf("layer %q: %w", l.Name, err)}
 		}
 		var geo tensorGeometry
+		var err error
 		var data []byte
 		var file string
 		var fileOffset int64
@@ -222,28 +223,11 @@ func Open(path string) (*Dump, error) {
 			geo = tensorGeometry{shape: ti.Shape, dtype: ti.Dtype, size: int64(len(ti.Data))}
 			geo.strides, _ = rowMajorStrides(ti.Shape, int64(max(ti.Dtype.Bits/8, 1))) // the shape's size was checked
 		default:
-			dt, _ := ParseDtype(s.Dtype) // validated with the manifest
-			elem := int64(max(dt.Bits/8, 1))
-			geo = tensorGeometry{shape: s.Shape, dtype: dt, size: -1}
-			if s.Strides == nil {
-				var ok bool
-				if geo.strides, ok = rowMajorStrides(s.Shape, elem); !ok {
-					return fail(field+".source.shape", fmt.Errorf("shape %v of %d-byte elements exceeds 2^62 bytes", s.Shape, elem))
-				}
-			} else {
-				for i, st := range s.Strides {
-					if st > math.MaxInt64/elem {
-						return fail(fmt.Sprintf("%s.source.strides[%d]", field, i), fmt.Errorf("stride %d of %d-byte elements overflows a 64-bit byte offset", st, elem))
-					}
-					geo.strides = append(geo.strides, st*elem)
-				}
+			var sub string
+			if geo, sub, err = sourceGeometry(s, l.Layout); err != nil {
+				return fail(field+".source"+sub, err)
 			}
-			if _, ok := tensorEnd(geo); !ok {
-				return fail(field+".source", fmt.Errorf("tensor of shape %v and strides %v (bytes) spans more than 2^62 bytes", s.Shape, geo.strides))
-			}
-			if msg := overlapping(geo, l.Layout); msg != "" {
-				return fail(field+".source.strides", errors.New(msg))
-			}
+			dt := geo.dtype
 			if s.CUDAIPC != "" {
 				device = &DeviceTensor{IPCHandle: s.CUDAIPC, Offset: s.Offset, Dtype: dt, Shape: s.Shape, Strides: geo.strides}
 				file = "cuda_ipc"
@@ -261,7 +245,6 @@ func Open(path string) (*Dump, error) {
 		}
 		var o opened
 		var reason string
-		var err error
 		if g.Kind == KindMamba {
 			o.views, o.keys, o.firstRows, o.states, o.rows, reason, err = stateViews(m, l, geo)
 		} else {
@@ -291,6 +274,47 @@ func Open(path string) (*Dump, error) {
 	}
 	ok = true
 	return d, nil
+}
+
+// sourceGeometry returns the geometry of a source's tensor (its size
+// unknown, -1), refusing strides that overflow and layouts whose distinct
+// elements may share memory; the error's field is what follows ".source"
+// (".strides[2]", ".strides", ".shape", ""). names are the layout's axes.
+func sourceGeometry(s *Source, names []string) (tensorGeometry, string, error) {
+	dt, err := ParseDtype(s.Dtype)
+	if err != nil {
+		return tensorGeometry{}, ".dtype", err
+	}
+	elem := int64(max(dt.Bits/8, 1))
+	geo := tensorGeometry{shape: s.Shape, dtype: dt, size: -1}
+	if s.Strides == nil {
+		var ok bool
+		if geo.strides, ok = rowMajorStrides(s.Shape, elem); !ok {
+			return geo, ".shape", fmt.Errorf("shape %v of %d-byte elements exceeds 2^62 bytes", s.Shape, elem)
+		}
+	} else {
+		if len(s.Strides) != len(s.Shape) {
+			return geo, ".strides", fmt.Errorf("%d strides for %d dimensions", len(s.Strides), len(s.Shape))
+		}
+		for i, st := range s.Strides {
+			if st < 0 || st > math.MaxInt64/elem {
+				return geo, fmt.Sprintf(".strides[%d]", i), fmt.Errorf("stride %d of %d-byte elements overflows a 64-bit byte offset", st, elem)
+			}
+			geo.strides = append(geo.strides, st*elem)
+		}
+	}
+	for i, n := range s.Shape {
+		if n < 0 {
+			return geo, fmt.Sprintf(".shape[%d]", i), fmt.Errorf("%d is negative", n)
+		}
+	}
+	if _, ok := tensorEnd(geo); !ok {
+		return geo, "", fmt.Errorf("tensor of shape %v and strides %v (bytes) spans more than 2^62 bytes", s.Shape, geo.strides)
+	}
+	if msg := overlapping(geo, names); msg != "" {
+		return geo, ".strides", errors.New(msg)
+	}
+	return geo, "", nil
 }
 
 // Close unmaps the dump's files.
