@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -1191,9 +1190,9 @@ func (p *planner) wrongPrefix() error {
 // .safetensors dump (where an embedded manifest lives).
 func readManifestBytes(path string) ([]byte, error) {
 	if filepath.Base(path) == "manifest.json" {
-		return os.ReadFile(path)
+		return layout.ReadRegularFile(path, layout.MaxManifestSize, "manifest")
 	}
-	f, err := os.Open(path)
+	f, _, err := layout.OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}

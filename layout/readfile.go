@@ -77,6 +77,13 @@ func describeMode(m fs.FileMode) string {
 	return m.Type().String()
 }
 
+// OpenRegular opens the regular file at path for reading, refusing (with
+// a *ReadError) a FIFO, device, socket or directory without blocking on
+// it. It returns the file's information from the open descriptor.
+func OpenRegular(path string) (*os.File, fs.FileInfo, error) {
+	return openRegular(nil, path, path)
+}
+
 // ReadRegularFile reads the whole regular file at path, refusing (with a
 // *ReadError) anything that is not a regular file and any file of more
 // than limit bytes; what names the kind of file in the error ("record",
