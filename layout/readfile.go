@@ -12,9 +12,10 @@ import (
 // mapped, not read, so they have no limit of their own; a safetensors
 // header is limited by MaxSafetensorsHeader.
 const (
-	// MaxManifestSize bounds a dump directory's manifest.json (an embedded
-	// manifest is bounded by MaxSafetensorsHeader).
-	MaxManifestSize = 256 << 20
+	// MaxManifestSize bounds a dump directory's manifest.json: the bound of
+	// an embedded manifest, MaxSafetensorsHeader (decoded, a manifest takes
+	// several times its size in memory).
+	MaxManifestSize = MaxSafetensorsHeader
 	// MaxRecordSize bounds a record file (`checksum -o record`), and
 	// MaxPayloadSize a payload or kv_transfer_params file, or payloads on
 	// stdin.
