@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -355,7 +356,8 @@ func (d *Dump) GroupView(id int) *GroupView {
 // .safetensors file is checked for an embedded manifest by looking for its
 // key in the header, without parsing it (Open parses it, once). A FIFO,
 // device or socket named like a dump or record is an error, found without
-// blocking.
+// blocking, and so is a symbolic link named so that leads out of the
+// directory.
 func FindDumps(paths []string) (dumps, rest []string, err error) {
 	for _, p := range paths {
 		st, err := os.Stat(p)
@@ -378,9 +380,22 @@ func FindDumps(paths []string) (dumps, rest []string, err error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		root, err := os.OpenRoot(p)
+		if err != nil {
+			return nil, nil, err
+		}
 		found := 0
 		for _, e := range entries {
 			q := filepath.Join(p, e.Name())
+			candidate := strings.HasSuffix(e.Name(), ".safetensors") || strings.HasSuffix(e.Name(), ".json")
+			if candidate && e.Type()&fs.ModeSymlink != 0 {
+				// A link in a side directory stays inside it, like the
+				// files a dump names.
+				if _, err := root.Stat(e.Name()); err != nil {
+					root.Close()
+					return nil, nil, &ReadError{Path: q, Msg: fmt.Sprintf("a symbolic link that resolves outside the side directory %q (or nowhere): refused", p)}
+				}
+			}
 			switch {
 			case e.IsDir() && IsDump(q):
 				dumps = append(dumps, q)
@@ -388,6 +403,7 @@ func FindDumps(paths []string) (dumps, rest []string, err error) {
 			case !e.IsDir() && strings.HasSuffix(e.Name(), ".safetensors"):
 				embedded, err := hasEmbeddedManifest(q)
 				if err != nil {
+					root.Close()
 					return nil, nil, err
 				}
 				if embedded {
@@ -397,6 +413,7 @@ func FindDumps(paths []string) (dumps, rest []string, err error) {
 			case !e.IsDir() && strings.HasSuffix(e.Name(), ".json") && e.Name() != "fault.json":
 				head, err := readHead(q, sniffSize)
 				if err != nil {
+					root.Close()
 					return nil, nil, err
 				}
 				if bytes.Contains(head, []byte(`"kvaudit-record/`)) { // checksum.RecordFormat
@@ -405,6 +422,7 @@ func FindDumps(paths []string) (dumps, rest []string, err error) {
 				}
 			}
 		}
+		root.Close()
 		if found == 0 {
 			return nil, nil, fmt.Errorf("%q holds no dump: no .safetensors file with an embedded manifest, no subdirectory with manifest.json and no record", p)
 		}
