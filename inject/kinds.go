@@ -26,6 +26,8 @@ type planner struct {
 	mism    map[string]map[int]*groupAcc
 	details []DetailExpect
 	abs     map[string]string
+	// reads counts, per (rank, group id), the places reading each block.
+	reads map[[2]int]map[int]int
 }
 
 type groupAcc struct {
@@ -152,21 +154,51 @@ func (p *planner) readers(di int, g *layout.Group, block int) []place {
 
 // shared says whether a place's block is read at another place on some
 // rank. Faults that move or swap blocks predict only the places they pick,
-// so they leave shared blocks alone; cell faults (bit flips, noise)
-// predict every reader.
+// so they leave shared blocks alone; cell faults (bit flips, noise, a
+// zeroed block) predict every reader.
 func (p *planner) shared(pl place) bool {
 	for di := range p.s.Dumps {
-		if b, ok := p.s.Block(di, pl.id, pl.g, pl.pos); ok && len(p.readers(di, pl.g, b)) > 1 {
+		if b, ok := p.s.Block(di, pl.id, pl.g, pl.pos); ok && p.blockReads(di, pl.g)[b] > 1 {
 			return true
 		}
 	}
 	return false
 }
 
-// cellFault marks the kinds that predict every reader of the cell they
+// blockReads counts the places of group g on rank di reading each block
+// (as readers lists them), computed once per rank and group.
+func (p *planner) blockReads(di int, g *layout.Group) map[int]int {
+	key := [2]int{di, g.ID}
+	if m, ok := p.reads[key]; ok {
+		return m
+	}
+	m := map[int]int{}
+	for _, id := range p.s.ids {
+		r := p.s.RankRequest(di, id)
+		if r == nil {
+			continue
+		}
+		span, status, err := layout.RequestSpan(r, g)
+		if err != nil || status != layout.SpanOK {
+			continue
+		}
+		for i, b := range span.Blocks {
+			if g.Kind == layout.KindMamba || layout.ValidTokens(r.NumTokens, span.Start+i, g.BlockSize) > 0 {
+				m[b]++
+			}
+		}
+	}
+	if p.reads == nil {
+		p.reads = map[[2]int]map[int]int{}
+	}
+	p.reads[key] = m
+	return m
+}
+
+// cellFault marks the kinds that predict every reader of the cells they
 // change.
 func cellFault(k Kind) bool {
-	return k == BitFlip || k == ReplicaDiverge || k == StateFlip || k == ByteNoise
+	return k == BitFlip || k == ReplicaDiverge || k == StateFlip || k == ByteNoise || k == ZeroBlock
 }
 
 // finish turns the accumulated expectations into the fault's Expect.
@@ -592,16 +624,19 @@ func (p *planner) zeroBlock() error {
 	for _, c := range cs {
 		zero := make([]byte, c.View.Cells.CellBytes)
 		p.blockCells(c, func(slot, lh int) { p.write(c, block, slot, lh, zero) })
-		for _, lh := range p.heads(c.View) {
-			nonzero := false
-			for slot := range pl.valid {
-				if slices.ContainsFunc(p.cell(c, block, slot, lh), func(x byte) bool { return x != 0 }) {
-					nonzero = true
+		// Every place reading the block sees the zeros in its valid cells.
+		for _, rd := range p.readers(di, pl.g, block) {
+			for _, lh := range p.heads(c.View) {
+				nonzero := false
+				for slot := range rd.valid {
+					if slices.ContainsFunc(p.cell(c, block, slot, lh), func(x byte) bool { return x != 0 }) {
+						nonzero = true
+					}
 				}
-			}
-			if nonzero {
-				p.mismatch(pl.id, pl.g.ID, pl.pos, c.View.Key())
-				p.detail(pl.id, pl.g.ID, pl.pos, c, lh, "zeroed", nil)
+				if nonzero {
+					p.mismatch(rd.id, rd.g.ID, rd.pos, c.View.Key())
+					p.detail(rd.id, rd.g.ID, rd.pos, c, lh, "zeroed", nil)
+				}
 			}
 		}
 	}
