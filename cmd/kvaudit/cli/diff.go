@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/checksum/drill"
+	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/report"
 )
 
@@ -253,14 +254,17 @@ func diffExit(res *checksum.DiffResult, allowUnverified bool) error {
 
 // maxPayloadFile bounds a payload or kv_transfer_params file read whole
 // (a 128k-token prompt's payload is about 87 KB of base64 per group).
-const maxPayloadFile = 1 << 30
+const maxPayloadFile = layout.MaxPayloadSize
 
 // readDiffSide resolves one side argument: "-" (payload text or JSON on
 // stdin), a dump or directory (dumps and records), a record file, a
 // payload file, or, when arg is not an existing path, payload text.
 func readDiffSide(arg string, stdin io.Reader) (*diffSide, error) {
 	if arg == "-" {
-		data, err := io.ReadAll(io.LimitReader(stdin, maxPayloadFile))
+		data, err := layout.ReadAllCapped(stdin, maxPayloadFile, 0)
+		if errors.Is(err, layout.ErrTooLarge) {
+			return nil, fmt.Errorf("stdin: more than the %d-byte limit for payloads", maxPayloadFile)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("reading stdin: %w", err)
 		}
@@ -284,10 +288,7 @@ func readDiffSide(arg string, stdin io.Reader) (*diffSide, error) {
 		}
 		return &diffSide{in: in}, nil
 	}
-	if st.Size() > maxPayloadFile {
-		return nil, fmt.Errorf("%q: %d bytes is too large for a payload or record file", arg, st.Size())
-	}
-	data, err := os.ReadFile(arg)
+	data, err := layout.ReadRegularFile(arg, maxPayloadFile, "payload or record file")
 	if err != nil {
 		return nil, err
 	}

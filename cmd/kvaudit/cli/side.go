@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
@@ -32,7 +31,9 @@ func openSide(paths []string, keepRest bool) (*sideInput, error) {
 	}
 	in := &sideInput{}
 	for _, p := range rest {
-		data, err := os.ReadFile(p)
+		// Regular files only (a FIFO or /dev/zero is refused at once), at
+		// most layout.MaxRecordSize bytes.
+		data, err := layout.ReadRegularFile(p, layout.MaxRecordSize, "record")
 		if err != nil {
 			return nil, err
 		}
