@@ -85,6 +85,10 @@ type GroupChecks struct {
 	// payload carries only the nested one).
 	HasFlat bool
 	Checks  [][]uint64
+	// ChecksBlock are Checks in block numbering (SPEC section 1), nil
+	// when some rank did not give them (a record without values_block).
+	// A flat payload is compared with them.
+	ChecksBlock [][]uint64
 	// Keys are the replica keys summed, (replicas, index).
 	Keys [][2]int
 	// MissingReplica is set when some check lacks a replica key's sum.
@@ -231,9 +235,15 @@ func Merge(records []*Record) (*Checks, error) {
 type groupSum struct {
 	start, n int
 	sums     map[[2]int][]uint64
+	// block sums ValuesBlock alike while every rank gave it (noBlock).
+	block   map[[2]int][]uint64
+	noBlock bool
 }
 
 func (s *groupSum) add(g RecordRequestGroup) {
+	if g.ValuesBlock == nil {
+		s.noBlock = true
+	}
 	for k, key := range g.ReplicaKeys {
 		v := s.sums[key]
 		if v == nil {
@@ -242,6 +252,20 @@ func (s *groupSum) add(g RecordRequestGroup) {
 		}
 		for i := range v {
 			v[i] += uint64(g.Values[i][k])
+		}
+		if s.noBlock {
+			continue
+		}
+		if s.block == nil {
+			s.block = map[[2]int][]uint64{}
+		}
+		b := s.block[key]
+		if b == nil {
+			b = make([]uint64, s.n)
+			s.block[key] = b
+		}
+		for i := range b {
+			b[i] += uint64(g.ValuesBlock[i][k])
 		}
 	}
 }
@@ -258,20 +282,27 @@ func (s *groupSum) checks() *GroupChecks {
 		gc.Keys = append(gc.Keys, key)
 	}
 	slices.SortFunc(gc.Keys, func(a, b [2]int) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
-	gc.Checks = make([][]uint64, maxR)
-	for k := range maxR {
-		check := make([]uint64, s.n)
-		for R := range counts {
-			v, ok := s.sums[[2]int{R, k % R}]
-			if !ok {
-				gc.MissingReplica = true
-				continue
+	form := func(sums map[[2]int][]uint64) [][]uint64 {
+		checks := make([][]uint64, maxR)
+		for k := range maxR {
+			check := make([]uint64, s.n)
+			for R := range counts {
+				v, ok := sums[[2]int{R, k % R}]
+				if !ok {
+					gc.MissingReplica = true
+					continue
+				}
+				for i := range check {
+					check[i] += v[i]
+				}
 			}
-			for i := range check {
-				check[i] += v[i]
-			}
+			checks[k] = check
 		}
-		gc.Checks[k] = check
+		return checks
+	}
+	gc.Checks = form(s.sums)
+	if !s.noBlock && s.block != nil {
+		gc.ChecksBlock = form(s.block)
 	}
 	return gc
 }

@@ -65,6 +65,10 @@ type RecordRequestGroup struct {
 	Start       int              `json:"start"`
 	ReplicaKeys [][2]int         `json:"replica_keys"`
 	Values      [][]layout.Hex64 `json:"values"`
+	// ValuesBlock are Values in block numbering (SPEC section 1), as vLLM's
+	// published code computes them; absent when the engine did not give
+	// them (Options.BlockValues asks for them).
+	ValuesBlock [][]layout.Hex64 `json:"values_block,omitempty"`
 }
 
 // RecordError is a record file that is not valid.
@@ -90,6 +94,10 @@ type Options struct {
 	Requests []string
 	// Progress is passed to each plan (see Plan.Progress).
 	Progress func(bytes int64)
+	// BlockValues asks for block-numbered values (RecordRequestGroup.
+	// ValuesBlock) from every engine. A SlopeEngine gives them in the same
+	// pass regardless; another engine then runs a block-numbered plan too.
+	BlockValues bool
 }
 
 func (o Options) engine() Engine {
@@ -224,12 +232,58 @@ func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*Record, err
 		return nil, err
 	}
 	plan.Progress = opts.Progress
+	eng := opts.engine()
+	if engineSlopes(eng) {
+		// One pass gives both numberings (SPEC section 1).
+		plan.Slopes = true
+		out := make([]uint64, 2*plan.Outputs)
+		if err := eng.Run(ctx, plan, out); err != nil {
+			return nil, err
+		}
+		rec.Fill(out[:plan.Outputs])
+		rec.fillBlock(func(slot int, first int64) uint64 {
+			return BlockNumbered(out[slot], out[plan.Outputs+slot], first)
+		})
+		return rec, nil
+	}
 	out := make([]uint64, plan.Outputs)
-	if err := opts.engine().Run(ctx, plan, out); err != nil {
+	if err := eng.Run(ctx, plan, out); err != nil {
 		return nil, err
 	}
 	rec.Fill(out)
+	if opts.BlockValues {
+		bp := plan.BlockRows()
+		bout := make([]uint64, bp.Outputs)
+		if err := eng.Run(ctx, bp, bout); err != nil {
+			return nil, err
+		}
+		rec.fillBlock(func(slot int, _ int64) uint64 { return bout[slot] })
+	}
 	return rec, nil
+}
+
+// fillBlock sets every group's ValuesBlock, slot by slot in Fill's order,
+// from value(slot, first token of the slot's block position).
+func (rec *Record) fillBlock(value func(slot int, first int64) uint64) {
+	sizes := map[int]int{}
+	for _, g := range rec.Groups {
+		sizes[g.ID] = g.BlockSize
+	}
+	slot := 0
+	for ri := range rec.Requests {
+		for gi := range rec.Requests[ri].Groups {
+			g := &rec.Requests[ri].Groups[gi]
+			g.ValuesBlock = make([][]layout.Hex64, len(g.Values))
+			for i, vals := range g.Values {
+				first := int64(g.Start+i) * int64(sizes[g.ID])
+				g.ValuesBlock[i] = make([]layout.Hex64, len(vals))
+				for k := range vals {
+					g.ValuesBlock[i][k] = layout.Hex64(value(slot, first))
+					slot++
+				}
+			}
+		}
+	}
 }
 
 // Records computes the record of every dump.
@@ -371,6 +425,16 @@ func (rec *Record) Validate() *RecordError {
 			for k, vals := range g.Values {
 				if len(vals) != len(g.ReplicaKeys) {
 					return bad(fmt.Sprintf("%s.values[%d]", gf, k), "%d values for %d replica keys", len(vals), len(g.ReplicaKeys))
+				}
+			}
+			if g.ValuesBlock != nil {
+				if len(g.ValuesBlock) != len(g.Values) {
+					return bad(gf+".values_block", "%d positions, values has %d", len(g.ValuesBlock), len(g.Values))
+				}
+				for k, vals := range g.ValuesBlock {
+					if len(vals) != len(g.ReplicaKeys) {
+						return bad(fmt.Sprintf("%s.values_block[%d]", gf, k), "%d values for %d replica keys", len(vals), len(g.ReplicaKeys))
+					}
 				}
 			}
 		}
