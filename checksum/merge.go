@@ -21,8 +21,9 @@ const (
 	ReasonInsideProducerBlock = "the first loaded block starts inside a producer block"
 	ReasonNoLoadedGroup       = "no loaded group can be checksummed"
 
-	LeftOutSkipped   = "skipped on both sides"
-	LeftOutSplitLess = "state without a TP split is not comparable across TP sizes"
+	LeftOutSkipped      = "skipped on both sides"
+	LeftOutProducerOnly = "checksummed by the producer only: the consumer did not load it (ignored, as vLLM does)"
+	LeftOutSplitLess    = "state without a TP split is not comparable across TP sizes"
 )
 
 // Checks are one side's whole-model checks: every rank's record summed.
@@ -30,6 +31,9 @@ type Checks struct {
 	TPSize, PPSize int
 	// Complete is false when fewer than TPSize*PPSize ranks reported.
 	Complete bool
+	// Missing names the ranks that did not report ("tp 1 of 2"; with
+	// "pp N of M" when PPSize > 1).
+	Missing []string
 	// Groups describes the side's groups (fingerprints summed over PP
 	// stages), by id.
 	Groups []GroupInfo
@@ -59,6 +63,9 @@ type RequestChecks struct {
 	Groups []*GroupChecks
 	// Unverified holds load-level reasons (ReasonNotEveryWorker, ...).
 	Unverified []string
+	// Notes say what decoding a payload let pass as vLLM's consumer does
+	// (SPEC section 8); a verdict repeats them.
+	Notes []string
 }
 
 // Group returns the request's checks of group id, or nil.
@@ -93,6 +100,9 @@ type GroupChecks struct {
 	Keys [][2]int
 	// MissingReplica is set when some check lacks a replica key's sum.
 	MissingReplica bool
+	// BadFingerprint marks a payload fingerprint that equals no
+	// fingerprint (sent as a negative integer).
+	BadFingerprint bool
 	// FlatOnly marks checks decoded from a flat payload: only
 	// FingerprintFlat is known and BlockSize is 0 (not carried), so a
 	// consumer compares fingerprints with the block size (SPEC section 9).
@@ -139,6 +149,28 @@ func Merge(records []*Record) (*Checks, error) {
 		}
 	}
 	c.Complete = len(recs) == c.TPSize*c.PPSize
+	if !c.Complete {
+		have := map[[2]int]bool{}
+		for _, r := range recs {
+			have[[2]int{r.PPRank, r.TPRank}] = true
+		}
+		for pp := range c.PPSize {
+			for tp := range c.TPSize {
+				if have[[2]int{pp, tp}] {
+					continue
+				}
+				name := fmt.Sprintf("tp %d of %d", tp, c.TPSize)
+				if c.PPSize > 1 {
+					name += fmt.Sprintf(", pp %d of %d", pp, c.PPSize)
+				}
+				if len(c.Missing) == 8 {
+					c.Missing = append(c.Missing, "...")
+					break
+				}
+				c.Missing = append(c.Missing, name)
+			}
+		}
+	}
 
 	// Groups: fingerprints summed over PP stages, one TP rank per stage.
 	info := map[int]*GroupInfo{}

@@ -1,7 +1,9 @@
 package checksum
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -60,8 +62,15 @@ type RequestVerdict struct {
 	// Details localise mismatches to layers, heads and tokens; filled by
 	// the drill-down (package drill) when both sides are dumps.
 	Details []Detail
-	// Notes say what the drill-down left out (caps, unreadable data).
+	// Notes say what the drill-down left out (caps, unreadable data) and
+	// what decoding the producer's payload let pass (SPEC section 8).
 	Notes []string
+	// Hints say, for a user, what likely caused an unverified reason
+	// (fixed reasons stay vLLM's; hints name the cause).
+	Hints []string
+	// Numbering is the numbering the compared values use: "block" against
+	// a flat payload (vLLM's published form), else "request" (SPEC 1).
+	Numbering string
 }
 
 // GroupVerdict is the verdict of one KV cache group of a load.
@@ -73,6 +82,8 @@ type GroupVerdict struct {
 	Verdict Verdict
 	// Reason is the fixed unverified or left-out reason, "" otherwise.
 	Reason string
+	// Hint names the likely cause of Reason for a user, "" when none.
+	Hint string
 	// Positions are the consumer block positions that differ, ascending.
 	Positions []int
 	// Checks are the consumer checks (replica copies, SPEC section 2)
@@ -184,15 +195,31 @@ func diffRequest(producer, consumer *Checks, cr *RequestChecks) *RequestVerdict 
 			}
 		}
 	}
+	rv.Numbering = NumberRequest.String()
 	if pr == nil {
 		rv.Reasons = addReason(rv.Reasons, ReasonNoChecksums)
+		rv.Hints = append(rv.Hints, noProducerHint(producer, cr))
 	} else {
+		rv.Notes = append(rv.Notes, pr.Notes...)
+		if slices.ContainsFunc(pr.Groups, func(g *GroupChecks) bool { return g.FlatOnly }) {
+			rv.Numbering = NumberBlock.String()
+		}
 		for _, r := range pr.Unverified {
 			rv.Reasons = addReason(rv.Reasons, r)
 		}
 	}
 	for _, r := range cr.Unverified {
 		rv.Reasons = addReason(rv.Reasons, r)
+	}
+	if slices.Contains(rv.Reasons, ReasonNotEveryWorker) {
+		for _, side := range []struct {
+			name string
+			c    *Checks
+		}{{"producer", producer}, {"consumer", consumer}} {
+			if side.c != nil && len(side.c.Missing) > 0 {
+				rv.Hints = append(rv.Hints, fmt.Sprintf("%s: %s did not report", side.name, strings.Join(side.c.Missing, "; ")))
+			}
+		}
 	}
 	if len(rv.Reasons) > 0 {
 		// Partial sums or no reference: nothing can be compared.
@@ -222,7 +249,11 @@ func diffRequest(producer, consumer *Checks, cr *RequestChecks) *RequestVerdict 
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		rv.Groups = append(rv.Groups, diffGroup(pr, cr, pr.Group(id), cr.Group(id), id, consumer))
+		gv := diffGroup(pr, cr, pr.Group(id), cr.Group(id), id, consumer)
+		if gv.Verdict == LeftOut && gv.Reason == LeftOutProducerOnly {
+			rv.Notes = append(rv.Notes, fmt.Sprintf("group %d: %s", id, LeftOutProducerOnly))
+		}
+		rv.Groups = append(rv.Groups, gv)
 	}
 	// Nothing to verify the load by: the consumer checksummed no group,
 	// or every group is left out (a pure state model without a TP split
@@ -270,23 +301,48 @@ func diffGroup(pr, cr *RequestChecks, pg, cg *GroupChecks, id int, consumer *Che
 		gv.Verdict, gv.Reason = Unverified, reason
 		return gv
 	}
+	_, consumerSkipped := consumer.Skipped[id]
 	switch {
 	case pg == nil && cg == nil:
 		gv.Verdict, gv.Reason = LeftOut, LeftOutSkipped
 		return gv
-	case pg == nil || cg == nil:
+	case cg == nil && !consumerSkipped:
+		// The consumer does not hold the group for this load: vLLM's
+		// consumer compares only the groups it loaded (SPEC section 9).
+		gv.Verdict, gv.Reason = LeftOut, LeftOutProducerOnly
+		return gv
+	case pg == nil:
+		gv.Hint = fmt.Sprintf("the consumer checksummed group %d, the producer's checksums do not have it", id)
+		return unverified(ReasonOneSide)
+	case cg == nil:
+		gv.Hint = fmt.Sprintf("the consumer skips group %d (%s), the producer checksummed it", id, consumer.Skipped[id])
 		return unverified(ReasonOneSide)
 	}
 	if (pg.SplitLess || cg.SplitLess) && pr.TPSize != 0 && cr.TPSize != 0 && pr.TPSize != cr.TPSize {
 		gv.Verdict, gv.Reason = LeftOut, LeftOutSplitLess
 		return gv
 	}
+	if pg.BadFingerprint {
+		gv.Hint = "the producer sent a negative fingerprint"
+		return unverified(ReasonFingerprint)
+	}
 	if pg.FlatOnly {
 		if !cg.HasFlat || cg.FingerprintFlat != pg.FingerprintFlat {
+			gv.Hint = fmt.Sprintf("the flat form's fingerprint includes the block size (consumer %d): a producer with another block size gives another one, and so do other layers or dtypes; the flat form cannot compare different block sizes, the nested form and records can", cg.BlockSize)
 			return unverified(ReasonFingerprint)
 		}
 	} else if cg.Fingerprint != pg.Fingerprint {
+		gv.Hint = "the two sides' groups differ in layer names, spec types or dtypes"
 		return unverified(ReasonFingerprint)
+	}
+	cchecks := cg.Checks
+	if pg.FlatOnly {
+		// vLLM's published code sends block-numbered values (SPEC 1, 8).
+		if cg.ChecksBlock == nil {
+			gv.Hint = "a flat payload carries block-numbered values and the consumer's records have no values_block: recompute them with this kvaudit"
+			return unverified(ReasonNoBlockInCommon)
+		}
+		cchecks = cg.ChecksBlock
 	}
 	if pg.MissingReplica || cg.MissingReplica || len(pg.Checks) == 0 || len(cg.Checks) == 0 {
 		return unverified(ReasonMissingReplica)
@@ -296,7 +352,7 @@ func diffGroup(pr, cr *RequestChecks, pg, cg *GroupChecks, id int, consumer *Che
 		if pg.Start != 0 || pg.Positions() == 0 || cg.Start != 0 || cg.Positions() == 0 {
 			return unverified(ReasonNoBlockInCommon)
 		}
-		gv.record([]int{0}, pg.Checks[0][0], func(k int) uint64 { return cg.Checks[k][0] }, len(cg.Checks))
+		gv.record([]int{0}, pg.Checks[0][0], func(k int) uint64 { return cchecks[k][0] }, len(cchecks))
 		return gv.finish("")
 	}
 	ps, cs := pg.BlockSize, cg.BlockSize
@@ -307,15 +363,15 @@ func diffGroup(pr, cr *RequestChecks, pg, cg *GroupChecks, id int, consumer *Che
 		return unverified(ReasonBlockSizes)
 	}
 	L := max(ps, cs)
-	pside := side{g: pg, S: ps, tokens: pr.NumTokens, r: L / ps}
-	cside := side{g: cg, S: cs, tokens: cr.NumTokens, r: L / cs}
+	pside := side{g: pg, checks: pg.Checks, S: ps, tokens: pr.NumTokens, r: L / ps}
+	cside := side{g: cg, checks: cchecks, S: cs, tokens: cr.NumTokens, r: L / cs}
 	// The consumer's loaded run starts inside a producer block: its first
 	// chunk cannot be compared, so the group cannot be verified.
 	inside := cs < L && cg.Start == cr.NumLocalComputedTokens/cs && (cg.Start*cs)%L != 0
 	lo := max(pside.firstUnit(), cside.firstUnit())
 	hi := min(pside.endUnit(), cside.endUnit())
 	pv := make([]uint64, 1)
-	cv := make([]uint64, len(cg.Checks))
+	cv := make([]uint64, len(cchecks))
 	for u := lo; u < hi; u++ {
 		pt, ok := pside.chunk(u, pv)
 		if !ok || pt == 0 {
@@ -380,9 +436,10 @@ func (gv *GroupVerdict) finish(reason string) *GroupVerdict {
 // size L = r*S.
 type side struct {
 	g      *GroupChecks
-	S      int // this side's block size
-	tokens int // the request's num_tokens on this side
-	r      int // this side's blocks per unit
+	checks [][]uint64 // g.Checks, or g.ChecksBlock against a flat payload
+	S      int        // this side's block size
+	tokens int        // the request's num_tokens on this side
+	r      int        // this side's blocks per unit
 }
 
 // firstUnit and endUnit bound the units the side's positions touch.
@@ -406,7 +463,7 @@ func (s side) chunk(u int, out []uint64) (tokens int, ok bool) {
 		}
 		tokens += n
 		for k := range out {
-			out[k] += s.g.Checks[k][q-s.g.Start]
+			out[k] += s.checks[k][q-s.g.Start]
 		}
 	}
 	return tokens, true
@@ -420,4 +477,21 @@ func (s side) positions(u int) []int {
 		ps = append(ps, q)
 	}
 	return ps
+}
+
+// noProducerHint says why a consumer request found no producer request.
+func noProducerHint(producer *Checks, cr *RequestChecks) string {
+	if producer == nil || len(producer.Requests) == 0 {
+		return "the producer side holds no request"
+	}
+	var ids []string
+	for _, r := range producer.Requests {
+		if r.ID != "" {
+			ids = append(ids, r.ID)
+		}
+		if len(ids) == 3 {
+			break
+		}
+	}
+	return fmt.Sprintf("no producer request has id %q (the producer has %q%s); real P/D deployments rename requests: pair them with the consumer's producer_id, or name the request with --request", cr.PairID(), ids, map[bool]string{true: ", ...", false: ""}[len(producer.Requests) > 3])
 }

@@ -129,12 +129,32 @@ func verdictCases() []verdictCase {
 			reasons:  []string{checksum.ReasonNotEveryWorker},
 		},
 		{
-			name:     "group on the producer only; a mismatch elsewhere still wins",
+			name:     "group on the producer only is ignored, as vLLM does; a mismatch elsewhere wins",
 			producer: hside(hreq("r", 40, hg(0, 16, 0, v3), hg(1, 16, 0, v3))),
 			consumer: hside(hreq("r", 40, hg(0, 16, 0, []uint64{9, 20, 30}))),
 			verdict:  checksum.Mismatch,
 			groups: []wantGroup{
 				{id: 0, verdict: checksum.Mismatch, positions: []int{0}, checks: []int{0}},
+				{id: 1, verdict: checksum.LeftOut, reason: checksum.LeftOutProducerOnly},
+			},
+		},
+		{
+			name:     "group on the producer only is ignored: the load verifies",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, v3), hg(1, 16, 0, v3))),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			verdict:  checksum.Verified,
+			groups: []wantGroup{
+				{id: 0, verdict: checksum.Verified},
+				{id: 1, verdict: checksum.LeftOut, reason: checksum.LeftOutProducerOnly},
+			},
+		},
+		{
+			name:     "group on the consumer only is unverified",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3), hg(1, 16, 0, v3))),
+			verdict:  checksum.Unverified,
+			groups: []wantGroup{
+				{id: 0, verdict: checksum.Verified},
 				{id: 1, verdict: checksum.Unverified, reason: checksum.ReasonOneSide},
 			},
 		},
@@ -171,9 +191,27 @@ func verdictCases() []verdictCase {
 			producer: hside(hreq("r", 40, with(hg(0, 0, 0, v3), func(g *checksum.GroupChecks) {
 				g.FlatOnly, g.Fingerprint = true, 0
 			}))),
-			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, []uint64{7, 7, 7}), func(g *checksum.GroupChecks) { g.ChecksBlock = [][]uint64{v3} }))),
 			verdict:  checksum.Verified,
 			groups:   []wantGroup{{id: 0, verdict: checksum.Verified}},
+		},
+		{
+			name: "flat payload: compared with the consumer's block-numbered values only",
+			producer: hside(hreq("r", 40, with(hg(0, 0, 0, v3), func(g *checksum.GroupChecks) {
+				g.FlatOnly, g.Fingerprint = true, 0
+			}))),
+			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, v3), func(g *checksum.GroupChecks) { g.ChecksBlock = [][]uint64{{10, 21, 30}} }))),
+			verdict:  checksum.Mismatch,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Mismatch, positions: []int{1}, checks: []int{0}}},
+		},
+		{
+			name: "flat payload: a negative fingerprint equals none",
+			producer: hside(hreq("r", 40, with(hg(0, 0, 0, v3), func(g *checksum.GroupChecks) {
+				g.FlatOnly, g.BadFingerprint = true, true
+			}))),
+			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, v3), func(g *checksum.GroupChecks) { g.ChecksBlock = [][]uint64{v3} }))),
+			verdict:  checksum.Unverified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Unverified, reason: checksum.ReasonFingerprint}},
 		},
 		{
 			name: "flat payload: flat fingerprint differs (other block size)",
