@@ -136,6 +136,16 @@ func (s *diffSide) Close() {
 	}
 }
 
+// flat says whether the side holds a flat payload (block-numbered values).
+func (s *diffSide) flat() bool {
+	for _, r := range append([]*checksum.RequestChecks{s.bare}, s.byID...) {
+		if r != nil && slices.ContainsFunc(r.Groups, func(g *checksum.GroupChecks) bool { return g.FlatOnly }) {
+			return true
+		}
+	}
+	return false
+}
+
 // dumpsOnly says whether the side is all dumps (so the drill-down can
 // read its cells).
 func (s *diffSide) dumpsOnly() bool {
@@ -157,7 +167,10 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 	}
 	defer pside.Close()
 
-	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests}
+	// A flat payload (vLLM's published form) is compared block-numbered:
+	// the consumer's values in both numberings, from one pass where the
+	// engine can (SPEC section 1).
+	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: pside.flat()}
 	crecs, err := cside.in.allRecords(ctx, copts)
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
