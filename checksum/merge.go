@@ -50,6 +50,9 @@ type GroupInfo struct {
 	Fingerprint     uint64
 	FingerprintFlat uint64
 	SplitLess       bool
+	// FlatAt, when every stage's record came from a dump, gives the flat
+	// fingerprint the group would have with another block size.
+	FlatAt func(blockSize int) uint64
 }
 
 // RequestChecks are one request's checks on one side.
@@ -100,6 +103,8 @@ type GroupChecks struct {
 	Keys [][2]int
 	// MissingReplica is set when some check lacks a replica key's sum.
 	MissingReplica bool
+	// FlatAt is GroupInfo.FlatAt (nil when unknown).
+	FlatAt func(blockSize int) uint64
 	// BadFingerprint marks a payload fingerprint that equals no
 	// fingerprint (sent as a negative integer).
 	BadFingerprint bool
@@ -175,6 +180,8 @@ func Merge(records []*Record) (*Checks, error) {
 	// Groups: fingerprints summed over PP stages, one TP rank per stage.
 	info := map[int]*GroupInfo{}
 	stageDone := map[[2]int]bool{} // (pp stage, group) counted
+	flatAt := map[int][]func(int) uint64{}
+	noFlatAt := map[int]bool{}
 	for _, r := range recs {
 		for _, g := range r.Groups {
 			gi := info[g.ID]
@@ -187,6 +194,11 @@ func Merge(records []*Record) (*Checks, error) {
 			}
 			if !stageDone[[2]int{r.PPRank, g.ID}] {
 				stageDone[[2]int{r.PPRank, g.ID}] = true
+				if f := r.flatAt[g.ID]; f != nil {
+					flatAt[g.ID] = append(flatAt[g.ID], f)
+				} else {
+					noFlatAt[g.ID] = true
+				}
 				gi.Fingerprint += uint64(g.Fingerprint)
 				gi.FingerprintFlat += uint64(g.FingerprintFlat)
 			}
@@ -198,7 +210,16 @@ func Merge(records []*Record) (*Checks, error) {
 			}
 		}
 	}
-	for _, gi := range info {
+	for id, gi := range info {
+		if fs := flatAt[id]; len(fs) > 0 && !noFlatAt[id] {
+			gi.FlatAt = func(bs int) uint64 {
+				var sum uint64
+				for _, f := range fs {
+					sum += f(bs)
+				}
+				return sum
+			}
+		}
 		c.Groups = append(c.Groups, *gi)
 	}
 	slices.SortFunc(c.Groups, func(a, b GroupInfo) int { return cmp.Compare(a.ID, b.ID) })
@@ -256,6 +277,7 @@ func Merge(records []*Record) (*Checks, error) {
 			gc.ID, gc.Kind, gc.BlockSize = gid, gi.Kind, gi.BlockSize
 			gc.Fingerprint, gc.FingerprintFlat, gc.HasFlat = gi.Fingerprint, gi.FingerprintFlat, true
 			gc.SplitLess = gi.SplitLess
+			gc.FlatAt = gi.FlatAt
 			p.rc.Groups = append(p.rc.Groups, gc)
 		}
 		c.Requests = append(c.Requests, p.rc)

@@ -32,6 +32,11 @@ type Record struct {
 	// SkippedGroups maps a group id to the reason it is not checksummed.
 	SkippedGroups map[string]string `json:"skipped_groups"`
 	Requests      []RecordRequest   `json:"requests"`
+
+	// flatAt gives, for a record computed from a dump, a group's flat
+	// fingerprint at another block size (for the hint of a flat payload
+	// from a producer with other block sizes).
+	flatAt map[int]func(blockSize int) uint64
 }
 
 // RecordGroup is a group as one rank sees it.
@@ -118,7 +123,9 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *Record, error) {
 		PPRank: m.Parallel.PPRank, PPSize: m.Parallel.PPSize,
 		SkippedGroups: map[string]string{},
 	}
+	rec.flatAt = map[int]func(int) uint64{}
 	for _, g := range d.Groups {
+		rec.flatAt[g.Group.ID] = func(bs int) uint64 { return flatFingerprintAt(g, bs) }
 		fp, flat := Fingerprints(g)
 		rec.Groups = append(rec.Groups, RecordGroup{
 			ID: g.Group.ID, Kind: g.Group.Kind, BlockSize: g.Group.BlockSize,

@@ -328,7 +328,7 @@ func diffGroup(pr, cr *RequestChecks, pg, cg *GroupChecks, id int, consumer *Che
 	}
 	if pg.FlatOnly {
 		if !cg.HasFlat || cg.FingerprintFlat != pg.FingerprintFlat {
-			gv.Hint = fmt.Sprintf("the flat form's fingerprint includes the block size (consumer %d): a producer with another block size gives another one, and so do other layers or dtypes; the flat form cannot compare different block sizes, the nested form and records can", cg.BlockSize)
+			gv.Hint = flatFingerprintHint(pg, cg)
 			return unverified(ReasonFingerprint)
 		}
 	} else if cg.Fingerprint != pg.Fingerprint {
@@ -494,4 +494,32 @@ func noProducerHint(producer *Checks, cr *RequestChecks) string {
 		}
 	}
 	return fmt.Sprintf("no producer request has id %q (the producer has %q%s); real P/D deployments rename requests: pair them with the consumer's producer_id, or name the request with --request", cr.PairID(), ids, map[bool]string{true: ", ...", false: ""}[len(producer.Requests) > 3])
+}
+
+// flatFingerprintHint says why a flat payload's fingerprint differs: the
+// block size the producer's fingerprint matches, when the consumer's
+// layers at another block size give it.
+func flatFingerprintHint(pg, cg *GroupChecks) string {
+	const tail = "the flat form cannot compare different block sizes, the nested form and records can"
+	if cg.FlatAt != nil {
+		for _, bs := range candidateBlockSizes() {
+			if bs != cg.BlockSize && cg.FlatAt(bs) == pg.FingerprintFlat {
+				return fmt.Sprintf("block size: producer %d, consumer %d (the same layers and dtypes otherwise); %s", bs, cg.BlockSize, tail)
+			}
+		}
+	}
+	return fmt.Sprintf("the flat form's fingerprint includes the block size (consumer %d): a producer with another block size gives another one, and so do other layers, spec types or dtypes; %s", cg.BlockSize, tail)
+}
+
+// candidateBlockSizes are the block sizes tried for the hint: 1..1024 and
+// powers of two up to 2^20.
+func candidateBlockSizes() []int {
+	var out []int
+	for bs := 1; bs <= 1024; bs++ {
+		out = append(out, bs)
+	}
+	for bs := 2048; bs <= 1<<20; bs *= 2 {
+		out = append(out, bs)
+	}
+	return out
 }

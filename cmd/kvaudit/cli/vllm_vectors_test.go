@@ -628,3 +628,93 @@ func TestVLLMWireVariants(t *testing.T) {
 		})
 	}
 }
+
+// TestVLLMHints: the fixed reasons stay vLLM's, and a hint names the
+// cause: another block size behind a flat payload's fingerprint, a
+// renamed request, a rank that did not report.
+func TestVLLMHints(t *testing.T) {
+	dir := t.TempDir()
+	cfg := synth.Config{Preset: "llama", Layers: 2, Requests: 1, Seed: 7}
+	pp, err := synth.Write(dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := synth.Write(dir, synth.Config{Preset: "llama", Layers: 2, Requests: 1, Seed: 7, Role: "consumer", TP: 2, BlockSize: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := run(t, append([]string{"checksum", "-o", "payload", "--payload-form", "flat"}, pp...)...)
+	if code != ExitOK {
+		t.Fatal(out)
+	}
+	var payloads map[string]string
+	_ = json.Unmarshal([]byte(out), &payloads)
+	type hinted struct {
+		Requests []struct {
+			Reasons []string `json:"reasons"`
+			Hints   []string `json:"hints"`
+			Groups  []struct {
+				Reason string `json:"reason"`
+				Hint   string `json:"hint"`
+			} `json:"groups"`
+		} `json:"requests"`
+	}
+	diff := func(args ...string) hinted {
+		t.Helper()
+		code, out, stderr := run(t, append([]string{"diff", "-o", "json"}, args...)...)
+		var h hinted
+		if err := json.Unmarshal([]byte(out), &h); err != nil || code != ExitUnverified {
+			t.Fatalf("%v: exit %d: %v %s", args, code, err, stderr)
+		}
+		return h
+	}
+	h := diff(payloads["req-0"], filepath.Join(dir, "consumer"))
+	if g := h.Requests[0].Groups[0]; g.Reason != "a group holds other layers, block size or dtype on the producer" || !strings.Contains(g.Hint, "producer 16, consumer 32") {
+		t.Errorf("flat payload against 32-token blocks: %+v", g)
+	}
+	// A renamed request (real P/D: cmpl-abc-0 on the consumer).
+	f := filepath.Join(dir, "renamed.json")
+	b, _ := json.Marshal(map[string]string{"cmpl-abc-0": payloads["req-0"]})
+	_ = os.WriteFile(f, b, 0o644)
+	h = diff(f, filepath.Join(dir, "consumer"))
+	if r := h.Requests[0]; !slices.Equal(r.Reasons, []string{"the producer sent no checksums"}) || len(r.Hints) == 0 || !strings.Contains(r.Hints[0], `no producer request has id "req-0"`) || !strings.Contains(r.Hints[0], "producer_id") {
+		t.Errorf("renamed request: %+v", r)
+	}
+	// One rank of two.
+	h = diff(filepath.Join(dir, "producer"), cp[0])
+	if r := h.Requests[0]; !slices.Contains(r.Reasons, "not every worker reported its checksums") || !slices.ContainsFunc(r.Hints, func(s string) bool { return strings.Contains(s, "consumer: tp 1 of 2 did not report") }) {
+		t.Errorf("missing rank: %+v", r)
+	}
+}
+
+// TestChecksumNothingExits2: a side whose every group is skipped, and
+// --stored with nothing stored, exit 2 with the reasons, never 0.
+func TestChecksumNothingExits2(t *testing.T) {
+	paths, err := synth.Write(t.TempDir(), synth.Config{Preset: "llama", Layers: 2, Requests: 1, Format: "dir"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := run(t, "checksum", "--stored", paths[0]); code != ExitUnverified {
+		t.Errorf("checksum --stored with nothing stored: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := run(t, "checksum", paths[0]); code != ExitOK {
+		t.Fatalf("checksum: exit %d: %s", code, stderr)
+	}
+	mp := filepath.Join(paths[0], "manifest.json")
+	data, _ := os.ReadFile(mp)
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["groups"].([]any)[0].(map[string]any)["host_resident"] = true
+	out, _ := json.Marshal(m)
+	if err := os.WriteFile(mp, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []string{"table", "json", "payload"} {
+		code, _, stderr := run(t, "checksum", "-o", o, paths[0])
+		if code != ExitUnverified || !strings.Contains(stderr, "nothing checksummed") || !strings.Contains(stderr, "group 0 skipped") {
+			t.Errorf("-o %s, every group skipped: exit %d: %s", o, code, stderr)
+		}
+	}
+}
