@@ -20,6 +20,9 @@ const (
 	ReasonBlockSizes          = "block sizes are not multiples of each other"
 	ReasonInsideProducerBlock = "the first loaded block starts inside a producer block"
 	ReasonNoLoadedGroup       = "no loaded group can be checksummed"
+	// ReasonNotCovered is --strict's: a loaded block the producer's
+	// checksums do not cover, or that could not be compared.
+	ReasonNotCovered = "a loaded block is not compared"
 
 	LeftOutSkipped      = "skipped on both sides"
 	LeftOutProducerOnly = "checksummed by the producer only: the consumer did not load it (ignored, as vLLM does)"
@@ -50,9 +53,6 @@ type GroupInfo struct {
 	Fingerprint     uint64
 	FingerprintFlat uint64
 	SplitLess       bool
-	// FlatAt, when every stage's record came from a dump, gives the flat
-	// fingerprint the group would have with another block size.
-	FlatAt func(blockSize int) uint64
 }
 
 // RequestChecks are one request's checks on one side.
@@ -103,8 +103,9 @@ type GroupChecks struct {
 	Keys [][2]int
 	// MissingReplica is set when some check lacks a replica key's sum.
 	MissingReplica bool
-	// FlatAt is GroupInfo.FlatAt (nil when unknown).
-	FlatAt func(blockSize int) uint64
+	// FromPayload marks checks decoded from a payload, which carries
+	// neither the group's kind nor whether it is a split-less state group.
+	FromPayload bool
 	// BadFingerprint marks a payload fingerprint that equals no
 	// fingerprint (sent as a negative integer).
 	BadFingerprint bool
@@ -180,8 +181,6 @@ func Merge(records []*Record) (*Checks, error) {
 	// Groups: fingerprints summed over PP stages, one TP rank per stage.
 	info := map[int]*GroupInfo{}
 	stageDone := map[[2]int]bool{} // (pp stage, group) counted
-	flatAt := map[int][]func(int) uint64{}
-	noFlatAt := map[int]bool{}
 	for _, r := range recs {
 		for _, g := range r.Groups {
 			gi := info[g.ID]
@@ -194,11 +193,6 @@ func Merge(records []*Record) (*Checks, error) {
 			}
 			if !stageDone[[2]int{r.PPRank, g.ID}] {
 				stageDone[[2]int{r.PPRank, g.ID}] = true
-				if f := r.flatAt[g.ID]; f != nil {
-					flatAt[g.ID] = append(flatAt[g.ID], f)
-				} else {
-					noFlatAt[g.ID] = true
-				}
 				gi.Fingerprint += uint64(g.Fingerprint)
 				gi.FingerprintFlat += uint64(g.FingerprintFlat)
 			}
@@ -210,16 +204,7 @@ func Merge(records []*Record) (*Checks, error) {
 			}
 		}
 	}
-	for id, gi := range info {
-		if fs := flatAt[id]; len(fs) > 0 && !noFlatAt[id] {
-			gi.FlatAt = func(bs int) uint64 {
-				var sum uint64
-				for _, f := range fs {
-					sum += f(bs)
-				}
-				return sum
-			}
-		}
+	for _, gi := range info {
 		c.Groups = append(c.Groups, *gi)
 	}
 	slices.SortFunc(c.Groups, func(a, b GroupInfo) int { return cmp.Compare(a.ID, b.ID) })
@@ -277,7 +262,6 @@ func Merge(records []*Record) (*Checks, error) {
 			gc.ID, gc.Kind, gc.BlockSize = gid, gi.Kind, gi.BlockSize
 			gc.Fingerprint, gc.FingerprintFlat, gc.HasFlat = gi.Fingerprint, gi.FingerprintFlat, true
 			gc.SplitLess = gi.SplitLess
-			gc.FlatAt = gi.FlatAt
 			p.rc.Groups = append(p.rc.Groups, gc)
 		}
 		c.Requests = append(c.Requests, p.rc)

@@ -14,7 +14,7 @@ import (
 func PayloadRequest(id string, p *Payload) *RequestChecks {
 	r := &RequestChecks{ID: id, NumTokens: p.NumTokens, TPSize: p.TPSize, Notes: slices.Clone(p.Notes)}
 	for _, g := range p.Groups {
-		gc := &GroupChecks{ID: g.ID, Start: g.Start, BlockSize: g.BlockSize, Checks: [][]uint64{slices.Clone(g.Values)}, BadFingerprint: g.NegativeFingerprint}
+		gc := &GroupChecks{ID: g.ID, Start: g.Start, BlockSize: g.BlockSize, Checks: [][]uint64{slices.Clone(g.Values)}, BadFingerprint: g.NegativeFingerprint, FromPayload: true}
 		if gc.Checks[0] == nil {
 			gc.Checks[0] = []uint64{}
 		}

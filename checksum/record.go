@@ -32,11 +32,6 @@ type Record struct {
 	// SkippedGroups maps a group id to the reason it is not checksummed.
 	SkippedGroups map[string]string `json:"skipped_groups"`
 	Requests      []RecordRequest   `json:"requests"`
-
-	// flatAt gives, for a record computed from a dump, a group's flat
-	// fingerprint at another block size (for the hint of a flat payload
-	// from a producer with other block sizes).
-	flatAt map[int]func(blockSize int) uint64
 }
 
 // RecordGroup is a group as one rank sees it.
@@ -123,9 +118,7 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *Record, error) {
 		PPRank: m.Parallel.PPRank, PPSize: m.Parallel.PPSize,
 		SkippedGroups: map[string]string{},
 	}
-	rec.flatAt = map[int]func(int) uint64{}
 	for _, g := range d.Groups {
-		rec.flatAt[g.Group.ID] = func(bs int) uint64 { return flatFingerprintAt(g, bs) }
 		fp, flat := Fingerprints(g)
 		rec.Groups = append(rec.Groups, RecordGroup{
 			ID: g.Group.ID, Kind: g.Group.Kind, BlockSize: g.Group.BlockSize,
@@ -380,7 +373,9 @@ func (rec *Record) Validate() *RecordError {
 		return bad("pp_rank", "rank %d of pp_size %d", rec.PPRank, rec.PPSize)
 	}
 	groups := map[int]bool{}
+	info := map[int]RecordGroup{}
 	for i, g := range rec.Groups {
+		info[g.ID] = g
 		f := fmt.Sprintf("groups[%d]", i)
 		if groups[g.ID] {
 			return bad(f+".id", "group %d appears twice", g.ID)
@@ -415,6 +410,15 @@ func (rec *Record) Validate() *RecordError {
 			seen[g.ID] = true
 			if g.Start < 0 || g.Start > 1<<40 {
 				return bad(gf+".start", "%d out of range", g.Start)
+			}
+			// Exactly the values start, num_tokens and the block size
+			// imply: the run ends at the request's last block (SPEC 5, 9).
+			if gi := info[g.ID]; gi.Kind == layout.KindMamba {
+				if g.Start != 0 || len(g.Values) != 1 {
+					return bad(gf+".values", "a state group has one value at position 0, got %d from position %d", len(g.Values), g.Start)
+				}
+			} else if want := (r.NumTokens+gi.BlockSize-1)/gi.BlockSize - g.Start; want < 1 || len(g.Values) != want {
+				return bad(gf+".values", "%d values from position %d; num_tokens %d and block size %d imply %d", len(g.Values), g.Start, r.NumTokens, gi.BlockSize, max(want, 0))
 			}
 			if len(g.ReplicaKeys) == 0 {
 				return bad(gf+".replica_keys", "empty")

@@ -137,9 +137,36 @@ type Detail struct {
 // checksums. Diff never fails: whatever cannot be compared is unverified,
 // with a fixed reason.
 func Diff(producer, consumer *Checks) *DiffResult {
+	return DiffWith(producer, consumer, DiffOptions{})
+}
+
+// DiffOptions change how Diff judges.
+type DiffOptions struct {
+	// Strict makes a group unverified (ReasonNotCovered) when any loaded
+	// consumer position was not compared, e.g. a flat payload that covers
+	// only part of the load, which vLLM's consumer verifies on the
+	// overlap (SPEC section 9).
+	Strict bool
+}
+
+// DiffWith is Diff with options.
+func DiffWith(producer, consumer *Checks, opts DiffOptions) *DiffResult {
 	res := &DiffResult{}
 	for _, cr := range consumer.Requests {
-		res.Requests = append(res.Requests, diffRequest(producer, consumer, cr))
+		rv := diffRequest(producer, consumer, cr)
+		for _, gv := range rv.Groups {
+			if n := gv.notCompared(); len(n) > 0 && (gv.Verdict == Verified || gv.Verdict == Mismatch) {
+				rv.Notes = append(rv.Notes, fmt.Sprintf("group %d: loaded block positions %s not compared (not covered by the producer's checksums, or another token count)", gv.ID, intRanges(n)))
+				if opts.Strict && gv.Verdict == Verified {
+					gv.Verdict, gv.Reason = Unverified, ReasonNotCovered
+					gv.Hint = "--strict: every loaded block must be compared"
+				}
+			}
+		}
+		if opts.Strict && rv.Verdict == Verified && slices.ContainsFunc(rv.Groups, func(g *GroupVerdict) bool { return g.Verdict == Unverified }) {
+			rv.Verdict = Unverified
+		}
+		res.Requests = append(res.Requests, rv)
 	}
 	res.Verdict = combine(len(res.Requests) == 0, func(yield func(Verdict) bool) {
 		for _, r := range res.Requests {
@@ -318,6 +345,19 @@ func diffGroup(pr, cr *RequestChecks, pg, cg *GroupChecks, id int, consumer *Che
 		gv.Hint = fmt.Sprintf("the consumer skips group %d (%s), the producer checksummed it", id, consumer.Skipped[id])
 		return unverified(ReasonOneSide)
 	}
+	// A record's claims must agree with the consumer's before they pick
+	// the comparison: kind mamba (compare position 0 alone) or split-less
+	// (left out across TP sizes) on one side only is not comparable.
+	if !pg.FromPayload {
+		if pstate, cstate := pg.Kind == layout.KindMamba, cg.Kind == layout.KindMamba; pstate != cstate {
+			gv.Hint = fmt.Sprintf("kind: producer %s, consumer %s", pg.Kind, cg.Kind)
+			return unverified(ReasonFingerprint)
+		}
+		if pg.SplitLess != cg.SplitLess {
+			gv.Hint = fmt.Sprintf("state split: producer split-less %v, consumer %v", pg.SplitLess, cg.SplitLess)
+			return unverified(ReasonFingerprint)
+		}
+	}
 	if (pg.SplitLess || cg.SplitLess) && pr.TPSize != 0 && cr.TPSize != 0 && pr.TPSize != cr.TPSize {
 		gv.Verdict, gv.Reason = LeftOut, LeftOutSplitLess
 		return gv
@@ -347,7 +387,16 @@ func diffGroup(pr, cr *RequestChecks, pg, cg *GroupChecks, id int, consumer *Che
 	if pg.MissingReplica || cg.MissingReplica || len(pg.Checks) == 0 || len(cg.Checks) == 0 {
 		return unverified(ReasonMissingReplica)
 	}
-	if gv.Kind == layout.KindMamba || pg.Kind == layout.KindMamba {
+	// The nested form must carry exactly the values its start, num_tokens
+	// and block size imply (records are checked when parsed); the flat
+	// form is judged on the overlap, as vLLM's consumer does (SPEC 9).
+	if pg.FromPayload && !pg.FlatOnly && cg.Kind != layout.KindMamba {
+		if want := (max(pr.NumTokens, 0)+pg.BlockSize-1)/pg.BlockSize - pg.Start; pg.Start < 0 || pr.NumTokens < 0 || pg.Positions() != want {
+			gv.Hint = fmt.Sprintf("the nested payload's group %d has %d values from position %d, its num_tokens %d and block size %d imply %d", id, pg.Positions(), pg.Start, pr.NumTokens, pg.BlockSize, max(want, 0))
+			return unverified(ReasonInvalidChecksums)
+		}
+	}
+	if cg.Kind == layout.KindMamba {
 		// A state group: its running state at position 0, no token count.
 		if pg.Start != 0 || pg.Positions() == 0 || cg.Start != 0 || cg.Positions() == 0 {
 			return unverified(ReasonNoBlockInCommon)
@@ -388,6 +437,38 @@ func diffGroup(pr, cr *RequestChecks, pg, cg *GroupChecks, id int, consumer *Che
 		reason = ReasonInsideProducerBlock
 	}
 	return gv.finish(reason)
+}
+
+// notCompared returns the loaded consumer positions left not compared.
+func (gv *GroupVerdict) notCompared() []int {
+	var out []int
+	for p, st := range gv.Map {
+		if st == PosNotCompared {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// intRanges writes ascending integers compactly: "1-3,7".
+func intRanges(v []int) string {
+	var b strings.Builder
+	for i := 0; i < len(v); {
+		j := i
+		for j+1 < len(v) && v[j+1] == v[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		if j == i {
+			fmt.Fprintf(&b, "%d", v[i])
+		} else {
+			fmt.Fprintf(&b, "%d-%d", v[i], v[j])
+		}
+		i = j + 1
+	}
+	return b.String()
 }
 
 // record marks the consumer positions of one compared unit.
@@ -496,30 +577,80 @@ func noProducerHint(producer *Checks, cr *RequestChecks) string {
 	return fmt.Sprintf("no producer request has id %q (the producer has %q%s); real P/D deployments rename requests: pair them with the consumer's producer_id, or name the request with --request", cr.PairID(), ids, map[bool]string{true: ", ...", false: ""}[len(producer.Requests) > 3])
 }
 
-// flatFingerprintHint says why a flat payload's fingerprint differs: the
-// block size the producer's fingerprint matches, when the consumer's
-// layers at another block size give it.
+// flatFingerprintHint says why a flat payload's fingerprint differs
+// (RefineFlatHints names the producer's block size where it can).
 func flatFingerprintHint(pg, cg *GroupChecks) string {
-	const tail = "the flat form cannot compare different block sizes, the nested form and records can"
-	if cg.FlatAt != nil {
-		for _, bs := range candidateBlockSizes() {
-			if bs != cg.BlockSize && cg.FlatAt(bs) == pg.FingerprintFlat {
-				return fmt.Sprintf("block size: producer %d, consumer %d (the same layers and dtypes otherwise); %s", bs, cg.BlockSize, tail)
+	return fmt.Sprintf("the flat form's fingerprint includes the block size (consumer %d): a producer with another block size gives another one, and so do other layers, spec types or dtypes; %s", cg.BlockSize, flatTail)
+}
+
+const flatTail = "the flat form cannot compare different block sizes, the nested form and records can"
+
+// RefineFlatHints names the producer's block size in the hint of every
+// group whose flat payload fingerprint differs only by the block size:
+// the consumer's layers (its dumps, every PP stage) give the producer's
+// fingerprint at that block size.
+func RefineFlatHints(res *DiffResult, producer *Checks, consumer []*layout.Dump) {
+	for _, rv := range res.Requests {
+		var pr *RequestChecks
+		if producer != nil {
+			for _, r := range producer.Requests {
+				if r.ID == rv.ProducerID {
+					pr = r
+				}
+			}
+		}
+		if pr == nil {
+			continue
+		}
+		for _, gv := range rv.Groups {
+			pg := pr.Group(gv.ID)
+			if gv.Reason != ReasonFingerprint || pg == nil || !pg.FlatOnly || pg.BadFingerprint {
+				continue
+			}
+			if bs, ok := probeFlatBlockSize(consumer, gv.ID, gv.BlockSize, pg.FingerprintFlat); ok {
+				gv.Hint = fmt.Sprintf("block size: producer %d, consumer %d (the same layers and dtypes otherwise); %s", bs, gv.BlockSize, flatTail)
 			}
 		}
 	}
-	return fmt.Sprintf("the flat form's fingerprint includes the block size (consumer %d): a producer with another block size gives another one, and so do other layers, spec types or dtypes; %s", cg.BlockSize, tail)
 }
 
-// candidateBlockSizes are the block sizes tried for the hint: 1..1024 and
-// powers of two up to 2^20.
-func candidateBlockSizes() []int {
-	var out []int
-	for bs := 1; bs <= 1024; bs++ {
-		out = append(out, bs)
+// probeFlatBlockSize returns the block size (1..1024, powers of two to
+// 2^20) at which the group's flat fingerprint over the dumps (one TP rank
+// per PP stage) equals fp.
+func probeFlatBlockSize(dumps []*layout.Dump, id, have int, fp uint64) (int, bool) {
+	var views []*layout.GroupView
+	stages := map[int]bool{}
+	for _, d := range dumps {
+		pp := d.Manifest.Parallel.PPRank
+		if stages[pp] {
+			continue
+		}
+		for _, g := range d.Groups {
+			if g.Group.ID == id {
+				stages[pp] = true
+				views = append(views, g)
+			}
+		}
 	}
-	for bs := 2048; bs <= 1<<20; bs *= 2 {
-		out = append(out, bs)
+	if len(views) == 0 {
+		return 0, false
 	}
-	return out
+	try := func(bs int) bool {
+		var sum uint64
+		for _, g := range views {
+			sum += flatFingerprintAt(g, bs)
+		}
+		return sum == fp
+	}
+	for bs := 1; bs <= 1<<20; {
+		if bs != have && try(bs) {
+			return bs, true
+		}
+		if bs < 1024 {
+			bs++
+		} else {
+			bs *= 2
+		}
+	}
+	return 0, false
 }

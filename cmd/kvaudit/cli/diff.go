@@ -39,6 +39,8 @@ type DiffOptions struct {
 	MaxDetails int
 	// AuditTail and Stored run the consumer audits (inject.go).
 	AuditTail, Stored bool
+	// Strict makes any loaded block that was not compared unverified.
+	Strict bool
 }
 
 // NewCmdDiff builds `kvaudit diff`. runF replaces the run function in
@@ -95,6 +97,7 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 			opts.NoDrill = cfg.Bool("no-drill")
 			opts.MaxDetails = cfg.Int("max-details")
 			opts.AuditTail, opts.Stored = cfg.Bool("audit-tail"), cfg.Bool("stored")
+			opts.Strict = cfg.Bool("strict")
 			if opts.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
 				return err
 			}
@@ -114,6 +117,7 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 	f.Int("max-details", drill.DefaultMaxDetails, "drill-down details per request at most (-1: no cap)")
 	f.Bool("audit-tail", false, "also audit the consumer's dumps: every byte past the transferred range is zero")
 	f.Bool("stored", false, "also check the consumer's blocks against the stored checksums in its manifests")
+	f.Bool("strict", false, "a loaded block the producer's checksums do not cover (a flat payload is judged on the overlap, as vLLM does) makes its group unverified")
 	return cmd
 }
 
@@ -211,7 +215,10 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 		}
 	}
 
-	res := checksum.Diff(prod, cons)
+	res := checksum.DiffWith(prod, cons, checksum.DiffOptions{Strict: opts.Strict})
+	if cside.in != nil {
+		checksum.RefineFlatHints(res, prod, cside.in.dumps)
+	}
 	for _, rv := range res.Requests {
 		note, ok := pside.notes[rv.ProducerID]
 		if !ok && pside.bare != nil {
