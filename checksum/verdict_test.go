@@ -351,7 +351,7 @@ func verdictCases() []verdictCase {
 		},
 		{
 			// ... and split_less would leave it out across TP sizes.
-			name: "producer claims split-less for a group the consumer splits",
+			name:     "producer claims split-less for a group the consumer splits",
 			producer: hside(hreq("r", 40, hg(0, 16, 0, v3), with(hg(1, 64, 0, []uint64{5}), stateGroup, splitLess))),
 			consumer: with(hside(hreq("r", 40, hg(0, 16, 0, v3), with(hg(1, 64, 0, []uint64{6}), stateGroup))), func(c *checksum.Checks) {
 				c.TPSize, c.Requests[0].TPSize = 2, 2
@@ -492,7 +492,9 @@ func TestDiffStrict(t *testing.T) {
 	}
 	cons := hside(hreq("r", 40, with(hg(0, 16, 0, []uint64{10, 20, 30}), func(g *checksum.GroupChecks) { g.ChecksBlock = [][]uint64{{10, 20, 30}} })))
 	res := checksum.DiffWith(flat(10, 20), cons, checksum.DiffOptions{})
-	if res.Verdict != checksum.Verified || !slices.ContainsFunc(res.Requests[0].Notes, func(n string) bool { return n == "group 0: loaded block positions 2 not compared (not covered by the producer's checksums, or another token count)" }) {
+	if res.Verdict != checksum.Verified || !slices.ContainsFunc(res.Requests[0].Notes, func(n string) bool {
+		return n == "group 0: loaded block positions 2 not compared (not covered by the producer's checksums, or another token count)"
+	}) {
 		t.Errorf("lenient: %q notes %q", res.Verdict, res.Requests[0].Notes)
 	}
 	res = checksum.DiffWith(flat(10, 20), cons, checksum.DiffOptions{Strict: true})
