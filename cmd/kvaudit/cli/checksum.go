@@ -49,7 +49,13 @@ Give every rank of one side (dumps, directories holding them, or records
 that other hosts computed with --partial -o record) to get whole-model
 checks: check 0 is what a producer sends, and there is one check per replica
 of replicated heads. With --partial, a subset of ranks is allowed and
--o record writes each rank's partial sums for merging elsewhere.`,
+-o record writes each rank's partial sums for merging elsewhere.
+
+Pieces are numbered from the request's first token by default; --numbering
+block restarts them at every block, as vLLM's published KV checksum code
+does (its values; -o payload --payload-form flat sends them). One pass over
+the KV gives both. A side of which nothing could be checksummed (every group
+skipped) exits 2 with the reasons.`,
 		Example: `  # checksum every rank of a producer
   $ kvaudit checksum out/producer
 

@@ -67,6 +67,11 @@ as payload text. A bare payload pairs with the consumer request --request
 names, or with the consumer's only request; otherwise requests pair by id, or
 by a consumer request's producer_id. The consumer must be dumps or records.
 
+A flat payload (what vLLM's published KV checksum code sends) is compared in
+block numbering and judged on the positions both sides cover, as vLLM's
+consumer does; --strict makes a loaded block it does not cover unverified.
+Payloads are decoded as vLLM's consumer decodes them, each leniency noted.
+
 When both sides are dumps, every mismatching block is drilled down to the
 layers, global heads, replica copies and tokens whose cells differ, with a
 hint of what it looks like (1 bit flipped, zeroed, heads 2<->5 swapped, holds
