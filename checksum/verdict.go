@@ -285,7 +285,10 @@ func diffRequest(producer, consumer *Checks, cr *RequestChecks) *RequestVerdict 
 	// Nothing to verify the load by: the consumer checksummed no group,
 	// or every group is left out (a pure state model without a TP split
 	// across TP sizes, or groups skipped on both sides).
-	if len(cr.Groups) == 0 || !slices.ContainsFunc(rv.Groups, func(g *GroupVerdict) bool { return g.Verdict != LeftOut }) {
+	// As vLLM's consumer: not when a group is already unverified (a group
+	// skipped on the consumer that the producer checksummed).
+	unverifiedGroup := slices.ContainsFunc(rv.Groups, func(g *GroupVerdict) bool { return g.Verdict == Unverified })
+	if (len(cr.Groups) == 0 && !unverifiedGroup) || !slices.ContainsFunc(rv.Groups, func(g *GroupVerdict) bool { return g.Verdict != LeftOut }) {
 		rv.Reasons = addReason(rv.Reasons, ReasonNoLoadedGroup)
 	}
 	rv.Verdict = combine(false, func(yield func(Verdict) bool) {

@@ -308,12 +308,21 @@ func verdictCases() []verdictCase {
 			groups:   []wantGroup{{id: 0, verdict: checksum.Mismatch, positions: []int{2, 3}, checks: []int{0}}},
 		},
 		{
-			name:     "no loaded group",
+			// vLLM's consumer: the group is unverified, so "no loaded
+			// group" is not added.
+			name:     "the consumer skips the only group the producer sent",
 			producer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
 			consumer: with(hside(hreq("r", 40)), func(c *checksum.Checks) { c.Skipped[0] = "host-resident KV" }),
 			verdict:  checksum.Unverified,
-			reasons:  []string{checksum.ReasonNoLoadedGroup},
 			groups:   []wantGroup{{id: 0, verdict: checksum.Unverified, reason: checksum.ReasonOneSide}},
+		},
+		{
+			name:     "no loaded group",
+			producer: hside(hreq("r", 40)),
+			consumer: with(hside(hreq("r", 40)), func(c *checksum.Checks) { c.Skipped[0] = "host-resident KV" }),
+			verdict:  checksum.Unverified,
+			reasons:  []string{checksum.ReasonNoLoadedGroup},
+			groups:   []wantGroup{{id: 0, verdict: checksum.LeftOut, reason: checksum.LeftOutSkipped}},
 		},
 		{
 			name:     "state group: position 0 only, no token-count check",
