@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
+	"unsafe"
 )
 
 // PayloadForm is the shape of a payload on the wire (SPEC.md section 8).
@@ -419,6 +419,42 @@ func DecodePayloadBase64(s string) (*Payload, error) {
 	return p, nil
 }
 
+// NewPayloadBuffer returns a zeroed buffer of n bytes whose memory is
+// 8-aligned uint64 memory, for DecodePayloadInPlace.
+func NewPayloadBuffer(n int) []byte {
+	if n <= 0 {
+		return []byte{}
+	}
+	u := make([]uint64, (n+7)/8)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&u[0])), n)
+}
+
+// DecodePayloadInPlace decodes a payload from buf, which holds its base64
+// text (as DecodePayloadBase64 reads it) or, when text is false, its
+// msgpack bytes, reusing buf's memory: the decoded bytes and every
+// group's Values live in buf, which the payload then owns (the caller
+// must not use buf again). So decoding allocates only the groups' headers
+// besides buf (SPEC 8: bounded by the input's size). buf must come from
+// NewPayloadBuffer (8-aligned); other memory is decoded by copying.
+func DecodePayloadInPlace(buf []byte, text bool) (*Payload, error) {
+	var notes []string
+	if text {
+		var err error
+		var n int
+		if n, notes, err = pythonB64DecodeInto(buf, buf); err != nil {
+			return nil, err
+		}
+		buf = buf[:n]
+	}
+	r := payloadReader{b: buf, inPlace: len(buf) > 0 && uintptr(unsafe.Pointer(&buf[0]))%8 == 0}
+	p, err := r.payload()
+	if err != nil {
+		return nil, err
+	}
+	p.Notes = append(notes, p.Notes...)
+	return p, nil
+}
+
 // pythonB64Decode is CPython's binascii.a2b_base64 in non-strict mode, as
 // base64.b64decode(s) (validate=False) calls it: non-ASCII text is an
 // error; other characters outside the alphabet are skipped; '=' before the
@@ -426,18 +462,35 @@ func DecodePayloadBase64(s string) (*Payload, error) {
 // the input (what follows is ignored); a last quad of 1 character, or of 2
 // or 3 without its padding, is an error ("Incorrect padding").
 func pythonB64Decode(s string) ([]byte, []string, error) {
+	out := make([]byte, len(s)/4*3+3)
+	n, notes, err := pythonB64DecodeInto(out, s)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out[:n], notes, nil
+}
+
+// pythonB64DecodeInto is pythonB64Decode writing into out (at least
+// len(s)*3/4+3 bytes, or s itself: the output never passes the input).
+func pythonB64DecodeInto[T string | []byte](out []byte, s T) (int, []string, error) {
 	base := topField("base64")
-	s = strings.TrimSpace(s) // skipped alike; not worth a note
-	for i := 0; i < len(s); i++ {
+	lo, hi := 0, len(s)
+	for lo < hi && isSpace(s[lo]) {
+		lo++
+	}
+	for hi > lo && isSpace(s[hi-1]) {
+		hi--
+	}
+	for i := lo; i < hi; i++ {
 		if s[i] >= 0x80 {
-			return nil, nil, payloadErrorf(base, "non-ASCII byte 0x%02x at offset %d (Python's b64decode refuses the text)", s[i], i)
+			return 0, nil, payloadErrorf(base, "non-ASCII byte 0x%02x at offset %d (Python's b64decode refuses the text)", s[i], i)
 		}
 	}
-	out := make([]byte, 0, len(s)/4*3+3)
+	n := 0
 	var quad, pads, skipped int
 	var left byte
 	stopped := -1
-	for i := 0; i < len(s); i++ {
+	for i := lo; i < hi; i++ {
 		c := s[i]
 		if c == '=' {
 			if quad >= 2 {
@@ -461,35 +514,40 @@ func pythonB64Decode(s string) ([]byte, []string, error) {
 		case 0:
 			left, quad = byte(v), 1
 		case 1:
-			out = append(out, left<<2|byte(v)>>4)
+			out[n] = left<<2 | byte(v)>>4
+			n++
 			left, quad = byte(v)&0x0f, 2
 		case 2:
-			out = append(out, left<<4|byte(v)>>2)
+			out[n] = left<<4 | byte(v)>>2
+			n++
 			left, quad = byte(v)&0x03, 3
 		case 3:
-			out = append(out, left<<6|byte(v))
+			out[n] = left<<6 | byte(v)
+			n++
 			quad = 0
 		}
 	}
 	if stopped < 0 && quad != 0 {
 		if quad == 1 {
-			return nil, nil, payloadErrorf(base, "one character past a multiple of 4 (text truncated)")
+			return 0, nil, payloadErrorf(base, "one character past a multiple of 4 (text truncated)")
 		}
-		return nil, nil, payloadErrorf(base, "incorrect padding (padding missing or text truncated)")
+		return 0, nil, payloadErrorf(base, "incorrect padding (padding missing or text truncated)")
 	}
-	if len(out) == 0 {
-		return nil, nil, payloadErrorf(base, "empty input")
+	if n == 0 {
+		return 0, nil, payloadErrorf(base, "empty input")
 	}
 	var notes []string
 	if skipped > 0 {
 		notes = append(notes, fmt.Sprintf("%d characters outside the base64 alphabet discarded, as Python's b64decode does", skipped))
 	}
-	if stopped >= 0 && stopped < len(s) {
-		if rest := strings.TrimSpace(s[stopped:]); rest != "" {
-			notes = append(notes, fmt.Sprintf("%d characters after the padding ignored, as Python's b64decode does", len(s)-stopped))
-		}
+	if stopped >= 0 && stopped < hi {
+		notes = append(notes, fmt.Sprintf("%d characters after the padding ignored, as Python's b64decode does", hi-stopped))
 	}
-	return out, notes, nil
+	return n, notes, nil
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
 }
 
 // b64Value is the value of a character of the standard alphabet, or -1.
@@ -540,6 +598,11 @@ func DecodePayload(b []byte) (*Payload, error) {
 type payloadReader struct {
 	b   []byte
 	off int
+	// inPlace makes every group's Values a view of b (8-aligned): each
+	// bin's data is moved down to b[placed:] once its headers are read,
+	// and converted to native order there.
+	inPlace bool
+	placed  int
 }
 
 func (r *payloadReader) payload() (*Payload, error) {
@@ -728,7 +791,19 @@ func (r *payloadReader) groups(form PayloadForm, notes *[]string) ([]PayloadGrou
 		if len(bin)%8 != 0 {
 			return nil, payloadErrorf(vf, "bin length %d is not a multiple of 8", len(bin))
 		}
-		if len(bin) > 0 {
+		switch {
+		case len(bin) == 0:
+		case r.inPlace:
+			// Everything before the bin's end is read: its bytes may be
+			// overwritten. placed stays a multiple of 8.
+			dst := r.b[r.placed : r.placed+len(bin)]
+			copy(dst, bin)
+			g.Values = unsafe.Slice((*uint64)(unsafe.Pointer(&dst[0])), len(bin)/8)
+			for k := range g.Values {
+				g.Values[k] = binary.LittleEndian.Uint64(dst[8*k:])
+			}
+			r.placed += len(bin)
+		default:
 			g.Values = make([]uint64, len(bin)/8)
 			for k := range g.Values {
 				g.Values[k] = binary.LittleEndian.Uint64(bin[8*k:])

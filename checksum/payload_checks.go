@@ -12,9 +12,30 @@ import (
 // BlockSize 0) of a flat one. TPSize is the payload's (0 for the flat
 // form). The groups are sorted by id and share no memory with p.
 func PayloadRequest(id string, p *Payload) *RequestChecks {
+	return payloadRequest(id, p, true)
+}
+
+// PayloadRequestInPlace decodes a payload held in buf (base64 text, or
+// msgpack when text is false) in place (DecodePayloadInPlace) into the
+// producer checks of request id, which keep buf's memory: decoding a
+// payload file costs about its size once. A malformed payload gives a
+// request unverified with ReasonInvalidChecksums and the decoding error.
+func PayloadRequestInPlace(id string, buf []byte, text bool) (*RequestChecks, error) {
+	p, err := DecodePayloadInPlace(buf, text)
+	if err != nil {
+		return InvalidRequest(id, ReasonInvalidChecksums), err
+	}
+	return payloadRequest(id, p, false), nil
+}
+
+func payloadRequest(id string, p *Payload, clone bool) *RequestChecks {
 	r := &RequestChecks{ID: id, NumTokens: p.NumTokens, TPSize: p.TPSize, Notes: slices.Clone(p.Notes)}
 	for _, g := range p.Groups {
-		gc := &GroupChecks{ID: g.ID, Start: g.Start, BlockSize: g.BlockSize, Checks: [][]uint64{slices.Clone(g.Values)}, BadFingerprint: g.NegativeFingerprint, FromPayload: true}
+		vals := g.Values
+		if clone {
+			vals = slices.Clone(vals)
+		}
+		gc := &GroupChecks{ID: g.ID, Start: g.Start, BlockSize: g.BlockSize, Checks: [][]uint64{vals}, BadFingerprint: g.NegativeFingerprint, FromPayload: true}
 		if gc.Checks[0] == nil {
 			gc.Checks[0] = []uint64{}
 		}

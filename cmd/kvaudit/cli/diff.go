@@ -280,7 +280,7 @@ const maxPayloadFile = 1 << 30
 // payload file, or, when arg is not an existing path, payload text.
 func readDiffSide(arg string, stdin io.Reader) (*diffSide, error) {
 	if arg == "-" {
-		data, err := io.ReadAll(io.LimitReader(stdin, maxPayloadFile))
+		data, err := readPayloadInput(stdin)
 		if err != nil {
 			return nil, fmt.Errorf("reading stdin: %w", err)
 		}
@@ -307,7 +307,7 @@ func readDiffSide(arg string, stdin io.Reader) (*diffSide, error) {
 	if st.Size() > maxPayloadFile {
 		return nil, fmt.Errorf("%q: %d bytes is too large for a payload or record file", arg, st.Size())
 	}
-	data, err := os.ReadFile(arg)
+	data, err := readPayloadFile(arg, st.Size())
 	if err != nil {
 		return nil, err
 	}
@@ -362,6 +362,15 @@ func payloadSide(what string, data []byte) (*diffSide, error) {
 		}
 		s.bare = rc
 	}
+	// bareInPlace decodes data itself (an aligned buffer this side owns),
+	// so a payload file costs about its size once (SPEC 8).
+	bareInPlace := func(text bool) {
+		rc, err := checksum.PayloadRequestInPlace("", data, text)
+		if err != nil {
+			s.notes[""] = err.Error()
+		}
+		s.bare = rc
+	}
 	switch {
 	case len(text) > 0 && text[0] == '{':
 		var obj map[string]json.RawMessage
@@ -410,18 +419,59 @@ func payloadSide(what string, data []byte) (*diffSide, error) {
 			s.byID = append(s.byID, rc)
 		}
 	case isText(text):
-		bare(string(text))
+		bareInPlace(true)
 	default:
 		// Raw msgpack, as a file.
-		p, err := checksum.DecodePayload(data)
-		if err != nil {
-			s.bare = checksum.InvalidRequest("", checksum.ReasonInvalidChecksums)
-			s.notes[""] = err.Error()
-			return s, nil
-		}
-		s.bare = checksum.PayloadRequest("", p)
+		bareInPlace(false)
 	}
 	return s, nil
+}
+
+// readPayloadFile reads a payload or record file of size bytes into an
+// aligned buffer that in-place decoding can keep (checksum.NewPayloadBuffer).
+func readPayloadFile(path string, size int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := checksum.NewPayloadBuffer(int(size))
+	n, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, fmt.Errorf("reading %q: %w", path, err)
+	}
+	return buf[:n], nil
+}
+
+// readPayloadInput reads stdin, at most maxPayloadFile bytes, into an
+// aligned buffer: in chunks, then once into a buffer of the exact size.
+func readPayloadInput(r io.Reader) ([]byte, error) {
+	var chunks [][]byte
+	total := 0
+	for total <= maxPayloadFile {
+		c := make([]byte, 1<<20)
+		n, err := io.ReadFull(r, c)
+		if n > 0 {
+			chunks = append(chunks, c[:n])
+			total += n
+		}
+		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if total > maxPayloadFile {
+		return nil, fmt.Errorf("more than %d bytes: too large for a payload", maxPayloadFile)
+	}
+	buf := checksum.NewPayloadBuffer(total)
+	off := 0
+	for i, c := range chunks {
+		off += copy(buf[off:], c)
+		chunks[i] = nil // let the chunk go
+	}
+	return buf, nil
 }
 
 // isText says whether b is printable ASCII (base64 text, maybe broken).
