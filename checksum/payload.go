@@ -419,6 +419,13 @@ func DecodePayloadBase64(s string) (*Payload, error) {
 	return p, nil
 }
 
+// nativeLittleEndian says whether uint64 memory is little-endian, so
+// that values decoded in place need no conversion.
+var nativeLittleEndian = func() bool {
+	x := uint64(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
+
 // NewPayloadBuffer returns a zeroed buffer of n bytes whose memory is
 // 8-aligned uint64 memory, for DecodePayloadInPlace.
 func NewPayloadBuffer(n int) []byte {
@@ -799,8 +806,10 @@ func (r *payloadReader) groups(form PayloadForm, notes *[]string) ([]PayloadGrou
 			dst := r.b[r.placed : r.placed+len(bin)]
 			copy(dst, bin)
 			g.Values = unsafe.Slice((*uint64)(unsafe.Pointer(&dst[0])), len(bin)/8)
-			for k := range g.Values {
-				g.Values[k] = binary.LittleEndian.Uint64(dst[8*k:])
+			if !nativeLittleEndian {
+				for k := range g.Values {
+					g.Values[k] = binary.LittleEndian.Uint64(dst[8*k:])
+				}
 			}
 			r.placed += len(bin)
 		default:

@@ -446,6 +446,22 @@ func readPayloadFile(path string, size int64) ([]byte, error) {
 // readPayloadInput reads stdin, at most maxPayloadFile bytes, into an
 // aligned buffer: in chunks, then once into a buffer of the exact size.
 func readPayloadInput(r io.Reader) ([]byte, error) {
+	if f, ok := r.(*os.File); ok {
+		// Redirected from a file: read it at its size, once.
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			if st.Size() > maxPayloadFile {
+				return nil, fmt.Errorf("%d bytes: too large for a payload", st.Size())
+			}
+			if off, err := f.Seek(0, io.SeekCurrent); err == nil && off <= st.Size() {
+				buf := checksum.NewPayloadBuffer(int(st.Size() - off))
+				n, err := io.ReadFull(f, buf)
+				if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+					return nil, err
+				}
+				return buf[:n], nil
+			}
+		}
+	}
 	var chunks [][]byte
 	total := 0
 	for total <= maxPayloadFile {
