@@ -1,13 +1,11 @@
 package checksum
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 
@@ -331,29 +329,83 @@ func MarshalRecord(rec *Record) ([]byte, error) {
 // other, from a file's contents. On error it returns nil and a
 // *RecordError.
 func ParseRecords(file string, data []byte) ([]*Record, error) {
-	var recs []*Record
-	dec := json.NewDecoder(bytes.NewReader(data))
-	for i := 0; ; i++ {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			if errors.Is(err, io.EOF) && i > 0 {
-				return recs, nil
-			}
-			return nil, &RecordError{File: file, Msg: fmt.Sprintf("not JSON: %v", err)}
-		}
+	// Each document is decoded where it lies: no copy of the input.
+	docs, err := splitJSONDocs(data)
+	if err != nil {
+		return nil, &RecordError{File: file, Msg: fmt.Sprintf("not JSON: %v", err)}
+	}
+	recs := make([]*Record, 0, len(docs))
+	for i, d := range docs {
 		var rec Record
-		if err := layout.DecodeStrictJSON(raw, &rec); err != nil {
+		if err := layout.DecodeStrictJSON(data[d[0]:d[1]], &rec); err != nil {
 			return nil, &RecordError{File: file, Field: recordField(i), Msg: err.Error()}
 		}
 		if err := rec.Validate(); err != nil {
 			err.File = file
-			if i > 0 || dec.More() {
+			if len(docs) > 1 {
 				err.Field = recordField(i) + "." + err.Field
 			}
 			return nil, err
 		}
 		recs = append(recs, &rec)
 	}
+	return recs, nil
+}
+
+// splitJSONDocs returns the byte ranges of the JSON values that follow one
+// another in data (whitespace between), found by matching brackets
+// outside strings; DecodeStrictJSON then checks each. An empty input, or
+// one whose brackets do not close, is an error.
+func splitJSONDocs(data []byte) ([][2]int, error) {
+	var docs [][2]int
+	i := 0
+	for {
+		for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+			i++
+		}
+		if i == len(data) {
+			break
+		}
+		start := i
+		depth, inString := 0, false
+		for ; i < len(data); i++ {
+			c := data[i]
+			if inString {
+				switch c {
+				case '\\':
+					i++
+				case '"':
+					inString = false
+				}
+				continue
+			}
+			switch c {
+			case '"':
+				inString = true
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+			}
+			if depth == 0 && (c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+				if c == '}' || c == ']' {
+					i++
+				}
+				break
+			}
+			if depth < 0 {
+				return nil, fmt.Errorf("unbalanced %q at offset %d", c, i)
+			}
+		}
+		if depth != 0 || inString {
+			return nil, fmt.Errorf("unexpected end of input (a value opened at offset %d does not close)", start)
+		}
+		docs = append(docs, [2]int{start, min(i, len(data))})
+	}
+	if len(docs) == 0 {
+		return nil, errors.New("unexpected end of JSON input")
+	}
+	return docs, nil
 }
 
 func recordField(i int) string { return fmt.Sprintf("records[%d]", i) }
