@@ -406,5 +406,5 @@ func storedRun(ctx context.Context, opts *ChecksumOptions, in *sideInput) error 
 	if err != nil {
 		return err
 	}
-	return auditExit(nil, a, true)
+	return auditExit(nil, a, false) // nothing stored: exit 2, as diff --stored
 }
