@@ -3,13 +3,13 @@ package cli
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/checksum/bench"
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/kernels"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/report"
@@ -154,14 +154,15 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 	status := newStatus(opts.IO)
 	paths := opts.Paths
 	if len(paths) == 0 {
-		dir, err := os.MkdirTemp(opts.Dir, "kvaudit-bench-")
+		dir, err := safeio.TempDir(opts.Dir, "kvaudit-bench-")
 		if err != nil {
 			return err
 		}
 		if opts.Keep {
 			fmt.Fprintf(opts.IO.Err, "kvaudit: synthesizing into %s (kept)\n", dir)
+			defer safeio.Forget(dir)
 		} else {
-			defer os.RemoveAll(dir)
+			defer safeio.RemoveTemp(dir)
 		}
 		status.line(fmt.Sprintf("synthesizing %.2f GB of %s KV (%s layout)", float64(opts.Size)/1e9, opts.Preset, opts.Layout))
 		if paths, err = bench.SynthSide(dir, opts.Size, opts.Preset, opts.Layout, opts.PP); err != nil {

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/report"
 )
 
@@ -22,8 +25,12 @@ type ChecksumOptions struct {
 	Engine   checksum.Engine
 	// OutDir, for -o record, receives one file per rank.
 	OutDir string
+	// Force lets -o record --out replace existing record files.
+	Force bool
 	// PayloadForm is the form -o payload writes.
 	PayloadForm checksum.PayloadForm
+	// Numbering is the numbering of -o table and json (SPEC section 1).
+	Numbering checksum.Numbering
 	// Stored emits (and checks) the offload tier's stored checksums
 	// instead of the checks (inject.go).
 	Stored bool
@@ -45,7 +52,13 @@ Give every rank of one side (dumps, directories holding them, or records
 that other hosts computed with --partial -o record) to get whole-model
 checks: check 0 is what a producer sends, and there is one check per replica
 of replicated heads. With --partial, a subset of ranks is allowed and
--o record writes each rank's partial sums for merging elsewhere.`,
+-o record writes each rank's partial sums for merging elsewhere.
+
+Pieces are numbered from the request's first token by default; --numbering
+block restarts them at every block, as vLLM's published KV checksum code
+does (its values; -o payload --payload-form flat sends them). One pass over
+the KV gives both. A side of which nothing could be checksummed (every group
+skipped) exits 2 with the reasons.`,
 		Example: `  # checksum every rank of a producer
   $ kvaudit checksum out/producer
 
@@ -68,9 +81,19 @@ of replicated heads. With --partial, a subset of ranks is allowed and
 			if opts.PayloadForm, err = checksum.ParsePayloadForm(cfg.String("payload-form")); err != nil {
 				return usageErrorf("--payload-form: %v", err)
 			}
+			if opts.Numbering, err = checksum.ParseNumbering(cfg.String("numbering")); err != nil {
+				return usageErrorf("--numbering: %v", err)
+			}
 			opts.Partial = cfg.Bool("partial")
 			opts.Requests = cfg.Strings("request")
 			opts.OutDir = cfg.String("out")
+			opts.Force = cfg.Bool("force")
+			if opts.Output != "record" {
+				if src, ok := cfg.Explicit("out"); ok {
+					return usageErrorf("%s: only -o record writes files (got -o %s, which prints to stdout)", src, opts.Output)
+				}
+				opts.OutDir = "" // a top-level out: in kvaudit.yaml, for synth or inject
+			}
 			opts.Stored = cfg.Bool("stored")
 			if opts.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
 				return err
@@ -83,12 +106,14 @@ of replicated heads. With --partial, a subset of ranks is allowed and
 	}
 	f := cmd.Flags()
 	addOutputFlag(cmd, "record: each rank's partial sums; payload: a JSON map of request id to the base64 payload a producer sends")
-	f.String("payload-form", "nested", "with -o payload: nested, or flat (no block sizes, fingerprints with the block size)")
+	f.String("payload-form", "nested", "with -o payload: nested (request-numbered), or flat (vLLM's published form: block-numbered values, fingerprints with the block size)")
+	f.String("numbering", "request", "piece numbering of -o table, markdown and json: request (from the request's first token) or block (from each block's first token, as vLLM's published code)")
 	f.Bool("partial", false, "allow a subset of the side's ranks (partial sums)")
 	f.StringSlice("request", nil, "checksum only this request id (repeatable)")
 	f.String("engine", "cpu", engineHelp)
 	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
-	f.String("out", "", "with -o record: directory to write rank-<pp>-<tp>.record.json files into")
+	f.String("out", "", "with -o record: directory to write rank-<pp>-<tp>.record.json files into (not a side's own directory)")
+	f.Bool("force", false, "with -o record --out: replace existing record files")
 	f.Bool("stored", false, "emit each full block's stored checksum (rank-local, tagged with its block hash) and check it against the manifest's stored_checksums; -o table or json")
 	return cmd
 }
@@ -102,7 +127,8 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 	if opts.Stored {
 		return storedRun(ctx, opts, in)
 	}
-	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests}
+	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests,
+		BlockValues: opts.Numbering == checksum.NumberBlock || (opts.Output == "payload" && opts.PayloadForm == checksum.FormFlat)}
 	bar := newChecksumProgress(opts.IO, in.dumps, opts.Requests)
 	copts.Progress = bar.Callback()
 	recs, err := in.allRecords(ctx, copts)
@@ -127,11 +153,43 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 	}
 	switch opts.Output {
 	case "json":
-		return report.WriteJSON(opts.IO.Out, report.NewChecksumsJSON(c))
+		err = report.WriteJSON(opts.IO.Out, report.NewChecksumsJSONNumbered(c, opts.Numbering))
 	case "payload":
-		return writePayloads(opts.IO.Out, c, opts.PayloadForm)
+		err = writePayloads(opts.IO.Out, c, opts.PayloadForm)
+	default:
+		err = report.ChecksumsTableNumbered(c, opts.Numbering).Render(opts.IO.Out, report.Format(opts.Output), tableStyle(opts.IO))
 	}
-	return report.ChecksumsTable(c).Render(opts.IO.Out, report.Format(opts.Output), tableStyle(opts.IO))
+	if err != nil {
+		return err
+	}
+	return nothingChecksummed(c)
+}
+
+// nothingChecksummed is the result of a side of which no request has a
+// checksummed group: ExitUnverified with the reasons (every group skipped,
+// no request), never a silent success.
+func nothingChecksummed(c *checksum.Checks) error {
+	for _, r := range c.Requests {
+		if len(r.Groups) > 0 {
+			return nil
+		}
+	}
+	var why []string
+	if len(c.Requests) == 0 {
+		why = append(why, "the side holds no request")
+	}
+	ids := make([]int, 0, len(c.Skipped))
+	for id := range c.Skipped {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		why = append(why, fmt.Sprintf("group %d skipped: %s", id, c.Skipped[id]))
+	}
+	if len(why) == 0 {
+		why = append(why, "no request has a block in a checksummed group")
+	}
+	return &ResultError{Code: ExitUnverified, Msg: "nothing checksummed: " + strings.Join(why, "; ")}
 }
 
 // writeRecords writes each rank's record: to stdout, one JSON document
@@ -148,11 +206,14 @@ func writeRecords(opts *ChecksumOptions, recs []*checksum.Record) error {
 			}
 			continue
 		}
+		if err := checkOutsideInputs(opts.OutDir, opts.Paths, false); err != nil {
+			return err
+		}
 		if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
 			return err
 		}
 		p := filepath.Join(opts.OutDir, fmt.Sprintf("rank-%d-%d.record.json", rec.PPRank, rec.TPRank))
-		if err := os.WriteFile(p, b, 0o644); err != nil {
+		if err := safeio.WriteFile(p, b, opts.Force); err != nil {
 			return err
 		}
 		fmt.Fprintf(opts.IO.Err, "wrote %s\n", p)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/checksum/drill"
+	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/report"
 )
 
@@ -32,13 +33,18 @@ type DiffOptions struct {
 	Output             string
 	Requests           []string
 	AllowUnverified    bool
-	Engine             checksum.Engine
+	// AllowedBy is the configuration file and line that set
+	// AllowUnverified, when no flag or variable did ("" otherwise).
+	AllowedBy string
+	Engine    checksum.Engine
 	// NoDrill skips the drill-down; MaxDetails caps its details per
 	// request (0: drill.DefaultMaxDetails, negative: no cap).
 	NoDrill    bool
 	MaxDetails int
 	// AuditTail and Stored run the consumer audits (inject.go).
 	AuditTail, Stored bool
+	// Strict makes any loaded block that was not compared unverified.
+	Strict bool
 }
 
 // NewCmdDiff builds `kvaudit diff`. runF replaces the run function in
@@ -64,6 +70,11 @@ checksum -o payload prints. An argument that is not an existing path is read
 as payload text. A bare payload pairs with the consumer request --request
 names, or with the consumer's only request; otherwise requests pair by id, or
 by a consumer request's producer_id. The consumer must be dumps or records.
+
+A flat payload (what vLLM's published KV checksum code sends) is compared in
+block numbering and judged on the positions both sides cover, as vLLM's
+consumer does; --strict makes a loaded block it does not cover unverified.
+Payloads are decoded as vLLM's consumer decodes them, each leniency noted.
 
 When both sides are dumps, every mismatching block is drilled down to the
 layers, global heads, replica copies and tokens whose cells differ, with a
@@ -92,9 +103,11 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 			}
 			opts.Requests = cfg.Strings("request")
 			opts.AllowUnverified = cfg.Bool("allow-unverified")
+			opts.AllowedBy, _ = cfg.FromFile("allow-unverified")
 			opts.NoDrill = cfg.Bool("no-drill")
 			opts.MaxDetails = cfg.Int("max-details")
 			opts.AuditTail, opts.Stored = cfg.Bool("audit-tail"), cfg.Bool("stored")
+			opts.Strict = cfg.Bool("strict")
 			if opts.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
 				return err
 			}
@@ -114,6 +127,7 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 	f.Int("max-details", drill.DefaultMaxDetails, "drill-down details per request at most (-1: no cap)")
 	f.Bool("audit-tail", false, "also audit the consumer's dumps: every byte past the transferred range is zero")
 	f.Bool("stored", false, "also check the consumer's blocks against the stored checksums in its manifests")
+	f.Bool("strict", false, "a loaded block the producer's checksums do not cover (a flat payload is judged on the overlap, as vLLM does) makes its group unverified")
 	return cmd
 }
 
@@ -134,6 +148,16 @@ func (s *diffSide) Close() {
 	if s.in != nil {
 		s.in.Close()
 	}
+}
+
+// flat says whether the side holds a flat payload (block-numbered values).
+func (s *diffSide) flat() bool {
+	for _, r := range append([]*checksum.RequestChecks{s.bare}, s.byID...) {
+		if r != nil && slices.ContainsFunc(r.Groups, func(g *checksum.GroupChecks) bool { return g.FlatOnly }) {
+			return true
+		}
+	}
+	return false
 }
 
 // dumpsOnly says whether the side is all dumps (so the drill-down can
@@ -157,7 +181,10 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 	}
 	defer pside.Close()
 
-	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests}
+	// A flat payload (vLLM's published form) is compared block-numbered:
+	// the consumer's values in both numberings, from one pass where the
+	// engine can (SPEC section 1).
+	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: pside.flat()}
 	crecs, err := cside.in.allRecords(ctx, copts)
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
@@ -198,7 +225,10 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 		}
 	}
 
-	res := checksum.Diff(prod, cons)
+	res := checksum.DiffWith(prod, cons, checksum.DiffOptions{Strict: opts.Strict})
+	if cside.in != nil {
+		checksum.RefineFlatHints(res, prod, cside.in.dumps)
+	}
 	for _, rv := range res.Requests {
 		note, ok := pside.notes[rv.ProducerID]
 		if !ok && pside.bare != nil {
@@ -222,6 +252,7 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 	if err != nil {
 		return err
 	}
+	allowedNotice(opts, res)
 	return diffExit(res, opts.AllowUnverified)
 }
 
@@ -248,14 +279,14 @@ func diffExit(res *checksum.DiffResult, allowUnverified bool) error {
 
 // maxPayloadFile bounds a payload or kv_transfer_params file read whole
 // (a 128k-token prompt's payload is about 87 KB of base64 per group).
-const maxPayloadFile = 1 << 30
+const maxPayloadFile = layout.MaxPayloadSize
 
 // readDiffSide resolves one side argument: "-" (payload text or JSON on
 // stdin), a dump or directory (dumps and records), a record file, a
 // payload file, or, when arg is not an existing path, payload text.
 func readDiffSide(arg string, stdin io.Reader) (*diffSide, error) {
 	if arg == "-" {
-		data, err := io.ReadAll(io.LimitReader(stdin, maxPayloadFile))
+		data, err := readPayloadInput(stdin)
 		if err != nil {
 			return nil, fmt.Errorf("reading stdin: %w", err)
 		}
@@ -265,6 +296,9 @@ func readDiffSide(arg string, stdin io.Reader) (*diffSide, error) {
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) && !looksLikePath(arg) && plausiblePayload(arg) {
 			return payloadSide("the argument", []byte(arg))
+		}
+		if errors.Is(err, fs.ErrNotExist) && looksLikePath(arg) {
+			return nil, checkSidePath(arg)
 		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, usageErrorf("%q is neither an existing path nor payload text (base64 or JSON): want dumps, a directory, a record file, or what a producer sent", shortArg(arg))
@@ -282,10 +316,7 @@ func readDiffSide(arg string, stdin io.Reader) (*diffSide, error) {
 		}
 		return &diffSide{in: in}, nil
 	}
-	if st.Size() > maxPayloadFile {
-		return nil, fmt.Errorf("%q: %d bytes is too large for a payload or record file", arg, st.Size())
-	}
-	data, err := os.ReadFile(arg)
+	data, err := readPayloadFile(arg)
 	if err != nil {
 		return nil, err
 	}
@@ -340,6 +371,15 @@ func payloadSide(what string, data []byte) (*diffSide, error) {
 		}
 		s.bare = rc
 	}
+	// bareInPlace decodes data itself (an aligned buffer this side owns),
+	// so a payload file costs about its size once (SPEC 8).
+	bareInPlace := func(text bool) {
+		rc, err := checksum.PayloadRequestInPlace("", data, text)
+		if err != nil {
+			s.notes[""] = err.Error()
+		}
+		s.bare = rc
+	}
 	switch {
 	case len(text) > 0 && text[0] == '{':
 		var obj map[string]json.RawMessage
@@ -388,18 +428,79 @@ func payloadSide(what string, data []byte) (*diffSide, error) {
 			s.byID = append(s.byID, rc)
 		}
 	case isText(text):
-		bare(string(text))
+		bareInPlace(true)
 	default:
 		// Raw msgpack, as a file.
-		p, err := checksum.DecodePayload(data)
-		if err != nil {
-			s.bare = checksum.InvalidRequest("", checksum.ReasonInvalidChecksums)
-			s.notes[""] = err.Error()
-			return s, nil
-		}
-		s.bare = checksum.PayloadRequest("", p)
+		bareInPlace(false)
 	}
 	return s, nil
+}
+
+// readPayloadFile reads a regular payload or record file (never a FIFO or
+// a device; at most maxPayloadFile bytes, its size when opened) into an
+// aligned buffer that in-place decoding can keep (checksum.NewPayloadBuffer).
+func readPayloadFile(path string) ([]byte, error) {
+	f, st, err := layout.OpenRegular(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st.Size() > maxPayloadFile {
+		return nil, fmt.Errorf("%q: %d bytes is more than the %d-byte limit for a payload or record file", path, st.Size(), maxPayloadFile)
+	}
+	buf := checksum.NewPayloadBuffer(int(st.Size()))
+	n, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("reading %q: %w", path, err)
+	}
+	return buf[:n], nil
+}
+
+// readPayloadInput reads stdin, at most maxPayloadFile bytes, into an
+// aligned buffer: in chunks, then once into a buffer of the exact size.
+func readPayloadInput(r io.Reader) ([]byte, error) {
+	if f, ok := r.(*os.File); ok {
+		// Redirected from a file: read it at its size, once.
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			if st.Size() > maxPayloadFile {
+				return nil, fmt.Errorf("%d bytes: too large for a payload", st.Size())
+			}
+			if off, err := f.Seek(0, io.SeekCurrent); err == nil && off <= st.Size() {
+				buf := checksum.NewPayloadBuffer(int(st.Size() - off))
+				n, err := io.ReadFull(f, buf)
+				if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+					return nil, err
+				}
+				return buf[:n], nil
+			}
+		}
+	}
+	var chunks [][]byte
+	total := 0
+	for total <= maxPayloadFile {
+		c := make([]byte, 1<<20)
+		n, err := io.ReadFull(r, c)
+		if n > 0 {
+			chunks = append(chunks, c[:n])
+			total += n
+		}
+		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if total > maxPayloadFile {
+		return nil, fmt.Errorf("more than %d bytes: too large for a payload", maxPayloadFile)
+	}
+	buf := checksum.NewPayloadBuffer(total)
+	off := 0
+	for i, c := range chunks {
+		off += copy(buf[off:], c)
+		chunks[i] = nil // let the chunk go
+	}
+	return buf, nil
 }
 
 // isText says whether b is printable ASCII (base64 text, maybe broken).

@@ -96,6 +96,8 @@ func enumValues(cmd *cobra.Command, flag string) []string {
 		return []string{"producer", "consumer"}
 	case "payload-form":
 		return []string{"nested", "flat"}
+	case "numbering":
+		return []string{"request", "block"}
 	}
 	return nil
 }

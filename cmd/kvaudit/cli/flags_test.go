@@ -30,6 +30,7 @@ var flagVocabulary = map[string]struct{ typ, meaning string }{
 	"out":              {"string", "the directory a command writes its results into, kept"},
 	"dir":              {"string", "the directory a command keeps its temporary files under, removed afterwards"},
 	"keep":             {"bool", "keep what would be removed"},
+	"force":            {"bool", "replace an earlier output of the command"},
 	"trials":           {"int", "trials per fault kind"},
 	"allow-unverified": {"bool", "unverified loads do not fail the command"},
 	// Checks beside the checksum comparison.
@@ -37,6 +38,8 @@ var flagVocabulary = map[string]struct{ typ, meaning string }{
 	"audit-tail":  {"bool", "audit the transferred-or-zeroed invariant"},
 	"no-drill":    {"bool", "skip the drill-down"},
 	"max-details": {"int", "drill-down details per request at most"},
+	"strict":      {"bool", "loaded blocks not compared make a load unverified"},
+	"numbering":   {"string", "piece numbering: request or block"},
 	// Payloads.
 	"payload-form": {"string", "nested or flat payloads"},
 	// What inject prepares and targets.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/report"
 )
@@ -50,8 +51,12 @@ writes --out/fault.json: the kind, the seed, the rank, tensor and file, the
 exact byte ranges that differ from the input, the (group, block position)s
 affected, the detector expected to catch it (checksum, co-resident,
 tail-audit, stored, payload, none) and what each detector must report. The
-input is never written: unchanged files are hard-linked, changed files are
-written fresh.
+input is never written and the copy never shares storage with it: every
+file is copied (streamed), the fault planned on the copy and patched into
+it, in a temporary directory beside --out that is renamed to --out when
+complete; an interrupted injection leaves nothing at --out. --out must not
+exist or be empty; --force replaces a previous injection's output (a
+directory holding fault.json), nothing else.
 
 Targets (--request, repeatable, --group, --layer, --head, --position, --rank
 PP:TP or TP) narrow where the fault goes; the seed picks the rest.
@@ -104,6 +109,7 @@ Kinds:
 				return &UsageError{fmt.Errorf("--fault: %w", err)}
 			}
 			o.Kind, o.Seed, o.Bits = k, cfg.Uint64("seed"), cfg.Int("bits")
+			o.Force = cfg.Bool("force")
 			if o.Bits < 1 {
 				return usageErrorf("--bits %d: want at least 1", o.Bits)
 			}
@@ -153,7 +159,8 @@ Kinds:
 	}
 	f := cmd.Flags()
 	f.StringSlice("fault", nil, "fault kind (see above; one)")
-	f.String("out", "", "directory to write the copy and fault.json into (created; must be empty)")
+	f.String("out", "", "directory to write the copy and fault.json into (created; must not exist or be empty)")
+	f.Bool("force", false, "replace --out if it holds a previous kvaudit inject output (fault.json)")
 	f.Uint64("seed", 1, "seed of every choice the targets leave open")
 	f.StringSlice("request", nil, "target request id (repeatable: the seed picks one of them)")
 	f.Int("group", -1, "target group id")
@@ -211,25 +218,21 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 	if err != nil {
 		return err
 	}
-	for _, d := range dumps {
-		if st, err := os.Stat(d.Path); err == nil && st.IsDir() {
-			if dir, _ := filepath.Abs(d.Path); strings.HasPrefix(out+string(filepath.Separator), dir+string(filepath.Separator)) {
-				return usageErrorf("--out %q is inside the dump %q: write the copy elsewhere", opts.Out, d.Path)
-			}
-		}
+	if err := checkOutsideInputs(opts.Out, opts.Paths, opts.Inject.Force); err != nil {
+		return err
 	}
 	p := opts.Prepare
 	if p.ZeroTails || p.ExtraBlocks > 0 || p.Stored {
-		// Prepare a copy beside --out, inject from it into --out (its
-		// files are linked there), and remove the scratch names.
+		// Prepare a copy beside --out, inject from it into --out (copied
+		// again), and remove the scratch copy.
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 			return err
 		}
-		tmp, err := os.MkdirTemp(filepath.Dir(out), ".kvaudit-prepare-")
+		tmp, err := safeio.TempDir(filepath.Dir(out), ".kvaudit-prepare-")
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(tmp)
+		defer safeio.RemoveTemp(tmp)
 		paths, err := inject.Prepare(ctx, dumps, filepath.Join(tmp, "side"), p)
 		if err != nil {
 			return err
@@ -390,6 +393,7 @@ func diffAudits(ctx context.Context, opts *DiffOptions, res *checksum.DiffResult
 	if err != nil {
 		return err
 	}
+	allowedNotice(opts, res)
 	return auditExit(diffExit(res, opts.AllowUnverified), a, opts.AllowUnverified)
 }
 
@@ -416,5 +420,5 @@ func storedRun(ctx context.Context, opts *ChecksumOptions, in *sideInput) error 
 	if err != nil {
 		return err
 	}
-	return auditExit(nil, a, true)
+	return auditExit(nil, a, false) // nothing stored: exit 2, as diff --stored
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra/doc"
 	"github.com/spf13/pflag"
 
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/kernels"
 )
 
@@ -60,7 +61,7 @@ func manPages(root *cobra.Command) ([]manPage, error) {
 
 // writeManPages writes manPages(root) into dir and returns the files
 // written.
-func writeManPages(root *cobra.Command, dir string) ([]string, error) {
+func writeManPages(root *cobra.Command, dir string, force bool) ([]string, error) {
 	pages, err := manPages(root)
 	if err != nil {
 		return nil, err
@@ -71,7 +72,7 @@ func writeManPages(root *cobra.Command, dir string) ([]string, error) {
 	var files []string
 	for _, p := range pages {
 		f := filepath.Join(dir, p.Name)
-		if err := os.WriteFile(f, p.Data, 0o644); err != nil {
+		if err := safeio.WriteFile(f, p.Data, force); err != nil {
 			return files, err
 		}
 		files = append(files, f)
@@ -125,6 +126,12 @@ func manExitStatus(c *cobra.Command) string {
 			rows = append(rows, [2]string{fmt.Sprint(ExitOK), "success"})
 		}
 		rows = append(rows, [2]string{fmt.Sprint(ExitInvalid), "invalid input or usage, or a file that cannot be read or written: the message names the file and the field"})
+		// Every command can end with these (an internal error, a signal).
+		for _, e := range exitCodes {
+			if e.code > ExitInvalid {
+				rows = append(rows, [2]string{fmt.Sprint(e.code), e.meaning})
+			}
+		}
 	}
 	var b strings.Builder
 	b.WriteString(".SH EXIT STATUS\n")

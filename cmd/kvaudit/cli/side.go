@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
@@ -40,7 +41,9 @@ func openSide(paths []string, keepRest bool) (*sideInput, error) {
 	}
 	in := &sideInput{}
 	for _, p := range rest {
-		data, err := os.ReadFile(p)
+		// Regular files only (a FIFO or /dev/zero is refused at once), at
+		// most layout.MaxRecordSize bytes.
+		data, err := layout.ReadRegularFile(p, layout.MaxRecordSize, "record")
 		if err != nil {
 			return nil, err
 		}
@@ -72,8 +75,8 @@ func checkSidePath(p string) error {
 	if err != nil || !st.IsDir() || layout.IsDump(p) {
 		return nil // read as usual
 	}
-	if dumps, _, err := layout.FindDumps([]string{p}); err == nil && len(dumps) > 0 {
-		return nil
+	if _, _, err := layout.FindDumps([]string{p}); err == nil || !strings.Contains(err.Error(), "holds no dump") {
+		return nil // dumps found, or an error of its own
 	}
 	entries, err := os.ReadDir(p)
 	if err != nil {
