@@ -57,7 +57,7 @@ its fault changes. The inputs are never written.
 --trials counts trials per kind. The command exits 1 when a detectable
 fault was missed or mislocalised or a control was flagged.
 
-` + exitCodeHelp(),
+` + exitCodeHelp("campaign"),
 		Example: `  # every kind, 20 trials each, over the synthesized pairs
   $ kvaudit campaign
 

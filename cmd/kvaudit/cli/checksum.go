@@ -58,7 +58,9 @@ Pieces are numbered from the request's first token by default; --numbering
 block restarts them at every block, as vLLM's published KV checksum code
 does (its values; -o payload --payload-form flat sends them). One pass over
 the KV gives both. A side of which nothing could be checksummed (every group
-skipped) exits 2 with the reasons.`,
+skipped) exits 2 with the reasons.
+
+` + exitCodeHelp("checksum"),
 		Example: `  # checksum every rank of a producer
   $ kvaudit checksum out/producer
 

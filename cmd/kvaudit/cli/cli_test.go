@@ -82,12 +82,34 @@ func TestConfigPrecedence(t *testing.T) {
 }
 
 // TestHelpDocumentsExitCodes: the root help is written from the exit-code
-// table.
+// table; a command's help lists only the codes it can end with: inject
+// and campaign have no --allow-unverified and never exit 2.
 func TestHelpDocumentsExitCodes(t *testing.T) {
 	_, out, _ := run(t, "--help")
 	for _, e := range exitCodes {
 		if !strings.Contains(out, e.meaning) {
 			t.Errorf("help lacks exit code %d (%s)", e.code, e.meaning)
+		}
+	}
+	for _, c := range []struct {
+		cmd       string
+		want, not []string
+	}{
+		{"diff", []string{"\n  2    unverified", "--allow-unverified", "\n  130 "}, nil},
+		{"inject", []string{"\n  0    success", "\n  3 ", "\n  130 "}, []string{"allow-unverified", "\n  1 ", "\n  2 "}},
+		{"campaign", []string{"\n  1    a fault was missed", "\n  143 "}, []string{"allow-unverified", "\n  2 "}},
+		{"checksum", []string{"\n  2    nothing was checksummed"}, []string{"allow-unverified"}},
+	} {
+		_, out, _ := run(t, c.cmd, "--help")
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s --help lacks %q", c.cmd, w)
+			}
+		}
+		for _, w := range c.not {
+			if strings.Contains(out, w) {
+				t.Errorf("%s --help has %q", c.cmd, w)
+			}
 		}
 	}
 }

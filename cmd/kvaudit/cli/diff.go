@@ -81,7 +81,7 @@ layers, global heads, replica copies and tokens whose cells differ, with a
 hint of what it looks like (1 bit flipped, zeroed, heads 2<->5 swapped, holds
 the block of position 3, holds KV of request req-4, random bytes, ...).
 
-` + exitCodeHelp(),
+` + exitCodeHelp("diff"),
 		Example: `  # compare a producer's and a consumer's dumps
   $ kvaudit diff out/producer out/consumer
 

@@ -39,12 +39,39 @@ var exitCodes = []struct {
 	{ExitTerminated, "terminated by SIGTERM; partial outputs removed"},
 }
 
-// exitCodeHelp documents the exit codes for --help.
-func exitCodeHelp() string {
+// exitRows lists the exit statuses a command (by name; "" for the root,
+// every status) can end with and what each means there: its own results
+// (manExits), then bad input and the statuses every command can end with
+// (an internal error, a signal). --help and the man pages are written
+// from it.
+func exitRows(name string) [][2]string {
+	var rows [][2]string
+	if name == "" {
+		for _, e := range exitCodes {
+			rows = append(rows, [2]string{fmt.Sprint(e.code), e.meaning})
+		}
+		return rows
+	}
+	rows = append(rows, manExits[name]...)
+	if len(rows) == 0 {
+		rows = append(rows, [2]string{fmt.Sprint(ExitOK), "success"})
+	}
+	rows = append(rows, [2]string{fmt.Sprint(ExitInvalid), "invalid input or usage, or a file that cannot be read or written: the message names the file and the field"})
+	for _, e := range exitCodes {
+		if e.code > ExitInvalid {
+			rows = append(rows, [2]string{fmt.Sprint(e.code), e.meaning})
+		}
+	}
+	return rows
+}
+
+// exitCodeHelp documents a command's exit codes for --help ("" for the
+// root: all of them).
+func exitCodeHelp(name string) string {
 	var b strings.Builder
 	b.WriteString("Exit codes:\n")
-	for _, e := range exitCodes {
-		fmt.Fprintf(&b, "  %-3d  %s\n", e.code, e.meaning)
+	for _, r := range exitRows(name) {
+		fmt.Fprintf(&b, "  %-3s  %s\n", r[0], r[1])
 	}
 	return b.String()
 }

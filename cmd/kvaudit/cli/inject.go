@@ -71,7 +71,7 @@ Kinds:
 ` + strings.Join(kinds, "\n") + `
   none             no change: a clean copy (a control)
 
-` + exitCodeHelp(),
+` + exitCodeHelp("inject"),
 		Example: `  # flip one bit somewhere in a consumer, then see diff find it
   $ kvaudit inject out/consumer --fault bit-flip --seed 7 --out bad
   $ kvaudit diff out/producer bad

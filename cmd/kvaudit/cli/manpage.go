@@ -106,6 +106,7 @@ var manExits = map[string][][2]string{
 	"checksum": {
 		{"0", "the checksums were computed (and, with --stored, every stored checksum matches or none can be compared)"},
 		{"1", "with --stored: some block differs from the checksum stored with it"},
+		{"2", "nothing was checksummed: every group skipped, or no request"},
 	},
 	"campaign": {
 		{"0", "every detectable fault was detected by the expected detector and localised, and no clean control was flagged"},
@@ -115,24 +116,11 @@ var manExits = map[string][][2]string{
 
 // manExitStatus is a page's EXIT STATUS section.
 func manExitStatus(c *cobra.Command) string {
-	var rows [][2]string
-	if !c.HasParent() {
-		for _, e := range exitCodes {
-			rows = append(rows, [2]string{fmt.Sprint(e.code), e.meaning})
-		}
-	} else {
-		rows = append(rows, manExits[c.Name()]...)
-		if len(rows) == 0 {
-			rows = append(rows, [2]string{fmt.Sprint(ExitOK), "success"})
-		}
-		rows = append(rows, [2]string{fmt.Sprint(ExitInvalid), "invalid input or usage, or a file that cannot be read or written: the message names the file and the field"})
-		// Every command can end with these (an internal error, a signal).
-		for _, e := range exitCodes {
-			if e.code > ExitInvalid {
-				rows = append(rows, [2]string{fmt.Sprint(e.code), e.meaning})
-			}
-		}
+	name := ""
+	if c.HasParent() {
+		name = c.Name()
 	}
+	rows := exitRows(name)
 	var b strings.Builder
 	b.WriteString(".SH EXIT STATUS\n")
 	for _, r := range rows {

@@ -70,7 +70,7 @@ func TestManPageSections(t *testing.T) {
 	}
 	for page, want := range map[string][]string{
 		"kvaudit.1": {"0", "1", "2", "3", "4", "130", "143"}, "kvaudit-diff.1": {"0", "1", "2", "3", "4", "130", "143"},
-		"kvaudit-checksum.1": {"0", "1", "3", "4", "130", "143"}, "kvaudit-campaign.1": {"0", "1", "3", "4", "130", "143"},
+		"kvaudit-checksum.1": {"0", "1", "2", "3", "4", "130", "143"}, "kvaudit-campaign.1": {"0", "1", "3", "4", "130", "143"},
 		"kvaudit-synth.1": {"0", "3", "4", "130", "143"}, "kvaudit-inspect.1": {"0", "3", "4", "130", "143"},
 	} {
 		if got := statuses(pages[page]); !slices.Equal(got, want) {

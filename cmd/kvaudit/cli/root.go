@@ -123,7 +123,7 @@ Settings come from flags, KVAUDIT_<FLAG> environment variables and an
 optional kvaudit.yaml (--config, the working directory or
 ~/.config/kvaudit), in that order.
 
-` + exitCodeHelp(),
+` + exitCodeHelp(""),
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
