@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -23,8 +24,10 @@ type CampaignOptions struct {
 	IO *Streams
 	// Paths are producer and consumer sides, alternately (none: the
 	// synthesized pairs).
-	Paths    []string
-	Output   string
+	Paths  []string
+	Output string
+	// JUnit, when set, is a file to write the JUnit report to as well.
+	JUnit    string
 	Campaign inject.CampaignOptions
 }
 
@@ -74,7 +77,7 @@ fault was missed or mislocalised or a control was flagged.
 			if len(args)%2 != 0 {
 				return usageErrorf("give sides in pairs: PRODUCER CONSUMER (got %d arguments)", len(args))
 			}
-			opts.Paths = args
+			opts.Paths, opts.JUnit = args, cfg.String("junit")
 			if opts.Output, err = outputOf(cfg); err != nil {
 				return err
 			}
@@ -104,6 +107,7 @@ fault was missed or mislocalised or a control was flagged.
 	f.Uint64("seed", 1, "seed of the campaign (and of the synthesized KV)")
 	f.StringSlice("fault", nil, "fault kind to run (repeatable, or comma-separated; default every kind)")
 	addOutputFlag(cmd, "")
+	f.String("junit", "", "also write the JUnit XML report to this file (the table, or -o, still printed)")
 	f.Int("threads", 0, "trials run at once (default GOMAXPROCS)")
 	f.StringSlice("faults", nil, "")
 	_ = f.MarkDeprecated("faults", "use --fault")
@@ -157,6 +161,11 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 	}
 	if err := report.RenderCampaign(opts.IO.Out, res, report.Format(opts.Output), tableStyle(opts.IO)); err != nil {
 		return err
+	}
+	if opts.JUnit != "" {
+		if err := report.WriteFile(opts.JUnit, func(w io.Writer) error { return report.WriteCampaignJUnit(w, res) }); err != nil {
+			return err
+		}
 	}
 	if !res.Pass {
 		var failed []string

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -43,6 +44,10 @@ type DiffOptions struct {
 	MaxDetails int
 	// AuditTail and Stored run the consumer audits (inject.go).
 	AuditTail, Stored bool
+	// JUnit, when set, is a file to write the JUnit report to as well
+	// (--junit FILE); started is when the command started (its time).
+	JUnit   string
+	started time.Time
 	// Strict makes any loaded block that was not compared unverified.
 	Strict bool
 }
@@ -107,6 +112,7 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 			opts.NoDrill = cfg.Bool("no-drill")
 			opts.MaxDetails = cfg.Int("max-details")
 			opts.AuditTail, opts.Stored = cfg.Bool("audit-tail"), cfg.Bool("stored")
+			opts.JUnit, opts.started = cfg.String("junit"), time.Now()
 			opts.Strict = cfg.Bool("strict")
 			if opts.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
 				return err
@@ -126,6 +132,7 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 	f.Bool("no-drill", false, "skip the drill-down of mismatches to layers, heads and tokens")
 	f.Int("max-details", drill.DefaultMaxDetails, "drill-down details per request at most (-1: no cap)")
 	f.Bool("audit-tail", false, "also audit the consumer's dumps: every byte past the transferred range is zero")
+	f.String("junit", "", "also write the JUnit XML report to this file (the table, or -o, still printed)")
 	f.Bool("stored", false, "also check the consumer's blocks against the stored checksums in its manifests")
 	f.Bool("strict", false, "a loaded block the producer's checksums do not cover (a flat payload is judged on the overlap, as vLLM does) makes its group unverified")
 	return cmd
@@ -252,8 +259,26 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := writeDiffJUnit(opts, res, nil); err != nil {
+		return err
+	}
 	allowedNotice(opts, res)
 	return diffExit(res, opts.AllowUnverified)
+}
+
+// writeDiffJUnit writes --junit FILE, if given: the comparison (and the
+// audits, when a is not nil) as JUnit XML, whatever -o prints.
+func writeDiffJUnit(opts *DiffOptions, res *checksum.DiffResult, a *report.Audits) error {
+	if opts.JUnit == "" {
+		return nil
+	}
+	do := report.DiffOptions{AllowUnverified: opts.AllowUnverified, Elapsed: time.Since(opts.started)}
+	return report.WriteFile(opts.JUnit, func(w io.Writer) error {
+		if a != nil {
+			return report.RenderDiffAudits(w, res, a, report.FormatJUnit, do)
+		}
+		return report.RenderDiff(w, res, report.FormatJUnit, do)
+	})
 }
 
 // diffExit maps a verdict to the command's result: ExitMismatch, else

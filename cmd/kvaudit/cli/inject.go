@@ -393,6 +393,9 @@ func diffAudits(ctx context.Context, opts *DiffOptions, res *checksum.DiffResult
 	if err != nil {
 		return err
 	}
+	if err := writeDiffJUnit(opts, res, a); err != nil {
+		return err
+	}
 	allowedNotice(opts, res)
 	return auditExit(diffExit(res, opts.AllowUnverified), a, opts.AllowUnverified)
 }
