@@ -167,6 +167,7 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 			return err
 		}
 	}
+	opts.IO.verdict = "campaign: pass"
 	if !res.Pass {
 		var failed []string
 		for _, k := range res.Kinds {

@@ -263,6 +263,7 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 		return err
 	}
 	allowedNotice(opts, res)
+	opts.IO.verdict = string(res.Verdict)
 	return diffExit(res, opts.AllowUnverified)
 }
 

@@ -19,6 +19,7 @@ var flagVocabulary = map[string]struct{ typ, meaning string }{
 	// Common to every command.
 	"color":  {"string", "color in tables and progress bars: auto, always or never"},
 	"config": {"string", "the configuration file"},
+	"quiet":  {"bool", "-q: only the verdict line and the exit code"},
 	// Inputs and selections.
 	"request":          {"stringSlice", "request ids, repeatable or comma-separated (KVAUDIT_REQUEST=a,b)"},
 	"fault":            {"stringSlice", "fault kinds, repeatable or comma-separated (inject takes one)"},

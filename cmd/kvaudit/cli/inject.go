@@ -397,6 +397,7 @@ func diffAudits(ctx context.Context, opts *DiffOptions, res *checksum.DiffResult
 		return err
 	}
 	allowedNotice(opts, res)
+	opts.IO.verdict = string(res.Verdict)
 	return auditExit(diffExit(res, opts.AllowUnverified), a, opts.AllowUnverified)
 }
 
@@ -423,5 +424,6 @@ func storedRun(ctx context.Context, opts *ChecksumOptions, in *sideInput) error 
 	if err != nil {
 		return err
 	}
+	opts.IO.verdict = "stored checksums: " + string(report.StoredVerdict(a.Stored))
 	return auditExit(nil, a, false) // nothing stored: exit 2, as diff --stored
 }

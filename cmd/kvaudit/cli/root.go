@@ -84,7 +84,8 @@ func Main(args []string, s *Streams) (code int) {
 	if sig := received(); sig != nil {
 		return interrupted(s, sig)
 	}
-	if err != nil {
+	printed := s.quietVerdict(err)
+	if err != nil && !printed {
 		if _, silent := err.(*ResultError); !silent || err.Error() != "" {
 			fmt.Fprintf(s.Err, "kvaudit: %v\n", err)
 		}
@@ -133,6 +134,7 @@ optional kvaudit.yaml (--config, the working directory or
 		return &UsageError{fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
 	})
 	root.PersistentFlags().String("config", "", "configuration file (default ./kvaudit.yaml or ~/.config/kvaudit/kvaudit.yaml)")
+	root.PersistentFlags().BoolP("quiet", "q", false, "print only the verdict line (diff, campaign, checksum --stored) and set the exit code")
 	root.PersistentFlags().String("color", "auto", "color in tables and progress bars: auto (on a terminal, unless NO_COLOR is set), always or never")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		mode, _ := cmd.Flags().GetString("color")
@@ -140,6 +142,8 @@ optional kvaudit.yaml (--config, the working directory or
 			return usageErrorf("--color %q: want one of %s", mode, strings.Join(colorModes, ", "))
 		}
 		s.Color = mode
+		s.Quiet, _ = cmd.Flags().GetBool("quiet")
+		s.beQuiet()
 		return nil
 	}
 	root.AddCommand(

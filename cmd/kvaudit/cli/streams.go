@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strconv"
@@ -27,6 +29,40 @@ type Streams struct {
 	// Width is Out's terminal width in cells, 0 when unknown or not a
 	// terminal: tables on a terminal fit in it.
 	Width int
+	// Quiet is -q: the command's output is discarded, no progress is
+	// drawn, and Main prints only the verdict line (quiet holds the
+	// output it goes to).
+	Quiet bool
+	quiet io.Writer
+	// verdict is the verdict line of a command that succeeded (diff,
+	// campaign, checksum --stored), for -q.
+	verdict string
+}
+
+// beQuiet discards the command's output and progress for -q.
+func (s *Streams) beQuiet() {
+	if s.Quiet && s.quiet == nil {
+		s.quiet, s.Out, s.ErrTerminal = s.Out, io.Discard, false
+	}
+}
+
+// quietVerdict prints, for -q, the command's verdict line on the output:
+// a result error's message (which Main then does not repeat on stderr),
+// or the verdict of a command that succeeded. It reports whether it
+// printed err.
+func (s *Streams) quietVerdict(err error) bool {
+	if s.quiet == nil {
+		return false
+	}
+	var re *ResultError
+	switch {
+	case errors.As(err, &re) && re.Msg != "":
+		fmt.Fprintln(s.quiet, re.Msg)
+		return true
+	case err == nil && s.verdict != "":
+		fmt.Fprintln(s.quiet, s.verdict)
+	}
+	return false
 }
 
 // SystemStreams returns the process's standard streams.
