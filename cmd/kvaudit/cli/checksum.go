@@ -116,7 +116,7 @@ skipped) exits 2 with the reasons.
 	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
 	f.String("out", "", "with -o record: directory to write rank-<pp>-<tp>.record.json files into (not a side's own directory)")
 	f.Bool("force", false, "with -o record --out: replace existing record files")
-	f.Bool("stored", false, "emit each full block's stored checksum (rank-local, tagged with its block hash) and check it against the manifest's stored_checksums; -o table or json")
+	f.Bool("stored", false, "emit each full block's stored checksum (rank-local, tagged with its block hash) and check it against the manifest's stored_checksums; -o table, json or markdown")
 	return cmd
 }
 
@@ -131,7 +131,7 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 	}
 	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests,
 		BlockValues: opts.Numbering == checksum.NumberBlock || (opts.Output == "payload" && opts.PayloadForm == checksum.FormFlat)}
-	bar := newChecksumProgress(opts.IO, in.dumps, opts.Requests)
+	bar := newChecksumProgress(opts.IO, in.dumps, opts.Requests, "checksum")
 	copts.Progress = bar.Callback()
 	recs, err := in.allRecords(ctx, copts)
 	bar.Finish()

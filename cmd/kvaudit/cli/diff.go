@@ -192,7 +192,10 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 	// the consumer's values in both numberings, from one pass where the
 	// engine can (SPEC section 1).
 	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: pside.flat()}
+	bar := newChecksumProgress(opts.IO, cside.in.dumps, opts.Requests, "checksum consumer")
+	copts.Progress = bar.Callback()
 	crecs, err := cside.in.allRecords(ctx, copts)
+	bar.Finish()
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
@@ -223,7 +226,9 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 				ids = append(ids, r.PairID())
 			}
 		}
-		precs, err := pside.in.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: ids})
+		bar := newChecksumProgress(opts.IO, pside.in.dumps, ids, "checksum producer")
+		precs, err := pside.in.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: ids, Progress: bar.Callback()})
+		bar.Finish()
 		if err != nil {
 			return fmt.Errorf("producer: %w", err)
 		}
@@ -246,7 +251,10 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 		}
 	}
 	if !opts.NoDrill && res.Verdict == checksum.Mismatch && pside.dumpsOnly() && cside.dumpsOnly() {
-		if err := drill.Explain(ctx, pside.in.dumps, cside.in.dumps, res, drill.Options{MaxDetails: opts.MaxDetails}); err != nil {
+		done := longStep(opts.IO, "drilling the mismatches down to layers, heads and tokens")
+		err := drill.Explain(ctx, pside.in.dumps, cside.in.dumps, res, drill.Options{MaxDetails: opts.MaxDetails})
+		done()
+		if err != nil {
 			return err
 		}
 	}

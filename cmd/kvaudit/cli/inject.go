@@ -198,6 +198,11 @@ func parseRank(s string) (*inject.Rank, error) {
 // openDumpSide opens the dumps of a side given as paths; anything that is
 // not a dump is an error.
 func openDumpSide(paths []string) ([]*layout.Dump, error) {
+	for _, p := range paths {
+		if err := checkSidePath(p); err != nil {
+			return nil, err
+		}
+	}
 	dumps, rest, err := layout.FindDumps(paths)
 	if err != nil {
 		return nil, err
@@ -233,7 +238,9 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 			return err
 		}
 		defer safeio.RemoveTemp(tmp)
+		done := longStep(opts.IO, "preparing the side (tails zeroed, blocks past the last token, stored checksums)")
 		paths, err := inject.Prepare(ctx, dumps, filepath.Join(tmp, "side"), p)
+		done()
 		if err != nil {
 			return err
 		}
@@ -244,7 +251,9 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 		defer layout.CloseAll(prepared)
 		dumps = prepared
 	}
+	done := longStep(opts.IO, fmt.Sprintf("injecting %s into %s", opts.Inject.Kind, opts.Out))
 	f, err := inject.Inject(ctx, dumps, opts.Out, opts.Inject)
+	done()
 	var na *inject.NotApplicableError
 	if errors.As(err, &na) {
 		return fmt.Errorf("%w (kvaudit inject --help lists what each kind needs)", err)
@@ -383,7 +392,9 @@ func diffAudits(ctx context.Context, opts *DiffOptions, res *checksum.DiffResult
 	if consumer.in == nil || len(consumer.in.dumps) == 0 || len(consumer.in.records) > 0 {
 		return usageErrorf("--audit-tail and --stored read the consumer's dumps: give dumps, not records")
 	}
+	done := longStep(opts.IO, "auditing the consumer's dumps")
 	a, err := runAudits(ctx, consumer.in.dumps, opts.Requests, opts.AuditTail, opts.Stored, opts.Engine)
+	done()
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
 	}
@@ -409,17 +420,19 @@ func storedRun(ctx context.Context, opts *ChecksumOptions, in *sideInput) error 
 	if len(in.records) > 0 || len(in.dumps) == 0 {
 		return usageErrorf("--stored reads dumps (the blocks and their block hashes), not records")
 	}
-	if opts.Output != "table" && opts.Output != "json" {
-		return usageErrorf("--stored: -o %q: want table or json", opts.Output)
+	if opts.Output != "table" && opts.Output != "json" && opts.Output != "markdown" {
+		return usageErrorf("--stored: -o %q: want table, json or markdown", opts.Output)
 	}
+	done := longStep(opts.IO, "computing the stored checksums")
 	a, err := runAudits(ctx, in.dumps, opts.Requests, false, true, opts.Engine)
+	done()
 	if err != nil {
 		return err
 	}
 	if opts.Output == "json" {
 		err = report.WriteJSON(opts.IO.Out, report.NewStoredJSON(a.Stored))
 	} else {
-		err = report.StoredTable(a.Stored).Render(opts.IO.Out, report.FormatTable, tableStyle(opts.IO))
+		err = report.StoredTable(a.Stored).Render(opts.IO.Out, report.Format(opts.Output), tableStyle(opts.IO))
 	}
 	if err != nil {
 		return err

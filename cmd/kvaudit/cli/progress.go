@@ -136,7 +136,7 @@ func (p *progress) Finish() {
 
 // newChecksumProgress starts a bar for checksumming the selected requests
 // of dumps.
-func newChecksumProgress(s *Streams, dumps []*layout.Dump, requests []string) *progress {
+func newChecksumProgress(s *Streams, dumps []*layout.Dump, requests []string, desc string) *progress {
 	if !s.ErrTerminal {
 		return nil
 	}
@@ -148,7 +148,7 @@ func newChecksumProgress(s *Streams, dumps []*layout.Dump, requests []string) *p
 		}
 		total += p.Bytes()
 	}
-	return newProgress(s, total, "checksum")
+	return newProgress(s, total, desc)
 }
 
 // status is a one-line status display on stderr for long steps (bench): a

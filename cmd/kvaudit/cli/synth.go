@@ -97,7 +97,9 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 }
 
 func synthRun(_ context.Context, opts *SynthOptions) error {
+	done := longStep(opts.IO, fmt.Sprintf("synthesizing %s (%s, tp %d, pp %d) into %s", opts.Config.Role, opts.Config.Preset, opts.Config.TP, opts.Config.PP, opts.Out))
 	paths, err := synth.Write(opts.Out, opts.Config)
+	done()
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,34 @@
+package cli
+
+import (
+	"sync"
+	"time"
+)
+
+// longStep shows msg as a status line on stderr while a step runs, once
+// it has taken longer than progressDelay (quick steps print nothing), for
+// steps whose bytes are not counted (synthesizing, injecting, preparing,
+// drilling down). The returned function ends the step and clears the
+// line; it is safe to call more than once.
+func longStep(s *Streams, msg string) (done func()) {
+	if !s.ErrTerminal {
+		return func() {}
+	}
+	st := newStatus(s)
+	var mu sync.Mutex
+	ended := false
+	t := time.AfterFunc(progressDelay, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !ended {
+			st.line(msg + " ...")
+		}
+	})
+	return func() {
+		t.Stop()
+		mu.Lock()
+		defer mu.Unlock()
+		ended = true
+		st.done()
+	}
+}
