@@ -137,12 +137,18 @@ optional kvaudit.yaml (--config, the working directory or
 	root.PersistentFlags().BoolP("quiet", "q", false, "print only the verdict line (diff, campaign, checksum --stored) and set the exit code")
 	root.PersistentFlags().String("color", "auto", "color in tables and progress bars: auto (on a terminal, unless NO_COLOR is set), always or never")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
-		mode, _ := cmd.Flags().GetString("color")
+		// --color and --quiet, from the flag, KVAUDIT_COLOR and
+		// KVAUDIT_QUIET, or kvaudit.yaml, like every setting.
+		cfg, err := newConfig(cmd)
+		if err != nil {
+			return err
+		}
+		mode := cfg.String("color")
 		if !slices.Contains(colorModes, mode) {
 			return usageErrorf("--color %q: want one of %s", mode, strings.Join(colorModes, ", "))
 		}
 		s.Color = mode
-		s.Quiet, _ = cmd.Flags().GetBool("quiet")
+		s.Quiet = cfg.Bool("quiet")
 		s.beQuiet()
 		return nil
 	}
