@@ -70,7 +70,7 @@ func TestManPageSections(t *testing.T) {
 	}
 	for page, want := range map[string][]string{
 		"kvaudit.1": {"0", "1", "2", "3", "4", "130", "143"}, "kvaudit-diff.1": {"0", "1", "2", "3", "4", "130", "143"},
-		"kvaudit-checksum.1": {"0", "1", "3", "4", "130", "143"}, "kvaudit-campaign.1": {"0", "1", "3", "4", "130", "143"},
+		"kvaudit-checksum.1": {"0", "1", "2", "3", "4", "130", "143"}, "kvaudit-campaign.1": {"0", "1", "3", "4", "130", "143"},
 		"kvaudit-synth.1": {"0", "3", "4", "130", "143"}, "kvaudit-inspect.1": {"0", "3", "4", "130", "143"},
 	} {
 		if got := statuses(pages[page]); !slices.Equal(got, want) {
@@ -79,6 +79,11 @@ func TestManPageSections(t *testing.T) {
 	}
 	if !strings.Contains(pages["kvaudit-diff.1"], `unverified`) || !strings.Contains(pages["kvaudit-diff.1"], `\-\-allow\-unverified`) {
 		t.Error("kvaudit-diff.1: exit status 2 does not mention --allow-unverified")
+	}
+	// checksum's 2: nothing checksummed, or with --stored nothing stored
+	// (the two results of cli's nothingChecksummed and storedRun).
+	if sec := pages["kvaudit-checksum.1"]; !strings.Contains(sec, "nothing could be checksummed") || !strings.Contains(sec, "nothing stored to compare") {
+		t.Error("kvaudit-checksum.1: exit status 2 does not name both of its causes")
 	}
 	for page, want := range map[string][]string{
 		"kvaudit-diff.1":     {"KVAUDIT_ENGINE", "KVAUDIT_ALLOW_UNVERIFIED", "KVAUDIT_CUDA_RUNNER", "KVAUDIT_CUDA_DEVICE", "NO_COLOR"},
