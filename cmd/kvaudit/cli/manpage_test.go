@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -103,5 +104,30 @@ func TestManPageSections(t *testing.T) {
 		if strings.Contains(pages[page], "KVAUDIT_CUDA_RUNNER") || strings.Contains(pages[page], "KVAUDIT_CONFIG") {
 			t.Errorf("%s: lists the CUDA runner or KVAUDIT_CONFIG", page)
 		}
+	}
+}
+
+// TestSpecDocExitCodes: docs/spec.md §11's table of exit codes lists every
+// code kvaudit ends with (exitCodes, which the root page and --help list),
+// and no other.
+func TestSpecDocExitCodes(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "spec.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "\n**Exit codes.**\n")
+	if !ok {
+		t.Fatal("docs/spec.md: no **Exit codes.** table")
+	}
+	sec, _, _ = strings.Cut(sec, "\n\n**")
+	var got, want []string
+	for _, m := range regexp.MustCompile(`(?m)^\| (\d+) \|`).FindAllStringSubmatch(sec, -1) {
+		got = append(got, m[1])
+	}
+	for _, e := range exitCodes {
+		want = append(want, fmt.Sprint(e.code))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("docs/spec.md exit codes %q, want %q", got, want)
 	}
 }
