@@ -960,17 +960,6 @@ func (r *payloadReader) anyInt(f fieldRef) (uint64, bool, error) {
 	return u, false, err
 }
 
-func (r *payloadReader) uint(f fieldRef) (uint64, error) {
-	u, s, neg, err := r.integer(f)
-	if err != nil {
-		return 0, err
-	}
-	if neg {
-		return 0, payloadErrorf(f, "negative value %d", s)
-	}
-	return u, nil
-}
-
 func (r *payloadReader) intIn(f fieldRef, lo, hi uint64) (int, error) {
 	u, s, neg, err := r.integer(f)
 	if err != nil {

@@ -98,7 +98,7 @@ func TestHelpDocumentsExitCodes(t *testing.T) {
 		{"diff", []string{"\n  2    unverified", "--allow-unverified", "\n  130 "}, nil},
 		{"inject", []string{"\n  0    success", "\n  3 ", "\n  130 "}, []string{"allow-unverified", "\n  1 ", "\n  2 "}},
 		{"campaign", []string{"\n  1    a fault was missed", "\n  143 "}, []string{"allow-unverified", "\n  2 "}},
-		{"checksum", []string{"\n  2    nothing was checksummed"}, []string{"allow-unverified"}},
+		{"checksum", []string{"\n  2    nothing could be checksummed"}, []string{"allow-unverified"}},
 	} {
 		_, out, _ := run(t, c.cmd, "--help")
 		for _, w := range c.want {
