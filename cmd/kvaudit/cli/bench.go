@@ -134,7 +134,7 @@ measures side by side; absolute speeds depend on the machine and its load.`,
 	f.String("preset", "llama", "model preset of the synthesized side: "+strings.Join(synth.Presets, ", "))
 	f.String("layout", "flash", "layout of the synthesized side: "+strings.Join(synth.Layouts, ", "))
 	f.Int("pp", 1, "pipeline stages of the synthesized side (one dump each)")
-	f.String("dir", "", "directory to synthesize into (default: the system's temporary directory)")
+	f.String("dir", "", "directory to synthesize the side under, removed afterwards unless --keep (default: the system's temporary directory)")
 	f.Bool("keep", false, "keep the synthesized side and print where it is")
 	f.Int("threads", 0, "measure 1 to this many threads (default GOMAXPROCS)")
 	f.Int("reps", 5, "timed repetitions of each measurement (the median is reported)")
