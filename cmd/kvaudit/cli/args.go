@@ -2,7 +2,11 @@ package cli
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -92,4 +96,50 @@ func plausiblePayload(arg string) bool {
 		return false
 	}
 	return (head[0] == 0x92 || head[0] == 0x93) && (head[1] < 0x80 || head[1] >= 0xcc && head[1] <= 0xcf)
+}
+
+// checkDiffArg catches what goes wrong with a diff side argument before
+// it is read: a path that does not exist (when it looks like one, or is
+// not plausible payload text: a mistyped "producerdumps" is a usage
+// error, not an unverified load), and a directory holding the sides'
+// directories rather than dumps (checkSidePath).
+func checkDiffArg(arg string) error {
+	if arg == "-" {
+		return nil
+	}
+	_, err := os.Stat(arg)
+	switch {
+	case err == nil:
+		return checkSidePath(arg)
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil // read as usual, which reports it
+	case looksLikeMissingPath(arg):
+		return checkSidePath(arg)
+	case !plausiblePayload(arg):
+		short := arg
+		if len(short) > 40 {
+			short = short[:37] + "..."
+		}
+		return usageErrorf("%q is neither an existing path nor payload text (base64 or JSON): want dumps, a directory, a record file, or what a producer sent", short)
+	}
+	return nil
+}
+
+// looksLikeMissingPath says whether an argument that does not exist was
+// meant as a path: it is not made of the base64 alphabets, or a directory
+// before its last "/" exists.
+func looksLikeMissingPath(arg string) bool {
+	t := strings.TrimSpace(arg)
+	if strings.HasPrefix(t, "{") {
+		return false
+	}
+	if strings.Trim(t, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_") != "" {
+		return true
+	}
+	if dir := filepath.Dir(t); dir != "." {
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			return true
+		}
+	}
+	return false
 }

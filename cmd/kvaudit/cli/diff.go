@@ -174,6 +174,12 @@ func (s *diffSide) dumpsOnly() bool {
 }
 
 func diffRun(ctx context.Context, opts *DiffOptions) error {
+	if err := checkDiffArg(opts.Consumer); err != nil {
+		return fmt.Errorf("consumer: %w", err)
+	}
+	if err := checkDiffArg(opts.Producer); err != nil {
+		return fmt.Errorf("producer: %w", err)
+	}
 	cside, err := readDiffSide(opts.Consumer, opts.IO.In)
 	if err != nil {
 		return fmt.Errorf("consumer: %w", err)
@@ -328,14 +334,8 @@ func readDiffSide(arg string, stdin io.Reader) (*diffSide, error) {
 	}
 	st, err := os.Stat(arg)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) && !looksLikePath(arg) && plausiblePayload(arg) {
+		if errors.Is(err, fs.ErrNotExist) && !looksLikePath(arg) {
 			return payloadSide("the argument", []byte(arg))
-		}
-		if errors.Is(err, fs.ErrNotExist) && looksLikePath(arg) {
-			return nil, checkSidePath(arg)
-		}
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, usageErrorf("%q is neither an existing path nor payload text (base64 or JSON): want dumps, a directory, a record file, or what a producer sent", shortArg(arg))
 		}
 		return nil, err
 	}
