@@ -336,7 +336,7 @@ func (l *laidOut) cells(row []Cell, r *lipgloss.Renderer) (out []string, per int
 			out = append(out, m)
 			continue
 		}
-		out = append(out, ansi.Wrap(c.Text, l.widths[k], " ,;"))
+		out = append(out, ansi.Wrap(c.Text, l.widths[k], " ,;./"))
 	}
 	return out, per
 }
