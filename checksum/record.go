@@ -379,16 +379,9 @@ func (rec *Record) Validate() *RecordError {
 }
 
 // ComputePaths opens a side given as paths (dumps, or directories holding
-// them, as layout.FindDumps reads them), checksums it and closes it.
+// them, as layout.OpenPaths opens them), checksums it and closes it.
 func ComputePaths(ctx context.Context, paths []string, opts Options) (*Checks, error) {
-	found, rest, err := layout.FindDumps(paths)
-	if err != nil {
-		return nil, err
-	}
-	if len(rest) > 0 {
-		return nil, fmt.Errorf("%q is not a dump", rest[0])
-	}
-	dumps, err := layout.OpenSide(found)
+	dumps, err := layout.OpenPaths(paths)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/kvaudit/kvaudit/layout"
 )
 
 // FaultFormat is the format tag of fault.json.
@@ -146,13 +148,8 @@ func ParseKind(s string) (Kind, error) {
 	return "", fmt.Errorf("unknown fault kind %q (want one of %s)", s, strings.Join(names, ", "))
 }
 
-// Rank is a (pp_rank, tp_rank).
-type Rank struct {
-	PP int `json:"pp"`
-	TP int `json:"tp"`
-}
-
-func (r Rank) String() string { return fmt.Sprintf("pp %d tp %d", r.PP, r.TP) }
+// Rank is a (pp_rank, tp_rank): layout.Rank.
+type Rank = layout.Rank
 
 // Fault is what a fault changed and what should catch it: fault.json.
 // Positions are block positions of the side the fault went into (the

@@ -232,6 +232,14 @@ func (d *Dump) Close() error {
 	return errors.Join(errs...)
 }
 
+// Rank is a rank of a side: its pipeline and tensor parallel ranks.
+type Rank struct {
+	PP int `json:"pp"`
+	TP int `json:"tp"`
+}
+
+func (r Rank) String() string { return fmt.Sprintf("pp %d tp %d", r.PP, r.TP) }
+
 // Rank returns the dump's (pp_rank, tp_rank).
 func (d *Dump) Rank() (pp, tp int) {
 	return d.Manifest.Parallel.PPRank, d.Manifest.Parallel.TPRank
@@ -360,4 +368,26 @@ func CloseAll(dumps []*Dump) {
 	for _, d := range dumps {
 		d.Close()
 	}
+}
+
+// NotDumpError is a path given as part of a side that is neither a dump
+// nor a directory holding dumps.
+type NotDumpError struct{ Path string }
+
+func (e *NotDumpError) Error() string {
+	return fmt.Sprintf("%q is not a dump: give a .safetensors file with an embedded manifest, or a directory holding manifest.json or dumps", e.Path)
+}
+
+// OpenPaths opens a side given as paths: dumps, or directories holding
+// them, as FindDumps reads them. Any other file is a *NotDumpError. It is
+// OpenSide after FindDumps; the caller closes the dumps (CloseAll).
+func OpenPaths(paths []string) ([]*Dump, error) {
+	found, rest, err := FindDumps(paths)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) > 0 {
+		return nil, &NotDumpError{Path: rest[0]}
+	}
+	return OpenSide(found)
 }

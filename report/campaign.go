@@ -11,11 +11,14 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/inject"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
-// This file renders the results of package inject: campaigns (kvaudit
-// campaign) and the audits kvaudit diff and kvaudit checksum run beside
-// the checksum comparison (the tail audit, stored checksums).
+// This file renders the results of package inject (campaigns: kvaudit
+// campaign) and of package verify's audits, which kvaudit diff and kvaudit
+// checksum run beside the checksum comparison (the tail audit, stored
+// checksums). The audits' verdicts are verify's; this file only lays them
+// out.
 
 // CampaignFormat is the format tag of `kvaudit campaign -o json`.
 const CampaignFormat = "kvaudit-campaign/1"
@@ -261,38 +264,6 @@ func WriteCampaignJUnit(w io.Writer, r *inject.CampaignResult) error {
 	return writeJUnit(w, out)
 }
 
-// Audits are the consumer audits run beside a comparison; a nil field was
-// not run.
-type Audits struct {
-	// Tail is the transferred-or-zeroed audit.
-	Tail *inject.TailAudit
-	// Stored are each consumer rank's stored checksums.
-	Stored []*checksum.StoredRank
-}
-
-// Failed reports whether an audit found something: a non-zero byte past
-// the transferred range, or a stored checksum that differs.
-func (a *Audits) Failed() bool {
-	if a.Tail != nil && len(a.Tail.Findings) > 0 {
-		return true
-	}
-	for _, s := range a.Stored {
-		if len(s.Mismatches()) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// StoredChecked counts the blocks compared with a stored checksum.
-func (a *Audits) StoredChecked() int {
-	n := 0
-	for _, s := range a.Stored {
-		n += s.Checked()
-	}
-	return n
-}
-
 // TailAuditFormat and StoredFormat are the format tags of the audits'
 // JSON.
 const (
@@ -316,7 +287,7 @@ type TailFindingJSON struct {
 	Group      int         `json:"group"`
 	Position   int         `json:"position"`
 	Block      int         `json:"block"`
-	Rank       inject.Rank `json:"rank"`
+	Rank       layout.Rank `json:"rank"`
 	Layer      string      `json:"layer"`
 	Whole      bool        `json:"whole_block"`
 	FirstToken int         `json:"first_token"`
@@ -327,7 +298,7 @@ type TailFindingJSON struct {
 }
 
 // NewTailAuditJSON converts a tail audit to its JSON.
-func NewTailAuditJSON(a *inject.TailAudit) *TailAuditJSON {
+func NewTailAuditJSON(a *verify.TailAudit) *TailAuditJSON {
 	out := &TailAuditJSON{Format: TailAuditFormat, Verdict: "clean", Checked: a.Checked, Findings: []TailFindingJSON{}, Notes: append([]string{}, a.Notes...)}
 	for _, f := range a.Findings {
 		out.Verdict = "not zeroed"
@@ -392,25 +363,9 @@ func storedVerdict(b *checksum.StoredBlock) string {
 	return "mismatch"
 }
 
-// StoredVerdict is verified when every stored checksum matches, mismatch
-// when one differs, unverified when none was listed.
-func StoredVerdict(ranks []*checksum.StoredRank) checksum.Verdict {
-	checked := 0
-	for _, r := range ranks {
-		if len(r.Mismatches()) > 0 {
-			return checksum.Mismatch
-		}
-		checked += r.Checked()
-	}
-	if checked == 0 {
-		return checksum.Unverified
-	}
-	return checksum.Verified
-}
-
 // NewStoredJSON converts stored checksums to their JSON.
 func NewStoredJSON(ranks []*checksum.StoredRank) *StoredJSON {
-	out := &StoredJSON{Format: StoredFormat, Verdict: string(StoredVerdict(ranks)), Ranks: []StoredRankJSON{}}
+	out := &StoredJSON{Format: StoredFormat, Verdict: string(verify.StoredVerdict(ranks)), Ranks: []StoredRankJSON{}}
 	for _, r := range ranks {
 		rj := StoredRankJSON{Source: r.Path, TPRank: r.TPRank, PPRank: r.PPRank, SkippedGroups: map[string]string{},
 			Requests: []StoredRequestJSON{}, Blocks: []StoredBlockJSON{}}
@@ -444,7 +399,7 @@ func NewStoredJSON(ranks []*checksum.StoredRank) *StoredJSON {
 }
 
 // TailAuditTable lays out the tail audit's findings.
-func TailAuditTable(a *inject.TailAudit) *Table {
+func TailAuditTable(a *verify.TailAudit) *Table {
 	verdict := "clean"
 	if len(a.Findings) > 0 {
 		verdict = fmt.Sprintf("%d block(s) not zeroed", len(a.Findings))
@@ -474,7 +429,7 @@ func TailAuditTable(a *inject.TailAudit) *Table {
 // block hash, its recomputed stored checksum and the manifest's.
 func StoredTable(ranks []*checksum.StoredRank) *Table {
 	t := &Table{
-		Title:  "stored checksums: " + string(StoredVerdict(ranks)),
+		Title:  "stored checksums: " + string(verify.StoredVerdict(ranks)),
 		Header: []string{"rank", "request", "group", "position", "block", "block hash", "stored checksum", "manifest", ""},
 	}
 	for _, r := range ranks {
@@ -514,7 +469,7 @@ func mapKeys[V any](m map[int]V) func(func(int) bool) {
 }
 
 // AuditTables lays out the audits that ran.
-func AuditTables(a *Audits) []*Table {
+func AuditTables(a *verify.Audits) []*Table {
 	var out []*Table
 	if a.Tail != nil {
 		out = append(out, TailAuditTable(a.Tail))
@@ -536,8 +491,11 @@ type diffWithAuditsJSON struct {
 // in a table or markdown, the audits' tables after the comparison's; in
 // JSON, kvaudit-diff/1 with "tail_audit" and "stored" fields added; in
 // JUnit, a test suite per audit after the comparison's suites (a
-// <failure> per finding).
-func RenderDiffAudits(w io.Writer, res *checksum.DiffResult, a *Audits, f Format, opts DiffOptions) error {
+// <failure> per finding). With no audits (a nil a) it is RenderDiff.
+func RenderDiffAudits(w io.Writer, res *checksum.DiffResult, a *verify.Audits, f Format, opts DiffOptions) error {
+	if a == nil {
+		return RenderDiff(w, res, f, opts)
+	}
 	switch f {
 	case FormatJSON:
 		out := diffWithAuditsJSON{DiffJSON: NewDiffJSON(res)}
@@ -591,7 +549,7 @@ func RenderDiffAudits(w io.Writer, res *checksum.DiffResult, a *Audits, f Format
 			}
 			if len(s.Cases) == 0 {
 				c := junitCase{Name: "stored checksums", Classname: "kvaudit.audit"}
-				if StoredVerdict(a.Stored) == checksum.Unverified {
+				if verify.StoredVerdict(a.Stored) == checksum.Unverified {
 					o := &junitOutcome{Message: "no stored checksum to compare", Type: "unverified"}
 					if opts.AllowUnverified {
 						c.Skipped = o

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // ChecksumOptions are the settings of `kvaudit checksum`.
@@ -25,7 +27,7 @@ type ChecksumOptions struct {
 	// PayloadForm is the form -o payload writes.
 	PayloadForm checksum.PayloadForm
 	// Stored emits (and checks) the offload tier's stored checksums
-	// instead of the checks (inject.go).
+	// instead of the checks.
 	Stored bool
 }
 
@@ -94,18 +96,18 @@ of replicated heads. With --partial, a subset of ranks is allowed and
 }
 
 func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
-	in, err := openSide(opts.Paths, false)
+	if opts.Stored {
+		return storedRun(ctx, opts)
+	}
+	in, err := verify.Open(verify.Input{Paths: opts.Paths})
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	if opts.Stored {
-		return storedRun(ctx, opts, in)
-	}
 	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests}
-	bar := newChecksumProgress(opts.IO, in.dumps, opts.Requests)
+	bar := newChecksumProgress(opts.IO, in.Dumps, opts.Requests)
 	copts.Progress = bar.Callback()
-	recs, err := in.allRecords(ctx, copts)
+	recs, err := in.AllRecords(ctx, copts)
 	bar.Finish()
 	if err != nil {
 		return err
@@ -158,4 +160,37 @@ func writeRecords(opts *ChecksumOptions, recs []*checksum.Record) error {
 		fmt.Fprintf(opts.IO.Err, "wrote %s\n", p)
 	}
 	return nil
+}
+
+// storedRun is kvaudit checksum --stored: each full block's stored
+// checksum and, where the manifests list stored checksums, whether they
+// match (exit 1 if one differs).
+func storedRun(ctx context.Context, opts *ChecksumOptions) error {
+	if opts.Output != "table" && opts.Output != "json" {
+		return usageErrorf("--stored: -o %q: want table or json", opts.Output)
+	}
+	res, err := verify.CheckStored(ctx, verify.Input{Paths: opts.Paths}, verify.Options{Engine: opts.Engine, Requests: opts.Requests})
+	if errors.Is(err, verify.ErrStoredRecords) {
+		return usageErrorf("--stored: %v", err)
+	}
+	if err != nil {
+		return err
+	}
+	if opts.Output == "json" {
+		err = report.WriteJSON(opts.IO.Out, report.NewStoredJSON(res.Audits.Stored))
+	} else {
+		err = report.StoredTable(res.Audits.Stored).Render(opts.IO.Out, report.FormatTable, tableStyle(opts.IO))
+	}
+	if err != nil {
+		return err
+	}
+	return resultExit(res, true)
+}
+
+// describeRanks says which ranks of a side are present, for errors.
+func describeRanks(recs []*checksum.Record) string {
+	if len(recs) == 0 {
+		return "no ranks"
+	}
+	return fmt.Sprintf("%d of %d ranks (tp %d x pp %d)", len(recs), recs[0].TPSize*recs[0].PPSize, recs[0].TPSize, recs[0].PPSize)
 }

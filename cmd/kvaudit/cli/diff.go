@@ -1,23 +1,15 @@
 package cli
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"slices"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 func init() {
@@ -37,7 +29,7 @@ type DiffOptions struct {
 	// request (0: drill.DefaultMaxDetails, negative: no cap).
 	NoDrill    bool
 	MaxDetails int
-	// AuditTail and Stored run the consumer audits (inject.go).
+	// AuditTail and Stored run the consumer audits.
 	AuditTail, Stored bool
 }
 
@@ -117,294 +109,40 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 	return cmd
 }
 
-// diffSide is one side of a comparison: dumps and records, or payloads.
-type diffSide struct {
-	in *sideInput // dumps and records; nil for payloads
-	// payloads: one bare payload (bare, pairs with one consumer request)
-	// or a map of producer request id to payload.
-	bare    *checksum.RequestChecks
-	byID    []*checksum.RequestChecks
-	payload bool
-	// notes say why payloads were not decoded, by producer request id
-	// ("" for a bare payload).
-	notes map[string]string
-}
-
-func (s *diffSide) Close() {
-	if s.in != nil {
-		s.in.Close()
-	}
-}
-
-// dumpsOnly says whether the side is all dumps (so the drill-down can
-// read its cells).
-func (s *diffSide) dumpsOnly() bool {
-	return s.in != nil && len(s.in.records) == 0 && len(s.in.dumps) > 0
-}
-
 func diffRun(ctx context.Context, opts *DiffOptions) error {
-	cside, err := readDiffSide(opts.Consumer, opts.IO.In)
-	if err != nil {
-		return fmt.Errorf("consumer: %w", err)
-	}
-	defer cside.Close()
-	if cside.payload {
-		return usageErrorf("consumer %q is a payload: the consumer must be dumps or records (a payload is what a producer sends)", opts.Consumer)
-	}
-	pside, err := readDiffSide(opts.Producer, opts.IO.In)
-	if err != nil {
-		return fmt.Errorf("producer: %w", err)
-	}
-	defer pside.Close()
-
-	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests}
-	crecs, err := cside.in.allRecords(ctx, copts)
-	if err != nil {
-		return fmt.Errorf("consumer: %w", err)
-	}
-	cons, err := checksum.Merge(crecs)
-	if err != nil {
-		return fmt.Errorf("consumer: %w", err)
-	}
-	if len(opts.Requests) > 0 {
-		if err := cons.Select(opts.Requests); err != nil {
-			return usageErrorf("consumer: %v", err)
-		}
-	}
-
-	var prod *checksum.Checks
+	res, err := verify.Compare(ctx,
+		verify.Input{Arg: opts.Producer, Stdin: opts.IO.In},
+		verify.Input{Arg: opts.Consumer, Stdin: opts.IO.In},
+		verify.Options{Engine: opts.Engine, Requests: opts.Requests, NoDrill: opts.NoDrill, MaxDetails: opts.MaxDetails,
+			AuditTail: opts.AuditTail, Stored: opts.Stored})
+	var bare *verify.BarePayloadError
 	switch {
-	case pside.bare != nil:
-		if len(cons.Requests) != 1 {
-			return usageErrorf("producer %q is one request's payload: name the consumer request it is for with --request (the consumer holds %d requests)", shortArg(opts.Producer), len(cons.Requests))
-		}
-		pside.bare.ID = cons.Requests[0].PairID()
-		prod = checksum.ProducerChecks(pside.bare)
-	case pside.payload:
-		prod = checksum.ProducerChecks(pside.byID...)
-	default:
-		var ids []string
-		for _, r := range cons.Requests {
-			if !slices.Contains(ids, r.PairID()) {
-				ids = append(ids, r.PairID())
-			}
-		}
-		precs, err := pside.in.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: ids})
-		if err != nil {
-			return fmt.Errorf("producer: %w", err)
-		}
-		if prod, err = checksum.Merge(precs); err != nil {
-			return fmt.Errorf("producer: %w", err)
-		}
+	case errors.As(err, &bare):
+		return usageErrorf("producer %s is one request's payload: name the consumer request it is for with --request (the consumer holds %d requests)", bare.Producer, bare.Requests)
+	case errors.Is(err, verify.ErrAuditRecords):
+		return usageErrorf("--audit-tail and --stored: %v", err)
+	case err != nil:
+		return err
 	}
-
-	res := checksum.Diff(prod, cons)
-	for _, rv := range res.Requests {
-		note, ok := pside.notes[rv.ProducerID]
-		if !ok && pside.bare != nil {
-			note, ok = pside.notes[""]
-		}
-		if ok {
-			rv.Notes = append(rv.Notes, "the producer's payload: "+note)
-		}
-	}
-	if !opts.NoDrill && res.Verdict == checksum.Mismatch && pside.dumpsOnly() && cside.dumpsOnly() {
-		if err := drill.Explain(ctx, pside.in.dumps, cside.in.dumps, res, drill.Options{MaxDetails: opts.MaxDetails}); err != nil {
-			return err
-		}
-	}
-	if opts.AuditTail || opts.Stored {
-		return diffAudits(ctx, opts, res, cside)
-	}
-	err = report.RenderDiff(opts.IO.Out, res, report.Format(opts.Output), report.DiffOptions{
+	err = report.RenderDiffAudits(opts.IO.Out, res.Diff, res.Audits, report.Format(opts.Output), report.DiffOptions{
 		Style: tableStyle(opts.IO), AllowUnverified: opts.AllowUnverified,
 	})
 	if err != nil {
 		return err
 	}
-	return diffExit(res, opts.AllowUnverified)
+	return resultExit(res, opts.AllowUnverified)
 }
 
-// diffExit maps a verdict to the command's result: ExitMismatch, else
+// resultExit maps a result to the command's: ExitMismatch, else
 // ExitUnverified unless allowed, else nil.
-func diffExit(res *checksum.DiffResult, allowUnverified bool) error {
-	var ids []string
-	for _, r := range res.Requests {
-		if r.Verdict == res.Verdict {
-			ids = append(ids, r.ID)
+func resultExit(res *verify.Result, allowUnverified bool) error {
+	switch res.Verdict() {
+	case checksum.Mismatch:
+		return &ResultError{Code: ExitMismatch, Msg: res.Summary()}
+	case checksum.Unverified:
+		if !allowUnverified {
+			return &ResultError{Code: ExitUnverified, Msg: res.Summary() + " (--allow-unverified accepts unverified loads)"}
 		}
-	}
-	switch {
-	case res.Verdict == checksum.Mismatch:
-		return &ResultError{Code: ExitMismatch, Msg: "mismatch: request " + strings.Join(ids, ", ")}
-	case res.Verdict == checksum.Unverified && !allowUnverified:
-		if len(ids) == 0 {
-			return &ResultError{Code: ExitUnverified, Msg: "unverified: the consumer holds no request"}
-		}
-		return &ResultError{Code: ExitUnverified, Msg: "unverified: request " + strings.Join(ids, ", ") + " (--allow-unverified accepts unverified loads)"}
 	}
 	return nil
-}
-
-// maxPayloadFile bounds a payload or kv_transfer_params file read whole
-// (a 128k-token prompt's payload is about 87 KB of base64 per group).
-const maxPayloadFile = 1 << 30
-
-// readDiffSide resolves one side argument: "-" (payload text or JSON on
-// stdin), a dump or directory (dumps and records), a record file, a
-// payload file, or, when arg is not an existing path, payload text.
-func readDiffSide(arg string, stdin io.Reader) (*diffSide, error) {
-	if arg == "-" {
-		data, err := io.ReadAll(io.LimitReader(stdin, maxPayloadFile))
-		if err != nil {
-			return nil, fmt.Errorf("reading stdin: %w", err)
-		}
-		return payloadSide("stdin", data)
-	}
-	st, err := os.Stat(arg)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) && !looksLikePath(arg) {
-			return payloadSide("the argument", []byte(arg))
-		}
-		return nil, err
-	}
-	if st.IsDir() || strings.HasSuffix(arg, ".safetensors") {
-		in, err := openSide([]string{arg}, true)
-		if err != nil {
-			return nil, err
-		}
-		if len(in.rest) > 0 {
-			in.Close()
-			return nil, fmt.Errorf("%q is neither a dump nor a record (a payload is given as a file of its own)", in.rest[0])
-		}
-		return &diffSide{in: in}, nil
-	}
-	if st.Size() > maxPayloadFile {
-		return nil, fmt.Errorf("%q: %d bytes is too large for a payload or record file", arg, st.Size())
-	}
-	data, err := os.ReadFile(arg)
-	if err != nil {
-		return nil, err
-	}
-	if looksLikeRecord(data) {
-		recs, err := checksum.ParseRecords(arg, data)
-		if err != nil {
-			return nil, err
-		}
-		return &diffSide{in: &sideInput{records: recs}}, nil
-	}
-	return payloadSide(fmt.Sprintf("%q", arg), data)
-}
-
-// looksLikePath says whether an argument that does not exist was meant as
-// a path rather than payload text. Payload text is at least 8 characters
-// of the base64 alphabets (standard or URL-safe, so that the decoder can
-// say what is wrong with it) and, if it has a "/", no existing directory
-// before it.
-func looksLikePath(arg string) bool {
-	t := strings.TrimSpace(arg)
-	if len(t) < 8 || strings.Trim(t, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_") != "" {
-		return true
-	}
-	if dir := filepath.Dir(t); dir != "." {
-		if st, err := os.Stat(dir); err == nil && st.IsDir() {
-			return true
-		}
-	}
-	return false
-}
-
-// shortArg abbreviates a long argument (payload text) for messages.
-func shortArg(s string) string {
-	if len(s) > 40 {
-		return s[:37] + "..."
-	}
-	return s
-}
-
-// payloadSide reads a producer given as what it sent: a JSON object (with
-// "kv_checksums", or a map of request id to payload), base64 text, or raw
-// msgpack bytes. A payload that does not decode is not an error: its
-// request is unverified (the producer's checksums are invalid) and the
-// decoding error becomes a note. what names the input for errors.
-func payloadSide(what string, data []byte) (*diffSide, error) {
-	s := &diffSide{payload: true, notes: map[string]string{}}
-	text := bytes.TrimSpace(data)
-	bare := func(text string) {
-		rc, err := checksum.PayloadRequestBase64("", text)
-		if err != nil {
-			s.notes[""] = err.Error()
-		}
-		s.bare = rc
-	}
-	switch {
-	case len(text) > 0 && text[0] == '{':
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(text, &obj); err != nil {
-			return nil, fmt.Errorf("%s: not a JSON object: %v", what, err)
-		}
-		var format string
-		if json.Unmarshal(obj["format"], &format) == nil && strings.HasPrefix(format, "kvaudit-") {
-			return nil, fmt.Errorf("%s is %s output, not what a producer sends: give its dumps, records (checksum --partial -o record) or payloads (checksum -o payload)", what, format)
-		}
-		if raw, ok := obj["kv_checksums"]; ok {
-			// vLLM's kv_transfer_params.
-			var t *string
-			switch err := json.Unmarshal(raw, &t); {
-			case err != nil:
-				s.bare = checksum.InvalidRequest("", checksum.ReasonInvalidChecksums)
-				s.notes[""] = fmt.Sprintf("kv_checksums is not a string: %s", shortArg(string(raw)))
-			case t == nil:
-				s.bare = checksum.InvalidRequest("", checksum.ReasonNoChecksums)
-			default:
-				bare(*t)
-			}
-			return s, nil
-		}
-		texts := map[string]string{}
-		for id, raw := range obj {
-			var t string
-			if err := json.Unmarshal(raw, &t); err != nil {
-				// kv_transfer_params without kv_checksums.
-				s.bare = checksum.InvalidRequest("", checksum.ReasonNoChecksums)
-				return s, nil
-			}
-			texts[id] = t
-		}
-		// The map checksum -o payload prints: request id -> payload.
-		ids := make([]string, 0, len(texts))
-		for id := range texts {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		for _, id := range ids {
-			rc, err := checksum.PayloadRequestBase64(id, texts[id])
-			if err != nil {
-				s.notes[id] = err.Error()
-			}
-			s.byID = append(s.byID, rc)
-		}
-	case isText(text):
-		bare(string(text))
-	default:
-		// Raw msgpack, as a file.
-		p, err := checksum.DecodePayload(data)
-		if err != nil {
-			s.bare = checksum.InvalidRequest("", checksum.ReasonInvalidChecksums)
-			s.notes[""] = err.Error()
-			return s, nil
-		}
-		s.bare = checksum.PayloadRequest("", p)
-	}
-	return s, nil
-}
-
-// isText says whether b is printable ASCII (base64 text, maybe broken).
-func isText(b []byte) bool {
-	for _, c := range b {
-		if c < 0x20 && c != '\t' && c != '\n' && c != '\r' || c >= 0x7f {
-			return false
-		}
-	}
-	return true
 }

@@ -174,21 +174,8 @@ func parseRank(s string) (*inject.Rank, error) {
 	return &inject.Rank{PP: p, TP: t}, nil
 }
 
-// openDumpSide opens the dumps of a side given as paths; anything that is
-// not a dump is an error.
-func openDumpSide(paths []string) ([]*layout.Dump, error) {
-	dumps, rest, err := layout.FindDumps(paths)
-	if err != nil {
-		return nil, err
-	}
-	if len(rest) > 0 {
-		return nil, fmt.Errorf("%q is not a dump (give dumps or directories holding them)", rest[0])
-	}
-	return layout.OpenSide(dumps)
-}
-
 func injectRun(ctx context.Context, opts *InjectOptions) error {
-	dumps, err := openDumpSide(opts.Paths)
+	dumps, err := layout.OpenPaths(opts.Paths)
 	if err != nil {
 		return err
 	}
@@ -299,108 +286,4 @@ func expectSummary(f *inject.Fault) string {
 		parts = append(parts, "every load verifies")
 	}
 	return strings.Join(parts, "; ")
-}
-
-// Audit options of kvaudit diff (--audit-tail, --stored) and kvaudit
-// checksum (--stored): runAudits runs them on a consumer's dumps.
-
-// runAudits runs the tail audit (tail) and the stored-checksum check
-// (stored) on dumps.
-func runAudits(ctx context.Context, dumps []*layout.Dump, requests []string, tail, stored bool, engine checksum.Engine) (*report.Audits, error) {
-	a := &report.Audits{}
-	if tail {
-		t, err := inject.AuditTails(dumps, requests)
-		if err != nil {
-			return nil, err
-		}
-		a.Tail = t
-	}
-	if stored {
-		a.Stored = []*checksum.StoredRank{}
-		for _, d := range dumps {
-			s, err := checksum.Stored(ctx, d, checksum.Options{Engine: engine, Requests: requests})
-			if err != nil {
-				return nil, err
-			}
-			a.Stored = append(a.Stored, s)
-		}
-	}
-	return a, nil
-}
-
-// auditExit combines a command's result with its audits': a finding is a
-// mismatch (exit 1); --stored with no stored checksum to compare is
-// unverified (exit 2) unless allowed.
-func auditExit(result error, a *report.Audits, allowUnverified bool) error {
-	var re *ResultError
-	if result != nil && !errors.As(result, &re) {
-		return result
-	}
-	var msgs []string
-	if re != nil && re.Code == ExitMismatch {
-		msgs = append(msgs, re.Msg)
-	}
-	if a.Tail != nil && len(a.Tail.Findings) > 0 {
-		x := a.Tail.Findings[0]
-		msgs = append(msgs, fmt.Sprintf("tail audit: %d block(s) hold non-zero bytes past the transferred range (request %s group %d position %d, ...)", len(a.Tail.Findings), x.Request, x.Group, x.Position))
-	}
-	if a.Stored != nil && report.StoredVerdict(a.Stored) == checksum.Mismatch {
-		msgs = append(msgs, "stored checksums: some block differs from the checksum stored with it")
-	}
-	if len(msgs) > 0 {
-		return &ResultError{Code: ExitMismatch, Msg: strings.Join(msgs, "; ")}
-	}
-	if result != nil {
-		return result
-	}
-	if a.Stored != nil && report.StoredVerdict(a.Stored) == checksum.Unverified && !allowUnverified {
-		return &ResultError{Code: ExitUnverified, Msg: "stored checksums: no request lists stored_checksums for a full block (--allow-unverified accepts it)"}
-	}
-	return nil
-}
-
-// diffAudits renders a comparison with the consumer audits the options ask
-// for and returns the command's result. It is kvaudit diff's path when
-// --audit-tail or --stored is given; the consumer must be dumps.
-func diffAudits(ctx context.Context, opts *DiffOptions, res *checksum.DiffResult, consumer *diffSide) error {
-	if consumer.in == nil || len(consumer.in.dumps) == 0 || len(consumer.in.records) > 0 {
-		return usageErrorf("--audit-tail and --stored read the consumer's dumps: give dumps, not records")
-	}
-	a, err := runAudits(ctx, consumer.in.dumps, opts.Requests, opts.AuditTail, opts.Stored, opts.Engine)
-	if err != nil {
-		return fmt.Errorf("consumer: %w", err)
-	}
-	err = report.RenderDiffAudits(opts.IO.Out, res, a, report.Format(opts.Output), report.DiffOptions{
-		Style: tableStyle(opts.IO), AllowUnverified: opts.AllowUnverified,
-	})
-	if err != nil {
-		return err
-	}
-	return auditExit(diffExit(res, opts.AllowUnverified), a, opts.AllowUnverified)
-}
-
-// storedRun is kvaudit checksum --stored: each full block's stored
-// checksum (rank-local, so any subset of ranks will do) and, where the
-// manifests list stored checksums, whether they match (exit 1 if one
-// differs).
-func storedRun(ctx context.Context, opts *ChecksumOptions, in *sideInput) error {
-	if len(in.records) > 0 || len(in.dumps) == 0 {
-		return usageErrorf("--stored reads dumps (the blocks and their block hashes), not records")
-	}
-	if opts.Output != "table" && opts.Output != "json" {
-		return usageErrorf("--stored: -o %q: want table or json", opts.Output)
-	}
-	a, err := runAudits(ctx, in.dumps, opts.Requests, false, true, opts.Engine)
-	if err != nil {
-		return err
-	}
-	if opts.Output == "json" {
-		err = report.WriteJSON(opts.IO.Out, report.NewStoredJSON(a.Stored))
-	} else {
-		err = report.StoredTable(a.Stored).Render(opts.IO.Out, report.FormatTable, tableStyle(opts.IO))
-	}
-	if err != nil {
-		return err
-	}
-	return auditExit(nil, a, true)
 }

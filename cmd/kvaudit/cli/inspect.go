@@ -58,8 +58,10 @@ func inspectRun(_ context.Context, opts *InspectOptions) error {
 		return err
 	}
 	if len(rest) > 0 {
-		return usageErrorf("%q is not a dump: give a .safetensors file with an embedded manifest, or a directory holding manifest.json", rest[0])
+		return &layout.NotDumpError{Path: rest[0]}
 	}
+	// Each dump on its own (not layout.OpenPaths): inspect shows dumps of
+	// different sides side by side.
 	var dumps []*layout.Dump
 	// A closure, so that it closes the dumps opened below (a plain defer
 	// would evaluate dumps now, while it is nil), also when one fails to
