@@ -15,10 +15,6 @@ import (
 	"github.com/kvaudit/kvaudit/report"
 )
 
-func init() {
-	extraCommands = append(extraCommands, func(s *Streams) *cobra.Command { return NewCmdBench(s, nil) })
-}
-
 // BenchOptions are the settings of `kvaudit bench`.
 type BenchOptions struct {
 	IO *Streams

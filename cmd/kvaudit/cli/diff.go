@@ -12,10 +12,6 @@ import (
 	"github.com/kvaudit/kvaudit/verify"
 )
 
-func init() {
-	extraCommands = append(extraCommands, func(s *Streams) *cobra.Command { return NewCmdDiff(s, nil) })
-}
-
 // DiffOptions are the settings of `kvaudit diff`.
 type DiffOptions struct {
 	IO *Streams

@@ -17,10 +17,6 @@ import (
 	"github.com/kvaudit/kvaudit/report"
 )
 
-func init() {
-	extraCommands = append(extraCommands, func(s *Streams) *cobra.Command { return NewCmdInject(s, nil) })
-}
-
 // InjectOptions are the settings of `kvaudit inject`.
 type InjectOptions struct {
 	IO    *Streams

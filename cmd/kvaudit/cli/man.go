@@ -8,10 +8,6 @@ import (
 	"github.com/spf13/cobra/doc"
 )
 
-func init() {
-	extraCommands = append(extraCommands, NewCmdMan)
-}
-
 // NewCmdMan builds `kvaudit man`, which writes man pages for every command.
 func NewCmdMan(s *Streams) *cobra.Command {
 	return &cobra.Command{

@@ -57,22 +57,21 @@ optional kvaudit.yaml (--config, the working directory or
 		return &UsageError{fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
 	})
 	root.PersistentFlags().String("config", "", "configuration file (default ./kvaudit.yaml or ~/.config/kvaudit/kvaudit.yaml)")
+	// Every command, in one list.
 	root.AddCommand(
 		NewCmdChecksum(s, nil),
+		NewCmdDiff(s, nil),
 		NewCmdInspect(s, nil),
+		NewCmdInject(s, nil),
+		NewCmdCampaign(s, nil),
 		NewCmdSynth(s, nil),
 		NewCmdDemo(s, nil),
+		NewCmdBench(s, nil),
+		NewCmdMan(s),
 		NewCmdVersion(s),
 	)
-	for _, add := range extraCommands {
-		root.AddCommand(add(s))
-	}
 	return root
 }
-
-// extraCommands are added by the files that define them (diff, inject,
-// campaign, bench, ...), so the root needs no edit for each.
-var extraCommands []func(*Streams) *cobra.Command
 
 // parseFormat checks an -o value against the formats a command offers.
 func parseFormat(value string, allowed ...string) (string, error) {
