@@ -3,14 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
-	"github.com/kvaudit/kvaudit/kernels"
+	"github.com/kvaudit/kvaudit/internal/kernels"
 	"os"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvaudit/kvaudit/checksum/bench"
+	"github.com/kvaudit/kvaudit/internal/bench"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/report"
 )
