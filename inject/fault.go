@@ -93,7 +93,7 @@ type Info struct {
 
 // Infos lists every kind in the order of the campaign table.
 var Infos = []Info{
-	{BitFlip, "bit rot, bad DMA: --bits N bits of one cell flipped", DetectChecksum, InputDumps, false},
+	{BitFlip, "bit rot, bad DMA: a few bits of one cell flipped", DetectChecksum, InputDumps, false},
 	{ByteNoise, "torn or garbage write: a run of one cell's bytes replaced by noise", DetectChecksum, InputDumps, false},
 	{ZeroBlock, "lost write: a block's cells zeroed on one rank", DetectChecksum, InputDumps, false},
 	{SwapTokens, "wrong token offset: two tokens of a block swapped in one layer", DetectChecksum, InputDumps, false},
@@ -285,6 +285,18 @@ type PayloadChange struct {
 	Msgpack    []Change `json:"msgpack,omitempty"`
 	TextLength int      `json:"text_length,omitempty"`
 }
+
+// OptionError is an option that names nothing of the side, or a value out
+// of range. Option is the field's Go name in Options or PrepareOptions
+// ("Target.Request", "Target.Group", "Target.Rank", "Bits",
+// "ExtraBlocks"); Value is its value as the message shows it.
+type OptionError struct {
+	Option string
+	Value  string
+	Msg    string
+}
+
+func (e *OptionError) Error() string { return fmt.Sprintf("%s %s: %s", e.Option, e.Value, e.Msg) }
 
 // NotApplicableError says a kind cannot be injected into a side (no
 // second request, no replicated head, no stored checksums, ...).

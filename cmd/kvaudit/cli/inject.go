@@ -201,7 +201,7 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 		defer os.RemoveAll(tmp)
 		paths, err := inject.Prepare(ctx, dumps, filepath.Join(tmp, "side"), p)
 		if err != nil {
-			return err
+			return injectFlagError(err)
 		}
 		prepared, err := layout.OpenSide(paths)
 		if err != nil {
@@ -216,12 +216,29 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 		return fmt.Errorf("%w (kvaudit inject --help lists what each kind needs)", err)
 	}
 	if err != nil {
-		return err
+		return injectFlagError(err)
 	}
 	if opts.Output == "json" {
 		return report.WriteJSON(opts.IO.Out, f)
 	}
 	return faultTable(f, opts.Out).Render(opts.IO.Out, report.FormatTable, tableStyle(opts.IO))
+}
+
+// injectFlags are the flags of inject's options (inject.OptionError).
+var injectFlags = map[string]string{
+	"Target.Request": "--request", "Target.Group": "--group", "Target.Rank": "--rank",
+	"Bits": "--bits", "ExtraBlocks": "--extra-blocks",
+}
+
+// injectFlagError names the flag of an option inject rejects.
+func injectFlagError(err error) error {
+	var oe *inject.OptionError
+	if errors.As(err, &oe) {
+		if flag, ok := injectFlags[oe.Option]; ok {
+			return usageErrorf("%s %s: %s", flag, oe.Value, oe.Msg)
+		}
+	}
+	return err
 }
 
 // faultTable summarizes a fault.

@@ -5,6 +5,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/report"
 )
 
@@ -23,6 +25,10 @@ func Main(args []string, s *Streams) int {
 	root := NewRootCmd(s)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	var dm *checksum.DeviceMemoryError
+	if errors.As(err, &dm) {
+		err = fmt.Errorf("%w (--engine cuda)", err)
+	}
 	if err != nil {
 		if _, silent := err.(*ResultError); !silent || err.Error() != "" {
 			fmt.Fprintf(s.Err, "kvaudit: %v\n", err)
