@@ -77,9 +77,9 @@ func (s *Side) AllRecords(ctx context.Context, opts checksum.Options) ([]*checks
 	return append(recs, s.Records...), nil
 }
 
-// MaxPayloadFile bounds a payload or record file read whole (a 128k-token
+// maxPayloadFile bounds a payload or record file read whole (a 128k-token
 // prompt's payload is about 87 KB of base64 per group).
-const MaxPayloadFile = 1 << 30
+const maxPayloadFile = 1 << 30
 
 // Open opens a side: the one way from paths, an argument or payload bytes
 // to dumps, records or payloads. The caller closes the side.
@@ -134,13 +134,13 @@ func openPaths(paths []string) (*Side, error) {
 	return s, nil
 }
 
-// readFile reads a record or payload file whole, within MaxPayloadFile.
+// readFile reads a record or payload file whole, within maxPayloadFile.
 func readFile(p string) ([]byte, error) {
 	st, err := os.Stat(p)
 	if err != nil {
 		return nil, err
 	}
-	if st.Size() > MaxPayloadFile {
+	if st.Size() > maxPayloadFile {
 		return nil, fmt.Errorf("%q: %d bytes is too large for a payload or record file", p, st.Size())
 	}
 	return os.ReadFile(p)
@@ -160,7 +160,7 @@ func openArg(arg string, stdin io.Reader) (*Side, error) {
 		if stdin == nil {
 			return nil, errors.New(`"-" reads the payload from Stdin, and there is none`)
 		}
-		data, err := io.ReadAll(io.LimitReader(stdin, MaxPayloadFile))
+		data, err := io.ReadAll(io.LimitReader(stdin, maxPayloadFile))
 		if err != nil {
 			return nil, fmt.Errorf("reading stdin: %w", err)
 		}
