@@ -1,5 +1,5 @@
 // Package checksum computes kvaudit's KV cache checksums: the definition of
-// SPEC sections 1 to 7 (per (group, block position) values that do not
+// docs/spec.md §1 to §7 (per (group, block position) values that do not
 // depend on TP, PP, memory layout or block size), the engines that evaluate
 // it (Reference, literal; Fast, parallel and allocation-free), per-rank
 // records and their merge into whole-model checks, fingerprints, and the

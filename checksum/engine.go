@@ -45,7 +45,7 @@ func (p *Plan) Bytes() int64 {
 	return n
 }
 
-// Engine evaluates the definition of SPEC section 1.
+// Engine evaluates the definition of docs/spec.md §1.
 type Engine interface {
 	// Name is the engine's name ("cpu", "ref", "cuda").
 	Name() string

@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// PayloadForm is the shape of a payload on the wire (SPEC.md section 8).
+// PayloadForm is the shape of a payload on the wire (docs/spec.md §8).
 type PayloadForm int
 
 const (

@@ -17,7 +17,7 @@ import (
 // RecordFormat is the format tag of a record.
 const RecordFormat = "kvaudit-record/1"
 
-// Record is one rank's partial checksums (SPEC section 8).
+// Record is one rank's partial checksums (docs/spec.md §8).
 type Record struct {
 	Format string `json:"format"`
 	// Source is the dump the record was computed from (informative).
@@ -43,7 +43,7 @@ type RecordGroup struct {
 	FingerprintFlat layout.Hex64 `json:"fingerprint_flat"`
 	// Layers counts the group's layers on the rank (aliases included).
 	Layers int `json:"layers"`
-	// SplitLess marks a state group without a TP split (SPEC section 6):
+	// SplitLess marks a state group without a TP split (docs/spec.md §6):
 	// comparable only between equal TP sizes.
 	SplitLess bool `json:"split_less,omitempty"`
 }

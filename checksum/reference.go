@@ -7,7 +7,7 @@ import (
 	"github.com/kvaudit/kvaudit/layout"
 )
 
-// Reference is the definition of SPEC section 1 written as plainly as
+// Reference is the definition of docs/spec.md §1 written as plainly as
 // possible: one loop per sum, every cell assembled byte by byte. It is slow
 // and exists to check the other engines.
 type Reference struct{}

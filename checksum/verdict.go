@@ -6,8 +6,8 @@ import (
 	"github.com/kvaudit/kvaudit/layout"
 )
 
-// Verdict is the outcome of comparing a consumer with its producer (SPEC
-// section 9).
+// Verdict is the outcome of comparing a consumer with its producer (docs/spec.md
+// §9).
 type Verdict string
 
 // Verdicts. LeftOut applies to groups only.
@@ -75,7 +75,7 @@ type GroupVerdict struct {
 	Reason string
 	// Positions are the consumer block positions that differ, ascending.
 	Positions []int
-	// Checks are the consumer checks (replica copies, SPEC section 2)
+	// Checks are the consumer checks (replica copies, docs/spec.md §2)
 	// that differ from the producer's check 0, ascending.
 	Checks []int
 	// BlockSize and ProducerBlockSize are the two sides' block sizes (0
@@ -107,7 +107,7 @@ type Detail struct {
 	// "zeroed", "heads 1<->2 swapped", "holds the block of position 3",
 	// "holds KV of request req-4", "random bytes", ...
 	Hint string
-	// State is set for a state group (SPEC section 6): Head and LastHead
+	// State is set for a state group (docs/spec.md §6): Head and LastHead
 	// are then the first and last differing global rows, StateIndex the
 	// state (in the layer's states) they belong to, and there are no
 	// tokens. For attention LastHead equals Head.
@@ -117,7 +117,7 @@ type Detail struct {
 }
 
 // Diff compares each consumer request with its producer request (the
-// consumer's ProducerID, else its ID) as SPEC section 9 says. Every check
+// consumer's ProducerID, else its ID) as docs/spec.md §9 says. Every check
 // of the consumer is compared with the producer's check 0; positions are
 // compared where both sides checksummed them and hold the same number of
 // tokens, in chunks of the larger block size when the sizes differ.

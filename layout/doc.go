@@ -5,5 +5,5 @@
 // A dump is opened with Open (one rank) or OpenSide (all ranks of a producer
 // or consumer). Data is memory-mapped and never written. Every inconsistency
 // in a dump is an error naming the file and the field; a group that is valid
-// but cannot be checksummed is kept with the fixed reason of SPEC section 4.
+// but cannot be checksummed is kept with the fixed reason of docs/spec.md §4.
 package layout

@@ -8,11 +8,11 @@ import (
 	"strings"
 )
 
-// MaxHeadsPerLayer is H of SPEC section 1: the bound on a layer number's
+// MaxHeadsPerLayer is H of docs/spec.md §1: the bound on a layer number's
 // global KV heads, and the stride of layer numbers in slice factors.
 const MaxHeadsPerLayer = 1 << 16
 
-// Reasons a group is not checksummed (SPEC section 4), reported verbatim.
+// Reasons a group is not checksummed (docs/spec.md §4), reported verbatim.
 const (
 	ReasonNoLayerNumber     = "no single layer number"
 	ReasonSharedLayerNumber = "two caches share a layer number"
@@ -59,11 +59,11 @@ type LayerInfo struct {
 // LayerView is one distinct cache of a group on one rank.
 type LayerView struct {
 	Layer   *Layer
-	Number  int    // the layer number of SPEC section 3
+	Number  int    // the layer number of docs/spec.md §3
 	Module  string // the layer name up to and including its number
 	Aliases []string
 	// Heads is the number of heads this rank holds; HeadBase is the global
-	// index of its first (SPEC section 2 and 3).
+	// index of its first (docs/spec.md §2 and §3).
 	Heads    int
 	HeadBase int
 	// GlobalHeads is the cache's head count over all TP shards.
@@ -73,7 +73,7 @@ type LayerView struct {
 	// Pieces is P, the pieces of one cell.
 	Pieces int
 	Cells  CellView
-	// State marks a state layer's view (SPEC section 6): its "heads" are
+	// State marks a state layer's view (docs/spec.md §6): its "heads" are
 	// global rows of one (state, segment), its pieces the row's elements,
 	// and its block is a request's state block at position 0. StateIndex
 	// is the index of its state in the layer's states.
@@ -143,7 +143,7 @@ func isMLA(g *Group, l *Layer) bool {
 	return g.Kind == KindMLA
 }
 
-// replicas applies the rules of SPEC section 2. ok is false when the
+// replicas applies the rules of docs/spec.md §2. ok is false when the
 // replication is unknown.
 func replicas(m *Manifest, g *Group, l *Layer, heads int) (int, bool) {
 	tp := m.Parallel.TPSize
@@ -294,7 +294,7 @@ func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer
 		}
 		base := headsAt[c.number]
 		if g.Kind == KindMamba {
-			// State rows take the place of heads (SPEC section 6).
+			// State rows take the place of heads (docs/spec.md §6).
 			if base+o.rows > MaxHeadsPerLayer {
 				v.Skip = ReasonTooManyHeads
 				return v, nil

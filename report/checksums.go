@@ -14,8 +14,8 @@ import (
 // ChecksumsFormat is the format tag of `kvaudit checksum -o json`.
 const ChecksumsFormat = "kvaudit-checksums/1"
 
-// ChecksumsJSON is the stable schema of `kvaudit checksum -o json` (SPEC
-// section 12). Fields are added, never renamed or removed.
+// ChecksumsJSON is the stable schema of `kvaudit checksum -o json` (docs/spec.md
+// §12). Fields are added, never renamed or removed.
 type ChecksumsJSON struct {
 	Format   string                `json:"format"`
 	TPSize   int                   `json:"tp_size"`

@@ -14,8 +14,7 @@ import (
 // DiffFormat is the format tag of `kvaudit diff -o json`.
 const DiffFormat = "kvaudit-diff/1"
 
-// DiffJSON is the stable schema of `kvaudit diff -o json` (SPEC section
-// 12). Fields are added, never renamed or removed.
+// DiffJSON is the stable schema of `kvaudit diff -o json` (docs/spec.md §12). Fields are added, never renamed or removed.
 type DiffJSON struct {
 	Format string `json:"format"`
 	// Verdict is verified, mismatch or unverified.

@@ -1,4 +1,4 @@
-// CUDA kernels of kvaudit's GPU engine (package kernels; SPEC section 1).
+// CUDA kernels of kvaudit's GPU engine (package kernels; docs/spec.md §1).
 //
 // kvaudit_checksum_* is kernels.(*Kernel).Thread (model.go) plus the block
 // reduction of kernels.(*Kernel).Exec, statement by statement: the tags in

@@ -162,7 +162,7 @@ func TestModelMatchesReferenceOnSynth(t *testing.T) {
 	}
 }
 
-// TestModelGolden runs the worked example of SPEC section 1
+// TestModelGolden runs the worked example of docs/spec.md §1
 // (checksum/testdata/golden/spec1.txt) through the model.
 func TestModelGolden(t *testing.T) {
 	f, err := os.Open(filepath.Join("..", "..", "checksum", "testdata", "golden", "spec1.txt"))

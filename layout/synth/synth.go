@@ -59,7 +59,7 @@ type Config struct {
 	NoStateSplit bool
 	// Values, when set, replaces the logical KV: the 8-byte piece p of the
 	// cell of global head h at token position t of layer number L. (The
-	// SPEC's worked example uses it.)
+	// docs/spec.md's worked example uses it.)
 	Values func(L, h, t, p int) uint64 `json:"-"`
 }
 
