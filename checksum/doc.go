@@ -15,5 +15,6 @@
 //	fmt.Println(res.Verdict) // verified, mismatch or unverified
 //
 // Compute takes dumps already opened with layout.OpenSide, and package
-// drill explains a mismatch from both sides' dumps.
+// drill explains a mismatch from both sides' dumps. Package verify does all
+// of it in one call, from dumps, records or a producer's payload.
 package checksum

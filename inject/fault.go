@@ -1,12 +1,3 @@
-// Package inject corrupts copies of KV cache dumps and producer payloads
-// the way real transfers go wrong, says in a Fault (fault.json) exactly
-// what it changed and what should catch it, audits consumer dumps for what
-// a checksum cannot see (unzeroed tails), and runs campaigns of seeded
-// faults that measure detection and localisation.
-//
-// An input dump is never written to: Inject writes a copy of the side into
-// a new directory, hard-linking the files it leaves unchanged and writing
-// every file it changes as a fresh file.
 package inject
 
 import (
