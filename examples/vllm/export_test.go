@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -209,9 +208,9 @@ func writeSpec(t *testing.T, dir string, i int, p string) string {
 // KVAUDIT_REQUIRE_TORCH so that they cannot skip there.
 func TestExporterPython(t *testing.T) {
 	py := python(t, "numpy, torch")
-	goTool, err := exec.LookPath("go")
+	goTool, err := exec.LookPath("go") // go test puts its own go on PATH
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("no go tool to build kvaudit with: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "kvaudit")
 	if o, err := exec.Command(goTool, "build", "-o", bin, "github.com/kvaudit/kvaudit/cmd/kvaudit").CombinedOutput(); err != nil {
