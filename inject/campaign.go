@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/checksum/drill"
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/verify"
@@ -130,6 +132,10 @@ type CampaignResult struct {
 	// or a control (a clean pair, a past-num-tokens write) was flagged.
 	Pass    bool
 	Elapsed time.Duration
+	// Stopped, when set, says why no trial ran: a pair that does not
+	// verify untouched would fail every trial, so the campaign reports
+	// its control and stops.
+	Stopped string
 }
 
 // KindResult sums the trials of one kind.
@@ -212,11 +218,11 @@ func Campaign(ctx context.Context, opts CampaignOptions) (*CampaignResult, error
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	scratch, err := os.MkdirTemp(opts.Dir, "kvaudit-campaign-")
+	scratch, err := safeio.TempDir(opts.Dir, "kvaudit-campaign-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(scratch)
+	defer safeio.RemoveTemp(scratch)
 
 	states := make([]*pairState, len(pairs))
 	{
@@ -228,6 +234,11 @@ func Campaign(ctx context.Context, opts CampaignOptions) (*CampaignResult, error
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
+				defer func() {
+					if r := recover(); r != nil {
+						states[i] = &pairState{name: pairs[i].Name, err: internalPanic(r)}
+					}
+				}()
 				states[i] = preparePair(ctx, pairs[i], filepath.Join(scratch, fmt.Sprintf("pair-%02d", i)))
 			}()
 		}
@@ -248,6 +259,11 @@ func Campaign(ctx context.Context, opts CampaignOptions) (*CampaignResult, error
 			res.Pass = false
 		}
 	}
+	if !res.Pass {
+		res.Stopped = "a pair does not verify untouched: every trial would fail; compare it with kvaudit diff first"
+		res.Elapsed = time.Since(start)
+		return res, nil
+	}
 
 	type job struct{ ki, trial int }
 	total := len(kinds) * opts.Trials
@@ -267,7 +283,14 @@ func Campaign(ctx context.Context, opts CampaignOptions) (*CampaignResult, error
 					continue
 				}
 				dir := filepath.Join(scratch, fmt.Sprintf("w%d", w))
-				outcomes[j.ki][j.trial] = runTrial(ctx, states, kinds[j.ki], j.trial, opts.Seed, dir)
+				func() {
+					defer func() {
+						if r := recover(); r != nil {
+							outcomes[j.ki][j.trial] = trialOutcome{err: internalPanic(r)}
+						}
+					}()
+					outcomes[j.ki][j.trial] = runTrial(ctx, states, kinds[j.ki], j.trial, opts.Seed, dir)
+				}()
 				n := done.Add(1)
 				if opts.Progress != nil {
 					opts.Progress(int(n), total)
@@ -329,6 +352,13 @@ func Campaign(ctx context.Context, opts CampaignOptions) (*CampaignResult, error
 
 // trialSeed derives a trial's seed from the campaign's, the kind and the
 // trial's number, so a trial is the same whatever other kinds run.
+// internalPanic turns a panic in a campaign goroutine (which would end the
+// process with Go's exit code 2, a verdict's) into an internal error that
+// kvaudit exits 4 for.
+func internalPanic(r any) error {
+	return fmt.Errorf("internal error: %v\n%s", r, debug.Stack())
+}
+
 func trialSeed(seed uint64, k Kind, trial int) uint64 {
 	x := seed ^ kindSeed(k) ^ uint64(trial+1)
 	x += 0x9e3779b97f4a7c15

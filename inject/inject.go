@@ -28,14 +28,16 @@ type Options struct {
 	// applied to stale-tail and past-num-tokens, which write past the
 	// tokens.
 	Allow func(request string, group, position int) bool
-	// ChangedOnly writes only the ranks the fault changes (their unchanged
-	// files linked), not the whole side: the campaign's trials.
+	// ChangedOnly writes only the ranks the fault changes, not the whole
+	// side, into a scratch directory: the campaign's trials.
 	ChangedOnly bool
 	// Engine checksums the producer for payload faults (nil: the cpu
 	// engine).
 	Engine checksum.Engine
 	// PayloadForm is the form of the payloads payload faults write.
 	PayloadForm checksum.PayloadForm
+	// Force replaces an output directory a previous injection wrote.
+	Force bool
 }
 
 // Target narrows where a fault goes; zero fields leave the choice to the
@@ -54,13 +56,23 @@ type Target struct {
 // FaultFile is the name of the fault description in the output directory.
 const FaultFile = "fault.json"
 
-// Inject writes into out (created, and empty if it exists) a copy of the
-// side made of dumps with the fault applied, and out/fault.json, and
-// returns the fault. The dumps are only read. A payload fault writes
-// out/payloads.json (request id -> base64 payload, as `kvaudit checksum
-// -o payload` prints) instead of a copy of the dumps. A kind the side
-// cannot take (no second request, no replicated head, ...) is a
-// *NotApplicableError; nothing is written then.
+// Inject writes into out a copy of the side made of dumps with the fault
+// applied, and out/fault.json, and returns the fault. The dumps are only
+// read, once: their files are copied (streamed, never linked) into a
+// temporary directory beside out, the fault is planned on that copy and
+// patched into it, and the directory is renamed to out when complete, so
+// fault.json always describes the bytes beside it and an interrupted
+// injection leaves nothing at out. out must not exist or be empty, unless
+// opts.Force, which replaces a previous injection's output (a directory
+// holding fault.json). A payload fault writes out/payloads.json (request
+// id -> base64 payload, as `kvaudit checksum -o payload` prints) instead
+// of a copy of the dumps. A kind the side cannot take (no second request,
+// no replicated head, ...) is a *NotApplicableError; nothing is written
+// then.
+//
+// With opts.ChangedOnly (the campaign's trials) out is a scratch
+// directory the caller owns: the fault is planned on the dumps and only
+// the ranks it changes are copied into out.
 func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options) (*Fault, error) {
 	info, ok := InfoOf(opts.Kind)
 	if !ok {
@@ -73,17 +85,83 @@ func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options)
 	if info.Input == InputPayload {
 		return injectPayload(ctx, dumps, out, opts)
 	}
-	f, edits, err := plan(dumps, opts)
+	if err := fileBacked(dumps); err != nil {
+		return nil, err
+	}
+	if opts.ChangedOnly {
+		f, edits, err := plan(dumps, opts)
+		if err != nil {
+			return nil, err
+		}
+		if err := prepareOut(out); err != nil {
+			return nil, err
+		}
+		changes, err := materialize(ctx, dumps, out, edits, true)
+		if err != nil {
+			return nil, err
+		}
+		return f, finishFault(out, f, changes)
+	}
+	if err := checkOut(out, opts.Force); err != nil {
+		return nil, err
+	}
+	var f *Fault
+	err := staged(out, opts.Force, func(stage string) error {
+		if _, err := copySide(ctx, dumps, stage); err != nil {
+			return err
+		}
+		var paths []string
+		for _, d := range dumps {
+			paths = append(paths, filepath.Join(stage, filepath.Base(d.Path)))
+		}
+		copies, err := layout.OpenSide(paths)
+		if err != nil {
+			return fmt.Errorf("reading the copy of the side: %w", err)
+		}
+		defer layout.CloseAll(copies)
+		var edits []edit
+		if f, edits, err = plan(copies, opts); err != nil {
+			return err
+		}
+		var copyRanks []rankFiles
+		for _, d := range copies {
+			rf, err := dumpFiles(d)
+			if err != nil {
+				return err
+			}
+			copyRanks = append(copyRanks, rf)
+		}
+		changes, err := patch(copyRanks, edits, true)
+		if err != nil {
+			return err
+		}
+		layout.CloseAll(copies)
+		return finishFault(stage, f, changes)
+	})
 	if err != nil {
 		return nil, err
 	}
-	if err := prepareOut(out); err != nil {
-		return nil, err
+	return f, nil
+}
+
+// fileBacked refuses dumps with a layer in live GPU memory (a cuda_ipc
+// source): injection copies and patches files, and there is no file to
+// copy.
+func fileBacked(dumps []*layout.Dump) error {
+	for _, d := range dumps {
+		for _, g := range d.Manifest.Groups {
+			for _, l := range g.Layers {
+				if l.Source != nil && l.Source.CUDAIPC != "" {
+					return fmt.Errorf("dump %q: layer %q: source.cuda_ipc is live GPU memory: kvaudit inject and its --zero-tails, --extra-blocks and --stored copy files, so dump the layer to a file first", d.Path, l.Name)
+				}
+			}
+		}
 	}
-	changes, err := materialize(dumps, out, edits, opts.ChangedOnly)
-	if err != nil {
-		return nil, err
-	}
+	return nil
+}
+
+// finishFault records the changes in f and writes dir/fault.json.
+func finishFault(dir string, f *Fault, changes []Change) error {
 	f.Changes = changes
 	if len(changes) > 0 {
 		c := changes[0]
@@ -98,7 +176,7 @@ func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options)
 	if f.Changes == nil {
 		f.Changes = []Change{}
 	}
-	return f, writeFault(out, f)
+	return writeFault(dir, f)
 }
 
 func writeFault(out string, f *Fault) error {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -27,6 +26,8 @@ type planner struct {
 	mism    map[string]map[int]*groupAcc
 	details []DetailExpect
 	abs     map[string]string
+	// reads counts, per (rank, group id), the places reading each block.
+	reads map[[2]int]map[int]int
 }
 
 type groupAcc struct {
@@ -60,6 +61,9 @@ func (p *planner) checkTarget() error {
 }
 
 func (p *planner) plan() error {
+	if err := refuseDevice(p.s.Dumps); err != nil {
+		return err
+	}
 	switch p.opts.Kind {
 	case None:
 		p.f.Description = "no change: a clean copy of the side"
@@ -97,6 +101,104 @@ func (p *planner) plan() error {
 		return p.wrongPrefix()
 	}
 	return fmt.Errorf("fault %s: not a dump fault", p.opts.Kind)
+}
+
+// refuseDevice rejects dumps with a layer in live device memory (a cuda_ipc
+// source): a fault is written into a copy of the dump's files, and device
+// memory is neither readable here nor copyable.
+func refuseDevice(dumps []*layout.Dump) error {
+	for _, d := range dumps {
+		for gi, g := range d.Manifest.Groups {
+			for li, l := range g.Layers {
+				if l.Source != nil && l.Source.CUDAIPC != "" {
+					return &layout.DumpError{File: d.Path, Field: fmt.Sprintf("groups[%d].layers[%d].source.cuda_ipc", gi, li),
+						Err: fmt.Errorf("layer %q lives in device memory: inject corrupts copies of dump files, so it needs a dump written to files (a cuda_ipc source cannot be copied)", l.Name)}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// readers returns every place of group g on rank di whose block is block:
+// a block id named at several positions (of one request, or of several
+// sharing a prefix) is one block of memory, read at each of them
+// (docs/dump-format.md), so a change to it shows at each position whose
+// valid tokens cover it. Places are in request order, then position.
+func (p *planner) readers(di int, g *layout.Group, block int) []place {
+	var out []place
+	for _, id := range p.s.ids {
+		r := p.s.RankRequest(di, id)
+		if r == nil {
+			continue
+		}
+		span, status, err := layout.RequestSpan(r, g)
+		if err != nil || status != layout.SpanOK {
+			continue
+		}
+		for i, b := range span.Blocks {
+			if b != block {
+				continue
+			}
+			pl := place{id: id, g: g, pos: span.Start + i, valid: 1}
+			if g.Kind != layout.KindMamba {
+				pl.valid = layout.ValidTokens(r.NumTokens, pl.pos, g.BlockSize)
+			}
+			if pl.valid > 0 {
+				out = append(out, pl)
+			}
+		}
+	}
+	return out
+}
+
+// shared says whether a place's block is read at another place on some
+// rank. Faults that move or swap blocks predict only the places they pick,
+// so they leave shared blocks alone; cell faults (bit flips, noise, a
+// zeroed block) predict every reader.
+func (p *planner) shared(pl place) bool {
+	for di := range p.s.Dumps {
+		if b, ok := p.s.Block(di, pl.id, pl.g, pl.pos); ok && p.blockReads(di, pl.g)[b] > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// blockReads counts the places of group g on rank di reading each block
+// (as readers lists them), computed once per rank and group.
+func (p *planner) blockReads(di int, g *layout.Group) map[int]int {
+	key := [2]int{di, g.ID}
+	if m, ok := p.reads[key]; ok {
+		return m
+	}
+	m := map[int]int{}
+	for _, id := range p.s.ids {
+		r := p.s.RankRequest(di, id)
+		if r == nil {
+			continue
+		}
+		span, status, err := layout.RequestSpan(r, g)
+		if err != nil || status != layout.SpanOK {
+			continue
+		}
+		for i, b := range span.Blocks {
+			if g.Kind == layout.KindMamba || layout.ValidTokens(r.NumTokens, span.Start+i, g.BlockSize) > 0 {
+				m[b]++
+			}
+		}
+	}
+	if p.reads == nil {
+		p.reads = map[[2]int]map[int]int{}
+	}
+	p.reads[key] = m
+	return m
+}
+
+// cellFault marks the kinds that predict every reader of the cells they
+// change.
+func cellFault(k Kind) bool {
+	return k == BitFlip || k == ReplicaDiverge || k == StateFlip || k == ByteNoise || k == ZeroBlock
 }
 
 // finish turns the accumulated expectations into the fault's Expect.
@@ -207,6 +309,26 @@ func (p *planner) write(c cache, block, t, lh int, data []byte) {
 	}
 }
 
+// cellChanged records what a changed cell (token slot of block, local
+// head lh, of cache c) makes the comparison report: a mismatch, with the
+// drill-down's detail, at every place reading the block whose valid tokens
+// include the slot (a state block: at position 0, without tokens).
+func (p *planner) cellChanged(c cache, block, slot, lh int, hint string) {
+	for _, rd := range p.readers(c.Dump, c.Group, block) {
+		if c.Group.Kind == layout.KindMamba {
+			p.mismatch(rd.id, rd.g.ID, rd.pos, c.View.Key())
+			p.detail(rd.id, rd.g.ID, rd.pos, c, lh, hint, nil)
+			continue
+		}
+		if slot >= rd.valid {
+			continue
+		}
+		tok := rd.pos*rd.S() + slot
+		p.mismatch(rd.id, rd.g.ID, rd.pos, c.View.Key())
+		p.detail(rd.id, rd.g.ID, rd.pos, c, lh, hint, &[2]int{tok, tok})
+	}
+}
+
 // place is a block position of a request in a group.
 type place struct {
 	id    string
@@ -250,6 +372,9 @@ func (p *planner) places(state, allow bool, pred func(place) bool) []place {
 					continue
 				}
 				if allow && p.opts.Allow != nil && !p.opts.Allow(id, gid, pos) {
+					continue
+				}
+				if !cellFault(p.opts.Kind) && p.shared(pl) {
 					continue
 				}
 				if pred == nil || pred(pl) {
@@ -414,16 +539,11 @@ func (p *planner) flip(state, replicated bool) error {
 	}
 	flipped := flipBits(p.rng, b, n)
 	p.write(c, block, slot, lh, b)
-	p.mismatch(pl.id, pl.g.ID, pl.pos, c.View.Key())
+	p.cellChanged(c, block, slot, lh, hintBits(n))
 	tok := pl.pos*pl.S() + slot
 	what := fmt.Sprintf("token %d (block position %d, block id %d), global head %d", tok, pl.pos, block, c.View.HeadBase+lh)
 	if state {
-		// The drill-down names a state copy's differing global rows as
-		// heads, at position 0, without tokens.
 		what = fmt.Sprintf("state block %d, global row %d", block, c.View.HeadBase+lh)
-		p.detail(pl.id, pl.g.ID, pl.pos, c, lh, hintBits(n), nil)
-	} else {
-		p.detail(pl.id, pl.g.ID, pl.pos, c, lh, hintBits(n), &[2]int{tok, tok})
 	}
 	p.f.Request = pl.id
 	p.f.Description = fmt.Sprintf("flipped %d bit(s) %v of the cell of request %q group %d layer %d (%s), %s, replica %d of %d, on rank %s",
@@ -460,9 +580,8 @@ func (p *planner) byteNoise() error {
 		b[i] ^= m
 	}
 	p.write(c, block, slot, lh, b)
-	p.mismatch(pl.id, pl.g.ID, pl.pos, c.View.Key())
+	p.cellChanged(c, block, slot, lh, "random bytes")
 	tok := pl.pos*pl.S() + slot
-	p.detail(pl.id, pl.g.ID, pl.pos, c, lh, "random bytes", &[2]int{tok, tok})
 	p.f.Request = pl.id
 	p.f.Description = fmt.Sprintf("noise over bytes %d..%d of the cell of request %q group %d layer %d (%s), token %d, global head %d, on rank %s",
 		start, start+n-1, pl.id, pl.g.ID, c.View.Number, c.View.Layer.Name, tok, c.View.HeadBase+lh, p.s.rank(c.Dump))
@@ -505,16 +624,19 @@ func (p *planner) zeroBlock() error {
 	for _, c := range cs {
 		zero := make([]byte, c.View.Cells.CellBytes)
 		p.blockCells(c, func(slot, lh int) { p.write(c, block, slot, lh, zero) })
-		for _, lh := range p.heads(c.View) {
-			nonzero := false
-			for slot := range pl.valid {
-				if slices.ContainsFunc(p.cell(c, block, slot, lh), func(x byte) bool { return x != 0 }) {
-					nonzero = true
+		// Every place reading the block sees the zeros in its valid cells.
+		for _, rd := range p.readers(di, pl.g, block) {
+			for _, lh := range p.heads(c.View) {
+				nonzero := false
+				for slot := range rd.valid {
+					if slices.ContainsFunc(p.cell(c, block, slot, lh), func(x byte) bool { return x != 0 }) {
+						nonzero = true
+					}
 				}
-			}
-			if nonzero {
-				p.mismatch(pl.id, pl.g.ID, pl.pos, c.View.Key())
-				p.detail(pl.id, pl.g.ID, pl.pos, c, lh, "zeroed", nil)
+				if nonzero {
+					p.mismatch(rd.id, rd.g.ID, rd.pos, c.View.Key())
+					p.detail(rd.id, rd.g.ID, rd.pos, c, lh, "zeroed", nil)
+				}
 			}
 		}
 	}
@@ -1102,9 +1224,9 @@ func (p *planner) wrongPrefix() error {
 // .safetensors dump (where an embedded manifest lives).
 func readManifestBytes(path string) ([]byte, error) {
 	if filepath.Base(path) == "manifest.json" {
-		return os.ReadFile(path)
+		return layout.ReadRegularFile(path, layout.MaxManifestSize, "manifest")
 	}
-	f, err := os.Open(path)
+	f, _, err := layout.OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}

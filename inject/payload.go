@@ -31,17 +31,23 @@ func injectPayload(ctx context.Context, dumps []*layout.Dump, out string, opts O
 	if err != nil {
 		return nil, err
 	}
-	if err := prepareOut(out); err != nil {
-		return nil, err
-	}
 	b, err := json.MarshalIndent(payloads, "", " ")
 	if err != nil {
 		return nil, err
 	}
-	if err := writeNew(filepath.Join(out, PayloadsFile), append(b, '\n')); err != nil {
+	if err := checkOut(out, opts.Force); err != nil {
 		return nil, err
 	}
-	return f, writeFault(out, f)
+	err = staged(out, opts.Force, func(stage string) error {
+		if err := writeNew(filepath.Join(stage, PayloadsFile), append(b, '\n')); err != nil {
+			return err
+		}
+		return writeFault(stage, f)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // TamperPayload returns the payload of every request of the producer

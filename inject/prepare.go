@@ -38,9 +38,13 @@ type PrepareOptions struct {
 
 // Prepare writes into out (created, and empty if it exists) a copy of the
 // side made of dumps with opts applied, each rank under the name it has
-// beside its input, and returns the paths of the dumps written. Files it
-// does not change are hard-linked; the dumps are only read.
+// beside its input, and returns the paths of the dumps written. Every
+// file is copied (never linked: the copy shares no storage with the
+// input); the dumps are only read.
 func Prepare(ctx context.Context, dumps []*layout.Dump, out string, opts PrepareOptions) ([]string, error) {
+	if err := fileBacked(dumps); err != nil {
+		return nil, err
+	}
 	if err := prepareOut(out); err != nil {
 		return nil, err
 	}
@@ -186,7 +190,7 @@ func prepareRank(ctx context.Context, d *layout.Dump, out string, opts PrepareOp
 	if err := m.Validate(); err != nil {
 		return "", fmt.Errorf("dump %q: the prepared manifest: %w", d.Path, err)
 	}
-	return writeDump(d, out, m, edits)
+	return writeDump(ctx, d, out, m, edits)
 }
 
 // zeroEdits zeroes every slot of every block of the dump's attention
@@ -231,8 +235,8 @@ func zeroEdits(d *layout.Dump, m *layout.Manifest) []edit {
 
 // writeDump writes a rank's dump into out with manifest m and the edits:
 // a .safetensors dump rewritten with m embedded, a dump directory with a
-// new manifest.json; other files linked or, when edited, written fresh.
-func writeDump(d *layout.Dump, out string, m *layout.Manifest, edits []edit) (string, error) {
+// new manifest.json; other files copied (never linked) and patched.
+func writeDump(ctx context.Context, d *layout.Dump, out string, m *layout.Manifest, edits []edit) (string, error) {
 	rf, err := dumpFiles(d)
 	if err != nil {
 		return "", err
@@ -264,36 +268,65 @@ func writeDump(d *layout.Dump, out string, m *layout.Manifest, edits []edit) (st
 			if err := rewriteEmbedded(src, dst, m, byFile[src]); err != nil {
 				return "", err
 			}
-		case len(byFile[src]) > 0:
-			if _, err := writeEdited(src, dst, byFile[src]); err != nil {
+		default:
+			if err := copyFile(ctx, src, dst, false); err != nil { // a scratch copy
 				return "", err
 			}
-		default:
-			if err := linkOrCopy(src, dst); err != nil {
-				return "", err
+			if es := byFile[src]; len(es) > 0 {
+				moved := slices.Clone(es)
+				for i := range moved {
+					moved[i].file = dst
+				}
+				if _, err := patchFile(dst, moved, false); err != nil {
+					return "", err
+				}
 			}
 		}
 	}
 	return base, nil
 }
 
-// rewriteEmbedded writes a .safetensors dump anew: its tensors (with the
-// edits applied) and manifest m in its metadata.
+// rewriteEmbedded writes a .safetensors dump anew: its tensors (streamed
+// from the mapped input, never held in memory) and manifest m in its
+// metadata, then the edits patched in at the tensors' new offsets.
 func rewriteEmbedded(src, dst string, m *layout.Manifest, edits []edit) error {
-	raw, err := os.ReadFile(src)
+	st, err := layout.OpenSafetensors(src)
 	if err != nil {
 		return err
 	}
-	for _, e := range edits {
-		copy(raw[e.off:], e.data)
-	}
-	st, err := layout.ParseSafetensors(src, raw)
-	if err != nil {
-		return err
-	}
+	defer st.Close()
 	tensors := make([]layout.TensorData, len(st.Tensors))
+	begin := make([]int64, len(st.Tensors)) // in the new data section
+	var pos int64
 	for i, t := range st.Tensors {
 		tensors[i] = layout.TensorData{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape, Data: t.Data}
+		begin[i] = pos
+		pos += int64(len(t.Data))
 	}
-	return layout.WriteDumpFile(dst, m, tensors)
+	err = layout.Guard("dump data while rewriting "+src, func() error {
+		return layout.WriteDumpFile(dst, m, tensors)
+	})
+	if err != nil || len(edits) == 0 {
+		return err
+	}
+	out, err := layout.OpenSafetensors(dst)
+	if err != nil {
+		return err
+	}
+	dataOffset := out.DataOffset
+	out.Close()
+	moved := make([]edit, 0, len(edits))
+	for _, e := range edits {
+		rel := e.off - st.DataOffset
+		i := slices.IndexFunc(st.Tensors, func(t layout.TensorInfo) bool {
+			return rel >= t.Begin && rel+int64(len(e.data)) <= t.End
+		})
+		if i < 0 {
+			return fmt.Errorf("internal error: an edit of %q at %d+%d lies in no tensor", src, e.off, len(e.data))
+		}
+		e.file, e.off = dst, dataOffset+begin[i]+rel-st.Tensors[i].Begin
+		moved = append(moved, e)
+	}
+	_, err = patchFile(dst, moved, false)
+	return err
 }

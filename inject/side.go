@@ -3,6 +3,7 @@ package inject
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -107,8 +109,8 @@ func manifestFile(d *layout.Dump) (string, error) {
 	return path, nil
 }
 
-// prepareOut creates the output directory, which must not exist or be
-// empty.
+// prepareOut creates a scratch output directory (the campaign's trials,
+// Prepare's copy), which must not exist or be empty.
 func prepareOut(out string) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
@@ -123,16 +125,66 @@ func prepareOut(out string) error {
 	return nil
 }
 
-// materialize writes the copy of a side into out: every file of every rank
-// (or, with changedOnly, of the ranks an edit changes) hard-linked from the
-// input (copied where links fail), and every file an edit changes written
-// as a fresh file with the edits applied. It returns the byte ranges that
-// differ from the input, exactly.
-func materialize(dumps []*layout.Dump, out string, edits []edit, changedOnly bool) ([]Change, error) {
-	byFile := map[string][]edit{}
-	for _, e := range edits {
-		byFile[e.file] = append(byFile[e.file], e)
+// checkOut refuses, before anything is copied, an output directory that
+// Inject would not be allowed to replace.
+func checkOut(out string, force bool) error {
+	st, err := os.Lstat(out)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
 	}
+	if err != nil {
+		return err
+	}
+	if st.Mode()&fs.ModeSymlink != 0 {
+		return fmt.Errorf("output %q is a symlink: kvaudit does not write through links", out)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("output %q exists and is not a directory", out)
+	}
+	entries, err := os.ReadDir(out)
+	if err != nil || len(entries) == 0 {
+		return err
+	}
+	if !force {
+		return fmt.Errorf("output directory %q is not empty (--force replaces a previous kvaudit inject output)", out)
+	}
+	return injectOutput(out)
+}
+
+// injectOutput accepts a directory that a previous injection wrote (it
+// holds fault.json): the only kind --force replaces.
+func injectOutput(dir string) error {
+	if st, err := os.Lstat(filepath.Join(dir, FaultFile)); err == nil && st.Mode().IsRegular() {
+		return nil
+	}
+	return fmt.Errorf("output directory %q holds no %s: --force replaces only a previous kvaudit inject output", dir, FaultFile)
+}
+
+// staged runs fill on a new temporary directory beside out and renames it
+// to out when fill succeeds; otherwise (an error, a signal) the
+// temporary directory is removed and out is left as it was.
+func staged(out string, force bool, fill func(stage string) error) error {
+	parent := filepath.Dir(out)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return err
+	}
+	stage, err := safeio.StageDir(parent, "."+filepath.Base(out)+".kvaudit-tmp-")
+	if err != nil {
+		return err
+	}
+	defer safeio.RemoveTemp(stage)
+	if err := os.Chmod(stage, 0o755); err != nil { // it becomes out
+		return err
+	}
+	if err := fill(stage); err != nil {
+		return err
+	}
+	return safeio.PlaceDir(stage, out, force, injectOutput)
+}
+
+// sideFiles returns the files of every dump and checks that no two land on
+// the same output path.
+func sideFiles(dumps []*layout.Dump) ([]rankFiles, error) {
 	var ranks []rankFiles
 	taken := map[string]string{}
 	for _, d := range dumps {
@@ -148,40 +200,65 @@ func materialize(dumps []*layout.Dump, out string, edits []edit, changedOnly boo
 		}
 		ranks = append(ranks, rf)
 	}
-	for f := range byFile {
-		if _, ok := taken[relOf(ranks, f)]; !ok {
-			return nil, fmt.Errorf("internal error: an edit names %q, which no dump of the side reads", f)
+	return ranks, nil
+}
+
+// copySide copies every file of every dump into dir (streamed, never
+// linked) and returns the files.
+func copySide(ctx context.Context, dumps []*layout.Dump, dir string) ([]rankFiles, error) {
+	ranks, err := sideFiles(dumps)
+	if err != nil {
+		return nil, err
+	}
+	for _, rf := range ranks {
+		for i, src := range rf.files {
+			if err := copyFile(ctx, src, filepath.Join(dir, filepath.FromSlash(rf.rel[i])), true); err != nil {
+				return nil, err
+			}
 		}
 	}
-	var changes []Change
+	return ranks, nil
+}
+
+// materialize writes into out the files of the ranks the edits change
+// (with changedOnly; every rank without), copied from the input and
+// patched, and returns the byte ranges that differ from the input.
+func materialize(ctx context.Context, dumps []*layout.Dump, out string, edits []edit, changedOnly bool) ([]Change, error) {
+	ranks, err := sideFiles(dumps)
+	if err != nil {
+		return nil, err
+	}
+	byFile := map[string][]edit{}
+	for _, e := range edits {
+		if relOf(ranks, e.file) == "" {
+			return nil, fmt.Errorf("internal error: an edit names %q, which no dump of the side reads", e.file)
+		}
+		byFile[e.file] = append(byFile[e.file], e)
+	}
+	var copied []rankFiles
+	dstOf := map[string]string{}
 	for _, rf := range ranks {
 		changed := slices.ContainsFunc(rf.files, func(f string) bool { return len(byFile[f]) > 0 })
 		if changedOnly && !changed {
 			continue
 		}
+		c := rankFiles{rank: rf.rank, rel: rf.rel}
 		for i, src := range rf.files {
 			dst := filepath.Join(out, filepath.FromSlash(rf.rel[i]))
-			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			if err := copyFile(ctx, src, dst, !changedOnly); err != nil {
 				return nil, err
 			}
-			es := byFile[src]
-			if len(es) == 0 {
-				if err := linkOrCopy(src, dst); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			c, err := writeEdited(src, dst, es)
-			if err != nil {
-				return nil, err
-			}
-			for j := range c {
-				c[j].File, c[j].Rank = rf.rel[i], rf.rank
-			}
-			changes = append(changes, c...)
+			c.files = append(c.files, dst)
+			dstOf[src] = dst
 		}
+		copied = append(copied, c)
 	}
-	return changes, nil
+	moved := make([]edit, len(edits)) // in the planner's order: later edits of the same bytes win
+	for i, e := range edits {
+		moved[i] = e
+		moved[i].file = dstOf[e.file]
+	}
+	return patch(copied, moved, !changedOnly)
 }
 
 func relOf(ranks []rankFiles, f string) string {
@@ -193,81 +270,197 @@ func relOf(ranks []rankFiles, f string) string {
 	return ""
 }
 
-// linkOrCopy hard-links src to dst, or copies it when a link is not
-// possible (another file system). Neither ever writes to src.
-func linkOrCopy(src, dst string) error {
-	if err := os.Link(src, dst); err == nil {
-		return nil
+// copyHook, when set (tests), runs after each chunk copyFile writes.
+var copyHook func(ctx context.Context)
+
+func init() {
+	if os.Getenv("KVAUDIT_TESTHOOK_STALL_COPY") != "" {
+		// Tests of interruption: block after the first chunk of every
+		// copy until the command is cancelled.
+		copyHook = func(ctx context.Context) { <-ctx.Done() }
+	}
+}
+
+// copyFile copies the regular file src to dst, which must not exist, in
+// chunks, stopping when ctx is cancelled, and syncs it when durable (an
+// output; scratch copies are not synced). The caller's
+// temporary directory holds dst, so a partial copy is never left under a
+// final name.
+func copyFile(ctx context.Context, src, dst string, durable bool) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
 	}
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
+	if st, err := in.Stat(); err != nil {
+		return err
+	} else if !st.Mode().IsRegular() {
+		return fmt.Errorf("%q is not a regular file", src)
+	}
 	o, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(o, in); err != nil {
-		o.Close()
-		return err
+	defer o.Close()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n, err := io.CopyN(o, in, 16<<20)
+		if copyHook != nil && n > 0 {
+			copyHook(ctx)
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("copying %q to %q: %w", src, dst, err)
+		}
+	}
+	if durable {
+		if err := o.Sync(); err != nil {
+			return fmt.Errorf("writing %q: %w", dst, err)
+		}
 	}
 	return o.Close()
 }
 
-// writeEdited writes dst, a new file, as src with the edits applied, and
-// returns the ranges that differ from src (Offset and Length, Tensor).
-func writeEdited(src, dst string, edits []edit) ([]Change, error) {
-	orig, err := os.ReadFile(src)
+// patch applies the edits, which name files of ranks (copies being
+// written), in place, and returns the ranges that now differ from what the
+// files held (Offset and Length, Tensor, File as the rank's relative path,
+// Rank). Only the edited ranges are read.
+func patch(ranks []rankFiles, edits []edit, durable bool) ([]Change, error) {
+	byFile := map[string][]edit{}
+	for _, e := range edits {
+		byFile[e.file] = append(byFile[e.file], e)
+	}
+	var changes []Change
+	for _, rf := range ranks {
+		for i, file := range rf.files {
+			es := byFile[file]
+			if len(es) == 0 {
+				continue
+			}
+			c, err := patchFile(file, es, durable)
+			if err != nil {
+				return nil, err
+			}
+			for j := range c {
+				c[j].File, c[j].Rank = rf.rel[i], rf.rank
+			}
+			changes = append(changes, c...)
+			delete(byFile, file)
+		}
+	}
+	for f := range byFile {
+		return nil, fmt.Errorf("internal error: an edit names %q, which no dump of the side reads", f)
+	}
+	return changes, nil
+}
+
+// patchFile applies edits (in order: a later edit of the same bytes wins)
+// to file in place, syncs it when durable, and returns the ranges that
+// differ from what it held.
+func patchFile(file string, edits []edit, durable bool) ([]Change, error) {
+	f, err := os.OpenFile(file, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
 	}
-	data := slices.Clone(orig)
-	for _, e := range edits {
-		if e.off < 0 || e.off+int64(len(e.data)) > int64(len(data)) {
-			return nil, fmt.Errorf("internal error: an edit of %q at %d+%d is past its end (%d bytes)", src, e.off, len(e.data), len(data))
-		}
-		copy(data[e.off:], e.data)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
 	}
+	size := st.Size()
 	sorted := slices.Clone(edits)
-	slices.SortFunc(sorted, func(a, b edit) int { return cmp.Compare(a.off, b.off) })
-	var changes []Change
+	slices.SortStableFunc(sorted, func(a, b edit) int { return cmp.Compare(a.off, b.off) })
+	// Merge the edits' ranges into spans; each span is read, edited and
+	// compared in memory (edits are cells and manifest text: small).
+	type span struct {
+		lo, hi     int64
+		orig, data []byte
+	}
+	var spans []*span
 	for _, e := range sorted {
 		end := e.off + int64(len(e.data))
-		for i := e.off; i < end; {
+		if e.off < 0 || end > size {
+			return nil, fmt.Errorf("internal error: an edit of %q at %d+%d is past its end (%d bytes)", file, e.off, len(e.data), size)
+		}
+		if n := len(spans); n > 0 && e.off <= spans[n-1].hi {
+			spans[n-1].hi = max(spans[n-1].hi, end)
+			continue
+		}
+		spans = append(spans, &span{lo: e.off, hi: end})
+	}
+	spanOf := func(off int64) *span {
+		i, _ := slices.BinarySearchFunc(spans, off, func(s *span, off int64) int {
+			if s.hi <= off {
+				return -1
+			}
+			if s.lo > off {
+				return 1
+			}
+			return 0
+		})
+		return spans[i]
+	}
+	for _, sp := range spans {
+		sp.orig = make([]byte, sp.hi-sp.lo)
+		if _, err := f.ReadAt(sp.orig, sp.lo); err != nil {
+			return nil, fmt.Errorf("reading %q: %w", file, err)
+		}
+		sp.data = slices.Clone(sp.orig)
+	}
+	for _, e := range edits {
+		sp := spanOf(e.off)
+		copy(sp.data[e.off-sp.lo:], e.data)
+	}
+	var changes []Change
+	for _, e := range sorted {
+		sp := spanOf(e.off)
+		orig, data := sp.orig[e.off-sp.lo:], sp.data[e.off-sp.lo:]
+		n := int64(len(e.data))
+		for i := int64(0); i < n; {
 			if orig[i] == data[i] {
 				i++
 				continue
 			}
 			j := i
-			for j < end && orig[j] != data[j] {
+			for j < n && orig[j] != data[j] {
 				j++
 			}
-			if n := len(changes); n > 0 && changes[n-1].Tensor == e.tensor && changes[n-1].Offset+changes[n-1].Length >= i {
-				changes[n-1].Length = max(changes[n-1].Length, j-changes[n-1].Offset)
+			at := e.off + i
+			if k := len(changes); k > 0 && changes[k-1].Tensor == e.tensor && changes[k-1].Offset+changes[k-1].Length >= at {
+				changes[k-1].Length = max(changes[k-1].Length, e.off+j-changes[k-1].Offset)
 			} else {
-				changes = append(changes, Change{Tensor: e.tensor, Offset: i, Length: j - i})
+				changes = append(changes, Change{Tensor: e.tensor, Offset: at, Length: j - i})
 			}
 			i = j
 		}
 	}
-	if err := writeNew(dst, data); err != nil {
-		return nil, err
+	for _, sp := range spans {
+		if _, err := f.WriteAt(sp.data, sp.lo); err != nil {
+			return nil, fmt.Errorf("writing %q: %w", file, err)
+		}
 	}
-	return changes, nil
+	if durable {
+		if err := f.Sync(); err != nil {
+			return nil, fmt.Errorf("writing %q: %w", file, err)
+		}
+	}
+	return changes, f.Close()
 }
 
-// writeNew writes data to a file that must not exist yet.
+// writeNew writes data to a file that must not exist yet, complete or not
+// at all.
 func writeNew(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %q: %w", path, err)
-	}
-	return f.Close()
+	return safeio.WriteFile(path, data, false)
 }
 
 // replaceText returns the edit that replaces the one occurrence of old in

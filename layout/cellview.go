@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -110,14 +111,64 @@ type tensorGeometry struct {
 	size    int64 // bytes available from offset 0 (-1 for device memory)
 }
 
-func rowMajorStrides(shape []int64, elem int64) []int64 {
+// rowMajorStrides returns the byte strides of a contiguous row-major tensor
+// of elem-byte elements; ok is false when they overflow 2^62.
+func rowMajorStrides(shape []int64, elem int64) ([]int64, bool) {
 	st := make([]int64, len(shape))
 	s := elem
 	for i := len(shape) - 1; i >= 0; i-- {
 		st[i] = s
-		s *= max(shape[i], 1)
+		hi, lo := bits.Mul64(uint64(s), uint64(max(shape[i], 1)))
+		if hi != 0 || lo > 1<<62 {
+			return nil, false
+		}
+		s = int64(lo)
 	}
-	return st
+	return st, true
+}
+
+// overlapping says why two distinct elements of a strided tensor may share
+// memory, or returns "" when they cannot: sorted by stride, the axes of
+// more than one element must nest, each stride at least the bytes the
+// axes inside it span (an element for the innermost). A stride of 0 on an
+// axis of two or more elements, or strides that interleave, alias cells,
+// which would let one byte stand for several and a fault go unseen.
+// Axes are named from names (the layout) when it matches the shape. The
+// strides must not overflow (tensorEnd checks that first).
+func overlapping(t tensorGeometry, names []string) string {
+	type axis struct {
+		i      int
+		n, str int64
+	}
+	var axes []axis
+	for i, n := range t.shape {
+		if n == 0 {
+			return "" // no elements
+		}
+		if n > 1 {
+			axes = append(axes, axis{i, n, t.strides[i]})
+		}
+	}
+	slices.SortStableFunc(axes, func(a, b axis) int { return cmp.Compare(a.str, b.str) })
+	name := func(i int) string {
+		if len(names) == len(t.shape) {
+			return fmt.Sprintf("axis %d (%q)", i, names[i])
+		}
+		return fmt.Sprintf("axis %d", i)
+	}
+	span := int64(max(t.dtype.Bits/8, 1)) // bytes the inner axes cover
+	inner := "an element"
+	for _, a := range axes {
+		if a.str < span {
+			if a.str == 0 {
+				return fmt.Sprintf("%s has %d elements and stride 0: they alias one another", name(a.i), a.n)
+			}
+			return fmt.Sprintf("%s has stride %d bytes, less than the %d bytes of %s inside it: distinct cells overlap in memory", name(a.i), a.str, span, inner)
+		}
+		span = a.str*(a.n-1) + span
+		inner = name(a.i)
+	}
+	return ""
 }
 
 // buildCellView makes a layer's CellView from its tensor. It returns an

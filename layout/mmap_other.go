@@ -3,29 +3,37 @@
 package layout
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 )
 
 // MapFile reads the regular file at path into memory (this system has no
 // supported mmap). A zero-length file is an error wrapping ErrEmptyFile, as
-// on systems with mmap; so is a file that is not a regular file.
+// on systems with mmap; a file that is not a regular file is a *ReadError.
 func MapFile(path string) (*Mapping, error) {
-	fi, err := os.Stat(path)
+	return mapIn(nil, path, path)
+}
+
+func mapIn(root *os.Root, name, display string) (*Mapping, error) {
+	f, _, err := openRegular(root, name, display)
 	if err != nil {
-		return nil, fmt.Errorf("mapping %q: %w", path, err)
+		var re *ReadError
+		if errors.As(err, &re) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("mapping %q: %w", display, err)
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("mapping %q: not a regular file (%s)", path, fi.Mode().Type())
-	}
-	data, err := os.ReadFile(path)
+	defer f.Close()
+	data, err := io.ReadAll(f)
 	if err != nil {
-		return nil, fmt.Errorf("mapping %q: %w", path, err)
+		return nil, fmt.Errorf("mapping %q: %w", display, err)
 	}
 	if len(data) == 0 {
-		return nil, fmt.Errorf("mapping %q: %w", path, ErrEmptyFile)
+		return nil, fmt.Errorf("mapping %q: %w", display, ErrEmptyFile)
 	}
-	return &Mapping{Path: path, Data: data}, nil
+	return &Mapping{Path: display, Data: data}, nil
 }
 
 // Close releases the file's contents. Closing a closed or nil Mapping does

@@ -3,6 +3,7 @@
 package layout
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -12,33 +13,37 @@ import (
 
 // MapFile maps the regular file at path read-only and shared. A zero-length
 // file is an error wrapping ErrEmptyFile (mmap of zero bytes is invalid);
-// so is a file that is not a regular file. The file descriptor is closed
-// before MapFile returns; the mapping stays valid until Close.
+// a file that is not a regular file (a FIFO, a device) is a *ReadError,
+// refused without blocking. The file descriptor is closed before MapFile
+// returns; the mapping stays valid until Close.
 func MapFile(path string) (*Mapping, error) {
-	f, err := os.Open(path)
+	return mapIn(nil, path, path)
+}
+
+// mapIn maps the regular file name, confined to root when root is not nil;
+// display names it in errors.
+func mapIn(root *os.Root, name, display string) (*Mapping, error) {
+	f, fi, err := openRegular(root, name, display)
 	if err != nil {
-		return nil, fmt.Errorf("mapping %q: %w", path, err)
+		var re *ReadError
+		if errors.As(err, &re) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("mapping %q: %w", display, err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("mapping %q: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("mapping %q: not a regular file (%s)", path, fi.Mode().Type())
-	}
 	size := fi.Size()
 	if size == 0 {
-		return nil, fmt.Errorf("mapping %q: %w", path, ErrEmptyFile)
+		return nil, fmt.Errorf("mapping %q: %w", display, ErrEmptyFile)
 	}
 	if size < 0 || size > math.MaxInt {
-		return nil, fmt.Errorf("mapping %q: file size %d cannot be mapped", path, size)
+		return nil, fmt.Errorf("mapping %q: file size %d cannot be mapped", display, size)
 	}
 	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("mapping %q: %w", path, err)
+		return nil, fmt.Errorf("mapping %q: %w", display, err)
 	}
-	return &Mapping{Path: path, Data: data}, nil
+	return &Mapping{Path: display, Data: data}, nil
 }
 
 // Close unmaps the file. Closing a closed or nil Mapping does nothing.

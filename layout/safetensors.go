@@ -65,14 +65,20 @@ type Safetensors struct {
 // MapFile; a file truncated while it is parsed is a *FaultError.
 func OpenSafetensors(path string) (*Safetensors, error) {
 	m, err := MapFile(path)
-	if errors.Is(err, ErrEmptyFile) {
-		return ParseSafetensors(path, nil)
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrEmptyFile) {
 		return nil, err
 	}
+	return openSafetensorsMapping(path, m)
+}
+
+// openSafetensorsMapping parses a mapped file (nil for an empty one) and
+// takes ownership of the mapping.
+func openSafetensorsMapping(path string, m *Mapping) (*Safetensors, error) {
+	if m == nil {
+		return ParseSafetensors(path, nil)
+	}
 	var s *Safetensors
-	err = Guard(path, func() error {
+	err := Guard(path, func() error {
 		var perr error
 		s, perr = ParseSafetensors(path, m.Data)
 		return perr
@@ -119,9 +125,15 @@ func parseSafetensors(path string, file []byte) (*Safetensors, *SafetensorsError
 	header := file[8 : 8+n]
 	data := file[8+n:]
 
-	s, serr := parseSafetensorsHeader(path, header)
-	if serr != nil {
-		return nil, serr
+	s, ok := (*Safetensors)(nil), false
+	if utf8.Valid(header) && stCheckSurrogates(header) == "" {
+		s, ok = parseHeaderFast(path, header)
+	}
+	if !ok {
+		var serr *SafetensorsError
+		if s, serr = parseSafetensorsHeader(path, header); serr != nil {
+			return nil, serr
+		}
 	}
 	slices.SortFunc(s.Tensors, func(a, b TensorInfo) int {
 		return cmp.Or(cmp.Compare(a.Begin, b.Begin), cmp.Compare(a.End, b.End), strings.Compare(a.Name, b.Name))
@@ -159,7 +171,9 @@ func parseSafetensors(path string, file []byte) (*Safetensors, *SafetensorsError
 		return nil, fail("data", "tensors need %d bytes but the data section holds only %d (past the end of the file: truncated?)", pos, dataLen)
 	}
 	s.DataOffset = int64(8 + n)
-	s.index = make(map[string]int, len(s.Tensors))
+	if s.index == nil {
+		s.index = make(map[string]int, len(s.Tensors))
+	}
 	for i := range s.Tensors {
 		t := &s.Tensors[i]
 		t.Data = data[t.Begin:t.End:t.End]

@@ -1,12 +1,22 @@
 package layout
 
 import (
-	"bufio"
 	"encoding/json"
-	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/kvaudit/kvaudit/internal/safeio"
 )
+
+// WriteOptions change how the Write functions treat existing files.
+type WriteOptions struct {
+	// Force replaces existing files (never through a symlink: the link
+	// itself is replaced).
+	Force bool
+}
+
+func force(opts []WriteOptions) bool { return len(opts) > 0 && opts[0].Force }
 
 // MarshalManifest returns the manifest as indented JSON.
 func MarshalManifest(m *Manifest) ([]byte, error) {
@@ -15,21 +25,22 @@ func MarshalManifest(m *Manifest) ([]byte, error) {
 
 // WriteDumpFile writes a one-file dump: a .safetensors file whose
 // __metadata__ holds the manifest under MetadataKey. It refuses to replace
-// an existing file.
-func WriteDumpFile(path string, m *Manifest, tensors []TensorData) error {
+// an existing file unless opts say Force. The file appears complete or
+// not at all (internal/safeio).
+func WriteDumpFile(path string, m *Manifest, tensors []TensorData, opts ...WriteOptions) error {
 	text, err := MarshalManifest(m)
 	if err != nil {
 		return err
 	}
-	return writeNew(path, func(w *bufio.Writer) error {
+	return safeio.Write(path, force(opts), func(w io.Writer) error {
 		return WriteSafetensors(w, map[string]string{MetadataKey: string(text)}, tensors)
 	})
 }
 
 // WriteDumpDir writes a dump directory: manifest.json and, when tensors is
 // not empty, data.safetensors holding them (the layers' default file). It
-// refuses to write into an existing directory's files.
-func WriteDumpDir(dir string, m *Manifest, tensors []TensorData) error {
+// refuses to replace an existing directory's files unless opts say Force.
+func WriteDumpDir(dir string, m *Manifest, tensors []TensorData, opts ...WriteOptions) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -37,7 +48,7 @@ func WriteDumpDir(dir string, m *Manifest, tensors []TensorData) error {
 	if err != nil {
 		return err
 	}
-	if err := writeNew(filepath.Join(dir, "manifest.json"), func(w *bufio.Writer) error {
+	if err := safeio.Write(filepath.Join(dir, "manifest.json"), force(opts), func(w io.Writer) error {
 		_, err := w.Write(append(text, '\n'))
 		return err
 	}); err != nil {
@@ -46,33 +57,12 @@ func WriteDumpDir(dir string, m *Manifest, tensors []TensorData) error {
 	if len(tensors) == 0 {
 		return nil
 	}
-	return writeNew(filepath.Join(dir, "data.safetensors"), func(w *bufio.Writer) error {
+	return safeio.Write(filepath.Join(dir, "data.safetensors"), force(opts), func(w io.Writer) error {
 		return WriteSafetensors(w, nil, tensors)
 	})
 }
 
 // WriteRawFile writes data to a new file (a raw tensor source).
-func WriteRawFile(path string, data []byte) error {
-	return writeNew(path, func(w *bufio.Writer) error {
-		_, err := w.Write(data)
-		return err
-	})
-}
-
-// writeNew creates path (which must not exist) and writes it through fill.
-func writeNew(path string, fill func(*bufio.Writer) error) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	if err := fill(w); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %q: %w", path, err)
-	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %q: %w", path, err)
-	}
-	return f.Close()
+func WriteRawFile(path string, data []byte, opts ...WriteOptions) error {
+	return safeio.WriteFile(path, data, force(opts))
 }

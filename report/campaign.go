@@ -1,8 +1,6 @@
 package report
 
 import (
-	"bytes"
-	"encoding/xml"
 	"fmt"
 	"io"
 	"slices"
@@ -36,6 +34,9 @@ type CampaignJSON struct {
 	Kinds          []CampaignKindJSON `json:"kinds"`
 	// Controls are the clean pairs: compared and audited untouched.
 	Controls []CampaignControlJSON `json:"controls"`
+	// Stopped says why no trial ran (a pair that does not verify
+	// untouched); absent when the trials ran.
+	Stopped string `json:"stopped,omitempty"`
 }
 
 // CampaignKindJSON is one fault kind's row.
@@ -79,7 +80,7 @@ type CampaignControlJSON struct {
 // NewCampaignJSON converts a campaign's result to the JSON schema.
 func NewCampaignJSON(r *inject.CampaignResult) *CampaignJSON {
 	out := &CampaignJSON{Format: CampaignFormat, Pass: r.Pass, Seed: layout.Hex64(r.Seed), TrialsPerKind: r.Trials,
-		ElapsedSeconds: r.Elapsed.Seconds(), Kinds: []CampaignKindJSON{}, Controls: []CampaignControlJSON{}}
+		ElapsedSeconds: r.Elapsed.Seconds(), Kinds: []CampaignKindJSON{}, Controls: []CampaignControlJSON{}, Stopped: r.Stopped}
 	for _, k := range r.Kinds {
 		kj := CampaignKindJSON{Kind: string(k.Kind), Detector: k.Detector, Control: k.Control, Trials: k.Trials,
 			NotApplicable: k.NotApplicable, Detected: k.Detected, Localised: k.Localised, Missed: k.Missed,
@@ -106,6 +107,16 @@ func NewCampaignJSON(r *inject.CampaignResult) *CampaignJSON {
 // block map of an example) and a row of clean controls; then the failing
 // trials, if any.
 func CampaignTables(r *inject.CampaignResult) []*Table {
+	if r.Stopped != "" {
+		t := &Table{Title: "kvaudit campaign: not run", Header: []string{"pair", "problem untouched"}}
+		for _, p := range r.Pairs {
+			for _, x := range p.Problems {
+				t.Add(C("%s", p.Name), Cell{Text: x, Tone: Bad})
+			}
+		}
+		t.Notes = append(t.Notes, r.Stopped+"; no fault was injected")
+		return []*Table{t}
+	}
 	verdict := "pass"
 	if !r.Pass {
 		verdict = "FAIL"
@@ -223,8 +234,11 @@ func renderTables(w io.Writer, tables []*Table, f Format, style Style) error {
 // the untouched pair does not verify). A CI fails exactly when kvaudit
 // campaign exits 1.
 func WriteCampaignJUnit(w io.Writer, r *inject.CampaignResult) error {
-	out := junitSuites{Name: "kvaudit campaign"}
+	out := junitSuites{Name: "kvaudit campaign", Time: seconds(r.Elapsed)}
 	kinds := junitSuite{Name: "fault kinds"}
+	if r.Stopped != "" {
+		kinds.Cases = append(kinds.Cases, junitCase{Name: "fault kinds", Classname: "kvaudit.campaign", Skipped: &junitOutcome{Message: "not run: " + r.Stopped}})
+	}
 	for _, k := range r.Kinds {
 		c := junitCase{Name: string(k.Kind), Classname: "kvaudit.campaign." + k.Detector}
 		switch {
@@ -490,8 +504,11 @@ type diffWithAuditsJSON struct {
 // RenderDiffAudits writes a comparison and the consumer audits beside it:
 // in a table or markdown, the audits' tables after the comparison's; in
 // JSON, kvaudit-diff/1 with "tail_audit" and "stored" fields added; in
-// JUnit, a test suite per audit after the comparison's suites (a
-// <failure> per finding). With no audits (a nil a) it is RenderDiff.
+// JUnit, a test suite per audit after the comparison's suites, each with
+// one test case per request and group of the comparison (the same cases
+// whatever the audit finds, so CI can follow a case from run to run), a
+// <failure> listing that group's findings. With no audits (a nil a) it is
+// RenderDiff.
 func RenderDiffAudits(w io.Writer, res *checksum.DiffResult, a *verify.Audits, f Format, opts DiffOptions) error {
 	if a == nil {
 		return RenderDiff(w, res, f, opts)
@@ -507,59 +524,12 @@ func RenderDiffAudits(w io.Writer, res *checksum.DiffResult, a *verify.Audits, f
 		}
 		return WriteJSON(w, out)
 	case FormatJUnit:
-		var buf bytes.Buffer
-		if err := WriteDiffJUnit(&buf, res, opts.AllowUnverified); err != nil {
-			return err
-		}
-		var doc junitSuites
-		if err := xml.Unmarshal(buf.Bytes(), &doc); err != nil {
-			return err
-		}
-		// Recount as the audits' suites are added.
-		suites := doc.Suites
-		doc.Suites, doc.Tests, doc.Failures, doc.Errors, doc.Skipped = nil, 0, 0, 0, 0
-		for _, s := range suites {
-			s.Tests, s.Failures, s.Errors, s.Skipped = 0, 0, 0, 0
-			doc.add(s)
-		}
+		doc := diffJUnit(res, opts)
 		if a.Tail != nil {
-			s := junitSuite{Name: "tail audit"}
-			for _, x := range a.Tail.Findings {
-				s.Cases = append(s.Cases, junitCase{
-					Name:      fmt.Sprintf("request %s group %d position %d rank %d:%d %s", x.Request, x.Group, x.Position, x.Rank.PP, x.Rank.TP, x.Layer),
-					Classname: x.Request,
-					Failure:   &junitOutcome{Message: fmt.Sprintf("%d non-zero byte(s) past the transferred range, tokens %d-%d, first at %s:%d", x.Bytes, x.FirstToken, x.LastToken, x.File, x.Offset), Type: "not zeroed"},
-				})
-			}
-			if len(s.Cases) == 0 {
-				s.Cases = append(s.Cases, junitCase{Name: "transferred or zeroed", Classname: "kvaudit.audit"})
-			}
-			doc.add(s)
+			doc.add(tailAuditSuite(res, a.Tail))
 		}
 		if a.Stored != nil {
-			s := junitSuite{Name: "stored checksums"}
-			for _, r := range a.Stored {
-				for _, b := range r.Mismatches() {
-					s.Cases = append(s.Cases, junitCase{
-						Name:      fmt.Sprintf("request %s group %d position %d rank %d:%d", b.Request, b.Group, b.Position, r.PPRank, r.TPRank),
-						Classname: b.Request,
-						Failure:   &junitOutcome{Message: fmt.Sprintf("stored checksum %s, the block gives %s", layout.Hex64(b.Stored), layout.Hex64(b.Value)), Type: "mismatch"},
-					})
-				}
-			}
-			if len(s.Cases) == 0 {
-				c := junitCase{Name: "stored checksums", Classname: "kvaudit.audit"}
-				if verify.StoredVerdict(a.Stored) == checksum.Unverified {
-					o := &junitOutcome{Message: "no stored checksum to compare", Type: "unverified"}
-					if opts.AllowUnverified {
-						c.Skipped = o
-					} else {
-						c.Error = o
-					}
-				}
-				s.Cases = append(s.Cases, c)
-			}
-			doc.add(s)
+			doc.add(storedSuite(res, a.Stored, opts.AllowUnverified))
 		}
 		return writeJUnit(w, doc)
 	}
@@ -577,4 +547,133 @@ func RenderDiffAudits(w io.Writer, res *checksum.DiffResult, a *verify.Audits, f
 		}
 	}
 	return nil
+}
+
+// auditKey is a (request, group) of an audit suite.
+type auditKey struct {
+	request string
+	group   int
+}
+
+// auditCases returns one test case per request and group of the
+// comparison, in its order, then one per (request, group) that only a
+// finding names (a request the comparison does not hold), sorted; skip
+// says why a group is not audited ("" when it is).
+func auditCases(res *checksum.DiffResult, found []auditKey, skip func(g *checksum.GroupVerdict) string) ([]auditKey, map[auditKey]*junitCase) {
+	var keys []auditKey
+	cases := map[auditKey]*junitCase{}
+	for _, rv := range res.Requests {
+		for _, g := range rv.Groups {
+			k := auditKey{rv.ID, g.ID}
+			if cases[k] != nil {
+				continue
+			}
+			c := &junitCase{Name: fmt.Sprintf("request %s group %d", rv.ID, g.ID), Classname: rv.ID}
+			if why := skip(g); why != "" {
+				c.Skipped = &junitOutcome{Message: why}
+			}
+			keys, cases[k] = append(keys, k), c
+		}
+	}
+	var extra []auditKey
+	for _, k := range found {
+		if cases[k] == nil {
+			cases[k] = &junitCase{Name: fmt.Sprintf("request %s group %d", k.request, k.group), Classname: k.request}
+			extra = append(extra, k)
+		}
+	}
+	slices.SortFunc(extra, func(a, b auditKey) int {
+		if c := strings.Compare(a.request, b.request); c != 0 {
+			return c
+		}
+		return a.group - b.group
+	})
+	return append(keys, extra...), cases
+}
+
+// tailAuditSuite is the transferred-or-zeroed audit in JUnit: a case per
+// request and group (state groups, which have no token blocks, skipped),
+// failing with every finding of the group.
+func tailAuditSuite(res *checksum.DiffResult, t *verify.TailAudit) junitSuite {
+	var found []auditKey
+	for _, x := range t.Findings {
+		found = append(found, auditKey{x.Request, x.Group})
+	}
+	keys, cases := auditCases(res, found, func(g *checksum.GroupVerdict) string {
+		if g.Kind == layout.KindMamba {
+			return "a state group has no token blocks to audit"
+		}
+		return ""
+	})
+	texts := map[auditKey]*strings.Builder{}
+	counts := map[auditKey]int{}
+	for _, x := range t.Findings {
+		k := auditKey{x.Request, x.Group}
+		if texts[k] == nil {
+			texts[k] = &strings.Builder{}
+		}
+		counts[k]++
+		fmt.Fprintf(texts[k], "position %d block %d rank %d:%d %s: %d non-zero byte(s) past the transferred range, tokens %d-%d, first at %s:%d\n",
+			x.Position, x.Block, x.Rank.PP, x.Rank.TP, x.Layer, x.Bytes, x.FirstToken, x.LastToken, x.File, x.Offset)
+	}
+	s := junitSuite{Name: "tail audit"}
+	for _, k := range keys {
+		c := cases[k]
+		if n := counts[k]; n > 0 {
+			c.Skipped = nil
+			c.Failure = &junitOutcome{Message: fmt.Sprintf("%d region(s) hold non-zero bytes past the transferred range", n), Type: "not zeroed", Text: texts[k].String()}
+		}
+		s.Cases = append(s.Cases, *c)
+	}
+	if len(s.Cases) == 0 {
+		s.Cases = append(s.Cases, junitCase{Name: "transferred or zeroed", Classname: "kvaudit.audit"})
+	}
+	return s
+}
+
+// storedSuite is the stored-checksum audit in JUnit: a case per request
+// and group, failing with every block whose stored checksum differs; when
+// no block has a stored checksum to compare, one more case says so (an
+// error, or skipped with --allow-unverified).
+func storedSuite(res *checksum.DiffResult, ranks []*checksum.StoredRank, allowUnverified bool) junitSuite {
+	type bad struct {
+		rank *checksum.StoredRank
+		b    checksum.StoredBlock
+	}
+	var found []auditKey
+	byKey := map[auditKey][]bad{}
+	for _, r := range ranks {
+		for _, b := range r.Mismatches() {
+			k := auditKey{b.Request, b.Group}
+			found = append(found, k)
+			byKey[k] = append(byKey[k], bad{r, b})
+		}
+	}
+	keys, cases := auditCases(res, found, func(*checksum.GroupVerdict) string { return "" })
+	s := junitSuite{Name: "stored checksums"}
+	for _, k := range keys {
+		c := cases[k]
+		if bs := byKey[k]; len(bs) > 0 {
+			var text strings.Builder
+			for _, x := range bs {
+				fmt.Fprintf(&text, "position %d block %d rank %d:%d: stored checksum %s, the block gives %s\n",
+					x.b.Position, x.b.Block, x.rank.PPRank, x.rank.TPRank, layout.Hex64(x.b.Stored), layout.Hex64(x.b.Value))
+			}
+			c.Failure = &junitOutcome{Message: fmt.Sprintf("%d block(s) differ from the checksum stored with them", len(bs)), Type: "mismatch", Text: text.String()}
+		}
+		s.Cases = append(s.Cases, *c)
+	}
+	if verify.StoredVerdict(ranks) == checksum.Unverified || len(s.Cases) == 0 {
+		c := junitCase{Name: "stored checksums", Classname: "kvaudit.audit"}
+		if verify.StoredVerdict(ranks) == checksum.Unverified {
+			o := &junitOutcome{Message: "no stored checksum to compare", Type: "unverified"}
+			if allowUnverified {
+				c.Skipped = o
+			} else {
+				c.Error = o
+			}
+		}
+		s.Cases = append(s.Cases, c)
+	}
+	return s
 }

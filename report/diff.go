@@ -5,6 +5,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/charmbracelet/lipgloss"
 
@@ -227,7 +228,7 @@ func DiffTables(res *checksum.DiffResult, r *lipgloss.Renderer) []*Table {
 			m, per := BlockMap(g.Map, width, r)
 			scaled = max(scaled, per)
 			t.Add(C("%s", id), C("%d", g.ID), C("%s", g.Kind), Cell{Text: string(g.Verdict), Tone: verdictTone(g.Verdict)},
-				C("%s", Ranges(g.Positions)), C("%s", checks), C("%s", g.Reason), C("%s", m))
+				C("%s", Ranges(g.Positions)), C("%s", checks), C("%s", g.Reason), Cell{Text: m, Styled: r != nil})
 		}
 	}
 	t.Notes = append(t.Notes, fmt.Sprintf("%d request(s): %d verified, %d mismatch, %d unverified",
@@ -277,6 +278,9 @@ type DiffOptions struct {
 	// AllowUnverified makes unverified groups and loads skipped test cases
 	// in JUnit, instead of errors.
 	AllowUnverified bool
+	// Elapsed is how long the comparison took: JUnit's time of the whole
+	// report (0 when not measured).
+	Elapsed time.Duration
 }
 
 // RenderDiff writes a comparison as a table (styled when opts.Style.Color,
@@ -286,7 +290,7 @@ func RenderDiff(w io.Writer, res *checksum.DiffResult, f Format, opts DiffOption
 	case FormatJSON:
 		return WriteJSON(w, NewDiffJSON(res))
 	case FormatJUnit:
-		return WriteDiffJUnit(w, res, opts.AllowUnverified)
+		return writeJUnit(w, diffJUnit(res, opts))
 	}
 	var r *lipgloss.Renderer
 	if f == FormatTable && opts.Style.Color {
@@ -314,7 +318,14 @@ func RenderDiff(w io.Writer, res *checksum.DiffResult, f Format, opts DiffOption
 // verified group passes. So a CI fails exactly when `kvaudit diff` exits
 // non-zero.
 func WriteDiffJUnit(w io.Writer, res *checksum.DiffResult, allowUnverified bool) error {
-	out := junitSuites{Name: "kvaudit diff"}
+	return writeJUnit(w, diffJUnit(res, DiffOptions{AllowUnverified: allowUnverified}))
+}
+
+// diffJUnit is WriteDiffJUnit's document, for RenderDiffAudits to add the
+// audits' suites to.
+func diffJUnit(res *checksum.DiffResult, opts DiffOptions) junitSuites {
+	allowUnverified := opts.AllowUnverified
+	out := junitSuites{Name: "kvaudit diff", Time: seconds(opts.Elapsed)}
 	unverified := func(msg, text string) (*junitOutcome, *junitOutcome) {
 		o := &junitOutcome{Message: msg, Type: "unverified", Text: text}
 		if allowUnverified {
@@ -364,5 +375,5 @@ func WriteDiffJUnit(w io.Writer, res *checksum.DiffResult, allowUnverified bool)
 			Error: &junitOutcome{Message: "the consumer holds no request to compare", Type: "unverified"},
 		}}})
 	}
-	return writeJUnit(w, out)
+	return out
 }

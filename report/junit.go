@@ -2,7 +2,12 @@ package report
 
 import (
 	"encoding/xml"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
 )
 
 // JUnit XML, as CI systems read it (the Ant/Surefire schema).
@@ -13,21 +18,25 @@ type junitSuites struct {
 	Failures int          `xml:"failures,attr"`
 	Errors   int          `xml:"errors,attr"`
 	Skipped  int          `xml:"skipped,attr"`
+	Time     junitSeconds `xml:"time,attr"`
 	Suites   []junitSuite `xml:"testsuite"`
+	sum      junitSeconds // of the suites added
 }
 
 type junitSuite struct {
-	Name     string      `xml:"name,attr"`
-	Tests    int         `xml:"tests,attr"`
-	Failures int         `xml:"failures,attr"`
-	Errors   int         `xml:"errors,attr"`
-	Skipped  int         `xml:"skipped,attr"`
-	Cases    []junitCase `xml:"testcase"`
+	Name     string       `xml:"name,attr"`
+	Tests    int          `xml:"tests,attr"`
+	Failures int          `xml:"failures,attr"`
+	Errors   int          `xml:"errors,attr"`
+	Skipped  int          `xml:"skipped,attr"`
+	Time     junitSeconds `xml:"time,attr"`
+	Cases    []junitCase  `xml:"testcase"`
 }
 
 type junitCase struct {
 	Name      string        `xml:"name,attr"`
 	Classname string        `xml:"classname,attr"`
+	Time      junitSeconds  `xml:"time,attr"`
 	Failure   *junitOutcome `xml:"failure,omitempty"`
 	Error     *junitOutcome `xml:"error,omitempty"`
 	Skipped   *junitOutcome `xml:"skipped,omitempty"`
@@ -39,9 +48,33 @@ type junitOutcome struct {
 	Text    string `xml:",chardata"`
 }
 
-// add counts a suite's cases and appends it.
+// junitSeconds is a JUnit time attribute: seconds, to the millisecond.
+// Readers (Jenkins, GitLab, GitHub actions) expect it on every suite and
+// case; kvaudit writes 0 where it does not time a step on its own.
+type junitSeconds float64
+
+func (t junitSeconds) MarshalXMLAttr(name xml.Name) (xml.Attr, error) {
+	return xml.Attr{Name: name, Value: strconv.FormatFloat(float64(t), 'f', 3, 64)}, nil
+}
+
+func (t *junitSeconds) UnmarshalXMLAttr(a xml.Attr) error {
+	f, err := strconv.ParseFloat(a.Value, 64)
+	if err != nil {
+		return fmt.Errorf("time %q: %w", a.Value, err)
+	}
+	*t = junitSeconds(f)
+	return nil
+}
+
+func seconds(d time.Duration) junitSeconds { return junitSeconds(d.Seconds()) }
+
+// add counts a suite's cases and appends it; a suite without a time of
+// its own takes the sum of its cases'. The document's time is the sum of
+// its suites' unless set before.
 func (s *junitSuites) add(suite junitSuite) {
+	var sum junitSeconds
 	for _, c := range suite.Cases {
+		sum += c.Time
 		suite.Tests++
 		switch {
 		case c.Failure != nil:
@@ -52,6 +85,10 @@ func (s *junitSuites) add(suite junitSuite) {
 			suite.Skipped++
 		}
 	}
+	if suite.Time == 0 {
+		suite.Time = sum
+	}
+	s.sum += suite.Time
 	s.Tests += suite.Tests
 	s.Failures += suite.Failures
 	s.Errors += suite.Errors
@@ -60,6 +97,9 @@ func (s *junitSuites) add(suite junitSuite) {
 }
 
 func writeJUnit(w io.Writer, out junitSuites) error {
+	if out.Time == 0 {
+		out.Time = out.sum
+	}
 	if _, err := io.WriteString(w, xml.Header); err != nil {
 		return err
 	}
@@ -70,4 +110,36 @@ func writeJUnit(w io.Writer, out junitSuites) error {
 	}
 	_, err := io.WriteString(w, "\n")
 	return err
+}
+
+// WriteFile writes a report to path the way a CI step can rely on: into a
+// temporary file in the same directory, renamed over path only when write
+// succeeded, so a failed or interrupted run never leaves a truncated
+// report (a stale one from an earlier run is replaced only by a whole
+// one). `kvaudit diff --junit FILE` and `kvaudit campaign --junit FILE`
+// write their JUnit this way while printing the table.
+func WriteFile(path string, write func(io.Writer) error) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("writing %q: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err = write(f); err != nil {
+		return fmt.Errorf("writing %q: %w", path, err)
+	}
+	if err = f.Chmod(0o644); err != nil {
+		return fmt.Errorf("writing %q: %w", path, err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("writing %q: %w", path, err)
+	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("writing %q: %w", path, err)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/lipgloss/table"
@@ -43,6 +44,9 @@ const (
 type Cell struct {
 	Text string
 	Tone Tone
+	// Styled says Text holds the report's own terminal styling (the block
+	// map): it is not escaped. Every other text is (see Escape).
+	Styled bool
 }
 
 // C makes a plain cell.
@@ -61,7 +65,11 @@ func (t *Table) Add(cells ...Cell) { t.Rows = append(t.Rows, cells) }
 
 // Render writes the table as a styled grid (style.Color), plain
 // tab-separated text, or markdown (f == FormatMarkdown).
+//
+// Every title, header, cell and note is escaped (Escape) first: the
+// strings come from dumps, records and payloads, which are untrusted.
 func (t *Table) Render(w io.Writer, f Format, style Style) error {
+	t = t.escaped()
 	var b strings.Builder
 	switch {
 	case f == FormatMarkdown:
@@ -163,4 +171,83 @@ func (t *Table) styled(b *strings.Builder, w io.Writer) {
 	for _, n := range t.Notes {
 		b.WriteString(r.NewStyle().Faint(true).Render(n) + "\n")
 	}
+}
+
+// escaped returns a copy of the table with every text escaped.
+func (t *Table) escaped() *Table {
+	e := &Table{Title: Escape(t.Title), Header: make([]string, len(t.Header)), Rows: make([][]Cell, len(t.Rows)), Notes: make([]string, len(t.Notes))}
+	for i, h := range t.Header {
+		e.Header[i] = Escape(h)
+	}
+	for i, r := range t.Rows {
+		e.Rows[i] = make([]Cell, len(r))
+		for j, c := range r {
+			if !c.Styled {
+				c.Text = Escape(c.Text)
+			}
+			e.Rows[i][j] = c
+		}
+	}
+	for i, n := range t.Notes {
+		e.Notes[i] = Escape(n)
+	}
+	return e
+}
+
+// Escape makes an untrusted string safe to print on a terminal or in
+// markdown: control characters (C0 including tab, CR and LF, DEL, C1),
+// bidirectional overrides and isolates, and invalid UTF-8 are written as
+// Go escapes (\x1b, \r, \n, \u202e, ...), so a crafted request id or
+// layer name can neither move the cursor, clear the screen, start a new
+// line nor reorder what follows it. Other text is unchanged.
+func Escape(s string) string {
+	clean := true
+	for i, r := range s {
+		if needsEscape(r) || (r == utf8.RuneError && !validAt(s, i)) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x80 && needsEscape(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case needsEscape(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+func validAt(s string, i int) bool {
+	_, n := utf8.DecodeRuneInString(s[i:])
+	return n == 3 // a literal U+FFFD, not a bad byte
+}
+
+func needsEscape(r rune) bool {
+	switch {
+	case r < 0x20, r == 0x7f, r >= 0x80 && r <= 0x9f:
+		return true
+	case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+		return true // bidi marks, embeddings, overrides, isolates
+	case r == 0x2028, r == 0x2029:
+		return true // line and paragraph separators
+	}
+	return false
 }

@@ -77,9 +77,9 @@ func (s *Side) AllRecords(ctx context.Context, opts checksum.Options) ([]*checks
 	return append(recs, s.Records...), nil
 }
 
-// maxPayloadFile bounds a payload or record file read whole (a 128k-token
-// prompt's payload is about 87 KB of base64 per group).
-const maxPayloadFile = 1 << 30
+// maxPayloadFile bounds a payload or kv_transfer_params file read whole
+// (a 128k-token prompt's payload is about 87 KB of base64 per group).
+const maxPayloadFile = layout.MaxPayloadSize
 
 // Open opens a side: the one way from paths, an argument or payload bytes
 // to dumps, records or payloads. The caller closes the side.
@@ -115,7 +115,9 @@ func openPaths(paths []string) (*Side, error) {
 	}
 	s := &Side{name: "the side"}
 	for _, p := range rest {
-		data, err := readFile(p)
+		// Regular files only (a FIFO or /dev/zero is refused at once), at
+		// most layout.MaxRecordSize bytes.
+		data, err := layout.ReadRegularFile(p, layout.MaxRecordSize, "record")
 		if err != nil {
 			return nil, err
 		}
@@ -134,18 +136,6 @@ func openPaths(paths []string) (*Side, error) {
 	return s, nil
 }
 
-// readFile reads a record or payload file whole, within maxPayloadFile.
-func readFile(p string) ([]byte, error) {
-	st, err := os.Stat(p)
-	if err != nil {
-		return nil, err
-	}
-	if st.Size() > maxPayloadFile {
-		return nil, fmt.Errorf("%q: %d bytes is too large for a payload or record file", p, st.Size())
-	}
-	return os.ReadFile(p)
-}
-
 // looksLikeRecord says whether a file means to be a record (and so must be
 // a valid one).
 func looksLikeRecord(data []byte) bool {
@@ -160,7 +150,10 @@ func openArg(arg string, stdin io.Reader) (*Side, error) {
 		if stdin == nil {
 			return nil, errors.New(`"-" reads the payload from Stdin, and there is none`)
 		}
-		data, err := io.ReadAll(io.LimitReader(stdin, maxPayloadFile))
+		data, err := layout.ReadAllCapped(stdin, maxPayloadFile, 0)
+		if errors.Is(err, layout.ErrTooLarge) {
+			return nil, fmt.Errorf("stdin: more than the %d-byte limit for payloads", maxPayloadFile)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("reading stdin: %w", err)
 		}
@@ -176,7 +169,7 @@ func openArg(arg string, stdin io.Reader) (*Side, error) {
 	if st.IsDir() || strings.HasSuffix(arg, ".safetensors") {
 		return openPaths([]string{arg})
 	}
-	data, err := readFile(arg)
+	data, err := layout.ReadRegularFile(arg, maxPayloadFile, "payload or record file")
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,7 @@ package main
 
 // These tests run the real kernel: they need a CUDA device. Without one,
 // gorgonia.org/cu's init ends the test binary before any test runs, so CI
-// only compiles them (go test -c -tags cuda); kernels/gpucheck.sh runs
+// only compiles them (go test -c -tags cuda); internal/kernels/gpucheck.sh runs
 // them on a GPU machine.
 
 import (

@@ -12,6 +12,11 @@
 //
 // Without the tag it builds to a stub that says so and exits 3.
 //
+// --help and version work without a GPU, and info then says that no device
+// is usable (exit 1) beside the runner's version: package start answers
+// them before gorgonia.org/cu's init can end the process. The binary still
+// needs the CUDA driver library (libcuda.so.1) to be loaded at all.
+//
 // Usage:
 //
 //	kvaudit-cuda serve            speak the protocol on stdin/stdout (what kvaudit runs)

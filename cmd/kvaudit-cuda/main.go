@@ -17,6 +17,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	// start's init answers --help and version, and reports a missing
+	// device, before gorgonia.org/cu's init can exit.
+	"github.com/kvaudit/kvaudit/cmd/kvaudit-cuda/internal/start"
 	"github.com/kvaudit/kvaudit/internal/kernels"
 )
 
@@ -29,24 +32,14 @@ const (
 )
 
 func main() {
-	// gorgonia.org/cu's init has called cuInit (and exited without a
-	// driver or device). A CUDA context is current on one OS thread: keep
+	// gorgonia.org/cu's init has called cuInit (package start's init has
+	// already answered --help and version, and stopped when cuInit fails). A CUDA context is current on one OS thread: keep
 	// main's.
 	runtime.LockOSThread()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage: kvaudit-cuda <command> [flags]
-
-commands:
-  serve     speak kvaudit's runner protocol on stdin/stdout (kvaudit starts this)
-  info      print the device, its driver and this runner's version
-  bench     time the checksum kernel on a cache on the device beside a plain
-            read and a device-to-device copy of the same bytes
-  version   print this runner's version
-
-KVAUDIT_CUDA_DEVICE selects the CUDA device (default 0).
-`
+const usage = start.Usage
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -66,7 +59,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	case "version":
-		fmt.Fprintf(stdout, "kvaudit-cuda %s (protocol %d)\n", kernels.BuildVersion(), kernels.ProtocolVersion)
+		fmt.Fprint(stdout, start.VersionLine())
 		return exitOK
 	case "serve", "info", "bench":
 	default:

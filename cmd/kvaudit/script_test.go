@@ -41,6 +41,8 @@ func scriptParams(p testscript.Params) testscript.Params {
 		"flipkv":       cmdFlipKV,
 		"junitxml":     cmdJUnitXML,
 		"payloadof":    cmdPayloadOf,
+		"scribble":     cmdScribble,
+		"samefile":     cmdSameFile,
 	}
 	return p
 }
@@ -103,6 +105,7 @@ func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
 	cmd := exec.Command(bin, args[1:]...)
 	cmd.Dir = ts.MkAbs(".")
 	cmd.Env = append(os.Environ(), "PATH="+ts.Getenv("PATH"), "NO_COLOR=1", "HOME="+ts.Getenv("HOME"))
+	cmd.Env = append(cmd.Env, scriptKVAuditEnv(ts)...)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err = cmd.Run()

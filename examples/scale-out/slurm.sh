@@ -1,30 +1,44 @@
 #!/usr/bin/env bash
 # Scale-out checksumming with Slurm: one array task per rank writes its
-# record next to the dumps; a dependent job merges the records and compares
-# the producer with the consumer.
+# record next to the dumps; a job that starts only after every task of both
+# arrays succeeded merges the records and compares the producer with the
+# consumer.
 #
-#   examples/scale-out/slurm.sh /shared/kv 8 1   # KV dir, tp_size, pp_size
+#   examples/scale-out/slurm.sh KV_DIR PRODUCER_TP PRODUCER_PP CONSUMER_TP CONSUMER_PP
+#   examples/scale-out/slurm.sh /shared/kv 4 1 8 1
 #
-# The dumps are /shared/kv/<side>/rank-<pp>-<tp>.safetensors; records go to
-# /shared/kv/records/<side>/.
+# The dumps are KV_DIR/<side>/rank-<pp>-<tp>.safetensors; records go to
+# KV_DIR/records/<side>/ (removed first: records of an earlier run are never
+# merged into this one). kvaudit must be on PATH on every node (one binary
+# on the shared file system, or the release archive installed). The compare
+# job's output (slurm-<jobid>.out) is the verdict table and its exit status
+# the verdict: 0 verified, 1 mismatch, 2 unverified, 3 invalid input. If a
+# checksum task fails, the compare job never starts (afterok): see squeue's
+# DependencyNeverSatisfied and the failed task's output.
 set -euo pipefail
-kv=${1:?usage: slurm.sh KV_DIR TP_SIZE PP_SIZE}
-tp_size=${2:?}
-pp_size=${3:?}
-ranks=$((tp_size * pp_size))
+usage="usage: slurm.sh KV_DIR PRODUCER_TP PRODUCER_PP CONSUMER_TP CONSUMER_PP"
+kv=${1:?$usage}
+producer_tp=${2:?$usage}
+producer_pp=${3:?$usage}
+consumer_tp=${4:?$usage}
+consumer_pp=${5:?$usage}
 
+rm -rf "$kv/records/producer" "$kv/records/consumer"
+mkdir -p "$kv/records/producer" "$kv/records/consumer"
+
+# submit_side SIDE TP_SIZE PP_SIZE: an array of one task per rank; prints
+# the array's job id.
 submit_side() {
-  local side=$1
-  sbatch --parsable --job-name="kvaudit-$side" --array="0-$((ranks - 1))" \
+  local side=$1 tp_size=$2 pp_size=$3
+  sbatch --parsable --job-name="kvaudit-$side" --array="0-$((tp_size * pp_size - 1))" \
     --export=ALL,KV="$kv",SIDE="$side",TP_SIZE="$tp_size" --wrap='
       pp=$((SLURM_ARRAY_TASK_ID / TP_SIZE)); tp=$((SLURM_ARRAY_TASK_ID % TP_SIZE))
-      kvaudit checksum --partial -o record --out "$KV/records/$SIDE" "$KV/$SIDE/rank-$pp-$tp.safetensors"'
+      exec kvaudit checksum --partial -o record --out "$KV/records/$SIDE" "$KV/$SIDE/rank-$pp-$tp.safetensors"'
 }
 
-producer=$(submit_side producer)
-consumer=$(submit_side consumer)
-sbatch --job-name=kvaudit-compare --dependency="afterok:$producer:$consumer" \
+producer=$(submit_side producer "$producer_tp" "$producer_pp")
+consumer=$(submit_side consumer "$consumer_tp" "$consumer_pp")
+compare=$(sbatch --parsable --job-name=kvaudit-compare --dependency="afterok:$producer:$consumer" \
   --export=ALL,KV="$kv" --wrap='
-    kvaudit diff "$KV/records/producer" "$KV/records/consumer" -o json > "$KV/verdict.json"
-    kvaudit diff "$KV/records/producer" "$KV/records/consumer"'
-echo "submitted: producer array $producer, consumer array $consumer, compare after both"
+    exec kvaudit diff "$KV/records/producer" "$KV/records/consumer"')
+echo "submitted: producer array $producer, consumer array $consumer, compare $compare after both"

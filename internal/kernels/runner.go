@@ -160,8 +160,11 @@ func StartRunner(ctx context.Context, o RunnerOptions) (*Runner, error) {
 				r.hello = h
 				return r, nil
 			}
-			// Not a Hello: keep what it says until it exits (briefly).
-			said = append(said, strings.TrimSpace(string(line)))
+			// Not a Hello: keep what it says until it exits (briefly), at
+			// most maxSaid bytes of it.
+			if n := saidLen(said); n < maxSaid {
+				said = append(said, clip(strings.TrimSpace(string(line)), maxSaid-n))
+			}
 			if len(said) == 1 {
 				timer.Reset(5 * time.Second)
 			}
@@ -169,12 +172,22 @@ func StartRunner(ctx context.Context, o RunnerOptions) (*Runner, error) {
 	}
 }
 
+// Bounds on what is kept of a runner's output: a line of stdout (a
+// response with every output of a plan fits many times over), what a runner
+// says instead of its handshake, and (in tail) its stderr. A runner that
+// floods its output (KVAUDIT_CUDA_RUNNER=/usr/bin/yes) costs no more.
+const (
+	maxRunnerLine = 1 << 28
+	maxSaid       = 4096
+)
+
 // read passes the runner's stdout lines to r.lines, then waits for its
-// exit and closes r.lines.
+// exit and closes r.lines. A line longer than maxRunnerLine is passed on
+// cut short, with a note, which no reader takes for a message.
 func (r *Runner) read(stdout io.Reader) {
 	br := bufio.NewReaderSize(stdout, 1<<16)
 	for {
-		line, err := br.ReadBytes('\n')
+		line, err := readLine(br, maxRunnerLine)
 		if len(bytes.TrimSpace(line)) > 0 {
 			r.lines <- line
 		}
@@ -312,7 +325,7 @@ func (r *Runner) call(ctx context.Context, req *Request, progress func(int64)) (
 			var resp Response
 			if err := json.Unmarshal(line, &resp); err != nil || resp.ID != req.ID {
 				r.kill()
-				return nil, r.fail(fmt.Errorf("cuda engine: %s broke the protocol: %q", r.path, strings.TrimSpace(string(line))))
+				return nil, r.fail(fmt.Errorf("cuda engine: %s broke the protocol: %q", r.path, clip(strings.TrimSpace(string(line)), 512)))
 			}
 			if !resp.Done {
 				if progress != nil {
@@ -355,6 +368,45 @@ func (r *Runner) Close() error {
 		r.broken = errors.New("cuda engine: the runner is closed")
 	}
 	return nil
+}
+
+// readLine reads one line of at most max bytes; the rest of a longer line
+// is read and dropped, and the line returned is its first 512 bytes and a
+// note.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	over := false
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if !over {
+			if len(line)+len(chunk) > max {
+				over = true
+				line = append(line[:min(len(line), 512)], fmt.Sprintf("... (a line of more than %d bytes)", max)...)
+			} else {
+				line = append(line, chunk...)
+			}
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return line, err
+	}
+}
+
+// clip cuts s to at most n bytes (and a note).
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:max(n, 0)] + "..."
+}
+
+func saidLen(said []string) int {
+	n := 0
+	for _, s := range said {
+		n += len(s) + 1
+	}
+	return n
 }
 
 // tail keeps the last max bytes written to it.

@@ -61,6 +61,9 @@ type Config struct {
 	// cell of global head h at token position t of layer number L. (The
 	// docs/spec.md's worked example uses it.)
 	Values func(L, h, t, p int) uint64 `json:"-"`
+	// Force lets Write replace existing rank files (kvaudit synth
+	// --force); without it an existing file is an error.
+	Force bool `json:"-"`
 }
 
 // Cache is one cache of a model preset.
@@ -554,19 +557,20 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][][]*int, pp, tp
 		man.Requests = append(man.Requests, req)
 	}
 	name := fmt.Sprintf("rank-%d-%d", pp, tp)
+	wo := layout.WriteOptions{Force: c.Force}
 	switch c.Format {
 	case "safetensors":
 		p := filepath.Join(dir, name+".safetensors")
-		return p, layout.WriteDumpFile(p, man, tensors)
+		return p, layout.WriteDumpFile(p, man, tensors, wo)
 	case "dir":
 		p := filepath.Join(dir, name)
-		return p, layout.WriteDumpDir(p, man, tensors)
+		return p, layout.WriteDumpDir(p, man, tensors, wo)
 	default:
 		p := filepath.Join(dir, name)
-		if err := layout.WriteDumpDir(p, man, nil); err != nil {
+		if err := layout.WriteDumpDir(p, man, nil, wo); err != nil {
 			return "", err
 		}
-		return p, layout.WriteRawFile(filepath.Join(p, "kv.bin"), raw)
+		return p, layout.WriteRawFile(filepath.Join(p, "kv.bin"), raw, wo)
 	}
 }
 

@@ -3,14 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
-	"github.com/kvaudit/kvaudit/internal/kernels"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/internal/bench"
+	"github.com/kvaudit/kvaudit/internal/kernels"
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/report"
 )
@@ -57,7 +57,7 @@ preset, 32 layers) in a temporary directory and removes it afterwards. The
 side is in the page cache when measured: the numbers are the CPU cost of
 reading mapped memory, not the speed of a disk. Quote ratios, which one run
 measures side by side; absolute speeds depend on the machine and its load.`,
-		Example: `  # measure on a synthesized 2 GB side
+		Example: `  # measure on a synthesized 4 GB side in the HND layout
   $ kvaudit bench
 
   # a 4 GB side in the HND layout, as JSON
@@ -144,14 +144,15 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 	status := newStatus(opts.IO)
 	paths := opts.Paths
 	if len(paths) == 0 {
-		dir, err := os.MkdirTemp(opts.Dir, "kvaudit-bench-")
+		dir, err := safeio.TempDir(opts.Dir, "kvaudit-bench-")
 		if err != nil {
 			return err
 		}
 		if opts.Keep {
 			fmt.Fprintf(opts.IO.Err, "kvaudit: synthesizing into %s (kept)\n", dir)
+			defer safeio.Forget(dir)
 		} else {
-			defer os.RemoveAll(dir)
+			defer safeio.RemoveTemp(dir)
 		}
 		status.line(fmt.Sprintf("synthesizing %.2f GB of %s KV (%s layout)", float64(opts.Size)/1e9, opts.Preset, opts.Layout))
 		if paths, err = bench.SynthSide(dir, opts.Size, opts.Preset, opts.Layout, opts.PP); err != nil {
@@ -168,13 +169,35 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 		return err
 	}
 	if opts.Output == "json" {
-		return report.WriteJSON(opts.IO.Out, res)
+		return report.WriteJSON(opts.IO.Out, benchJSON{Format: BenchFormat, Engine: "cpu", Result: res})
 	}
 	f := report.FormatTable
 	if opts.Output == "markdown" {
 		f = report.FormatMarkdown
 	}
 	return benchTable(res).Render(opts.IO.Out, f, tableStyle(opts.IO))
+}
+
+// The versions of bench -o json (docs/spec.md §12: fields are added, never renamed
+// or removed): the cpu engines' measurements, and the GPU kernel's.
+const (
+	BenchFormat     = "kvaudit-bench/1"
+	BenchCUDAFormat = "kvaudit-bench-cuda/1"
+)
+
+// benchJSON is bench -o json: the format and engine, then the result's
+// fields.
+type benchJSON struct {
+	Format string `json:"format"`
+	Engine string `json:"engine"`
+	*bench.Result
+}
+
+// benchCUDAJSON is bench --engine cuda -o json.
+type benchCUDAJSON struct {
+	Format string `json:"format"`
+	Engine string `json:"engine"`
+	*kernels.BenchResult
 }
 
 // benchTable lays out a bench result: one row per thread count and method.
@@ -273,7 +296,7 @@ func benchCUDA(ctx context.Context, opts *BenchOptions) error {
 		return err
 	}
 	if opts.Output == "json" {
-		return report.WriteJSON(opts.IO.Out, res)
+		return report.WriteJSON(opts.IO.Out, benchCUDAJSON{Format: BenchCUDAFormat, Engine: "cuda", BenchResult: res})
 	}
 	return res.WriteText(opts.IO.Out)
 }

@@ -110,11 +110,11 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 			Producer: []string{opts.Paths[i]}, Consumer: []string{opts.Paths[i+1]},
 		})
 	}
+	var bar *progressbar.ProgressBar
+	var mu sync.Mutex
 	if opts.IO.ErrTerminal {
 		var once sync.Once
-		var bar *progressbar.ProgressBar
 		start := time.Now()
-		var mu sync.Mutex
 		c.Progress = func(done, total int) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -127,14 +127,21 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 					progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100*time.Millisecond),
 					progressbar.OptionClearOnFinish(), progressbar.OptionEnableColorCodes(!opts.IO.NoColor))
 			})
-			bar.Set(done)
-			if done == total {
-				bar.Finish()
-			}
+			draw(func() {
+				bar.Set(done)
+				if done == total {
+					bar.Finish()
+				}
+			})
 		}
 	}
 	res, err := inject.Campaign(ctx, c)
 	if err != nil {
+		mu.Lock()
+		if bar != nil {
+			draw(func() { bar.Clear() }) // an interrupted campaign leaves no bar behind
+		}
+		mu.Unlock()
 		return err
 	}
 	if err := report.RenderCampaign(opts.IO.Out, res, report.Format(opts.Output), tableStyle(opts.IO)); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/verify"
 )
@@ -24,6 +25,8 @@ type ChecksumOptions struct {
 	Engine   checksum.Engine
 	// OutDir, for -o record, receives one file per rank.
 	OutDir string
+	// Force lets -o record --out replace existing record files.
+	Force bool
 	// PayloadForm is the form -o payload writes.
 	PayloadForm checksum.PayloadForm
 	// Stored emits (and checks) the offload tier's stored checksums
@@ -73,6 +76,13 @@ of replicated heads. With --partial, a subset of ranks is allowed and
 			opts.Partial = cfg.Bool("partial")
 			opts.Requests = cfg.Strings("request")
 			opts.OutDir = cfg.String("out")
+			opts.Force = cfg.Bool("force")
+			if opts.Output != "record" {
+				if src, ok := cfg.Explicit("out"); ok {
+					return usageErrorf("%s: only -o record writes files (got -o %s, which prints to stdout)", src, opts.Output)
+				}
+				opts.OutDir = "" // a top-level out: in kvaudit.yaml, for synth or inject
+			}
 			opts.Stored = cfg.Bool("stored")
 			if opts.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
 				return err
@@ -90,7 +100,8 @@ of replicated heads. With --partial, a subset of ranks is allowed and
 	f.StringSlice("request", nil, "checksum only this request id (repeatable)")
 	f.String("engine", "cpu", engineHelp)
 	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
-	f.String("out", "", "with -o record: directory to write rank-<pp>-<tp>.record.json files into")
+	f.String("out", "", "with -o record: directory to write rank-<pp>-<tp>.record.json files into (not a side's own directory)")
+	f.Bool("force", false, "with -o record --out: replace existing record files")
 	f.Bool("stored", false, "emit each full block's stored checksum (rank-local, tagged with its block hash) and check it against the manifest's stored_checksums; -o table or json")
 	return cmd
 }
@@ -150,11 +161,14 @@ func writeRecords(opts *ChecksumOptions, recs []*checksum.Record) error {
 			}
 			continue
 		}
+		if err := checkOutsideInputs(opts.OutDir, opts.Paths, false); err != nil {
+			return err
+		}
 		if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
 			return err
 		}
 		p := filepath.Join(opts.OutDir, fmt.Sprintf("rank-%d-%d.record.json", rec.PPRank, rec.TPRank))
-		if err := os.WriteFile(p, b, 0o644); err != nil {
+		if err := safeio.WriteFile(p, b, opts.Force); err != nil {
 			return err
 		}
 		fmt.Fprintf(opts.IO.Err, "wrote %s\n", p)

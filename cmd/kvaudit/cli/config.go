@@ -1,13 +1,16 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
 )
 
 // config resolves a command's settings: a flag given on the command line,
@@ -19,6 +22,11 @@ import (
 type config struct {
 	v   *viper.Viper
 	cmd *cobra.Command
+	// file is the configuration file read ("" if none); lines maps the
+	// keys of this command's settings in it (flag, or section.flag) to
+	// their lines.
+	file  string
+	lines map[string]int
 }
 
 func newConfig(cmd *cobra.Command) (*config, error) {
@@ -29,18 +37,226 @@ func newConfig(cmd *cobra.Command) (*config, error) {
 	if err := v.BindPFlags(cmd.Flags()); err != nil {
 		return nil, err
 	}
+	c := &config{v: v, cmd: cmd}
+	if err := c.checkEnv(); err != nil {
+		return nil, err
+	}
 	file, _ := cmd.Flags().GetString("config")
 	if file == "" {
 		file = findConfigFile()
 	}
 	if file != "" {
+		if err := c.readFile(file); err != nil {
+			return nil, err
+		}
 		v.SetConfigFile(file)
 		v.SetConfigType("yaml")
 		if err := v.ReadInConfig(); err != nil {
 			return nil, usageErrorf("reading configuration %q: %v", file, err)
 		}
 	}
-	return &config{v: v, cmd: cmd}, nil
+	if err := c.checkRanges(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// maxConfigFile bounds kvaudit.yaml, read whole.
+const maxConfigFile = 1 << 20
+
+// checkEnv rejects a KVAUDIT_<FLAG> variable whose value the flag's type
+// cannot take (KVAUDIT_SEED=abc, KVAUDIT_ALLOW_UNVERIFIED=yes), naming
+// the variable.
+func (c *config) checkEnv() error {
+	var err error
+	c.cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		name := envName(f.Name)
+		val, ok := os.LookupEnv(name)
+		if err != nil || !ok || val == "" || f.Changed {
+			return
+		}
+		if want := checkValue(f, val); want != "" {
+			err = usageErrorf("environment variable %s=%q: want %s", name, val, want)
+		}
+	})
+	return err
+}
+
+// checkValue returns what a flag's type wants when val is not that, else "".
+func checkValue(f *pflag.Flag, val string) string {
+	switch f.Value.Type() {
+	case "int":
+		if _, err := strconv.ParseInt(val, 10, 0); err != nil {
+			return "an integer"
+		}
+	case "uint64":
+		if _, err := strconv.ParseUint(val, 10, 64); err != nil {
+			return "a non-negative integer"
+		}
+	case "bool":
+		if _, err := strconv.ParseBool(val); err != nil {
+			return "true or false"
+		}
+	}
+	return ""
+}
+
+// readFile checks the configuration file: a YAML mapping whose keys are
+// flags of some kvaudit command, or command names holding flags of that
+// command; the values of this command's flags must suit their types.
+// Errors name the file and line. It records where this command's settings
+// come from.
+func (c *config) readFile(file string) error {
+	st, err := os.Stat(file)
+	if err != nil {
+		return usageErrorf("reading configuration %q: %v", file, err)
+	}
+	if !st.Mode().IsRegular() {
+		return usageErrorf("configuration %q is not a regular file", file)
+	}
+	if st.Size() > maxConfigFile {
+		return usageErrorf("configuration %q: %d bytes, more than the %d a configuration may hold", file, st.Size(), maxConfigFile)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return usageErrorf("reading configuration %q: %v", file, err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return usageErrorf("configuration %q: %v", file, err)
+	}
+	c.file, c.lines = file, map[string]int{}
+	if len(doc.Content) == 0 {
+		return nil // empty
+	}
+	top := doc.Content[0]
+	if top.Kind != yaml.MappingNode {
+		return usageErrorf("%s:%d: want a mapping of settings (key: value)", file, top.Line)
+	}
+	root := c.cmd.Root()
+	commands := map[string]*cobra.Command{}
+	all := map[string]bool{}
+	var walk func(*cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		commands[cmd.Name()] = cmd
+		cmd.Flags().VisitAll(func(f *pflag.Flag) { all[f.Name] = true })
+		cmd.PersistentFlags().VisitAll(func(f *pflag.Flag) { all[f.Name] = true })
+		for _, sub := range cmd.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		k, val := top.Content[i], top.Content[i+1]
+		if sub, ok := commands[k.Value]; ok && sub != root && val.Kind == yaml.MappingNode {
+			for j := 0; j+1 < len(val.Content); j += 2 {
+				sk, sv := val.Content[j], val.Content[j+1]
+				f := sub.Flags().Lookup(sk.Value)
+				if f == nil || sk.Value == "config" || sk.Value == "help" {
+					return usageErrorf("%s:%d: unknown key %q in section %q (not a flag of kvaudit %s)", file, sk.Line, sk.Value, k.Value, k.Value)
+				}
+				if sub == c.cmd {
+					if err := c.checkNode(f, k.Value+"."+sk.Value, sv); err != nil {
+						return err
+					}
+				}
+			}
+			continue
+		}
+		if !all[k.Value] || k.Value == "config" || k.Value == "help" {
+			return usageErrorf("%s:%d: unknown key %q (not a flag of any kvaudit command)", file, k.Line, k.Value)
+		}
+		if f := c.cmd.Flags().Lookup(k.Value); f != nil {
+			if err := c.checkNode(f, k.Value, val); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkNode checks the value of flag f at key in the file and records its
+// line.
+func (c *config) checkNode(f *pflag.Flag, key string, n *yaml.Node) error {
+	c.lines[key] = n.Line
+	if f.Value.Type() == "stringSlice" && n.Kind == yaml.SequenceNode {
+		for _, e := range n.Content {
+			if e.Kind != yaml.ScalarNode {
+				return usageErrorf("%s:%d: %s: want a list of strings", c.file, e.Line, key)
+			}
+		}
+		return nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		return usageErrorf("%s:%d: %s: want a single value", c.file, n.Line, key)
+	}
+	if want := checkValue(f, n.Value); want != "" {
+		return usageErrorf("%s:%d: %s: %q: want %s", c.file, n.Line, key, n.Value, want)
+	}
+	return nil
+}
+
+// mayBeNegative are the int flags (with a non-negative default) for which
+// a negative value means something.
+var mayBeNegative = map[string]bool{"max-details": true}
+
+// checkRanges rejects a negative value, from wherever it came, for an int
+// flag whose default is not negative (--threads -5, KVAUDIT_WORKERS=-1).
+func (c *config) checkRanges() error {
+	var err error
+	c.cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Value.Type() != "int" || mayBeNegative[f.Name] {
+			return
+		}
+		if def, _ := strconv.Atoi(f.DefValue); def < 0 {
+			return // -1: unset (targets)
+		}
+		if n := c.Int(f.Name); n < 0 {
+			err = usageErrorf("%s: %d is negative", c.Source(f.Name), n)
+		}
+	})
+	return err
+}
+
+// Source says where a setting's value comes from: the flag, the
+// environment variable, the configuration file and line, or the default.
+func (c *config) Source(name string) string {
+	if f := c.cmd.Flags().Lookup(name); f != nil && f.Changed {
+		return "--" + name
+	}
+	if os.Getenv(envName(name)) != "" {
+		return "environment variable " + envName(name)
+	}
+	if line, ok := c.lines[c.key(name)]; ok {
+		return fmt.Sprintf("%s:%d: %s", c.file, line, c.key(name))
+	}
+	return "--" + name + " (default)"
+}
+
+// Explicit says whether a setting was given for this command (the flag,
+// its environment variable, or the command's section of the configuration
+// file, not a top-level key shared by every command), and where.
+func (c *config) Explicit(name string) (string, bool) {
+	if f := c.cmd.Flags().Lookup(name); (f != nil && f.Changed) || os.Getenv(envName(name)) != "" {
+		return c.Source(name), true
+	}
+	if key := c.key(name); key != name {
+		return c.Source(name), true
+	}
+	return "", false
+}
+
+// FromFile says whether a setting's value comes from the configuration
+// file, and where ("file:line").
+func (c *config) FromFile(name string) (string, bool) {
+	if f := c.cmd.Flags().Lookup(name); (f != nil && f.Changed) || os.Getenv(envName(name)) != "" {
+		return "", false
+	}
+	line, ok := c.lines[c.key(name)]
+	if !ok {
+		return "", false
+	}
+	return fmt.Sprintf("%s:%d", c.file, line), true
 }
 
 // findConfigFile returns ./kvaudit.yaml, else

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/checksum/drill"
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/report"
@@ -73,11 +74,11 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 	w := opts.IO.Out
 	dir := opts.Dir
 	if dir == "" {
-		tmp, err := os.MkdirTemp("", "kvaudit-demo-")
+		tmp, err := safeio.TempDir("", "kvaudit-demo-")
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(tmp)
+		defer safeio.RemoveTemp(tmp)
 		dir = tmp
 	}
 	pc, cc := demoSides(opts.Seed)

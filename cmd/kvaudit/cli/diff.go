@@ -20,7 +20,10 @@ type DiffOptions struct {
 	Output             string
 	Requests           []string
 	AllowUnverified    bool
-	Engine             checksum.Engine
+	// AllowedBy is the configuration file and line that set
+	// AllowUnverified, when no flag or variable did ("" otherwise).
+	AllowedBy string
+	Engine    checksum.Engine
 	// NoDrill skips the drill-down; MaxDetails caps its details per
 	// request (0: drill.DefaultMaxDetails, negative: no cap).
 	NoDrill    bool
@@ -80,6 +83,7 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 			}
 			opts.Requests = cfg.Strings("request")
 			opts.AllowUnverified = cfg.Bool("allow-unverified")
+			opts.AllowedBy, _ = cfg.FromFile("allow-unverified")
 			opts.NoDrill = cfg.Bool("no-drill")
 			opts.MaxDetails = cfg.Int("max-details")
 			opts.AuditTail, opts.Stored = cfg.Bool("audit-tail"), cfg.Bool("stored")
@@ -126,6 +130,7 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 	if err != nil {
 		return err
 	}
+	allowedNotice(opts, res)
 	return resultExit(res, opts.AllowUnverified)
 }
 

@@ -17,6 +17,13 @@ const (
 	ExitUnverified = 2
 	// ExitInvalid: invalid input or usage.
 	ExitInvalid = 3
+	// ExitInternal: a bug in kvaudit (a recovered panic, an internal
+	// error), never a verdict.
+	ExitInternal = 4
+	// ExitInterrupted: stopped by SIGINT (Ctrl-C), outputs removed.
+	ExitInterrupted = 130
+	// ExitTerminated: stopped by SIGTERM, outputs removed.
+	ExitTerminated = 143
 )
 
 var exitCodes = []struct {
@@ -27,6 +34,9 @@ var exitCodes = []struct {
 	{ExitMismatch, "mismatch, or a fault a campaign missed"},
 	{ExitUnverified, "unverified (unless --allow-unverified)"},
 	{ExitInvalid, "invalid input or usage"},
+	{ExitInternal, "internal error (a bug in kvaudit: please report it)"},
+	{ExitInterrupted, "interrupted by SIGINT (Ctrl-C); partial outputs removed"},
+	{ExitTerminated, "terminated by SIGTERM; partial outputs removed"},
 }
 
 // exitCodeHelp documents the exit codes for --help.
@@ -34,7 +44,7 @@ func exitCodeHelp() string {
 	var b strings.Builder
 	b.WriteString("Exit codes:\n")
 	for _, e := range exitCodes {
-		fmt.Fprintf(&b, "  %d  %s\n", e.code, e.meaning)
+		fmt.Fprintf(&b, "  %-3d  %s\n", e.code, e.meaning)
 	}
 	return b.String()
 }
@@ -59,8 +69,10 @@ func usageErrorf(format string, args ...any) error {
 }
 
 // exitCode maps a command's error to its exit code: nil is ExitOK, a
-// ResultError carries its own, anything else (bad input, usage, a failure
-// to read or write) is ExitInvalid.
+// ResultError carries its own, an internal error (a message starting
+// "internal error", as kvaudit's own consistency checks write them) is
+// ExitInternal, anything else (bad input, usage, a failure to read or
+// write) is ExitInvalid.
 func exitCode(err error) int {
 	if err == nil {
 		return ExitOK
@@ -68,6 +80,9 @@ func exitCode(err error) int {
 	var re *ResultError
 	if errors.As(err, &re) {
 		return re.Code
+	}
+	if strings.HasPrefix(err.Error(), "internal error") || strings.Contains(err.Error(), ": internal error") {
+		return ExitInternal
 	}
 	return ExitInvalid
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/report"
 )
@@ -45,8 +46,12 @@ writes --out/fault.json: the kind, the seed, the rank, tensor and file, the
 exact byte ranges that differ from the input, the (group, block position)s
 affected, the detector expected to catch it (checksum, co-resident,
 tail-audit, stored, payload, none) and what each detector must report. The
-input is never written: unchanged files are hard-linked, changed files are
-written fresh.
+input is never written and the copy never shares storage with it: every
+file is copied (streamed), the fault planned on the copy and patched into
+it, in a temporary directory beside --out that is renamed to --out when
+complete; an interrupted injection leaves nothing at --out. --out must not
+exist or be empty; --force replaces a previous injection's output (a
+directory holding fault.json), nothing else.
 
 Targets (--request, --group, --layer, --head, --position, --rank PP:TP or TP)
 narrow where the fault goes; the seed picks the rest.
@@ -95,6 +100,7 @@ Kinds:
 				return &UsageError{fmt.Errorf("--fault: %w", err)}
 			}
 			o.Kind, o.Seed, o.Bits = k, cfg.Uint64("seed"), cfg.Int("bits")
+			o.Force = cfg.Bool("force")
 			if o.Bits < 1 {
 				return usageErrorf("--bits %d: want at least 1", o.Bits)
 			}
@@ -137,7 +143,8 @@ Kinds:
 	}
 	f := cmd.Flags()
 	f.String("fault", "", "fault kind (see above)")
-	f.String("out", "", "directory to write the copy and fault.json into (created; must be empty)")
+	f.String("out", "", "directory to write the copy and fault.json into (created; must not exist or be empty)")
+	f.Bool("force", false, "replace --out if it holds a previous kvaudit inject output (fault.json)")
 	f.Uint64("seed", 1, "seed of every choice the targets leave open")
 	f.String("request", "", "target request id")
 	f.Int("group", -1, "target group id")
@@ -180,25 +187,21 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 	if err != nil {
 		return err
 	}
-	for _, d := range dumps {
-		if st, err := os.Stat(d.Path); err == nil && st.IsDir() {
-			if dir, _ := filepath.Abs(d.Path); strings.HasPrefix(out+string(filepath.Separator), dir+string(filepath.Separator)) {
-				return usageErrorf("--out %q is inside the dump %q: write the copy elsewhere", opts.Out, d.Path)
-			}
-		}
+	if err := checkOutsideInputs(opts.Out, opts.Paths, opts.Inject.Force); err != nil {
+		return err
 	}
 	p := opts.Prepare
 	if p.ZeroTails || p.ExtraBlocks > 0 || p.Stored {
-		// Prepare a copy beside --out, inject from it into --out (its
-		// files are linked there), and remove the scratch names.
+		// Prepare a copy beside --out, inject from it into --out (copied
+		// again), and remove the scratch copy.
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 			return err
 		}
-		tmp, err := os.MkdirTemp(filepath.Dir(out), ".kvaudit-prepare-")
+		tmp, err := safeio.TempDir(filepath.Dir(out), ".kvaudit-prepare-")
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(tmp)
+		defer safeio.RemoveTemp(tmp)
 		paths, err := inject.Prepare(ctx, dumps, filepath.Join(tmp, "side"), p)
 		if err != nil {
 			return injectFlagError(err)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,6 +12,39 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
 )
+
+// Every draw on the terminal (progress bars, status lines) goes through
+// draw, so an interruption can stop them all before it clears the line.
+var (
+	drawMu      sync.Mutex
+	drawStopped bool
+)
+
+// draw runs f unless drawing was stopped.
+func draw(f func()) {
+	drawMu.Lock()
+	defer drawMu.Unlock()
+	if !drawStopped {
+		f()
+	}
+}
+
+// stopDrawing ends every bar and status line for good (until resumeDrawing)
+// and clears the current line of a terminal w.
+func stopDrawing(w io.Writer, terminal bool) {
+	drawMu.Lock()
+	defer drawMu.Unlock()
+	if !drawStopped && terminal {
+		fmt.Fprint(w, "\r\x1b[K")
+	}
+	drawStopped = true
+}
+
+func resumeDrawing() {
+	drawMu.Lock()
+	drawStopped = false
+	drawMu.Unlock()
+}
 
 // progressDelay is how long work runs before its progress bar appears:
 // quick commands print nothing.
@@ -46,8 +80,10 @@ func newProgress(s *Streams, total int64, desc string) *progress {
 			select {
 			case <-p.stop:
 				if bar != nil {
-					bar.Set64(min(p.done.Load(), total))
-					bar.Finish()
+					draw(func() {
+						bar.Set64(min(p.done.Load(), total))
+						bar.Finish()
+					})
 				}
 				return
 			case <-tick.C:
@@ -67,7 +103,7 @@ func newProgress(s *Streams, total int64, desc string) *progress {
 					progressbar.OptionEnableColorCodes(!s.NoColor),
 				)
 			}
-			bar.Set64(min(p.done.Load(), total))
+			draw(func() { bar.Set64(min(p.done.Load(), total)) })
 		}
 	}()
 	return p
@@ -133,8 +169,10 @@ func (st *status) line(msg string) {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	fmt.Fprintf(st.s.Err, "\r\x1b[K%s", msg)
-	st.shown = true
+	draw(func() {
+		fmt.Fprintf(st.s.Err, "\r\x1b[K%s", msg)
+		st.shown = true
+	})
 }
 
 // done clears the status line.
@@ -142,7 +180,7 @@ func (st *status) done() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.shown {
-		fmt.Fprint(st.s.Err, "\r\x1b[K")
+		draw(func() { fmt.Fprint(st.s.Err, "\r\x1b[K") })
 		st.shown = false
 	}
 }

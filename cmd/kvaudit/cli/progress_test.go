@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -76,5 +77,38 @@ func TestProgressQuickWorkDrawsNothing(t *testing.T) {
 	p.Finish()
 	if errb.String() != "" {
 		t.Errorf("quick work drew %q", errb.String())
+	}
+}
+
+// TestInterruptionClearsTheBar: once an interruption stops drawing, the
+// bar's line is cleared and nothing is drawn after it, even while the
+// work goes on.
+func TestInterruptionClearsTheBar(t *testing.T) {
+	old := progressDelay
+	progressDelay = 0
+	defer func() { progressDelay = old; resumeDrawing() }()
+	var errb syncBuilder
+	s := &Streams{Err: &errb, ErrTerminal: true, NoColor: true}
+	p := newProgress(s, 1000, "checksum")
+	p.Add(400)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(errb.String(), "checksum") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code := interrupted(s, os.Interrupt); code != ExitInterrupted {
+		t.Errorf("exit code %d, want %d", code, ExitInterrupted)
+	}
+	at := len(errb.String())
+	p.Add(300)
+	time.Sleep(300 * time.Millisecond) // a few of the bar's ticks
+	st := newStatus(s)
+	st.line("still working")
+	p.Finish()
+	out := errb.String()
+	if !strings.HasSuffix(out[:at], "\r\x1b[Kkvaudit: interrupted\n") {
+		t.Errorf("the line was not cleared before the message: %q", out[:at])
+	}
+	if after := out[at:]; after != "" {
+		t.Errorf("drawn after the interruption: %q", after)
 	}
 }

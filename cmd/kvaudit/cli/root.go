@@ -9,22 +9,85 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/report"
 )
 
-// Main runs kvaudit with args and returns the process exit code.
-func Main(args []string, s *Streams) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	root := NewRootCmd(s)
+// interruptGrace is how long a command may take to stop after SIGINT or
+// SIGTERM before Main ends the process itself (a second signal ends it at
+// once).
+const interruptGrace = 1500 * time.Millisecond
+
+// exitProcess ends the process when a command does not stop in time.
+var exitProcess = os.Exit
+
+// Main runs kvaudit with args and returns the process exit code. SIGINT
+// and SIGTERM cancel the command's context; the command's temporary files
+// and directories are removed (internal/safeio), the progress bar line is
+// cleared and Main returns ExitInterrupted or ExitTerminated. A panic is
+// recovered and reported as ExitInternal.
+func Main(args []string, s *Streams) int { return execute(NewRootCmd(s), args, s) }
+
+// execute runs root with args: Main's work, for any command tree.
+func execute(root *cobra.Command, args []string, s *Streams) (code int) {
+	resumeDrawing()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var (
+		mu  sync.Mutex
+		got os.Signal
+	)
+	received := func() os.Signal { mu.Lock(); defer mu.Unlock(); return got }
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		var sig os.Signal
+		select {
+		case sig = <-sigs:
+		case <-finished:
+			return
+		}
+		mu.Lock()
+		got = sig
+		mu.Unlock()
+		cancel()
+		select {
+		case <-finished:
+			return
+		case <-sigs:
+		case <-time.After(interruptGrace):
+		}
+		exitProcess(interrupted(s, sig))
+	}()
+	defer func() {
+		if r := recover(); r != nil {
+			if sig := received(); sig != nil {
+				code = interrupted(s, sig)
+				return
+			}
+			safeio.Cleanup()
+			fmt.Fprintf(s.Err, "kvaudit: internal error: %v\n%s\nkvaudit: this is a bug; please report it with the command line\n", r, debug.Stack())
+			code = ExitInternal
+		}
+	}()
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
+	if sig := received(); sig != nil {
+		return interrupted(s, sig)
+	}
 	var dm *checksum.DeviceMemoryError
 	if errors.As(err, &dm) {
 		err = fmt.Errorf("%w (--engine cuda)", err)
@@ -35,6 +98,18 @@ func Main(args []string, s *Streams) int {
 		}
 	}
 	return exitCode(err)
+}
+
+// interrupted ends a command stopped by sig: it removes the temporaries in
+// progress, clears the progress bar's line and returns the exit code.
+func interrupted(s *Streams, sig os.Signal) int {
+	stopDrawing(s.Err, s.ErrTerminal)
+	safeio.Cleanup()
+	fmt.Fprintln(s.Err, "kvaudit: interrupted")
+	if sig == syscall.SIGTERM {
+		return ExitTerminated
+	}
+	return ExitInterrupted
 }
 
 // NewRootCmd builds the kvaudit command tree.

@@ -35,6 +35,9 @@ past the last token differ between configurations.
 Presets: ` + strings.Join(synth.Presets, ", ") + `. The state presets
 (Mamba2 and gated delta net hybrids, Mamba1) write state layers whose
 conv state is dim-first or channels-last, in bfloat16 or float32.
+
+Each file is written under a temporary name and renamed into place when
+complete; existing files are replaced only with --force.
 Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 		Example: `  # a TP1 producer in the FlashAttention layout
   $ kvaudit synth --out out --preset llama --role producer
@@ -60,7 +63,7 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 				NumBlocks: cfg.Int("num-blocks"), Requests: cfg.Int("requests"), Tokens: cfg.Int("tokens"),
 				PrefixTokens: cfg.Int("prefix-tokens"), Seed: cfg.Uint64("seed"), Role: cfg.String("role"),
 				Format: cfg.String("format"), ConvLayout: cfg.String("conv-layout"), ConvDtype: cfg.String("conv-dtype"),
-				NoStateSplit: cfg.Bool("no-state-split"),
+				NoStateSplit: cfg.Bool("no-state-split"), Force: cfg.Bool("force"),
 			}
 			if opts.Config, err = opts.Config.Normalize(); err != nil {
 				return synthFlagError(err)
@@ -89,6 +92,7 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 	f.String("format", "safetensors", "how ranks are written: "+strings.Join(synth.Formats, ", "))
 	f.String("conv-layout", "dim-first", "state presets: conv state layout, "+strings.Join(synth.ConvLayouts, " or "))
 	f.String("conv-dtype", "bfloat16", "state presets: conv state dtype, bfloat16 or float32")
+	f.Bool("force", false, "replace existing rank files under DIR/<role> (never through a symlink)")
 	f.Bool("no-state-split", false, "state presets: write state layers without their TP split (one slice per rank)")
 	return cmd
 }

@@ -12,16 +12,22 @@ import (
 // version from the build info is used.
 var version = ""
 
-func versionString() string {
+// releaseVersion is the version kvaudit was built as: the -X version of
+// a release build, else the module version, else "devel".
+func releaseVersion() string {
 	v := version
-	info, ok := debug.ReadBuildInfo()
-	if v == "" && ok {
+	if info, ok := debug.ReadBuildInfo(); v == "" && ok {
 		v = info.Main.Version
 	}
 	if v == "" || v == "(devel)" {
 		v = "devel"
 	}
-	if ok {
+	return v
+}
+
+func versionString() string {
+	v := releaseVersion()
+	if info, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range info.Settings {
 			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
 				v += " (" + s.Value[:12] + ")"

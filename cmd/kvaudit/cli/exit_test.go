@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvaudit/kvaudit/internal/safeio"
+)
+
+// A panic in a command is an internal error, exit 4, not a verdict's
+// 1 or 2 nor a crash; temporaries in progress are removed.
+func TestPanicIsInternalError(t *testing.T) {
+	tmpParent := t.TempDir()
+	var tmp string
+	// The command tree with two commands added.
+	run := func(t *testing.T, args ...string) (code int, stdout, stderr string) {
+		var out, errb strings.Builder
+		s := &Streams{In: strings.NewReader(""), Out: &out, Err: &errb, NoColor: true}
+		root := NewRootCmd(s)
+		root.AddCommand(&cobra.Command{Use: "boom", RunE: func(*cobra.Command, []string) error {
+			var err error
+			if tmp, err = safeio.TempDir(tmpParent, "kvaudit-boom-"); err != nil {
+				return err
+			}
+			var m map[string]int
+			//lint:ignore SA5000 the panic is what this command is for
+			m["x"] = 1 // panics: assignment to entry in nil map
+			return nil
+		}}, &cobra.Command{Use: "oops", RunE: func(*cobra.Command, []string) error {
+			return errors.New("internal error: an edit of \"x\" is past its end")
+		}})
+		code = execute(root, args, s)
+		return code, out.String(), errb.String()
+	}
+	code, _, stderr := run(t, "boom")
+	if code != ExitInternal {
+		t.Errorf("a panic exits %d, want %d", code, ExitInternal)
+	}
+	if !strings.Contains(stderr, "kvaudit: internal error: assignment to entry in nil map") || !strings.Contains(stderr, "please report it") {
+		t.Errorf("stderr:\n%s", stderr)
+	}
+	if _, err := os.Stat(tmp); tmp == "" || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temporary directory %q left behind (%v)", tmp, err)
+	}
+	if code, _, _ := run(t, "oops"); code != ExitInternal {
+		t.Errorf("an internal error exits %d, want %d", code, ExitInternal)
+	}
+	entries, _ := os.ReadDir(tmpParent)
+	for _, e := range entries {
+		t.Errorf("left behind: %s", filepath.Join(tmpParent, e.Name()))
+	}
+}
+
+// The help text lists every exit code of the table, the internal error
+// and the signals included.
+func TestExitCodesInHelp(t *testing.T) {
+	_, out, _ := run(t, "--help")
+	for _, want := range []string{"0    verified", "1    mismatch", "2    unverified", "3    invalid input", "4    internal error", "130  interrupted by SIGINT", "143  terminated by SIGTERM"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--help lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package layout
+
+const oNonblock = 0

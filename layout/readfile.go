@@ -1,0 +1,158 @@
+package layout
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+)
+
+// Size limits of what kvaudit reads whole into memory. Data files are
+// mapped, not read, so they have no limit of their own; a safetensors
+// header is limited by MaxSafetensorsHeader.
+const (
+	// MaxManifestSize bounds a dump directory's manifest.json: the bound of
+	// an embedded manifest, MaxSafetensorsHeader (decoded, a manifest takes
+	// several times its size in memory).
+	MaxManifestSize = MaxSafetensorsHeader
+	// MaxRecordSize bounds a record file (`checksum -o record`), and
+	// MaxPayloadSize a payload or kv_transfer_params file, or payloads on
+	// stdin.
+	MaxRecordSize  = 1 << 30
+	MaxPayloadSize = 1 << 30
+	// sniffSize is how much of a *.json file in a side directory is read to
+	// tell a record from any other JSON file.
+	sniffSize = 4096
+)
+
+// A ReadError is an input file kvaudit refuses to read: not a regular
+// file, larger than the limit for what it is, or named by a dump outside
+// the dump's directory.
+type ReadError struct {
+	Path string
+	Msg  string
+}
+
+func (e *ReadError) Error() string { return fmt.Sprintf("%q: %s", e.Path, e.Msg) }
+
+// openRegular opens path for reading without blocking and checks that it
+// is a regular file: a FIFO, a device (/dev/zero), a socket or a directory
+// is refused at once, never read. root, when not nil, confines name to it.
+func openRegular(root *os.Root, name, display string) (*os.File, fs.FileInfo, error) {
+	var f *os.File
+	var err error
+	if root != nil {
+		f, err = root.OpenFile(name, os.O_RDONLY|oNonblock, 0)
+	} else {
+		f, err = os.OpenFile(name, os.O_RDONLY|oNonblock, 0)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, &ReadError{Path: display, Msg: fmt.Sprintf("not a regular file (%s)", describeMode(fi.Mode()))}
+	}
+	return f, fi, nil
+}
+
+func describeMode(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m.IsDir():
+		return "a directory"
+	}
+	return m.Type().String()
+}
+
+// OpenRegular opens the regular file at path for reading, refusing (with
+// a *ReadError) a FIFO, device, socket or directory without blocking on
+// it. It returns the file's information from the open descriptor.
+func OpenRegular(path string) (*os.File, fs.FileInfo, error) {
+	return openRegular(nil, path, path)
+}
+
+// ReadRegularFile reads the whole regular file at path, refusing (with a
+// *ReadError) anything that is not a regular file and any file of more
+// than limit bytes; what names the kind of file in the error ("record",
+// "payload file"). It never blocks on a FIFO and never reads more than
+// limit+1 bytes, even from a file that grows while it is read.
+func ReadRegularFile(path string, limit int64, what string) ([]byte, error) {
+	f, fi, err := openRegular(nil, path, path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readCapped(f, fi.Size(), path, limit, what)
+}
+
+// readCapped reads f whole (size is its size at open), at most limit
+// bytes.
+func readCapped(f io.Reader, size int64, path string, limit int64, what string) ([]byte, error) {
+	if size > limit {
+		return nil, &ReadError{Path: path, Msg: fmt.Sprintf("%d bytes is more than the %d-byte limit for a %s", size, limit, what)}
+	}
+	data, err := ReadAllCapped(f, limit, size)
+	if errors.Is(err, ErrTooLarge) {
+		return nil, &ReadError{Path: path, Msg: fmt.Sprintf("more than the %d-byte limit for a %s", limit, what)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %q: %w", path, err)
+	}
+	return data, nil
+}
+
+// ErrTooLarge is returned by ReadAllCapped for input beyond its limit.
+var ErrTooLarge = errors.New("input exceeds the size limit")
+
+// ReadAllCapped reads r to its end, or returns ErrTooLarge as soon as more
+// than limit bytes arrive (it reads at most limit+1 bytes). hint, when
+// positive, sizes the buffer (a file's size).
+func ReadAllCapped(r io.Reader, limit, hint int64) ([]byte, error) {
+	buf := make([]byte, 0, min(max(hint+1, 512), limit+1))
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):min(cap(buf), int(limit+1))])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, ErrTooLarge
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// readHead returns up to n bytes from the start of the regular file at
+// path.
+func readHead(path string, n int) ([]byte, error) {
+	f, _, err := openRegular(nil, path, path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, n)
+	k, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("reading %q: %w", path, err)
+	}
+	return buf[:k], nil
+}
