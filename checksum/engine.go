@@ -29,6 +29,12 @@ type Plan struct {
 	Dump    *layout.Dump
 	Tasks   []Task
 	Outputs int
+	// Slopes asks a SlopeEngine for each output slot's slope D = sum over
+	// the slot's slices of m*P*A (A the slice's plain piece sum) in
+	// out[Outputs+slot], in the same pass: c_block = c_request - 2*f*D for
+	// the block's first token f (docs/spec.md §1). out then holds
+	// 2*Outputs values.
+	Slopes bool
 	// Progress, when set, is called with the cell bytes done since its
 	// last call. It may be called from several goroutines at once.
 	Progress func(bytes int64)
@@ -51,7 +57,8 @@ type Engine interface {
 	Name() string
 	// Run adds, for every task and row, the cache's contribution to the
 	// block checksum, sum over its heads of m*s, to out[row.Out] (mod
-	// 2^64). len(out) >= p.Outputs. A fault on mapped memory (a file
+	// 2^64). len(out) >= p.Outputs (2*p.Outputs with p.Slopes, see
+	// SlopeEngine). A fault on mapped memory (a file
 	// truncated while mapped) is an error, not a crash.
 	Run(ctx context.Context, p *Plan, out []uint64) error
 }

@@ -33,6 +33,10 @@ type Fast struct {
 // Name returns "cpu".
 func (Fast) Name() string { return "cpu" }
 
+// Slopes returns true: Fast fills Plan.Slopes from the sums it forms
+// anyway (the slope is P times the weighted plain sum X of block).
+func (Fast) Slopes() bool { return true }
+
 const (
 	minChunk = 256 << 10
 	maxChunk = 4 << 20
@@ -105,7 +109,7 @@ func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
 				c := &cs[i]
 				j := &jobs[c.task]
 				err := layout.Guard(j.task.Cache.Cells.File, func() error {
-					s.chunk(j, c, out)
+					s.chunk(j, c, out, p)
 					return nil
 				})
 				if err != nil {
@@ -349,19 +353,24 @@ func (s *scratch) simdAccum(k *walk, data []byte, off, stride int64, n, R int, h
 }
 
 // chunk adds the rows of one chunk to out.
-func (s *scratch) chunk(j *job, c *chunk, out []uint64) {
+func (s *scratch) chunk(j *job, c *chunk, out []uint64, p *Plan) {
 	rows := j.task.Rows
 	for _, ri := range j.order[c.begin:c.end] {
 		r := &rows[ri]
-		atomic.AddUint64(&out[r.Out], s.block(j.walk, r))
+		v, X := s.block(j.walk, r)
+		atomic.AddUint64(&out[r.Out], v)
+		if p.Slopes {
+			atomic.AddUint64(&out[p.Outputs+r.Out], j.walk.P*X)
+		}
 	}
 }
 
 // block returns one cache's part of a block checksum, as ReferenceBlock:
 // sum over heads of m * s, s = (2*first*P+1)*A + 2*Y, A the head's sum of
 // pieces and Y the sum of piece * j with j counted from the block's first
-// valid token (first = row.FirstToken).
-func (s *scratch) block(k *walk, row *Row) uint64 {
+// valid token (first = row.FirstToken). X = sum over heads of m*A is
+// returned too: P*X is the row's slope (Plan.Slopes).
+func (s *scratch) block(k *walk, row *Row) (uint64, uint64) {
 	v := k.v
 	H := v.Heads
 	xa := s.xa[:H]
@@ -494,7 +503,7 @@ func (s *scratch) block(k *walk, row *Row) uint64 {
 		X += k.m[h] * xa[h]
 		Y += k.m[h] * ya[h]
 	}
-	return (2*uint64(row.FirstToken)*k.P+1)*X + 2*Y
+	return (2*uint64(row.FirstToken)*k.P+1)*X + 2*Y, X
 }
 
 // sum returns A and B of whole pieces of the walk's width.

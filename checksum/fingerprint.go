@@ -56,3 +56,15 @@ func Fingerprints(g *layout.GroupView) (nested, flat uint64) {
 	}
 	return nested, flat
 }
+
+// flatFingerprintAt is a group's flat fingerprint on one rank as it would
+// be with block size bs.
+func flatFingerprintAt(g *layout.GroupView, bs int) uint64 {
+	gg := *g.Group
+	gg.BlockSize = bs
+	var flat uint64
+	for _, l := range g.Layers {
+		flat += LayerHash(LayerTuple(&gg, l, true))
+	}
+	return flat
+}

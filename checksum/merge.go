@@ -20,9 +20,13 @@ const (
 	ReasonBlockSizes          = "block sizes are not multiples of each other"
 	ReasonInsideProducerBlock = "the first loaded block starts inside a producer block"
 	ReasonNoLoadedGroup       = "no loaded group can be checksummed"
+	// ReasonNotCovered is --strict's: a loaded block the producer's
+	// checksums do not cover, or that could not be compared.
+	ReasonNotCovered = "a loaded block is not compared"
 
-	LeftOutSkipped   = "skipped on both sides"
-	LeftOutSplitLess = "state without a TP split is not comparable across TP sizes"
+	LeftOutSkipped      = "skipped on both sides"
+	LeftOutProducerOnly = "checksummed by the producer only: the consumer did not load it (ignored, as vLLM does)"
+	LeftOutSplitLess    = "state without a TP split is not comparable across TP sizes"
 )
 
 // Checks are one side's whole-model checks: every rank's record summed.
@@ -30,6 +34,9 @@ type Checks struct {
 	TPSize, PPSize int
 	// Complete is false when fewer than TPSize*PPSize ranks reported.
 	Complete bool
+	// Missing names the ranks that did not report ("tp 1 of 2"; with
+	// "pp N of M" when PPSize > 1).
+	Missing []string
 	// Groups describes the side's groups (fingerprints summed over PP
 	// stages), by id.
 	Groups []GroupInfo
@@ -59,6 +66,9 @@ type RequestChecks struct {
 	Groups []*GroupChecks
 	// Unverified holds load-level reasons (ReasonNotEveryWorker, ...).
 	Unverified []string
+	// Notes say what decoding a payload let pass as vLLM's consumer does
+	// (docs/spec.md §8); a verdict repeats them.
+	Notes []string
 }
 
 // Group returns the request's checks of group id, or nil.
@@ -85,10 +95,20 @@ type GroupChecks struct {
 	// payload carries only the nested one).
 	HasFlat bool
 	Checks  [][]uint64
+	// ChecksBlock are Checks in block numbering (docs/spec.md §1), nil
+	// when some rank did not give them (a record without values_block).
+	// A flat payload is compared with them.
+	ChecksBlock [][]uint64
 	// Keys are the replica keys summed, (replicas, index).
 	Keys [][2]int
 	// MissingReplica is set when some check lacks a replica key's sum.
 	MissingReplica bool
+	// FromPayload marks checks decoded from a payload, which carries
+	// neither the group's kind nor whether it is a split-less state group.
+	FromPayload bool
+	// BadFingerprint marks a payload fingerprint that equals no
+	// fingerprint (sent as a negative integer).
+	BadFingerprint bool
 	// FlatOnly marks checks decoded from a flat payload: only
 	// FingerprintFlat is known and BlockSize is 0 (not carried), so a
 	// consumer compares fingerprints with the block size (docs/spec.md §9).
@@ -135,6 +155,28 @@ func Merge(records []*Record) (*Checks, error) {
 		}
 	}
 	c.Complete = len(recs) == c.TPSize*c.PPSize
+	if !c.Complete {
+		have := map[[2]int]bool{}
+		for _, r := range recs {
+			have[[2]int{r.PPRank, r.TPRank}] = true
+		}
+		for pp := range c.PPSize {
+			for tp := range c.TPSize {
+				if have[[2]int{pp, tp}] {
+					continue
+				}
+				name := fmt.Sprintf("tp %d of %d", tp, c.TPSize)
+				if c.PPSize > 1 {
+					name += fmt.Sprintf(", pp %d of %d", pp, c.PPSize)
+				}
+				if len(c.Missing) == 8 {
+					c.Missing = append(c.Missing, "...")
+					break
+				}
+				c.Missing = append(c.Missing, name)
+			}
+		}
+	}
 
 	// Groups: fingerprints summed over PP stages, one TP rank per stage.
 	info := map[int]*GroupInfo{}
@@ -231,9 +273,15 @@ func Merge(records []*Record) (*Checks, error) {
 type groupSum struct {
 	start, n int
 	sums     map[[2]int][]uint64
+	// block sums ValuesBlock alike while every rank gave it (noBlock).
+	block   map[[2]int][]uint64
+	noBlock bool
 }
 
 func (s *groupSum) add(g RecordRequestGroup) {
+	if g.ValuesBlock == nil {
+		s.noBlock = true
+	}
 	for k, key := range g.ReplicaKeys {
 		v := s.sums[key]
 		if v == nil {
@@ -242,6 +290,20 @@ func (s *groupSum) add(g RecordRequestGroup) {
 		}
 		for i := range v {
 			v[i] += uint64(g.Values[i][k])
+		}
+		if s.noBlock {
+			continue
+		}
+		if s.block == nil {
+			s.block = map[[2]int][]uint64{}
+		}
+		b := s.block[key]
+		if b == nil {
+			b = make([]uint64, s.n)
+			s.block[key] = b
+		}
+		for i := range b {
+			b[i] += uint64(g.ValuesBlock[i][k])
 		}
 	}
 }
@@ -258,20 +320,27 @@ func (s *groupSum) checks() *GroupChecks {
 		gc.Keys = append(gc.Keys, key)
 	}
 	slices.SortFunc(gc.Keys, func(a, b [2]int) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
-	gc.Checks = make([][]uint64, maxR)
-	for k := range maxR {
-		check := make([]uint64, s.n)
-		for R := range counts {
-			v, ok := s.sums[[2]int{R, k % R}]
-			if !ok {
-				gc.MissingReplica = true
-				continue
+	form := func(sums map[[2]int][]uint64) [][]uint64 {
+		checks := make([][]uint64, maxR)
+		for k := range maxR {
+			check := make([]uint64, s.n)
+			for R := range counts {
+				v, ok := sums[[2]int{R, k % R}]
+				if !ok {
+					gc.MissingReplica = true
+					continue
+				}
+				for i := range check {
+					check[i] += v[i]
+				}
 			}
-			for i := range check {
-				check[i] += v[i]
-			}
+			checks[k] = check
 		}
-		gc.Checks[k] = check
+		return checks
+	}
+	gc.Checks = form(s.sums)
+	if !s.noBlock && s.block != nil {
+		gc.ChecksBlock = form(s.block)
 	}
 	return gc
 }

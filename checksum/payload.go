@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
+	"unsafe"
 )
 
 // PayloadForm is the shape of a payload on the wire (docs/spec.md §8).
@@ -75,6 +75,10 @@ type Payload struct {
 	NumTokens int
 	TPSize    int // 0 in the flat form (not carried)
 	Groups    []PayloadGroup
+	// Notes name the leniencies decoding applied as vLLM's consumer does
+	// (docs/spec.md §8): characters discarded from the base64, a group id
+	// listed twice, a negative start or num_tokens, ...
+	Notes []string
 }
 
 // A PayloadGroup is one KV cache group's checks in a payload.
@@ -84,6 +88,10 @@ type PayloadGroup struct {
 	Start       int
 	BlockSize   int      // 0 in the flat form
 	Values      []uint64 // one per block position start, start+1, ...
+	// NegativeFingerprint marks a fingerprint sent as a negative integer:
+	// vLLM's consumer decodes it and it equals no fingerprint (those are
+	// taken mod 2^64), so the group is unverified.
+	NegativeFingerprint bool
 }
 
 // A PayloadError says why a payload is malformed, or why EncodePayload
@@ -390,44 +398,180 @@ func appendBinHeader(b []byte, n int) []byte {
 	return binary.BigEndian.AppendUint32(append(b, 0xc6), uint32(n))
 }
 
-// DecodePayloadBase64 decodes a payload from its text: standard-alphabet,
-// padded base64 of the msgpack that DecodePayload accepts. ASCII whitespace
-// around the text is ignored; whitespace inside it, the URL-safe alphabet,
-// missing padding and non-zero padding bits are errors. It returns a nil
-// payload and a *PayloadError (Field "base64" for the text itself) for
-// malformed input, and allocates at most about eight times len(s).
+// DecodePayloadBase64 decodes a payload from its text as vLLM's consumer
+// does: Python's base64.b64decode without validate (characters outside
+// the standard alphabet, such as newlines and spaces, are discarded;
+// padding is required; decoding stops at the first padded quad), then
+// DecodePayload. Each leniency becomes a note of the payload. It returns a
+// nil payload and a *PayloadError (Field "base64" for the text itself) for
+// malformed input, and allocates at most about len(s) bytes besides what
+// DecodePayload allocates.
 func DecodePayloadBase64(s string) (*Payload, error) {
-	const space = " \t\n\r\v\f"
-	t := strings.TrimLeft(s, space)
-	lead := len(s) - len(t)
-	t = strings.TrimRight(t, space)
-	base := topField("base64")
-	if t == "" {
-		return nil, payloadErrorf(base, "empty input")
-	}
-	for i := 0; i < len(t); i++ {
-		c := t[i]
-		switch {
-		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '+', c == '/', c == '=':
-		case c == '-' || c == '_':
-			return nil, payloadErrorf(base, "illegal character %q at offset %d (the URL-safe alphabet is not accepted; want standard base64)", c, lead+i)
-		case strings.IndexByte(space, c) >= 0:
-			return nil, payloadErrorf(base, "whitespace %q inside the text at offset %d", c, lead+i)
-		default:
-			return nil, payloadErrorf(base, "illegal character %q at offset %d", c, lead+i)
-		}
-	}
-	if len(t)%4 != 0 {
-		return nil, payloadErrorf(base, "length %d is not a multiple of 4 (padding missing or text truncated)", len(t))
-	}
-	b, err := base64.StdEncoding.Strict().DecodeString(t)
+	b, notes, err := pythonB64Decode(s)
 	if err != nil {
-		if c, ok := err.(base64.CorruptInputError); ok {
-			return nil, payloadErrorf(base, "misplaced padding or non-zero padding bits at offset %d", lead+int(c))
-		}
-		return nil, payloadErrorf(base, "%v", err)
+		return nil, err
 	}
-	return DecodePayload(b)
+	p, err := DecodePayload(b)
+	if err != nil {
+		return nil, err
+	}
+	p.Notes = append(notes, p.Notes...)
+	return p, nil
+}
+
+// nativeLittleEndian says whether uint64 memory is little-endian, so
+// that values decoded in place need no conversion.
+var nativeLittleEndian = func() bool {
+	x := uint64(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
+
+// NewPayloadBuffer returns a zeroed buffer of n bytes whose memory is
+// 8-aligned uint64 memory, for DecodePayloadInPlace.
+func NewPayloadBuffer(n int) []byte {
+	if n <= 0 {
+		return []byte{}
+	}
+	u := make([]uint64, (n+7)/8)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&u[0])), n)
+}
+
+// DecodePayloadInPlace decodes a payload from buf, which holds its base64
+// text (as DecodePayloadBase64 reads it) or, when text is false, its
+// msgpack bytes, reusing buf's memory: the decoded bytes and every
+// group's Values live in buf, which the payload then owns (the caller
+// must not use buf again). So decoding allocates only the groups' headers
+// besides buf (docs/spec.md §8: bounded by the input's size). buf must come from
+// NewPayloadBuffer (8-aligned); other memory is decoded by copying.
+func DecodePayloadInPlace(buf []byte, text bool) (*Payload, error) {
+	var notes []string
+	if text {
+		var err error
+		var n int
+		if n, notes, err = pythonB64DecodeInto(buf, buf); err != nil {
+			return nil, err
+		}
+		buf = buf[:n]
+	}
+	r := payloadReader{b: buf, inPlace: len(buf) > 0 && uintptr(unsafe.Pointer(&buf[0]))%8 == 0}
+	p, err := r.payload()
+	if err != nil {
+		return nil, err
+	}
+	p.Notes = append(notes, p.Notes...)
+	return p, nil
+}
+
+// pythonB64Decode is CPython's binascii.a2b_base64 in non-strict mode, as
+// base64.b64decode(s) (validate=False) calls it: non-ASCII text is an
+// error; other characters outside the alphabet are skipped; '=' before the
+// third character of a quad is skipped; a quad completed by padding ends
+// the input (what follows is ignored); a last quad of 1 character, or of 2
+// or 3 without its padding, is an error ("Incorrect padding").
+func pythonB64Decode(s string) ([]byte, []string, error) {
+	out := make([]byte, len(s)/4*3+3)
+	n, notes, err := pythonB64DecodeInto(out, s)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out[:n], notes, nil
+}
+
+// pythonB64DecodeInto is pythonB64Decode writing into out (at least
+// len(s)*3/4+3 bytes, or s itself: the output never passes the input).
+func pythonB64DecodeInto[T string | []byte](out []byte, s T) (int, []string, error) {
+	base := topField("base64")
+	lo, hi := 0, len(s)
+	for lo < hi && isSpace(s[lo]) {
+		lo++
+	}
+	for hi > lo && isSpace(s[hi-1]) {
+		hi--
+	}
+	for i := lo; i < hi; i++ {
+		if s[i] >= 0x80 {
+			return 0, nil, payloadErrorf(base, "non-ASCII byte 0x%02x at offset %d (Python's b64decode refuses the text)", s[i], i)
+		}
+	}
+	n := 0
+	var quad, pads, skipped int
+	var left byte
+	stopped := -1
+	for i := lo; i < hi; i++ {
+		c := s[i]
+		if c == '=' {
+			if quad >= 2 {
+				pads++
+				if quad+pads >= 4 {
+					stopped = i + 1
+					break
+				}
+			} else {
+				skipped++
+			}
+			continue
+		}
+		v := b64Value(c)
+		if v < 0 {
+			skipped++
+			continue
+		}
+		pads = 0
+		switch quad {
+		case 0:
+			left, quad = byte(v), 1
+		case 1:
+			out[n] = left<<2 | byte(v)>>4
+			n++
+			left, quad = byte(v)&0x0f, 2
+		case 2:
+			out[n] = left<<4 | byte(v)>>2
+			n++
+			left, quad = byte(v)&0x03, 3
+		case 3:
+			out[n] = left<<6 | byte(v)
+			n++
+			quad = 0
+		}
+	}
+	if stopped < 0 && quad != 0 {
+		if quad == 1 {
+			return 0, nil, payloadErrorf(base, "one character past a multiple of 4 (text truncated)")
+		}
+		return 0, nil, payloadErrorf(base, "incorrect padding (padding missing or text truncated)")
+	}
+	if n == 0 {
+		return 0, nil, payloadErrorf(base, "empty input")
+	}
+	var notes []string
+	if skipped > 0 {
+		notes = append(notes, fmt.Sprintf("%d characters outside the base64 alphabet discarded, as Python's b64decode does", skipped))
+	}
+	if stopped >= 0 && stopped < hi {
+		notes = append(notes, fmt.Sprintf("%d characters after the padding ignored, as Python's b64decode does", hi-stopped))
+	}
+	return n, notes, nil
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
+}
+
+// b64Value is the value of a character of the standard alphabet, or -1.
+func b64Value(c byte) int {
+	switch {
+	case 'A' <= c && c <= 'Z':
+		return int(c - 'A')
+	case 'a' <= c && c <= 'z':
+		return int(c-'a') + 26
+	case '0' <= c && c <= '9':
+		return int(c-'0') + 52
+	case c == '+':
+		return 62
+	case c == '/':
+		return 63
+	}
+	return -1
 }
 
 // DecodePayload decodes a payload from msgpack in either form, telling
@@ -461,6 +605,11 @@ func DecodePayload(b []byte) (*Payload, error) {
 type payloadReader struct {
 	b   []byte
 	off int
+	// inPlace makes every group's Values a view of b (8-aligned): each
+	// bin's data is moved down to b[placed:] once its headers are read,
+	// and converted to native order there.
+	inPlace bool
+	placed  int
 }
 
 func (r *payloadReader) payload() (*Payload, error) {
@@ -481,7 +630,7 @@ func (r *payloadReader) payload() (*Payload, error) {
 	p := &Payload{}
 	if n == 3 {
 		p.Form = FormFlat
-		if p.NumTokens, err = r.intIn(topField("num_tokens"), 0, payloadMaxTokens); err != nil {
+		if p.NumTokens, err = r.lenientInt(topField("num_tokens"), &p.Notes); err != nil {
 			return nil, err
 		}
 	} else {
@@ -501,23 +650,82 @@ func (r *payloadReader) payload() (*Payload, error) {
 		if m != 3 {
 			return nil, payloadErrorf(body, "array length %d, want 3 [num_tokens, tp_size, groups]", m)
 		}
-		if p.NumTokens, err = r.intIn(topField("num_tokens"), 0, payloadMaxTokens); err != nil {
+		if p.NumTokens, err = r.lenientInt(topField("num_tokens"), &p.Notes); err != nil {
 			return nil, err
 		}
 		if p.TPSize, err = r.intIn(topField("tp_size"), 1, payloadMaxTPSize); err != nil {
 			return nil, err
 		}
 	}
-	if p.Groups, err = r.groups(p.Form); err != nil {
+	if p.Groups, err = r.groups(p.Form, &p.Notes); err != nil {
 		return nil, err
 	}
 	if r.off != len(r.b) {
 		return nil, payloadErrorf(top, "trailing bytes after the payload: %d at offset %d", len(r.b)-r.off, r.off)
 	}
-	if err := checkDuplicateIDs(p.Groups); err != nil {
-		return nil, err
-	}
+	p.Groups = keepLast(p.Groups, &p.Notes)
 	return p, nil
+}
+
+// keepLast drops every group whose id a later group repeats, as the dict
+// vLLM's consumer builds keeps the last entry, with a note per id. It
+// allocates 5 bytes per group (a group takes at least 6 on the wire).
+func keepLast(groups []PayloadGroup, notes *[]string) []PayloadGroup {
+	if checkDuplicateIDs(groups) == nil {
+		return groups
+	}
+	order := make([]int32, len(groups))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int {
+		return cmp.Or(cmp.Compare(groups[a].ID, groups[b].ID), cmp.Compare(a, b))
+	})
+	drop := make([]bool, len(groups))
+	var repeated [][2]int // (id, kept index), few in practice
+	for k := 0; k+1 < len(order); k++ {
+		i, j := order[k], order[k+1]
+		if groups[i].ID == groups[j].ID {
+			drop[i] = true
+			if len(repeated) == 0 || repeated[len(repeated)-1][0] != groups[i].ID {
+				repeated = append(repeated, [2]int{groups[i].ID, 0})
+			}
+			repeated[len(repeated)-1][1] = int(j)
+		}
+	}
+	for n, r := range repeated {
+		if n == 8 {
+			*notes = append(*notes, fmt.Sprintf("%d more group ids listed more than once", len(repeated)-n))
+			break
+		}
+		*notes = append(*notes, fmt.Sprintf("group id %d listed more than once: the last entry (groups[%d]) is used, as vLLM's consumer does", r[0], r[1]))
+	}
+	kept := groups[:0]
+	for i := range groups {
+		if !drop[i] {
+			kept = append(kept, groups[i])
+		}
+	}
+	return kept
+}
+
+// Clamps of integers decoded leniently: msgspec takes any integer in
+// [-2^63, 2^64-1]; values beyond these bounds behave the same in every
+// comparison (no block in common) and keep products far from overflow.
+const lenientMax = 1 << 50
+
+// lenientInt reads any msgpack integer as vLLM's consumer does (msgspec
+// int), clamped to [-2^50, 2^50]; a negative value is kept, with a note.
+func (r *payloadReader) lenientInt(f fieldRef, notes *[]string) (int, error) {
+	u, s, neg, err := r.integer(f)
+	if err != nil {
+		return 0, err
+	}
+	if neg {
+		*notes = append(*notes, fmt.Sprintf("%s is negative (%d): decoded and judged by the verdict rules, as vLLM's consumer does", f, s))
+		return int(max(s, -lenientMax)), nil
+	}
+	return int(min(u, lenientMax)), nil
 }
 
 func (r *payloadReader) version() error {
@@ -535,7 +743,7 @@ func (r *payloadReader) version() error {
 	return nil
 }
 
-func (r *payloadReader) groups(form PayloadForm) ([]PayloadGroup, error) {
+func (r *payloadReader) groups(form PayloadForm, notes *[]string) ([]PayloadGroup, error) {
 	gf := topField("groups")
 	n, err := r.arrayLen(gf)
 	if err != nil {
@@ -561,13 +769,20 @@ func (r *payloadReader) groups(form PayloadForm) ([]PayloadGroup, error) {
 		if m != want {
 			return nil, payloadErrorf(fieldRef{i, ""}, "array length %d, want %d (%s form)", m, want, form)
 		}
-		if g.ID, err = r.intIn(fieldRef{i, "id"}, 0, payloadMaxGroupID); err != nil {
+		// Any integer, as msgspec decodes it: an id no consumer group has
+		// (negative, huge) is simply a group the consumer lacks.
+		if g.ID, err = r.lenientID(fieldRef{i, "id"}); err != nil {
 			return nil, err
 		}
-		if g.Fingerprint, err = r.uint(fieldRef{i, "fingerprint"}); err != nil {
+		u, neg, err := r.anyInt(fieldRef{i, "fingerprint"})
+		if err != nil {
 			return nil, err
 		}
-		if g.Start, err = r.intIn(fieldRef{i, "start"}, 0, payloadMaxTokens); err != nil {
+		g.Fingerprint, g.NegativeFingerprint = u, neg
+		if neg {
+			*notes = append(*notes, fmt.Sprintf("%s is negative: it equals no fingerprint", fieldRef{i, "fingerprint"}))
+		}
+		if g.Start, err = r.lenientInt(fieldRef{i, "start"}, notes); err != nil {
 			return nil, err
 		}
 		if form == FormNested {
@@ -583,7 +798,21 @@ func (r *payloadReader) groups(form PayloadForm) ([]PayloadGroup, error) {
 		if len(bin)%8 != 0 {
 			return nil, payloadErrorf(vf, "bin length %d is not a multiple of 8", len(bin))
 		}
-		if len(bin) > 0 {
+		switch {
+		case len(bin) == 0:
+		case r.inPlace:
+			// Everything before the bin's end is read: its bytes may be
+			// overwritten. placed stays a multiple of 8.
+			dst := r.b[r.placed : r.placed+len(bin)]
+			copy(dst, bin)
+			g.Values = unsafe.Slice((*uint64)(unsafe.Pointer(&dst[0])), len(bin)/8)
+			if !nativeLittleEndian {
+				for k := range g.Values {
+					g.Values[k] = binary.LittleEndian.Uint64(dst[8*k:])
+				}
+			}
+			r.placed += len(bin)
+		default:
 			g.Values = make([]uint64, len(bin)/8)
 			for k := range g.Values {
 				g.Values[k] = binary.LittleEndian.Uint64(bin[8*k:])
@@ -703,15 +932,32 @@ func (r *payloadReader) integer(f fieldRef) (u uint64, s int64, neg bool, err er
 	return v, 0, false, nil
 }
 
-func (r *payloadReader) uint(f fieldRef) (uint64, error) {
+// lenientID reads a group id of any integer value; ids outside
+// [0, 2^31-1] (no group of any dump) become -1 - (their low 31 bits), a
+// negative id no consumer group has, distinct for distinct small
+// negative values.
+func (r *payloadReader) lenientID(f fieldRef) (int, error) {
 	u, s, neg, err := r.integer(f)
 	if err != nil {
 		return 0, err
 	}
-	if neg {
-		return 0, payloadErrorf(f, "negative value %d", s)
+	switch {
+	case neg:
+		return int(max(s, -lenientMax)), nil
+	case u > payloadMaxGroupID:
+		return -lenientMax - 1 - int(u%lenientMax), nil
 	}
-	return u, nil
+	return int(u), nil
+}
+
+// anyInt reads any integer: its two's complement bits, and whether it
+// was negative.
+func (r *payloadReader) anyInt(f fieldRef) (uint64, bool, error) {
+	u, s, neg, err := r.integer(f)
+	if neg {
+		return uint64(s), true, err
+	}
+	return u, false, err
 }
 
 func (r *payloadReader) intIn(f fieldRef, lo, hi uint64) (int, error) {

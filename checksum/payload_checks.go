@@ -12,9 +12,30 @@ import (
 // BlockSize 0) of a flat one. TPSize is the payload's (0 for the flat
 // form). The groups are sorted by id and share no memory with p.
 func PayloadRequest(id string, p *Payload) *RequestChecks {
-	r := &RequestChecks{ID: id, NumTokens: p.NumTokens, TPSize: p.TPSize}
+	return payloadRequest(id, p, true)
+}
+
+// PayloadRequestInPlace decodes a payload held in buf (base64 text, or
+// msgpack when text is false) in place (DecodePayloadInPlace) into the
+// producer checks of request id, which keep buf's memory: decoding a
+// payload file costs about its size once. A malformed payload gives a
+// request unverified with ReasonInvalidChecksums and the decoding error.
+func PayloadRequestInPlace(id string, buf []byte, text bool) (*RequestChecks, error) {
+	p, err := DecodePayloadInPlace(buf, text)
+	if err != nil {
+		return InvalidRequest(id, ReasonInvalidChecksums), err
+	}
+	return payloadRequest(id, p, false), nil
+}
+
+func payloadRequest(id string, p *Payload, clone bool) *RequestChecks {
+	r := &RequestChecks{ID: id, NumTokens: p.NumTokens, TPSize: p.TPSize, Notes: slices.Clone(p.Notes)}
 	for _, g := range p.Groups {
-		gc := &GroupChecks{ID: g.ID, Start: g.Start, BlockSize: g.BlockSize, Checks: [][]uint64{slices.Clone(g.Values)}}
+		vals := g.Values
+		if clone {
+			vals = slices.Clone(vals)
+		}
+		gc := &GroupChecks{ID: g.ID, Start: g.Start, BlockSize: g.BlockSize, Checks: [][]uint64{vals}, BadFingerprint: g.NegativeFingerprint, FromPayload: true}
 		if gc.Checks[0] == nil {
 			gc.Checks[0] = []uint64{}
 		}
@@ -63,9 +84,12 @@ func ProducerChecks(reqs ...*RequestChecks) *Checks {
 
 // NewPayload returns what a producer sends for request r of side c: check
 // 0 of each group, in form (FormNested with the nested fingerprint, block
-// size and the side's TP size; FormFlat with the flat fingerprint). A
-// request with load-level unverified reasons (not every rank reported) has
-// no payload: vLLM's producer sends none then.
+// size, the side's TP size and request-numbered values; FormFlat with the
+// flat fingerprint and block-numbered values, byte for byte what vLLM's
+// published producer encodes). A request with load-level unverified
+// reasons (not every rank reported) has no payload: vLLM's producer sends
+// none then. The flat form needs the block-numbered checks
+// (GroupChecks.ChecksBlock).
 func NewPayload(c *Checks, r *RequestChecks, form PayloadForm) (*Payload, error) {
 	if len(r.Unverified) > 0 {
 		return nil, fmt.Errorf("request %q: no payload: %s", r.ID, r.Unverified[0])
@@ -76,13 +100,19 @@ func NewPayload(c *Checks, r *RequestChecks, form PayloadForm) (*Payload, error)
 	}
 	for _, g := range r.Groups {
 		pg := PayloadGroup{ID: g.ID, Start: g.Start, Fingerprint: g.Fingerprint}
-		if len(g.Checks) > 0 {
-			pg.Values = g.Checks[0]
-		}
 		if form == FormNested {
 			pg.BlockSize = g.BlockSize
+			if len(g.Checks) > 0 {
+				pg.Values = g.Checks[0]
+			}
 		} else {
 			pg.Fingerprint = g.FingerprintFlat
+			if g.ChecksBlock == nil && g.Positions() > 0 {
+				return nil, fmt.Errorf("request %q group %d: no block-numbered values for the flat form (records without values_block)", r.ID, g.ID)
+			}
+			if len(g.ChecksBlock) > 0 {
+				pg.Values = g.ChecksBlock[0]
+			}
 		}
 		p.Groups = append(p.Groups, pg)
 	}

@@ -43,6 +43,11 @@ func FuzzDecodePayload(f *testing.F) {
 		checkFuzzResult(t, "DecodePayload", len(data), p, err)
 		p, err = DecodePayloadBase64(string(data))
 		checkFuzzResult(t, "DecodePayloadBase64", len(data), p, err)
+		q, qerr := decodeInPlace(data, true)
+		checkSame(t, "DecodePayloadInPlace", p, err, q, qerr)
+		p, err = DecodePayload(data)
+		q, qerr = decodeInPlace(data, false)
+		checkSame(t, "DecodePayloadInPlace msgpack", p, err, q, qerr)
 	})
 }
 

@@ -571,6 +571,11 @@ func checkOutcome(t *testing.T, entry string, v payloadVector, p *Payload, err e
 // encoding decodes to the same payload and re-encodes to the same bytes.
 func checkReencode(t testing.TB, p *Payload) {
 	t.Helper()
+	if len(p.Notes) > 0 || checkPayload(p) != nil {
+		// Decoded leniently (docs/spec.md §8): a negative or huge integer, a
+		// repeated group id. Only a sane payload is written back.
+		return
+	}
 	b, err := EncodePayload(p)
 	if err != nil {
 		t.Fatalf("EncodePayload of a decoded payload: %v", err)
@@ -651,7 +656,7 @@ func TestPayloadHostileLarge(t *testing.T) {
 		{"100000 minimal nested groups", nestedGroups(100000, 0), ""},
 		{"100000 nested groups of 1 value", nestedGroups(100000, 1), ""},
 		{"one group of 1000000 values", nestedGroups(1, 1000000), ""},
-		{"duplicate among 100001", dup, "groups[100000].id: duplicate group id 12345 (also groups[12345])"},
+		{"duplicate among 100001", dup, ""},
 	}
 
 	for _, c := range cases {

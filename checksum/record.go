@@ -1,13 +1,11 @@
 package checksum
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 
@@ -65,6 +63,10 @@ type RecordRequestGroup struct {
 	Start       int              `json:"start"`
 	ReplicaKeys [][2]int         `json:"replica_keys"`
 	Values      [][]layout.Hex64 `json:"values"`
+	// ValuesBlock are Values in block numbering (docs/spec.md §1), as vLLM's
+	// published code computes them; absent when the engine did not give
+	// them (Options.BlockValues asks for them).
+	ValuesBlock [][]layout.Hex64 `json:"values_block,omitempty"`
 }
 
 // RecordError is a record file that is not valid.
@@ -90,6 +92,10 @@ type Options struct {
 	Requests []string
 	// Progress is passed to each plan (see Plan.Progress).
 	Progress func(bytes int64)
+	// BlockValues asks for block-numbered values (RecordRequestGroup.
+	// ValuesBlock) from every engine. A SlopeEngine gives them in the same
+	// pass regardless; another engine then runs a block-numbered plan too.
+	BlockValues bool
 }
 
 func (o Options) engine() Engine {
@@ -224,12 +230,58 @@ func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*Record, err
 		return nil, err
 	}
 	plan.Progress = opts.Progress
+	eng := opts.engine()
+	if engineSlopes(eng) {
+		// One pass gives both numberings (docs/spec.md §1).
+		plan.Slopes = true
+		out := make([]uint64, 2*plan.Outputs)
+		if err := eng.Run(ctx, plan, out); err != nil {
+			return nil, err
+		}
+		rec.Fill(out[:plan.Outputs])
+		rec.fillBlock(func(slot int, first int64) uint64 {
+			return BlockNumbered(out[slot], out[plan.Outputs+slot], first)
+		})
+		return rec, nil
+	}
 	out := make([]uint64, plan.Outputs)
-	if err := opts.engine().Run(ctx, plan, out); err != nil {
+	if err := eng.Run(ctx, plan, out); err != nil {
 		return nil, err
 	}
 	rec.Fill(out)
+	if opts.BlockValues {
+		bp := plan.BlockRows()
+		bout := make([]uint64, bp.Outputs)
+		if err := eng.Run(ctx, bp, bout); err != nil {
+			return nil, err
+		}
+		rec.fillBlock(func(slot int, _ int64) uint64 { return bout[slot] })
+	}
 	return rec, nil
+}
+
+// fillBlock sets every group's ValuesBlock, slot by slot in Fill's order,
+// from value(slot, first token of the slot's block position).
+func (rec *Record) fillBlock(value func(slot int, first int64) uint64) {
+	sizes := map[int]int{}
+	for _, g := range rec.Groups {
+		sizes[g.ID] = g.BlockSize
+	}
+	slot := 0
+	for ri := range rec.Requests {
+		for gi := range rec.Requests[ri].Groups {
+			g := &rec.Requests[ri].Groups[gi]
+			g.ValuesBlock = make([][]layout.Hex64, len(g.Values))
+			for i, vals := range g.Values {
+				first := int64(g.Start+i) * int64(sizes[g.ID])
+				g.ValuesBlock[i] = make([]layout.Hex64, len(vals))
+				for k := range vals {
+					g.ValuesBlock[i][k] = layout.Hex64(value(slot, first))
+					slot++
+				}
+			}
+		}
+	}
 }
 
 // Records computes the record of every dump.
@@ -277,29 +329,83 @@ func MarshalRecord(rec *Record) ([]byte, error) {
 // other, from a file's contents. On error it returns nil and a
 // *RecordError.
 func ParseRecords(file string, data []byte) ([]*Record, error) {
-	var recs []*Record
-	dec := json.NewDecoder(bytes.NewReader(data))
-	for i := 0; ; i++ {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			if errors.Is(err, io.EOF) && i > 0 {
-				return recs, nil
-			}
-			return nil, &RecordError{File: file, Msg: fmt.Sprintf("not JSON: %v", err)}
-		}
+	// Each document is decoded where it lies: no copy of the input.
+	docs, err := splitJSONDocs(data)
+	if err != nil {
+		return nil, &RecordError{File: file, Msg: fmt.Sprintf("not JSON: %v", err)}
+	}
+	recs := make([]*Record, 0, len(docs))
+	for i, d := range docs {
 		var rec Record
-		if err := layout.DecodeStrictJSON(raw, &rec); err != nil {
+		if err := layout.DecodeStrictJSON(data[d[0]:d[1]], &rec); err != nil {
 			return nil, &RecordError{File: file, Field: recordField(i), Msg: err.Error()}
 		}
 		if err := rec.Validate(); err != nil {
 			err.File = file
-			if i > 0 || dec.More() {
+			if len(docs) > 1 {
 				err.Field = recordField(i) + "." + err.Field
 			}
 			return nil, err
 		}
 		recs = append(recs, &rec)
 	}
+	return recs, nil
+}
+
+// splitJSONDocs returns the byte ranges of the JSON values that follow one
+// another in data (whitespace between), found by matching brackets
+// outside strings; DecodeStrictJSON then checks each. An empty input, or
+// one whose brackets do not close, is an error.
+func splitJSONDocs(data []byte) ([][2]int, error) {
+	var docs [][2]int
+	i := 0
+	for {
+		for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+			i++
+		}
+		if i == len(data) {
+			break
+		}
+		start := i
+		depth, inString := 0, false
+		for ; i < len(data); i++ {
+			c := data[i]
+			if inString {
+				switch c {
+				case '\\':
+					i++
+				case '"':
+					inString = false
+				}
+				continue
+			}
+			switch c {
+			case '"':
+				inString = true
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+			}
+			if depth == 0 && (c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+				if c == '}' || c == ']' {
+					i++
+				}
+				break
+			}
+			if depth < 0 {
+				return nil, fmt.Errorf("unbalanced %q at offset %d", c, i)
+			}
+		}
+		if depth != 0 || inString {
+			return nil, fmt.Errorf("unexpected end of input (a value opened at offset %d does not close)", start)
+		}
+		docs = append(docs, [2]int{start, min(i, len(data))})
+	}
+	if len(docs) == 0 {
+		return nil, errors.New("unexpected end of JSON input")
+	}
+	return docs, nil
 }
 
 func recordField(i int) string { return fmt.Sprintf("records[%d]", i) }
@@ -319,7 +425,9 @@ func (rec *Record) Validate() *RecordError {
 		return bad("pp_rank", "rank %d of pp_size %d", rec.PPRank, rec.PPSize)
 	}
 	groups := map[int]bool{}
+	info := map[int]RecordGroup{}
 	for i, g := range rec.Groups {
+		info[g.ID] = g
 		f := fmt.Sprintf("groups[%d]", i)
 		if groups[g.ID] {
 			return bad(f+".id", "group %d appears twice", g.ID)
@@ -355,6 +463,15 @@ func (rec *Record) Validate() *RecordError {
 			if g.Start < 0 || g.Start > 1<<40 {
 				return bad(gf+".start", "%d out of range", g.Start)
 			}
+			// Exactly the values start, num_tokens and the block size
+			// imply: the run ends at the request's last block (docs/spec.md §5, 9).
+			if gi := info[g.ID]; gi.Kind == layout.KindMamba {
+				if g.Start != 0 || len(g.Values) != 1 {
+					return bad(gf+".values", "a state group has one value at position 0, got %d from position %d", len(g.Values), g.Start)
+				}
+			} else if want := (r.NumTokens+gi.BlockSize-1)/gi.BlockSize - g.Start; want < 1 || len(g.Values) != want {
+				return bad(gf+".values", "%d values from position %d; num_tokens %d and block size %d imply %d", len(g.Values), g.Start, r.NumTokens, gi.BlockSize, max(want, 0))
+			}
 			if len(g.ReplicaKeys) == 0 {
 				return bad(gf+".replica_keys", "empty")
 			}
@@ -371,6 +488,16 @@ func (rec *Record) Validate() *RecordError {
 			for k, vals := range g.Values {
 				if len(vals) != len(g.ReplicaKeys) {
 					return bad(fmt.Sprintf("%s.values[%d]", gf, k), "%d values for %d replica keys", len(vals), len(g.ReplicaKeys))
+				}
+			}
+			if g.ValuesBlock != nil {
+				if len(g.ValuesBlock) != len(g.Values) {
+					return bad(gf+".values_block", "%d positions, values has %d", len(g.ValuesBlock), len(g.Values))
+				}
+				for k, vals := range g.ValuesBlock {
+					if len(vals) != len(g.ReplicaKeys) {
+						return bad(fmt.Sprintf("%s.values_block[%d]", gf, k), "%d values for %d replica keys", len(vals), len(g.ReplicaKeys))
+					}
 				}
 			}
 		}

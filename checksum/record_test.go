@@ -145,3 +145,36 @@ func FuzzRecords(f *testing.F) {
 		checksum.Merge(recs)
 	})
 }
+
+// TestRecordExactValues: a record must carry exactly the values its
+// start, num_tokens and block size imply (docs/spec.md §9): one missing or one too
+// many is refused, naming the field.
+func TestRecordExactValues(t *testing.T) {
+	paths, remove := synthSide(t, synth.Config{Preset: "llama", Layers: 2, Requests: 1})
+	defer remove()
+	dumps, err := layout.OpenSide(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layout.CloseAll(dumps)
+	for _, edit := range []func(g *checksum.RecordRequestGroup){
+		func(g *checksum.RecordRequestGroup) { g.Values = g.Values[:len(g.Values)-1] },
+		func(g *checksum.RecordRequestGroup) { g.Values = append(g.Values, g.Values[0]) },
+		func(g *checksum.RecordRequestGroup) { g.Start++ },
+	} {
+		rec, err := checksum.RankRecord(context.Background(), dumps[0], checksum.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := &rec.Requests[0].Groups[0]
+		edit(g)
+		g.ValuesBlock = nil
+		b, err := checksum.MarshalRecord(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := checksum.ParseRecords("rank.json", b); err == nil || !strings.Contains(err.Error(), "requests[0].groups[0].values") {
+			t.Errorf("edited record: %v, want an error naming requests[0].groups[0].values", err)
+		}
+	}
+}

@@ -12,6 +12,9 @@ import (
 // and exists to check the other engines.
 type Reference struct{}
 
+// Slopes returns true: Reference fills Plan.Slopes.
+func (Reference) Slopes() bool { return true }
+
 // Name returns "ref".
 func (Reference) Name() string { return "ref" }
 
@@ -28,6 +31,9 @@ func (Reference) Run(ctx context.Context, p *Plan, out []uint64) error {
 		err := layout.Guard(c.Cells.File, func() error {
 			for _, row := range task.Rows {
 				out[row.Out] += ReferenceBlock(c, row)
+				if p.Slopes {
+					out[p.Outputs+row.Out] += ReferenceSlope(c, row)
+				}
 				if p.Progress != nil {
 					p.Progress(int64(row.Valid*c.Heads) * int64(c.Cells.CellBytes))
 				}
@@ -75,4 +81,25 @@ func piece(b []byte) uint64 {
 	default:
 		return binary.LittleEndian.Uint64(b)
 	}
+}
+
+// ReferenceSlope returns one cache's part of a row's slope: the sum over
+// heads of m*P*A, A the plain sum of the head's pieces over the row's
+// valid tokens (docs/spec.md §1, the conversion between numberings).
+func ReferenceSlope(c *layout.LayerView, row Row) uint64 {
+	P := uint64(c.Pieces)
+	w := uint64(c.Cells.Width())
+	var d uint64
+	var cell []byte
+	for h := 0; h < c.Heads; h++ {
+		var a uint64
+		for t := 0; t < row.Valid; t++ {
+			cell = c.Cells.ReadCell(cell[:0], row.Block, t, h)
+			for p := uint64(0); p < P; p++ {
+				a += piece(cell[w*p : w*p+w])
+			}
+		}
+		d += c.Factor(c.HeadBase+h) * P * a
+	}
+	return d
 }

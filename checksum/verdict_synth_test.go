@@ -224,18 +224,26 @@ func TestDiffDivergedReplica(t *testing.T) {
 }
 
 // TestDiffFlatVector builds, byte by byte as Python's msgspec encodes it,
-// the flat payload a producer sends for req-0 (values from synth.Expected,
-// the flat fingerprint from the producer's dump), decodes it and verifies
-// it against a consumer with another TP size and layout. The same bytes
-// with one value changed mismatch at that position, and a consumer with
-// another block size is unverified (the flat fingerprint holds it).
+// the flat payload a producer sends for req-0 (values from synth.Expected
+// turned block-numbered, as vLLM's published code computes them: each
+// block's slices restart their piece index, which for docs/spec.md §1's sums means
+// subtracting 2*f*P*A per slice; the flat fingerprint from the producer's
+// dump), decodes it and verifies it against a consumer with another TP
+// size and layout. The same bytes with one value changed mismatch at that
+// position, and a consumer with another block size is unverified (the
+// flat fingerprint holds it). The request-numbered values, as a flat
+// payload, mismatch at every position but 0 (the false mismatch).
 func TestDiffFlatVector(t *testing.T) {
 	pcfg := llama(func(c *synth.Config) { c.Requests = 1 })
 	want, err := synth.Expected(pcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	values := want["req-0"][0].Values
+	values := blockNumberedLlama(t, pcfg)
+	requestValues := want["req-0"][0].Values
+	if values[0] != requestValues[0] || values[1] == requestValues[1] {
+		t.Fatalf("block numbering %#x vs request %#x: want equal at position 0 only", values, requestValues)
+	}
 	fp := sideChecks(t, writeSide(t, pcfg)).Requests[0].Groups[0].FingerprintFlat
 	if fp < 1<<32 {
 		t.Fatalf("fingerprint %#x: the vector below writes a uint64", fp)
@@ -284,6 +292,46 @@ func TestDiffFlatVector(t *testing.T) {
 	if res := diff(wire, other); res.Verdict != checksum.Unverified || res.Requests[0].Groups[0].Reason != checksum.ReasonFingerprint {
 		t.Errorf("other block size: %q %s", res.Verdict, groupsString(res.Requests[0]))
 	}
+	reqWire := slices.Clone(wire[:len(wire)-24])
+	for _, v := range requestValues {
+		reqWire = binary.LittleEndian.AppendUint64(reqWire, v)
+	}
+	if res := diff(reqWire, consumer); res.Verdict != checksum.Mismatch || !slices.Equal(res.Requests[0].Groups[0].Positions, []int{1, 2}) {
+		t.Errorf("request-numbered values in the flat form: %q %s", res.Verdict, groupsString(res.Requests[0]))
+	}
+}
+
+// blockNumberedLlama is group 0's block-numbered checks of req-0 of a
+// llama configuration (one group, 8 heads, P = 64 pieces of bfloat16
+// cells), summed plainly from the logical KV.
+func blockNumberedLlama(t *testing.T, cfg synth.Config) []uint64 {
+	c, err := cfg.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := synth.BuildModel(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	S := c.BlockSize
+	var out []uint64
+	for pos := 0; pos*S < c.Tokens; pos++ {
+		var sum uint64
+		for _, ca := range m.Groups[0].Caches {
+			P := 2 * ca.HeadSize * 2 / 8
+			for h := range ca.Heads {
+				var s uint64
+				for tok := 0; tok < S && pos*S+tok < c.Tokens; tok++ {
+					for p := range P {
+						s += c.Piece("req-0", ca.Name, ca.Layer, h, pos*S+tok, p) * uint64(2*(tok*P+p)+1)
+					}
+				}
+				sum += uint64(2*(ca.Layer*65536+h)+1) * s
+			}
+		}
+		out = append(out, sum)
+	}
+	return out
 }
 
 // TestPayloadRoundTrip: the payloads NewPayload writes for a producer, in

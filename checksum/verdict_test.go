@@ -129,12 +129,32 @@ func verdictCases() []verdictCase {
 			reasons:  []string{checksum.ReasonNotEveryWorker},
 		},
 		{
-			name:     "group on the producer only; a mismatch elsewhere still wins",
+			name:     "group on the producer only is ignored, as vLLM does; a mismatch elsewhere wins",
 			producer: hside(hreq("r", 40, hg(0, 16, 0, v3), hg(1, 16, 0, v3))),
 			consumer: hside(hreq("r", 40, hg(0, 16, 0, []uint64{9, 20, 30}))),
 			verdict:  checksum.Mismatch,
 			groups: []wantGroup{
 				{id: 0, verdict: checksum.Mismatch, positions: []int{0}, checks: []int{0}},
+				{id: 1, verdict: checksum.LeftOut, reason: checksum.LeftOutProducerOnly},
+			},
+		},
+		{
+			name:     "group on the producer only is ignored: the load verifies",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, v3), hg(1, 16, 0, v3))),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			verdict:  checksum.Verified,
+			groups: []wantGroup{
+				{id: 0, verdict: checksum.Verified},
+				{id: 1, verdict: checksum.LeftOut, reason: checksum.LeftOutProducerOnly},
+			},
+		},
+		{
+			name:     "group on the consumer only is unverified",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3), hg(1, 16, 0, v3))),
+			verdict:  checksum.Unverified,
+			groups: []wantGroup{
+				{id: 0, verdict: checksum.Verified},
 				{id: 1, verdict: checksum.Unverified, reason: checksum.ReasonOneSide},
 			},
 		},
@@ -171,9 +191,27 @@ func verdictCases() []verdictCase {
 			producer: hside(hreq("r", 40, with(hg(0, 0, 0, v3), func(g *checksum.GroupChecks) {
 				g.FlatOnly, g.Fingerprint = true, 0
 			}))),
-			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, []uint64{7, 7, 7}), func(g *checksum.GroupChecks) { g.ChecksBlock = [][]uint64{v3} }))),
 			verdict:  checksum.Verified,
 			groups:   []wantGroup{{id: 0, verdict: checksum.Verified}},
+		},
+		{
+			name: "flat payload: compared with the consumer's block-numbered values only",
+			producer: hside(hreq("r", 40, with(hg(0, 0, 0, v3), func(g *checksum.GroupChecks) {
+				g.FlatOnly, g.Fingerprint = true, 0
+			}))),
+			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, v3), func(g *checksum.GroupChecks) { g.ChecksBlock = [][]uint64{{10, 21, 30}} }))),
+			verdict:  checksum.Mismatch,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Mismatch, positions: []int{1}, checks: []int{0}}},
+		},
+		{
+			name: "flat payload: a negative fingerprint equals none",
+			producer: hside(hreq("r", 40, with(hg(0, 0, 0, v3), func(g *checksum.GroupChecks) {
+				g.FlatOnly, g.BadFingerprint = true, true
+			}))),
+			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, v3), func(g *checksum.GroupChecks) { g.ChecksBlock = [][]uint64{v3} }))),
+			verdict:  checksum.Unverified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Unverified, reason: checksum.ReasonFingerprint}},
 		},
 		{
 			name: "flat payload: flat fingerprint differs (other block size)",
@@ -270,12 +308,21 @@ func verdictCases() []verdictCase {
 			groups:   []wantGroup{{id: 0, verdict: checksum.Mismatch, positions: []int{2, 3}, checks: []int{0}}},
 		},
 		{
-			name:     "no loaded group",
+			// vLLM's consumer: the group is unverified, so "no loaded
+			// group" is not added.
+			name:     "the consumer skips the only group the producer sent",
 			producer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
 			consumer: with(hside(hreq("r", 40)), func(c *checksum.Checks) { c.Skipped[0] = "host-resident KV" }),
 			verdict:  checksum.Unverified,
-			reasons:  []string{checksum.ReasonNoLoadedGroup},
 			groups:   []wantGroup{{id: 0, verdict: checksum.Unverified, reason: checksum.ReasonOneSide}},
+		},
+		{
+			name:     "no loaded group",
+			producer: hside(hreq("r", 40)),
+			consumer: with(hside(hreq("r", 40)), func(c *checksum.Checks) { c.Skipped[0] = "host-resident KV" }),
+			verdict:  checksum.Unverified,
+			reasons:  []string{checksum.ReasonNoLoadedGroup},
+			groups:   []wantGroup{{id: 0, verdict: checksum.LeftOut, reason: checksum.LeftOutSkipped}},
 		},
 		{
 			name:     "state group: position 0 only, no token-count check",
@@ -301,6 +348,47 @@ func verdictCases() []verdictCase {
 				{id: 0, verdict: checksum.Verified},
 				{id: 1, verdict: checksum.LeftOut, reason: checksum.LeftOutSplitLess},
 			},
+		},
+		{
+			// A record claiming kind mamba for an attention group would
+			// switch the comparison to position 0 alone.
+			name:     "producer claims a state group the consumer holds as attention",
+			producer: hside(hreq("r", 40, with(hg(0, 16, 0, []uint64{10, 99, 99}), stateGroup))),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			verdict:  checksum.Unverified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Unverified, reason: checksum.ReasonFingerprint}},
+		},
+		{
+			// ... and split_less would leave it out across TP sizes.
+			name:     "producer claims split-less for a group the consumer splits",
+			producer: hside(hreq("r", 40, hg(0, 16, 0, v3), with(hg(1, 64, 0, []uint64{5}), stateGroup, splitLess))),
+			consumer: with(hside(hreq("r", 40, hg(0, 16, 0, v3), with(hg(1, 64, 0, []uint64{6}), stateGroup))), func(c *checksum.Checks) {
+				c.TPSize, c.Requests[0].TPSize = 2, 2
+			}),
+			verdict: checksum.Unverified,
+			groups: []wantGroup{
+				{id: 0, verdict: checksum.Verified},
+				{id: 1, verdict: checksum.Unverified, reason: checksum.ReasonFingerprint},
+			},
+		},
+		{
+			name: "nested payload with fewer values than its num_tokens imply is invalid",
+			producer: hside(hreq("r", 40, with(hg(0, 16, 0, []uint64{10, 20}), func(g *checksum.GroupChecks) {
+				g.FromPayload = true
+			}))),
+			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
+			verdict:  checksum.Unverified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Unverified, reason: checksum.ReasonInvalidChecksums}},
+		},
+		{
+			name: "flat payload covering part of the load verifies on the overlap, as vLLM",
+			producer: hside(hreq("r", 40, with(hg(0, 0, 0, []uint64{10, 20}), func(g *checksum.GroupChecks) {
+				g.FromPayload, g.FlatOnly, g.Fingerprint = true, true, 0
+			}))),
+			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, v3), func(g *checksum.GroupChecks) { g.ChecksBlock = [][]uint64{v3} }))),
+			verdict:  checksum.Verified,
+			groups:   []wantGroup{{id: 0, verdict: checksum.Verified}},
+			maps:     []string{"..-"},
 		},
 		{
 			name:     "split-less state group with equal TP sizes is compared",
@@ -400,5 +488,34 @@ func TestDiffOverall(t *testing.T) {
 	}
 	if v := checksum.Diff(p, hside(hreq("b", 16, hg(0, 16, 0, v)))).Verdict; v != checksum.Verified {
 		t.Errorf("one verified request: %q", v)
+	}
+}
+
+// TestDiffStrict: a loaded block the producer's checksums do not cover is
+// noted, and --strict makes its group unverified; a mismatch still wins.
+func TestDiffStrict(t *testing.T) {
+	flat := func(vals ...uint64) *checksum.Checks {
+		return hside(hreq("r", 40, with(hg(0, 0, 0, vals), func(g *checksum.GroupChecks) {
+			g.FromPayload, g.FlatOnly, g.Fingerprint = true, true, 0
+		})))
+	}
+	cons := hside(hreq("r", 40, with(hg(0, 16, 0, []uint64{10, 20, 30}), func(g *checksum.GroupChecks) { g.ChecksBlock = [][]uint64{{10, 20, 30}} })))
+	res := checksum.DiffWith(flat(10, 20), cons, checksum.DiffOptions{})
+	if res.Verdict != checksum.Verified || !slices.ContainsFunc(res.Requests[0].Notes, func(n string) bool {
+		return n == "group 0: loaded block positions 2 not compared (not covered by the producer's checksums, or another token count)"
+	}) {
+		t.Errorf("lenient: %q notes %q", res.Verdict, res.Requests[0].Notes)
+	}
+	res = checksum.DiffWith(flat(10, 20), cons, checksum.DiffOptions{Strict: true})
+	if res.Verdict != checksum.Unverified || res.Requests[0].Groups[0].Reason != checksum.ReasonNotCovered {
+		t.Errorf("strict: %q %+v", res.Verdict, res.Requests[0].Groups[0])
+	}
+	res = checksum.DiffWith(flat(10, 21), cons, checksum.DiffOptions{Strict: true})
+	if res.Verdict != checksum.Mismatch {
+		t.Errorf("strict with a mismatch: %q", res.Verdict)
+	}
+	res = checksum.DiffWith(flat(10, 20, 30), cons, checksum.DiffOptions{Strict: true})
+	if res.Verdict != checksum.Verified || len(res.Requests[0].Notes) != 0 {
+		t.Errorf("strict, all covered: %q %q", res.Verdict, res.Requests[0].Notes)
 	}
 }

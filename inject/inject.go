@@ -85,7 +85,7 @@ func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options)
 	if info.Input == InputPayload {
 		return injectPayload(ctx, dumps, out, opts)
 	}
-	if err := fileBacked(dumps); err != nil {
+	if err := refuseDevice(dumps); err != nil {
 		return nil, err
 	}
 	if opts.ChangedOnly {
@@ -142,22 +142,6 @@ func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options)
 		return nil, err
 	}
 	return f, nil
-}
-
-// fileBacked refuses dumps with a layer in live GPU memory (a cuda_ipc
-// source): injection copies and patches files, and there is no file to
-// copy.
-func fileBacked(dumps []*layout.Dump) error {
-	for _, d := range dumps {
-		for _, g := range d.Manifest.Groups {
-			for _, l := range g.Layers {
-				if l.Source != nil && l.Source.CUDAIPC != "" {
-					return fmt.Errorf("dump %q: layer %q: source.cuda_ipc is live GPU memory: kvaudit inject and its --zero-tails, --extra-blocks and --stored copy files, so dump the layer to a file first", d.Path, l.Name)
-				}
-			}
-		}
-	}
-	return nil
 }
 
 // finishFault records the changes in f and writes dir/fault.json.

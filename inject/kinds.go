@@ -104,8 +104,9 @@ func (p *planner) plan() error {
 }
 
 // refuseDevice rejects dumps with a layer in live device memory (a cuda_ipc
-// source): a fault is written into a copy of the dump's files, and device
-// memory is neither readable here nor copyable.
+// source): inject, its preparations (--zero-tails, --extra-blocks, --stored)
+// and every fault write into a copy of the dump's files, and device memory
+// is neither readable here nor copyable.
 func refuseDevice(dumps []*layout.Dump) error {
 	for _, d := range dumps {
 		for gi, g := range d.Manifest.Groups {

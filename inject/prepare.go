@@ -42,7 +42,7 @@ type PrepareOptions struct {
 // file is copied (never linked: the copy shares no storage with the
 // input); the dumps are only read.
 func Prepare(ctx context.Context, dumps []*layout.Dump, out string, opts PrepareOptions) ([]string, error) {
-	if err := fileBacked(dumps); err != nil {
+	if err := refuseDevice(dumps); err != nil {
 		return nil, err
 	}
 	if err := prepareOut(out); err != nil {

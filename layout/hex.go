@@ -20,6 +20,27 @@ func (h Hex64) MarshalJSON() ([]byte, error) { return []byte(`"` + h.String() + 
 // UnmarshalJSON reads a hex string as ParseHex64 does; a JSON number is an
 // error.
 func (h *Hex64) UnmarshalJSON(b []byte) error {
+	// Fast path, without a string or a decoder: "0x" and hex digits.
+	if len(b) >= 5 && len(b) <= 20 && b[0] == '"' && b[len(b)-1] == '"' && b[1] == '0' && b[2] == 'x' {
+		var v uint64
+		ok := true
+		for _, c := range b[3 : len(b)-1] {
+			switch {
+			case '0' <= c && c <= '9':
+				v = v<<4 | uint64(c-'0')
+			case 'a' <= c && c <= 'f':
+				v = v<<4 | uint64(c-'a'+10)
+			case 'A' <= c && c <= 'F':
+				v = v<<4 | uint64(c-'A'+10)
+			default:
+				ok = false
+			}
+		}
+		if ok {
+			*h = Hex64(v)
+			return nil
+		}
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("want a 0x-prefixed hex string, got %s", b)

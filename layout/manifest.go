@@ -307,8 +307,15 @@ func validateLayer(l *Layer, g *Group, lf string, tp int, bad func(string, strin
 		return bad(lf+".replicas", "%d is less than 1", *l.Replicas)
 	}
 	if l.AliasOf != "" {
-		if l.Tensor != "" || l.Source != nil {
+		if l.Source != nil {
 			return bad(lf+".alias_of", "an alias has no tensor or source of its own")
+		}
+		// An exporter walking vLLM's kv_caches sees a KV-sharing layer
+		// with its target's tensor: accepted when it is that tensor.
+		if l.Tensor != "" {
+			if t := aliasTensor(g, l.AliasOf); t != l.Tensor {
+				return bad(lf+".alias_of", "layer %q gives tensor %q and alias_of %q, whose tensor is %q: give alias_of alone, or the aliased layer's tensor", l.Name, l.Tensor, l.AliasOf, t)
+			}
 		}
 		return nil
 	}
@@ -427,4 +434,20 @@ func (m *Manifest) Request(id string) *Request {
 		}
 	}
 	return nil
+}
+
+// aliasTensor follows alias_of from layer name through g's layers to the
+// tensor that holds the cache ("" when none does).
+func aliasTensor(g *Group, name string) string {
+	for range len(g.Layers) + 1 {
+		i := slices.IndexFunc(g.Layers, func(x Layer) bool { return x.Name == name })
+		if i < 0 {
+			return ""
+		}
+		if g.Layers[i].AliasOf == "" || g.Layers[i].Tensor != "" {
+			return g.Layers[i].Tensor
+		}
+		name = g.Layers[i].AliasOf
+	}
+	return ""
 }

@@ -17,10 +17,13 @@ const ChecksumsFormat = "kvaudit-checksums/1"
 // ChecksumsJSON is the stable schema of `kvaudit checksum -o json` (docs/spec.md
 // §12). Fields are added, never renamed or removed.
 type ChecksumsJSON struct {
-	Format   string                `json:"format"`
-	TPSize   int                   `json:"tp_size"`
-	PPSize   int                   `json:"pp_size"`
-	Requests []ChecksumRequestJSON `json:"requests"`
+	Format string `json:"format"`
+	TPSize int    `json:"tp_size"`
+	PPSize int    `json:"pp_size"`
+	// Numbering is where the checks count pieces from: "request" (the
+	// default) or "block" (vLLM's published code), docs/spec.md §1.
+	Numbering string                `json:"numbering"`
+	Requests  []ChecksumRequestJSON `json:"requests"`
 }
 
 // ChecksumRequestJSON is one request's checks.
@@ -55,9 +58,25 @@ type SkippedGroupJSON struct {
 	Reason string `json:"reason"`
 }
 
-// NewChecksumsJSON converts a side's checks to the JSON schema.
+// NewChecksumsJSON converts a side's checks to the JSON schema, in
+// request numbering.
 func NewChecksumsJSON(c *checksum.Checks) *ChecksumsJSON {
-	out := &ChecksumsJSON{Format: ChecksumsFormat, TPSize: c.TPSize, PPSize: c.PPSize, Requests: []ChecksumRequestJSON{}}
+	return NewChecksumsJSONNumbered(c, checksum.NumberRequest)
+}
+
+// groupChecks returns a group's checks in numbering n (nil when the side
+// did not give block-numbered ones).
+func groupChecks(g *checksum.GroupChecks, n checksum.Numbering) [][]uint64 {
+	if n == checksum.NumberBlock {
+		return g.ChecksBlock
+	}
+	return g.Checks
+}
+
+// NewChecksumsJSONNumbered converts a side's checks to the JSON schema in
+// numbering n.
+func NewChecksumsJSONNumbered(c *checksum.Checks, n checksum.Numbering) *ChecksumsJSON {
+	out := &ChecksumsJSON{Format: ChecksumsFormat, TPSize: c.TPSize, PPSize: c.PPSize, Numbering: n.String(), Requests: []ChecksumRequestJSON{}}
 	skipped := skippedList(c.Skipped)
 	for _, r := range c.Requests {
 		rj := ChecksumRequestJSON{
@@ -70,9 +89,9 @@ func NewChecksumsJSON(c *checksum.Checks) *ChecksumsJSON {
 			gj := ChecksumGroupJSON{
 				ID: g.ID, Kind: g.Kind, BlockSize: g.BlockSize, Start: g.Start,
 				Fingerprint: layout.Hex64(g.Fingerprint), FingerprintFlat: layout.Hex64(g.FingerprintFlat),
-				Checks: make([][]layout.Hex64, len(g.Checks)), ReplicaKeys: g.Keys, MissingReplica: g.MissingReplica,
+				Checks: make([][]layout.Hex64, len(groupChecks(g, n))), ReplicaKeys: g.Keys, MissingReplica: g.MissingReplica,
 			}
-			for k, check := range g.Checks {
+			for k, check := range groupChecks(g, n) {
 				gj.Checks[k] = make([]layout.Hex64, len(check))
 				for i, v := range check {
 					gj.Checks[k][i] = layout.Hex64(v)
@@ -104,17 +123,26 @@ func WriteJSON(w io.Writer, v any) error {
 	return err
 }
 
-// ChecksumsTable lays out a side's checks: one row per request, group and
-// block position, every check in full.
+// ChecksumsTable lays out a side's checks in request numbering.
 func ChecksumsTable(c *checksum.Checks) *Table {
+	return ChecksumsTableNumbered(c, checksum.NumberRequest)
+}
+
+// ChecksumsTableNumbered lays out a side's checks in numbering n: one row
+// per request, group and block position, every check in full.
+func ChecksumsTableNumbered(c *checksum.Checks, n checksum.Numbering) *Table {
 	maxChecks := 1
 	for _, r := range c.Requests {
 		for _, g := range r.Groups {
-			maxChecks = max(maxChecks, len(g.Checks))
+			maxChecks = max(maxChecks, len(groupChecks(g, n)))
 		}
 	}
+	title := fmt.Sprintf("checksums (tp %d x pp %d)", c.TPSize, c.PPSize)
+	if n != checksum.NumberRequest {
+		title = fmt.Sprintf("checksums (tp %d x pp %d, %s numbering)", c.TPSize, c.PPSize, n)
+	}
 	t := &Table{
-		Title:  fmt.Sprintf("checksums (tp %d x pp %d)", c.TPSize, c.PPSize),
+		Title:  title,
 		Header: []string{"request", "group", "kind", "position", "tokens"},
 	}
 	for k := range maxChecks {
@@ -122,6 +150,7 @@ func ChecksumsTable(c *checksum.Checks) *Table {
 	}
 	for _, r := range c.Requests {
 		for _, g := range r.Groups {
+			checks := groupChecks(g, n)
 			for i := range g.Positions() {
 				pos := g.Start + i
 				tokens := C("%d", layout.ValidTokens(r.NumTokens, pos, g.BlockSize))
@@ -131,12 +160,12 @@ func ChecksumsTable(c *checksum.Checks) *Table {
 				row := []Cell{C("%s", r.ID), C("%d", g.ID), C("%s", g.Kind), C("%d", pos), tokens}
 				for k := range maxChecks {
 					switch {
-					case k >= len(g.Checks):
+					case k >= len(checks):
 						row = append(row, Cell{Text: "-", Tone: Dim})
-					case k > 0 && g.Checks[k][i] != g.Checks[0][i]:
-						row = append(row, Cell{Text: layout.Hex64(g.Checks[k][i]).String(), Tone: Bad})
+					case k > 0 && checks[k][i] != checks[0][i]:
+						row = append(row, Cell{Text: layout.Hex64(checks[k][i]).String(), Tone: Bad})
 					default:
-						row = append(row, C("%s", layout.Hex64(g.Checks[k][i])))
+						row = append(row, C("%s", layout.Hex64(checks[k][i])))
 					}
 				}
 				t.Add(row...)

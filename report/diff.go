@@ -34,8 +34,14 @@ type DiffRequestJSON struct {
 	Groups  []DiffGroupJSON `json:"groups"`
 	// Details localise mismatches (filled when both sides are dumps).
 	Details []DiffDetailJSON `json:"details"`
-	// Notes say what the drill-down left out.
+	// Notes say what the drill-down left out, and what decoding the
+	// producer's payload let pass as vLLM's consumer does.
 	Notes []string `json:"notes"`
+	// Numbering is the piece numbering of the compared values: "block"
+	// against a flat payload (vLLM's published form), else "request".
+	Numbering string `json:"numbering"`
+	// Hints name the likely cause of the load's unverified reasons.
+	Hints []string `json:"hints"`
 }
 
 // DiffGroupJSON is the verdict of one group of a load.
@@ -56,6 +62,8 @@ type DiffGroupJSON struct {
 	// verified, "X" mismatch, "-" not compared, "_" not loaded (local
 	// prefix hit, out of the window).
 	Map string `json:"map"`
+	// Hint names the likely cause of Reason, "" when none.
+	Hint string `json:"hint,omitempty"`
 }
 
 // DiffDetailJSON is one differing (group, position, layer, head, replica).
@@ -86,12 +94,14 @@ func NewDiffJSON(res *checksum.DiffResult) *DiffJSON {
 			ID: r.ID, ProducerID: r.ProducerID, Verdict: string(r.Verdict),
 			Reasons: append([]string{}, r.Reasons...), Groups: []DiffGroupJSON{},
 			Details: []DiffDetailJSON{}, Notes: append([]string{}, r.Notes...),
+			Numbering: r.Numbering, Hints: append([]string{}, r.Hints...),
 		}
 		for _, g := range r.Groups {
 			rj.Groups = append(rj.Groups, DiffGroupJSON{
 				ID: g.ID, Verdict: string(g.Verdict), Positions: append([]int{}, g.Positions...),
 				Reason: g.Reason, Kind: g.Kind, Checks: append([]int{}, g.Checks...),
 				BlockSize: g.BlockSize, ProducerBlockSize: g.ProducerBlockSize, Map: mapChars(g.Map),
+				Hint: g.Hint,
 			})
 		}
 		for _, d := range r.Details {
@@ -231,8 +241,28 @@ func DiffTables(res *checksum.DiffResult, r *lipgloss.Renderer) []*Table {
 				C("%s", Ranges(g.Positions)), C("%s", checks), C("%s", g.Reason), Cell{Text: m, Styled: r != nil})
 		}
 	}
+	numberings := map[string]bool{}
+	for _, rv := range res.Requests {
+		for _, h := range rv.Hints {
+			t.Notes = append(t.Notes, fmt.Sprintf("request %s: hint: %s", rv.ID, h))
+		}
+		for _, g := range rv.Groups {
+			if g.Hint != "" {
+				t.Notes = append(t.Notes, fmt.Sprintf("request %s group %d: hint: %s", rv.ID, g.ID, g.Hint))
+			}
+		}
+		if rv.Numbering != "" {
+			numberings[rv.Numbering] = true
+		}
+	}
 	t.Notes = append(t.Notes, fmt.Sprintf("%d request(s): %d verified, %d mismatch, %d unverified",
 		len(res.Requests), counts[checksum.Verified], counts[checksum.Mismatch], counts[checksum.Unverified]))
+	switch {
+	case numberings["block"] && numberings["request"]:
+		t.Notes = append(t.Notes, "numbering: block against flat payloads (vLLM's published form), request otherwise")
+	case numberings["block"]:
+		t.Notes = append(t.Notes, "numbering: block (a flat payload, as vLLM's published code sends)")
+	}
 	legend := "blocks: one cell per consumer block position from 0: . verified, X mismatch, - not compared, _ not loaded (local prefix hit or out of the window)"
 	if scaled > 1 {
 		legend += fmt.Sprintf("; scaled: one cell per %d positions at most, showing the worst", scaled)

@@ -20,11 +20,11 @@ func diffFixture() *checksum.DiffResult {
 		return &checksum.RequestChecks{ID: id, NumTokens: 40, TPSize: 1, Groups: groups}
 	}
 	prod := &checksum.Checks{TPSize: 1, Complete: true, Skipped: map[int]string{2: "host-resident KV"}, Requests: []*checksum.RequestChecks{
-		req("req-0", g(0, 0, 1, 2, 3), g(1, 0, 4, 5, 6)),
+		req("req-0", g(0, 0, 1, 2, 3)),
 		req("req-1", g(0, 0, 1, 2, 3)),
 	}}
 	cons := &checksum.Checks{TPSize: 1, Complete: true, Skipped: map[int]string{2: "host-resident KV"}, Requests: []*checksum.RequestChecks{
-		req("req-0", g(0, 1, 2, 9)),
+		req("req-0", g(0, 1, 2, 9), g(1, 0, 4, 5, 6)),
 		req("req-1", g(0, 0, 1, 2, 3)),
 		req("req-2", g(0, 0, 1, 2, 3)),
 	}}
@@ -128,7 +128,7 @@ func TestDiffTable(t *testing.T) {
 	for _, want := range []string{
 		"# kvaudit diff: mismatch\n",
 		"req-0\t0\tfull_attention\tmismatch\t2\t0\t\t_.X\n",
-		"req-0\t1\tfull_attention\tunverified\t\t\ta group is checksummed by one side only\t\n",
+		"req-0\t1\tfull_attention\tunverified\t\t\ta group is checksummed by one side only\t---\n",
 		"req-0\t2\t\tleft out\t\t\tskipped on both sides\t\n",
 		"req-2\t-\t\tunverified\t\t\tthe producer sent no checksums\t\n",
 		"3 request(s): 1 verified, 1 mismatch, 1 unverified\n",

@@ -25,6 +25,9 @@ type Options struct {
 	// AuditTail runs the tail audit on the consumer's dumps; Stored checks
 	// its blocks against the stored checksums in its manifests.
 	AuditTail, Stored bool
+	// Strict makes any loaded block that was not compared unverified
+	// (checksum.DiffOptions.Strict).
+	Strict bool
 }
 
 // Result is what a comparison found.
@@ -138,7 +141,10 @@ func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Resu
 	}
 	defer pside.Close()
 
-	crecs, err := cside.AllRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: opts.Requests})
+	// A flat payload (vLLM's published form) is compared block-numbered:
+	// the consumer's values in both numberings, from one pass where the
+	// engine can (docs/spec.md §1).
+	crecs, err := cside.AllRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: pside.flat()})
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
@@ -156,7 +162,8 @@ func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Resu
 		return nil, err
 	}
 
-	res := &Result{Diff: checksum.Diff(prod, cons)}
+	res := &Result{Diff: checksum.DiffWith(prod, cons, checksum.DiffOptions{Strict: opts.Strict})}
+	checksum.RefineFlatHints(res.Diff, prod, cside.Dumps)
 	for _, rv := range res.Diff.Requests {
 		note, ok := pside.notes[rv.ProducerID]
 		if !ok && pside.bare != nil {

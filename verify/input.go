@@ -58,6 +58,17 @@ type Side struct {
 // Close releases the side's dumps.
 func (s *Side) Close() { layout.CloseAll(s.Dumps) }
 
+// flat says whether the side holds a flat payload (block-numbered values,
+// vLLM's published form).
+func (s *Side) flat() bool {
+	for _, r := range append([]*checksum.RequestChecks{s.bare}, s.byID...) {
+		if r != nil && slices.ContainsFunc(r.Groups, func(g *checksum.GroupChecks) bool { return g.FlatOnly }) {
+			return true
+		}
+	}
+	return false
+}
+
 // dumpsOnly says whether the side is all dumps (so the drill-down and the
 // audits can read its cells).
 func (s *Side) dumpsOnly() bool {
@@ -150,10 +161,7 @@ func openArg(arg string, stdin io.Reader) (*Side, error) {
 		if stdin == nil {
 			return nil, errors.New(`"-" reads the payload from Stdin, and there is none`)
 		}
-		data, err := layout.ReadAllCapped(stdin, maxPayloadFile, 0)
-		if errors.Is(err, layout.ErrTooLarge) {
-			return nil, fmt.Errorf("stdin: more than the %d-byte limit for payloads", maxPayloadFile)
-		}
+		data, err := readPayloadInput(stdin)
 		if err != nil {
 			return nil, fmt.Errorf("reading stdin: %w", err)
 		}
@@ -169,7 +177,7 @@ func openArg(arg string, stdin io.Reader) (*Side, error) {
 	if st.IsDir() || strings.HasSuffix(arg, ".safetensors") {
 		return openPaths([]string{arg})
 	}
-	data, err := layout.ReadRegularFile(arg, maxPayloadFile, "payload or record file")
+	data, err := readPayloadFile(arg)
 	if err != nil {
 		return nil, err
 	}
@@ -224,6 +232,15 @@ func payloadSide(what string, data []byte) (*Side, error) {
 		}
 		s.bare = rc
 	}
+	// bareInPlace decodes data itself (an aligned buffer this side owns),
+	// so a payload file costs about its size once (docs/spec.md §8).
+	bareInPlace := func(text bool) {
+		rc, err := checksum.PayloadRequestInPlace("", data, text)
+		if err != nil {
+			s.notes[""] = err.Error()
+		}
+		s.bare = rc
+	}
 	switch {
 	case len(text) > 0 && text[0] == '{':
 		var obj map[string]json.RawMessage
@@ -272,18 +289,79 @@ func payloadSide(what string, data []byte) (*Side, error) {
 			s.byID = append(s.byID, rc)
 		}
 	case isText(text):
-		bare(string(text))
+		bareInPlace(true)
 	default:
 		// Raw msgpack, as a file.
-		p, err := checksum.DecodePayload(data)
-		if err != nil {
-			s.bare = checksum.InvalidRequest("", checksum.ReasonInvalidChecksums)
-			s.notes[""] = err.Error()
-			return s, nil
-		}
-		s.bare = checksum.PayloadRequest("", p)
+		bareInPlace(false)
 	}
 	return s, nil
+}
+
+// readPayloadFile reads a regular payload or record file (never a FIFO or
+// a device; at most maxPayloadFile bytes, its size when opened) into an
+// aligned buffer that in-place decoding can keep (checksum.NewPayloadBuffer).
+func readPayloadFile(path string) ([]byte, error) {
+	f, st, err := layout.OpenRegular(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st.Size() > maxPayloadFile {
+		return nil, fmt.Errorf("%q: %d bytes is more than the %d-byte limit for a payload or record file", path, st.Size(), maxPayloadFile)
+	}
+	buf := checksum.NewPayloadBuffer(int(st.Size()))
+	n, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("reading %q: %w", path, err)
+	}
+	return buf[:n], nil
+}
+
+// readPayloadInput reads stdin, at most maxPayloadFile bytes, into an
+// aligned buffer: in chunks, then once into a buffer of the exact size.
+func readPayloadInput(r io.Reader) ([]byte, error) {
+	if f, ok := r.(*os.File); ok {
+		// Redirected from a file: read it at its size, once.
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			if st.Size() > maxPayloadFile {
+				return nil, fmt.Errorf("%d bytes: too large for a payload", st.Size())
+			}
+			if off, err := f.Seek(0, io.SeekCurrent); err == nil && off <= st.Size() {
+				buf := checksum.NewPayloadBuffer(int(st.Size() - off))
+				n, err := io.ReadFull(f, buf)
+				if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+					return nil, err
+				}
+				return buf[:n], nil
+			}
+		}
+	}
+	var chunks [][]byte
+	total := 0
+	for total <= maxPayloadFile {
+		c := make([]byte, 1<<20)
+		n, err := io.ReadFull(r, c)
+		if n > 0 {
+			chunks = append(chunks, c[:n])
+			total += n
+		}
+		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if total > maxPayloadFile {
+		return nil, fmt.Errorf("more than %d bytes: too large for a payload", maxPayloadFile)
+	}
+	buf := checksum.NewPayloadBuffer(total)
+	off := 0
+	for i, c := range chunks {
+		off += copy(buf[off:], c)
+		chunks[i] = nil // let the chunk go
+	}
+	return buf, nil
 }
 
 // isText says whether b is printable ASCII (base64 text, maybe broken).

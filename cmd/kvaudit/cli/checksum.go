@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -29,6 +31,8 @@ type ChecksumOptions struct {
 	Force bool
 	// PayloadForm is the form -o payload writes.
 	PayloadForm checksum.PayloadForm
+	// Numbering is the numbering of -o table and json (docs/spec.md §1).
+	Numbering checksum.Numbering
 	// Stored emits (and checks) the offload tier's stored checksums
 	// instead of the checks.
 	Stored bool
@@ -50,7 +54,13 @@ Give every rank of one side (dumps, directories holding them, or records
 that other hosts computed with --partial -o record) to get whole-model
 checks: check 0 is what a producer sends, and there is one check per replica
 of replicated heads. With --partial, a subset of ranks is allowed and
--o record writes each rank's partial sums for merging elsewhere.`,
+-o record writes each rank's partial sums for merging elsewhere.
+
+Pieces are numbered from the request's first token by default; --numbering
+block restarts them at every block, as vLLM's published KV checksum code
+does (its values; -o payload --payload-form flat sends them). One pass over
+the KV gives both. A side of which nothing could be checksummed (every group
+skipped) exits 2 with the reasons.`,
 		Example: `  # checksum every rank of a producer
   $ kvaudit checksum out/producer
 
@@ -72,6 +82,9 @@ of replicated heads. With --partial, a subset of ranks is allowed and
 			}
 			if opts.PayloadForm, err = checksum.ParsePayloadForm(cfg.String("payload-form")); err != nil {
 				return usageErrorf("--payload-form: %v", err)
+			}
+			if opts.Numbering, err = checksum.ParseNumbering(cfg.String("numbering")); err != nil {
+				return usageErrorf("--numbering: %v", err)
 			}
 			opts.Partial = cfg.Bool("partial")
 			opts.Requests = cfg.Strings("request")
@@ -95,7 +108,8 @@ of replicated heads. With --partial, a subset of ranks is allowed and
 	}
 	f := cmd.Flags()
 	f.StringP("output", "o", "table", "output: table, json, record, or payload (a JSON map of request id to the base64 payload a producer sends)")
-	f.String("payload-form", "nested", "with -o payload: nested, or flat (no block sizes, fingerprints with the block size)")
+	f.String("payload-form", "nested", "with -o payload: nested (request-numbered), or flat (vLLM's published form: block-numbered values, fingerprints with the block size)")
+	f.String("numbering", "request", "piece numbering of -o table and json: request (from the request's first token) or block (from each block's first token, as vLLM's published code)")
 	f.Bool("partial", false, "allow a subset of the side's ranks (partial sums)")
 	f.StringSlice("request", nil, "checksum only this request id (repeatable)")
 	f.String("engine", "cpu", engineHelp)
@@ -115,7 +129,8 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 		return err
 	}
 	defer in.Close()
-	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests}
+	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests,
+		BlockValues: opts.Numbering == checksum.NumberBlock || (opts.Output == "payload" && opts.PayloadForm == checksum.FormFlat)}
 	bar := newChecksumProgress(opts.IO, in.Dumps, opts.Requests)
 	copts.Progress = bar.Callback()
 	recs, err := in.AllRecords(ctx, copts)
@@ -140,11 +155,43 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 	}
 	switch opts.Output {
 	case "json":
-		return report.WriteJSON(opts.IO.Out, report.NewChecksumsJSON(c))
+		err = report.WriteJSON(opts.IO.Out, report.NewChecksumsJSONNumbered(c, opts.Numbering))
 	case "payload":
-		return writePayloads(opts.IO.Out, c, opts.PayloadForm)
+		err = writePayloads(opts.IO.Out, c, opts.PayloadForm)
+	default:
+		err = report.ChecksumsTableNumbered(c, opts.Numbering).Render(opts.IO.Out, report.FormatTable, tableStyle(opts.IO))
 	}
-	return report.ChecksumsTable(c).Render(opts.IO.Out, report.FormatTable, tableStyle(opts.IO))
+	if err != nil {
+		return err
+	}
+	return nothingChecksummed(c)
+}
+
+// nothingChecksummed is the result of a side of which no request has a
+// checksummed group: ExitUnverified with the reasons (every group skipped,
+// no request), never a silent success.
+func nothingChecksummed(c *checksum.Checks) error {
+	for _, r := range c.Requests {
+		if len(r.Groups) > 0 {
+			return nil
+		}
+	}
+	var why []string
+	if len(c.Requests) == 0 {
+		why = append(why, "the side holds no request")
+	}
+	ids := make([]int, 0, len(c.Skipped))
+	for id := range c.Skipped {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		why = append(why, fmt.Sprintf("group %d skipped: %s", id, c.Skipped[id]))
+	}
+	if len(why) == 0 {
+		why = append(why, "no request has a block in a checksummed group")
+	}
+	return &ResultError{Code: ExitUnverified, Msg: "nothing checksummed: " + strings.Join(why, "; ")}
 }
 
 // writeRecords writes each rank's record: to stdout, one JSON document
@@ -198,7 +245,11 @@ func storedRun(ctx context.Context, opts *ChecksumOptions) error {
 	if err != nil {
 		return err
 	}
-	return resultExit(res, true)
+	if res.Verdict() == checksum.Unverified {
+		// Nothing stored to compare: exit 2, as diff --stored.
+		return &ResultError{Code: ExitUnverified, Msg: res.Summary()}
+	}
+	return resultExit(res, false)
 }
 
 // describeRanks says which ranks of a side are present, for errors.

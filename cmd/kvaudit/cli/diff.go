@@ -30,6 +30,8 @@ type DiffOptions struct {
 	MaxDetails int
 	// AuditTail and Stored run the consumer audits.
 	AuditTail, Stored bool
+	// Strict makes any loaded block that was not compared unverified.
+	Strict bool
 }
 
 // NewCmdDiff builds `kvaudit diff`. runF replaces the run function in
@@ -55,6 +57,11 @@ checksum -o payload prints. An argument that is not an existing path is read
 as payload text. A bare payload pairs with the consumer request --request
 names, or with the consumer's only request; otherwise requests pair by id, or
 by a consumer request's producer_id. The consumer must be dumps or records.
+
+A flat payload (what vLLM's published KV checksum code sends) is compared in
+block numbering and judged on the positions both sides cover, as vLLM's
+consumer does; --strict makes a loaded block it does not cover unverified.
+Payloads are decoded as vLLM's consumer decodes them, each leniency noted.
 
 When both sides are dumps, every mismatching block is drilled down to the
 layers, global heads, replica copies and tokens whose cells differ, with a
@@ -87,6 +94,7 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 			opts.NoDrill = cfg.Bool("no-drill")
 			opts.MaxDetails = cfg.Int("max-details")
 			opts.AuditTail, opts.Stored = cfg.Bool("audit-tail"), cfg.Bool("stored")
+			opts.Strict = cfg.Bool("strict")
 			if opts.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
 				return err
 			}
@@ -106,6 +114,7 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 	f.Int("max-details", drill.DefaultMaxDetails, "drill-down details per request at most (-1: no cap)")
 	f.Bool("audit-tail", false, "also audit the consumer's dumps: every byte past the transferred range is zero")
 	f.Bool("stored", false, "also check the consumer's blocks against the stored checksums in its manifests")
+	f.Bool("strict", false, "a loaded block the producer's checksums do not cover (a flat payload is judged on the overlap, as vLLM does) makes its group unverified")
 	return cmd
 }
 
@@ -114,7 +123,7 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 		verify.Input{Arg: opts.Producer, Stdin: opts.IO.In},
 		verify.Input{Arg: opts.Consumer, Stdin: opts.IO.In},
 		verify.Options{Engine: opts.Engine, Requests: opts.Requests, NoDrill: opts.NoDrill, MaxDetails: opts.MaxDetails,
-			AuditTail: opts.AuditTail, Stored: opts.Stored})
+			AuditTail: opts.AuditTail, Stored: opts.Stored, Strict: opts.Strict})
 	var bare *verify.BarePayloadError
 	switch {
 	case errors.As(err, &bare):

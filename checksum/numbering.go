@@ -1,0 +1,89 @@
+package checksum
+
+import "fmt"
+
+// Numbering says where the piece index j of a block checksum counts from
+// (docs/spec.md §1).
+type Numbering int
+
+const (
+	// NumberRequest counts pieces from the request's first token, so that
+	// block sizes are comparable. It is the default: records, the nested
+	// payload form and JSON carry it.
+	NumberRequest Numbering = iota
+	// NumberBlock restarts the count at every block's first token, as
+	// vLLM's first published KV checksum code does (the fork
+	// sawsa307/vllm, vllm/distributed/kv_transfer/kv_checksum/worker.py).
+	// The flat payload form carries it.
+	NumberBlock
+)
+
+// ParseNumbering returns the numbering named "request" or "block".
+func ParseNumbering(s string) (Numbering, error) {
+	switch s {
+	case "request":
+		return NumberRequest, nil
+	case "block":
+		return NumberBlock, nil
+	}
+	return 0, fmt.Errorf("unknown numbering %q (want \"request\" or \"block\")", s)
+}
+
+// String returns "request" or "block".
+func (n Numbering) String() string {
+	switch n {
+	case NumberRequest:
+		return "request"
+	case NumberBlock:
+		return "block"
+	}
+	return fmt.Sprintf("Numbering(%d)", int(n))
+}
+
+// BlockNumbered converts a request-numbered block checksum to block
+// numbering: c_block = c_request - 2*f*D, f the block's first token
+// (position * block size) and D = sum over slices of m*P*A, the slope an
+// engine gives with Plan.Slopes (docs/spec.md §1).
+func BlockNumbered(cRequest, slope uint64, first int64) uint64 {
+	return cRequest - 2*uint64(first)*slope
+}
+
+// RequestNumbered is the inverse of BlockNumbered.
+func RequestNumbered(cBlock, slope uint64, first int64) uint64 {
+	return cBlock + 2*uint64(first)*slope
+}
+
+// A SlopeEngine is an Engine that honours Plan.Slopes: in the same pass
+// over the bytes it also adds each row's slope D, so that one pass gives
+// both numberings. Engines that do not (the CUDA runner, whose kernel
+// returns one sum per row) are given a block-numbered plan instead when
+// block numbering is wanted (see Plan.BlockRows).
+type SlopeEngine interface {
+	Engine
+	// Slopes reports whether the engine fills slopes.
+	Slopes() bool
+}
+
+func engineSlopes(e Engine) bool {
+	s, ok := e.(SlopeEngine)
+	return ok && s.Slopes()
+}
+
+// BlockRows returns a copy of the plan whose rows count pieces from each
+// block's first token (FirstToken 0: a row is one whole logical block, its
+// kernel blocks included), so that any engine computes block-numbered
+// values with it.
+func (p *Plan) BlockRows() *Plan {
+	q := *p
+	q.Slopes = false
+	q.Tasks = make([]Task, len(p.Tasks))
+	for i, t := range p.Tasks {
+		rows := make([]Row, len(t.Rows))
+		for k, r := range t.Rows {
+			r.FirstToken = 0
+			rows[k] = r
+		}
+		q.Tasks[i] = Task{Cache: t.Cache, Rows: rows}
+	}
+	return &q
+}
