@@ -58,12 +58,6 @@ type SkippedGroupJSON struct {
 	Reason string `json:"reason"`
 }
 
-// NewChecksumsJSON converts a side's checks to the JSON schema, in
-// request numbering.
-func NewChecksumsJSON(c *checksum.Checks) *ChecksumsJSON {
-	return NewChecksumsJSONNumbered(c, checksum.NumberRequest)
-}
-
 // groupChecks returns a group's checks in numbering n (nil when the side
 // did not give block-numbered ones).
 func groupChecks(g *checksum.GroupChecks, n checksum.Numbering) [][]uint64 {
@@ -121,11 +115,6 @@ func WriteJSON(w io.Writer, v any) error {
 	}
 	_, err = w.Write(append(b, '\n'))
 	return err
-}
-
-// ChecksumsTable lays out a side's checks in request numbering.
-func ChecksumsTable(c *checksum.Checks) *Table {
-	return ChecksumsTableNumbered(c, checksum.NumberRequest)
 }
 
 // ChecksumsTableNumbered lays out a side's checks in numbering n: one row

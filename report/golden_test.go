@@ -193,13 +193,13 @@ func TestGoldenChecksums(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goldenTables(t, "checksums", []*Table{ChecksumsTable(c)}, NewChecksumsJSON(c))
+	goldenTables(t, "checksums", []*Table{ChecksumsTableNumbered(c, checksum.NumberRequest)}, NewChecksumsJSONNumbered(c, checksum.NumberRequest))
 
 	part, err := checksum.ComputePaths(ctx, paths[:1], checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	goldenTables(t, "checksums-partial", []*Table{ChecksumsTable(part)}, NewChecksumsJSON(part))
+	goldenTables(t, "checksums-partial", []*Table{ChecksumsTableNumbered(part, checksum.NumberRequest)}, NewChecksumsJSONNumbered(part, checksum.NumberRequest))
 
 	stored := auditsFixture().Stored
 	goldenTables(t, "stored", []*Table{StoredTable(stored)}, NewStoredJSON(stored))
