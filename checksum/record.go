@@ -464,7 +464,7 @@ func (rec *Record) Validate() *RecordError {
 				return bad(gf+".start", "%d out of range", g.Start)
 			}
 			// Exactly the values start, num_tokens and the block size
-			// imply: the run ends at the request's last block (docs/spec.md §5, 9).
+			// imply: the run ends at the request's last block (docs/spec.md §5, §9).
 			if gi := info[g.ID]; gi.Kind == layout.KindMamba {
 				if g.Start != 0 || len(g.Values) != 1 {
 					return bad(gf+".values", "a state group has one value at position 0, got %d from position %d", len(g.Values), g.Start)

@@ -196,7 +196,7 @@ func TestSpecDocReasons(t *testing.T) {
 		checksum.ReasonNoChecksums, checksum.ReasonInvalidChecksums, checksum.ReasonNotEveryWorker,
 		checksum.ReasonOneSide, checksum.ReasonFingerprint, checksum.ReasonMissingReplica,
 		checksum.ReasonNoBlockInCommon, checksum.ReasonBlockSizes, checksum.ReasonInsideProducerBlock,
-		checksum.ReasonNoLoadedGroup, checksum.LeftOutSkipped)
+		checksum.ReasonNoLoadedGroup, checksum.ReasonNotCovered, checksum.LeftOutSkipped)
 	for _, r := range reasons {
 		if !strings.Contains(doc, "`"+r+"`") {
 			t.Errorf("%s does not give the reason %q verbatim", specDoc, r)
@@ -204,7 +204,10 @@ func TestSpecDocReasons(t *testing.T) {
 	}
 	// Line breaks inside a reason are allowed in prose, as markdown joins
 	// them.
-	if !strings.Contains(strings.Join(strings.Fields(doc), " "), "`"+checksum.LeftOutSplitLess+"`") {
-		t.Errorf("%s does not give the reason %q verbatim", specDoc, checksum.LeftOutSplitLess)
+	joined := strings.Join(strings.Fields(doc), " ")
+	for _, r := range []string{checksum.LeftOutSplitLess, checksum.LeftOutProducerOnly} {
+		if !strings.Contains(joined, "`"+r+"`") {
+			t.Errorf("%s does not give the reason %q verbatim", specDoc, r)
+		}
 	}
 }

@@ -380,7 +380,7 @@ func diffGroup(pr, cr *RequestChecks, pg, cg *GroupChecks, id int, consumer *Che
 	}
 	cchecks := cg.Checks
 	if pg.FlatOnly {
-		// vLLM's published code sends block-numbered values (docs/spec.md §1, 8).
+		// vLLM's published code sends block-numbered values (docs/spec.md §1, §8).
 		if cg.ChecksBlock == nil {
 			gv.Hint = "a flat payload carries block-numbered values and the consumer's records have no values_block: recompute them with this kvaudit"
 			return unverified(ReasonNoBlockInCommon)

@@ -19,6 +19,10 @@ import (
 
 type jsonSchema struct {
 	root map[string]any
+	// documented makes a field of an object whose schema lists properties
+	// but says nothing of others an error: the schema must document every
+	// field an output carries (readers may still ignore unknown fields).
+	documented bool
 }
 
 // parseSchema reads a schema and checks that it only uses known keywords.
@@ -206,6 +210,10 @@ func (s *jsonSchema) check(node map[string]any, v any, at string, errs *[]string
 				}
 			case map[string]any:
 				s.check(ap, x[k], sub, errs)
+			case nil:
+				if s.documented && props != nil {
+					*errs = append(*errs, sub+": field not documented in the schema")
+				}
 			}
 		}
 	case []any:

@@ -56,6 +56,13 @@ func TestJSONSchemaValidator(t *testing.T) {
 			}
 		}
 	}
+	// documented: a field the schema's properties do not list is an error
+	// (not where additionalProperties says what others may be).
+	s.documented = true
+	errs := s.validate([]byte(`{"format": "kvaudit-x/1", "n": 1, "list": [], "extra": 1, "map": {"x": 1}, "strict": {"a": true}}`))
+	if len(errs) != 1 || !strings.Contains(errs[0], "$.extra: field not documented") {
+		t.Errorf("documented: errors %q, want one for $.extra", errs)
+	}
 	for _, bad := range []string{
 		`{"oneOf": []}`, `{"$ref": "other.json"}`, `{"$ref": "#/$defs/missing"}`,
 		`{"pattern": "("}`, `{"properties": {"a": {"minimum": 1}}}`, `{"items": true}`,

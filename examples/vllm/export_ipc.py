@@ -38,8 +38,9 @@ Run as a program, `export_ipc.py --self-test --kvaudit PATH` checks the
 whole path on a GPU machine: it builds caches on the GPU the way vLLM's
 runner does (FlashAttention, FlashInfer HND, MLA, a hybrid with Mamba2
 states), exports them both ways, and compares `kvaudit checksum --engine
-cuda` on the live tensors with `--engine cpu` on the copied dumps; then it
-flips a bit in GPU memory and checks that the cuda engine sees it.
+cuda` on the live tensors with `--engine cpu` on the copied dumps, in both
+numberings; then it flips a bit in GPU memory and checks that the cuda
+engine finds it at its block position, and nowhere else.
 """
 
 import argparse
@@ -143,23 +144,51 @@ def self_test(kvaudit):
                 kx.export_dump(os.path.join(copied, f"rank-0-{rank}.safetensors"), m.config, caches,
                                m.requests(tables), **kw)
                 export_ipc(os.path.join(live, f"rank-0-{rank}"), m.config, caches, m.requests(tables), **kw)
-            want = _run([kvaudit, "checksum", "--engine", "cpu", "-o", "json", copied], env)
-            got = _run([kvaudit, "checksum", "--engine", "cuda", "-o", "json", live], env)
-            ok = got["requests"] == want["requests"]
+            numberings = ("request", "block")
+            want, ok = {}, True
+            for num in numberings:
+                want[num] = _run([kvaudit, "checksum", "--engine", "cpu", "--numbering", num, "-o", "json", copied], env)
+                got = _run([kvaudit, "checksum", "--engine", "cuda", "--numbering", num, "-o", "json", live], env)
+                ok = ok and got["requests"] == want[num]["requests"]
+            # A bit of token 0 of request A's first block (position 0 of
+            # group 0, the attention group), changed in device memory: the
+            # cuda engine must find that position, and only it.
             t = ranks[0][next(iter(ranks[0]))]  # the first attention layer on rank 0
             flipped_view = _first_block_element(t, m, tables["A"][1][0])
             flipped_view ^= 1
             torch.cuda.synchronize()
-            seen = _run([kvaudit, "checksum", "--engine", "cuda", "-o", "json", live], env)["requests"] != want["requests"]
+            found = {}
+            for num in numberings:
+                seen = _run([kvaudit, "checksum", "--engine", "cuda", "--numbering", num, "-o", "json", live], env)
+                found[num] = differing_positions(want[num], seen)
             flipped_view ^= 1
-            status = "ok" if ok and seen else "FAIL"
+            at = all(found[num] == {("A", 0, 0)} for num in numberings)
+            status = "ok" if ok and at else "FAIL"
             failures += status != "ok"
             print(f"{status:4} {name}: cuda engine on live tensors {'equals' if ok else 'DIFFERS FROM'} the cpu "
-                  f"engine on copied dumps; a flipped bit {'is' if seen else 'is NOT'} seen", flush=True)
+                  f"engine on copied dumps (request and block numbering); a flipped bit in device memory is "
+                  f"{'found at its block (request A, group 0, position 0)' if at else 'NOT found at its block: ' + repr(found)}",
+                  flush=True)
             del ranks, t, flipped_view
             torch.cuda.empty_cache()
     print("PASS" if failures == 0 else f"FAIL: {failures} configurations", flush=True)
     return 0 if failures == 0 else 1
+
+
+def differing_positions(want, got):
+    """The (request id, group id, block position)s whose checks differ
+    between two `kvaudit checksum -o json` outputs; a group or request in
+    one only counts at every position it has."""
+    def positions(doc):
+        out = {}
+        for r in doc["requests"]:
+            for g in r["groups"]:
+                for k, check in enumerate(g["checks"]):
+                    for i, v in enumerate(check):
+                        out[(r["id"], g["id"], g["start"] + i, k)] = v
+        return out
+    a, b = positions(want), positions(got)
+    return {key[:3] for key in a.keys() | b.keys() if a.get(key) != b.get(key)}
 
 
 def _first_block_element(t, m, block_id):

@@ -4,7 +4,8 @@
 #   internal/kernels/gpucheck.sh build [DIR]    here, with Go and Debian's CUDA toolkit:
 #       builds kvaudit (pure Go), kvaudit-cuda (-tags cuda), the cuda test
 #       binaries of kernels and of the runner, and synth dumps of every
-#       preset and layout into DIR (default out/gpucheck, git-ignored; a
+#       preset and layout (TP, PP, consumers with a prefix hit, kernel-block
+#       splits) into DIR (default out/gpucheck, git-ignored; a
 #       few tens of MB, to carry to the GPU machine).
 #   internal/kernels/gpucheck.sh device [DIR]   there, from the repository root, with
 #       a CUDA driver, python3 and PyTorch but no Go:
@@ -14,12 +15,19 @@
 #            and random geometries, staged and in place, every load variant
 #         3. runner tests: the same through the protocol (kvaudit-cuda serve)
 #         4. the CLI: kvaudit checksum --engine cuda equals --engine cpu on
-#            every dump of DIR/dumps
-#         5. live memory: examples/vllm/export_ipc.py --self-test (PyTorch
-#            tensors exported as cuda_ipc sources, read in place)
-#         6. bandwidth: kvaudit-cuda bench on a 4 GiB cache allocated on the
-#            device: the kernel's read bandwidth beside a plain read and a
-#            device-to-device copy measured in the same run
+#            every side of DIR/dumps, in both numberings (--numbering
+#            request and block, -o json) and as records (-o record: each
+#            rank's values and values_block)
+#         5. live memory: examples/vllm/export_ipc.py --self-test --kvaudit
+#            DIR/kvaudit (PyTorch tensors exported as cuda_ipc sources, read
+#            in place; cuda on the live tensors equals cpu on copied dumps in
+#            both numberings; a byte changed in device memory is found at its
+#            block position and nowhere else)
+#         6. bandwidth: kvaudit bench --engine cuda on a 4 GiB cache on the
+#            device (the kernel's read bandwidth beside a plain-read kernel
+#            and a device-to-device copy, in the same run; target: 85% of the
+#            copy's read), and on the seeds' shape, 2048 blocks x 8 heads x
+#            16 tokens x 128 bf16 K+V (128 MiB; the Triton kernel's 0.039 ms)
 #         7. end to end: kvaudit checksum --engine cuda vs cpu on a ~1 GB dump
 #       It logs to $OUT/gpucheck.log (or DIR/results/) and ends with a
 #       summary; the exit status is the number of failed steps.
@@ -57,6 +65,9 @@ build() {
 			2) args+=(--tp 4 --pp 2) ;;
 			3) args+=(--tp 2 --role consumer --prefix-tokens 16) ;;
 			esac
+			# kernel-block splits: vLLM blocks of 32 tokens held as kernel
+			# blocks of 16 (one side in five)
+			if [ $((i % 5)) -eq 2 ]; then args+=(--block-size 32 --kernel-block-size 16); fi
 			"$dir/kvaudit" synth --out "$dir/dumps/$p-$l" "${args[@]}" >/dev/null
 			i=$((i + 1))
 		done
@@ -110,42 +121,65 @@ device() {
 		record "runner tests" FAIL "see runner-tests.log"
 	fi
 
-	step "4. kvaudit checksum --engine cuda equals --engine cpu on every dump"
-	local n=0 same=0 d
+	step "4. kvaudit checksum --engine cuda equals --engine cpu on every side, both numberings"
+	local n=0 same=0 d num
 	for d in "$dir"/dumps/*/*; do
-		n=$((n + 1))
-		"$dir/kvaudit" checksum --engine cpu -o json "$d" >"$out/cpu.json" 2>"$out/cpu.err"
-		if timeout 120 "$dir/kvaudit" checksum --engine cuda -o json "$d" >"$out/cuda.json" 2>"$out/cuda.err" &&
-			cmp -s "$out/cpu.json" "$out/cuda.json" && [ -s "$out/cpu.json" ]; then
-			same=$((same + 1))
-		else
-			echo "DIFFERS: $d"
-			cat "$out/cuda.err"
-			diff "$out/cpu.json" "$out/cuda.json" | head -10
-		fi
+		for num in request block record; do
+			local args=(--numbering "$num" -o json)
+			[ "$num" = record ] && args=(--partial -o record)
+			n=$((n + 1))
+			"$dir/kvaudit" checksum --engine cpu "${args[@]}" "$d" >"$out/cpu.json" 2>"$out/cpu.err"
+			if timeout 120 "$dir/kvaudit" checksum --engine cuda "${args[@]}" "$d" >"$out/cuda.json" 2>"$out/cuda.err" &&
+				cmp -s "$out/cpu.json" "$out/cuda.json" && [ -s "$out/cpu.json" ]; then
+				same=$((same + 1))
+			else
+				echo "DIFFERS ($num): $d"
+				cat "$out/cpu.err" "$out/cuda.err"
+				diff "$out/cpu.json" "$out/cuda.json" | head -10
+			fi
+		done
 	done
-	if [ "$n" -gt 0 ] && [ "$same" -eq "$n" ]; then record "CLI cuda = cpu" ok "$same/$n sides"; else record "CLI cuda = cpu" FAIL "$same/$n sides"; fi
+	if [ "$n" -gt 0 ] && [ "$same" -eq "$n" ]; then record "CLI cuda = cpu" ok "$same/$n (side, numbering) runs"; else record "CLI cuda = cpu" FAIL "$same/$n (side, numbering) runs"; fi
 
-	step "5. live memory: export_ipc.py --self-test"
+	step "5. live memory: export_ipc.py --self-test (CUDA IPC, both numberings, a changed byte found at its block)"
 	if timeout 300 python3 examples/vllm/export_ipc.py --self-test --kvaudit "$dir/kvaudit" 2>&1 | tee "$out/ipc.log"; then
 		record "IPC self-test" ok "$(grep -c '^ok ' "$out/ipc.log") configurations"
 	else
 		record "IPC self-test" FAIL "see ipc.log"
 	fi
 
-	step "6. bandwidth: kvaudit-cuda bench, 4 GiB cache on the device"
-	if timeout 120 "$dir/kvaudit-cuda" bench --size 4GiB --reps 20 -o json >"$out/bench.json" 2>"$out/bench.err"; then
-		"$dir/kvaudit-cuda" bench --size 4GiB --reps 20 | tee "$out/bench.txt"
-		local ratio
-		ratio=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); c=r["bytes"]/r["checksum_seconds"]; p=r["bytes"]/r["copy_seconds"]; q=r["bytes"]/r["read_seconds"]; print(f"kernel {c/1e9:.0f} GB/s = {c/p:.2f}x the copy read ({p/1e9:.0f} GB/s), {c/q:.2f}x the plain read kernel ({q/1e9:.0f} GB/s)")' "$out/bench.json")
-		record bench ok "$ratio"
-	else
-		cat "$out/bench.err"
-		record bench FAIL "see bench.err"
-	fi
-	if "$dir/kvaudit" bench --help 2>/dev/null | grep -q -- '--engine'; then
-		timeout 120 "$dir/kvaudit" bench --engine cuda 2>&1 | tee "$out/kvaudit-bench.txt" || true
-	fi
+	step "6. bandwidth: kvaudit bench --engine cuda, a 4 GiB cache and the seeds' shape"
+	local size label
+	for size in 4GiB 128MiB; do
+		label="bench $size"
+		[ "$size" = 128MiB ] && label="bench 2048x8x16x128 bf16 K+V"
+		if timeout 180 "$dir/kvaudit" bench --engine cuda --size "$size" --reps 20 -o json >"$out/bench-$size.json" 2>"$out/bench-$size.err"; then
+			local line
+			line=$(python3 - "$out/bench-$size.json" "$size" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+c, p, q = (r["bytes"] / r[k] for k in ("checksum_seconds", "copy_seconds", "read_seconds"))
+s = (f"{r['cache']}: kernel {r['checksum_seconds']*1e3:.3f} ms, {c/1e9:.0f} GB/s = {c/p:.2f}x the copy's read "
+     f"({p/1e9:.0f} GB/s; target 0.85x), {c/q:.2f}x the plain-read kernel ({q/1e9:.0f} GB/s); {r['verified_rows']} rows verified")
+good = c / p >= 0.85
+if sys.argv[2] == "128MiB":
+    ahead = r["checksum_seconds"] < 0.039e-3
+    good = good and ahead
+    s += f"; the Triton kernel (seeds): 0.039 ms, 3440 GB/s: {'ahead' if ahead else 'BEHIND'}"
+print(("ok   " if good else "LOW  ") + s)
+PY
+)
+			echo "$line"
+			case $line in
+			"ok   "*) record "$label" ok "${line#ok   }" ;;
+			*) record "$label" FAIL "${line#LOW  }" ;;
+			esac
+		else
+			cat "$out/bench-$size.err"
+			record "$label" FAIL "see bench-$size.err"
+		fi
+	done
+	timeout 120 "$dir/kvaudit" bench --engine cuda --size 4GiB --reps 20 2>&1 | tee "$out/bench.txt" || true
 
 	step "7. end to end: a ~1 GB dump, --engine cuda vs cpu (page cache warm)"
 	local big=/tmp/gpucheck-big

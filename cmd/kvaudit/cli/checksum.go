@@ -129,8 +129,12 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 		return err
 	}
 	defer in.Close()
+	// Records always carry values_block (docs/spec.md §8), whatever the
+	// engine: the cpu engines get both numberings in one pass, the others
+	// (cuda) in a second, block-numbered one.
 	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests,
-		BlockValues: opts.Numbering == checksum.NumberBlock || (opts.Output == "payload" && opts.PayloadForm == checksum.FormFlat)}
+		BlockValues: opts.Numbering == checksum.NumberBlock || opts.Output == "record" ||
+			(opts.Output == "payload" && opts.PayloadForm == checksum.FormFlat)}
 	bar := newChecksumProgress(opts.IO, in.Dumps, opts.Requests)
 	copts.Progress = bar.Callback()
 	recs, err := in.AllRecords(ctx, copts)

@@ -104,8 +104,9 @@ var manExits = map[string][][2]string{
 		{"2", "unverified: some load could not be verified (no or invalid producer checksums, a missing rank, a fingerprint that differs, ...)"},
 	},
 	"checksum": {
-		{"0", "the checksums were computed (and, with --stored, every stored checksum matches or none can be compared)"},
+		{"0", "the checksums were computed (with --stored: every stored checksum listed for a full block matches)"},
 		{"1", "with --stored: some block differs from the checksum stored with it"},
+		{"2", "nothing could be checksummed (the side holds no request, or every group is skipped; -o table, json or payload), or with --stored no request lists stored_checksums for a full block: nothing stored to compare"},
 	},
 	"campaign": {
 		{"0", "every detectable fault was detected by the expected detector and localised, and no clean control was flagged"},

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -70,7 +71,7 @@ func TestManPageSections(t *testing.T) {
 	}
 	for page, want := range map[string][]string{
 		"kvaudit.1": {"0", "1", "2", "3", "4", "130", "143"}, "kvaudit-diff.1": {"0", "1", "2", "3", "4", "130", "143"},
-		"kvaudit-checksum.1": {"0", "1", "3", "4", "130", "143"}, "kvaudit-campaign.1": {"0", "1", "3", "4", "130", "143"},
+		"kvaudit-checksum.1": {"0", "1", "2", "3", "4", "130", "143"}, "kvaudit-campaign.1": {"0", "1", "3", "4", "130", "143"},
 		"kvaudit-synth.1": {"0", "3", "4", "130", "143"}, "kvaudit-inspect.1": {"0", "3", "4", "130", "143"},
 	} {
 		if got := statuses(pages[page]); !slices.Equal(got, want) {
@@ -79,6 +80,11 @@ func TestManPageSections(t *testing.T) {
 	}
 	if !strings.Contains(pages["kvaudit-diff.1"], `unverified`) || !strings.Contains(pages["kvaudit-diff.1"], `\-\-allow\-unverified`) {
 		t.Error("kvaudit-diff.1: exit status 2 does not mention --allow-unverified")
+	}
+	// checksum's 2: nothing checksummed, or with --stored nothing stored
+	// (the two results of cli's nothingChecksummed and storedRun).
+	if sec := pages["kvaudit-checksum.1"]; !strings.Contains(sec, "nothing could be checksummed") || !strings.Contains(sec, "nothing stored to compare") {
+		t.Error("kvaudit-checksum.1: exit status 2 does not name both of its causes")
 	}
 	for page, want := range map[string][]string{
 		"kvaudit-diff.1":     {"KVAUDIT_ENGINE", "KVAUDIT_ALLOW_UNVERIFIED", "KVAUDIT_CUDA_RUNNER", "KVAUDIT_CUDA_DEVICE", "NO_COLOR"},
@@ -98,5 +104,30 @@ func TestManPageSections(t *testing.T) {
 		if strings.Contains(pages[page], "KVAUDIT_CUDA_RUNNER") || strings.Contains(pages[page], "KVAUDIT_CONFIG") {
 			t.Errorf("%s: lists the CUDA runner or KVAUDIT_CONFIG", page)
 		}
+	}
+}
+
+// TestSpecDocExitCodes: docs/spec.md §11's table of exit codes lists every
+// code kvaudit ends with (exitCodes, which the root page and --help list),
+// and no other.
+func TestSpecDocExitCodes(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "spec.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "\n**Exit codes.**\n")
+	if !ok {
+		t.Fatal("docs/spec.md: no **Exit codes.** table")
+	}
+	sec, _, _ = strings.Cut(sec, "\n\n**")
+	var got, want []string
+	for _, m := range regexp.MustCompile(`(?m)^\| (\d+) \|`).FindAllStringSubmatch(sec, -1) {
+		got = append(got, m[1])
+	}
+	for _, e := range exitCodes {
+		want = append(want, fmt.Sprint(e.code))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("docs/spec.md exit codes %q, want %q", got, want)
 	}
 }
