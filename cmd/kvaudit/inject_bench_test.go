@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvaudit/kvaudit/internal/bench"
+	"github.com/kvaudit/kvaudit/internal/testfiles"
 )
 
 // BenchmarkInjectPeakRSS runs `kvaudit inject --fault bit-flip` (the built
@@ -35,10 +36,7 @@ func BenchmarkInjectPeakRSS(b *testing.B) {
 		size = n
 	}
 	dir := b.TempDir()
-	bin := filepath.Join(dir, "kvaudit")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testfiles.BuildKvaudit(b)
 	paths, err := bench.SynthSide(filepath.Join(dir, "side"), size, "llama", "flash", 1)
 	if err != nil {
 		b.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvaudit/kvaudit/internal/testfiles"
 )
 
 // TestInterrupt stops inject and campaign with SIGINT and SIGTERM while
@@ -22,11 +24,7 @@ func TestInterrupt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds kvaudit")
 	}
-	bin := filepath.Join(t.TempDir(), "kvaudit")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testfiles.BuildKvaudit(t)
 	side := t.TempDir()
 	if out, err := exec.Command(bin, "synth", "--out", side, "--preset", "tiny", "--tp", "2").CombinedOutput(); err != nil {
 		t.Fatalf("synth: %v\n%s", err, out)

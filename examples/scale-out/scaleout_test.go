@@ -17,6 +17,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/kvaudit/kvaudit/internal/testfiles"
 )
 
 // job is the part of a batch/v1 Job the test reads.
@@ -97,13 +99,7 @@ func loadJobs(t *testing.T) map[string]job {
 // kvaudit builds kvaudit into a directory and returns it (for PATH).
 func kvaudit(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "kvaudit"), "github.com/kvaudit/kvaudit/cmd/kvaudit")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build kvaudit: %v\n%s", err, out)
-	}
-	return dir
+	return filepath.Dir(testfiles.BuildKvaudit(t))
 }
 
 // sh runs a kvaudit command line in dir and fails the test when it fails.

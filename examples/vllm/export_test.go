@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 )
@@ -208,14 +209,7 @@ func writeSpec(t *testing.T, dir string, i int, p string) string {
 // KVAUDIT_REQUIRE_TORCH so that they cannot skip there.
 func TestExporterPython(t *testing.T) {
 	py := python(t, "numpy, torch")
-	goTool, err := exec.LookPath("go") // go test puts its own go on PATH
-	if err != nil {
-		t.Fatalf("no go tool to build kvaudit with: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "kvaudit")
-	if o, err := exec.Command(goTool, "build", "-o", bin, "github.com/kvaudit/kvaudit/cmd/kvaudit").CombinedOutput(); err != nil {
-		t.Fatalf("go build kvaudit: %v\n%s", err, o)
-	}
+	bin := testfiles.BuildKvaudit(t)
 	cmd := exec.Command(py, "-m", "unittest", "discover", "-s", "tests", "-v")
 	cmd.Env = append(os.Environ(), "KVAUDIT_BIN="+bin, "KVAUDIT_REQUIRE_TORCH=1")
 	o, err := cmd.CombinedOutput()

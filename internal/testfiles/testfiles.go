@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -88,4 +89,22 @@ func AssertUnchanged(t testing.TB, dir string, before map[string][32]byte) {
 			t.Errorf("%s was added", p)
 		}
 	}
+}
+
+// BuildKvaudit builds the pure-Go kvaudit binary of this tree into a new
+// temporary directory and returns the binary's path. It uses the go
+// command on PATH (go test puts its own first).
+func BuildKvaudit(t testing.TB) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to build kvaudit: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "kvaudit")
+	cmd := exec.Command(goTool, "build", "-o", bin, "github.com/kvaudit/kvaudit/cmd/kvaudit")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build kvaudit: %v\n%s", err, out)
+	}
+	return bin
 }
