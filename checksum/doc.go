@@ -1,5 +1,5 @@
 // Package checksum computes kvaudit's KV cache checksums: the definition of
-// SPEC sections 1 to 7 (per (group, block position) values that do not
+// docs/spec.md §1 to §7 (per (group, block position) values that do not
 // depend on TP, PP, memory layout or block size), the engines that evaluate
 // it (Reference, literal; Fast, parallel and allocation-free), per-rank
 // records and their merge into whole-model checks, fingerprints, and the
@@ -15,5 +15,6 @@
 //	fmt.Println(res.Verdict) // verified, mismatch or unverified
 //
 // Compute takes dumps already opened with layout.OpenSide, and package
-// drill explains a mismatch from both sides' dumps.
+// drill explains a mismatch from both sides' dumps. Package verify does all
+// of it in one call, from dumps, records or a producer's payload.
 package checksum

@@ -32,7 +32,7 @@ type Plan struct {
 	// Slopes asks a SlopeEngine for each output slot's slope D = sum over
 	// the slot's slices of m*P*A (A the slice's plain piece sum) in
 	// out[Outputs+slot], in the same pass: c_block = c_request - 2*f*D for
-	// the block's first token f (SPEC section 1). out then holds
+	// the block's first token f (docs/spec.md §1). out then holds
 	// 2*Outputs values.
 	Slopes bool
 	// Progress, when set, is called with the cell bytes done since its
@@ -51,9 +51,9 @@ func (p *Plan) Bytes() int64 {
 	return n
 }
 
-// Engine evaluates the definition of SPEC section 1.
+// Engine evaluates the definition of docs/spec.md §1.
 type Engine interface {
-	// Name is the engine's name as --engine takes it.
+	// Name is the engine's name ("cpu", "ref", "cuda").
 	Name() string
 	// Run adds, for every task and row, the cache's contribution to the
 	// block checksum, sum over its heads of m*s, to out[row.Out] (mod
@@ -63,12 +63,22 @@ type Engine interface {
 	Run(ctx context.Context, p *Plan, out []uint64) error
 }
 
+// DeviceMemoryError is a layer in device memory given to an engine that
+// reads host memory only; the cuda engine reads it.
+type DeviceMemoryError struct {
+	Layer, Dump, Engine string
+}
+
+func (e *DeviceMemoryError) Error() string {
+	return fmt.Sprintf("layer %q of %q lives in device memory (cuda_ipc): the %s engine cannot read it, the cuda engine can", e.Layer, e.Dump, e.Engine)
+}
+
 // deviceCheck fails for a plan that reads device memory, which only the
 // CUDA engine can.
 func deviceCheck(engine string, p *Plan) error {
 	for _, t := range p.Tasks {
 		if t.Cache.Cells.Device != nil {
-			return fmt.Errorf("layer %q of %q lives in device memory (cuda_ipc): the %s engine cannot read it, use --engine cuda", t.Cache.Layer.Name, p.Dump.Path, engine)
+			return &DeviceMemoryError{Layer: t.Cache.Layer.Name, Dump: p.Dump.Path, Engine: engine}
 		}
 	}
 	return nil

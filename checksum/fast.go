@@ -17,7 +17,7 @@ import (
 // block order) sized to the data, checksums them on Threads goroutines, and
 // within a block walks the cache tensor in memory order, adding each
 // contiguous run of bytes into per-head accumulators with the
-// addition-only A/B sums of SPEC section 1 (several independent lanes).
+// addition-only A/B sums of docs/spec.md §1 (several independent lanes).
 // It tells the kernel it reads the mapped ranges sequentially. Its
 // allocations depend on the plan's size, never on the number of blocks
 // done, and its results are bit-identical to Reference.

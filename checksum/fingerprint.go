@@ -9,7 +9,7 @@ import (
 )
 
 // LayerTuple returns the Python repr of the tuple a layer's fingerprint
-// hashes (SPEC section 7): (name, spec type, block size, 'torch.<dtype>')
+// hashes (docs/spec.md §7): (name, spec type, block size, 'torch.<dtype>')
 // in the flat form, without the block size in the nested form. A state
 // layer has, in place of the dtype, the tuple of its covered states, each
 // ('torch.<dtype>', (shape)).

@@ -17,8 +17,8 @@ import (
 	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
-// goldenVector is testdata/golden/spec1.txt: the worked example of SPEC
-// section 1, as key: value lines.
+// goldenVector is testdata/golden/spec1.txt: the worked example of docs/spec.md
+// §1, as key: value lines.
 type goldenVector struct {
 	layers    []string
 	heads     int

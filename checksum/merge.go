@@ -7,7 +7,7 @@ import (
 	"strconv"
 )
 
-// Fixed reasons a load or a group is unverified (SPEC section 9), reported
+// Fixed reasons a load or a group is unverified (docs/spec.md §9), reported
 // verbatim, and the reasons a group is left out of a verdict.
 const (
 	ReasonNoChecksums         = "the producer sent no checksums"
@@ -67,7 +67,7 @@ type RequestChecks struct {
 	// Unverified holds load-level reasons (ReasonNotEveryWorker, ...).
 	Unverified []string
 	// Notes say what decoding a payload let pass as vLLM's consumer does
-	// (SPEC section 8); a verdict repeats them.
+	// (docs/spec.md §8); a verdict repeats them.
 	Notes []string
 }
 
@@ -82,7 +82,7 @@ func (r *RequestChecks) Group(id int) *GroupChecks {
 }
 
 // GroupChecks are a request's checks of one group: Checks[k][i] is check k
-// at block position Start+i (SPEC section 2). Check 0 is what a producer
+// at block position Start+i (docs/spec.md §2). Check 0 is what a producer
 // sends.
 type GroupChecks struct {
 	ID              int
@@ -95,7 +95,7 @@ type GroupChecks struct {
 	// payload carries only the nested one).
 	HasFlat bool
 	Checks  [][]uint64
-	// ChecksBlock are Checks in block numbering (SPEC section 1), nil
+	// ChecksBlock are Checks in block numbering (docs/spec.md §1), nil
 	// when some rank did not give them (a record without values_block).
 	// A flat payload is compared with them.
 	ChecksBlock [][]uint64
@@ -111,10 +111,10 @@ type GroupChecks struct {
 	BadFingerprint bool
 	// FlatOnly marks checks decoded from a flat payload: only
 	// FingerprintFlat is known and BlockSize is 0 (not carried), so a
-	// consumer compares fingerprints with the block size (SPEC section 9).
+	// consumer compares fingerprints with the block size (docs/spec.md §9).
 	FlatOnly bool
-	// SplitLess marks a state group checksummed without a TP split (SPEC
-	// section 6): comparable only between equal TP sizes, left out of a
+	// SplitLess marks a state group checksummed without a TP split (docs/spec.md
+	// §6): comparable only between equal TP sizes, left out of a
 	// verdict across TP sizes.
 	SplitLess bool
 }
@@ -309,7 +309,7 @@ func (s *groupSum) add(g RecordRequestGroup) {
 }
 
 // checks forms check k = sum over replica counts R of the sum under key
-// (R, k mod R), for k below the largest R (SPEC section 2).
+// (R, k mod R), for k below the largest R (docs/spec.md §2).
 func (s *groupSum) checks() *GroupChecks {
 	gc := &GroupChecks{Start: s.start}
 	counts := map[int]bool{}

@@ -3,7 +3,7 @@ package checksum
 import "fmt"
 
 // Numbering says where the piece index j of a block checksum counts from
-// (SPEC section 1).
+// (docs/spec.md §1).
 type Numbering int
 
 const (
@@ -43,7 +43,7 @@ func (n Numbering) String() string {
 // BlockNumbered converts a request-numbered block checksum to block
 // numbering: c_block = c_request - 2*f*D, f the block's first token
 // (position * block size) and D = sum over slices of m*P*A, the slope an
-// engine gives with Plan.Slopes (SPEC section 1).
+// engine gives with Plan.Slopes (docs/spec.md §1).
 func BlockNumbered(cRequest, slope uint64, first int64) uint64 {
 	return cRequest - 2*uint64(first)*slope
 }

@@ -78,7 +78,7 @@ func TestNumberingOnePass(t *testing.T) {
 }
 
 // TestNumberingConversion: BlockNumbered and RequestNumbered invert each
-// other and match SPEC 1's worked example: position 1 (f = 2) of the
+// other and match docs/spec.md §1's worked example: position 1 (f = 2) of the
 // golden vector.
 func TestNumberingConversion(t *testing.T) {
 	const cReq, cBlock = 0x00000002a65023b8, 0x0000000087acd3f8

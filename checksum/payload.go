@@ -10,7 +10,7 @@ import (
 	"unsafe"
 )
 
-// PayloadForm is the shape of a payload on the wire (SPEC.md section 8).
+// PayloadForm is the shape of a payload on the wire (docs/spec.md §8).
 type PayloadForm int
 
 const (
@@ -76,7 +76,7 @@ type Payload struct {
 	TPSize    int // 0 in the flat form (not carried)
 	Groups    []PayloadGroup
 	// Notes name the leniencies decoding applied as vLLM's consumer does
-	// (SPEC section 8): characters discarded from the base64, a group id
+	// (docs/spec.md §8): characters discarded from the base64, a group id
 	// listed twice, a negative start or num_tokens, ...
 	Notes []string
 }
@@ -441,7 +441,7 @@ func NewPayloadBuffer(n int) []byte {
 // msgpack bytes, reusing buf's memory: the decoded bytes and every
 // group's Values live in buf, which the payload then owns (the caller
 // must not use buf again). So decoding allocates only the groups' headers
-// besides buf (SPEC 8: bounded by the input's size). buf must come from
+// besides buf (docs/spec.md §8: bounded by the input's size). buf must come from
 // NewPayloadBuffer (8-aligned); other memory is decoded by copying.
 func DecodePayloadInPlace(buf []byte, text bool) (*Payload, error) {
 	var notes []string

@@ -52,7 +52,7 @@ func checkSame(t *testing.T, name string, want *Payload, wantErr error, got *Pay
 
 // TestDecodePayloadInPlaceMemory: a payload of 1M values (8 MB, 10.7 MB
 // of base64) decodes in place allocating a few hundred bytes besides its
-// buffer (SPEC 8: never more than the input's size), where the copying
+// buffer (docs/spec.md §8: never more than the input's size), where the copying
 // decoder allocates the decoded bytes and the values again.
 func TestDecodePayloadInPlaceMemory(t *testing.T) {
 	values := make([]uint64, 1<<20)

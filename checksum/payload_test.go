@@ -572,7 +572,7 @@ func checkOutcome(t *testing.T, entry string, v payloadVector, p *Payload, err e
 func checkReencode(t testing.TB, p *Payload) {
 	t.Helper()
 	if len(p.Notes) > 0 || checkPayload(p) != nil {
-		// Decoded leniently (SPEC 8): a negative or huge integer, a
+		// Decoded leniently (docs/spec.md §8): a negative or huge integer, a
 		// repeated group id. Only a sane payload is written back.
 		return
 	}

@@ -15,7 +15,7 @@ import (
 // RecordFormat is the format tag of a record.
 const RecordFormat = "kvaudit-record/1"
 
-// Record is one rank's partial checksums (SPEC section 8).
+// Record is one rank's partial checksums (docs/spec.md §8).
 type Record struct {
 	Format string `json:"format"`
 	// Source is the dump the record was computed from (informative).
@@ -41,7 +41,7 @@ type RecordGroup struct {
 	FingerprintFlat layout.Hex64 `json:"fingerprint_flat"`
 	// Layers counts the group's layers on the rank (aliases included).
 	Layers int `json:"layers"`
-	// SplitLess marks a state group without a TP split (SPEC section 6):
+	// SplitLess marks a state group without a TP split (docs/spec.md §6):
 	// comparable only between equal TP sizes.
 	SplitLess bool `json:"split_less,omitempty"`
 }
@@ -63,7 +63,7 @@ type RecordRequestGroup struct {
 	Start       int              `json:"start"`
 	ReplicaKeys [][2]int         `json:"replica_keys"`
 	Values      [][]layout.Hex64 `json:"values"`
-	// ValuesBlock are Values in block numbering (SPEC section 1), as vLLM's
+	// ValuesBlock are Values in block numbering (docs/spec.md §1), as vLLM's
 	// published code computes them; absent when the engine did not give
 	// them (Options.BlockValues asks for them).
 	ValuesBlock [][]layout.Hex64 `json:"values_block,omitempty"`
@@ -232,7 +232,7 @@ func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*Record, err
 	plan.Progress = opts.Progress
 	eng := opts.engine()
 	if engineSlopes(eng) {
-		// One pass gives both numberings (SPEC section 1).
+		// One pass gives both numberings (docs/spec.md §1).
 		plan.Slopes = true
 		out := make([]uint64, 2*plan.Outputs)
 		if err := eng.Run(ctx, plan, out); err != nil {
@@ -464,7 +464,7 @@ func (rec *Record) Validate() *RecordError {
 				return bad(gf+".start", "%d out of range", g.Start)
 			}
 			// Exactly the values start, num_tokens and the block size
-			// imply: the run ends at the request's last block (SPEC 5, 9).
+			// imply: the run ends at the request's last block (docs/spec.md §5, §9).
 			if gi := info[g.ID]; gi.Kind == layout.KindMamba {
 				if g.Start != 0 || len(g.Values) != 1 {
 					return bad(gf+".values", "a state group has one value at position 0, got %d from position %d", len(g.Values), g.Start)
@@ -506,16 +506,9 @@ func (rec *Record) Validate() *RecordError {
 }
 
 // ComputePaths opens a side given as paths (dumps, or directories holding
-// them, as layout.FindDumps reads them), checksums it and closes it.
+// them, as layout.OpenPaths opens them), checksums it and closes it.
 func ComputePaths(ctx context.Context, paths []string, opts Options) (*Checks, error) {
-	found, rest, err := layout.FindDumps(paths)
-	if err != nil {
-		return nil, err
-	}
-	if len(rest) > 0 {
-		return nil, fmt.Errorf("%q is not a dump", rest[0])
-	}
-	dumps, err := layout.OpenSide(found)
+	dumps, err := layout.OpenPaths(paths)
 	if err != nil {
 		return nil, err
 	}

@@ -147,7 +147,7 @@ func FuzzRecords(f *testing.F) {
 }
 
 // TestRecordExactValues: a record must carry exactly the values its
-// start, num_tokens and block size imply (SPEC 9): one missing or one too
+// start, num_tokens and block size imply (docs/spec.md §9): one missing or one too
 // many is refused, naming the field.
 func TestRecordExactValues(t *testing.T) {
 	paths, remove := synthSide(t, synth.Config{Preset: "llama", Layers: 2, Requests: 1})

@@ -7,7 +7,7 @@ import (
 	"github.com/kvaudit/kvaudit/layout"
 )
 
-// Reference is the definition of SPEC section 1 written as plainly as
+// Reference is the definition of docs/spec.md §1 written as plainly as
 // possible: one loop per sum, every cell assembled byte by byte. It is slow
 // and exists to check the other engines.
 type Reference struct{}
@@ -85,7 +85,7 @@ func piece(b []byte) uint64 {
 
 // ReferenceSlope returns one cache's part of a row's slope: the sum over
 // heads of m*P*A, A the plain sum of the head's pieces over the row's
-// valid tokens (SPEC section 1, the conversion between numberings).
+// valid tokens (docs/spec.md §1, the conversion between numberings).
 func ReferenceSlope(c *layout.LayerView, row Row) uint64 {
 	P := uint64(c.Pieces)
 	w := uint64(c.Cells.Width())

@@ -13,7 +13,7 @@ import (
 	"github.com/kvaudit/kvaudit/layout"
 )
 
-// Offload-tier stored checksums (SPEC section 10).
+// Offload-tier stored checksums (docs/spec.md §10).
 //
 // An offload store (CPU memory, disk, a remote cache) keeps full blocks
 // under their block hash, each with a stored checksum: the rank's part of
@@ -94,7 +94,7 @@ type StoredRank struct {
 	// (manifest order), group id and position.
 	Blocks []StoredBlock
 	// Skipped maps a group id to why blocks listed for it are not checked
-	// (a SPEC section 4 reason, or StoredSkipState).
+	// (a docs/spec.md §4 reason, or StoredSkipState).
 	Skipped map[int]string
 }
 

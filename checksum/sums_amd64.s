@@ -9,7 +9,7 @@
 // belong to head i % heads. Head h's state is 12 uint64 at state + 96*h:
 // lanes a (4), b (4) and c (4). Over a head's runs, read as one stream of
 // 32-byte steps of four 8-byte pieces, a += step and b += a (the addition
-// only A/B sums of SPEC section 1, continued across runs), and before each
+// only A/B sums of docs/spec.md §1, continued across runs), and before each
 // run c += a. Go turns the lanes into A, B and the run-weighted sums.
 TEXT ·accumAVX2(SB), NOSPLIT, $0-56
 	MOVQ  p+0(FP), SI

@@ -8,8 +8,8 @@ import (
 	"github.com/kvaudit/kvaudit/layout"
 )
 
-// Verdict is the outcome of comparing a consumer with its producer (SPEC
-// section 9).
+// Verdict is the outcome of comparing a consumer with its producer (docs/spec.md
+// §9).
 type Verdict string
 
 // Verdicts. LeftOut applies to groups only.
@@ -63,13 +63,13 @@ type RequestVerdict struct {
 	// the drill-down (package drill) when both sides are dumps.
 	Details []Detail
 	// Notes say what the drill-down left out (caps, unreadable data) and
-	// what decoding the producer's payload let pass (SPEC section 8).
+	// what decoding the producer's payload let pass (docs/spec.md §8).
 	Notes []string
 	// Hints say, for a user, what likely caused an unverified reason
 	// (fixed reasons stay vLLM's; hints name the cause).
 	Hints []string
 	// Numbering is the numbering the compared values use: "block" against
-	// a flat payload (vLLM's published form), else "request" (SPEC 1).
+	// a flat payload (vLLM's published form), else "request" (docs/spec.md §1).
 	Numbering string
 }
 
@@ -86,7 +86,7 @@ type GroupVerdict struct {
 	Hint string
 	// Positions are the consumer block positions that differ, ascending.
 	Positions []int
-	// Checks are the consumer checks (replica copies, SPEC section 2)
+	// Checks are the consumer checks (replica copies, docs/spec.md §2)
 	// that differ from the producer's check 0, ascending.
 	Checks []int
 	// BlockSize and ProducerBlockSize are the two sides' block sizes (0
@@ -118,7 +118,7 @@ type Detail struct {
 	// "zeroed", "heads 1<->2 swapped", "holds the block of position 3",
 	// "holds KV of request req-4", "random bytes", ...
 	Hint string
-	// State is set for a state group (SPEC section 6): Head and LastHead
+	// State is set for a state group (docs/spec.md §6): Head and LastHead
 	// are then the first and last differing global rows, StateIndex the
 	// state (in the layer's states) they belong to, and there are no
 	// tokens. For attention LastHead equals Head.
@@ -128,7 +128,7 @@ type Detail struct {
 }
 
 // Diff compares each consumer request with its producer request (the
-// consumer's ProducerID, else its ID) as SPEC section 9 says. Every check
+// consumer's ProducerID, else its ID) as docs/spec.md §9 says. Every check
 // of the consumer is compared with the producer's check 0; positions are
 // compared where both sides checksummed them and hold the same number of
 // tokens, in chunks of the larger block size when the sizes differ.
@@ -145,7 +145,7 @@ type DiffOptions struct {
 	// Strict makes a group unverified (ReasonNotCovered) when any loaded
 	// consumer position was not compared, e.g. a flat payload that covers
 	// only part of the load, which vLLM's consumer verifies on the
-	// overlap (SPEC section 9).
+	// overlap (docs/spec.md §9).
 	Strict bool
 }
 
@@ -338,7 +338,7 @@ func diffGroup(pr, cr *RequestChecks, pg, cg *GroupChecks, id int, consumer *Che
 		return gv
 	case cg == nil && !consumerSkipped:
 		// The consumer does not hold the group for this load: vLLM's
-		// consumer compares only the groups it loaded (SPEC section 9).
+		// consumer compares only the groups it loaded (docs/spec.md §9).
 		gv.Verdict, gv.Reason = LeftOut, LeftOutProducerOnly
 		return gv
 	case pg == nil:
@@ -380,7 +380,7 @@ func diffGroup(pr, cr *RequestChecks, pg, cg *GroupChecks, id int, consumer *Che
 	}
 	cchecks := cg.Checks
 	if pg.FlatOnly {
-		// vLLM's published code sends block-numbered values (SPEC 1, 8).
+		// vLLM's published code sends block-numbered values (docs/spec.md §1, §8).
 		if cg.ChecksBlock == nil {
 			gv.Hint = "a flat payload carries block-numbered values and the consumer's records have no values_block: recompute them with this kvaudit"
 			return unverified(ReasonNoBlockInCommon)
@@ -392,7 +392,7 @@ func diffGroup(pr, cr *RequestChecks, pg, cg *GroupChecks, id int, consumer *Che
 	}
 	// The nested form must carry exactly the values its start, num_tokens
 	// and block size imply (records are checked when parsed); the flat
-	// form is judged on the overlap, as vLLM's consumer does (SPEC 9).
+	// form is judged on the overlap, as vLLM's consumer does (docs/spec.md §9).
 	if pg.FromPayload && !pg.FlatOnly && cg.Kind != layout.KindMamba {
 		if want := (max(pr.NumTokens, 0)+pg.BlockSize-1)/pg.BlockSize - pg.Start; pg.Start < 0 || pr.NumTokens < 0 || pg.Positions() != want {
 			gv.Hint = fmt.Sprintf("the nested payload's group %d has %d values from position %d, its num_tokens %d and block size %d imply %d", id, pg.Positions(), pg.Start, pr.NumTokens, pg.BlockSize, max(want, 0))

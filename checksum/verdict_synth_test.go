@@ -226,7 +226,7 @@ func TestDiffDivergedReplica(t *testing.T) {
 // TestDiffFlatVector builds, byte by byte as Python's msgspec encodes it,
 // the flat payload a producer sends for req-0 (values from synth.Expected
 // turned block-numbered, as vLLM's published code computes them: each
-// block's slices restart their piece index, which for SPEC 1's sums means
+// block's slices restart their piece index, which for docs/spec.md §1's sums means
 // subtracting 2*f*P*A per slice; the flat fingerprint from the producer's
 // dump), decodes it and verifies it against a consumer with another TP
 // size and layout. The same bytes with one value changed mismatch at that

@@ -413,7 +413,7 @@ func blockMap(m []checksum.PositionState) string {
 	return string(b)
 }
 
-// TestDiffRules runs every rule of SPEC section 9 on hand-built checks
+// TestDiffRules runs every rule of docs/spec.md §9 on hand-built checks
 // and checks that every fixed reason is produced by some case.
 func TestDiffRules(t *testing.T) {
 	produced := map[string]bool{}

@@ -20,6 +20,7 @@ import (
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // Pair is a producer and a consumer to inject faults into: given sides
@@ -395,18 +396,6 @@ func (s *pairState) close() {
 
 var trialEngine = checksum.Fast{Threads: 1}
 
-// openPaths opens a side given as paths (dumps or directories of them).
-func openPaths(paths []string) ([]*layout.Dump, error) {
-	dumps, rest, err := layout.FindDumps(paths)
-	if err != nil {
-		return nil, err
-	}
-	if len(rest) > 0 {
-		return nil, fmt.Errorf("%q is not a dump: a campaign needs dumps on both sides", rest[0])
-	}
-	return layout.OpenSide(dumps)
-}
-
 func preparePair(ctx context.Context, p Pair, dir string) *pairState {
 	s := &pairState{name: p.Name, control: PairResult{Name: p.Name}}
 	fail := func(err error) *pairState {
@@ -437,10 +426,10 @@ func preparePair(ctx context.Context, p Pair, dir string) *pairState {
 		}
 	}
 	var err error
-	if s.producer, err = openPaths(prodPaths); err != nil {
+	if s.producer, err = layout.OpenPaths(prodPaths); err != nil {
 		return fail(err)
 	}
-	if s.consumer, err = openPaths(consPaths); err != nil {
+	if s.consumer, err = layout.OpenPaths(consPaths); err != nil {
 		return fail(err)
 	}
 	copts := checksum.Options{Engine: trialEngine}
@@ -484,7 +473,7 @@ func preparePair(ctx context.Context, p Pair, dir string) *pairState {
 	if s.payloadClean.Verdict != checksum.Verified {
 		c.Problems = append(c.Problems, fmt.Sprintf("compared with the producer's payloads: %s", s.payloadClean.Verdict))
 	}
-	tail, err := AuditTails(s.consumer, nil)
+	tail, err := verify.AuditTails(s.consumer, nil)
 	if err != nil {
 		return fail(err)
 	}
@@ -675,10 +664,10 @@ func (s *pairState) dumpTrial(ctx context.Context, k Kind, seed uint64, dir stri
 	recs := slices.Clone(s.consRecs)
 	stored := slices.Clone(s.stored)
 	var opened []*layout.Dump
-	defer layout.CloseAll(opened)
+	defer func() { layout.CloseAll(opened) }() // a closure: opened grows below
 	for i, d := range s.consumer {
 		pp, tp := d.Rank()
-		if !changed[Rank{pp, tp}] {
+		if !changed[Rank{PP: pp, TP: tp}] {
 			continue
 		}
 		nd, err := layout.Open(filepath.Join(dir, filepath.Base(d.Path)))
@@ -704,7 +693,7 @@ func (s *pairState) dumpTrial(ctx context.Context, k Kind, seed uint64, dir stri
 			return err
 		}
 	}
-	tail, err := AuditTails(opened, nil) // the unchanged ranks audited clean
+	tail, err := verify.AuditTails(opened, nil) // the unchanged ranks audited clean
 	if err != nil {
 		return err
 	}

@@ -1,12 +1,3 @@
-// Package inject corrupts copies of KV cache dumps and producer payloads
-// the way real transfers go wrong, says in a Fault (fault.json) exactly
-// what it changed and what should catch it, audits consumer dumps for what
-// a checksum cannot see (unzeroed tails), and runs campaigns of seeded
-// faults that measure detection and localisation.
-//
-// An input dump is never written to: Inject writes a copy of the side into
-// a new directory, hard-linking the files it leaves unchanged and writing
-// every file it changes as a fresh file.
 package inject
 
 import (
@@ -14,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/kvaudit/kvaudit/layout"
 )
 
 // FaultFormat is the format tag of fault.json.
@@ -91,7 +84,7 @@ type Info struct {
 
 // Infos lists every kind in the order of the campaign table.
 var Infos = []Info{
-	{BitFlip, "bit rot, bad DMA: --bits N bits of one cell flipped", DetectChecksum, InputDumps, false},
+	{BitFlip, "bit rot, bad DMA: a few bits of one cell flipped", DetectChecksum, InputDumps, false},
 	{ByteNoise, "torn or garbage write: a run of one cell's bytes replaced by noise", DetectChecksum, InputDumps, false},
 	{ZeroBlock, "lost write: a block's cells zeroed on one rank", DetectChecksum, InputDumps, false},
 	{SwapTokens, "wrong token offset: two tokens of a block swapped in one layer", DetectChecksum, InputDumps, false},
@@ -146,13 +139,8 @@ func ParseKind(s string) (Kind, error) {
 	return "", fmt.Errorf("unknown fault kind %q (want one of %s)", s, strings.Join(names, ", "))
 }
 
-// Rank is a (pp_rank, tp_rank).
-type Rank struct {
-	PP int `json:"pp"`
-	TP int `json:"tp"`
-}
-
-func (r Rank) String() string { return fmt.Sprintf("pp %d tp %d", r.PP, r.TP) }
+// Rank is a (pp_rank, tp_rank): layout.Rank.
+type Rank = layout.Rank
 
 // Fault is what a fault changed and what should catch it: fault.json.
 // Positions are block positions of the side the fault went into (the
@@ -288,6 +276,18 @@ type PayloadChange struct {
 	Msgpack    []Change `json:"msgpack,omitempty"`
 	TextLength int      `json:"text_length,omitempty"`
 }
+
+// OptionError is an option that names nothing of the side, or a value out
+// of range. Option is the field's Go name in Options or PrepareOptions
+// ("Target.Request", "Target.Group", "Target.Rank", "Bits",
+// "ExtraBlocks"); Value is its value as the message shows it.
+type OptionError struct {
+	Option string
+	Value  string
+	Msg    string
+}
+
+func (e *OptionError) Error() string { return fmt.Sprintf("%s %s: %s", e.Option, e.Value, e.Msg) }
 
 // NotApplicableError says a kind cannot be injected into a side (no
 // second request, no replicated head, no stored checksums, ...).

@@ -235,7 +235,7 @@ func newSide(dumps []*layout.Dump) *side {
 
 func (s *side) rank(di int) Rank {
 	pp, tp := s.Dumps[di].Rank()
-	return Rank{pp, tp}
+	return Rank{PP: pp, TP: tp}
 }
 
 // cache is one distinct cache of a group on one rank.

@@ -20,6 +20,7 @@ import (
 	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 func open(t *testing.T, paths []string) []*layout.Dump {
@@ -310,7 +311,7 @@ func TestPrepare(t *testing.T) {
 		t.Fatal(err)
 	}
 	rawDumps := open(t, raw)
-	tail, err := inject.AuditTails(rawDumps, nil)
+	tail, err := verify.AuditTails(rawDumps, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +323,7 @@ func TestPrepare(t *testing.T) {
 		t.Fatal(err)
 	}
 	cons := open(t, paths)
-	tail, err = inject.AuditTails(cons, nil)
+	tail, err = verify.AuditTails(cons, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +371,7 @@ func TestAuditTailsLocates(t *testing.T) {
 	}
 	_ = side
 	paths, _, _ := layout.FindDumps([]string{out})
-	a, err := inject.AuditTails(open(t, paths), nil)
+	a, err := verify.AuditTails(open(t, paths), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,8 +382,8 @@ func TestAuditTailsLocates(t *testing.T) {
 	if x.Request != "req-0" || x.Position != 2 || x.Whole || x.FirstToken != 37 || x.LastToken != 47 || x.Layer != "model.layers.1.self_attn.attn" {
 		t.Errorf("finding %+v", x)
 	}
-	if x.Place() != f.Expect.Tail[0] {
-		t.Errorf("finding at %+v, fault.json expects %+v", x.Place(), f.Expect.Tail[0])
+	if got := (inject.AuditPlace{Request: x.Request, Group: x.Group, Position: x.Position, Rank: x.Rank, Layer: x.Layer}); got != f.Expect.Tail[0] {
+		t.Errorf("finding at %+v, fault.json expects %+v", got, f.Expect.Tail[0])
 	}
 	c := f.Changes[0]
 	if x.Offset != c.Offset || filepath.Base(x.File) != filepath.Base(c.File) {

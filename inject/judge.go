@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // Judgement compares what the detectors reported for a faulted side with
@@ -37,7 +38,7 @@ type Observed struct {
 	// names no checks is expected in every check of its group.
 	CleanConsumer *checksum.Checks
 	// Tail is the tail audit's findings on the faulted consumer.
-	Tail []TailFinding
+	Tail []verify.TailFinding
 	// Stored is the faulted consumer's stored-checksum results.
 	Stored []*checksum.StoredRank
 }
@@ -144,7 +145,7 @@ func Judge(f *Fault, o Observed) Judgement {
 	if f.Expect.Tail != nil {
 		var got []AuditPlace
 		for _, t := range tail {
-			got = append(got, t.Place())
+			got = append(got, AuditPlace{Request: t.Request, Group: t.Group, Position: t.Position, Rank: t.Rank, Layer: t.Layer})
 		}
 		found := judgePlaces("tail audit", f.Expect.Tail, got, problem)
 		if info.Detector == DetectTail && found {
@@ -155,7 +156,7 @@ func Judge(f *Fault, o Observed) Judgement {
 		var got []AuditPlace
 		for _, s := range stored {
 			for _, b := range s.Mismatches() {
-				got = append(got, AuditPlace{Request: b.Request, Group: b.Group, Position: b.Position, Rank: Rank{s.PPRank, s.TPRank}})
+				got = append(got, AuditPlace{Request: b.Request, Group: b.Group, Position: b.Position, Rank: Rank{PP: s.PPRank, TP: s.TPRank}})
 			}
 		}
 		found := judgePlaces("stored checksums", f.Expect.Stored, got, problem)
@@ -248,7 +249,7 @@ func judgeDetails(f *Fault, res *checksum.DiffResult, reported map[string]map[in
 }
 
 // judge records a trial's judgement in o.
-func (s *pairState) judge(f *Fault, res, clean *checksum.DiffResult, tail []TailFinding, stored []*checksum.StoredRank, o *trialOutcome) {
+func (s *pairState) judge(f *Fault, res, clean *checksum.DiffResult, tail []verify.TailFinding, stored []*checksum.StoredRank, o *trialOutcome) {
 	j := Judge(f, Observed{Diff: res, Clean: clean, CleanConsumer: s.consChecks, Tail: tail, Stored: stored})
 	o.detected, o.localised, o.falsePositive, o.problems = j.Detected, j.Localised, j.FalsePositive, j.Problems
 	if f.Request != "" {

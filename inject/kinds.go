@@ -43,19 +43,19 @@ func (p *planner) na(format string, args ...any) error {
 func (p *planner) checkTarget() error {
 	t := p.opts.Target
 	if t.Request != "" && p.s.Request(t.Request) == nil {
-		return fmt.Errorf("--request %q: the side holds no such request", t.Request)
+		return &OptionError{Option: "Target.Request", Value: strconv.Quote(t.Request), Msg: "the side holds no such request"}
 	}
 	if t.Group != nil && p.s.Group(*t.Group) == nil {
-		return fmt.Errorf("--group %d: the side has no such group", *t.Group)
+		return &OptionError{Option: "Target.Group", Value: strconv.Itoa(*t.Group), Msg: "the side has no such group"}
 	}
 	if t.Rank != nil && !slices.ContainsFunc(p.s.Dumps, func(d *layout.Dump) bool {
 		pp, tp := d.Rank()
 		return pp == t.Rank.PP && tp == t.Rank.TP
 	}) {
-		return fmt.Errorf("--rank %d:%d: no dump of the side is that rank", t.Rank.PP, t.Rank.TP)
+		return &OptionError{Option: "Target.Rank", Value: fmt.Sprintf("%d:%d", t.Rank.PP, t.Rank.TP), Msg: "no dump of the side is that rank"}
 	}
 	if p.opts.Bits < 0 {
-		return fmt.Errorf("--bits %d is negative", p.opts.Bits)
+		return &OptionError{Option: "Bits", Value: strconv.Itoa(p.opts.Bits), Msg: "is negative"}
 	}
 	return nil
 }
@@ -536,7 +536,7 @@ func (p *planner) flip(state, replicated bool) error {
 	b := p.cell(c, block, slot, lh)
 	n := max(p.opts.Bits, 1)
 	if n > len(b)*8 {
-		return fmt.Errorf("--bits %d: a cell of %q holds %d bits", n, c.View.Layer.Name, len(b)*8)
+		return &OptionError{Option: "Bits", Value: strconv.Itoa(n), Msg: fmt.Sprintf("a cell of %q holds %d bits", c.View.Layer.Name, len(b)*8)}
 	}
 	flipped := flipBits(p.rng, b, n)
 	p.write(c, block, slot, lh, b)

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strconv"
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
@@ -80,7 +81,7 @@ func TamperPayload(c *checksum.Checks, opts Options) (map[string]string, *Fault,
 		}
 	}
 	if t.Request != "" && len(ids) == 0 {
-		return nil, nil, fmt.Errorf("--request %q: the producer holds no such request with a payload", t.Request)
+		return nil, nil, &OptionError{Option: "Target.Request", Value: strconv.Quote(t.Request), Msg: "the producer holds no such request with a payload"}
 	}
 	na := func(format string, args ...any) error {
 		return &NotApplicableError{Kind: opts.Kind, Msg: fmt.Sprintf(format, args...)}
@@ -136,7 +137,7 @@ func TamperPayload(c *checksum.Checks, opts Options) (map[string]string, *Fault,
 		g.Values = slices.Clone(g.Values)
 		n := max(opts.Bits, 1)
 		if n > 64 {
-			return nil, nil, fmt.Errorf("--bits %d: a checksum value holds 64 bits", n)
+			return nil, nil, &OptionError{Option: "Bits", Value: strconv.Itoa(n), Msg: "a checksum value holds 64 bits"}
 		}
 		var b [8]byte
 		flipped := flipBits(rng, b[:], n)

@@ -113,7 +113,7 @@ func prepareRank(ctx context.Context, d *layout.Dump, out string, opts PrepareOp
 						next++
 					}
 					if next == m.NumBlocks {
-						return "", fmt.Errorf("dump %q group %d: no unused block left for --extra-blocks", d.Path, g.ID)
+						return "", &OptionError{Option: "ExtraBlocks", Value: strconv.Itoa(opts.ExtraBlocks), Msg: fmt.Sprintf("dump %q group %d: no unused block left", d.Path, g.ID)}
 					}
 					b := next
 					used[b] = true

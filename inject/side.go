@@ -40,7 +40,7 @@ type rankFiles struct {
 // directory.
 func dumpFiles(d *layout.Dump) (rankFiles, error) {
 	pp, tp := d.Rank()
-	rf := rankFiles{rank: Rank{pp, tp}}
+	rf := rankFiles{rank: Rank{PP: pp, TP: tp}}
 	path, err := filepath.Abs(d.Path)
 	if err != nil {
 		return rf, err

@@ -5,8 +5,8 @@ import (
 	"strconv"
 )
 
-// A Span is the run of a request's blocks that a group checksums (SPEC
-// section 5): Blocks[i] is the block id at block position Start+i.
+// A Span is the run of a request's blocks that a group checksums (docs/spec.md
+// §5): Blocks[i] is the block id at block position Start+i.
 type Span struct {
 	Start  int
 	Blocks []int

@@ -8,7 +8,7 @@ import (
 )
 
 // CellView is a layer's cache tensor seen as cells: the bytes of one token of
-// one head, K then V (SPEC section 1). Block id b owns kernel rows
+// one head, K then V (docs/spec.md §1). Block id b owns kernel rows
 // b*KernelBlocks .. b*KernelBlocks+KernelBlocks-1; token t of a block lies
 // in kernel row t/KernelTokens at token t%KernelTokens.
 type CellView struct {
@@ -26,7 +26,7 @@ type CellView struct {
 	CellBytes    int
 	// PieceBytes is the width of a piece: 8 for attention cells; 2 or 4
 	// for state rows, whose elements are read at their own width and
-	// zero-extended (SPEC section 6). Zero means 8.
+	// zero-extended (docs/spec.md §6). Zero means 8.
 	PieceBytes int
 
 	// Strides in bytes of a kernel row, a token and a head.

@@ -82,12 +82,6 @@ var safetensorsDtypes = []Dtype{
 	{"U64", 64},
 }
 
-// Dtypes returns every safetensors dtype, narrowest first. The slice is a
-// fresh copy the caller may modify.
-func Dtypes() []Dtype {
-	return append([]Dtype(nil), safetensorsDtypes...)
-}
-
 // ParseDtype returns the safetensors dtype with exactly the given name
 // ("BF16", not "bf16"). Any other name is an error quoting it.
 func ParseDtype(name string) (Dtype, error) {

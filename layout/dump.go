@@ -72,209 +72,263 @@ func Open(path string) (*Dump, error) {
 	if err != nil {
 		return nil, &DumpError{File: path, Err: err}
 	}
-	d := &Dump{Path: path}
+	o := &opener{d: &Dump{Path: path}, files: map[string]*Safetensors{}, raws: map[string]*Mapping{}}
 	ok := false
 	defer func() {
 		if !ok {
-			d.Close()
+			o.d.Close()
 		}
 	}()
-	files := map[string]*Safetensors{}
-	var dir, manifestFile string
-	var root *os.Root // the dump directory; nil for a .safetensors dump
 	if st.IsDir() {
-		dir = path
-		manifestFile = filepath.Join(path, "manifest.json")
-		if root, err = os.OpenRoot(path); err != nil {
-			return nil, &DumpError{File: path, Err: err}
-		}
-		defer root.Close()
-		f, fi, err := openRegular(root, "manifest.json", manifestFile)
-		if err != nil {
-			var re *ReadError
-			if errors.As(err, &re) {
-				return nil, err
-			}
-			return nil, &DumpError{File: path, Err: fmt.Errorf("not a dump: %w", err)}
-		}
-		data, err := readCapped(f, fi.Size(), manifestFile, MaxManifestSize, "manifest")
-		f.Close()
-		if err != nil {
-			return nil, err
-		}
-		if d.Manifest, err = ParseManifest(manifestFile, data); err != nil {
-			return nil, err
-		}
+		err = o.readManifestFile(path)
 	} else {
-		dir = filepath.Dir(path)
-		manifestFile = path
-		embedded, err := OpenSafetensors(path)
-		if err != nil {
-			return nil, err
-		}
-		d.closers = append(d.closers, embedded)
-		files[""] = embedded
-		files[filepath.Base(path)] = embedded
-		text, ok := embedded.Metadata[MetadataKey]
-		if !ok {
-			return nil, &DumpError{File: path, Field: "__metadata__", Err: fmt.Errorf("no %q key: not a kvaudit dump (a dump directory holds manifest.json)", MetadataKey)}
-		}
-		if d.Manifest, err = ParseManifest(path, []byte(text)); err != nil {
-			return nil, err
-		}
+		err = o.readEmbeddedManifest(path)
 	}
-	// inside checks a file name the manifest gives: a local path, for a
-	// dump directory (a .safetensors dump names no other file).
-	inside := func(name string) (string, error) {
-		if root == nil {
-			return "", fmt.Errorf("file %q: a .safetensors dump reads only its own tensors; a dump naming other files is a directory holding manifest.json", name)
-		}
-		local := filepath.FromSlash(name)
-		if !filepath.IsLocal(local) {
-			return "", fmt.Errorf("file %q is outside the dump directory %q (absolute, empty, or leaving it with \"..\"): refused", name, dir)
-		}
-		return local, nil
+	if o.root != nil {
+		defer o.root.Close()
 	}
-	// confined wraps an error of opening name in the dump directory.
-	confined := func(name string, err error) error {
-		var pe *os.PathError
-		if errors.As(err, &pe) && pe.Err.Error() == "path escapes from parent" {
-			return fmt.Errorf("file %q resolves outside the dump directory %q (through a symbolic link): refused", name, dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.resolveGroups(); err != nil {
+		return nil, err
+	}
+	ok = true
+	return o.d, nil
+}
+
+// opener is the state of Open: the dump being built, where its manifest
+// came from, and the files its layers have mapped so far (each mapped
+// once, closed with the dump).
+type opener struct {
+	d            *Dump
+	dir          string   // the dump directory, or the .safetensors file's
+	manifestFile string   // manifest.json, or the .safetensors file
+	root         *os.Root // the dump directory; nil for a .safetensors dump
+	files        map[string]*Safetensors
+	raws         map[string]*Mapping
+}
+
+// readManifestFile reads the manifest of a dump directory.
+func (o *opener) readManifestFile(path string) error {
+	o.dir = path
+	o.manifestFile = filepath.Join(path, "manifest.json")
+	root, err := os.OpenRoot(path)
+	if err != nil {
+		return &DumpError{File: path, Err: err}
+	}
+	o.root = root
+	f, fi, err := openRegular(root, "manifest.json", o.manifestFile)
+	if err != nil {
+		var re *ReadError
+		if errors.As(err, &re) {
+			return err
 		}
+		return &DumpError{File: path, Err: fmt.Errorf("not a dump: %w", err)}
+	}
+	data, err := readCapped(f, fi.Size(), o.manifestFile, MaxManifestSize, "manifest")
+	f.Close()
+	if err != nil {
 		return err
 	}
-	// safetensorsFile returns the file a layer's tensor lives in.
-	safetensorsFile := func(name string) (*Safetensors, error) {
-		if f, ok := files[name]; ok {
-			return f, nil
-		}
-		key := name
-		if name == "" {
-			matches, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
-			if len(matches) != 1 {
-				return nil, fmt.Errorf("no file given and the dump directory holds %d .safetensors files, not one", len(matches))
-			}
-			name = filepath.Base(matches[0])
-			if f, ok := files[name]; ok {
-				files[key] = f
-				return f, nil
-			}
-		}
-		local, err := inside(name)
-		if err != nil {
-			return nil, err
-		}
-		m, err := mapIn(root, local, filepath.Join(dir, local))
-		if err != nil && !errors.Is(err, ErrEmptyFile) {
-			return nil, confined(name, err)
-		}
-		f, err := openSafetensorsMapping(filepath.Join(dir, local), m)
-		if err != nil {
-			return nil, err
-		}
-		d.closers = append(d.closers, f)
-		files[key], files[name] = f, f
-		return f, nil
+	o.d.Manifest, err = ParseManifest(o.manifestFile, data)
+	return err
+}
+
+// readEmbeddedManifest reads the manifest in a .safetensors dump's
+// __metadata__; the file is also the one its layers' tensors live in.
+func (o *opener) readEmbeddedManifest(path string) error {
+	o.dir = filepath.Dir(path)
+	o.manifestFile = path
+	embedded, err := OpenSafetensors(path)
+	if err != nil {
+		return err
 	}
-	raws := map[string]*Mapping{}
-	rawFile := func(name string) (*Mapping, error) {
-		if f, ok := raws[name]; ok {
-			return f, nil
-		}
-		local, err := inside(name)
-		if err != nil {
-			return nil, err
-		}
-		f, err := mapIn(root, local, filepath.Join(dir, local))
-		if err != nil {
-			return nil, confined(name, err)
-		}
-		d.closers = append(d.closers, f)
-		raws[name] = f
-		return f, nil
+	o.d.closers = append(o.d.closers, embedded)
+	o.files[""] = embedded
+	o.files[filepath.Base(path)] = embedded
+	text, ok := embedded.Metadata[MetadataKey]
+	if !ok {
+		return &DumpError{File: path, Field: "__metadata__", Err: fmt.Errorf("no %q key: not a kvaudit dump (a dump directory holds manifest.json)", MetadataKey)}
 	}
-	m := d.Manifest
-	tensor := func(gf string, g *Group, l *Layer) (opened, string, error) {
-		li := slices.IndexFunc(g.Layers, func(x Layer) bool { return x.Name == l.Name })
-		field := fmt.Sprintf("%s.layers[%d]", gf, li)
-		fail := func(f string, err error) (opened, string, error) {
-			var se *SafetensorsError
-			if errors.As(err, &se) {
-				return opened{}, "", err
-			}
-			return opened{}, "", &DumpError{File: manifestFile, Field: f, Err: fmt.Errorf("layer %q: %w", l.Name, err)}
-		}
-		var geo tensorGeometry
-		var err error
-		var data []byte
-		var file string
-		var fileOffset int64
-		var device *DeviceTensor
-		switch s := l.Source; {
-		case s == nil:
-			f, err := safetensorsFile(l.File)
-			if err != nil {
-				return fail(field+".file", err)
-			}
-			ti, ok := f.Tensor(l.Tensor)
-			if !ok {
-				return fail(field+".tensor", fmt.Errorf("tensor %q missing from %q", l.Tensor, f.Path))
-			}
-			data, file, fileOffset = ti.Data, f.Path, f.DataOffset+ti.Begin
-			geo = tensorGeometry{shape: ti.Shape, dtype: ti.Dtype, size: int64(len(ti.Data))}
-			geo.strides, _ = rowMajorStrides(ti.Shape, int64(max(ti.Dtype.Bits/8, 1))) // the shape's size was checked
-		default:
-			var sub string
-			if geo, sub, err = sourceGeometry(s, l.Layout); err != nil {
-				return fail(field+".source"+sub, err)
-			}
-			dt := geo.dtype
-			if s.CUDAIPC != "" {
-				device = &DeviceTensor{IPCHandle: s.CUDAIPC, Offset: s.Offset, Dtype: dt, Shape: s.Shape, Strides: geo.strides}
-				file = "cuda_ipc"
-				break
-			}
-			f, err := rawFile(s.File)
-			if err != nil {
-				return fail(field+".source.file", err)
-			}
-			if s.Offset > int64(len(f.Data)) {
-				return fail(field+".source.offset", fmt.Errorf("offset %d is past the end of %q (%d bytes)", s.Offset, f.Path, len(f.Data)))
-			}
-			data, file, fileOffset = f.Data[s.Offset:], f.Path, s.Offset
-			geo.size = int64(len(data))
-		}
-		var o opened
-		var reason string
-		if g.Kind == KindMamba {
-			o.views, o.keys, o.firstRows, o.states, o.rows, reason, err = stateViews(m, l, geo)
-		} else {
-			var v CellView
-			v, reason, err = buildCellView(m, g, l, geo)
-			o.views = []CellView{v}
-		}
-		if err != nil {
-			return fail(field, err)
-		}
-		for i := range o.views {
-			v := &o.views[i]
-			v.Data, v.File, v.FileOffset, v.Device = data, file, fileOffset, device
-		}
-		return o, reason, nil
-	}
+	o.d.Manifest, err = ParseManifest(path, []byte(text))
+	return err
+}
+
+// resolveGroups builds the view of every group of the manifest.
+func (o *opener) resolveGroups() error {
+	m := o.d.Manifest
 	for gi := range m.Groups {
-		gv, err := resolveGroup(m, gi, tensor)
+		gv, err := resolveGroup(m, gi, o.tensor)
 		if err != nil {
 			var me *ManifestError
 			if errors.As(err, &me) && me.File == "" {
-				me.File = manifestFile
+				me.File = o.manifestFile
 			}
-			return nil, err
+			return err
 		}
-		d.Groups = append(d.Groups, gv)
+		o.d.Groups = append(o.d.Groups, gv)
 	}
-	ok = true
-	return d, nil
+	return nil
+}
+
+// inside checks a file name the manifest gives: a local path, for a dump
+// directory (a .safetensors dump names no other file).
+func (o *opener) inside(name string) (string, error) {
+	if o.root == nil {
+		return "", fmt.Errorf("file %q: a .safetensors dump reads only its own tensors; a dump naming other files is a directory holding manifest.json", name)
+	}
+	local := filepath.FromSlash(name)
+	if !filepath.IsLocal(local) {
+		return "", fmt.Errorf("file %q is outside the dump directory %q (absolute, empty, or leaving it with \"..\"): refused", name, o.dir)
+	}
+	return local, nil
+}
+
+// confined wraps an error of opening name in the dump directory.
+func (o *opener) confined(name string, err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) && pe.Err.Error() == "path escapes from parent" {
+		return fmt.Errorf("file %q resolves outside the dump directory %q (through a symbolic link): refused", name, o.dir)
+	}
+	return err
+}
+
+// safetensorsFile returns the file a layer's tensor lives in.
+func (o *opener) safetensorsFile(name string) (*Safetensors, error) {
+	if f, ok := o.files[name]; ok {
+		return f, nil
+	}
+	key := name
+	if name == "" {
+		matches, _ := filepath.Glob(filepath.Join(o.dir, "*.safetensors"))
+		if len(matches) != 1 {
+			return nil, fmt.Errorf("no file given and the dump directory holds %d .safetensors files, not one", len(matches))
+		}
+		name = filepath.Base(matches[0])
+		if f, ok := o.files[name]; ok {
+			o.files[key] = f
+			return f, nil
+		}
+	}
+	local, err := o.inside(name)
+	if err != nil {
+		return nil, err
+	}
+	m, err := mapIn(o.root, local, filepath.Join(o.dir, local))
+	if err != nil && !errors.Is(err, ErrEmptyFile) {
+		return nil, o.confined(name, err)
+	}
+	f, err := openSafetensorsMapping(filepath.Join(o.dir, local), m)
+	if err != nil {
+		return nil, err
+	}
+	o.d.closers = append(o.d.closers, f)
+	o.files[key], o.files[name] = f, f
+	return f, nil
+}
+
+// rawFile maps a raw source's file.
+func (o *opener) rawFile(name string) (*Mapping, error) {
+	if f, ok := o.raws[name]; ok {
+		return f, nil
+	}
+	local, err := o.inside(name)
+	if err != nil {
+		return nil, err
+	}
+	f, err := mapIn(o.root, local, filepath.Join(o.dir, local))
+	if err != nil {
+		return nil, o.confined(name, err)
+	}
+	o.d.closers = append(o.d.closers, f)
+	o.raws[name] = f
+	return f, nil
+}
+
+// tensor opens layer l of group g (field gf) as cell views over the bytes
+// of its tensor (resolveGroup's tensor function).
+func (o *opener) tensor(gf string, g *Group, l *Layer) (opened, string, error) {
+	m := o.d.Manifest
+	li := slices.IndexFunc(g.Layers, func(x Layer) bool { return x.Name == l.Name })
+	field := fmt.Sprintf("%s.layers[%d]", gf, li)
+	fail := func(f string, err error) (opened, string, error) {
+		var se *SafetensorsError
+		if errors.As(err, &se) {
+			return opened{}, "", err
+		}
+		return opened{}, "", &DumpError{File: o.manifestFile, Field: f, Err: fmt.Errorf("layer %q: %w", l.Name, err)}
+	}
+	t, sub, err := o.tensorBytes(l)
+	if err != nil {
+		return fail(field+sub, err)
+	}
+	var op opened
+	var reason string
+	if g.Kind == KindMamba {
+		op.views, op.keys, op.firstRows, op.states, op.rows, reason, err = stateViews(m, l, t.geo)
+	} else {
+		var v CellView
+		v, reason, err = buildCellView(m, g, l, t.geo)
+		op.views = []CellView{v}
+	}
+	if err != nil {
+		return fail(field, err)
+	}
+	for i := range op.views {
+		v := &op.views[i]
+		v.Data, v.File, v.FileOffset, v.Device = t.data, t.file, t.fileOffset, t.device
+	}
+	return op, reason, nil
+}
+
+// layerTensor is where a layer's tensor lies: its geometry and bytes in a
+// mapped file, or, in live device memory, its device tensor.
+type layerTensor struct {
+	geo        tensorGeometry
+	data       []byte
+	file       string
+	fileOffset int64
+	device     *DeviceTensor
+}
+
+// tensorBytes locates layer l's tensor: a safetensors tensor, or a raw or
+// cuda_ipc source. On error, sub is the layer's field at fault (".file",
+// ".tensor", ".source.offset", ...).
+func (o *opener) tensorBytes(l *Layer) (t layerTensor, sub string, err error) {
+	s := l.Source
+	if s == nil {
+		f, err := o.safetensorsFile(l.File)
+		if err != nil {
+			return t, ".file", err
+		}
+		ti, ok := f.Tensor(l.Tensor)
+		if !ok {
+			return t, ".tensor", fmt.Errorf("tensor %q missing from %q", l.Tensor, f.Path)
+		}
+		t.data, t.file, t.fileOffset = ti.Data, f.Path, f.DataOffset+ti.Begin
+		t.geo = tensorGeometry{shape: ti.Shape, dtype: ti.Dtype, size: int64(len(ti.Data))}
+		t.geo.strides, _ = rowMajorStrides(ti.Shape, int64(max(ti.Dtype.Bits/8, 1))) // the shape's size was checked
+		return t, "", nil
+	}
+	if t.geo, sub, err = sourceGeometry(s, l.Layout); err != nil {
+		return t, ".source" + sub, err
+	}
+	if s.CUDAIPC != "" {
+		t.device = &DeviceTensor{IPCHandle: s.CUDAIPC, Offset: s.Offset, Dtype: t.geo.dtype, Shape: s.Shape, Strides: t.geo.strides}
+		t.file = "cuda_ipc"
+		return t, "", nil
+	}
+	f, err := o.rawFile(s.File)
+	if err != nil {
+		return t, ".source.file", err
+	}
+	if s.Offset > int64(len(f.Data)) {
+		return t, ".source.offset", fmt.Errorf("offset %d is past the end of %q (%d bytes)", s.Offset, f.Path, len(f.Data))
+	}
+	t.data, t.file, t.fileOffset = f.Data[s.Offset:], f.Path, s.Offset
+	t.geo.size = int64(len(t.data))
+	return t, "", nil
 }
 
 // sourceGeometry returns the geometry of a source's tensor (its size
@@ -327,6 +381,14 @@ func (d *Dump) Close() error {
 	d.closers = nil
 	return errors.Join(errs...)
 }
+
+// Rank is a rank of a side: its pipeline and tensor parallel ranks.
+type Rank struct {
+	PP int `json:"pp"`
+	TP int `json:"tp"`
+}
+
+func (r Rank) String() string { return fmt.Sprintf("pp %d tp %d", r.PP, r.TP) }
 
 // Rank returns the dump's (pp_rank, tp_rank).
 func (d *Dump) Rank() (pp, tp int) {
@@ -511,4 +573,26 @@ func CloseAll(dumps []*Dump) {
 	for _, d := range dumps {
 		d.Close()
 	}
+}
+
+// NotDumpError is a path given as part of a side that is neither a dump
+// nor a directory holding dumps.
+type NotDumpError struct{ Path string }
+
+func (e *NotDumpError) Error() string {
+	return fmt.Sprintf("%q is not a dump: give a .safetensors file with an embedded manifest, or a directory holding manifest.json or dumps", e.Path)
+}
+
+// OpenPaths opens a side given as paths: dumps, or directories holding
+// them, as FindDumps reads them. Any other file is a *NotDumpError. It is
+// OpenSide after FindDumps; the caller closes the dumps (CloseAll).
+func OpenPaths(paths []string) ([]*Dump, error) {
+	found, rest, err := FindDumps(paths)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) > 0 {
+		return nil, &NotDumpError{Path: rest[0]}
+	}
+	return OpenSide(found)
 }

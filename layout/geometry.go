@@ -8,11 +8,11 @@ import (
 	"strings"
 )
 
-// MaxHeadsPerLayer is H of SPEC section 1: the bound on a layer number's
+// MaxHeadsPerLayer is H of docs/spec.md §1: the bound on a layer number's
 // global KV heads, and the stride of layer numbers in slice factors.
 const MaxHeadsPerLayer = 1 << 16
 
-// Reasons a group is not checksummed (SPEC section 4), reported verbatim.
+// Reasons a group is not checksummed (docs/spec.md §4), reported verbatim.
 const (
 	ReasonNoLayerNumber     = "no single layer number"
 	ReasonSharedLayerNumber = "two caches share a layer number"
@@ -59,11 +59,11 @@ type LayerInfo struct {
 // LayerView is one distinct cache of a group on one rank.
 type LayerView struct {
 	Layer   *Layer
-	Number  int    // the layer number of SPEC section 3
+	Number  int    // the layer number of docs/spec.md §3
 	Module  string // the layer name up to and including its number
 	Aliases []string
 	// Heads is the number of heads this rank holds; HeadBase is the global
-	// index of its first (SPEC section 2 and 3).
+	// index of its first (docs/spec.md §2 and §3).
 	Heads    int
 	HeadBase int
 	// GlobalHeads is the cache's head count over all TP shards.
@@ -73,7 +73,7 @@ type LayerView struct {
 	// Pieces is P, the pieces of one cell.
 	Pieces int
 	Cells  CellView
-	// State marks a state layer's view (SPEC section 6): its "heads" are
+	// State marks a state layer's view (docs/spec.md §6): its "heads" are
 	// global rows of one (state, segment), its pieces the row's elements,
 	// and its block is a request's state block at position 0. StateIndex
 	// is the index of its state in the layer's states.
@@ -143,7 +143,7 @@ func isMLA(g *Group, l *Layer) bool {
 	return g.Kind == KindMLA
 }
 
-// replicas applies the rules of SPEC section 2. ok is false when the
+// replicas applies the rules of docs/spec.md §2. ok is false when the
 // replication is unknown.
 func replicas(m *Manifest, g *Group, l *Layer, heads int) (int, bool) {
 	tp := m.Parallel.TPSize
@@ -173,35 +173,73 @@ type opened struct {
 	rows      int
 }
 
-// resolveGroup builds the view of group g. tensor opens a layer's tensor as
-// a cell view; it is only called for layers of groups that pass the
-// configuration checks. Errors are inconsistencies of the dump; reasons to
-// skip the group are returned in the view.
+// resolveGroup builds the view of group gi of m, in phases: its layers
+// described (aliases followed), the configuration that makes it
+// unsupported, its distinct caches, then each cache's tensor as views with
+// global heads and replicas. tensor opens a layer's tensor as cell views;
+// it is only called for layers of groups that pass the configuration
+// checks. Errors are inconsistencies of the dump; a reason to skip the
+// group is returned in the view (GroupView.Skip).
 func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer) (opened, string, error)) (*GroupView, error) {
-	g := &m.Groups[gi]
-	gf := fmt.Sprintf("groups[%d]", gi)
-	v := &GroupView{Group: g}
-	byName := map[string]*Layer{}
-	for i := range g.Layers {
-		byName[g.Layers[i].Name] = &g.Layers[i]
+	gl := newGroupLayers(m, gi)
+	v := &GroupView{Group: gl.g}
+	var err error
+	if v.Layers, err = gl.describe(m); err != nil {
+		return nil, err
 	}
-	// Follow alias_of to the layer that holds the cache.
-	target := func(l *Layer) (*Layer, error) {
-		for steps := 0; l.AliasOf != ""; steps++ {
-			next := byName[l.AliasOf]
-			if next == nil {
-				return nil, &ManifestError{Field: gf, Msg: fmt.Sprintf("layer %q: alias_of %q names no layer of group %d", l.Name, l.AliasOf, g.ID)}
-			}
-			if steps > len(g.Layers) {
-				return nil, &ManifestError{Field: gf, Msg: fmt.Sprintf("layer %q: alias_of forms a cycle", l.Name)}
-			}
-			l = next
+	if v.Skip = configSkip(gl.g); v.Skip != "" {
+		return v, nil
+	}
+	caches, reason := gl.distinctCaches()
+	if reason != "" {
+		v.Skip = reason
+		return v, nil
+	}
+	if v.Caches, v.Skip, err = gl.views(m, caches, tensor); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// groupLayers is a group's layers by name, for following alias_of.
+type groupLayers struct {
+	g      *Group
+	gf     string // the group's field in the manifest, for errors
+	byName map[string]*Layer
+}
+
+func newGroupLayers(m *Manifest, gi int) *groupLayers {
+	gl := &groupLayers{g: &m.Groups[gi], gf: fmt.Sprintf("groups[%d]", gi), byName: map[string]*Layer{}}
+	for i := range gl.g.Layers {
+		gl.byName[gl.g.Layers[i].Name] = &gl.g.Layers[i]
+	}
+	return gl
+}
+
+// target follows alias_of to the layer that holds l's cache.
+func (gl *groupLayers) target(l *Layer) (*Layer, error) {
+	for steps := 0; l.AliasOf != ""; steps++ {
+		next := gl.byName[l.AliasOf]
+		if next == nil {
+			return nil, &ManifestError{Field: gl.gf, Msg: fmt.Sprintf("layer %q: alias_of %q names no layer of group %d", l.Name, l.AliasOf, gl.g.ID)}
 		}
-		return l, nil
+		if steps > len(gl.g.Layers) {
+			return nil, &ManifestError{Field: gl.gf, Msg: fmt.Sprintf("layer %q: alias_of forms a cycle", l.Name)}
+		}
+		l = next
 	}
+	return l, nil
+}
+
+// describe lists the group's layers with the spec and dtype they inherit
+// from the layer holding their cache (and, for state layers, the shapes
+// of their states).
+func (gl *groupLayers) describe(m *Manifest) ([]LayerInfo, error) {
+	g := gl.g
+	var infos []LayerInfo
 	for i := range g.Layers {
 		l := &g.Layers[i]
-		t, err := target(l)
+		t, err := gl.target(l)
 		if err != nil {
 			return nil, err
 		}
@@ -220,45 +258,56 @@ func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer
 		if g.Kind == KindMamba {
 			info.States = StateShapes(t, m.Parallel.TPSize)
 		}
-		v.Layers = append(v.Layers, info)
+		infos = append(infos, info)
 	}
-	// Configuration that makes the group unsupported, before any tensor.
+	return infos, nil
+}
+
+// configSkip is the reason the group's configuration makes it unsupported,
+// before any tensor is read ("" if none).
+func configSkip(g *Group) string {
 	for i := range g.Layers {
 		l := &g.Layers[i]
 		switch {
 		case l.TokensPerState != nil && *l.TokensPerState != 1:
-			v.Skip = ReasonCompressed
+			return ReasonCompressed
 		case l.NumHeadSlots != nil:
-			v.Skip = ReasonHeadSlots
-		}
-		if v.Skip != "" {
-			return v, nil
+			return ReasonHeadSlots
 		}
 	}
 	if g.HostResident {
-		v.Skip = ReasonHostResident
-		return v, nil
+		return ReasonHostResident
 	}
-	type cache struct {
-		layer   *Layer
-		number  int
-		module  string
-		name    string // the lowest (layer number, name) using the cache
-		aliases []string
-	}
-	caches := map[string]*cache{}
+	return ""
+}
+
+// groupCache is one distinct cache of a group: the layer holding it, the
+// layers using it, and the lowest (layer number, name) among them, which
+// numbers it.
+type groupCache struct {
+	layer   *Layer
+	number  int
+	module  string
+	name    string
+	aliases []string
+}
+
+// distinctCaches lists the group's distinct caches in (layer number, name)
+// order, or a reason to skip the group (a layer without a number).
+func (gl *groupLayers) distinctCaches() ([]*groupCache, string) {
+	g := gl.g
+	caches := map[string]*groupCache{}
 	for i := range g.Layers {
 		l := &g.Layers[i]
 		n, mod, ok := LayerNumber(l.Name)
 		if !ok {
-			v.Skip = ReasonNoLayerNumber
-			return v, nil
+			return nil, ReasonNoLayerNumber
 		}
-		t, _ := target(l) // checked above
+		t, _ := gl.target(l) // checked by describe
 		key := tensorKey(t)
 		c := caches[key]
 		if c == nil {
-			c = &cache{layer: t, number: n, module: mod, name: l.Name}
+			c = &groupCache{layer: t, number: n, module: mod, name: l.Name}
 			caches[key] = c
 		}
 		c.aliases = append(c.aliases, l.Name)
@@ -266,38 +315,42 @@ func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer
 			c.number, c.module, c.name = n, mod, l.Name
 		}
 	}
-	list := make([]*cache, 0, len(caches))
+	list := make([]*groupCache, 0, len(caches))
 	for _, c := range caches {
 		slices.Sort(c.aliases)
 		list = append(list, c)
 	}
-	slices.SortFunc(list, func(a, b *cache) int {
+	slices.SortFunc(list, func(a, b *groupCache) int {
 		return cmp.Or(cmp.Compare(a.number, b.number), cmp.Compare(a.name, b.name))
 	})
+	return list, ""
+}
+
+// views opens each cache's tensor and numbers its global heads (state rows
+// for a state group) and replicas, or returns a reason to skip the group.
+func (gl *groupLayers) views(m *Manifest, caches []*groupCache, tensor func(gf string, g *Group, l *Layer) (opened, string, error)) ([]*LayerView, string, error) {
+	g := gl.g
 	tp := m.Parallel.TPSize
 	headsAt := map[int]int{} // layer number -> global heads numbered so far
 	moduleAt := map[int]string{}
 	var views []*LayerView
-	for _, c := range list {
+	for _, c := range caches {
 		if mod, seen := moduleAt[c.number]; seen && mod != c.module {
-			v.Skip = ReasonSharedLayerNumber
-			return v, nil
+			return nil, ReasonSharedLayerNumber, nil
 		}
 		moduleAt[c.number] = c.module
-		o, reason, err := tensor(gf, g, c.layer)
+		o, reason, err := tensor(gl.gf, g, c.layer)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if reason != "" {
-			v.Skip = reason
-			return v, nil
+			return nil, reason, nil
 		}
 		base := headsAt[c.number]
 		if g.Kind == KindMamba {
-			// State rows take the place of heads (SPEC section 6).
+			// State rows take the place of heads (docs/spec.md §6).
 			if base+o.rows > MaxHeadsPerLayer {
-				v.Skip = ReasonTooManyHeads
-				return v, nil
+				return nil, ReasonTooManyHeads, nil
 			}
 			headsAt[c.number] = base + o.rows
 			for i, cells := range o.views {
@@ -314,16 +367,14 @@ func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer
 		heads := cells.Heads
 		r, ok := replicas(m, g, c.layer, heads)
 		if !ok {
-			v.Skip = ReasonReplication
-			return v, nil
+			return nil, ReasonReplication, nil
 		}
 		if r < 1 || tp%r != 0 {
-			return nil, &ManifestError{Field: gf, Msg: fmt.Sprintf("layer %q: %d replicas do not divide tp_size %d", c.layer.Name, r, tp)}
+			return nil, "", &ManifestError{Field: gl.gf, Msg: fmt.Sprintf("layer %q: %d replicas do not divide tp_size %d", c.layer.Name, r, tp)}
 		}
 		global := heads * (tp / r)
 		if base+global > MaxHeadsPerLayer {
-			v.Skip = ReasonTooManyHeads
-			return v, nil
+			return nil, ReasonTooManyHeads, nil
 		}
 		headsAt[c.number] = base + global
 		views = append(views, &LayerView{
@@ -340,8 +391,7 @@ func resolveGroup(m *Manifest, gi int, tensor func(gf string, g *Group, l *Layer
 			Cells:        cells,
 		})
 	}
-	v.Caches = views
-	return v, nil
+	return views, "", nil
 }
 
 // tensorKey identifies the memory a layer's cache lives in: layers naming the

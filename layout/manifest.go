@@ -15,7 +15,7 @@ const ManifestFormat = "kvaudit-dump/1"
 // manifest.
 const MetadataKey = "kvaudit.manifest"
 
-// Group kinds (SPEC section 10).
+// Group kinds (docs/spec.md §10).
 const (
 	KindFullAttention = "full_attention"
 	KindSlidingWindow = "sliding_window"
@@ -23,7 +23,7 @@ const (
 	KindMamba         = "mamba"
 )
 
-// Manifest is the JSON description of one rank's KV cache (SPEC section 10).
+// Manifest is the JSON description of one rank's KV cache (docs/spec.md §10).
 type Manifest struct {
 	Format    string    `json:"format"`
 	Model     Model     `json:"model"`
@@ -86,7 +86,7 @@ type Source struct {
 	Strides []int64 `json:"strides,omitempty"`
 }
 
-// State is one state tensor packed in a state layer's page (SPEC section 6).
+// State is one state tensor packed in a state layer's page (docs/spec.md §6).
 type State struct {
 	Dtype string  `json:"dtype"`
 	Shape []int64 `json:"shape"`

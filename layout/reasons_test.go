@@ -130,7 +130,7 @@ func writeAndOpen(t *testing.T, m *layout.Manifest, tensors []layout.TensorData)
 
 func intp(v int) *int { return &v }
 
-// TestReasons: each fixed reason of SPEC section 4 skips its group, and the
+// TestReasons: each fixed reason of docs/spec.md §4 skips its group, and the
 // supported group beside it is still checksummed.
 func TestReasons(t *testing.T) {
 	full := layout.Group{ID: 1, Kind: layout.KindFullAttention, BlockSize: 2}

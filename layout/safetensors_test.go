@@ -301,7 +301,7 @@ func stRoundTripTensors() []TensorData {
 		}
 		ts = append(ts, TensorData{Name: name, Dtype: d, Shape: shape, Data: data})
 	}
-	for _, d := range Dtypes() {
+	for _, d := range safetensorsDtypes {
 		switch d.Bits {
 		case 4:
 			fill("model.layers.0."+d.Name, d, 3, 6)

@@ -5,12 +5,12 @@ import (
 	"math/bits"
 )
 
-// Reasons a state group is not checksummed, beside those of SPEC section 4.
+// Reasons a state group is not checksummed, beside those of docs/spec.md §4.
 const (
 	ReasonStateWidth = "state elements are not 2 or 4 bytes"
 )
 
-// StateShape is a covered state as a fingerprint sees it (SPEC section 7):
+// StateShape is a covered state as a fingerprint sees it (docs/spec.md §7):
 // its dtype and its shape, with a split the split axis first at its global
 // size and the other axes in order, without a split the local shape.
 type StateShape struct {
@@ -104,7 +104,7 @@ func StateShapes(l *Layer, tp int) []StateShape {
 	return out
 }
 
-// stateViews resolves a state layer into cell views (SPEC section 6). With
+// stateViews resolves a state layer into cell views (docs/spec.md §6). With
 // a split, each (state, segment) is one view whose "heads" are the rank's
 // rows of the segment and whose pieces are the row's elements at their own
 // width; firstRows gives each view's first global row, states its state's

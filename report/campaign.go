@@ -9,11 +9,14 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/inject"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
-// This file renders the results of package inject: campaigns (kvaudit
-// campaign) and the audits kvaudit diff and kvaudit checksum run beside
-// the checksum comparison (the tail audit, stored checksums).
+// This file renders the results of package inject (campaigns: kvaudit
+// campaign) and of package verify's audits, which kvaudit diff and kvaudit
+// checksum run beside the checksum comparison (the tail audit, stored
+// checksums). The audits' verdicts are verify's; this file only lays them
+// out.
 
 // CampaignFormat is the format tag of `kvaudit campaign -o json`.
 const CampaignFormat = "kvaudit-campaign/1"
@@ -276,38 +279,6 @@ func WriteCampaignJUnit(w io.Writer, r *inject.CampaignResult) error {
 	return writeJUnit(w, out)
 }
 
-// Audits are the consumer audits run beside a comparison; a nil field was
-// not run.
-type Audits struct {
-	// Tail is the transferred-or-zeroed audit.
-	Tail *inject.TailAudit
-	// Stored are each consumer rank's stored checksums.
-	Stored []*checksum.StoredRank
-}
-
-// Failed reports whether an audit found something: a non-zero byte past
-// the transferred range, or a stored checksum that differs.
-func (a *Audits) Failed() bool {
-	if a.Tail != nil && len(a.Tail.Findings) > 0 {
-		return true
-	}
-	for _, s := range a.Stored {
-		if len(s.Mismatches()) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// StoredChecked counts the blocks compared with a stored checksum.
-func (a *Audits) StoredChecked() int {
-	n := 0
-	for _, s := range a.Stored {
-		n += s.Checked()
-	}
-	return n
-}
-
 // TailAuditFormat and StoredFormat are the format tags of the audits'
 // JSON.
 const (
@@ -331,7 +302,7 @@ type TailFindingJSON struct {
 	Group      int         `json:"group"`
 	Position   int         `json:"position"`
 	Block      int         `json:"block"`
-	Rank       inject.Rank `json:"rank"`
+	Rank       layout.Rank `json:"rank"`
 	Layer      string      `json:"layer"`
 	Whole      bool        `json:"whole_block"`
 	FirstToken int         `json:"first_token"`
@@ -342,7 +313,7 @@ type TailFindingJSON struct {
 }
 
 // NewTailAuditJSON converts a tail audit to its JSON.
-func NewTailAuditJSON(a *inject.TailAudit) *TailAuditJSON {
+func NewTailAuditJSON(a *verify.TailAudit) *TailAuditJSON {
 	out := &TailAuditJSON{Format: TailAuditFormat, Verdict: "clean", Checked: a.Checked, Findings: []TailFindingJSON{}, Notes: append([]string{}, a.Notes...)}
 	for _, f := range a.Findings {
 		out.Verdict = "not zeroed"
@@ -407,25 +378,9 @@ func storedVerdict(b *checksum.StoredBlock) string {
 	return "mismatch"
 }
 
-// StoredVerdict is verified when every stored checksum matches, mismatch
-// when one differs, unverified when none was listed.
-func StoredVerdict(ranks []*checksum.StoredRank) checksum.Verdict {
-	checked := 0
-	for _, r := range ranks {
-		if len(r.Mismatches()) > 0 {
-			return checksum.Mismatch
-		}
-		checked += r.Checked()
-	}
-	if checked == 0 {
-		return checksum.Unverified
-	}
-	return checksum.Verified
-}
-
 // NewStoredJSON converts stored checksums to their JSON.
 func NewStoredJSON(ranks []*checksum.StoredRank) *StoredJSON {
-	out := &StoredJSON{Format: StoredFormat, Verdict: string(StoredVerdict(ranks)), Ranks: []StoredRankJSON{}}
+	out := &StoredJSON{Format: StoredFormat, Verdict: string(verify.StoredVerdict(ranks)), Ranks: []StoredRankJSON{}}
 	for _, r := range ranks {
 		rj := StoredRankJSON{Source: r.Path, TPRank: r.TPRank, PPRank: r.PPRank, SkippedGroups: map[string]string{},
 			Requests: []StoredRequestJSON{}, Blocks: []StoredBlockJSON{}}
@@ -459,7 +414,7 @@ func NewStoredJSON(ranks []*checksum.StoredRank) *StoredJSON {
 }
 
 // TailAuditTable lays out the tail audit's findings.
-func TailAuditTable(a *inject.TailAudit) *Table {
+func TailAuditTable(a *verify.TailAudit) *Table {
 	verdict := "clean"
 	if len(a.Findings) > 0 {
 		verdict = fmt.Sprintf("%d block(s) not zeroed", len(a.Findings))
@@ -491,7 +446,7 @@ func TailAuditTable(a *inject.TailAudit) *Table {
 // manifest lists (stored_checksums), and whether they match.
 func StoredTable(ranks []*checksum.StoredRank) *Table {
 	t := &Table{
-		Title:  "stored checksums: " + string(StoredVerdict(ranks)),
+		Title:  "stored checksums: " + string(verify.StoredVerdict(ranks)),
 		Header: []string{"rank", "request", "group", "position", "block", "block hash", "computed", "in manifest", "verdict"},
 		Drop:   []string{"block hash", "block", "rank", "group"},
 	}
@@ -532,7 +487,7 @@ func mapKeys[V any](m map[int]V) func(func(int) bool) {
 }
 
 // AuditTables lays out the audits that ran.
-func AuditTables(a *Audits) []*Table {
+func AuditTables(a *verify.Audits) []*Table {
 	var out []*Table
 	if a.Tail != nil {
 		out = append(out, TailAuditTable(a.Tail))
@@ -556,8 +511,12 @@ type diffWithAuditsJSON struct {
 // JUnit, a test suite per audit after the comparison's suites, each with
 // one test case per request and group of the comparison (the same cases
 // whatever the audit finds, so CI can follow a case from run to run), a
-// <failure> listing that group's findings.
-func RenderDiffAudits(w io.Writer, res *checksum.DiffResult, a *Audits, f Format, opts DiffOptions) error {
+// <failure> listing that group's findings. With no audits (a nil a) it is
+// RenderDiff.
+func RenderDiffAudits(w io.Writer, res *checksum.DiffResult, a *verify.Audits, f Format, opts DiffOptions) error {
+	if a == nil {
+		return RenderDiff(w, res, f, opts)
+	}
 	switch f {
 	case FormatJSON:
 		out := diffWithAuditsJSON{DiffJSON: NewDiffJSON(res)}
@@ -626,7 +585,7 @@ func auditCases(res *checksum.DiffResult, found []auditKey, skip func(g *checksu
 // tailAuditSuite is the transferred-or-zeroed audit in JUnit: a case per
 // request and group (state groups, which have no token blocks, skipped),
 // failing with every finding of the group.
-func tailAuditSuite(res *checksum.DiffResult, t *inject.TailAudit) junitSuite {
+func tailAuditSuite(res *checksum.DiffResult, t *verify.TailAudit) junitSuite {
 	var found []auditKey
 	for _, x := range t.Findings {
 		found = append(found, auditKey{x.Request, x.Group})
@@ -695,9 +654,9 @@ func storedSuite(res *checksum.DiffResult, ranks []*checksum.StoredRank, allowUn
 		}
 		s.Cases = append(s.Cases, *c)
 	}
-	if StoredVerdict(ranks) == checksum.Unverified || len(s.Cases) == 0 {
+	if verify.StoredVerdict(ranks) == checksum.Unverified || len(s.Cases) == 0 {
 		c := junitCase{Name: "stored checksums", Classname: "kvaudit.audit"}
-		if StoredVerdict(ranks) == checksum.Unverified {
+		if verify.StoredVerdict(ranks) == checksum.Unverified {
 			o := &junitOutcome{Message: "no stored checksum to compare", Type: "unverified"}
 			if allowUnverified {
 				c.Skipped = o

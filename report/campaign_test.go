@@ -140,9 +140,6 @@ func TestDiffAudits(t *testing.T) {
 	res := &checksum.DiffResult{Verdict: checksum.Verified, Requests: []*checksum.RequestVerdict{{ID: "req-0", ProducerID: "req-0", Verdict: checksum.Verified, Reasons: []string{},
 		Groups: []*checksum.GroupVerdict{{ID: 0, Verdict: checksum.Verified, Positions: []int{}, Checks: []int{}, Map: []checksum.PositionState{checksum.PosVerified}}}}}}
 	a := auditsFixture()
-	if !a.Failed() || a.StoredChecked() != 2 {
-		t.Errorf("failed %v, checked %d", a.Failed(), a.StoredChecked())
-	}
 	var b bytes.Buffer
 	if err := RenderDiffAudits(&b, res, a, FormatJSON, DiffOptions{}); err != nil {
 		t.Fatal(err)

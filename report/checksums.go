@@ -14,14 +14,14 @@ import (
 // ChecksumsFormat is the format tag of `kvaudit checksum -o json`.
 const ChecksumsFormat = "kvaudit-checksums/1"
 
-// ChecksumsJSON is the stable schema of `kvaudit checksum -o json` (SPEC
-// section 12). Fields are added, never renamed or removed.
+// ChecksumsJSON is the stable schema of `kvaudit checksum -o json` (docs/spec.md
+// §12). Fields are added, never renamed or removed.
 type ChecksumsJSON struct {
 	Format string `json:"format"`
 	TPSize int    `json:"tp_size"`
 	PPSize int    `json:"pp_size"`
 	// Numbering is where the checks count pieces from: "request" (the
-	// default) or "block" (vLLM's published code), SPEC section 1.
+	// default) or "block" (vLLM's published code), docs/spec.md §1.
 	Numbering string                `json:"numbering"`
 	Requests  []ChecksumRequestJSON `json:"requests"`
 }
@@ -56,12 +56,6 @@ type ChecksumGroupJSON struct {
 type SkippedGroupJSON struct {
 	ID     int    `json:"id"`
 	Reason string `json:"reason"`
-}
-
-// NewChecksumsJSON converts a side's checks to the JSON schema, in
-// request numbering.
-func NewChecksumsJSON(c *checksum.Checks) *ChecksumsJSON {
-	return NewChecksumsJSONNumbered(c, checksum.NumberRequest)
 }
 
 // groupChecks returns a group's checks in numbering n (nil when the side
@@ -121,11 +115,6 @@ func WriteJSON(w io.Writer, v any) error {
 	}
 	_, err = w.Write(append(b, '\n'))
 	return err
-}
-
-// ChecksumsTable lays out a side's checks in request numbering.
-func ChecksumsTable(c *checksum.Checks) *Table {
-	return ChecksumsTableNumbered(c, checksum.NumberRequest)
 }
 
 // ChecksumsTableNumbered lays out a side's checks in numbering n: one row

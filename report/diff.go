@@ -15,8 +15,7 @@ import (
 // DiffFormat is the format tag of `kvaudit diff -o json`.
 const DiffFormat = "kvaudit-diff/1"
 
-// DiffJSON is the stable schema of `kvaudit diff -o json` (SPEC section
-// 12). Fields are added, never renamed or removed.
+// DiffJSON is the stable schema of `kvaudit diff -o json` (docs/spec.md §12). Fields are added, never renamed or removed.
 type DiffJSON struct {
 	Format string `json:"format"`
 	// Verdict is verified, mismatch or unverified.
@@ -321,20 +320,15 @@ func RenderDiff(w io.Writer, res *checksum.DiffResult, f Format, opts DiffOption
 	return renderTables(w, DiffTables(res), f, opts.Style)
 }
 
-// WriteDiffJUnit writes a comparison as JUnit XML: one test suite per
-// load (consumer request), holding a test case "load" for the load-level
+// diffJUnit is a comparison as JUnit XML (RenderDiff's, and
+// RenderDiffAudits' before the audits' suites): one test suite per load
+// (consumer request), holding a test case "load" for the load-level
 // reasons and one test case "group N" per group. A mismatch is a
 // <failure> (its text lists the drill-down's details of the group); an
-// unverified group or load is an <error> (the check could not be run),
-// or <skipped> with allowUnverified; a group left out is <skipped>; a
+// unverified group or load is an <error> (the check could not be run), or
+// <skipped> with opts.AllowUnverified; a group left out is <skipped>; a
 // verified group passes. So a CI fails exactly when `kvaudit diff` exits
 // non-zero.
-func WriteDiffJUnit(w io.Writer, res *checksum.DiffResult, allowUnverified bool) error {
-	return writeJUnit(w, diffJUnit(res, DiffOptions{AllowUnverified: allowUnverified}))
-}
-
-// diffJUnit is WriteDiffJUnit's document, for RenderDiffAudits to add the
-// audits' suites to.
 func diffJUnit(res *checksum.DiffResult, opts DiffOptions) junitSuites {
 	allowUnverified := opts.AllowUnverified
 	out := junitSuites{Name: "kvaudit diff", Time: seconds(opts.Elapsed)}

@@ -41,7 +41,7 @@ func TestDiffJSON(t *testing.T) {
 	if err := RenderDiff(&b, diffFixture(), FormatJSON, DiffOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The keys and values of SPEC section 12, read back untyped.
+	// The keys and values of docs/spec.md §12, read back untyped.
 	var doc map[string]any
 	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
 		t.Fatal(err)

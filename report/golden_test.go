@@ -24,6 +24,7 @@ import (
 	"github.com/kvaudit/kvaudit/inject"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden from the renderers' output")
@@ -132,9 +133,9 @@ var goldenFormats = []goldenFormat{
 
 // auditsFixture is a tail audit with one finding and stored checksums with
 // one match and one mismatch.
-func auditsFixture() *Audits {
-	return &Audits{
-		Tail: &inject.TailAudit{Checked: 3, Findings: []inject.TailFinding{{Request: "req-0", Group: 0, Position: 2, Block: 5, Layer: "model.layers.1.self_attn.attn", FirstToken: 37, LastToken: 40, Bytes: 9, File: "x.safetensors", Offset: 123}}},
+func auditsFixture() *verify.Audits {
+	return &verify.Audits{
+		Tail: &verify.TailAudit{Checked: 3, Findings: []verify.TailFinding{{Request: "req-0", Group: 0, Position: 2, Block: 5, Layer: "model.layers.1.self_attn.attn", FirstToken: 37, LastToken: 40, Bytes: 9, File: "x.safetensors", Offset: 123}}},
 		Stored: []*checksum.StoredRank{{Path: "r", Blocks: []checksum.StoredBlock{
 			{Request: "req-0", Group: 0, Position: 0, Block: 3, Hash: "aa", Value: 1, Stored: 1, HasStored: true},
 			{Request: "req-0", Group: 0, Position: 1, Block: 4, Hash: "bb", Value: 2, Stored: 3, HasStored: true},
@@ -210,13 +211,13 @@ func TestGoldenChecksums(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goldenTables(t, "checksums", []*Table{ChecksumsTable(c)}, NewChecksumsJSON(c))
+	goldenTables(t, "checksums", []*Table{ChecksumsTableNumbered(c, checksum.NumberRequest)}, NewChecksumsJSONNumbered(c, checksum.NumberRequest))
 
 	part, err := checksum.ComputePaths(ctx, paths[:1], checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	goldenTables(t, "checksums-partial", []*Table{ChecksumsTable(part)}, NewChecksumsJSON(part))
+	goldenTables(t, "checksums-partial", []*Table{ChecksumsTableNumbered(part, checksum.NumberRequest)}, NewChecksumsJSONNumbered(part, checksum.NumberRequest))
 
 	stored := auditsFixture().Stored
 	goldenTables(t, "stored", []*Table{StoredTable(stored)}, NewStoredJSON(stored))

@@ -16,6 +16,7 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/inject"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // everyElementTimed checks that every testsuites, testsuite and testcase
@@ -88,7 +89,7 @@ func TestDiffJUnitTimes(t *testing.T) {
 // findings is one failure listing both; state groups are skipped; a
 // finding outside the comparison gets a case of its own.
 func TestTailAuditJUnitStable(t *testing.T) {
-	render := func(a *Audits) []byte {
+	render := func(a *verify.Audits) []byte {
 		var b bytes.Buffer
 		if err := RenderDiffAudits(&b, auditDiff(), a, FormatJUnit, DiffOptions{}); err != nil {
 			t.Fatal(err)
@@ -96,8 +97,8 @@ func TestTailAuditJUnitStable(t *testing.T) {
 		everyElementTimed(t, b.String())
 		return b.Bytes()
 	}
-	finding := func(req string, pos int) inject.TailFinding {
-		return inject.TailFinding{Request: req, Group: 0, Position: pos, Block: 7 + pos, Layer: "model.layers.0.self_attn.attn", FirstToken: 48, LastToken: 63, Bytes: 5, File: "c/rank-0-0.safetensors", Offset: 100}
+	finding := func(req string, pos int) verify.TailFinding {
+		return verify.TailFinding{Request: req, Group: 0, Position: pos, Block: 7 + pos, Layer: "model.layers.0.self_attn.attn", FirstToken: 48, LastToken: 63, Bytes: 5, File: "c/rank-0-0.safetensors", Offset: 100}
 	}
 	names := func(cs []parsedCase) []string {
 		var n []string
@@ -108,13 +109,13 @@ func TestTailAuditJUnitStable(t *testing.T) {
 	}
 	want := []string{"request req-0 group 0", "request req-0 group 1", "request req-1 group 0"}
 
-	clean := render(&Audits{Tail: &inject.TailAudit{Checked: 6}})
+	clean := render(&verify.Audits{Tail: &verify.TailAudit{Checked: 6}})
 	cs := suiteCases(t, clean, "tail audit")
 	if !slices.Equal(names(cs), want) || cs[0].Failure != nil || cs[2].Failure != nil || cs[1].Skipped == nil {
 		t.Errorf("clean: cases %q\n%s", names(cs), clean)
 	}
 
-	dirty := render(&Audits{Tail: &inject.TailAudit{Checked: 6, Findings: []inject.TailFinding{finding("req-0", 3), finding("req-0", 4), finding("req-1", 3)}}})
+	dirty := render(&verify.Audits{Tail: &verify.TailAudit{Checked: 6, Findings: []verify.TailFinding{finding("req-0", 3), finding("req-0", 4), finding("req-1", 3)}}})
 	cs = suiteCases(t, dirty, "tail audit")
 	if !slices.Equal(names(cs), want) || cs[0].Failure == nil || cs[1].Failure != nil || cs[2].Failure == nil {
 		t.Errorf("with findings: cases %q\n%s", names(cs), dirty)
@@ -123,7 +124,7 @@ func TestTailAuditJUnitStable(t *testing.T) {
 		t.Errorf("req-0 group 0's failure does not list both findings:\n%s", dirty)
 	}
 
-	other := render(&Audits{Tail: &inject.TailAudit{Findings: []inject.TailFinding{finding("req-9", 1)}}})
+	other := render(&verify.Audits{Tail: &verify.TailAudit{Findings: []verify.TailFinding{finding("req-9", 1)}}})
 	cs = suiteCases(t, other, "tail audit")
 	if got := names(cs); !slices.Equal(got, append(slices.Clone(want), "request req-9 group 0")) || cs[3].Failure == nil {
 		t.Errorf("a finding outside the comparison: cases %q", got)
@@ -150,7 +151,7 @@ func TestStoredJUnitStable(t *testing.T) {
 		{"nothing stored", rank(0, false), 0, 1, 4},
 	} {
 		var b bytes.Buffer
-		if err := RenderDiffAudits(&b, auditDiff(), &Audits{Stored: c.ranks}, FormatJUnit, DiffOptions{}); err != nil {
+		if err := RenderDiffAudits(&b, auditDiff(), &verify.Audits{Stored: c.ranks}, FormatJUnit, DiffOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		cs := suiteCases(t, b.Bytes(), "stored checksums")

@@ -43,7 +43,7 @@ type Options struct {
 // those positions (and, to classify a difference, single cells elsewhere),
 // always inside layout.Guard, and never writes to a dump. Groups whose
 // data is not in mapped files (device memory) get a note instead. State
-// groups are compared row by row (SPEC section 6): each consumer copy of a
+// groups are compared row by row (docs/spec.md §6): each consumer copy of a
 // (state, segment) with differing rows gives one detail naming the rows. It returns an error only for a fault while reading
 // mapped data or a cancelled ctx.
 func Explain(ctx context.Context, producer, consumer []*layout.Dump, res *checksum.DiffResult, opts Options) error {

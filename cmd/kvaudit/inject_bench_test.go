@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvaudit/kvaudit/checksum/bench"
+	"github.com/kvaudit/kvaudit/internal/bench"
 	"github.com/kvaudit/kvaudit/internal/testfiles"
 )
 

@@ -4,8 +4,8 @@
 The same model as kvaudit_export.export_dump (the groups and specs of
 vLLM's KVCacheConfig, each layer's layout read from its tensor's shape and
 strides, state layers from their list of state tensors, the requests' block
-ids), but the dump's layers are the worker's tensors where they lie: a SPEC
-10 "cuda_ipc" source per layer (the 64-byte IPC handle of the allocation,
+ids), but the dump's layers are the worker's tensors where they lie: a docs/spec.md
+§10 "cuda_ipc" source per layer (the 64-byte IPC handle of the allocation,
 the tensor's byte offset in it, its dtype, shape and strides, as they are)
 and the worker's own block ids. `kvaudit checksum --engine cuda DIR` then
 checksums the live cache in place (the kvaudit-cuda runner maps each

@@ -14,7 +14,7 @@ type ExpectedGroup struct {
 }
 
 // Expected computes the checks of a configuration straight from the
-// definition of SPEC sections 1 to 5 over the logical KV, without writing
+// definition of docs/spec.md §1 to §5 over the logical KV, without writing
 // or reading a dump: request id -> group id -> values. Every check of every
 // replica must equal these.
 func Expected(cfg Config) (map[string]map[int]ExpectedGroup, error) {

@@ -222,7 +222,7 @@ func (c *Config) fillState(data []byte, ca Cache, pl placement, tables [][]*int,
 }
 
 // expectedState is a request's checksum of one state layer from the
-// definition of SPEC section 6: with a split, over the global rows of every
+// definition of docs/spec.md §6: with a split, over the global rows of every
 // state in order, each row's elements read at their width; without one, the
 // sum over TP ranks of each rank's covered bytes as 8-byte pieces, as head
 // tp_rank.

@@ -15,7 +15,6 @@ package synth
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -60,7 +59,7 @@ type Config struct {
 	NoStateSplit bool
 	// Values, when set, replaces the logical KV: the 8-byte piece p of the
 	// cell of global head h at token position t of layer number L. (The
-	// SPEC's worked example uses it.)
+	// docs/spec.md's worked example uses it.)
 	Values func(L, h, t, p int) uint64 `json:"-"`
 	// Force lets Write replace existing rank files (kvaudit synth
 	// --force); without it an existing file is an error.
@@ -235,21 +234,23 @@ func (c Config) Normalize() (Config, error) {
 	case c.Role != "producer" && c.Role != "consumer":
 		return c, fmt.Errorf("unknown role %q (want producer or consumer)", c.Role)
 	case c.Layers < 1 || c.Layers > 1024:
-		return c, fmt.Errorf("--layers %d is not in 1..1024", c.Layers)
-	case c.TP < 1 || c.TP > 64 || c.PP < 1 || c.PP > c.Layers:
-		return c, fmt.Errorf("--tp %d --pp %d: want tp in 1..64 and pp in 1..layers (%d)", c.TP, c.PP, c.Layers)
+		return c, fieldErrorf("Layers", c.Layers, "is not in 1..1024")
+	case c.TP < 1 || c.TP > 64:
+		return c, fieldErrorf("TP", c.TP, "is not in 1..64")
+	case c.PP < 1 || c.PP > c.Layers:
+		return c, fieldErrorf("PP", c.PP, "is not in 1..layers (%d)", c.Layers)
 	case c.BlockSize < 1 || c.BlockSize > 4096:
-		return c, fmt.Errorf("--block-size %d is not in 1..4096", c.BlockSize)
+		return c, fieldErrorf("BlockSize", c.BlockSize, "is not in 1..4096")
 	case c.KernelBlockSize < 1 || c.BlockSize%c.KernelBlockSize != 0:
-		return c, fmt.Errorf("--kernel-block-size %d does not divide the block size %d", c.KernelBlockSize, c.BlockSize)
+		return c, fieldErrorf("KernelBlockSize", c.KernelBlockSize, "does not divide the block size %d", c.BlockSize)
 	case c.Requests < 1 || c.Requests > 4096:
-		return c, fmt.Errorf("--requests %d is not in 1..4096", c.Requests)
+		return c, fieldErrorf("Requests", c.Requests, "is not in 1..4096")
 	case c.Tokens < 1 || c.Tokens > 1<<24:
-		return c, fmt.Errorf("--tokens %d is not in 1..2^24", c.Tokens)
+		return c, fieldErrorf("Tokens", c.Tokens, "is not in 1..2^24")
 	case c.PrefixTokens < 0 || c.PrefixTokens > c.Tokens:
-		return c, fmt.Errorf("--prefix-tokens %d is not in 0..tokens (%d)", c.PrefixTokens, c.Tokens)
+		return c, fieldErrorf("PrefixTokens", c.PrefixTokens, "is not in 0..tokens (%d)", c.Tokens)
 	case c.PrefixTokens > 0 && c.Role != "consumer":
-		return c, errors.New("--prefix-tokens is a consumer's local prefix hit: use it with --role consumer")
+		return c, fieldErrorf("PrefixTokens", c.PrefixTokens, "is a consumer's local prefix hit: the role must be consumer")
 	}
 	m, err := BuildModel(c)
 	if err != nil {
@@ -260,12 +261,12 @@ func (c Config) Normalize() (Config, error) {
 			for _, st := range ca.States {
 				for _, seg := range st.Segments {
 					if !seg.Replicated && seg.Global%c.TP != 0 {
-						return c, fmt.Errorf("--tp %d does not divide the %d rows of a %s segment of %q", c.TP, seg.Global, st.Name, ca.Name)
+						return c, fieldErrorf("TP", c.TP, "does not divide the %d rows of a %s segment of %q", seg.Global, st.Name, ca.Name)
 					}
 				}
 			}
 			if ca.States == nil && !ca.Latent && ca.Heads%c.TP != 0 && c.TP%ca.Heads != 0 {
-				return c, fmt.Errorf("--tp %d neither divides nor is a multiple of the %d KV heads of %q", c.TP, ca.Heads, ca.Name)
+				return c, fieldErrorf("TP", c.TP, "neither divides nor is a multiple of the %d KV heads of %q", ca.Heads, ca.Name)
 			}
 		}
 	}
@@ -274,9 +275,23 @@ func (c Config) Normalize() (Config, error) {
 		c.NumBlocks = 2*need + 3
 	}
 	if c.NumBlocks < need {
-		return c, fmt.Errorf("--num-blocks %d cannot hold %d requests of %d tokens (%d blocks)", c.NumBlocks, c.Requests, c.Tokens, need)
+		return c, fieldErrorf("NumBlocks", c.NumBlocks, "cannot hold %d requests of %d tokens (%d blocks)", c.Requests, c.Tokens, need)
 	}
 	return c, nil
+}
+
+// FieldError is a Config field out of range: Field is its Go name
+// ("TP", "BlockSize", ...), Value its value, Msg what is wrong with it.
+type FieldError struct {
+	Field string
+	Value int
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("%s %d %s", e.Field, e.Value, e.Msg) }
+
+func fieldErrorf(field string, value int, format string, args ...any) error {
+	return &FieldError{Field: field, Value: value, Msg: fmt.Sprintf(format, args...)}
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/kvaudit/kvaudit/layout"
 )
 
 // explainArgs replaces cobra's argument count errors ("accepts 2 arg(s),
@@ -142,4 +144,56 @@ func looksLikeMissingPath(arg string) bool {
 		}
 	}
 	return false
+}
+
+// checkSidePath explains the two ways a side's path goes wrong before it
+// is read: it does not exist (a usage error), or it is a directory that
+// holds no dump itself but whose subdirectories do (a root such as synth
+// --out writes, holding producer/ and consumer/): it names them.
+func checkSidePath(p string) error {
+	st, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return usageErrorf("%q does not exist: want a dump (a .safetensors file, or a directory with manifest.json), a directory of dumps, or a record file", p)
+	}
+	if err != nil || !st.IsDir() || layout.IsDump(p) {
+		return nil // read as usual
+	}
+	if _, _, err := layout.FindDumps([]string{p}); err == nil || !strings.Contains(err.Error(), "holds no dump") {
+		return nil // dumps found, or an error of its own
+	}
+	entries, err := os.ReadDir(p)
+	if err != nil {
+		return nil
+	}
+	var sides []string
+	for _, e := range entries {
+		q := filepath.Join(p, e.Name())
+		if e.IsDir() {
+			if dumps, _, err := layout.FindDumps([]string{q}); err == nil && len(dumps) > 0 {
+				sides = append(sides, q)
+			}
+		}
+	}
+	if len(sides) > 0 {
+		return usageErrorf("%q holds no dump itself; the dumps are in %s: give one of them", p, orList(quoteAll(sides)))
+	}
+	return nil
+}
+
+func quoteAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, x := range s {
+		out[i] = fmt.Sprintf("%q", x)
+	}
+	return out
+}
+
+// checkSidePaths checks every path of a side (checkSidePath).
+func checkSidePaths(paths []string) error {
+	for _, p := range paths {
+		if err := checkSidePath(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }

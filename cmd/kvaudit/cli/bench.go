@@ -8,16 +8,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvaudit/kvaudit/checksum/bench"
+	"github.com/kvaudit/kvaudit/internal/bench"
+	"github.com/kvaudit/kvaudit/internal/kernels"
 	"github.com/kvaudit/kvaudit/internal/safeio"
-	"github.com/kvaudit/kvaudit/kernels"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/report"
 )
-
-func init() {
-	extraCommands = append(extraCommands, func(s *Streams) *cobra.Command { return NewCmdBench(s, nil) })
-}
 
 // BenchOptions are the settings of `kvaudit bench`.
 type BenchOptions struct {
@@ -188,7 +184,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 	return benchTable(res).Render(opts.IO.Out, f, tableStyle(opts.IO))
 }
 
-// The versions of bench -o json (SPEC 12: fields are added, never renamed
+// The versions of bench -o json (docs/spec.md §12: fields are added, never renamed
 // or removed): the cpu engines' measurements, and the GPU kernel's.
 const (
 	BenchFormat     = "kvaudit-bench/1"

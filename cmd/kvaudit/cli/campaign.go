@@ -15,10 +15,6 @@ import (
 	"github.com/kvaudit/kvaudit/report"
 )
 
-func init() {
-	extraCommands = append(extraCommands, func(s *Streams) *cobra.Command { return NewCmdCampaign(s, nil) })
-}
-
 // CampaignOptions are the settings of `kvaudit campaign`.
 type CampaignOptions struct {
 	IO *Streams

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // ChecksumOptions are the settings of `kvaudit checksum`.
@@ -29,10 +31,10 @@ type ChecksumOptions struct {
 	Force bool
 	// PayloadForm is the form -o payload writes.
 	PayloadForm checksum.PayloadForm
-	// Numbering is the numbering of -o table and json (SPEC section 1).
+	// Numbering is the numbering of -o table and json (docs/spec.md §1).
 	Numbering checksum.Numbering
 	// Stored emits (and checks) the offload tier's stored checksums
-	// instead of the checks (inject.go).
+	// instead of the checks.
 	Stored bool
 }
 
@@ -121,23 +123,26 @@ skipped) exits 2 with the reasons.
 }
 
 func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
-	in, err := openSide(opts.Paths, false)
+	if err := checkSidePaths(opts.Paths); err != nil {
+		return err
+	}
+	if opts.Stored {
+		return storedRun(ctx, opts)
+	}
+	in, err := verify.Open(verify.Input{Paths: opts.Paths})
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	if opts.Stored {
-		return storedRun(ctx, opts, in)
-	}
-	// Records always carry values_block (SPEC 8), whatever the engine: the
-	// cpu engines get both numberings in one pass, the others (cuda) in a
-	// second, block-numbered one.
+	// Records always carry values_block (docs/spec.md §8), whatever the
+	// engine: the cpu engines get both numberings in one pass, the others
+	// (cuda) in a second, block-numbered one.
 	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests,
 		BlockValues: opts.Numbering == checksum.NumberBlock || opts.Output == "record" ||
 			(opts.Output == "payload" && opts.PayloadForm == checksum.FormFlat)}
-	bar := newChecksumProgress(opts.IO, in.dumps, opts.Requests, "checksum")
+	bar := newChecksumProgress(opts.IO, in.Dumps, opts.Requests, "checksum")
 	copts.Progress = bar.Callback()
-	recs, err := in.allRecords(ctx, copts)
+	recs, err := in.AllRecords(ctx, copts)
 	bar.Finish()
 	if err != nil {
 		return err
@@ -225,4 +230,43 @@ func writeRecords(opts *ChecksumOptions, recs []*checksum.Record) error {
 		fmt.Fprintf(opts.IO.Err, "wrote %s\n", p)
 	}
 	return nil
+}
+
+// storedRun is kvaudit checksum --stored: each full block's stored
+// checksum and, where the manifests list stored checksums, whether they
+// match (exit 1 if one differs).
+func storedRun(ctx context.Context, opts *ChecksumOptions) error {
+	if opts.Output != "table" && opts.Output != "json" && opts.Output != "markdown" {
+		return usageErrorf("--stored: -o %q: want table, json or markdown", opts.Output)
+	}
+	_, step := verifyProgress(opts.IO)
+	res, err := verify.CheckStored(ctx, verify.Input{Paths: opts.Paths}, verify.Options{Engine: opts.Engine, Requests: opts.Requests, Step: step})
+	if errors.Is(err, verify.ErrStoredRecords) {
+		return usageErrorf("--stored: %v", err)
+	}
+	if err != nil {
+		return err
+	}
+	if opts.Output == "json" {
+		err = report.WriteJSON(opts.IO.Out, report.NewStoredJSON(res.Audits.Stored))
+	} else {
+		err = report.StoredTable(res.Audits.Stored).Render(opts.IO.Out, report.Format(opts.Output), tableStyle(opts.IO))
+	}
+	if err != nil {
+		return err
+	}
+	opts.IO.verdict = "stored checksums: " + string(res.Verdict())
+	if res.Verdict() == checksum.Unverified {
+		// Nothing stored to compare: exit 2, as diff --stored.
+		return &ResultError{Code: ExitUnverified, Msg: res.Summary()}
+	}
+	return resultExit(res, false)
+}
+
+// describeRanks says which ranks of a side are present, for errors.
+func describeRanks(recs []*checksum.Record) string {
+	if len(recs) == 0 {
+		return "no ranks"
+	}
+	return fmt.Sprintf("%d of %d ranks (tp %d x pp %d)", len(recs), recs[0].TPSize*recs[0].PPSize, recs[0].TPSize, recs[0].PPSize)
 }

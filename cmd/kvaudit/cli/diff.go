@@ -1,30 +1,19 @@
 package cli
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/checksum/drill"
-	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/verify"
 )
-
-func init() {
-	extraCommands = append(extraCommands, func(s *Streams) *cobra.Command { return NewCmdDiff(s, nil) })
-}
 
 // DiffOptions are the settings of `kvaudit diff`.
 type DiffOptions struct {
@@ -42,7 +31,7 @@ type DiffOptions struct {
 	// request (0: drill.DefaultMaxDetails, negative: no cap).
 	NoDrill    bool
 	MaxDetails int
-	// AuditTail and Stored run the consumer audits (inject.go).
+	// AuditTail and Stored run the consumer audits.
 	AuditTail, Stored bool
 	// JUnit, when set, is a file to write the JUnit report to as well
 	// (--junit FILE); started is when the command started (its time).
@@ -103,7 +92,7 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 				return err
 			}
 			opts.Producer, opts.Consumer = args[0], args[1]
-			if opts.Output, err = parseFormat(cfg.String("output"), "table", "json", "markdown", "junit"); err != nil {
+			if opts.Output, err = outputOf(cfg); err != nil {
 				return err
 			}
 			opts.Requests = cfg.Strings("request")
@@ -124,7 +113,7 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 		},
 	}
 	f := cmd.Flags()
-	f.StringP("output", "o", "table", "output: table, json, markdown or junit")
+	addOutputFlag(cmd, "")
 	f.StringSlice("request", nil, "compare only this consumer request id (repeatable); names the request a bare payload is for")
 	f.Bool("allow-unverified", false, "exit 0 when nothing mismatches, even if some load is unverified")
 	f.String("engine", "cpu", engineHelp)
@@ -138,41 +127,6 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 	return cmd
 }
 
-// diffSide is one side of a comparison: dumps and records, or payloads.
-type diffSide struct {
-	in *sideInput // dumps and records; nil for payloads
-	// payloads: one bare payload (bare, pairs with one consumer request)
-	// or a map of producer request id to payload.
-	bare    *checksum.RequestChecks
-	byID    []*checksum.RequestChecks
-	payload bool
-	// notes say why payloads were not decoded, by producer request id
-	// ("" for a bare payload).
-	notes map[string]string
-}
-
-func (s *diffSide) Close() {
-	if s.in != nil {
-		s.in.Close()
-	}
-}
-
-// flat says whether the side holds a flat payload (block-numbered values).
-func (s *diffSide) flat() bool {
-	for _, r := range append([]*checksum.RequestChecks{s.bare}, s.byID...) {
-		if r != nil && slices.ContainsFunc(r.Groups, func(g *checksum.GroupChecks) bool { return g.FlatOnly }) {
-			return true
-		}
-	}
-	return false
-}
-
-// dumpsOnly says whether the side is all dumps (so the drill-down can
-// read its cells).
-func (s *diffSide) dumpsOnly() bool {
-	return s.in != nil && len(s.in.records) == 0 && len(s.in.dumps) > 0
-}
-
 func diffRun(ctx context.Context, opts *DiffOptions) error {
 	if err := checkDiffArg(opts.Consumer); err != nil {
 		return fmt.Errorf("consumer: %w", err)
@@ -180,369 +134,57 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 	if err := checkDiffArg(opts.Producer); err != nil {
 		return fmt.Errorf("producer: %w", err)
 	}
-	cside, err := readDiffSide(opts.Consumer, opts.IO.In)
-	if err != nil {
-		return fmt.Errorf("consumer: %w", err)
-	}
-	defer cside.Close()
-	if cside.payload {
-		return usageErrorf("consumer %q is a payload: the consumer must be dumps or records (a payload is what a producer sends)", opts.Consumer)
-	}
-	pside, err := readDiffSide(opts.Producer, opts.IO.In)
-	if err != nil {
-		return fmt.Errorf("producer: %w", err)
-	}
-	defer pside.Close()
-
-	// A flat payload (vLLM's published form) is compared block-numbered:
-	// the consumer's values in both numberings, from one pass where the
-	// engine can (SPEC section 1).
-	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: pside.flat()}
-	bar := newChecksumProgress(opts.IO, cside.in.dumps, opts.Requests, "checksum consumer")
-	copts.Progress = bar.Callback()
-	crecs, err := cside.in.allRecords(ctx, copts)
-	bar.Finish()
-	if err != nil {
-		return fmt.Errorf("consumer: %w", err)
-	}
-	cons, err := checksum.Merge(crecs)
-	if err != nil {
-		return fmt.Errorf("consumer: %w", err)
-	}
-	if len(opts.Requests) > 0 {
-		if err := cons.Select(opts.Requests); err != nil {
-			return usageErrorf("consumer: %v", err)
-		}
-	}
-
-	var prod *checksum.Checks
+	progress, step := verifyProgress(opts.IO)
+	res, err := verify.Compare(ctx,
+		verify.Input{Arg: opts.Producer, Stdin: opts.IO.In},
+		verify.Input{Arg: opts.Consumer, Stdin: opts.IO.In},
+		verify.Options{Engine: opts.Engine, Requests: opts.Requests, NoDrill: opts.NoDrill, MaxDetails: opts.MaxDetails,
+			AuditTail: opts.AuditTail, Stored: opts.Stored, Strict: opts.Strict, Progress: progress, Step: step})
+	var bare *verify.BarePayloadError
 	switch {
-	case pside.bare != nil:
-		if len(cons.Requests) != 1 {
-			return usageErrorf("producer %q is one request's payload: name the consumer request it is for with --request (the consumer holds %d requests)", shortArg(opts.Producer), len(cons.Requests))
-		}
-		pside.bare.ID = cons.Requests[0].PairID()
-		prod = checksum.ProducerChecks(pside.bare)
-	case pside.payload:
-		prod = checksum.ProducerChecks(pside.byID...)
-	default:
-		var ids []string
-		for _, r := range cons.Requests {
-			if !slices.Contains(ids, r.PairID()) {
-				ids = append(ids, r.PairID())
-			}
-		}
-		bar := newChecksumProgress(opts.IO, pside.in.dumps, ids, "checksum producer")
-		precs, err := pside.in.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: ids, Progress: bar.Callback()})
-		bar.Finish()
-		if err != nil {
-			return fmt.Errorf("producer: %w", err)
-		}
-		if prod, err = checksum.Merge(precs); err != nil {
-			return fmt.Errorf("producer: %w", err)
-		}
+	case errors.As(err, &bare):
+		return usageErrorf("producer %s is one request's payload: name the consumer request it is for with --request (the consumer holds %d requests)", bare.Producer, bare.Requests)
+	case errors.Is(err, verify.ErrAuditRecords):
+		return usageErrorf("--audit-tail and --stored: %v", err)
+	case err != nil:
+		return err
 	}
-
-	res := checksum.DiffWith(prod, cons, checksum.DiffOptions{Strict: opts.Strict})
-	if cside.in != nil {
-		checksum.RefineFlatHints(res, prod, cside.in.dumps)
-	}
-	for _, rv := range res.Requests {
-		note, ok := pside.notes[rv.ProducerID]
-		if !ok && pside.bare != nil {
-			note, ok = pside.notes[""]
-		}
-		if ok {
-			rv.Notes = append(rv.Notes, "the producer's payload: "+note)
-		}
-	}
-	if !opts.NoDrill && res.Verdict == checksum.Mismatch && pside.dumpsOnly() && cside.dumpsOnly() {
-		done := longStep(opts.IO, "drilling the mismatches down to layers, heads and tokens")
-		err := drill.Explain(ctx, pside.in.dumps, cside.in.dumps, res, drill.Options{MaxDetails: opts.MaxDetails})
-		done()
-		if err != nil {
-			return err
-		}
-	}
-	if opts.AuditTail || opts.Stored {
-		return diffAudits(ctx, opts, res, cside)
-	}
-	err = report.RenderDiff(opts.IO.Out, res, report.Format(opts.Output), report.DiffOptions{
+	err = report.RenderDiffAudits(opts.IO.Out, res.Diff, res.Audits, report.Format(opts.Output), report.DiffOptions{
 		Style: tableStyle(opts.IO), AllowUnverified: opts.AllowUnverified,
 	})
 	if err != nil {
 		return err
 	}
-	if err := writeDiffJUnit(opts, res, nil); err != nil {
+	if err := writeDiffJUnit(opts, res); err != nil {
 		return err
 	}
 	allowedNotice(opts, res)
-	opts.IO.verdict = string(res.Verdict)
-	return diffExit(res, opts.AllowUnverified)
+	opts.IO.verdict = string(res.Verdict())
+	return resultExit(res, opts.AllowUnverified)
 }
 
-// writeDiffJUnit writes --junit FILE, if given: the comparison (and the
-// audits, when a is not nil) as JUnit XML, whatever -o prints.
-func writeDiffJUnit(opts *DiffOptions, res *checksum.DiffResult, a *report.Audits) error {
+// writeDiffJUnit writes --junit FILE, if given: the comparison and its
+// audits as JUnit XML, whatever -o prints.
+func writeDiffJUnit(opts *DiffOptions, res *verify.Result) error {
 	if opts.JUnit == "" {
 		return nil
 	}
 	do := report.DiffOptions{AllowUnverified: opts.AllowUnverified, Elapsed: time.Since(opts.started)}
 	return report.WriteFile(opts.JUnit, func(w io.Writer) error {
-		if a != nil {
-			return report.RenderDiffAudits(w, res, a, report.FormatJUnit, do)
-		}
-		return report.RenderDiff(w, res, report.FormatJUnit, do)
+		return report.RenderDiffAudits(w, res.Diff, res.Audits, report.FormatJUnit, do)
 	})
 }
 
-// diffExit maps a verdict to the command's result: ExitMismatch, else
+// resultExit maps a result to the command's: ExitMismatch, else
 // ExitUnverified unless allowed, else nil.
-func diffExit(res *checksum.DiffResult, allowUnverified bool) error {
-	var ids []string
-	for _, r := range res.Requests {
-		if r.Verdict == res.Verdict {
-			ids = append(ids, r.ID)
+func resultExit(res *verify.Result, allowUnverified bool) error {
+	switch res.Verdict() {
+	case checksum.Mismatch:
+		return &ResultError{Code: ExitMismatch, Msg: res.Summary()}
+	case checksum.Unverified:
+		if !allowUnverified {
+			return &ResultError{Code: ExitUnverified, Msg: res.Summary() + " (--allow-unverified accepts unverified loads)"}
 		}
-	}
-	switch {
-	case res.Verdict == checksum.Mismatch:
-		return &ResultError{Code: ExitMismatch, Msg: "mismatch: request " + strings.Join(ids, ", ")}
-	case res.Verdict == checksum.Unverified && !allowUnverified:
-		if len(ids) == 0 {
-			return &ResultError{Code: ExitUnverified, Msg: "unverified: the consumer holds no request"}
-		}
-		return &ResultError{Code: ExitUnverified, Msg: "unverified: request " + strings.Join(ids, ", ") + " (--allow-unverified accepts unverified loads)"}
 	}
 	return nil
-}
-
-// maxPayloadFile bounds a payload or kv_transfer_params file read whole
-// (a 128k-token prompt's payload is about 87 KB of base64 per group).
-const maxPayloadFile = layout.MaxPayloadSize
-
-// readDiffSide resolves one side argument: "-" (payload text or JSON on
-// stdin), a dump or directory (dumps and records), a record file, a
-// payload file, or, when arg is not an existing path, payload text.
-func readDiffSide(arg string, stdin io.Reader) (*diffSide, error) {
-	if arg == "-" {
-		data, err := readPayloadInput(stdin)
-		if err != nil {
-			return nil, fmt.Errorf("reading stdin: %w", err)
-		}
-		return payloadSide("stdin", data)
-	}
-	st, err := os.Stat(arg)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) && !looksLikePath(arg) {
-			return payloadSide("the argument", []byte(arg))
-		}
-		return nil, err
-	}
-	if st.IsDir() || strings.HasSuffix(arg, ".safetensors") {
-		in, err := openSide([]string{arg}, true)
-		if err != nil {
-			return nil, err
-		}
-		if len(in.rest) > 0 {
-			in.Close()
-			return nil, fmt.Errorf("%q is neither a dump nor a record (a payload is given as a file of its own)", in.rest[0])
-		}
-		return &diffSide{in: in}, nil
-	}
-	data, err := readPayloadFile(arg)
-	if err != nil {
-		return nil, err
-	}
-	if looksLikeRecord(data) {
-		recs, err := checksum.ParseRecords(arg, data)
-		if err != nil {
-			return nil, err
-		}
-		return &diffSide{in: &sideInput{records: recs}}, nil
-	}
-	return payloadSide(fmt.Sprintf("%q", arg), data)
-}
-
-// looksLikePath says whether an argument that does not exist was meant as
-// a path rather than payload text. Payload text is at least 8 characters
-// of the base64 alphabets (standard or URL-safe, so that the decoder can
-// say what is wrong with it) and, if it has a "/", no existing directory
-// before it.
-func looksLikePath(arg string) bool {
-	t := strings.TrimSpace(arg)
-	if len(t) < 8 || strings.Trim(t, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_") != "" {
-		return true
-	}
-	if dir := filepath.Dir(t); dir != "." {
-		if st, err := os.Stat(dir); err == nil && st.IsDir() {
-			return true
-		}
-	}
-	return false
-}
-
-// shortArg abbreviates a long argument (payload text) for messages.
-func shortArg(s string) string {
-	if len(s) > 40 {
-		return s[:37] + "..."
-	}
-	return s
-}
-
-// payloadSide reads a producer given as what it sent: a JSON object (with
-// "kv_checksums", or a map of request id to payload), base64 text, or raw
-// msgpack bytes. A payload that does not decode is not an error: its
-// request is unverified (the producer's checksums are invalid) and the
-// decoding error becomes a note. what names the input for errors.
-func payloadSide(what string, data []byte) (*diffSide, error) {
-	s := &diffSide{payload: true, notes: map[string]string{}}
-	text := bytes.TrimSpace(data)
-	bare := func(text string) {
-		rc, err := checksum.PayloadRequestBase64("", text)
-		if err != nil {
-			s.notes[""] = err.Error()
-		}
-		s.bare = rc
-	}
-	// bareInPlace decodes data itself (an aligned buffer this side owns),
-	// so a payload file costs about its size once (SPEC 8).
-	bareInPlace := func(text bool) {
-		rc, err := checksum.PayloadRequestInPlace("", data, text)
-		if err != nil {
-			s.notes[""] = err.Error()
-		}
-		s.bare = rc
-	}
-	switch {
-	case len(text) > 0 && text[0] == '{':
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(text, &obj); err != nil {
-			return nil, fmt.Errorf("%s: not a JSON object: %v", what, err)
-		}
-		var format string
-		if json.Unmarshal(obj["format"], &format) == nil && strings.HasPrefix(format, "kvaudit-") {
-			return nil, fmt.Errorf("%s is %s output, not what a producer sends: give its dumps, records (checksum --partial -o record) or payloads (checksum -o payload)", what, format)
-		}
-		if raw, ok := obj["kv_checksums"]; ok {
-			// vLLM's kv_transfer_params.
-			var t *string
-			switch err := json.Unmarshal(raw, &t); {
-			case err != nil:
-				s.bare = checksum.InvalidRequest("", checksum.ReasonInvalidChecksums)
-				s.notes[""] = fmt.Sprintf("kv_checksums is not a string: %s", shortArg(string(raw)))
-			case t == nil:
-				s.bare = checksum.InvalidRequest("", checksum.ReasonNoChecksums)
-			default:
-				bare(*t)
-			}
-			return s, nil
-		}
-		texts := map[string]string{}
-		for id, raw := range obj {
-			var t string
-			if err := json.Unmarshal(raw, &t); err != nil {
-				// kv_transfer_params without kv_checksums.
-				s.bare = checksum.InvalidRequest("", checksum.ReasonNoChecksums)
-				return s, nil
-			}
-			texts[id] = t
-		}
-		// The map checksum -o payload prints: request id -> payload.
-		ids := make([]string, 0, len(texts))
-		for id := range texts {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		for _, id := range ids {
-			rc, err := checksum.PayloadRequestBase64(id, texts[id])
-			if err != nil {
-				s.notes[id] = err.Error()
-			}
-			s.byID = append(s.byID, rc)
-		}
-	case isText(text):
-		bareInPlace(true)
-	default:
-		// Raw msgpack, as a file.
-		bareInPlace(false)
-	}
-	return s, nil
-}
-
-// readPayloadFile reads a regular payload or record file (never a FIFO or
-// a device; at most maxPayloadFile bytes, its size when opened) into an
-// aligned buffer that in-place decoding can keep (checksum.NewPayloadBuffer).
-func readPayloadFile(path string) ([]byte, error) {
-	f, st, err := layout.OpenRegular(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if st.Size() > maxPayloadFile {
-		return nil, fmt.Errorf("%q: %d bytes is more than the %d-byte limit for a payload or record file", path, st.Size(), maxPayloadFile)
-	}
-	buf := checksum.NewPayloadBuffer(int(st.Size()))
-	n, err := io.ReadFull(f, buf)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("reading %q: %w", path, err)
-	}
-	return buf[:n], nil
-}
-
-// readPayloadInput reads stdin, at most maxPayloadFile bytes, into an
-// aligned buffer: in chunks, then once into a buffer of the exact size.
-func readPayloadInput(r io.Reader) ([]byte, error) {
-	if f, ok := r.(*os.File); ok {
-		// Redirected from a file: read it at its size, once.
-		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
-			if st.Size() > maxPayloadFile {
-				return nil, fmt.Errorf("%d bytes: too large for a payload", st.Size())
-			}
-			if off, err := f.Seek(0, io.SeekCurrent); err == nil && off <= st.Size() {
-				buf := checksum.NewPayloadBuffer(int(st.Size() - off))
-				n, err := io.ReadFull(f, buf)
-				if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-					return nil, err
-				}
-				return buf[:n], nil
-			}
-		}
-	}
-	var chunks [][]byte
-	total := 0
-	for total <= maxPayloadFile {
-		c := make([]byte, 1<<20)
-		n, err := io.ReadFull(r, c)
-		if n > 0 {
-			chunks = append(chunks, c[:n])
-			total += n
-		}
-		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	if total > maxPayloadFile {
-		return nil, fmt.Errorf("more than %d bytes: too large for a payload", maxPayloadFile)
-	}
-	buf := checksum.NewPayloadBuffer(total)
-	off := 0
-	for i, c := range chunks {
-		off += copy(buf[off:], c)
-		chunks[i] = nil // let the chunk go
-	}
-	return buf, nil
-}
-
-// isText says whether b is printable ASCII (base64 text, maybe broken).
-func isText(b []byte) bool {
-	for _, c := range b {
-		if c < 0x20 && c != '\t' && c != '\n' && c != '\r' || c >= 0x7f {
-			return false
-		}
-	}
-	return true
 }

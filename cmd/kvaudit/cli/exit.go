@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Exit codes (SPEC section 11). The help text is written from this table.
+// Exit codes (docs/spec.md §11). The help text is written from this table.
 const (
 	// ExitOK: verified, or the command succeeded.
 	ExitOK = 0

@@ -17,21 +17,23 @@ import (
 func TestPanicIsInternalError(t *testing.T) {
 	tmpParent := t.TempDir()
 	var tmp string
-	saved := extraCommands
-	defer func() { extraCommands = saved }()
-	extraCommands = append(extraCommands, func(*Streams) *cobra.Command {
-		return &cobra.Command{Use: "boom", RunE: func(*cobra.Command, []string) error {
+	// The command tree with two commands added.
+	run := func(t *testing.T, args ...string) (code int, stdout, stderr string) {
+		var out, errb strings.Builder
+		s := &Streams{In: strings.NewReader(""), Out: &out, Err: &errb, NoColor: true}
+		root := NewRootCmd(s)
+		root.AddCommand(&cobra.Command{Use: "boom", RunE: func(*cobra.Command, []string) error {
 			var err error
 			if tmp, err = safeio.TempDir(tmpParent, "kvaudit-boom-"); err != nil {
 				return err
 			}
 			panic("boom: a bug in a command")
-		}}
-	}, func(*Streams) *cobra.Command {
-		return &cobra.Command{Use: "oops", RunE: func(*cobra.Command, []string) error {
+		}}, &cobra.Command{Use: "oops", RunE: func(*cobra.Command, []string) error {
 			return errors.New("internal error: an edit of \"x\" is past its end")
-		}}
-	})
+		}})
+		code = execute(root, args, s)
+		return code, out.String(), errb.String()
+	}
 	code, _, stderr := run(t, "boom")
 	if code != ExitInternal {
 		t.Errorf("a panic exits %d, want %d", code, ExitInternal)

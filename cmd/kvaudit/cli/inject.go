@@ -19,10 +19,6 @@ import (
 	"github.com/kvaudit/kvaudit/report"
 )
 
-func init() {
-	extraCommands = append(extraCommands, func(s *Streams) *cobra.Command { return NewCmdInject(s, nil) })
-}
-
 // InjectOptions are the settings of `kvaudit inject`.
 type InjectOptions struct {
 	IO    *Streams
@@ -195,26 +191,11 @@ func parseRank(s string) (*inject.Rank, error) {
 	return &inject.Rank{PP: p, TP: t}, nil
 }
 
-// openDumpSide opens the dumps of a side given as paths; anything that is
-// not a dump is an error.
-func openDumpSide(paths []string) ([]*layout.Dump, error) {
-	for _, p := range paths {
-		if err := checkSidePath(p); err != nil {
-			return nil, err
-		}
-	}
-	dumps, rest, err := layout.FindDumps(paths)
-	if err != nil {
-		return nil, err
-	}
-	if len(rest) > 0 {
-		return nil, fmt.Errorf("%q is not a dump (give dumps or directories holding them)", rest[0])
-	}
-	return layout.OpenSide(dumps)
-}
-
 func injectRun(ctx context.Context, opts *InjectOptions) error {
-	dumps, err := openDumpSide(opts.Paths)
+	if err := checkSidePaths(opts.Paths); err != nil {
+		return err
+	}
+	dumps, err := layout.OpenPaths(opts.Paths)
 	if err != nil {
 		return err
 	}
@@ -242,7 +223,7 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 		paths, err := inject.Prepare(ctx, dumps, filepath.Join(tmp, "side"), p)
 		done()
 		if err != nil {
-			return err
+			return injectFlagError(err)
 		}
 		prepared, err := layout.OpenSide(paths)
 		if err != nil {
@@ -259,12 +240,29 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 		return fmt.Errorf("%w (kvaudit inject --help lists what each kind needs)", err)
 	}
 	if err != nil {
-		return err
+		return injectFlagError(err)
 	}
 	if opts.Output == "json" {
 		return report.WriteJSON(opts.IO.Out, f)
 	}
 	return faultTable(f, opts.Out).Render(opts.IO.Out, report.Format(opts.Output), tableStyle(opts.IO))
+}
+
+// injectFlags are the flags of inject's options (inject.OptionError).
+var injectFlags = map[string]string{
+	"Target.Request": "--request", "Target.Group": "--group", "Target.Rank": "--rank",
+	"Bits": "--bits", "ExtraBlocks": "--extra-blocks",
+}
+
+// injectFlagError names the flag of an option inject rejects.
+func injectFlagError(err error) error {
+	var oe *inject.OptionError
+	if errors.As(err, &oe) {
+		if flag, ok := injectFlags[oe.Option]; ok {
+			return usageErrorf("%s %s: %s", flag, oe.Value, oe.Msg)
+		}
+	}
+	return err
 }
 
 // faultTable summarizes a fault.
@@ -325,118 +323,4 @@ func expectSummary(f *inject.Fault) string {
 		parts = append(parts, "every load verifies")
 	}
 	return strings.Join(parts, "; ")
-}
-
-// Audit options of kvaudit diff (--audit-tail, --stored) and kvaudit
-// checksum (--stored): runAudits runs them on a consumer's dumps.
-
-// runAudits runs the tail audit (tail) and the stored-checksum check
-// (stored) on dumps.
-func runAudits(ctx context.Context, dumps []*layout.Dump, requests []string, tail, stored bool, engine checksum.Engine) (*report.Audits, error) {
-	a := &report.Audits{}
-	if tail {
-		t, err := inject.AuditTails(dumps, requests)
-		if err != nil {
-			return nil, err
-		}
-		a.Tail = t
-	}
-	if stored {
-		a.Stored = []*checksum.StoredRank{}
-		for _, d := range dumps {
-			s, err := checksum.Stored(ctx, d, checksum.Options{Engine: engine, Requests: requests})
-			if err != nil {
-				return nil, err
-			}
-			a.Stored = append(a.Stored, s)
-		}
-	}
-	return a, nil
-}
-
-// auditExit combines a command's result with its audits': a finding is a
-// mismatch (exit 1); --stored with no stored checksum to compare is
-// unverified (exit 2) unless allowed.
-func auditExit(result error, a *report.Audits, allowUnverified bool) error {
-	var re *ResultError
-	if result != nil && !errors.As(result, &re) {
-		return result
-	}
-	var msgs []string
-	if re != nil && re.Code == ExitMismatch {
-		msgs = append(msgs, re.Msg)
-	}
-	if a.Tail != nil && len(a.Tail.Findings) > 0 {
-		x := a.Tail.Findings[0]
-		msgs = append(msgs, fmt.Sprintf("tail audit: %d block(s) hold non-zero bytes past the transferred range (request %s group %d position %d, ...)", len(a.Tail.Findings), x.Request, x.Group, x.Position))
-	}
-	if a.Stored != nil && report.StoredVerdict(a.Stored) == checksum.Mismatch {
-		msgs = append(msgs, "stored checksums: some block differs from the checksum stored with it")
-	}
-	if len(msgs) > 0 {
-		return &ResultError{Code: ExitMismatch, Msg: strings.Join(msgs, "; ")}
-	}
-	if result != nil {
-		return result
-	}
-	if a.Stored != nil && report.StoredVerdict(a.Stored) == checksum.Unverified && !allowUnverified {
-		return &ResultError{Code: ExitUnverified, Msg: "stored checksums: no request lists stored_checksums for a full block (--allow-unverified accepts it)"}
-	}
-	return nil
-}
-
-// diffAudits renders a comparison with the consumer audits the options ask
-// for and returns the command's result. It is kvaudit diff's path when
-// --audit-tail or --stored is given; the consumer must be dumps.
-func diffAudits(ctx context.Context, opts *DiffOptions, res *checksum.DiffResult, consumer *diffSide) error {
-	if consumer.in == nil || len(consumer.in.dumps) == 0 || len(consumer.in.records) > 0 {
-		return usageErrorf("--audit-tail and --stored read the consumer's dumps: give dumps, not records")
-	}
-	done := longStep(opts.IO, "auditing the consumer's dumps")
-	a, err := runAudits(ctx, consumer.in.dumps, opts.Requests, opts.AuditTail, opts.Stored, opts.Engine)
-	done()
-	if err != nil {
-		return fmt.Errorf("consumer: %w", err)
-	}
-	err = report.RenderDiffAudits(opts.IO.Out, res, a, report.Format(opts.Output), report.DiffOptions{
-		Style: tableStyle(opts.IO), AllowUnverified: opts.AllowUnverified,
-	})
-	if err != nil {
-		return err
-	}
-	if err := writeDiffJUnit(opts, res, a); err != nil {
-		return err
-	}
-	allowedNotice(opts, res)
-	opts.IO.verdict = string(res.Verdict)
-	return auditExit(diffExit(res, opts.AllowUnverified), a, opts.AllowUnverified)
-}
-
-// storedRun is kvaudit checksum --stored: each full block's stored
-// checksum (rank-local, so any subset of ranks will do) and, where the
-// manifests list stored checksums, whether they match (exit 1 if one
-// differs).
-func storedRun(ctx context.Context, opts *ChecksumOptions, in *sideInput) error {
-	if len(in.records) > 0 || len(in.dumps) == 0 {
-		return usageErrorf("--stored reads dumps (the blocks and their block hashes), not records")
-	}
-	if opts.Output != "table" && opts.Output != "json" && opts.Output != "markdown" {
-		return usageErrorf("--stored: -o %q: want table, json or markdown", opts.Output)
-	}
-	done := longStep(opts.IO, "computing the stored checksums")
-	a, err := runAudits(ctx, in.dumps, opts.Requests, false, true, opts.Engine)
-	done()
-	if err != nil {
-		return err
-	}
-	if opts.Output == "json" {
-		err = report.WriteJSON(opts.IO.Out, report.NewStoredJSON(a.Stored))
-	} else {
-		err = report.StoredTable(a.Stored).Render(opts.IO.Out, report.Format(opts.Output), tableStyle(opts.IO))
-	}
-	if err != nil {
-		return err
-	}
-	opts.IO.verdict = "stored checksums: " + string(report.StoredVerdict(a.Stored))
-	return auditExit(nil, a, false) // nothing stored: exit 2, as diff --stored
 }

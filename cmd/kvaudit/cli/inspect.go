@@ -53,13 +53,18 @@ checksummed. Use it to check a dump written by your own exporter.`,
 }
 
 func inspectRun(_ context.Context, opts *InspectOptions) error {
+	if err := checkSidePaths(opts.Paths); err != nil {
+		return err
+	}
 	paths, rest, err := layout.FindDumps(opts.Paths)
 	if err != nil {
 		return err
 	}
 	if len(rest) > 0 {
-		return usageErrorf("%q is not a dump: give a .safetensors file with an embedded manifest, or a directory holding manifest.json", rest[0])
+		return &layout.NotDumpError{Path: rest[0]}
 	}
+	// Each dump on its own (not layout.OpenPaths): inspect shows dumps of
+	// different sides side by side.
 	var dumps []*layout.Dump
 	// A closure, so that it closes the dumps opened below (a plain defer
 	// would evaluate dumps now, while it is nil), also when one fails to

@@ -6,10 +6,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() {
-	extraCommands = append(extraCommands, NewCmdMan)
-}
-
 // NewCmdMan builds `kvaudit man`, which writes man pages for every command.
 func NewCmdMan(s *Streams) *cobra.Command {
 	cmd := &cobra.Command{

@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra/doc"
 	"github.com/spf13/pflag"
 
+	"github.com/kvaudit/kvaudit/internal/kernels"
 	"github.com/kvaudit/kvaudit/internal/safeio"
-	"github.com/kvaudit/kvaudit/kernels"
 )
 
 // manPage is one generated man page: its file name (kvaudit-diff.1) and
@@ -95,7 +95,7 @@ func insertManSections(page []byte, sections string) []byte {
 }
 
 // manExits lists, per command, the exit statuses it can end with and what
-// each means there (SPEC 11); commands not listed succeed or fail on bad
+// each means there (docs/spec.md §11); commands not listed succeed or fail on bad
 // input. The root's page lists every status.
 var manExits = map[string][][2]string{
 	"diff": {

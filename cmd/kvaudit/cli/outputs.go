@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // checkOutsideInputs refuses an output directory that is one of the input
@@ -59,8 +60,8 @@ func realPath(path string) (string, error) {
 
 // allowedNotice says on stderr when the configuration file, not a flag,
 // turns an unverified load into exit 0.
-func allowedNotice(opts *DiffOptions, res *checksum.DiffResult) {
-	if opts.AllowUnverified && opts.AllowedBy != "" && res.Verdict == checksum.Unverified {
+func allowedNotice(opts *DiffOptions, res *verify.Result) {
+	if opts.AllowUnverified && opts.AllowedBy != "" && res.Verdict() == checksum.Unverified {
 		fmt.Fprintf(opts.IO.Err, "kvaudit: note: an unverified load exits 0 because %s sets allow-unverified\n", opts.AllowedBy)
 	}
 }

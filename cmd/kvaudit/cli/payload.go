@@ -10,7 +10,7 @@ import (
 
 // writePayloads prints what a producer sends for each request of side c:
 // one JSON object mapping request id to the base64 payload of its check 0
-// in the given form (`kvaudit checksum -o payload`, SPEC section 12).
+// in the given form (`kvaudit checksum -o payload`, docs/spec.md §12).
 // `kvaudit diff` reads the object back and pairs its entries by id. A side
 // missing ranks has no payload.
 func writePayloads(w io.Writer, c *checksum.Checks, form checksum.PayloadForm) error {

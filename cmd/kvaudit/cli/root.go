@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 )
 
@@ -34,7 +35,10 @@ var exitProcess = os.Exit
 // and directories are removed (internal/safeio), the progress bar line is
 // cleared and Main returns ExitInterrupted or ExitTerminated. A panic is
 // recovered and reported as ExitInternal.
-func Main(args []string, s *Streams) (code int) {
+func Main(args []string, s *Streams) int { return execute(NewRootCmd(s), args, s) }
+
+// execute runs root with args: Main's work, for any command tree.
+func execute(root *cobra.Command, args []string, s *Streams) (code int) {
 	resumeDrawing()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -78,11 +82,14 @@ func Main(args []string, s *Streams) (code int) {
 			code = ExitInternal
 		}
 	}()
-	root := NewRootCmd(s)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	if sig := received(); sig != nil {
 		return interrupted(s, sig)
+	}
+	var dm *checksum.DeviceMemoryError
+	if errors.As(err, &dm) {
+		err = fmt.Errorf("%w (--engine cuda)", err)
 	}
 	printed := s.quietVerdict(err)
 	if err != nil && !printed {
@@ -152,26 +159,25 @@ optional kvaudit.yaml (--config, the working directory or
 		s.beQuiet()
 		return nil
 	}
+	// Every command, in one list.
 	root.AddCommand(
 		NewCmdChecksum(s, nil),
+		NewCmdDiff(s, nil),
 		NewCmdInspect(s, nil),
+		NewCmdInject(s, nil),
+		NewCmdCampaign(s, nil),
 		NewCmdSynth(s, nil),
 		NewCmdDemo(s, nil),
+		NewCmdBench(s, nil),
+		NewCmdMan(s),
 		NewCmdVersion(s),
 	)
-	for _, add := range extraCommands {
-		root.AddCommand(add(s))
-	}
 	root.Version = versionString()
 	root.SetVersionTemplate("{{.Version}}\n")
 	registerCompletions(root)
 	explainArgs(root)
 	return root
 }
-
-// extraCommands are added by the files that define them (diff, inject,
-// campaign, bench, ...), so the root needs no edit for each.
-var extraCommands []func(*Streams) *cobra.Command
 
 // parseFormat checks an -o value against the formats a command offers.
 func parseFormat(value string, allowed ...string) (string, error) {

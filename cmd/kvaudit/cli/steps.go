@@ -3,6 +3,8 @@ package cli
 import (
 	"sync"
 	"time"
+
+	"github.com/kvaudit/kvaudit/layout"
 )
 
 // longStep shows msg as a status line on stderr while a step runs, once
@@ -31,4 +33,15 @@ func longStep(s *Streams, msg string) (done func()) {
 		ended = true
 		st.done()
 	}
+}
+
+// verifyProgress returns the progress hooks of verify.Options for the
+// streams: a byte bar per side's checksums, a status line per long step.
+func verifyProgress(s *Streams) (progress func(string, []*layout.Dump, []string) (func(int64), func()), step func(string) func()) {
+	progress = func(side string, dumps []*layout.Dump, requests []string) (func(int64), func()) {
+		bar := newChecksumProgress(s, dumps, requests, "checksum "+side)
+		return bar.Callback(), bar.Finish
+	}
+	step = func(what string) func() { return longStep(s, what) }
+	return progress, step
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -65,7 +66,7 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 				NoStateSplit: cfg.Bool("no-state-split"), Force: cfg.Bool("force"),
 			}
 			if opts.Config, err = opts.Config.Normalize(); err != nil {
-				return &UsageError{err}
+				return synthFlagError(err)
 			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
@@ -110,4 +111,22 @@ func synthRun(_ context.Context, opts *SynthOptions) error {
 		fmt.Fprintf(opts.IO.Err, "  %s\n", p)
 	}
 	return nil
+}
+
+// synthFlags are the flags of synth.Config's fields (synth.FieldError).
+var synthFlags = map[string]string{
+	"Layers": "--layers", "TP": "--tp", "PP": "--pp", "BlockSize": "--block-size",
+	"KernelBlockSize": "--kernel-block-size", "NumBlocks": "--num-blocks", "Requests": "--requests",
+	"Tokens": "--tokens", "PrefixTokens": "--prefix-tokens",
+}
+
+// synthFlagError reports a configuration synth rejects with its flag.
+func synthFlagError(err error) error {
+	var fe *synth.FieldError
+	if errors.As(err, &fe) {
+		if flag, ok := synthFlags[fe.Field]; ok {
+			return usageErrorf("%s %d %s", flag, fe.Value, fe.Msg)
+		}
+	}
+	return &UsageError{err}
 }

@@ -184,7 +184,7 @@ func vllmEncode(numTokens int, groups []vllmGroup) []byte {
 	return b
 }
 
-// TestVLLMGoldenBothNumberings: SPEC 1's worked example through
+// TestVLLMGoldenBothNumberings: docs/spec.md §1's worked example through
 // `checksum --numbering`, against the independent definition and the
 // published constants.
 func TestVLLMGoldenBothNumberings(t *testing.T) {

@@ -1,7 +1,7 @@
 """kvaudit dumps from a vLLM worker's KV cache.
 
 A kvaudit dump is one rank's KV cache: a .safetensors file whose
-__metadata__ holds a JSON manifest (kvaudit's SPEC section 10). This package
+__metadata__ holds a JSON manifest (kvaudit's docs/spec.md §10). This package
 builds one from the objects a vLLM worker already holds, with NumPy only
 (and PyTorch when the caches are torch tensors); it never imports vLLM:
 
@@ -227,7 +227,7 @@ class _Tensor:
 
     def _raw(self, d):
         """A tensor in a raw buffer: dtype, shape, strides (elements) and a
-        byte offset, as a SPEC 10 raw source describes it. The description is
+        byte offset, as a docs/spec.md §10 raw source describes it. The description is
         checked against the buffer before anything is read."""
         what = self.what
         try:
@@ -308,7 +308,7 @@ def memory_order(shape, strides):
 
 
 # ---------------------------------------------------------------------------
-# State splits (SPEC section 6) of vLLM's state layers.
+# State splits (docs/spec.md §6) of vLLM's state layers.
 
 def _conv_axis(conv_layout):
     if conv_layout not in ("SD", "DS"):
@@ -812,7 +812,7 @@ def live_manifest(kv_cache_config, kv_caches, requests, handle_fn, *, tp_rank=0,
                   pp_size=1, model="", model_num_kv_heads=0, state_splits=None, layouts=None,
                   covered_states=None, null_block_id=0):
     """Returns (manifest, device): the dump manifest of the live cache,
-    every layer a SPEC 10 cuda_ipc source over the worker's own tensor (its
+    every layer a docs/spec.md §10 cuda_ipc source over the worker's own tensor (its
     shape and strides as they are, block ids as the worker numbers them).
     handle_fn(tensor) returns (64-byte IPC handle, byte offset of the
     tensor's first element in the allocation the handle maps, device index)."""

@@ -1,9 +1,9 @@
-"""kvaudit's block checksums (SPEC sections 1 and 6) in NumPy, from a
+"""kvaudit's block checksums (docs/spec.md §1 and §6) in NumPy, from a
 model's logical KV and states: no layout, no TP split, no dump. The tests
 compare `kvaudit checksum` on exported dumps with these values.
 
 Piece products are summed in uint64 arrays (which wrap modulo 2^64, as
-the SPEC asks); the rest is Python integers, masked to 64 bits.
+docs/spec.md asks); the rest is Python integers, masked to 64 bits.
 """
 
 import numpy as np

@@ -296,7 +296,7 @@ class TestConsumer(unittest.TestCase):
 
 class TestReference(unittest.TestCase):
     def test_spec_worked_example(self):
-        """reference.py reproduces SPEC 1's golden vector."""
+        """reference.py reproduces docs/spec.md §1's golden vector."""
         kv = {L: [np.array([[(L + 1) * 1000 + (h + 1) * 100 + t * 10 + p for p in range(2)] for t in range(4)],
                            dtype=np.uint64) for h in range(2)] for L in range(2)}
         got = [reference.attention_block(kv, [0, 1], 2, 3, b) for b in range(2)]

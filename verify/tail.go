@@ -1,4 +1,4 @@
-package inject
+package verify
 
 import (
 	"cmp"
@@ -19,7 +19,7 @@ type TailFinding struct {
 	Position int
 	// Block is the block id.
 	Block int
-	Rank  Rank
+	Rank  layout.Rank
 	// Layer is the cache's layer name.
 	Layer string
 	// Whole is set for a block past the last token (else it is the tail
@@ -32,11 +32,6 @@ type TailFinding struct {
 	Bytes  int
 	File   string
 	Offset int64
-}
-
-// Place returns where the finding is, as fault.json lists it.
-func (t TailFinding) Place() AuditPlace {
-	return AuditPlace{Request: t.Request, Group: t.Group, Position: t.Position, Rank: t.Rank, Layer: t.Layer}
 }
 
 // TailAudit is the result of the transferred-or-zeroed audit.
@@ -81,7 +76,7 @@ func AuditTails(dumps []*layout.Dump, requests []string) (*TailAudit, error) {
 
 func auditRank(a *TailAudit, d *layout.Dump, requests []string) {
 	pp, tp := d.Rank()
-	rank := Rank{pp, tp}
+	rank := layout.Rank{PP: pp, TP: tp}
 	m := d.Manifest
 	for _, gv := range d.Groups {
 		g := gv.Group

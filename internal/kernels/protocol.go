@@ -10,8 +10,8 @@ import (
 //
 // kvaudit starts `kvaudit-cuda serve` and talks to it over the runner's
 // stdin and stdout: one JSON object per line ('\n'-terminated, of any
-// length), uint64 values as "0x"-prefixed 16-digit hex strings (SPEC
-// section 8). The runner writes nothing else to stdout; its stderr is for
+// length), uint64 values as "0x"-prefixed 16-digit hex strings (docs/spec.md
+// §8). The runner writes nothing else to stdout; its stderr is for
 // people (kvaudit shows its end when the runner fails).
 //
 //  1. Handshake. Once it holds a CUDA context on its device and has loaded

@@ -1,4 +1,4 @@
-// CUDA kernels of kvaudit's GPU engine (package kernels; SPEC section 1).
+// CUDA kernels of kvaudit's GPU engine (package kernels; docs/spec.md §1).
 //
 // kvaudit_checksum_* is kernels.(*Kernel).Thread (model.go) plus the block
 // reduction of kernels.(*Kernel).Exec, statement by statement: the tags in
@@ -12,7 +12,7 @@
 // thread blocks) does not matter. Every kernel parameter is 64 bits wide:
 // gorgonia.org/cu's Launch copies 8 bytes per parameter.
 //
-// Regenerate checksum.ptx with `go generate ./kernels/` (gen_ptx.sh).
+// Regenerate checksum.ptx with `go generate ./internal/kernels/` (gen_ptx.sh).
 
 typedef unsigned long long u64;
 typedef long long i64;

@@ -170,14 +170,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		refSample = 32 << 20
 	}
 
-	paths, rest, err := layout.FindDumps(opts.Paths)
-	if err != nil {
-		return nil, err
-	}
-	if len(rest) > 0 {
-		return nil, fmt.Errorf("%q is not a dump: bench measures dumps", rest[0])
-	}
-	dumps, err := layout.OpenSide(paths)
+	dumps, err := layout.OpenPaths(opts.Paths)
 	if err != nil {
 		return nil, err
 	}
@@ -294,7 +287,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		closeAll(dumps)
 		dumps = nil
 		t := slices.Max(threads)
-		e, err := endToEnd(ctx, paths, t, reps, warm, logf, peak)
+		e, err := endToEnd(ctx, opts.Paths, t, reps, warm, logf, peak)
 		if err != nil {
 			peak.stop()
 			return nil, err
@@ -337,7 +330,7 @@ func crossCheck(ctx context.Context, sample *Work) error {
 // endToEnd times Compute against open + plain read, interleaved.
 func endToEnd(ctx context.Context, paths []string, threads, reps, warm int, logf func(string, ...any), peak *heapSampler) (*EndToEnd, error) {
 	check := func() error {
-		dumps, err := layout.OpenSide(paths)
+		dumps, err := layout.OpenPaths(paths)
 		if err != nil {
 			return err
 		}
@@ -346,7 +339,7 @@ func endToEnd(ctx context.Context, paths []string, threads, reps, warm int, logf
 		return err
 	}
 	read := func() error {
-		dumps, err := layout.OpenSide(paths)
+		dumps, err := layout.OpenPaths(paths)
 		if err != nil {
 			return err
 		}

@@ -42,7 +42,7 @@ const (
 // tid of a block reads lane tile*TileLanes + tid%TileLanes at tokens
 // chunk*ChunkTokens + tid/TileLanes + n*TokenLanes, n = 0, 1, ..., below
 // the row's valid token count (the mask), and accumulates them with the
-// addition-only sums of SPEC section 1.
+// addition-only sums of docs/spec.md §1.
 type Kernel struct {
 	RowStride    int64 // bytes from one kernel row to the next in the data read
 	TokenStride  int64 // bytes from one token to the next

@@ -1,0 +1,92 @@
+package verify
+
+import (
+	"context"
+	"errors"
+
+	"github.com/kvaudit/kvaudit/checksum"
+)
+
+// Audits are the consumer audits run beside a comparison; a nil field was
+// not run.
+type Audits struct {
+	// Tail is the transferred-or-zeroed audit.
+	Tail *TailAudit
+	// Stored are each consumer rank's stored checksums.
+	Stored []*checksum.StoredRank
+}
+
+// Failed reports whether an audit found something: a non-zero byte past
+// the transferred range, or a stored checksum that differs.
+func (a *Audits) Failed() bool {
+	if a.Tail != nil && len(a.Tail.Findings) > 0 {
+		return true
+	}
+	return a.Stored != nil && StoredVerdict(a.Stored) == checksum.Mismatch
+}
+
+// StoredVerdict is verified when every stored checksum matches, mismatch
+// when one differs, unverified when the manifests list none.
+func StoredVerdict(ranks []*checksum.StoredRank) checksum.Verdict {
+	checked := 0
+	for _, r := range ranks {
+		if len(r.Mismatches()) > 0 {
+			return checksum.Mismatch
+		}
+		checked += r.Checked()
+	}
+	if checked == 0 {
+		return checksum.Unverified
+	}
+	return checksum.Verified
+}
+
+// ErrStoredRecords is a stored-checksum check asked of records: it reads
+// the blocks and their block hashes.
+var ErrStoredRecords = errors.New("the stored-checksum check reads dumps (the blocks and their block hashes), not records")
+
+// CheckStored recomputes each full block's stored checksum (rank-local,
+// so any subset of ranks will do) and, where the manifests list stored
+// checksums, compares them: Result.Audits.Stored holds every rank's
+// values, Result.Verdict says whether they match (unverified when the
+// manifests list none). Options.Requests restricts the requests.
+func CheckStored(ctx context.Context, consumer Input, opts Options) (*Result, error) {
+	side, err := Open(consumer)
+	if err != nil {
+		return nil, err
+	}
+	defer side.Close()
+	if !side.dumpsOnly() {
+		return nil, ErrStoredRecords
+	}
+	done := opts.step("computing the stored checksums")
+	a, err := audit(ctx, side, Options{Engine: opts.Engine, Requests: opts.Requests, Stored: true})
+	done()
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Audits: a}, nil
+}
+
+// audit runs the audits opts asks for on a side's dumps.
+func audit(ctx context.Context, side *Side, opts Options) (*Audits, error) {
+	a := &Audits{}
+	if opts.AuditTail {
+		t, err := AuditTails(side.Dumps, opts.Requests)
+		if err != nil {
+			return nil, err
+		}
+		a.Tail = t
+	}
+	if opts.Stored {
+		a.Stored = []*checksum.StoredRank{}
+		for _, d := range side.Dumps {
+			s, err := checksum.Stored(ctx, d, checksum.Options{Engine: opts.Engine, Requests: opts.Requests})
+			if err != nil {
+				return nil, err
+			}
+			a.Stored = append(a.Stored, s)
+		}
+	}
+	return a, nil
+}

@@ -1,0 +1,254 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/checksum/drill"
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// Options control Compare and CheckStored.
+type Options struct {
+	// Engine evaluates the checksum definition; nil means checksum.Fast{}.
+	Engine checksum.Engine
+	// Requests restricts the comparison to these consumer request ids
+	// (all when empty); it also names the request a bare payload is for.
+	Requests []string
+	// NoDrill skips the drill-down of mismatches; MaxDetails caps its
+	// details per request (0: drill.DefaultMaxDetails, negative: no cap).
+	NoDrill    bool
+	MaxDetails int
+	// AuditTail runs the tail audit on the consumer's dumps; Stored checks
+	// its blocks against the stored checksums in its manifests.
+	AuditTail, Stored bool
+	// Strict makes any loaded block that was not compared unverified
+	// (checksum.DiffOptions.Strict).
+	Strict bool
+	// Progress, when set, is called before a side's dumps are checksummed
+	// (side "consumer" or "producer", the requests checksummed) and
+	// returns the function the engines call with the cell bytes done
+	// (checksum.Options.Progress) and the one that ends the display.
+	Progress func(side string, dumps []*layout.Dump, requests []string) (add func(int64), done func())
+	// Step, when set, is told of a long step that reports no bytes (the
+	// drill-down, the audits) and returns the function that ends it.
+	Step func(what string) (done func())
+}
+
+// progress starts opts.Progress for a side, if set.
+func (opts Options) progress(side string, dumps []*layout.Dump, requests []string) (add func(int64), done func()) {
+	if opts.Progress == nil || len(dumps) == 0 {
+		return nil, func() {}
+	}
+	return opts.Progress(side, dumps, requests)
+}
+
+// step starts opts.Step, if set.
+func (opts Options) step(what string) (done func()) {
+	if opts.Step == nil {
+		return func() {}
+	}
+	return opts.Step(what)
+}
+
+// Result is what a comparison found.
+type Result struct {
+	// Diff holds the verdicts per request and group, with the drill-down's
+	// details; nil for CheckStored.
+	Diff *checksum.DiffResult
+	// Audits are the consumer audits that ran; nil when none did.
+	Audits *Audits
+}
+
+// Verdict combines the comparison's verdict with the audits': a mismatch
+// when a block differs or an audit finds something, unverified when a
+// load or the stored checksums could not be verified, else verified.
+func (r *Result) Verdict() checksum.Verdict {
+	v := checksum.Verified
+	if r.Diff != nil {
+		v = r.Diff.Verdict
+	}
+	if a := r.Audits; a != nil {
+		if a.Failed() {
+			return checksum.Mismatch
+		}
+		if v == checksum.Verified && a.Stored != nil && StoredVerdict(a.Stored) == checksum.Unverified {
+			v = checksum.Unverified
+		}
+	}
+	return v
+}
+
+// Summary says in one line why the result is not verified: the requests
+// that mismatch and the audits' findings, or what is unverified. It is ""
+// when the result is verified.
+func (r *Result) Summary() string {
+	verdict := r.Verdict()
+	var ids []string
+	if r.Diff != nil {
+		for _, rv := range r.Diff.Requests {
+			if rv.Verdict == r.Diff.Verdict {
+				ids = append(ids, rv.ID)
+			}
+		}
+	}
+	var msgs []string
+	switch verdict {
+	case checksum.Mismatch:
+		if r.Diff != nil && r.Diff.Verdict == checksum.Mismatch {
+			msgs = append(msgs, "mismatch: request "+strings.Join(ids, ", "))
+		}
+		if a := r.Audits; a != nil {
+			if a.Tail != nil && len(a.Tail.Findings) > 0 {
+				x := a.Tail.Findings[0]
+				msgs = append(msgs, fmt.Sprintf("tail audit: %d block(s) hold non-zero bytes past the transferred range (request %s group %d position %d, ...)", len(a.Tail.Findings), x.Request, x.Group, x.Position))
+			}
+			if a.Stored != nil && StoredVerdict(a.Stored) == checksum.Mismatch {
+				msgs = append(msgs, "stored checksums: some block differs from the checksum stored with it")
+			}
+		}
+	case checksum.Unverified:
+		switch {
+		case r.Diff != nil && r.Diff.Verdict == checksum.Unverified && len(ids) == 0:
+			msgs = append(msgs, "unverified: the consumer holds no request")
+		case r.Diff != nil && r.Diff.Verdict == checksum.Unverified:
+			msgs = append(msgs, "unverified: request "+strings.Join(ids, ", "))
+		default:
+			msgs = append(msgs, "stored checksums: no request lists stored_checksums for a full block")
+		}
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// BarePayloadError is a producer given as one request's payload while the
+// consumer holds several requests: Options.Requests must name the one it
+// is for.
+type BarePayloadError struct {
+	Producer string
+	Requests int
+}
+
+func (e *BarePayloadError) Error() string {
+	return fmt.Sprintf("the producer %s is one request's payload and the consumer holds %d requests: name the consumer request it is for", e.Producer, e.Requests)
+}
+
+// ErrAuditRecords is an audit asked of a consumer given as records: the
+// audits read the consumer's dumps.
+var ErrAuditRecords = errors.New("the tail audit and the stored-checksum check read the consumer's dumps: give dumps, not records")
+
+// Compare answers whether the consumer holds what the producer sent. It
+// opens both sides (see Input), checksums their dumps, merges the ranks,
+// pairs the requests (by id, by a consumer request's producer_id, or a
+// bare payload with the consumer's only or named request), applies the
+// verdict rules, drills every mismatch down to layers, heads and tokens
+// when both sides are dumps, and runs the audits opts asks for. The
+// consumer must be dumps or records; the producer may also be what it
+// sent (a payload).
+func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Result, error) {
+	cside, err := Open(consumer)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	defer cside.Close()
+	if cside.payload {
+		return nil, fmt.Errorf("consumer %s is a payload: the consumer must be dumps or records (a payload is what a producer sends)", cside.name)
+	}
+	if (opts.AuditTail || opts.Stored) && !cside.dumpsOnly() {
+		return nil, ErrAuditRecords
+	}
+	pside, err := Open(producer)
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	defer pside.Close()
+
+	// A flat payload (vLLM's published form) is compared block-numbered:
+	// the consumer's values in both numberings, from one pass where the
+	// engine can (docs/spec.md §1).
+	add, done := opts.progress("consumer", cside.Dumps, opts.Requests)
+	crecs, err := cside.AllRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: pside.flat(), Progress: add})
+	done()
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	cons, err := checksum.Merge(crecs)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	if len(opts.Requests) > 0 {
+		if err := cons.Select(opts.Requests); err != nil {
+			return nil, fmt.Errorf("consumer: %w", err)
+		}
+	}
+	prod, err := producerChecks(ctx, pside, cons, opts)
+	if err != nil {
+		return nil, err
+	}
+
+	res := &Result{Diff: checksum.DiffWith(prod, cons, checksum.DiffOptions{Strict: opts.Strict})}
+	checksum.RefineFlatHints(res.Diff, prod, cside.Dumps)
+	for _, rv := range res.Diff.Requests {
+		note, ok := pside.notes[rv.ProducerID]
+		if !ok && pside.bare != nil {
+			note, ok = pside.notes[""]
+		}
+		if ok {
+			rv.Notes = append(rv.Notes, "the producer's payload: "+note)
+		}
+	}
+	if !opts.NoDrill && res.Diff.Verdict == checksum.Mismatch && pside.dumpsOnly() && cside.dumpsOnly() {
+		done := opts.step("drilling the mismatches down to layers, heads and tokens")
+		err := drill.Explain(ctx, pside.Dumps, cside.Dumps, res.Diff, drill.Options{MaxDetails: opts.MaxDetails})
+		done()
+		if err != nil {
+			return nil, err
+		}
+	}
+	if opts.AuditTail || opts.Stored {
+		done := opts.step("auditing the consumer's dumps")
+		res.Audits, err = audit(ctx, cside, opts)
+		done()
+		if err != nil {
+			return nil, fmt.Errorf("consumer: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// producerChecks resolves the producer's checks for the consumer's
+// requests: a bare payload takes the consumer's only request's pairing
+// id, payloads pair by id, dumps and records are checksummed for the
+// requests the consumer pairs with.
+func producerChecks(ctx context.Context, pside *Side, cons *checksum.Checks, opts Options) (*checksum.Checks, error) {
+	switch {
+	case pside.bare != nil:
+		if len(cons.Requests) != 1 {
+			return nil, &BarePayloadError{Producer: pside.name, Requests: len(cons.Requests)}
+		}
+		pside.bare.ID = cons.Requests[0].PairID()
+		return checksum.ProducerChecks(pside.bare), nil
+	case pside.payload:
+		return checksum.ProducerChecks(pside.byID...), nil
+	}
+	var ids []string
+	for _, r := range cons.Requests {
+		if !slices.Contains(ids, r.PairID()) {
+			ids = append(ids, r.PairID())
+		}
+	}
+	add, done := opts.progress("producer", pside.Dumps, ids)
+	precs, err := pside.AllRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: ids, Progress: add})
+	done()
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	prod, err := checksum.Merge(precs)
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	return prod, nil
+}

@@ -1,0 +1,20 @@
+// Package verify answers kvaudit's question: does the consumer hold what
+// the producer sent? It opens both sides (dumps, records, or what a
+// producer sent: a payload, vLLM's kv_transfer_params), checksums and
+// merges their ranks, pairs the requests, applies the verdict rules of
+// docs/spec.md §9, drills every mismatch down to layers, heads and tokens,
+// and runs the consumer audits (the tail audit, stored checksums).
+//
+// One call compares a producer's payload with a consumer's dumps:
+//
+//	res, err := verify.Compare(ctx,
+//		verify.Input{Payload: kvTransferParamsJSON},
+//		verify.Input{Paths: []string{"kv/consumer"}},
+//		verify.Options{Requests: []string{"req-0"}})
+//	...
+//	fmt.Println(res.Verdict(), res.Summary()) // verified, mismatch or unverified
+//
+// CheckStored checks a consumer's blocks against the stored checksums in
+// its manifests, and Open is the one way from paths, an argument or
+// payload bytes to an opened side. Package report renders a Result.
+package verify

@@ -1,0 +1,375 @@
+package verify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// Input names one side of a comparison. Set exactly one of Payload, Arg
+// and Paths.
+type Input struct {
+	// Payload is what a producer sent, already read: base64 text, a JSON
+	// object with a "kv_checksums" key (vLLM's kv_transfer_params), the
+	// JSON map of request id to payload that checksum -o payload prints,
+	// or raw msgpack bytes. Name names it in messages ("the payload" when
+	// empty).
+	Payload []byte
+	Name    string
+	// Arg is the side as one command-line argument: "-" (a payload read
+	// from Stdin), a dump, a directory of dumps and/or records, a record
+	// file, a payload file, or, when it is not an existing path, payload
+	// text.
+	Arg   string
+	Stdin io.Reader
+	// Paths are dumps, directories holding dumps and/or records, and
+	// record files: the ranks of one side.
+	Paths []string
+}
+
+// Side is one side opened: dumps (mapped; Close releases them) and
+// records, or what a producer sent.
+type Side struct {
+	Dumps   []*layout.Dump
+	Records []*checksum.Record
+
+	// A producer given as what it sent: one bare payload (it pairs with
+	// one consumer request) or payloads by producer request id.
+	payload bool
+	bare    *checksum.RequestChecks
+	byID    []*checksum.RequestChecks
+	// notes say why payloads were not decoded, by producer request id
+	// ("" for a bare payload).
+	notes map[string]string
+	name  string
+}
+
+// Close releases the side's dumps.
+func (s *Side) Close() { layout.CloseAll(s.Dumps) }
+
+// flat says whether the side holds a flat payload (block-numbered values,
+// vLLM's published form).
+func (s *Side) flat() bool {
+	for _, r := range append([]*checksum.RequestChecks{s.bare}, s.byID...) {
+		if r != nil && slices.ContainsFunc(r.Groups, func(g *checksum.GroupChecks) bool { return g.FlatOnly }) {
+			return true
+		}
+	}
+	return false
+}
+
+// dumpsOnly says whether the side is all dumps (so the drill-down and the
+// audits can read its cells).
+func (s *Side) dumpsOnly() bool {
+	return !s.payload && len(s.Records) == 0 && len(s.Dumps) > 0
+}
+
+// AllRecords checksums the side's dumps and returns those records with
+// the side's own, ready for checksum.Merge.
+func (s *Side) AllRecords(ctx context.Context, opts checksum.Options) ([]*checksum.Record, error) {
+	if s.payload {
+		return nil, fmt.Errorf("%s is a payload, not dumps or records", s.name)
+	}
+	recs, err := checksum.Records(ctx, s.Dumps, opts)
+	if err != nil {
+		return nil, err
+	}
+	return append(recs, s.Records...), nil
+}
+
+// maxPayloadFile bounds a payload or kv_transfer_params file read whole
+// (a 128k-token prompt's payload is about 87 KB of base64 per group).
+const maxPayloadFile = layout.MaxPayloadSize
+
+// Open opens a side: the one way from paths, an argument or payload bytes
+// to dumps, records or payloads. The caller closes the side.
+func Open(in Input) (*Side, error) {
+	set := 0
+	for _, b := range []bool{in.Payload != nil, in.Arg != "", len(in.Paths) > 0} {
+		if b {
+			set++
+		}
+	}
+	if set != 1 {
+		return nil, errors.New("an input names a side by exactly one of Payload, Arg and Paths")
+	}
+	switch {
+	case in.Payload != nil:
+		name := in.Name
+		if name == "" {
+			name = "the payload"
+		}
+		return payloadSide(name, in.Payload)
+	case in.Arg != "":
+		return openArg(in.Arg, in.Stdin)
+	}
+	return openPaths(in.Paths)
+}
+
+// openPaths opens the dumps and reads the records among paths (files,
+// dump directories, or directories holding either).
+func openPaths(paths []string) (*Side, error) {
+	dumpPaths, rest, err := layout.FindDumps(paths)
+	if err != nil {
+		return nil, err
+	}
+	s := &Side{name: "the side"}
+	for _, p := range rest {
+		// Regular files only (a FIFO or /dev/zero is refused at once), at
+		// most layout.MaxRecordSize bytes.
+		data, err := layout.ReadRegularFile(p, layout.MaxRecordSize, "record")
+		if err != nil {
+			return nil, err
+		}
+		if !looksLikeRecord(data) {
+			return nil, fmt.Errorf("%q is neither a dump nor a record (a payload is given as a side of its own)", p)
+		}
+		recs, err := checksum.ParseRecords(p, data)
+		if err != nil {
+			return nil, err
+		}
+		s.Records = append(s.Records, recs...)
+	}
+	if s.Dumps, err = layout.OpenSide(dumpPaths); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// looksLikeRecord says whether a file means to be a record (and so must be
+// a valid one).
+func looksLikeRecord(data []byte) bool {
+	return bytes.Contains(data, []byte(checksum.RecordFormat))
+}
+
+// openArg resolves one argument: "-" (payload text or JSON on stdin), a
+// dump or directory (dumps and records), a record file, a payload file,
+// or, when arg is not an existing path, payload text.
+func openArg(arg string, stdin io.Reader) (*Side, error) {
+	if arg == "-" {
+		if stdin == nil {
+			return nil, errors.New(`"-" reads the payload from Stdin, and there is none`)
+		}
+		data, err := readPayloadInput(stdin)
+		if err != nil {
+			return nil, fmt.Errorf("reading stdin: %w", err)
+		}
+		return payloadSide("stdin", data)
+	}
+	st, err := os.Stat(arg)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && !looksLikePath(arg) {
+			return payloadSide(fmt.Sprintf("%q", shortArg(arg)), []byte(arg))
+		}
+		return nil, err
+	}
+	if st.IsDir() || strings.HasSuffix(arg, ".safetensors") {
+		return openPaths([]string{arg})
+	}
+	data, err := readPayloadFile(arg)
+	if err != nil {
+		return nil, err
+	}
+	if looksLikeRecord(data) {
+		recs, err := checksum.ParseRecords(arg, data)
+		if err != nil {
+			return nil, err
+		}
+		return &Side{Records: recs, name: fmt.Sprintf("%q", arg)}, nil
+	}
+	return payloadSide(fmt.Sprintf("%q", arg), data)
+}
+
+// looksLikePath says whether an argument that does not exist was meant as
+// a path rather than payload text. Payload text is at least 8 characters
+// of the base64 alphabets (standard or URL-safe, so that the decoder can
+// say what is wrong with it) and, if it has a "/", no existing directory
+// before it.
+func looksLikePath(arg string) bool {
+	t := strings.TrimSpace(arg)
+	if len(t) < 8 || strings.Trim(t, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_") != "" {
+		return true
+	}
+	if dir := filepath.Dir(t); dir != "." {
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			return true
+		}
+	}
+	return false
+}
+
+// shortArg abbreviates a long argument (payload text) for messages.
+func shortArg(s string) string {
+	if len(s) > 40 {
+		return s[:37] + "..."
+	}
+	return s
+}
+
+// payloadSide reads a producer given as what it sent: a JSON object (with
+// "kv_checksums", or a map of request id to payload), base64 text, or raw
+// msgpack bytes. A payload that does not decode is not an error: its
+// request is unverified (the producer's checksums are invalid) and the
+// decoding error becomes a note. what names the input for errors.
+func payloadSide(what string, data []byte) (*Side, error) {
+	s := &Side{payload: true, notes: map[string]string{}, name: what}
+	text := bytes.TrimSpace(data)
+	bare := func(text string) {
+		rc, err := checksum.PayloadRequestBase64("", text)
+		if err != nil {
+			s.notes[""] = err.Error()
+		}
+		s.bare = rc
+	}
+	// bareInPlace decodes data itself (an aligned buffer this side owns),
+	// so a payload file costs about its size once (docs/spec.md §8).
+	bareInPlace := func(text bool) {
+		rc, err := checksum.PayloadRequestInPlace("", data, text)
+		if err != nil {
+			s.notes[""] = err.Error()
+		}
+		s.bare = rc
+	}
+	switch {
+	case len(text) > 0 && text[0] == '{':
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(text, &obj); err != nil {
+			return nil, fmt.Errorf("%s: not a JSON object: %v", what, err)
+		}
+		var format string
+		if json.Unmarshal(obj["format"], &format) == nil && strings.HasPrefix(format, "kvaudit-") {
+			return nil, fmt.Errorf("%s is %s output, not what a producer sends: give its dumps, records or payloads", what, format)
+		}
+		if raw, ok := obj["kv_checksums"]; ok {
+			// vLLM's kv_transfer_params.
+			var t *string
+			switch err := json.Unmarshal(raw, &t); {
+			case err != nil:
+				s.bare = checksum.InvalidRequest("", checksum.ReasonInvalidChecksums)
+				s.notes[""] = fmt.Sprintf("kv_checksums is not a string: %s", shortArg(string(raw)))
+			case t == nil:
+				s.bare = checksum.InvalidRequest("", checksum.ReasonNoChecksums)
+			default:
+				bare(*t)
+			}
+			return s, nil
+		}
+		texts := map[string]string{}
+		for id, raw := range obj {
+			var t string
+			if err := json.Unmarshal(raw, &t); err != nil {
+				// kv_transfer_params without kv_checksums.
+				s.bare = checksum.InvalidRequest("", checksum.ReasonNoChecksums)
+				return s, nil
+			}
+			texts[id] = t
+		}
+		// The map checksum -o payload prints: request id -> payload.
+		ids := make([]string, 0, len(texts))
+		for id := range texts {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			rc, err := checksum.PayloadRequestBase64(id, texts[id])
+			if err != nil {
+				s.notes[id] = err.Error()
+			}
+			s.byID = append(s.byID, rc)
+		}
+	case isText(text):
+		bareInPlace(true)
+	default:
+		// Raw msgpack, as a file.
+		bareInPlace(false)
+	}
+	return s, nil
+}
+
+// readPayloadFile reads a regular payload or record file (never a FIFO or
+// a device; at most maxPayloadFile bytes, its size when opened) into an
+// aligned buffer that in-place decoding can keep (checksum.NewPayloadBuffer).
+func readPayloadFile(path string) ([]byte, error) {
+	f, st, err := layout.OpenRegular(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st.Size() > maxPayloadFile {
+		return nil, fmt.Errorf("%q: %d bytes is more than the %d-byte limit for a payload or record file", path, st.Size(), maxPayloadFile)
+	}
+	buf := checksum.NewPayloadBuffer(int(st.Size()))
+	n, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("reading %q: %w", path, err)
+	}
+	return buf[:n], nil
+}
+
+// readPayloadInput reads stdin, at most maxPayloadFile bytes, into an
+// aligned buffer: in chunks, then once into a buffer of the exact size.
+func readPayloadInput(r io.Reader) ([]byte, error) {
+	if f, ok := r.(*os.File); ok {
+		// Redirected from a file: read it at its size, once.
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			if st.Size() > maxPayloadFile {
+				return nil, fmt.Errorf("%d bytes: too large for a payload", st.Size())
+			}
+			if off, err := f.Seek(0, io.SeekCurrent); err == nil && off <= st.Size() {
+				buf := checksum.NewPayloadBuffer(int(st.Size() - off))
+				n, err := io.ReadFull(f, buf)
+				if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+					return nil, err
+				}
+				return buf[:n], nil
+			}
+		}
+	}
+	var chunks [][]byte
+	total := 0
+	for total <= maxPayloadFile {
+		c := make([]byte, 1<<20)
+		n, err := io.ReadFull(r, c)
+		if n > 0 {
+			chunks = append(chunks, c[:n])
+			total += n
+		}
+		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if total > maxPayloadFile {
+		return nil, fmt.Errorf("more than %d bytes: too large for a payload", maxPayloadFile)
+	}
+	buf := checksum.NewPayloadBuffer(total)
+	off := 0
+	for i, c := range chunks {
+		off += copy(buf[off:], c)
+		chunks[i] = nil // let the chunk go
+	}
+	return buf, nil
+}
+
+// isText says whether b is printable ASCII (base64 text, maybe broken).
+func isText(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 && c != '\t' && c != '\n' && c != '\r' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}

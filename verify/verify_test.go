@@ -1,0 +1,195 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout/synth"
+)
+
+func storedRank(blocks ...checksum.StoredBlock) *checksum.StoredRank {
+	return &checksum.StoredRank{Path: "r", Blocks: blocks}
+}
+
+// TestVerdictAndSummary: the combined verdict of a comparison and its
+// audits, written out case by case.
+func TestVerdictAndSummary(t *testing.T) {
+	diff := func(v checksum.Verdict, ids ...string) *checksum.DiffResult {
+		d := &checksum.DiffResult{Verdict: v}
+		for _, id := range ids {
+			d.Requests = append(d.Requests, &checksum.RequestVerdict{ID: id, Verdict: v})
+		}
+		return d
+	}
+	match := checksum.StoredBlock{Request: "r", Value: 1, Stored: 1, HasStored: true}
+	differs := checksum.StoredBlock{Request: "r", Value: 1, Stored: 2, HasStored: true}
+	notStored := checksum.StoredBlock{Request: "r", Value: 1}
+	finding := &TailAudit{Findings: []TailFinding{{Request: "req-1", Group: 0, Position: 3}}}
+	for _, c := range []struct {
+		name    string
+		res     Result
+		verdict checksum.Verdict
+		summary string
+	}{
+		{"verified", Result{Diff: diff(checksum.Verified, "a")}, checksum.Verified, ""},
+		{"mismatch", Result{Diff: diff(checksum.Mismatch, "a", "b")}, checksum.Mismatch, "mismatch: request a, b"},
+		{"unverified", Result{Diff: diff(checksum.Unverified, "a")}, checksum.Unverified, "unverified: request a"},
+		{"no request", Result{Diff: diff(checksum.Unverified)}, checksum.Unverified, "unverified: the consumer holds no request"},
+		{"tail finding", Result{Diff: diff(checksum.Verified, "a"), Audits: &Audits{Tail: finding}}, checksum.Mismatch,
+			"tail audit: 1 block(s) hold non-zero bytes past the transferred range (request req-1 group 0 position 3, ...)"},
+		{"tail clean", Result{Diff: diff(checksum.Verified, "a"), Audits: &Audits{Tail: &TailAudit{Checked: 4}}}, checksum.Verified, ""},
+		{"stored differs", Result{Audits: &Audits{Stored: []*checksum.StoredRank{storedRank(match), storedRank(differs)}}}, checksum.Mismatch,
+			"stored checksums: some block differs from the checksum stored with it"},
+		{"stored match", Result{Audits: &Audits{Stored: []*checksum.StoredRank{storedRank(match, notStored)}}}, checksum.Verified, ""},
+		{"nothing stored", Result{Audits: &Audits{Stored: []*checksum.StoredRank{storedRank(notStored)}}}, checksum.Unverified,
+			"stored checksums: no request lists stored_checksums for a full block"},
+		{"unverified load, nothing stored", Result{Diff: diff(checksum.Unverified, "a"), Audits: &Audits{Stored: []*checksum.StoredRank{}}}, checksum.Unverified,
+			"unverified: request a"},
+		{"mismatch and finding", Result{Diff: diff(checksum.Mismatch, "a"), Audits: &Audits{Tail: finding}}, checksum.Mismatch,
+			"mismatch: request a; tail audit: 1 block(s) hold non-zero bytes past the transferred range (request req-1 group 0 position 3, ...)"},
+	} {
+		if v := c.res.Verdict(); v != c.verdict {
+			t.Errorf("%s: verdict %s, want %s", c.name, v, c.verdict)
+		}
+		if s := c.res.Summary(); s != c.summary {
+			t.Errorf("%s: summary %q, want %q", c.name, s, c.summary)
+		}
+	}
+}
+
+// TestOpenInput: an input names a side one way; payload bytes are read
+// as what a producer sent, whatever their form.
+func TestOpenInput(t *testing.T) {
+	for _, in := range []Input{{}, {Payload: []byte("x"), Arg: "y"}, {Arg: "y", Paths: []string{"z"}}} {
+		if _, err := Open(in); err == nil {
+			t.Errorf("Open(%+v): no error", in)
+		}
+	}
+	for _, c := range []struct {
+		payload string
+		bare    bool
+		ids     []string
+		reason  string
+	}{
+		{`{"kv_checksums": null}`, true, nil, checksum.ReasonNoChecksums},
+		{`{"do_remote_prefill": true}`, true, nil, checksum.ReasonNoChecksums},
+		{`{"kv_checksums": 7}`, true, nil, checksum.ReasonInvalidChecksums},
+		{`{"req-1": "AAAA", "req-0": "AAAA"}`, false, []string{"req-0", "req-1"}, ""},
+	} {
+		s, err := Open(Input{Payload: []byte(c.payload)})
+		if err != nil {
+			t.Fatalf("%s: %v", c.payload, err)
+		}
+		if !s.payload || (s.bare != nil) != c.bare {
+			t.Errorf("%s: payload %v, bare %v", c.payload, s.payload, s.bare != nil)
+		}
+		var ids []string
+		for _, r := range s.byID {
+			ids = append(ids, r.ID)
+		}
+		if strings.Join(ids, ",") != strings.Join(c.ids, ",") {
+			t.Errorf("%s: ids %v, want %v", c.payload, ids, c.ids)
+		}
+		if c.reason != "" && (s.bare == nil || !strings.Contains(strings.Join(s.bare.Unverified, " "), c.reason)) {
+			t.Errorf("%s: bare request %+v, want reason %q", c.payload, s.bare, c.reason)
+		}
+	}
+	if _, err := Open(Input{Payload: []byte(`{"format": "kvaudit-diff/1"}`)}); err == nil || !strings.Contains(err.Error(), "kvaudit-diff/1 output") {
+		t.Errorf("a kvaudit report as a payload: %v", err)
+	}
+}
+
+// TestCompareErrors: a payload as the consumer, a bare payload for one of
+// several requests, audits of records.
+func TestCompareErrors(t *testing.T) {
+	dir := t.TempDir()
+	paths, err := synth.Write(dir, synth.Config{Preset: "llama", Requests: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	side := Input{Paths: paths}
+	if _, err := Compare(ctx, side, Input{Payload: []byte("AAAAAAAA")}, Options{}); err == nil || !strings.Contains(err.Error(), "consumer must be dumps or records") {
+		t.Errorf("payload as consumer: %v", err)
+	}
+	var bare *BarePayloadError
+	if _, err := Compare(ctx, Input{Payload: []byte("AAAAAAAA")}, side, Options{}); !errors.As(err, &bare) || bare.Requests != 2 {
+		t.Errorf("bare payload, 2 requests: %v", err)
+	}
+	c, err := checksum.ComputePaths(ctx, paths, checksum.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := checksum.Records(ctx, mustOpen(t, paths).Dumps, checksum.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recFile := filepath.Join(dir, "rank.record.json")
+	b, err := checksum.MarshalRecord(recs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, recFile, b)
+	if _, err := Compare(ctx, side, Input{Paths: []string{recFile}}, Options{AuditTail: true}); !errors.Is(err, ErrAuditRecords) {
+		t.Errorf("tail audit of records: %v", err)
+	}
+	if _, err := CheckStored(ctx, Input{Paths: []string{recFile}}, Options{}); !errors.Is(err, ErrStoredRecords) {
+		t.Errorf("stored check of records: %v", err)
+	}
+	// Records and dumps of the same side verify against each other.
+	res, err := Compare(ctx, side, Input{Paths: []string{recFile}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verdict() != checksum.Verified || len(res.Diff.Requests) != len(c.Requests) {
+		t.Errorf("dumps vs their records: %s, %d requests, want verified, %d", res.Verdict(), len(res.Diff.Requests), len(c.Requests))
+	}
+	// The same through kv_transfer_params for one named request.
+	p, err := checksum.NewPayload(c, c.Requests[1], checksum.FormNested)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := checksum.EncodePayloadBase64(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params, _ := json.Marshal(map[string]string{"kv_checksums": text})
+	res, err = Compare(ctx, Input{Payload: params}, side, Options{Requests: []string{c.Requests[1].ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verdict() != checksum.Verified || len(res.Diff.Requests) != 1 || res.Diff.Requests[0].ID != c.Requests[1].ID {
+		t.Errorf("payload of %s: %s %+v", c.Requests[1].ID, res.Verdict(), res.Diff.Requests)
+	}
+	// Another request's payload mismatches.
+	res, err = Compare(ctx, Input{Payload: params}, side, Options{Requests: []string{c.Requests[0].ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verdict() != checksum.Mismatch {
+		t.Errorf("payload of %s against %s: %s, want mismatch", c.Requests[1].ID, c.Requests[0].ID, res.Verdict())
+	}
+}
+
+func mustOpen(t *testing.T, paths []string) *Side {
+	t.Helper()
+	s, err := Open(Input{Paths: paths})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func writeFile(t *testing.T, p string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
