@@ -15,7 +15,7 @@ import (
 	"gorgonia.org/cu"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/internal/kernels"
+	"github.com/kvaudit/kvaudit/kernels"
 	"github.com/kvaudit/kvaudit/layout"
 )
 

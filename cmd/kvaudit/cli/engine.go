@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/internal/kernels"
+	"github.com/kvaudit/kvaudit/kernels"
 )
 
 // engineHelp documents the values --engine takes.

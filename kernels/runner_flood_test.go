@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvaudit/kvaudit/internal/kernels"
+	"github.com/kvaudit/kvaudit/kernels"
 )
 
 // TestRunnerFloodStart: a "runner" that floods stdout instead of

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvaudit/kvaudit/internal/kernels"
+	"github.com/kvaudit/kvaudit/kernels"
 )
 
 // TestPTXIsGenerated: checksum.ptx carries the generated-code marker and

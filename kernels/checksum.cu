@@ -12,7 +12,7 @@
 // thread blocks) does not matter. Every kernel parameter is 64 bits wide:
 // gorgonia.org/cu's Launch copies 8 bytes per parameter.
 //
-// Regenerate checksum.ptx with `go generate ./internal/kernels/` (gen_ptx.sh).
+// Regenerate checksum.ptx with `go generate ./kernels/` (gen_ptx.sh).
 
 typedef unsigned long long u64;
 typedef long long i64;
