@@ -156,7 +156,7 @@ func DiffWith(producer, consumer *Checks, opts DiffOptions) *DiffResult {
 		rv := diffRequest(producer, consumer, cr)
 		for _, gv := range rv.Groups {
 			if n := gv.notCompared(); len(n) > 0 && (gv.Verdict == Verified || gv.Verdict == Mismatch) {
-				rv.Notes = append(rv.Notes, fmt.Sprintf("group %d: loaded block positions %s not compared (not covered by the producer's checksums, or another token count)", gv.ID, intRanges(n)))
+				rv.Notes = append(rv.Notes, fmt.Sprintf("group %d: loaded block positions %s not compared (not covered by the producer's checksums, or another token count)", gv.ID, Ranges(n)))
 				if opts.Strict && gv.Verdict == Verified {
 					gv.Verdict, gv.Reason = Unverified, ReasonNotCovered
 					gv.Hint = "--strict: every loaded block must be compared"
@@ -453,8 +453,11 @@ func (gv *GroupVerdict) notCompared() []int {
 	return out
 }
 
-// intRanges writes ascending integers compactly: "1-3,7".
-func intRanges(v []int) string {
+// Ranges writes integers compactly, ascending: "0-3,7" (for notes that
+// name block positions, layers or heads). v is not modified.
+func Ranges(v []int) string {
+	v = slices.Clone(v)
+	slices.Sort(v)
 	var b strings.Builder
 	for i := 0; i < len(v); {
 		j := i

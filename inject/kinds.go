@@ -128,6 +128,19 @@ func refuseDevice(dumps []*layout.Dump) error {
 // valid tokens cover it. Places are in request order, then position.
 func (p *planner) readers(di int, g *layout.Group, block int) []place {
 	var out []place
+	p.eachRead(di, g, func(pl place, b int) {
+		if b == block {
+			out = append(out, pl)
+		}
+	})
+	return out
+}
+
+// eachRead calls fn with every place of group g on rank di that reads a
+// block, and the block: the positions of each request's span that hold
+// valid tokens (a state group's running-state block always), in request
+// order, then position.
+func (p *planner) eachRead(di int, g *layout.Group, fn func(pl place, block int)) {
 	for _, id := range p.s.ids {
 		r := p.s.RankRequest(di, id)
 		if r == nil {
@@ -138,19 +151,15 @@ func (p *planner) readers(di int, g *layout.Group, block int) []place {
 			continue
 		}
 		for i, b := range span.Blocks {
-			if b != block {
-				continue
-			}
 			pl := place{id: id, g: g, pos: span.Start + i, valid: 1}
 			if g.Kind != layout.KindMamba {
 				pl.valid = layout.ValidTokens(r.NumTokens, pl.pos, g.BlockSize)
 			}
 			if pl.valid > 0 {
-				out = append(out, pl)
+				fn(pl, b)
 			}
 		}
 	}
-	return out
 }
 
 // shared says whether a place's block is read at another place on some
@@ -174,21 +183,7 @@ func (p *planner) blockReads(di int, g *layout.Group) map[int]int {
 		return m
 	}
 	m := map[int]int{}
-	for _, id := range p.s.ids {
-		r := p.s.RankRequest(di, id)
-		if r == nil {
-			continue
-		}
-		span, status, err := layout.RequestSpan(r, g)
-		if err != nil || status != layout.SpanOK {
-			continue
-		}
-		for i, b := range span.Blocks {
-			if g.Kind == layout.KindMamba || layout.ValidTokens(r.NumTokens, span.Start+i, g.BlockSize) > 0 {
-				m[b]++
-			}
-		}
-	}
+	p.eachRead(di, g, func(_ place, b int) { m[b]++ })
 	if p.reads == nil {
 		p.reads = map[[2]int]map[int]int{}
 	}

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
-	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
@@ -176,7 +175,7 @@ func (e *explainer) request() error {
 			case differ == 0:
 				quiet = append(quiet, pos)
 			case differ > 1:
-				e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d position %d: %d (layer, head, replica) slices differ, in layers %s and heads %s", g.ID, pos, differ, ranges(layers), ranges(heads)))
+				e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d position %d: %d (layer, head, replica) slices differ, in layers %s and heads %s", g.ID, pos, differ, checksum.Ranges(layers), checksum.Ranges(heads)))
 			}
 			found = found || differ > 0
 		}
@@ -184,7 +183,7 @@ func (e *explainer) request() error {
 		// position of the chunk, including unchanged ones: only when no
 		// position differs is the producer's dump itself suspect.
 		if len(quiet) > 0 && !found {
-			e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d positions %s: no differing cell found (the producer's dumps do not hold what it checksummed)", g.ID, ranges(quiet)))
+			e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d positions %s: no differing cell found (the producer's dumps do not hold what it checksummed)", g.ID, checksum.Ranges(quiet)))
 		}
 	}
 	if e.skipped > 0 {
@@ -368,29 +367,6 @@ func appendUnique(v []int, x int) []int {
 		return v
 	}
 	return append(v, x)
-}
-
-// ranges writes integers compactly, ascending: "0-3,7".
-func ranges(v []int) string {
-	v = slices.Clone(v)
-	slices.Sort(v)
-	var b strings.Builder
-	for i := 0; i < len(v); {
-		j := i
-		for j+1 < len(v) && v[j+1] == v[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		if j == i {
-			fmt.Fprintf(&b, "%d", v[i])
-		} else {
-			fmt.Fprintf(&b, "%d-%d", v[i], v[j])
-		}
-		i = j + 1
-	}
-	return b.String()
 }
 
 // searchBudget bounds the cells one request's classification reads
