@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -100,6 +102,15 @@ func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() {
+				// A panic here would end the process with Go's exit
+				// status 2, which means "unverified": make it an
+				// internal error the caller reports as such.
+				if r := recover(); r != nil {
+					errs[w] = fmt.Errorf("internal error: checksum worker: %v\n%s", r, debug.Stack())
+					next.Store(int64(len(cs)))
+				}
+			}()
 			s := newScratch(maxHeads)
 			for {
 				i := int(next.Add(1) - 1)
@@ -109,6 +120,9 @@ func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
 				c := &cs[i]
 				j := &jobs[c.task]
 				err := layout.Guard(j.task.Cache.Cells.File, func() error {
+					if testChunkHook != nil {
+						testChunkHook()
+					}
 					s.chunk(j, c, out, p)
 					return nil
 				})
@@ -131,6 +145,9 @@ func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
 	}
 	return ctx.Err()
 }
+
+// testChunkHook, when set (by tests), runs before each chunk.
+var testChunkHook func()
 
 // blockOrder returns the indices of rows sorted by block id (stable), so
 // that a chunk reads the tensor front to back.

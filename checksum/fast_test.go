@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -630,6 +631,20 @@ func TestFastProgress(t *testing.T) {
 		}
 		if got.Load() != p.Bytes() {
 			t.Errorf("progress reported %d bytes, the plan reads %d", got.Load(), p.Bytes())
+		}
+	}
+}
+
+// TestFastWorkerPanicIsInternalError: a panic in a worker goroutine (a
+// bug) ends the run with an "internal error", never the process (Go exits
+// 2 on an unrecovered panic, and 2 means "unverified").
+func TestFastWorkerPanicIsInternalError(t *testing.T) {
+	testChunkHook = func() { panic("boom") }
+	defer func() { testChunkHook = nil }()
+	for _, p := range planDumps(t, synth.Config{Preset: "tiny"}) {
+		err := (Fast{Threads: 2}).Run(context.Background(), p, make([]uint64, p.Outputs))
+		if err == nil || !strings.HasPrefix(err.Error(), "internal error: checksum worker: boom") {
+			t.Errorf("got %v, want an internal error naming the panic", err)
 		}
 	}
 }
