@@ -19,6 +19,8 @@ func TestEscape(t *testing.T) {
 		{"rtl\u202eexe.txt", `rtl\u202eexe.txt`},
 		{"bad\xffbyte", `bad\xffbyte`},
 		{"keep \ufffd", "keep \ufffd"},
+		{`forged\x1b[2J`, `forged\\x1b[2J`},
+		{"both\\\x1b", `both\\\x1b`},
 	} {
 		if got := Escape(c.in); got != c.want {
 			t.Errorf("Escape(%q) = %q, want %q", c.in, got, c.want)

@@ -468,7 +468,9 @@ func (t *Table) escaped() *Table {
 // bidirectional overrides and isolates, and invalid UTF-8 are written as
 // Go escapes (\x1b, \r, \n, \u202e, ...), so a crafted request id or
 // layer name can neither move the cursor, clear the screen, start a new
-// line nor reorder what follows it. Other text is unchanged.
+// line nor reorder what follows it. A backslash is doubled, so escaped
+// text cannot be forged either (a name spelling out `\x1b` prints as
+// `\\x1b`). Other text is unchanged.
 func Escape(s string) string {
 	clean := true
 	for i, r := range s {
@@ -492,6 +494,8 @@ func Escape(s string) string {
 			b.WriteString(`\r`)
 		case r == '\t':
 			b.WriteString(`\t`)
+		case r == '\\':
+			b.WriteString(`\\`)
 		case r < 0x80 && needsEscape(r):
 			fmt.Fprintf(&b, `\x%02x`, r)
 		case needsEscape(r):
@@ -513,6 +517,8 @@ func needsEscape(r rune) bool {
 	switch {
 	case r < 0x20, r == 0x7f, r >= 0x80 && r <= 0x9f:
 		return true
+	case r == '\\':
+		return true // so that an escape in the output is always one
 	case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
 		return true // bidi marks, embeddings, overrides, isolates
 	case r == 0x2028, r == 0x2029:
