@@ -12,7 +12,7 @@ import (
 	"github.com/kvaudit/kvaudit/layout"
 )
 
-// Options control Compare and CheckStored.
+// Options control Compare, CheckStored, Checksum and Records.
 type Options struct {
 	// Engine evaluates the checksum definition; nil means checksum.Fast{}.
 	Engine checksum.Engine
@@ -29,8 +29,15 @@ type Options struct {
 	// Strict makes any loaded block that was not compared unverified
 	// (checksum.DiffOptions.Strict).
 	Strict bool
+	// Partial lets Checksum merge a subset of the side's ranks into
+	// partial sums (every request unverified) instead of refusing it.
+	Partial bool
+	// BlockValues makes Checksum compute the block-numbered values too
+	// (checksum.Options.BlockValues); records always carry them.
+	BlockValues bool
 	// Progress, when set, is called before a side's dumps are checksummed
-	// (side "consumer" or "producer", the requests checksummed) and
+	// (side "consumer" or "producer", or "side" for Checksum and Records;
+	// the requests checksummed) and
 	// returns the function the engines call with the cell bytes done
 	// (checksum.Options.Progress) and the one that ends the display.
 	Progress func(side string, dumps []*layout.Dump, requests []string) (add func(int64), done func())
@@ -170,7 +177,7 @@ func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Resu
 	// the consumer's values in both numberings, from one pass where the
 	// engine can (docs/spec.md §1).
 	add, done := opts.progress("consumer", cside.Dumps, opts.Requests)
-	crecs, err := cside.AllRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: pside.flat(), Progress: add})
+	crecs, err := cside.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: pside.flat(), Progress: add})
 	done()
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
@@ -241,7 +248,7 @@ func producerChecks(ctx context.Context, pside *Side, cons *checksum.Checks, opt
 		}
 	}
 	add, done := opts.progress("producer", pside.Dumps, ids)
-	precs, err := pside.AllRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: ids, Progress: add})
+	precs, err := pside.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: ids, Progress: add})
 	done()
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)

@@ -14,6 +14,14 @@
 //	...
 //	fmt.Println(res.Verdict(), res.Summary()) // verified, mismatch or unverified
 //
+// Checksum gives one side's whole-model checks (its ranks checksummed and
+// merged, every rank present unless Options.Partial), and Records each
+// rank's partial sums for merging elsewhere:
+//
+//	res, err := verify.Checksum(ctx, verify.Input{Paths: []string{"kv/producer"}}, verify.Options{})
+//	...
+//	if err := res.Unchecked(); err != nil { ... } // every group skipped
+//
 // CheckStored checks a consumer's blocks against the stored checksums in
 // its manifests, and Open is the one way from paths, an argument or
 // payload bytes to an opened side. Package report renders a Result.

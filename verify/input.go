@@ -75,9 +75,9 @@ func (s *Side) dumpsOnly() bool {
 	return !s.payload && len(s.Records) == 0 && len(s.Dumps) > 0
 }
 
-// AllRecords checksums the side's dumps and returns those records with
+// allRecords checksums the side's dumps and returns those records with
 // the side's own, ready for checksum.Merge.
-func (s *Side) AllRecords(ctx context.Context, opts checksum.Options) ([]*checksum.Record, error) {
+func (s *Side) allRecords(ctx context.Context, opts checksum.Options) ([]*checksum.Record, error) {
 	if s.payload {
 		return nil, fmt.Errorf("%s is a payload, not dumps or records", s.name)
 	}

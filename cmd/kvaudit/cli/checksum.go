@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/safeio"
+	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/verify"
 )
@@ -129,39 +128,29 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 	if opts.Stored {
 		return storedRun(ctx, opts)
 	}
-	in, err := verify.Open(verify.Input{Paths: opts.Paths})
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	// Records always carry values_block (docs/spec.md §8), whatever the
-	// engine: the cpu engines get both numberings in one pass, the others
-	// (cuda) in a second, block-numbered one.
-	copts := checksum.Options{Engine: opts.Engine, Requests: opts.Requests,
-		BlockValues: opts.Numbering == checksum.NumberBlock || opts.Output == "record" ||
-			(opts.Output == "payload" && opts.PayloadForm == checksum.FormFlat)}
-	bar := newChecksumProgress(opts.IO, in.Dumps, opts.Requests, "checksum")
-	copts.Progress = bar.Callback()
-	recs, err := in.AllRecords(ctx, copts)
-	bar.Finish()
-	if err != nil {
-		return err
-	}
+	in := verify.Input{Paths: opts.Paths}
+	vopts := verify.Options{Engine: opts.Engine, Requests: opts.Requests, Partial: opts.Partial,
+		BlockValues: opts.Numbering == checksum.NumberBlock || (opts.Output == "payload" && opts.PayloadForm == checksum.FormFlat),
+		Progress: func(_ string, dumps []*layout.Dump, requests []string) (func(int64), func()) {
+			bar := newChecksumProgress(opts.IO, dumps, requests, "checksum")
+			return bar.Callback(), bar.Finish
+		}}
 	if opts.Output == "record" {
-		return writeRecords(opts, recs)
-	}
-	c, err := checksum.Merge(recs)
-	if err != nil {
-		return err
-	}
-	if !c.Complete && !opts.Partial {
-		return usageErrorf("got %s: give every rank of the side, or --partial for partial sums", describeRanks(recs))
-	}
-	if len(opts.Requests) > 0 {
-		if err := c.Select(opts.Requests); err != nil {
+		recs, err := verify.Records(ctx, in, vopts)
+		if err != nil {
 			return err
 		}
+		return writeRecords(opts, recs)
 	}
+	res, err := verify.Checksum(ctx, in, vopts)
+	var incomplete *verify.IncompleteError
+	if errors.As(err, &incomplete) {
+		return usageErrorf("got %s: give every rank of the side, or --partial for partial sums", incomplete.Ranks())
+	}
+	if err != nil {
+		return err
+	}
+	c := res.Checks
 	switch opts.Output {
 	case "json":
 		err = report.WriteJSON(opts.IO.Out, report.NewChecksumsJSONNumbered(c, opts.Numbering))
@@ -173,34 +162,10 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 	if err != nil {
 		return err
 	}
-	return nothingChecksummed(c)
-}
-
-// nothingChecksummed is the result of a side of which no request has a
-// checksummed group: ExitUnverified with the reasons (every group skipped,
-// no request), never a silent success.
-func nothingChecksummed(c *checksum.Checks) error {
-	for _, r := range c.Requests {
-		if len(r.Groups) > 0 {
-			return nil
-		}
+	if err := res.Unchecked(); err != nil {
+		return &ResultError{Code: ExitUnverified, Msg: err.Error()}
 	}
-	var why []string
-	if len(c.Requests) == 0 {
-		why = append(why, "the side holds no request")
-	}
-	ids := make([]int, 0, len(c.Skipped))
-	for id := range c.Skipped {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		why = append(why, fmt.Sprintf("group %d skipped: %s", id, c.Skipped[id]))
-	}
-	if len(why) == 0 {
-		why = append(why, "no request has a block in a checksummed group")
-	}
-	return &ResultError{Code: ExitUnverified, Msg: "nothing checksummed: " + strings.Join(why, "; ")}
+	return nil
 }
 
 // writeRecords writes each rank's record: to stdout, one JSON document
@@ -261,12 +226,4 @@ func storedRun(ctx context.Context, opts *ChecksumOptions) error {
 		return &ResultError{Code: ExitUnverified, Msg: res.Summary()}
 	}
 	return resultExit(res, false)
-}
-
-// describeRanks says which ranks of a side are present, for errors.
-func describeRanks(recs []*checksum.Record) string {
-	if len(recs) == 0 {
-		return "no ranks"
-	}
-	return fmt.Sprintf("%d of %d ranks (tp %d x pp %d)", len(recs), recs[0].TPSize*recs[0].PPSize, recs[0].TPSize, recs[0].PPSize)
 }

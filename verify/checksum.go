@@ -1,0 +1,132 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/kvaudit/kvaudit/checksum"
+)
+
+// Checksums are one side's checks: its ranks checksummed and merged into
+// whole-model checks (docs/spec.md §7).
+type Checksums struct {
+	// Checks are the merged checks, restricted to Options.Requests when
+	// set (in their order). Checks.Complete is false for partial sums
+	// (Options.Partial).
+	Checks *checksum.Checks
+	// Records are the per-rank records merged: those computed from the
+	// side's dumps, then the side's record files.
+	Records []*checksum.Record
+}
+
+// IncompleteError is a side given with fewer ranks than its deployment
+// has, to a Checksum that does not allow partial sums (Options.Partial).
+type IncompleteError struct {
+	// Got is the number of ranks given; TPSize and PPSize are the
+	// deployment's.
+	Got, TPSize, PPSize int
+	// Missing names the ranks not given (at most 8, then "...").
+	Missing []string
+}
+
+// Ranks says which ranks were given: "1 of 2 ranks (tp 2 x pp 1)".
+func (e *IncompleteError) Ranks() string {
+	return fmt.Sprintf("%d of %d ranks (tp %d x pp %d)", e.Got, e.TPSize*e.PPSize, e.TPSize, e.PPSize)
+}
+
+func (e *IncompleteError) Error() string {
+	return fmt.Sprintf("got %s: give every rank of the side, or allow partial sums (Options.Partial)", e.Ranks())
+}
+
+// NothingChecksummedError says why no request of a side has a checksummed
+// group: every group skipped (a state group of unknown shape, ...), or no
+// request at all. A side of which nothing could be checksummed is never a
+// silent success.
+type NothingChecksummedError struct {
+	Reasons []string
+}
+
+func (e *NothingChecksummedError) Error() string {
+	return "nothing checksummed: " + strings.Join(e.Reasons, "; ")
+}
+
+// Checksum checksums a side given by paths (dumps, directories holding
+// dumps and/or records, record files) for the requests of opts.Requests
+// (all when empty): it opens the side, checksums its dumps with
+// opts.Engine, merges them with its records into whole-model checks and
+// keeps the requests asked for. Every rank of the side must be given
+// (else an *IncompleteError) unless opts.Partial allows partial sums;
+// opts.BlockValues also computes the block-numbered values. The result
+// may hold nothing checksummed: Checksums.Unchecked says so, after the
+// caller has shown what there is.
+func Checksum(ctx context.Context, in Input, opts Options) (*Checksums, error) {
+	recs, err := records(ctx, in, opts, opts.BlockValues)
+	if err != nil {
+		return nil, err
+	}
+	c, err := checksum.Merge(recs)
+	if err != nil {
+		return nil, err
+	}
+	if !c.Complete && !opts.Partial {
+		return nil, &IncompleteError{Got: len(recs), TPSize: c.TPSize, PPSize: c.PPSize, Missing: c.Missing}
+	}
+	if len(opts.Requests) > 0 {
+		if err := c.Select(opts.Requests); err != nil {
+			return nil, err
+		}
+	}
+	return &Checksums{Checks: c, Records: recs}, nil
+}
+
+// Records checksums a side given by paths into one record per rank, not
+// merged: each rank's partial sums, for checksum.MarshalRecord and a
+// Checksum (or checksum.Merge) elsewhere. Any subset of the side's ranks
+// will do. Records carry both numberings (docs/spec.md §8), whatever
+// opts.BlockValues says.
+func Records(ctx context.Context, in Input, opts Options) ([]*checksum.Record, error) {
+	return records(ctx, in, opts, true)
+}
+
+// records opens a side and returns its records: its dumps checksummed,
+// then its record files.
+func records(ctx context.Context, in Input, opts Options, blockValues bool) ([]*checksum.Record, error) {
+	side, err := Open(in)
+	if err != nil {
+		return nil, err
+	}
+	defer side.Close()
+	add, done := opts.progress("side", side.Dumps, opts.Requests)
+	recs, err := side.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: blockValues, Progress: add})
+	done()
+	return recs, err
+}
+
+// Unchecked returns a *NothingChecksummedError when no request of the
+// side has a checksummed group, with the reasons (the side holds no
+// request, each skipped group and why), and nil otherwise.
+func (c *Checksums) Unchecked() error {
+	for _, r := range c.Checks.Requests {
+		if len(r.Groups) > 0 {
+			return nil
+		}
+	}
+	var why []string
+	if len(c.Checks.Requests) == 0 {
+		why = append(why, "the side holds no request")
+	}
+	ids := make([]int, 0, len(c.Checks.Skipped))
+	for id := range c.Checks.Skipped {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		why = append(why, fmt.Sprintf("group %d skipped: %s", id, c.Checks.Skipped[id]))
+	}
+	if len(why) == 0 {
+		why = append(why, "no request has a block in a checksummed group")
+	}
+	return &NothingChecksummedError{Reasons: why}
+}
