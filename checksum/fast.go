@@ -4,10 +4,8 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"fmt"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -107,7 +105,7 @@ func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
 				// status 2, which means "unverified": make it an
 				// internal error the caller reports as such.
 				if r := recover(); r != nil {
-					errs[w] = fmt.Errorf("internal error: checksum worker: %v\n%s", r, debug.Stack())
+					errs[w] = Recovered("checksum worker", r)
 					next.Store(int64(len(cs)))
 				}
 			}()

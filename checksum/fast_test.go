@@ -643,8 +643,9 @@ func TestFastWorkerPanicIsInternalError(t *testing.T) {
 	defer func() { testChunkHook = nil }()
 	for _, p := range planDumps(t, synth.Config{Preset: "tiny"}) {
 		err := (Fast{Threads: 2}).Run(context.Background(), p, make([]uint64, p.Outputs))
-		if err == nil || !strings.HasPrefix(err.Error(), "internal error: checksum worker: boom") {
-			t.Errorf("got %v, want an internal error naming the panic", err)
+		var ie *InternalError
+		if !errors.As(err, &ie) || ie.Panic != "boom" || !strings.HasPrefix(err.Error(), "internal error: checksum worker: boom\n") {
+			t.Errorf("got %v, want an *InternalError naming the panic", err)
 		}
 	}
 }

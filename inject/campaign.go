@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -356,7 +355,7 @@ func Campaign(ctx context.Context, opts CampaignOptions) (*CampaignResult, error
 // process with Go's exit code 2, a verdict's) into an internal error that
 // kvaudit exits 4 for.
 func internalPanic(r any) error {
-	return fmt.Errorf("internal error: %v\n%s", r, debug.Stack())
+	return checksum.Recovered("", r)
 }
 
 func trialSeed(seed uint64, k Kind, trial int) uint64 {

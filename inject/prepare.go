@@ -322,7 +322,7 @@ func rewriteEmbedded(src, dst string, m *layout.Manifest, edits []edit) error {
 			return rel >= t.Begin && rel+int64(len(e.data)) <= t.End
 		})
 		if i < 0 {
-			return fmt.Errorf("internal error: an edit of %q at %d+%d lies in no tensor", src, e.off, len(e.data))
+			return checksum.Internalf("an edit of %q at %d+%d lies in no tensor", src, e.off, len(e.data))
 		}
 		e.file, e.off = dst, dataOffset+begin[i]+rel-st.Tensors[i].Begin
 		moved = append(moved, e)

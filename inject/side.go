@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -231,7 +232,7 @@ func materialize(ctx context.Context, dumps []*layout.Dump, out string, edits []
 	byFile := map[string][]edit{}
 	for _, e := range edits {
 		if relOf(ranks, e.file) == "" {
-			return nil, fmt.Errorf("internal error: an edit names %q, which no dump of the side reads", e.file)
+			return nil, checksum.Internalf("an edit names %q, which no dump of the side reads", e.file)
 		}
 		byFile[e.file] = append(byFile[e.file], e)
 	}
@@ -359,7 +360,7 @@ func patch(ranks []rankFiles, edits []edit, durable bool) ([]Change, error) {
 		}
 	}
 	for f := range byFile {
-		return nil, fmt.Errorf("internal error: an edit names %q, which no dump of the side reads", f)
+		return nil, checksum.Internalf("an edit names %q, which no dump of the side reads", f)
 	}
 	return changes, nil
 }
@@ -390,7 +391,7 @@ func patchFile(file string, edits []edit, durable bool) ([]Change, error) {
 	for _, e := range sorted {
 		end := e.off + int64(len(e.data))
 		if e.off < 0 || end > size {
-			return nil, fmt.Errorf("internal error: an edit of %q at %d+%d is past its end (%d bytes)", file, e.off, len(e.data), size)
+			return nil, checksum.Internalf("an edit of %q at %d+%d is past its end (%d bytes)", file, e.off, len(e.data), size)
 		}
 		if n := len(spans); n > 0 && e.off <= spans[n-1].hi {
 			spans[n-1].hi = max(spans[n-1].hi, end)
@@ -467,7 +468,7 @@ func writeNew(path string, data []byte) error {
 // a file with new (of the same length).
 func replaceText(file string, data []byte, old, new string) (edit, error) {
 	if len(old) != len(new) {
-		return edit{}, errors.New("internal error: a text replacement changes the length")
+		return edit{}, checksum.Internalf("a text replacement changes the length")
 	}
 	if n := bytes.Count(data, []byte(old)); n != 1 {
 		return edit{}, fmt.Errorf("%q holds %q %d times, want once", file, old, n)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/kvaudit/kvaudit/checksum"
 )
 
 // Exit codes (docs/spec.md §11). The help text is written from this table.
@@ -96,10 +98,11 @@ func usageErrorf(format string, args ...any) error {
 }
 
 // exitCode maps a command's error to its exit code: nil is ExitOK, a
-// ResultError carries its own, an internal error (a message starting
-// "internal error", as kvaudit's own consistency checks write them) is
+// ResultError carries its own, a *checksum.InternalError (a recovered
+// panic, a failed consistency check: a bug, wherever it is wrapped) is
 // ExitInternal, anything else (bad input, usage, a failure to read or
-// write) is ExitInvalid.
+// write) is ExitInvalid. Only the type counts: a message that merely
+// mentions "internal error" (a file name) is not one.
 func exitCode(err error) int {
 	if err == nil {
 		return ExitOK
@@ -108,7 +111,8 @@ func exitCode(err error) int {
 	if errors.As(err, &re) {
 		return re.Code
 	}
-	if strings.HasPrefix(err.Error(), "internal error") || strings.Contains(err.Error(), ": internal error") {
+	var ie *checksum.InternalError
+	if errors.As(err, &ie) {
 		return ExitInternal
 	}
 	return ExitInvalid

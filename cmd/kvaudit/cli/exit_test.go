@@ -2,13 +2,16 @@ package cli
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 )
 
@@ -29,7 +32,7 @@ func TestPanicIsInternalError(t *testing.T) {
 			}
 			panic("boom: a bug in a command")
 		}}, &cobra.Command{Use: "oops", RunE: func(*cobra.Command, []string) error {
-			return errors.New("internal error: an edit of \"x\" is past its end")
+			return fmt.Errorf("inject: %w", checksum.Internalf("an edit of %q is past its end", "x"))
 		}})
 		code = execute(root, args, s)
 		return code, out.String(), errb.String()
@@ -50,6 +53,42 @@ func TestPanicIsInternalError(t *testing.T) {
 	entries, _ := os.ReadDir(tmpParent)
 	for _, e := range entries {
 		t.Errorf("left behind: %s", filepath.Join(tmpParent, e.Name()))
+	}
+}
+
+// TestExitCodeInternalByType: an internal error is known by its type
+// (checksum.InternalError, however deeply wrapped), not by its text: a
+// recovered panic and a failed check exit 4; bad input whose message
+// mentions "internal error" (a file of that name) exits 3.
+func TestExitCodeInternalByType(t *testing.T) {
+	var panicked error
+	func() {
+		defer func() { panicked = checksum.Recovered("checksum worker", recover()) }()
+		var s []int
+		_ = s[len(os.Args)+2]
+	}()
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{checksum.Internalf("an edit names %q", "x"), ExitInternal},
+		{fmt.Errorf("campaign: pair %q: %w", "p", fmt.Errorf("consumer: %w", checksum.Internalf("a check failed"))), ExitInternal},
+		{fmt.Errorf("consumer: %w", panicked), ExitInternal},
+		{&UsageError{fmt.Errorf("%w", checksum.Internalf("x"))}, ExitInternal},
+		{fmt.Errorf("open %q: no such file or directory", "internal error: x.safetensors"), ExitInvalid},
+		{fmt.Errorf("%q: not a dump: internal error", "out/internal error"), ExitInvalid},
+		{errors.New("internal error: spelled out, but not one"), ExitInvalid},
+		{&ResultError{Code: ExitUnverified, Msg: "nothing checksummed: group 0 skipped: internal error"}, ExitUnverified},
+	} {
+		if got := exitCode(c.err); got != c.want {
+			t.Errorf("exitCode(%q) = %d, want %d", c.err, got, c.want)
+		}
+	}
+	if !strings.HasPrefix(panicked.Error(), "internal error: checksum worker: runtime error: index out of range") || !strings.Contains(panicked.Error(), "TestExitCodeInternalByType") {
+		t.Errorf("a recovered panic reads %q, want the message and its stack", panicked)
+	}
+	if re := runtime.Error(nil); !errors.As(panicked, &re) {
+		t.Errorf("a recovered runtime error does not unwrap to it: %v", panicked)
 	}
 }
 
