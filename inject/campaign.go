@@ -404,10 +404,10 @@ func preparePair(ctx context.Context, p Pair, dir string) *pairState {
 	prodPaths, consPaths := p.Producer, p.Consumer
 	if p.Synth != nil {
 		var err error
-		if prodPaths, err = synth.Write(dir, p.Synth.Producer); err != nil {
+		if prodPaths, err = synth.WriteContext(ctx, dir, p.Synth.Producer); err != nil {
 			return fail(err)
 		}
-		raw, err := synth.Write(filepath.Join(dir, "raw"), p.Synth.Consumer)
+		raw, err := synth.WriteContext(ctx, filepath.Join(dir, "raw"), p.Synth.Consumer)
 		if err != nil {
 			return fail(err)
 		}

@@ -14,6 +14,7 @@
 package synth
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
@@ -371,6 +372,12 @@ func (c *Config) BlockTables(m *Model) map[int][][]*int {
 // Write synthesizes every rank of cfg under out/<role>/ and returns the
 // dump paths (rank-<pp>-<tp>.safetensors, or directories of that name).
 func Write(out string, cfg Config) ([]string, error) {
+	return WriteContext(context.Background(), out, cfg)
+}
+
+// WriteContext is Write, stopping with ctx's error before each rank once
+// ctx is done.
+func WriteContext(ctx context.Context, out string, cfg Config) ([]string, error) {
 	c, err := cfg.Normalize()
 	if err != nil {
 		return nil, err
@@ -387,6 +394,9 @@ func Write(out string, cfg Config) ([]string, error) {
 	var paths []string
 	for pp := range c.PP {
 		for tp := range c.TP {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
 			p, err := c.writeRank(dir, m, tables, pp, tp)
 			if err != nil {
 				return nil, err
