@@ -131,7 +131,8 @@ func jsonError(err error) error {
 // than maxJSONDepth, naming the first in document order. Valid JSON is
 // scanned in place, allocating only per object and key (a long array of
 // numbers costs nothing); anything else goes through checkJSONTokens, whose
-// syntax errors are encoding/json's.
+// syntax errors are encoding/json's. data is valid UTF-8 (DecodeStrictJSON
+// checks first).
 func checkJSONKeys(data []byte) error {
 	if !json.Valid(data) {
 		return checkJSONTokens(data)
