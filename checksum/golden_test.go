@@ -141,8 +141,8 @@ func writeGoldenDump(t *testing.T, v goldenVector) string {
 		Parallel:  layout.Parallel{TPSize: 1, PPSize: 1},
 		NumBlocks: numBlocks,
 		Groups:    []layout.Group{{ID: 0, Kind: layout.KindFullAttention, BlockSize: v.blockSize}},
-		Requests: []layout.Request{{ID: "req", NumTokens: v.numTokens, BlockTable: map[string][]*int{
-			"0": {&table[0], &table[1]},
+		Requests: []layout.Request{{ID: "req", NumTokens: v.numTokens, BlockTable: map[string]layout.BlockIDs{
+			"0": {table[0], table[1]},
 		}}},
 	}
 	var tensors []layout.TensorData

@@ -178,10 +178,10 @@ func Stored(ctx context.Context, d *layout.Dump, opts Options) (*StoredRank, err
 				if err != nil {
 					return nil, &layout.DumpError{File: d.Path, Field: fmt.Sprintf("%s[%d]", field, p), Err: err}
 				}
-				if p >= full || p >= len(table) || table[p] == nil {
+				if p >= full || p >= len(table) || table[p] == layout.NoBlock {
 					continue
 				}
-				b := StoredBlock{Request: r.ID, Group: id, Position: p, Block: *table[p], Hash: h, Value: tag}
+				b := StoredBlock{Request: r.ID, Group: id, Position: p, Block: table[p], Hash: h, Value: tag}
 				if p < len(stored) {
 					b.Stored, b.HasStored = stored[p], true
 				}

@@ -1045,7 +1045,7 @@ func (p *planner) tailRegions() []tailRegion {
 			table := r.BlockTable[strconv.Itoa(gid)]
 			S := g.BlockSize
 			for pos := r.NumTokens / S; pos < len(table); pos++ {
-				if table[pos] == nil || (t.Position != nil && pos != *t.Position) {
+				if table[pos] == layout.NoBlock || (t.Position != nil && pos != *t.Position) {
 					continue
 				}
 				lo := max(0, r.NumTokens-pos*S)

@@ -96,8 +96,8 @@ func prepareRank(ctx context.Context, d *layout.Dump, out string, opts PrepareOp
 			used := map[int]bool{}
 			for _, r := range m.Requests {
 				for _, b := range r.BlockTable[key] {
-					if b != nil {
-						used[*b] = true
+					if b != layout.NoBlock {
+						used[b] = true
 					}
 				}
 			}
@@ -117,7 +117,7 @@ func prepareRank(ctx context.Context, d *layout.Dump, out string, opts PrepareOp
 					}
 					b := next
 					used[b] = true
-					t = append(t, &b)
+					t = append(t, b)
 				}
 				r.BlockTable[key] = t
 			}
@@ -207,8 +207,8 @@ func zeroEdits(d *layout.Dump, m *layout.Manifest) []edit {
 		owned := make([]int, m.NumBlocks)
 		for _, r := range m.Requests {
 			for pos, b := range r.BlockTable[key] {
-				if b != nil {
-					owned[*b] = max(owned[*b], layout.ValidTokens(r.NumTokens, pos, g.BlockSize))
+				if b != layout.NoBlock {
+					owned[b] = max(owned[b], layout.ValidTokens(r.NumTokens, pos, g.BlockSize))
 				}
 			}
 		}

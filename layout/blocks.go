@@ -55,7 +55,7 @@ func RequestSpan(r *Request, g *Group) (Span, SpanStatus, error) {
 	}
 	run := table[first:end]
 	start := first
-	for len(run) > 0 && run[0] == nil {
+	for len(run) > 0 && run[0] == NoBlock {
 		run = run[1:]
 		start++
 	}
@@ -68,10 +68,10 @@ func RequestSpan(r *Request, g *Group) (Span, SpanStatus, error) {
 	}
 	blocks := make([]int, len(run))
 	for i, b := range run {
-		if b == nil {
+		if b == NoBlock {
 			return Span{}, SpanNullInside, nil
 		}
-		blocks[i] = *b
+		blocks[i] = b
 	}
 	return Span{Start: start, Blocks: blocks}, SpanOK, nil
 }

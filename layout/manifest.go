@@ -106,7 +106,7 @@ type Request struct {
 	ProducerID             string              `json:"producer_id,omitempty"`
 	NumTokens              int                 `json:"num_tokens"`
 	NumLocalComputedTokens int                 `json:"num_local_computed_tokens,omitempty"`
-	BlockTable             map[string][]*int   `json:"block_table,omitempty"`
+	BlockTable             map[string]BlockIDs `json:"block_table,omitempty"`
 	StateBlock             map[string]int      `json:"state_block,omitempty"`
 	BlockHashes            map[string][]string `json:"block_hashes,omitempty"`
 	StoredChecksums        map[string][]string `json:"stored_checksums,omitempty"`
@@ -241,8 +241,8 @@ func (m *Manifest) Validate() error {
 				return bad(f, "group %d holds state: give its block in state_block", g.ID)
 			}
 			for i, b := range r.BlockTable[key] {
-				if b != nil && (*b < 0 || *b >= m.NumBlocks) {
-					return bad(fmt.Sprintf("%s[%d]", f, i), "block id %d out of range 0..%d", *b, m.NumBlocks-1)
+				if b != NoBlock && (b < 0 || b >= m.NumBlocks) {
+					return bad(fmt.Sprintf("%s[%d]", f, i), "block id %d out of range 0..%d", b, m.NumBlocks-1)
 				}
 			}
 		}

@@ -83,8 +83,8 @@ func buildDump(t *testing.T, g1 layout.Group, caches []testCache, edit func(*lay
 	}
 	m.Groups = []layout.Group{g0, g1}
 	b := []int{1, 3}
-	m.Requests = []layout.Request{{ID: "r", NumTokens: 3, BlockTable: map[string][]*int{
-		"0": {&b[0], &b[1]}, "1": {&b[1], &b[0]},
+	m.Requests = []layout.Request{{ID: "r", NumTokens: 3, BlockTable: map[string]layout.BlockIDs{
+		"0": {b[0], b[1]}, "1": {b[1], b[0]},
 	}}}
 	if edit != nil {
 		edit(m)

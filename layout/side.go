@@ -117,10 +117,10 @@ func (s *Side) Block(di int, id string, g *Group, pos int) (block int, ok bool) 
 		ok = found && pos == 0
 	} else {
 		t := r.BlockTable[key]
-		if pos < 0 || pos >= len(t) || t[pos] == nil {
+		if pos < 0 || pos >= len(t) || t[pos] == NoBlock {
 			return 0, false
 		}
-		block, ok = *t[pos], true
+		block, ok = t[pos], true
 	}
 	return block, ok && block >= 0 && block < s.Dumps[di].Manifest.NumBlocks
 }

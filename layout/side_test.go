@@ -31,8 +31,8 @@ func TestSide(t *testing.T) {
 	r := s.Request("req-1")
 	attn, state := s.Group(0), s.Group(1)
 	for pos, want := range r.BlockTable["0"] {
-		if b, ok := s.Block(1, "req-1", attn, pos); !ok || b != *want {
-			t.Errorf("position %d: block %d %v, want %d", pos, b, ok, *want)
+		if b, ok := s.Block(1, "req-1", attn, pos); !ok || b != want {
+			t.Errorf("position %d: block %d %v, want %d", pos, b, ok, want)
 		}
 	}
 	if _, ok := s.Block(1, "req-1", attn, len(r.BlockTable["0"])); ok {

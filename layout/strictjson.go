@@ -31,14 +31,69 @@ func DecodeStrictJSON(data []byte, v any) error {
 	if err := checkJSONKeys(data); err != nil {
 		return err
 	}
+	err := decodeJSON(data, v)
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && (te.Type == blockIDType || te.Type == blockIDsType) {
+		// BlockIDs stops the decoder at its error, where encoding/json
+		// goes on and reports the first error of the document. Decode
+		// again with the block tables as plain []int, whose errors are
+		// the same, to name the first error.
+		if t := plainBlockIDs(reflect.TypeOf(v)); t != nil {
+			if err2 := decodeJSON(data, reflect.New(t.Elem()).Interface()); err2 != nil {
+				err = err2
+			}
+		}
+	}
+	if err != nil {
+		return jsonError(err)
+	}
+	return nil
+}
+
+func decodeJSON(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
+		return err
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("trailing data after the JSON value")
+	}
+	return nil
+}
+
+// plainBlockIDs returns t with every BlockIDs inside it replaced by []int
+// (nil when t holds no BlockIDs).
+func plainBlockIDs(t reflect.Type) reflect.Type {
+	if t == blockIDsType {
+		return reflect.TypeFor[[]int]()
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		if e := plainBlockIDs(t.Elem()); e != nil {
+			return reflect.PointerTo(e)
+		}
+	case reflect.Slice:
+		if e := plainBlockIDs(t.Elem()); e != nil {
+			return reflect.SliceOf(e)
+		}
+	case reflect.Map:
+		if e := plainBlockIDs(t.Elem()); e != nil {
+			return reflect.MapOf(t.Key(), e)
+		}
+	case reflect.Struct:
+		fields := make([]reflect.StructField, t.NumField())
+		changed := false
+		for i := range fields {
+			fields[i] = t.Field(i)
+			if ft := plainBlockIDs(fields[i].Type); ft != nil {
+				fields[i].Type, changed = ft, true
+			}
+		}
+		if changed {
+			return reflect.StructOf(fields)
+		}
 	}
 	return nil
 }
@@ -72,9 +127,101 @@ func jsonError(err error) error {
 	return errors.New(strings.TrimPrefix(msg, "json: "))
 }
 
-// checkJSONKeys walks the tokens of data and rejects duplicate keys,
-// upper-case keys and nesting deeper than maxJSONDepth.
+// checkJSONKeys rejects duplicate keys, upper-case keys and nesting deeper
+// than maxJSONDepth, naming the first in document order. Valid JSON is
+// scanned in place, allocating only per object and key (a long array of
+// numbers costs nothing); anything else goes through checkJSONTokens, whose
+// syntax errors are encoding/json's. data is valid UTF-8 (DecodeStrictJSON
+// checks first).
 func checkJSONKeys(data []byte) error {
+	if !json.Valid(data) {
+		return checkJSONTokens(data)
+	}
+	type container struct {
+		object    bool
+		keys      map[string]bool
+		path      string
+		key       string // the current key of an object
+		expectKey bool
+	}
+	var stack []container
+	valueDone := func() {
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].expectKey = true
+		}
+	}
+	for i := skipJSONSpace(data, 0); i < len(data); i = skipJSONSpace(data, i) {
+		c := data[i]
+		if c == ',' || c == ':' {
+			i++
+			continue
+		}
+		var top *container
+		if n := len(stack); n > 0 {
+			top = &stack[n-1]
+		}
+		if top != nil && top.object && top.expectKey {
+			if c == '}' {
+				stack = stack[:len(stack)-1]
+				valueDone()
+				i++
+				continue
+			}
+			end, esc := skipJSONString(data, i)
+			var k string
+			if esc {
+				if err := json.Unmarshal(data[i:end], &k); err != nil {
+					return jsonError(err)
+				}
+			} else {
+				k = string(data[i+1 : end-1])
+			}
+			if top.keys[k] {
+				return fmt.Errorf("%s: duplicate key %q", displayPath(top.path), k)
+			}
+			if strings.ContainsFunc(k, func(r rune) bool { return r >= 'A' && r <= 'Z' }) {
+				return fmt.Errorf("%s: key %q is not lower-case (keys are exact-case)", displayPath(top.path), k)
+			}
+			top.keys[k] = true
+			top.key = k
+			top.expectKey = false
+			i = end
+			continue
+		}
+		switch c {
+		case '{', '[':
+			if len(stack) >= maxJSONDepth {
+				return fmt.Errorf("nested deeper than %d levels", maxJSONDepth)
+			}
+			path := ""
+			if top != nil && top.object {
+				path = joinPath(top.path, top.key)
+			} else if top != nil {
+				path = top.path + "[]"
+			}
+			nc := container{path: path, object: c == '{'}
+			if nc.object {
+				nc.keys = map[string]bool{}
+				nc.expectKey = true
+			}
+			stack = append(stack, nc)
+			i++
+		case ']', '}':
+			stack = stack[:len(stack)-1]
+			valueDone()
+			i++
+		default:
+			i = skipJSONValue(data, i)
+			valueDone()
+		}
+	}
+	return nil
+}
+
+// checkJSONTokens is checkJSONKeys through encoding/json's tokenizer, for
+// input that is not one valid JSON value: it reports the first of a key
+// error and a syntax error, as the tokens come.
+func checkJSONTokens(data []byte) error {
 	type container struct {
 		object    bool
 		keys      map[string]bool

@@ -89,8 +89,8 @@ func auditRank(a *TailAudit, d *layout.Dump, requests []string) {
 		owned := map[int]int{}
 		for _, r := range m.Requests {
 			for pos, b := range r.BlockTable[key] {
-				if b != nil {
-					owned[*b] = max(owned[*b], layout.ValidTokens(r.NumTokens, pos, S))
+				if b != layout.NoBlock {
+					owned[b] = max(owned[b], layout.ValidTokens(r.NumTokens, pos, S))
 				}
 			}
 		}
@@ -107,10 +107,10 @@ func auditRank(a *TailAudit, d *layout.Dump, requests []string) {
 				continue
 			}
 			for pos := r.NumTokens / S; pos < len(table); pos++ {
-				if table[pos] == nil {
+				if table[pos] == layout.NoBlock {
 					continue
 				}
-				b := *table[pos]
+				b := table[pos]
 				lo := max(0, r.NumTokens-pos*S, owned[b])
 				for _, c := range gv.Caches {
 					cv := &c.Cells

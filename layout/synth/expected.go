@@ -44,7 +44,7 @@ func Expected(cfg Config) (map[string]map[int]ExpectedGroup, error) {
 			table := tables[g.ID][r]
 			first := c.PrefixTokens / S
 			end := ceilDiv(c.Tokens, S)
-			for first < end && table[first] == nil {
+			for first < end && table[first] == layout.NoBlock {
 				first++
 			}
 			if g.Window > 0 {

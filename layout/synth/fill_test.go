@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/kvaudit/kvaudit/layout"
 )
 
 // fillCacheByElement is fillCache as first written: every element copied on
 // its own, every stride looked up by axis name. fillCache must write the
 // same bytes.
-func (c *Config) fillCacheByElement(data []byte, ca Cache, pl placement, tables [][]*int) {
+func (c *Config) fillCacheByElement(data []byte, ca Cache, pl placement, tables []layout.BlockIDs) {
 	stride := map[string]int64{}
 	for i, a := range pl.axes {
 		stride[a] = pl.strides[i] * int64(pl.elem) // bytes; absent axes stay 0
@@ -27,7 +29,7 @@ func (c *Config) fillCacheByElement(data []byte, ca Cache, pl placement, tables 
 	for r, table := range tables {
 		req := RequestID(r)
 		for pos, b := range table {
-			if b == nil {
+			if b == layout.NoBlock {
 				continue
 			}
 			for t := range c.BlockSize {
@@ -49,7 +51,7 @@ func (c *Config) fillCacheByElement(data []byte, ca Cache, pl placement, tables 
 							cell[8*p+k] = byte(v >> (8 * k))
 						}
 					}
-					base := int64(*b*pl.kb+t/c.KernelBlockSize)*stride["block"] +
+					base := int64(b*pl.kb+t/c.KernelBlockSize)*stride["block"] +
 						int64(t%c.KernelBlockSize)*stride["token"] + int64(lh)*stride["head"]
 					if cellAxis {
 						copy(data[base:base+int64(cellBytes)], cell)

@@ -213,10 +213,10 @@ func (c *Config) localStateBytes(ca Cache, request string, tpRank int) []byte {
 }
 
 // fillState writes each request's covered states into its state block.
-func (c *Config) fillState(data []byte, ca Cache, pl placement, tables [][]*int, tpRank int) {
+func (c *Config) fillState(data []byte, ca Cache, pl placement, tables []layout.BlockIDs, tpRank int) {
 	for r, table := range tables {
 		covered := c.localStateBytes(ca, RequestID(r), tpRank)
-		base := int64(*table[0]) * pl.strides[0]
+		base := int64(table[0]) * pl.strides[0]
 		copy(data[base:], covered)
 	}
 }

@@ -342,8 +342,8 @@ func (c *Config) configHash() uint64 {
 // BlockTables returns, per group id, each request's block table: distinct
 // block ids drawn from a permutation that depends on the configuration, and
 // nulls at the start of a sliding-window group (blocks out of its window).
-func (c *Config) BlockTables(m *Model) map[int][][]*int {
-	tables := map[int][][]*int{}
+func (c *Config) BlockTables(m *Model) map[int][]layout.BlockIDs {
+	tables := map[int][]layout.BlockIDs{}
 	n := ceilDiv(c.Tokens, c.BlockSize)
 	for _, g := range m.Groups {
 		rng := rand.New(rand.NewPCG(c.configHash(), uint64(g.ID)))
@@ -356,11 +356,11 @@ func (c *Config) BlockTables(m *Model) map[int][][]*int {
 			keep = min(n, ceilDiv(g.Window, c.BlockSize)+1)
 		}
 		for r := range c.Requests {
-			table := make([]*int, n)
+			table := make(layout.BlockIDs, n)
 			for pos := range n {
+				table[pos] = layout.NoBlock
 				if pos >= n-keep {
-					b := perm[r*n+pos]
-					table[pos] = &b
+					table[pos] = perm[r*n+pos]
 				}
 			}
 			tables[g.ID] = append(tables[g.ID], table)
@@ -499,7 +499,7 @@ func (c *Config) place(ca Cache, tpRank int) placement {
 }
 
 // writeRank writes one rank's dump.
-func (c *Config) writeRank(dir string, m *Model, tables map[int][][]*int, pp, tp int) (string, error) {
+func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockIDs, pp, tp int) (string, error) {
 	man := &layout.Manifest{
 		Format:    layout.ManifestFormat,
 		Model:     layout.Model{Name: m.Name, NumKVHeads: m.NumKVHeads},
@@ -553,13 +553,13 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][][]*int, pp, tp
 		man.Groups = append(man.Groups, mg)
 	}
 	for r := range c.Requests {
-		req := layout.Request{ID: RequestID(r), NumTokens: c.Tokens, NumLocalComputedTokens: c.PrefixTokens, BlockTable: map[string][]*int{}}
+		req := layout.Request{ID: RequestID(r), NumTokens: c.Tokens, NumLocalComputedTokens: c.PrefixTokens, BlockTable: map[string]layout.BlockIDs{}}
 		for _, g := range m.Groups {
 			if g.Kind == layout.KindMamba {
 				if req.StateBlock == nil {
 					req.StateBlock = map[string]int{}
 				}
-				req.StateBlock[fmt.Sprint(g.ID)] = *tables[g.ID][r][0]
+				req.StateBlock[fmt.Sprint(g.ID)] = tables[g.ID][r][0]
 				continue
 			}
 			req.BlockTable[fmt.Sprint(g.ID)] = tables[g.ID][r]
@@ -598,7 +598,7 @@ func fillNoise(rng *rand.Rand, b []byte) {
 // writes the same bytes as writing element by element (fill_test.go keeps
 // that version and compares them); it only copies a K or V vector in one
 // piece when its elements are adjacent.
-func (c *Config) fillCache(data []byte, ca Cache, pl placement, tables [][]*int) {
+func (c *Config) fillCache(data []byte, ca Cache, pl placement, tables []layout.BlockIDs) {
 	stride := map[string]int64{}
 	for i, a := range pl.axes {
 		stride[a] = pl.strides[i] * int64(pl.elem) // bytes; absent axes stay 0
@@ -620,7 +620,7 @@ func (c *Config) fillCache(data []byte, ca Cache, pl placement, tables [][]*int)
 	for r, table := range tables {
 		req := RequestID(r)
 		for pos, b := range table {
-			if b == nil {
+			if b == layout.NoBlock {
 				continue
 			}
 			for t := range c.BlockSize {
@@ -640,7 +640,7 @@ func (c *Config) fillCache(data []byte, ca Cache, pl placement, tables [][]*int)
 						}
 						binary.LittleEndian.PutUint64(cell[8*p:], v)
 					}
-					base := int64(*b*pl.kb+t/c.KernelBlockSize)*blockStride +
+					base := int64(b*pl.kb+t/c.KernelBlockSize)*blockStride +
 						int64(t%c.KernelBlockSize)*tokenStride + int64(lh)*headStride
 					if cellAxis {
 						copy(data[base:base+int64(cellBytes)], cell)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
@@ -75,7 +76,7 @@ func vllmPayload(t *testing.T, cfg synth.Config, r int, aliases []string) (numTo
 		table := tables[g.ID][r]
 		end := (c.Tokens + S - 1) / S
 		start := 0
-		for start < end && table[start] == nil {
+		for start < end && table[start] == layout.NoBlock {
 			start++
 		}
 		if g.Window > 0 {
