@@ -127,6 +127,77 @@ func jsonError(err error) error {
 	return errors.New(strings.TrimPrefix(msg, "json: "))
 }
 
+// jsonKeys follows the objects and arrays open at a point of a JSON
+// document and checks each object key as it comes: the rules of
+// checkJSONKeys, shared by its two scanners.
+type jsonKeys struct{ stack []jsonContainer }
+
+type jsonContainer struct {
+	object    bool
+	keys      map[string]bool
+	path      string
+	key       string // the current key of an object
+	expectKey bool
+}
+
+// wantsKey says whether the next token is an object's key (or its end).
+func (s *jsonKeys) wantsKey() bool {
+	n := len(s.stack)
+	return n > 0 && s.stack[n-1].object && s.stack[n-1].expectKey
+}
+
+// key checks and records key k of the innermost object.
+func (s *jsonKeys) key(k string) error {
+	top := &s.stack[len(s.stack)-1]
+	if top.keys[k] {
+		return fmt.Errorf("%s: duplicate key %q", displayPath(top.path), k)
+	}
+	if strings.ContainsFunc(k, func(r rune) bool { return r >= 'A' && r <= 'Z' }) {
+		return fmt.Errorf("%s: key %q is not lower-case (keys are exact-case)", displayPath(top.path), k)
+	}
+	top.keys[k] = true
+	top.key = k
+	top.expectKey = false
+	return nil
+}
+
+// open enters an object or an array, refusing nesting deeper than
+// maxJSONDepth.
+func (s *jsonKeys) open(object bool) error {
+	if len(s.stack) >= maxJSONDepth {
+		return fmt.Errorf("nested deeper than %d levels", maxJSONDepth)
+	}
+	path := ""
+	if n := len(s.stack); n > 0 {
+		if top := &s.stack[n-1]; top.object {
+			path = joinPath(top.path, top.key)
+		} else {
+			path = top.path + "[]"
+		}
+	}
+	c := jsonContainer{path: path, object: object}
+	if object {
+		c.keys = map[string]bool{}
+		c.expectKey = true
+	}
+	s.stack = append(s.stack, c)
+	return nil
+}
+
+// close leaves the innermost object or array, which is a value of its
+// parent.
+func (s *jsonKeys) close() {
+	s.stack = s.stack[:len(s.stack)-1]
+	s.valueDone()
+}
+
+// valueDone ends a value: an object then expects its next key.
+func (s *jsonKeys) valueDone() {
+	if n := len(s.stack); n > 0 && s.stack[n-1].object {
+		s.stack[n-1].expectKey = true
+	}
+}
+
 // checkJSONKeys rejects duplicate keys, upper-case keys and nesting deeper
 // than maxJSONDepth, naming the first in document order. Valid JSON is
 // scanned in place, allocating only per object and key (a long array of
@@ -137,33 +208,16 @@ func checkJSONKeys(data []byte) error {
 	if !json.Valid(data) {
 		return checkJSONTokens(data)
 	}
-	type container struct {
-		object    bool
-		keys      map[string]bool
-		path      string
-		key       string // the current key of an object
-		expectKey bool
-	}
-	var stack []container
-	valueDone := func() {
-		if n := len(stack); n > 0 && stack[n-1].object {
-			stack[n-1].expectKey = true
-		}
-	}
+	var s jsonKeys
 	for i := skipJSONSpace(data, 0); i < len(data); i = skipJSONSpace(data, i) {
 		c := data[i]
 		if c == ',' || c == ':' {
 			i++
 			continue
 		}
-		var top *container
-		if n := len(stack); n > 0 {
-			top = &stack[n-1]
-		}
-		if top != nil && top.object && top.expectKey {
+		if s.wantsKey() {
 			if c == '}' {
-				stack = stack[:len(stack)-1]
-				valueDone()
+				s.close()
 				i++
 				continue
 			}
@@ -176,43 +230,24 @@ func checkJSONKeys(data []byte) error {
 			} else {
 				k = string(data[i+1 : end-1])
 			}
-			if top.keys[k] {
-				return fmt.Errorf("%s: duplicate key %q", displayPath(top.path), k)
+			if err := s.key(k); err != nil {
+				return err
 			}
-			if strings.ContainsFunc(k, func(r rune) bool { return r >= 'A' && r <= 'Z' }) {
-				return fmt.Errorf("%s: key %q is not lower-case (keys are exact-case)", displayPath(top.path), k)
-			}
-			top.keys[k] = true
-			top.key = k
-			top.expectKey = false
 			i = end
 			continue
 		}
 		switch c {
 		case '{', '[':
-			if len(stack) >= maxJSONDepth {
-				return fmt.Errorf("nested deeper than %d levels", maxJSONDepth)
+			if err := s.open(c == '{'); err != nil {
+				return err
 			}
-			path := ""
-			if top != nil && top.object {
-				path = joinPath(top.path, top.key)
-			} else if top != nil {
-				path = top.path + "[]"
-			}
-			nc := container{path: path, object: c == '{'}
-			if nc.object {
-				nc.keys = map[string]bool{}
-				nc.expectKey = true
-			}
-			stack = append(stack, nc)
 			i++
 		case ']', '}':
-			stack = stack[:len(stack)-1]
-			valueDone()
+			s.close()
 			i++
 		default:
 			i = skipJSONValue(data, i)
-			valueDone()
+			s.valueDone()
 		}
 	}
 	return nil
@@ -222,19 +257,7 @@ func checkJSONKeys(data []byte) error {
 // input that is not one valid JSON value: it reports the first of a key
 // error and a syntax error, as the tokens come.
 func checkJSONTokens(data []byte) error {
-	type container struct {
-		object    bool
-		keys      map[string]bool
-		path      string
-		key       string // the current key of an object
-		expectKey bool
-	}
-	var stack []*container
-	valueDone := func() {
-		if n := len(stack); n > 0 && stack[n-1].object {
-			stack[n-1].expectKey = true
-		}
-	}
+	var s jsonKeys
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	for {
@@ -245,50 +268,26 @@ func checkJSONTokens(data []byte) error {
 		if err != nil {
 			return jsonError(err)
 		}
-		var top *container
-		if n := len(stack); n > 0 {
-			top = stack[n-1]
-		}
-		if top != nil && top.object && top.expectKey {
+		if s.wantsKey() {
 			if tok == json.Delim('}') {
-				stack = stack[:len(stack)-1]
-				valueDone()
+				s.close()
 				continue
 			}
 			k, _ := tok.(string) // the decoder only yields strings as keys
-			if top.keys[k] {
-				return fmt.Errorf("%s: duplicate key %q", displayPath(top.path), k)
+			if err := s.key(k); err != nil {
+				return err
 			}
-			if strings.ContainsFunc(k, func(r rune) bool { return r >= 'A' && r <= 'Z' }) {
-				return fmt.Errorf("%s: key %q is not lower-case (keys are exact-case)", displayPath(top.path), k)
-			}
-			top.keys[k] = true
-			top.key = k
-			top.expectKey = false
 			continue
 		}
 		switch tok {
 		case json.Delim('{'), json.Delim('['):
-			if len(stack) >= maxJSONDepth {
-				return fmt.Errorf("nested deeper than %d levels", maxJSONDepth)
+			if err := s.open(tok == json.Delim('{')); err != nil {
+				return err
 			}
-			path := ""
-			if top != nil && top.object {
-				path = joinPath(top.path, top.key)
-			} else if top != nil {
-				path = top.path + "[]"
-			}
-			c := &container{path: path, object: tok == json.Delim('{')}
-			if c.object {
-				c.keys = map[string]bool{}
-				c.expectKey = true
-			}
-			stack = append(stack, c)
 		case json.Delim(']'):
-			stack = stack[:len(stack)-1]
-			valueDone()
+			s.close()
 		default:
-			valueDone()
+			s.valueDone()
 		}
 	}
 }
