@@ -30,9 +30,10 @@ func (Reference) Run(ctx context.Context, p *Plan, out []uint64) error {
 		c := task.Cache
 		err := layout.Guard(c.Cells.File, func() error {
 			for _, row := range task.Rows {
-				out[row.Out] += ReferenceBlock(c, row)
+				v, slope := referenceRow(c, row)
+				out[row.Out] += v
 				if p.Slopes {
-					out[p.Outputs+row.Out] += ReferenceSlope(c, row)
+					out[p.Outputs+row.Out] += slope
 				}
 				if p.Progress != nil {
 					p.Progress(int64(row.Valid*c.Heads) * int64(c.Cells.CellBytes))
@@ -52,23 +53,34 @@ func (Reference) Run(ctx context.Context, p *Plan, out []uint64) error {
 // of the token at request position t. Pieces are little-endian unsigned
 // integers of the view's piece width, zero-extended.
 func ReferenceBlock(c *layout.LayerView, row Row) uint64 {
+	v, _ := referenceRow(c, row)
+	return v
+}
+
+// referenceRow returns ReferenceBlock's value and, from the same reads,
+// the row's slope: the sum over heads of m*P*A, A the plain sum of the
+// head's pieces over the row's valid tokens (docs/spec.md §1, the
+// conversion between numberings).
+func referenceRow(c *layout.LayerView, row Row) (block, slope uint64) {
 	P := uint64(c.Pieces)
 	w := uint64(c.Cells.Width())
-	var blockSum uint64
 	var cell []byte
 	for h := 0; h < c.Heads; h++ {
-		var s uint64
+		var s, a uint64
 		for t := 0; t < row.Valid; t++ {
 			cell = c.Cells.ReadCell(cell[:0], row.Block, t, h)
 			for p := uint64(0); p < P; p++ {
 				x := piece(cell[w*p : w*p+w])
 				j := uint64(row.FirstToken+int64(t))*P + p
 				s += x * (2*j + 1)
+				a += x
 			}
 		}
-		blockSum += c.Factor(c.HeadBase+h) * s
+		m := c.Factor(c.HeadBase + h)
+		block += m * s
+		slope += m * P * a
 	}
-	return blockSum
+	return block, slope
 }
 
 // piece reads a little-endian unsigned integer of len(b) bytes (2, 4 or 8).
@@ -81,25 +93,4 @@ func piece(b []byte) uint64 {
 	default:
 		return binary.LittleEndian.Uint64(b)
 	}
-}
-
-// ReferenceSlope returns one cache's part of a row's slope: the sum over
-// heads of m*P*A, A the plain sum of the head's pieces over the row's
-// valid tokens (docs/spec.md §1, the conversion between numberings).
-func ReferenceSlope(c *layout.LayerView, row Row) uint64 {
-	P := uint64(c.Pieces)
-	w := uint64(c.Cells.Width())
-	var d uint64
-	var cell []byte
-	for h := 0; h < c.Heads; h++ {
-		var a uint64
-		for t := 0; t < row.Valid; t++ {
-			cell = c.Cells.ReadCell(cell[:0], row.Block, t, h)
-			for p := uint64(0); p < P; p++ {
-				a += piece(cell[w*p : w*p+w])
-			}
-		}
-		d += c.Factor(c.HeadBase+h) * P * a
-	}
-	return d
 }
