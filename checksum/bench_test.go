@@ -103,7 +103,8 @@ func benchPlan(b *testing.B, s benchShape, dir string) []*checksum.Plan {
 // BenchmarkHotLoop measures, for every layout shape, the plain read of the
 // bytes the checksum covers (read: the practical limit) and the fast
 // engine over the same bytes, on one thread and on GOMAXPROCS; the ratio of
-// their MB/s is the engine's efficiency.
+// their MB/s is the engine's efficiency. cpu+slopes is the fast engine
+// giving both numberings in its one pass (Plan.Slopes).
 func BenchmarkHotLoop(b *testing.B) {
 	ctx := context.Background()
 	for _, s := range benchShapes() {
@@ -116,8 +117,12 @@ func BenchmarkHotLoop(b *testing.B) {
 			plans := benchPlan(b, s, dir)
 			work := bench.NewWork(plans, 0)
 			outs := make([][]uint64, len(plans))
+			slopePlans := make([]*checksum.Plan, len(plans))
 			for i, p := range plans {
-				outs[i] = make([]uint64, p.Outputs)
+				outs[i] = make([]uint64, 2*p.Outputs)
+				q := *p
+				q.Slopes = true
+				slopePlans[i] = &q
 			}
 			for _, threads := range []int{1, 0} {
 				suffix := fmt.Sprintf("threads=%d", threads)
@@ -132,17 +137,22 @@ func BenchmarkHotLoop(b *testing.B) {
 						}
 					}
 				})
-				b.Run("cpu/"+suffix, func(b *testing.B) {
-					b.SetBytes(work.Bytes)
-					f := checksum.Fast{Threads: threads}
-					for b.Loop() {
-						for i, p := range plans {
-							if err := f.Run(ctx, p, outs[i]); err != nil {
-								b.Fatal(err)
+				for _, e := range []struct {
+					name  string
+					plans []*checksum.Plan
+				}{{"cpu", plans}, {"cpu+slopes", slopePlans}} {
+					b.Run(e.name+"/"+suffix, func(b *testing.B) {
+						b.SetBytes(work.Bytes)
+						f := checksum.Fast{Threads: threads}
+						for b.Loop() {
+							for i, p := range e.plans {
+								if err := f.Run(ctx, p, outs[i]); err != nil {
+									b.Fatal(err)
+								}
 							}
 						}
-					}
-				})
+					})
+				}
 			}
 		})
 	}
