@@ -235,7 +235,7 @@ func renderTables(w io.Writer, tables []*Table, f Format, style Style) error {
 // the untouched pair does not verify). A CI fails exactly when kvaudit
 // campaign exits 1.
 func WriteCampaignJUnit(w io.Writer, r *inject.CampaignResult) error {
-	out := junitSuites{Name: "kvaudit campaign", Time: seconds(r.Elapsed)}
+	out := junitSuites{Name: "kvaudit campaign", junitCounts: junitCounts{Time: seconds(r.Elapsed)}}
 	kinds := junitSuite{Name: "fault kinds"}
 	if r.Stopped != "" {
 		kinds.Cases = append(kinds.Cases, junitCase{Name: "fault kinds", Classname: "kvaudit.campaign", Skipped: &junitOutcome{Message: "not run: " + r.Stopped}})

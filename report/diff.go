@@ -331,7 +331,7 @@ func RenderDiff(w io.Writer, res *checksum.DiffResult, f Format, opts DiffOption
 // non-zero.
 func diffJUnit(res *checksum.DiffResult, opts DiffOptions) junitSuites {
 	allowUnverified := opts.AllowUnverified
-	out := junitSuites{Name: "kvaudit diff", Time: seconds(opts.Elapsed)}
+	out := junitSuites{Name: "kvaudit diff", junitCounts: junitCounts{Time: seconds(opts.Elapsed)}}
 	unverified := func(msg, text string) (*junitOutcome, *junitOutcome) {
 		o := &junitOutcome{Message: msg, Type: "unverified", Text: text}
 		if allowUnverified {

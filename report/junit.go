@@ -12,25 +12,26 @@ import (
 
 // JUnit XML, as CI systems read it (the Ant/Surefire schema).
 type junitSuites struct {
-	XMLName  xml.Name     `xml:"testsuites"`
-	Name     string       `xml:"name,attr"`
-	Tests    int          `xml:"tests,attr"`
-	Failures int          `xml:"failures,attr"`
-	Errors   int          `xml:"errors,attr"`
-	Skipped  int          `xml:"skipped,attr"`
-	Time     junitSeconds `xml:"time,attr"`
-	Suites   []junitSuite `xml:"testsuite"`
-	sum      junitSeconds // of the suites added
+	XMLName xml.Name `xml:"testsuites"`
+	Name    string   `xml:"name,attr"`
+	junitCounts
+	Suites []junitSuite `xml:"testsuite"`
 }
 
 type junitSuite struct {
-	Name     string       `xml:"name,attr"`
+	Name string `xml:"name,attr"`
+	junitCounts
+	Cases []junitCase `xml:"testcase"`
+}
+
+// junitCounts are the attributes a suite and the document both carry:
+// their cases by outcome and their time.
+type junitCounts struct {
 	Tests    int          `xml:"tests,attr"`
 	Failures int          `xml:"failures,attr"`
 	Errors   int          `xml:"errors,attr"`
 	Skipped  int          `xml:"skipped,attr"`
 	Time     junitSeconds `xml:"time,attr"`
-	Cases    []junitCase  `xml:"testcase"`
 }
 
 type junitCase struct {
@@ -88,7 +89,6 @@ func (s *junitSuites) add(suite junitSuite) {
 	if suite.Time == 0 {
 		suite.Time = sum
 	}
-	s.sum += suite.Time
 	s.Tests += suite.Tests
 	s.Failures += suite.Failures
 	s.Errors += suite.Errors
@@ -98,7 +98,9 @@ func (s *junitSuites) add(suite junitSuite) {
 
 func writeJUnit(w io.Writer, out junitSuites) error {
 	if out.Time == 0 {
-		out.Time = out.sum
+		for _, s := range out.Suites {
+			out.Time += s.Time
+		}
 	}
 	if _, err := io.WriteString(w, xml.Header); err != nil {
 		return err

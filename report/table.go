@@ -142,10 +142,7 @@ func (t *Table) markdown(b *strings.Builder) {
 	}
 	esc := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 	if len(t.Header) > 0 {
-		tb := tablewriter.NewTable(b, tablewriter.WithRenderer(renderer.NewMarkdown()),
-			tablewriter.WithHeaderAutoFormat(tw.Off), tablewriter.WithHeaderAlignment(tw.AlignLeft),
-			tablewriter.WithRowAlignment(tw.AlignLeft), tablewriter.WithRowAutoWrap(tw.WrapNone),
-			tablewriter.WithHeaderAutoWrap(tw.WrapNone), tablewriter.WithTrimSpace(tw.Off))
+		tb := newTableWriter(b, tablewriter.WithRenderer(renderer.NewMarkdown()))
 		hdr := make([]string, len(t.Header))
 		for i, h := range t.Header {
 			hdr[i] = esc(h)
@@ -346,29 +343,47 @@ func scaledNote(per int) string {
 	return fmt.Sprintf("blocks scaled to fit: one cell per %d positions, showing the worst", per)
 }
 
+// newTableWriter makes a tablewriter that writes cells as they are (no
+// header capitals, wrapping or trimming: the layout did that), aligned left.
+func newTableWriter(w io.Writer, opts ...tablewriter.Option) *tablewriter.Table {
+	return tablewriter.NewTable(w, append([]tablewriter.Option{tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithHeaderAlignment(tw.AlignLeft), tablewriter.WithRowAlignment(tw.AlignLeft),
+		tablewriter.WithRowAutoWrap(tw.WrapNone), tablewriter.WithHeaderAutoWrap(tw.WrapNone),
+		tablewriter.WithTrimSpace(tw.Off)}, opts...)...)
+}
+
+// fit lays the table out in width cells for the aligned and styled grids:
+// the layout, each row's kept cells (maps colored by r when not nil) and
+// the notes to write under the grid (the table's, then the layout's).
+func (t *Table) fit(width int, r *lipgloss.Renderer) (l *laidOut, rows [][]string, notes []string) {
+	l = t.layout(width)
+	scaled := 1
+	rows = make([][]string, len(t.Rows))
+	for i, row := range t.Rows {
+		cells, per := l.cells(row, r)
+		scaled = max(scaled, per)
+		rows[i] = cells
+	}
+	notes = append(append([]string{}, t.Notes...), l.notes...)
+	if scaled > 1 {
+		notes = append(notes, scaledNote(scaled))
+	}
+	return l, rows, notes
+}
+
 // aligned writes the table in aligned columns with borders and no color
 // (tablewriter).
 func (t *Table) aligned(b *strings.Builder, style Style) {
 	if t.Title != "" {
 		b.WriteString(ansi.Wrap(t.Title, widthOr(style.Width), " ") + "\n")
 	}
-	l := t.layout(style.Width)
-	tb := tablewriter.NewTable(b, tablewriter.WithHeaderAutoFormat(tw.Off),
-		tablewriter.WithHeaderAlignment(tw.AlignLeft), tablewriter.WithRowAlignment(tw.AlignLeft),
-		tablewriter.WithRowAutoWrap(tw.WrapNone), tablewriter.WithHeaderAutoWrap(tw.WrapNone),
-		tablewriter.WithTrimSpace(tw.Off))
+	l, rows, notes := t.fit(style.Width, nil)
+	tb := newTableWriter(b)
 	tb.Header(l.header)
-	scaled := 1
-	for _, row := range t.Rows {
-		cells, per := l.cells(row, nil)
-		scaled = max(scaled, per)
+	for _, cells := range rows {
 		_ = tb.Append(cells)
 	}
 	_ = tb.Render()
-	notes := append(append([]string{}, t.Notes...), l.notes...)
-	if scaled > 1 {
-		notes = append(notes, scaledNote(scaled))
-	}
 	for _, n := range notes {
 		b.WriteString(ansi.Wrap(n, widthOr(style.Width), " ") + "\n")
 	}
@@ -399,14 +414,9 @@ func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 	if t.Title != "" {
 		b.WriteString(title.Render(ansi.Wrap(t.Title, widthOr(style.Width), " ")) + "\n")
 	}
-	l := t.layout(style.Width)
-	scaled := 1
-	rows := make([][]string, len(t.Rows))
+	l, rows, notes := t.fit(style.Width, r)
 	tone := make([][]Tone, len(t.Rows))
 	for i, row := range t.Rows {
-		cells, per := l.cells(row, r)
-		scaled = max(scaled, per)
-		rows[i] = cells
 		for _, c := range l.cols {
 			tn := Plain
 			if c < len(row) {
@@ -430,10 +440,6 @@ func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 			return tones[tone[row][col]]
 		})
 	b.WriteString(tb.Render() + "\n")
-	notes := append(append([]string{}, t.Notes...), l.notes...)
-	if scaled > 1 {
-		notes = append(notes, scaledNote(scaled))
-	}
 	faint := r.NewStyle().Faint(true)
 	for _, n := range notes {
 		for l := range strings.SplitSeq(ansi.Wrap(n, widthOr(style.Width), " "), "\n") {

@@ -6,11 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,40 +41,9 @@ func cmdExitsIn(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	want, err := strconv.Atoi(args[1])
 	ts.Check(err)
-	bin := ""
-	for _, dir := range filepath.SplitList(ts.Getenv("PATH")) {
-		if p := filepath.Join(dir, "kvaudit"); fileExists(p) {
-			bin = p
-			break
-		}
-	}
-	if bin == "" {
-		ts.Fatalf("no kvaudit on the script's PATH")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs)*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args[2:]...)
-	cmd.Dir = ts.MkAbs(".")
-	cmd.Env = append(os.Environ(), "PATH="+ts.Getenv("PATH"), "NO_COLOR=1", "HOME="+ts.Getenv("HOME"))
-	cmd.Stdin = strings.NewReader("")
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	fmt.Fprint(ts.Stdout(), stdout.String())
-	fmt.Fprint(ts.Stderr(), stderr.String())
-	if ctx.Err() != nil {
-		ts.Fatalf("kvaudit %s did not return within %d s (killed)", strings.Join(args[2:], " "), secs)
-	}
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		ts.Fatalf("running kvaudit: %v", err)
-	}
-	if code != want {
-		ts.Fatalf("kvaudit exited %d, want %d\nstderr: %s", code, want, stderr.String())
-	}
+	runKVAudit(ts, ctx, want, args[2:])
 }
 
 // cmdFifo makes a named pipe, replacing any file there: fifo PATH.

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -92,31 +94,45 @@ func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	want, err := strconv.Atoi(args[0])
 	ts.Check(err)
-	bin, err := exec.LookPath("kvaudit")
-	if err != nil {
-		// the script's PATH holds the test binary's kvaudit
-		for _, dir := range filepath.SplitList(ts.Getenv("PATH")) {
-			if p := filepath.Join(dir, "kvaudit"); fileExists(p) {
-				bin = p
-				break
-			}
+	runKVAudit(ts, context.Background(), want, args[1:])
+}
+
+// runKVAudit runs the kvaudit on the script's PATH with args in the
+// script's directory, with empty stdin, NO_COLOR and only the script's
+// KVAUDIT_<FLAG> variables, until ctx is done. Its stdout and stderr become
+// the script's; it fails the script when kvaudit was killed for ctx or
+// exited other than want.
+func runKVAudit(ts *testscript.TestScript, ctx context.Context, want int, args []string) {
+	bin := ""
+	for _, dir := range filepath.SplitList(ts.Getenv("PATH")) {
+		if p := filepath.Join(dir, "kvaudit"); fileExists(p) {
+			bin = p
+			break
 		}
 	}
-	cmd := exec.Command(bin, args[1:]...)
+	if bin == "" {
+		ts.Fatalf("no kvaudit on the script's PATH")
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = ts.MkAbs(".")
 	cmd.Env = append(os.Environ(), "PATH="+ts.Getenv("PATH"), "NO_COLOR=1", "HOME="+ts.Getenv("HOME"))
 	cmd.Env = append(cmd.Env, scriptKVAuditEnv(ts)...)
+	cmd.Stdin = strings.NewReader("")
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
+	err := cmd.Run()
+	fmt.Fprint(ts.Stdout(), stdout.String())
+	fmt.Fprint(ts.Stderr(), stderr.String())
+	if ctx.Err() != nil {
+		ts.Fatalf("kvaudit %s did not return in time (killed)", strings.Join(args, " "))
+	}
 	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
 		ts.Fatalf("running kvaudit: %v", err)
 	}
-	fmt.Fprint(ts.Stdout(), stdout.String())
-	fmt.Fprint(ts.Stderr(), stderr.String())
 	if code != want {
 		ts.Fatalf("kvaudit exited %d, want %d\nstderr: %s", code, want, stderr.String())
 	}

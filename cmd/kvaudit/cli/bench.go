@@ -177,11 +177,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 	if opts.Output == "json" {
 		return report.WriteJSON(opts.IO.Out, benchJSON{Format: BenchFormat, Engine: "cpu", Result: res})
 	}
-	f := report.FormatTable
-	if opts.Output == "markdown" {
-		f = report.FormatMarkdown
-	}
-	return benchTable(res).Render(opts.IO.Out, f, tableStyle(opts.IO))
+	return opts.IO.renderTables(opts.Output, benchTable(res))
 }
 
 // The versions of bench -o json (docs/spec.md §12: fields are added, never renamed

@@ -157,7 +157,7 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 	case "payload":
 		err = writePayloads(opts.IO.Out, c, opts.PayloadForm)
 	default:
-		err = report.ChecksumsTableNumbered(c, opts.Numbering).Render(opts.IO.Out, report.Format(opts.Output), tableStyle(opts.IO))
+		err = opts.IO.renderTables(opts.Output, report.ChecksumsTableNumbered(c, opts.Numbering))
 	}
 	if err != nil {
 		return err
@@ -215,7 +215,7 @@ func storedRun(ctx context.Context, opts *ChecksumOptions) error {
 	if opts.Output == "json" {
 		err = report.WriteJSON(opts.IO.Out, report.NewStoredJSON(res.Audits.Stored))
 	} else {
-		err = report.StoredTable(res.Audits.Stored).Render(opts.IO.Out, report.Format(opts.Output), tableStyle(opts.IO))
+		err = opts.IO.renderTables(opts.Output, report.StoredTable(res.Audits.Stored))
 	}
 	if err != nil {
 		return err

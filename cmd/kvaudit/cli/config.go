@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -29,7 +31,38 @@ type config struct {
 	lines map[string]int
 }
 
+// configKey holds, in a command's context, the config the root's
+// PersistentPreRunE resolved for this run (withConfig), so a run reads
+// kvaudit.yaml and the environment once.
+type configKey struct{}
+
+// newConfig returns cmd's settings: the ones resolved for this run, else
+// (a command run without the root) resolved now.
 func newConfig(cmd *cobra.Command) (*config, error) {
+	if ctx := cmd.Context(); ctx != nil {
+		if c, ok := ctx.Value(configKey{}).(*config); ok && c.cmd == cmd {
+			return c, nil
+		}
+	}
+	return resolveConfig(cmd)
+}
+
+// withConfig resolves cmd's settings afresh and keeps them in its context
+// for the rest of the run.
+func withConfig(cmd *cobra.Command) (*config, error) {
+	c, err := resolveConfig(cmd)
+	if err != nil {
+		return nil, err
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	cmd.SetContext(context.WithValue(ctx, configKey{}, c))
+	return c, nil
+}
+
+func resolveConfig(cmd *cobra.Command) (*config, error) {
 	v := viper.New()
 	v.SetEnvPrefix("KVAUDIT")
 	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
@@ -46,12 +79,12 @@ func newConfig(cmd *cobra.Command) (*config, error) {
 		file = findConfigFile()
 	}
 	if file != "" {
-		if err := c.readFile(file); err != nil {
+		data, err := c.readFile(file)
+		if err != nil {
 			return nil, err
 		}
-		v.SetConfigFile(file)
 		v.SetConfigType("yaml")
-		if err := v.ReadInConfig(); err != nil {
+		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
 			return nil, usageErrorf("reading configuration %q: %v", file, err)
 		}
 	}
@@ -105,33 +138,33 @@ func checkValue(f *pflag.Flag, val string) string {
 // flags of some kvaudit command, or command names holding flags of that
 // command; the values of this command's flags must suit their types.
 // Errors name the file and line. It records where this command's settings
-// come from.
-func (c *config) readFile(file string) error {
+// come from, and returns the file's contents.
+func (c *config) readFile(file string) ([]byte, error) {
 	st, err := os.Stat(file)
 	if err != nil {
-		return usageErrorf("reading configuration %q: %v", file, err)
+		return nil, usageErrorf("reading configuration %q: %v", file, err)
 	}
 	if !st.Mode().IsRegular() {
-		return usageErrorf("configuration %q is not a regular file", file)
+		return nil, usageErrorf("configuration %q is not a regular file", file)
 	}
 	if st.Size() > maxConfigFile {
-		return usageErrorf("configuration %q: %d bytes, more than the %d a configuration may hold", file, st.Size(), maxConfigFile)
+		return nil, usageErrorf("configuration %q: %d bytes, more than the %d a configuration may hold", file, st.Size(), maxConfigFile)
 	}
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return usageErrorf("reading configuration %q: %v", file, err)
+		return nil, usageErrorf("reading configuration %q: %v", file, err)
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return usageErrorf("configuration %q: %v", file, err)
+		return nil, usageErrorf("configuration %q: %v", file, err)
 	}
 	c.file, c.lines = file, map[string]int{}
 	if len(doc.Content) == 0 {
-		return nil // empty
+		return data, nil // empty
 	}
 	top := doc.Content[0]
 	if top.Kind != yaml.MappingNode {
-		return usageErrorf("%s:%d: want a mapping of settings (key: value)", file, top.Line)
+		return nil, usageErrorf("%s:%d: want a mapping of settings (key: value)", file, top.Line)
 	}
 	root := c.cmd.Root()
 	commands := map[string]*cobra.Command{}
@@ -153,26 +186,26 @@ func (c *config) readFile(file string) error {
 				sk, sv := val.Content[j], val.Content[j+1]
 				f := sub.Flags().Lookup(sk.Value)
 				if f == nil || sk.Value == "config" || sk.Value == "help" {
-					return usageErrorf("%s:%d: unknown key %q in section %q (not a flag of kvaudit %s)", file, sk.Line, sk.Value, k.Value, k.Value)
+					return nil, usageErrorf("%s:%d: unknown key %q in section %q (not a flag of kvaudit %s)", file, sk.Line, sk.Value, k.Value, k.Value)
 				}
 				if sub == c.cmd {
 					if err := c.checkNode(f, k.Value+"."+sk.Value, sv); err != nil {
-						return err
+						return nil, err
 					}
 				}
 			}
 			continue
 		}
 		if !all[k.Value] || k.Value == "config" || k.Value == "help" {
-			return usageErrorf("%s:%d: unknown key %q (not a flag of any kvaudit command)", file, k.Line, k.Value)
+			return nil, usageErrorf("%s:%d: unknown key %q (not a flag of any kvaudit command)", file, k.Line, k.Value)
 		}
 		if f := c.cmd.Flags().Lookup(k.Value); f != nil {
 			if err := c.checkNode(f, k.Value, val); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	return nil
+	return data, nil
 }
 
 // checkNode checks the value of flag f at key in the file and records its

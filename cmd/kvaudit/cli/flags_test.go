@@ -213,3 +213,32 @@ func TestRequestListFromEnvironment(t *testing.T) {
 		t.Errorf("--request twice:\n%s\n--request a,b:\n%s\nKVAUDIT_REQUEST=a,b:\n%s", flags, comma, env)
 	}
 }
+
+// TestConfigResolvedOnce: a command's RunE gets the settings the root's
+// PersistentPreRunE resolved (kvaudit.yaml and the environment read once
+// a run), and a second run of the same tree resolves them afresh.
+func TestConfigResolvedOnce(t *testing.T) {
+	s := &Streams{Out: &strings.Builder{}, Err: &strings.Builder{}}
+	root := NewRootCmd(s)
+	var got []*config
+	probe := &cobra.Command{Use: "probe", RunE: func(cmd *cobra.Command, _ []string) error {
+		cfg, err := newConfig(cmd)
+		got = append(got, cfg)
+		return err
+	}}
+	root.AddCommand(probe)
+	for range 2 {
+		if code := execute(root, []string{"probe"}, s); code != 0 {
+			t.Fatalf("exit %d: %s", code, s.Err)
+		}
+	}
+	if len(got) != 2 || got[0] == nil || got[1] == nil {
+		t.Fatalf("configs: %v", got)
+	}
+	if cached, _ := probe.Context().Value(configKey{}).(*config); got[1] != cached {
+		t.Error("RunE resolved its own config, not the PersistentPreRunE's")
+	}
+	if got[0] == got[1] {
+		t.Error("the second run reused the first run's config")
+	}
+}

@@ -245,7 +245,7 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 	if opts.Output == "json" {
 		return report.WriteJSON(opts.IO.Out, f)
 	}
-	return faultTable(f, opts.Out).Render(opts.IO.Out, report.Format(opts.Output), tableStyle(opts.IO))
+	return opts.IO.renderTables(opts.Output, faultTable(f, opts.Out))
 }
 
 // injectFlags are the flags of inject's options (inject.OptionError).

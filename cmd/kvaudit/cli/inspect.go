@@ -81,10 +81,5 @@ func inspectRun(_ context.Context, opts *InspectOptions) error {
 	if opts.Output == "json" {
 		return report.WriteJSON(opts.IO.Out, in)
 	}
-	for _, t := range report.InspectTables(in) {
-		if err := t.Render(opts.IO.Out, report.Format(opts.Output), tableStyle(opts.IO)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return opts.IO.renderTables(opts.Output, report.InspectTables(in)...)
 }

@@ -145,8 +145,9 @@ optional kvaudit.yaml (--config, the working directory or
 	root.PersistentFlags().String("color", "auto", "color in tables and progress bars: auto (on a terminal, unless NO_COLOR is set), always or never")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		// --color and --quiet, from the flag, KVAUDIT_COLOR and
-		// KVAUDIT_QUIET, or kvaudit.yaml, like every setting.
-		cfg, err := newConfig(cmd)
+		// KVAUDIT_QUIET, or kvaudit.yaml, like every setting. The
+		// command's RunE gets the same config (newConfig).
+		cfg, err := withConfig(cmd)
 		if err != nil {
 			return err
 		}

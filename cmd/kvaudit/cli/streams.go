@@ -87,25 +87,32 @@ func SystemStreams() *Streams {
 var colorModes = []string{"auto", "always", "never"}
 
 // color says whether tables on Out are styled with color.
-func (s *Streams) color() bool {
-	switch s.Color {
-	case "always":
-		return true
-	case "never":
-		return false
-	}
-	return s.OutTerminal && !s.NoColor
-}
+func (s *Streams) color() bool { return s.colorOn(s.OutTerminal) }
 
 // errColor says whether progress bars on Err use color.
-func (s *Streams) errColor() bool {
+func (s *Streams) errColor() bool { return s.colorOn(s.ErrTerminal) }
+
+// colorOn says whether a stream, a terminal or not, gets color: --color
+// always or never, else (auto) on a terminal unless NO_COLOR is set.
+func (s *Streams) colorOn(terminal bool) bool {
 	switch s.Color {
 	case "always":
 		return true
 	case "never":
 		return false
 	}
-	return s.ErrTerminal && !s.NoColor
+	return terminal && !s.NoColor
+}
+
+// renderTables writes tables to Out in the -o format output, table or
+// markdown, styled for Out (tableStyle).
+func (s *Streams) renderTables(output string, tables ...*report.Table) error {
+	for _, t := range tables {
+		if err := t.Render(s.Out, report.Format(output), tableStyle(s)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // tableStyle is the report style for the streams' output: styled with
