@@ -346,27 +346,3 @@ func PlaceDir(tmp, target string, force bool, replaceable func(dir string) error
 	unregister(tmp)
 	return syncDir(filepath.Dir(target))
 }
-
-// Place syncs the finished file tmp (written by another library into a
-// temporary directory beside target) and renames it to target as Commit
-// does: never over an existing file unless force, never through a link.
-func Place(tmp, target string, force bool) error {
-	f, err := os.OpenFile(tmp, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("writing %q: %w", target, err)
-	}
-	if err := checkTarget(target, force); err != nil {
-		return err
-	}
-	if err := place(tmp, target, force); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(target))
-}
