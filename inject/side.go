@@ -205,20 +205,29 @@ func sideFiles(dumps []*layout.Dump) ([]rankFiles, error) {
 }
 
 // copySide copies every file of every dump into dir (streamed, never
-// linked) and returns the files.
+// linked) and returns the copies' files (absolute paths in dir), as
+// dumpFiles would find them in the copies.
 func copySide(ctx context.Context, dumps []*layout.Dump, dir string) ([]rankFiles, error) {
 	ranks, err := sideFiles(dumps)
 	if err != nil {
 		return nil, err
 	}
-	for _, rf := range ranks {
+	dir, err = filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	copies := make([]rankFiles, len(ranks))
+	for r, rf := range ranks {
+		copies[r] = rankFiles{rank: rf.rank, rel: rf.rel}
 		for i, src := range rf.files {
-			if err := copyFile(ctx, src, filepath.Join(dir, filepath.FromSlash(rf.rel[i])), true); err != nil {
+			dst := filepath.Join(dir, filepath.FromSlash(rf.rel[i]))
+			if err := copyFile(ctx, src, dst, true); err != nil {
 				return nil, err
 			}
+			copies[r].files = append(copies[r].files, dst)
 		}
 	}
-	return ranks, nil
+	return copies, nil
 }
 
 // materialize writes into out the files of the ranks the edits change
