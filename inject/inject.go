@@ -129,7 +129,7 @@ func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options)
 		slices.SortFunc(copyRanks, func(a, b rankFiles) int {
 			return cmp.Or(cmp.Compare(a.rank.PP, b.rank.PP), cmp.Compare(a.rank.TP, b.rank.TP))
 		})
-		changes, err := patch(copyRanks, edits, true)
+		changes, err := patch(copyRanks, edits)
 		if err != nil {
 			return err
 		}
