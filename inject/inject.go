@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -107,7 +108,8 @@ func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options)
 	}
 	var f *Fault
 	err := staged(out, opts.Force, func(stage string) error {
-		if _, err := copySide(ctx, dumps, stage); err != nil {
+		copyRanks, err := copySide(ctx, dumps, stage)
+		if err != nil {
 			return err
 		}
 		var paths []string
@@ -123,15 +125,11 @@ func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options)
 		if f, edits, err = plan(copies, opts); err != nil {
 			return err
 		}
-		var copyRanks []rankFiles
-		for _, d := range copies {
-			rf, err := dumpFiles(d)
-			if err != nil {
-				return err
-			}
-			copyRanks = append(copyRanks, rf)
-		}
-		changes, err := patch(copyRanks, edits, true)
+		// Changes are listed rank by rank, in the copies' order.
+		slices.SortFunc(copyRanks, func(a, b rankFiles) int {
+			return cmp.Or(cmp.Compare(a.rank.PP, b.rank.PP), cmp.Compare(a.rank.TP, b.rank.TP))
+		})
+		changes, err := patch(copyRanks, edits)
 		if err != nil {
 			return err
 		}

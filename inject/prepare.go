@@ -269,7 +269,7 @@ func writeDump(ctx context.Context, d *layout.Dump, out string, m *layout.Manife
 				return "", err
 			}
 		default:
-			if err := copyFile(ctx, src, dst, false); err != nil { // a scratch copy
+			if err := copyFile(ctx, src, dst); err != nil {
 				return "", err
 			}
 			if es := byFile[src]; len(es) > 0 {
@@ -277,7 +277,7 @@ func writeDump(ctx context.Context, d *layout.Dump, out string, m *layout.Manife
 				for i := range moved {
 					moved[i].file = dst
 				}
-				if _, err := patchFile(dst, moved, false); err != nil {
+				if _, err := patchFile(dst, moved); err != nil {
 					return "", err
 				}
 			}
@@ -327,6 +327,6 @@ func rewriteEmbedded(src, dst string, m *layout.Manifest, edits []edit) error {
 		e.file, e.off = dst, dataOffset+begin[i]+rel-st.Tensors[i].Begin
 		moved = append(moved, e)
 	}
-	_, err = patchFile(dst, moved, false)
+	_, err = patchFile(dst, moved)
 	return err
 }

@@ -205,20 +205,29 @@ func sideFiles(dumps []*layout.Dump) ([]rankFiles, error) {
 }
 
 // copySide copies every file of every dump into dir (streamed, never
-// linked) and returns the files.
+// linked) and returns the copies' files (absolute paths in dir), as
+// dumpFiles would find them in the copies.
 func copySide(ctx context.Context, dumps []*layout.Dump, dir string) ([]rankFiles, error) {
 	ranks, err := sideFiles(dumps)
 	if err != nil {
 		return nil, err
 	}
-	for _, rf := range ranks {
+	dir, err = filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	copies := make([]rankFiles, len(ranks))
+	for r, rf := range ranks {
+		copies[r] = rankFiles{rank: rf.rank, rel: rf.rel}
 		for i, src := range rf.files {
-			if err := copyFile(ctx, src, filepath.Join(dir, filepath.FromSlash(rf.rel[i])), true); err != nil {
+			dst := filepath.Join(dir, filepath.FromSlash(rf.rel[i]))
+			if err := copyFile(ctx, src, dst); err != nil {
 				return nil, err
 			}
+			copies[r].files = append(copies[r].files, dst)
 		}
 	}
-	return ranks, nil
+	return copies, nil
 }
 
 // materialize writes into out the files of the ranks the edits change
@@ -246,7 +255,7 @@ func materialize(ctx context.Context, dumps []*layout.Dump, out string, edits []
 		c := rankFiles{rank: rf.rank, rel: rf.rel}
 		for i, src := range rf.files {
 			dst := filepath.Join(out, filepath.FromSlash(rf.rel[i]))
-			if err := copyFile(ctx, src, dst, !changedOnly); err != nil {
+			if err := copyFile(ctx, src, dst); err != nil {
 				return nil, err
 			}
 			c.files = append(c.files, dst)
@@ -259,7 +268,7 @@ func materialize(ctx context.Context, dumps []*layout.Dump, out string, edits []
 		moved[i] = e
 		moved[i].file = dstOf[e.file]
 	}
-	return patch(copied, moved, !changedOnly)
+	return patch(copied, moved)
 }
 
 func relOf(ranks []rankFiles, f string) string {
@@ -283,11 +292,12 @@ func init() {
 }
 
 // copyFile copies the regular file src to dst, which must not exist, in
-// chunks, stopping when ctx is cancelled, and syncs it when durable (an
-// output; scratch copies are not synced). The caller's
+// chunks, stopping when ctx is cancelled, and syncs it unless it lies in
+// a scratch directory (safeio.InScratch: the campaign's trials, Prepare's
+// copy). The caller's
 // temporary directory holds dst, so a partial copy is never left under a
 // final name.
-func copyFile(ctx context.Context, src, dst string, durable bool) error {
+func copyFile(ctx context.Context, src, dst string) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
@@ -324,7 +334,7 @@ func copyFile(ctx context.Context, src, dst string, durable bool) error {
 			return fmt.Errorf("copying %q to %q: %w", src, dst, err)
 		}
 	}
-	if durable {
+	if !safeio.InScratch(dst) {
 		if err := o.Sync(); err != nil {
 			return fmt.Errorf("writing %q: %w", dst, err)
 		}
@@ -336,7 +346,7 @@ func copyFile(ctx context.Context, src, dst string, durable bool) error {
 // written), in place, and returns the ranges that now differ from what the
 // files held (Offset and Length, Tensor, File as the rank's relative path,
 // Rank). Only the edited ranges are read.
-func patch(ranks []rankFiles, edits []edit, durable bool) ([]Change, error) {
+func patch(ranks []rankFiles, edits []edit) ([]Change, error) {
 	byFile := map[string][]edit{}
 	for _, e := range edits {
 		byFile[e.file] = append(byFile[e.file], e)
@@ -348,7 +358,7 @@ func patch(ranks []rankFiles, edits []edit, durable bool) ([]Change, error) {
 			if len(es) == 0 {
 				continue
 			}
-			c, err := patchFile(file, es, durable)
+			c, err := patchFile(file, es)
 			if err != nil {
 				return nil, err
 			}
@@ -366,9 +376,9 @@ func patch(ranks []rankFiles, edits []edit, durable bool) ([]Change, error) {
 }
 
 // patchFile applies edits (in order: a later edit of the same bytes wins)
-// to file in place, syncs it when durable, and returns the ranges that
+// to file in place, syncs it unless it is scratch (as copyFile), and returns the ranges that
 // differ from what it held.
-func patchFile(file string, edits []edit, durable bool) ([]Change, error) {
+func patchFile(file string, edits []edit) ([]Change, error) {
 	f, err := os.OpenFile(file, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
@@ -450,7 +460,7 @@ func patchFile(file string, edits []edit, durable bool) ([]Change, error) {
 			return nil, fmt.Errorf("writing %q: %w", file, err)
 		}
 	}
-	if durable {
+	if !safeio.InScratch(file) {
 		if err := f.Sync(); err != nil {
 			return nil, fmt.Errorf("writing %q: %w", file, err)
 		}

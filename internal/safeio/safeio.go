@@ -99,7 +99,7 @@ func (f *File) Commit() error {
 	f.done = true
 	tmp := f.Name()
 	defer unregister(tmp)
-	scratch := inScratch(f.target)
+	scratch := InScratch(f.target)
 	var err error
 	if !scratch {
 		err = f.Sync()
@@ -204,7 +204,6 @@ func TempDir(parent, pattern string) (string, error) {
 	}
 	mu.Lock()
 	pending[dir] = true
-	scratchDirs[dir] = true
 	mu.Unlock()
 	return dir, nil
 }
@@ -221,18 +220,22 @@ func StageDir(parent, pattern string) (string, error) {
 	return dir, nil
 }
 
-// inScratch says whether path lies inside a scratch directory.
-func inScratch(path string) bool {
+// InScratch says whether path lies inside a scratch directory (TempDir):
+// a file written there need not be synced.
+func InScratch(path string) bool {
 	mu.Lock()
 	defer mu.Unlock()
-	if len(scratchDirs) == 0 {
-		return false
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return false
-	}
-	for dir := range scratchDirs {
+	abs := ""
+	for dir, scratch := range pending {
+		if !scratch {
+			continue
+		}
+		if abs == "" {
+			var err error
+			if abs, err = filepath.Abs(path); err != nil {
+				return false
+			}
+		}
 		d, err := filepath.Abs(dir)
 		if err == nil && strings.HasPrefix(abs, d+string(filepath.Separator)) {
 			return true
@@ -251,21 +254,21 @@ func RemoveTemp(path string) error {
 func Forget(path string) { unregister(path) }
 
 var (
-	mu          sync.Mutex
-	pending     = map[string]bool{}
-	scratchDirs = map[string]bool{}
+	mu sync.Mutex
+	// pending holds the temporaries in progress, true for a scratch
+	// directory (TempDir).
+	pending = map[string]bool{}
 )
 
 func register(path string) {
 	mu.Lock()
-	pending[path] = true
+	pending[path] = false
 	mu.Unlock()
 }
 
 func unregister(path string) {
 	mu.Lock()
 	delete(pending, path)
-	delete(scratchDirs, path)
 	mu.Unlock()
 }
 
@@ -287,7 +290,7 @@ func Cleanup() {
 	for p := range pending {
 		paths = append(paths, p)
 	}
-	pending, scratchDirs = map[string]bool{}, map[string]bool{}
+	pending = map[string]bool{}
 	mu.Unlock()
 	for _, p := range paths {
 		os.RemoveAll(p)
@@ -344,29 +347,5 @@ func PlaceDir(tmp, target string, force bool, replaceable func(dir string) error
 		return err
 	}
 	unregister(tmp)
-	return syncDir(filepath.Dir(target))
-}
-
-// Place syncs the finished file tmp (written by another library into a
-// temporary directory beside target) and renames it to target as Commit
-// does: never over an existing file unless force, never through a link.
-func Place(tmp, target string, force bool) error {
-	f, err := os.OpenFile(tmp, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("writing %q: %w", target, err)
-	}
-	if err := checkTarget(target, force); err != nil {
-		return err
-	}
-	if err := place(tmp, target, force); err != nil {
-		return err
-	}
 	return syncDir(filepath.Dir(target))
 }

@@ -160,8 +160,16 @@ func TestScratchWritesStillSafe(t *testing.T) {
 	}
 	defer RemoveTemp(dir)
 	p := filepath.Join(dir, "f")
-	if !inScratch(p) || inScratch(filepath.Dir(dir)) {
-		t.Fatalf("inScratch wrong for %s", p)
+	if !InScratch(p) || InScratch(filepath.Dir(dir)) {
+		t.Fatalf("InScratch wrong for %s", p)
+	}
+	stage, err := StageDir(t.TempDir(), "stage-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer RemoveTemp(stage)
+	if InScratch(filepath.Join(stage, "f")) {
+		t.Fatalf("a staged output %s counts as scratch (it would not be synced)", stage)
 	}
 	if err := WriteFile(p, []byte("a"), false); err != nil {
 		t.Fatal(err)
