@@ -169,7 +169,7 @@ func openArg(arg string, stdin io.Reader) (*Side, error) {
 	}
 	st, err := os.Stat(arg)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) && !looksLikePath(arg) {
+		if errors.Is(err, fs.ErrNotExist) && len(strings.TrimSpace(arg)) >= 8 && !MissingPath(arg) {
 			return payloadSide(fmt.Sprintf("%q", shortArg(arg)), []byte(arg))
 		}
 		return nil, err
@@ -191,14 +191,18 @@ func openArg(arg string, stdin io.Reader) (*Side, error) {
 	return payloadSide(fmt.Sprintf("%q", arg), data)
 }
 
-// looksLikePath says whether an argument that does not exist was meant as
-// a path rather than payload text. Payload text is at least 8 characters
-// of the base64 alphabets (standard or URL-safe, so that the decoder can
-// say what is wrong with it) and, if it has a "/", no existing directory
-// before it.
-func looksLikePath(arg string) bool {
+// MissingPath says whether an argument that does not exist was meant as a
+// path rather than payload text given inline. Payload text is a JSON
+// object, or characters of the base64 alphabets (standard or URL-safe, so
+// that the decoder can say what is wrong with it) with, if it has a "/", no
+// existing directory before it. (Open also takes anything shorter than 8
+// characters for a path: no payload is that short.)
+func MissingPath(arg string) bool {
 	t := strings.TrimSpace(arg)
-	if len(t) < 8 || strings.Trim(t, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_") != "" {
+	if strings.HasPrefix(t, "{") {
+		return false
+	}
+	if strings.Trim(t, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_") != "" {
 		return true
 	}
 	if dir := filepath.Dir(t); dir != "." {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,6 +99,20 @@ func TestOpenInput(t *testing.T) {
 		}
 		if c.reason != "" && (s.bare == nil || !strings.Contains(strings.Join(s.bare.Unverified, " "), c.reason)) {
 			t.Errorf("%s: bare request %+v, want reason %q", c.payload, s.bare, c.reason)
+		}
+	}
+	// As an argument, kv_transfer_params JSON and base64 text are payloads;
+	// a name that is no payload text is a missing path.
+	for arg, payload := range map[string]bool{
+		`{"kv_checksums": null}`: true, "kOVidmVyaWZpZWQ=": true,
+		"nope": false, filepath.Join(t.TempDir(), "missing"): false, "missing.safetensors": false,
+	} {
+		s, err := Open(Input{Arg: arg})
+		if payload && (err != nil || !s.payload) {
+			t.Errorf("Open(Arg %q): %v, want a payload side", arg, err)
+		}
+		if !payload && !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("Open(Arg %q): %v, want a missing path", arg, err)
 		}
 	}
 	if _, err := Open(Input{Payload: []byte(`{"format": "kvaudit-diff/1"}`)}); err == nil || !strings.Contains(err.Error(), "kvaudit-diff/1 output") {

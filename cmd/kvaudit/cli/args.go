@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // explainArgs replaces cobra's argument count errors ("accepts 2 arg(s),
@@ -115,7 +116,7 @@ func checkDiffArg(arg string) error {
 		return checkSidePath(arg)
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil // read as usual, which reports it
-	case looksLikeMissingPath(arg):
+	case verify.MissingPath(arg):
 		return checkSidePath(arg)
 	case !plausiblePayload(arg):
 		short := arg
@@ -125,25 +126,6 @@ func checkDiffArg(arg string) error {
 		return usageErrorf("%q is neither an existing path nor payload text (base64 or JSON): want dumps, a directory, a record file, or what a producer sent", short)
 	}
 	return nil
-}
-
-// looksLikeMissingPath says whether an argument that does not exist was
-// meant as a path: it is not made of the base64 alphabets, or a directory
-// before its last "/" exists.
-func looksLikeMissingPath(arg string) bool {
-	t := strings.TrimSpace(arg)
-	if strings.HasPrefix(t, "{") {
-		return false
-	}
-	if strings.Trim(t, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_") != "" {
-		return true
-	}
-	if dir := filepath.Dir(t); dir != "." {
-		if st, err := os.Stat(dir); err == nil && st.IsDir() {
-			return true
-		}
-	}
-	return false
 }
 
 // checkSidePath explains the two ways a side's path goes wrong before it
