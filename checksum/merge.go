@@ -162,6 +162,7 @@ func Merge(records []*Record) (*Checks, error) {
 		for _, r := range recs {
 			have[[2]int{r.PPRank, r.TPRank}] = true
 		}
+	ranks:
 		for pp := range c.PPSize {
 			for tp := range c.TPSize {
 				if have[[2]int{pp, tp}] {
@@ -173,7 +174,7 @@ func Merge(records []*Record) (*Checks, error) {
 				}
 				if len(c.Missing) == 8 {
 					c.Missing = append(c.Missing, "...")
-					break
+					break ranks
 				}
 				c.Missing = append(c.Missing, name)
 			}

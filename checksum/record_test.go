@@ -240,3 +240,47 @@ func TestMergeValuesBlock(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeMissingRanks: an incomplete side names the ranks that did not
+// report, in (pp, tp) order, at most 8 of them and then "...".
+func TestMergeMissingRanks(t *testing.T) {
+	paths, remove := synthSide(t, synth.Config{Preset: "tiny", Layers: 6, TP: 2, PP: 6})
+	defer remove()
+	dumps, err := layout.OpenSide(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layout.CloseAll(dumps)
+	recs, err := checksum.Records(context.Background(), dumps, checksum.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := func(keep func(r *checksum.Record) bool) []string {
+		var kept []*checksum.Record
+		for _, r := range recs {
+			if keep(r) {
+				kept = append(kept, r)
+			}
+		}
+		c, err := checksum.Merge(kept)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Complete {
+			t.Errorf("%d of 12 ranks: complete", len(kept))
+		}
+		return c.Missing
+	}
+	got := missing(func(r *checksum.Record) bool {
+		return r.PPRank != 1 && r.PPRank != 5 || r.PPRank == 1 && r.TPRank == 1 || r.PPRank == 5 && r.TPRank == 0
+	})
+	if want := []string{"tp 0 of 2, pp 1 of 6", "tp 1 of 2, pp 5 of 6"}; !slices.Equal(got, want) {
+		t.Errorf("two ranks missing: %q, want %q", got, want)
+	}
+	got = missing(func(r *checksum.Record) bool { return r.PPRank == 0 && r.TPRank == 0 })
+	want := []string{"tp 1 of 2, pp 0 of 6", "tp 0 of 2, pp 1 of 6", "tp 1 of 2, pp 1 of 6", "tp 0 of 2, pp 2 of 6",
+		"tp 1 of 2, pp 2 of 6", "tp 0 of 2, pp 3 of 6", "tp 1 of 2, pp 3 of 6", "tp 0 of 2, pp 4 of 6", "..."}
+	if !slices.Equal(got, want) {
+		t.Errorf("one rank of 12: missing %q, want %q", got, want)
+	}
+}
