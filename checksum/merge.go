@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+
+	"github.com/kvaudit/kvaudit/layout"
 )
 
 // Fixed reasons a load or a group is unverified (docs/spec.md §9), reported
@@ -160,6 +162,7 @@ func Merge(records []*Record) (*Checks, error) {
 		for _, r := range recs {
 			have[[2]int{r.PPRank, r.TPRank}] = true
 		}
+	ranks:
 		for pp := range c.PPSize {
 			for tp := range c.TPSize {
 				if have[[2]int{pp, tp}] {
@@ -171,7 +174,7 @@ func Merge(records []*Record) (*Checks, error) {
 				}
 				if len(c.Missing) == 8 {
 					c.Missing = append(c.Missing, "...")
-					break
+					break ranks
 				}
 				c.Missing = append(c.Missing, name)
 			}
@@ -273,38 +276,36 @@ func Merge(records []*Record) (*Checks, error) {
 type groupSum struct {
 	start, n int
 	sums     map[[2]int][]uint64
-	// block sums ValuesBlock alike while every rank gave it (noBlock).
+	// block sums ValuesBlock alike; nil once a rank did not give it
+	// (noBlock).
 	block   map[[2]int][]uint64
 	noBlock bool
 }
 
 func (s *groupSum) add(g RecordRequestGroup) {
 	if g.ValuesBlock == nil {
-		s.noBlock = true
+		s.noBlock, s.block = true, nil
+	} else if !s.noBlock && s.block == nil {
+		s.block = map[[2]int][]uint64{}
 	}
 	for k, key := range g.ReplicaKeys {
-		v := s.sums[key]
-		if v == nil {
-			v = make([]uint64, s.n)
-			s.sums[key] = v
+		addColumn(s.sums, key, s.n, g.Values, k)
+		if s.block != nil {
+			addColumn(s.block, key, s.n, g.ValuesBlock, k)
 		}
-		for i := range v {
-			v[i] += uint64(g.Values[i][k])
-		}
-		if s.noBlock {
-			continue
-		}
-		if s.block == nil {
-			s.block = map[[2]int][]uint64{}
-		}
-		b := s.block[key]
-		if b == nil {
-			b = make([]uint64, s.n)
-			s.block[key] = b
-		}
-		for i := range b {
-			b[i] += uint64(g.ValuesBlock[i][k])
-		}
+	}
+}
+
+// addColumn adds column k of vals (one row per block position) to the n
+// sums under key.
+func addColumn(sums map[[2]int][]uint64, key [2]int, n int, vals [][]layout.Hex64, k int) {
+	v := sums[key]
+	if v == nil {
+		v = make([]uint64, n)
+		sums[key] = v
+	}
+	for i := range v {
+		v[i] += uint64(vals[i][k])
 	}
 }
 
@@ -339,7 +340,7 @@ func (s *groupSum) checks() *GroupChecks {
 		return checks
 	}
 	gc.Checks = form(s.sums)
-	if !s.noBlock && s.block != nil {
+	if s.block != nil {
 		gc.ChecksBlock = form(s.block)
 	}
 	return gc

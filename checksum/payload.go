@@ -151,8 +151,9 @@ func EncodePayloadBase64(p *Payload) (string, error) {
 // (positive fixint, uint8, uint16, uint32, uint64), and bin8/16/32 holding
 // the little-endian values. Values nil and empty encode alike.
 //
-// It returns a *PayloadError, and no bytes, for a payload that
-// DecodePayload would not return: a nil payload, an unknown form, a value
+// It returns a *PayloadError, and no bytes, for a payload that a producer
+// does not send (DecodePayload lets some of these pass, as vLLM's consumer
+// does): a nil payload, an unknown form, a value
 // out of the documented bounds (group_id <= 2^31-1; num_tokens and start
 // <= 2^40; in the nested form tp_size in [1, 65536] and block_size in
 // [1, 2^20]), a non-zero TPSize or BlockSize in the flat form, which cannot
@@ -577,15 +578,18 @@ func b64Value(c byte) int {
 // DecodePayload decodes a payload from msgpack in either form, telling
 // them apart by shape: a 3-element top array is the flat form, a 2-element
 // one whose second element is an array the nested form. Integers may use
-// any msgpack integer encoding of an in-bounds non-negative value (see
-// EncodePayload for the bounds); arrays and bins any header size.
+// any msgpack integer encoding; arrays and bins any header size. As vLLM's
+// consumer decodes it, num_tokens, a group's id, fingerprint and start
+// take any integer (a negative one, or a group id listed twice, becomes a
+// note: the last entry of an id is kept); tp_size and block_size must be
+// in bounds (see EncodePayload).
 //
 // It returns a nil payload and a *PayloadError for anything else: an empty
-// or truncated input, a version other than 1, a negative or out-of-bounds
-// integer, an array of another length than the form allows (or a group
+// or truncated input, a version other than 1, an out-of-bounds tp_size or
+// block_size, an array of another length than the form allows (or a group
 // count the bytes left cannot hold), nil, bool, float, str, map or ext
 // where an integer, array or bin is due, a values bin whose length is not
-// a multiple of 8, trailing bytes, or a duplicate group id.
+// a multiple of 8, or trailing bytes.
 //
 // It never panics, never recurses, and allocates at most about ten times
 // len(b): every declared length is checked against the bytes left before
@@ -593,11 +597,7 @@ func b64Value(c byte) int {
 // does not retain b.
 func DecodePayload(b []byte) (*Payload, error) {
 	r := payloadReader{b: b}
-	p, err := r.payload()
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
+	return r.payload()
 }
 
 // payloadReader reads the subset of msgpack a payload uses, straight from

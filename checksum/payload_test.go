@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -665,6 +666,16 @@ func TestPayloadHostileLarge(t *testing.T) {
 			if c.contains == "" {
 				if err != nil {
 					t.Fatal(err)
+				}
+				if c.name == "duplicate among 100001" {
+					// As vLLM's consumer: the last entry of id 12345 is kept,
+					// in its place (the end), with a note.
+					note := "group id 12345 listed more than once: the last entry (groups[100000]) is used, as vLLM's consumer does"
+					if n := len(p.Groups); n != 100000 || p.Groups[n-1].ID != 12345 || p.Groups[12345].ID == 12345 || !slices.Equal(p.Notes, []string{note}) {
+						t.Fatalf("%d groups, last id %d, groups[12345] id %d, notes %q; want 100000 groups ending with id 12345 and the note %q", n, p.Groups[n-1].ID, p.Groups[12345].ID, p.Notes, note)
+					}
+				} else if len(p.Notes) > 0 {
+					t.Fatalf("notes %q, want none", p.Notes)
 				}
 				checkReencode(t, p)
 			} else {

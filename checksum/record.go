@@ -424,22 +424,20 @@ func (rec *Record) Validate() *RecordError {
 	if rec.PPSize < 1 || rec.PPSize > 1<<16 || rec.PPRank < 0 || rec.PPRank >= rec.PPSize {
 		return bad("pp_rank", "rank %d of pp_size %d", rec.PPRank, rec.PPSize)
 	}
-	groups := map[int]bool{}
-	info := map[int]RecordGroup{}
+	groups := map[int]RecordGroup{}
 	for i, g := range rec.Groups {
-		info[g.ID] = g
 		f := fmt.Sprintf("groups[%d]", i)
-		if groups[g.ID] {
+		if _, ok := groups[g.ID]; ok {
 			return bad(f+".id", "group %d appears twice", g.ID)
 		}
 		if g.ID < 0 || g.BlockSize < 1 || g.BlockSize > 1<<20 || g.Layers < 0 {
 			return bad(f, "id %d, block_size %d, layers %d out of range", g.ID, g.BlockSize, g.Layers)
 		}
-		groups[g.ID] = true
+		groups[g.ID] = g
 	}
 	for k := range rec.SkippedGroups {
 		id, err := strconv.Atoi(k)
-		if err != nil || !groups[id] {
+		if _, ok := groups[id]; err != nil || !ok {
 			return bad(fmt.Sprintf("skipped_groups[%q]", k), "names no group of the record")
 		}
 	}
@@ -456,7 +454,8 @@ func (rec *Record) Validate() *RecordError {
 		seen := map[int]bool{}
 		for j, g := range r.Groups {
 			gf := fmt.Sprintf("%s.groups[%d]", f, j)
-			if !groups[g.ID] || seen[g.ID] {
+			gi, ok := groups[g.ID]
+			if !ok || seen[g.ID] {
 				return bad(gf+".id", "group %d is not a group of the record or appears twice", g.ID)
 			}
 			seen[g.ID] = true
@@ -465,7 +464,7 @@ func (rec *Record) Validate() *RecordError {
 			}
 			// Exactly the values start, num_tokens and the block size
 			// imply: the run ends at the request's last block (docs/spec.md §5, §9).
-			if gi := info[g.ID]; gi.Kind == layout.KindMamba {
+			if gi.Kind == layout.KindMamba {
 				if g.Start != 0 || len(g.Values) != 1 {
 					return bad(gf+".values", "a state group has one value at position 0, got %d from position %d", len(g.Values), g.Start)
 				}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -176,5 +177,110 @@ func TestRecordExactValues(t *testing.T) {
 		if _, err := checksum.ParseRecords("rank.json", b); err == nil || !strings.Contains(err.Error(), "requests[0].groups[0].values") {
 			t.Errorf("edited record: %v, want an error naming requests[0].groups[0].values", err)
 		}
+	}
+}
+
+// TestMergeValuesBlock: Merge sums values_block as it sums values (the
+// same records with values_block moved into values give the same checks),
+// and a group has no block-numbered checks once any rank's record lacks
+// values_block, whichever rank that is.
+func TestMergeValuesBlock(t *testing.T) {
+	paths, remove := synthSide(t, synth.Config{Preset: "llama", Layers: 2, Requests: 2, TP: 2})
+	defer remove()
+	dumps, err := layout.OpenSide(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layout.CloseAll(dumps)
+	records := func() []*checksum.Record {
+		recs, err := checksum.Records(context.Background(), dumps, checksum.Options{BlockValues: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs
+	}
+	merge := func(recs []*checksum.Record) *checksum.Checks {
+		c, err := checksum.Merge(recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	got := merge(records())
+	moved := records()
+	for _, rec := range moved {
+		for ri := range rec.Requests {
+			for gi := range rec.Requests[ri].Groups {
+				g := &rec.Requests[ri].Groups[gi]
+				g.Values, g.ValuesBlock = g.ValuesBlock, nil
+			}
+		}
+	}
+	want := merge(moved)
+	n := 0
+	for ri, r := range got.Requests {
+		for gi, g := range r.Groups {
+			w := want.Requests[ri].Groups[gi]
+			if g.ChecksBlock == nil || !slices.EqualFunc(g.ChecksBlock, w.Checks, slices.Equal) {
+				t.Errorf("%s group %d: ChecksBlock %v, want %v", r.ID, g.ID, g.ChecksBlock, w.Checks)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no request groups (the test checks nothing)")
+	}
+	for rank := range dumps {
+		recs := records()
+		recs[rank].Requests[0].Groups[0].ValuesBlock = nil
+		c := merge(recs)
+		g := c.Requests[0].Group(recs[rank].Requests[0].Groups[0].ID)
+		if g == nil || g.ChecksBlock != nil || g.Checks == nil {
+			t.Errorf("rank %d without values_block: merged group %+v, want Checks and no ChecksBlock", rank, g)
+		}
+	}
+}
+
+// TestMergeMissingRanks: an incomplete side names the ranks that did not
+// report, in (pp, tp) order, at most 8 of them and then "...".
+func TestMergeMissingRanks(t *testing.T) {
+	paths, remove := synthSide(t, synth.Config{Preset: "tiny", Layers: 6, TP: 2, PP: 6})
+	defer remove()
+	dumps, err := layout.OpenSide(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layout.CloseAll(dumps)
+	recs, err := checksum.Records(context.Background(), dumps, checksum.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := func(keep func(r *checksum.Record) bool) []string {
+		var kept []*checksum.Record
+		for _, r := range recs {
+			if keep(r) {
+				kept = append(kept, r)
+			}
+		}
+		c, err := checksum.Merge(kept)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Complete {
+			t.Errorf("%d of 12 ranks: complete", len(kept))
+		}
+		return c.Missing
+	}
+	got := missing(func(r *checksum.Record) bool {
+		return r.PPRank != 1 && r.PPRank != 5 || r.PPRank == 1 && r.TPRank == 1 || r.PPRank == 5 && r.TPRank == 0
+	})
+	if want := []string{"tp 0 of 2, pp 1 of 6", "tp 1 of 2, pp 5 of 6"}; !slices.Equal(got, want) {
+		t.Errorf("two ranks missing: %q, want %q", got, want)
+	}
+	got = missing(func(r *checksum.Record) bool { return r.PPRank == 0 && r.TPRank == 0 })
+	want := []string{"tp 1 of 2, pp 0 of 6", "tp 0 of 2, pp 1 of 6", "tp 1 of 2, pp 1 of 6", "tp 0 of 2, pp 2 of 6",
+		"tp 1 of 2, pp 2 of 6", "tp 0 of 2, pp 3 of 6", "tp 1 of 2, pp 3 of 6", "tp 0 of 2, pp 4 of 6", "..."}
+	if !slices.Equal(got, want) {
+		t.Errorf("one rank of 12: missing %q, want %q", got, want)
 	}
 }

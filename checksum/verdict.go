@@ -204,6 +204,19 @@ func (r *RequestChecks) PairID() string {
 	return r.ID
 }
 
+// request returns c's first request with the id, or nil (also for a nil c).
+func (c *Checks) request(id string) *RequestChecks {
+	if c == nil {
+		return nil
+	}
+	for _, r := range c.Requests {
+		if r.ID == id {
+			return r
+		}
+	}
+	return nil
+}
+
 func addReason(reasons []string, r string) []string {
 	if slices.Contains(reasons, r) {
 		return reasons
@@ -213,15 +226,7 @@ func addReason(reasons []string, r string) []string {
 
 func diffRequest(producer, consumer *Checks, cr *RequestChecks) *RequestVerdict {
 	rv := &RequestVerdict{ID: cr.ID, ProducerID: cr.PairID(), Reasons: []string{}}
-	var pr *RequestChecks
-	if producer != nil {
-		for _, r := range producer.Requests {
-			if r.ID == rv.ProducerID {
-				pr = r
-				break
-			}
-		}
-	}
+	pr := producer.request(rv.ProducerID)
 	rv.Numbering = NumberRequest.String()
 	if pr == nil {
 		rv.Reasons = addReason(rv.Reasons, ReasonNoChecksums)
@@ -371,7 +376,7 @@ func diffGroup(pr, cr *RequestChecks, pg, cg *GroupChecks, id int, consumer *Che
 	}
 	if pg.FlatOnly {
 		if !cg.HasFlat || cg.FingerprintFlat != pg.FingerprintFlat {
-			gv.Hint = flatFingerprintHint(pg, cg)
+			gv.Hint = flatFingerprintHint(cg.BlockSize)
 			return unverified(ReasonFingerprint)
 		}
 	} else if cg.Fingerprint != pg.Fingerprint {
@@ -585,8 +590,8 @@ func noProducerHint(producer *Checks, cr *RequestChecks) string {
 
 // flatFingerprintHint says why a flat payload's fingerprint differs
 // (RefineFlatHints names the producer's block size where it can).
-func flatFingerprintHint(pg, cg *GroupChecks) string {
-	return fmt.Sprintf("the flat form's fingerprint includes the block size (consumer %d): a producer with another block size gives another one, and so do other layers, spec types or dtypes; %s", cg.BlockSize, flatTail)
+func flatFingerprintHint(consumerBlockSize int) string {
+	return fmt.Sprintf("the flat form's fingerprint includes the block size (consumer %d): a producer with another block size gives another one, and so do other layers, spec types or dtypes; %s", consumerBlockSize, flatTail)
 }
 
 const flatTail = "the flat form cannot compare different block sizes, the nested form and records can"
@@ -597,14 +602,7 @@ const flatTail = "the flat form cannot compare different block sizes, the nested
 // fingerprint at that block size.
 func RefineFlatHints(res *DiffResult, producer *Checks, consumer []*layout.Dump) {
 	for _, rv := range res.Requests {
-		var pr *RequestChecks
-		if producer != nil {
-			for _, r := range producer.Requests {
-				if r.ID == rv.ProducerID {
-					pr = r
-				}
-			}
-		}
+		pr := producer.request(rv.ProducerID)
 		if pr == nil {
 			continue
 		}

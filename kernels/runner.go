@@ -136,6 +136,7 @@ func StartRunner(ctx context.Context, o RunnerOptions) (*Runner, error) {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var said []string // what the runner printed instead of a Hello
+	saidBytes := 0    // len(said[i])+1 summed
 	for {
 		select {
 		case <-ctx.Done():
@@ -162,8 +163,9 @@ func StartRunner(ctx context.Context, o RunnerOptions) (*Runner, error) {
 			}
 			// Not a Hello: keep what it says until it exits (briefly), at
 			// most maxSaid bytes of it.
-			if n := saidLen(said); n < maxSaid {
-				said = append(said, clip(strings.TrimSpace(string(line)), maxSaid-n))
+			if saidBytes < maxSaid {
+				said = append(said, clip(strings.TrimSpace(string(line)), maxSaid-saidBytes))
+				saidBytes += len(said[len(said)-1]) + 1
 			}
 			if len(said) == 1 {
 				timer.Reset(5 * time.Second)
@@ -399,14 +401,6 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:max(n, 0)] + "..."
-}
-
-func saidLen(said []string) int {
-	n := 0
-	for _, s := range said {
-		n += len(s) + 1
-	}
-	return n
 }
 
 // tail keeps the last max bytes written to it.
