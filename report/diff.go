@@ -175,24 +175,6 @@ func BlockMap(m []checksum.PositionState, width int, r *lipgloss.Renderer) (text
 	return b.String(), per
 }
 
-// Ranges writes ascending integers compactly: "1-3,7".
-func Ranges(v []int) string {
-	var parts []string
-	for i := 0; i < len(v); {
-		j := i
-		for j+1 < len(v) && v[j+1] == v[j]+1 {
-			j++
-		}
-		if j == i {
-			parts = append(parts, strconv.Itoa(v[i]))
-		} else {
-			parts = append(parts, fmt.Sprintf("%d-%d", v[i], v[j]))
-		}
-		i = j + 1
-	}
-	return strings.Join(parts, ",")
-}
-
 func verdictTone(v checksum.Verdict) Tone {
 	switch v {
 	case checksum.Verified:
@@ -233,10 +215,10 @@ func DiffTables(res *checksum.DiffResult) []*Table {
 		for _, g := range rv.Groups {
 			checks := ""
 			if len(g.Checks) > 0 {
-				checks = Ranges(g.Checks)
+				checks = checksum.Ranges(g.Checks)
 			}
 			t.Add(C("%s", id), C("%d", g.ID), C("%s", g.Kind), Cell{Text: string(g.Verdict), Tone: verdictTone(g.Verdict)},
-				C("%s", Ranges(g.Positions)), C("%s", checks), C("%s", g.Reason), MapCell(g.Map))
+				C("%s", checksum.Ranges(g.Positions)), C("%s", checks), C("%s", g.Reason), MapCell(g.Map))
 		}
 	}
 	numberings := map[string]bool{}
@@ -363,7 +345,7 @@ func diffJUnit(res *checksum.DiffResult, opts DiffOptions) junitSuites {
 					}
 				}
 				c.Failure = &junitOutcome{
-					Message: fmt.Sprintf("mismatch at consumer block positions %s (checks %s)", Ranges(g.Positions), Ranges(g.Checks)),
+					Message: fmt.Sprintf("mismatch at consumer block positions %s (checks %s)", checksum.Ranges(g.Positions), checksum.Ranges(g.Checks)),
 					Type:    "mismatch", Text: text.String(),
 				}
 			case checksum.Unverified:

@@ -171,9 +171,6 @@ func TestBlockMap(t *testing.T) {
 	if s, per := BlockMap(m, 4, nil); s != "..X." || per != 3 {
 		t.Errorf("scaled map %q per %d", s, per)
 	}
-	if got := Ranges([]int{0, 1, 2, 5, 7, 8}); got != "0-2,5,7-8" {
-		t.Errorf("Ranges = %q", got)
-	}
 }
 
 // TestDiffFitsWidth: on an 80-column terminal the diff table of a long

@@ -303,9 +303,9 @@ func expectSummary(f *inject.Fault) string {
 			continue
 		}
 		for _, g := range r.Groups {
-			s := fmt.Sprintf("%s mismatch in group %d at position(s) %s", r.ID, g.ID, report.Ranges(g.Positions))
+			s := fmt.Sprintf("%s mismatch in group %d at position(s) %s", r.ID, g.ID, checksum.Ranges(g.Positions))
 			if g.Checks != nil {
-				s += " in check(s) " + report.Ranges(g.Checks)
+				s += " in check(s) " + checksum.Ranges(g.Checks)
 			}
 			parts = append(parts, s)
 		}
