@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA part of CI (.ci/run calls it): on a clean clone, on a fresh
-# Debian 12 machine, as root, without a GPU. Installs Debian's CUDA
-# toolkit when missing (nvidia-cuda-toolkit 11.8.89 from non-free: about
-# 1.6 GB downloaded, 100 s), then:
+# Debian 12 machine, as root, without a GPU. Needs Debian's CUDA toolkit
+# (nvidia-cuda-toolkit 11.8.89 from non-free: about 1.6 GB downloaded,
+# 100 s), which .ci/deps.sh installs before any step; then:
 #   - tests that kvaudit-cuda --help, version and info work without a GPU,
 #   - regenerates kernels/checksum.ptx (go generate) and fails if it changed,
 #   - assembles it for sm_70 and sm_90 with ptxas,
@@ -24,24 +24,10 @@ step() { printf '\n==> %s (%ds)\n' "$*" "$(($(date +%s) - started))"; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-step "CUDA toolkit (Debian nvidia-cuda-toolkit, $want_nvcc)"
+step "CUDA toolkit (Debian nvidia-cuda-toolkit, $want_nvcc; .ci/deps.sh installs it)"
 if ! command -v nvcc >/dev/null || ! nvcc --version | grep -q "$want_nvcc"; then
-  . /etc/os-release
-  if [ "${ID:-}" != debian ] || [ "${VERSION_CODENAME:-}" != bookworm ]; then
-    echo "the PTX is generated with Debian 12's nvidia-cuda-toolkit ($want_nvcc); this is ${PRETTY_NAME:-an unknown system}" >&2
-    exit 1
-  fi
-  # The toolkit is in non-free: enable contrib and non-free (deb822 or
-  # one-line sources).
-  if [ -f /etc/apt/sources.list.d/debian.sources ]; then
-    sed -i -E '/^Components:/{/non-free( |$)/!s/$/ contrib non-free non-free-firmware/}' /etc/apt/sources.list.d/debian.sources
-  fi
-  if [ -f /etc/apt/sources.list ]; then
-    sed -i -E '/^deb .* main/{/non-free( |$)/!s/$/ contrib non-free non-free-firmware/}' /etc/apt/sources.list
-  fi
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nvidia-cuda-toolkit nvidia-cuda-dev >"$tmp/apt.log" 2>&1 ||
-    { tail -40 "$tmp/apt.log"; exit 1; }
+  echo "nvcc $want_nvcc is missing: run .ci/deps.sh first (.ci/run does)" >&2
+  exit 1
 fi
 nvcc --version | tail -2
 
