@@ -9,8 +9,9 @@
 #
 # The dumps are KV_DIR/<side>/rank-<pp>-<tp>.safetensors; records go to
 # KV_DIR/records/<side>/ (removed first: records of an earlier run are never
-# merged into this one). kvaudit must be on PATH on every node (one binary
-# on the shared file system, or the release archive installed). The compare
+# merged into this one). kvaudit must be on PATH on every node (one static
+# binary on the shared file system, `CGO_ENABLED=0 go build -o kvaudit
+# ./cmd/kvaudit` in a clone, or the release archive installed). The compare
 # job's output (slurm-<jobid>.out) is the verdict table and its exit status
 # the verdict: 0 verified, 1 mismatch, 2 unverified, 3 invalid input
 # (`sacct -j ID` or `scontrol show job ID`: FAILED with ExitCode 1:0 is a
