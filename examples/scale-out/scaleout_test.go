@@ -97,6 +97,21 @@ func loadJobs(t *testing.T) map[string]job {
 	return jobs
 }
 
+// scriptPath returns the absolute path of a script of this directory,
+// read first so that go test's cache knows the test depends on it (bash
+// opens it, not the test).
+func scriptPath(t *testing.T, name string) string {
+	t.Helper()
+	if _, err := os.ReadFile(name); err != nil {
+		t.Fatal(err)
+	}
+	p, err := filepath.Abs(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // kvaudit builds kvaudit into a directory and returns it (for PATH).
 func kvaudit(t *testing.T) string {
 	t.Helper()
@@ -358,10 +373,7 @@ func TestSlurm(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(path, "sbatch"), []byte(sbatch), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script, err := filepath.Abs("slurm.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := scriptPath(t, "slurm.sh")
 	kv := t.TempDir()
 	sh(t, kv, path, "synth", "--out", ".", "--preset", "tiny", "--role", "producer", "--tp", "2", "--pp", "2", "--seed", "4")
 	sh(t, kv, path, "synth", "--out", ".", "--preset", "tiny", "--role", "consumer", "--tp", "4", "--layout", "hnd", "--seed", "4")

@@ -380,10 +380,7 @@ var submitted = regexp.MustCompile(`^submitted: producer array (\d+), consumer a
 // submitted to settle.
 func (c *slurmCluster) runSlurmSh(t *testing.T, work, kv, path string, sizes ...string) slurmRound {
 	t.Helper()
-	script, err := filepath.Abs("slurm.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := scriptPath(t, "slurm.sh")
 	cmd := exec.Command("bash", append([]string{script, kv}, sizes...)...)
 	cmd.Dir = work
 	cmd.Env = c.clientEnv(path)
