@@ -22,7 +22,7 @@ if [ "$#" -eq 0 ]; then
   exit 3
 fi
 
-echo "== kvaudit $("$kvaudit" version)"
+echo "== $("$kvaudit" version)"
 
 status=0
 echo "== self-test: $trials seeded trials of every fault kind on synthetic transfers"

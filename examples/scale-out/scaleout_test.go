@@ -1,7 +1,8 @@
-// Package scaleout_test runs the scale-out recipes without a cluster:
-// k8s-job.yaml's container scripts, extracted from the YAML, and slurm.sh
-// with a stand-in sbatch, each against local directories with a freshly
-// built kvaudit on PATH.
+// Package scaleout_test runs the scale-out recipes against local
+// directories with a freshly built kvaudit on PATH: k8s-job.yaml's
+// container scripts, extracted from the YAML; slurm.sh with a stand-in
+// sbatch, and on a real single-node Slurm the test starts itself
+// (TestSlurmCluster; skipped where Slurm is not installed, except in CI).
 package scaleout_test
 
 import (
@@ -94,6 +95,21 @@ func loadJobs(t *testing.T) map[string]job {
 		jobs[j.Metadata.Name] = j
 	}
 	return jobs
+}
+
+// scriptPath returns the absolute path of a script of this directory,
+// read first so that go test's cache knows the test depends on it (bash
+// opens it, not the test).
+func scriptPath(t *testing.T, name string) string {
+	t.Helper()
+	if _, err := os.ReadFile(name); err != nil {
+		t.Fatal(err)
+	}
+	p, err := filepath.Abs(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // kvaudit builds kvaudit into a directory and returns it (for PATH).
@@ -295,13 +311,15 @@ func TestK8sJobs(t *testing.T) {
 // --export's variables, honours --dependency=afterok:ID[:ID...] by not
 // running a job whose dependencies did not all succeed, and records every
 // job in $SBATCH_STATE: jobs (id, name, dependency), ID.status (the exit
-// status, or "DependencyNeverSatisfied") and slurm-ID.out.
+// status; for a job whose dependency failed, "CANCELLED" with
+// --kill-on-invalid-dep=yes, as Slurm cancels it, else
+// "DependencyNeverSatisfied", as it stays queued) and slurm-ID.out.
 const sbatch = `#!/usr/bin/env bash
 set -u
 state=$SBATCH_STATE
 id=$(( $(cat "$state/next" 2>/dev/null || echo 100) + 1 ))
 echo "$id" > "$state/next"
-parsable=0 array= dep= wrap= exports= name=
+parsable=0 array= dep= wrap= exports= name= kill=no
 for a in "$@"; do
   case $a in
     --parsable) parsable=1 ;;
@@ -310,6 +328,7 @@ for a in "$@"; do
     --export=*) exports=${a#--export=} ;;
     --wrap=*) wrap=${a#--wrap=} ;;
     --job-name=*) name=${a#--job-name=} ;;
+    --kill-on-invalid-dep=*) kill=${a#--kill-on-invalid-dep=} ;;
     *) echo "sbatch stand-in: unexpected argument $a" >&2; exit 2 ;;
   esac
 done
@@ -320,7 +339,7 @@ if [ -n "$dep" ]; then
   IFS=: read -r -a deps <<< "${dep#afterok:}"
   for d in "${deps[@]}"; do
     if [ "$(cat "$state/$d.status")" != 0 ]; then
-      echo DependencyNeverSatisfied > "$state/$id.status"
+      if [ "$kill" = yes ]; then echo CANCELLED; else echo DependencyNeverSatisfied; fi > "$state/$id.status"
       exit 0
     fi
   done
@@ -344,7 +363,8 @@ echo "$status" > "$state/$id.status"
 // TestSlurm runs slurm.sh with the stand-in sbatch: two arrays (one task
 // per rank of each side), then a compare that depends on both (afterok)
 // and exits with the verdict, printing the table whatever it is; a failed
-// task keeps the compare from running.
+// task keeps the compare from running, and gets it cancelled rather than
+// left queued. TestSlurmCluster runs the same on a real Slurm.
 func TestSlurm(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
@@ -353,10 +373,7 @@ func TestSlurm(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(path, "sbatch"), []byte(sbatch), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script, err := filepath.Abs("slurm.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := scriptPath(t, "slurm.sh")
 	kv := t.TempDir()
 	sh(t, kv, path, "synth", "--out", ".", "--preset", "tiny", "--role", "producer", "--tp", "2", "--pp", "2", "--seed", "4")
 	sh(t, kv, path, "synth", "--out", ".", "--preset", "tiny", "--role", "consumer", "--tp", "4", "--layout", "hnd", "--seed", "4")
@@ -420,7 +437,7 @@ func TestSlurm(t *testing.T) {
 		t.Fatal(err)
 	}
 	jobs = submit()
-	if c, cmp := jobs["kvaudit-consumer"], jobs["kvaudit-compare"]; c.status != "3" || cmp.status != "DependencyNeverSatisfied" || cmp.out != "" {
+	if c, cmp := jobs["kvaudit-consumer"], jobs["kvaudit-compare"]; c.status != "3" || cmp.status != "CANCELLED" || cmp.out != "" {
 		t.Fatalf("a missing dump: consumer %+v, compare %+v", c, cmp)
 	}
 }
