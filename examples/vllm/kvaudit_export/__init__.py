@@ -87,7 +87,14 @@ import json
 import os
 import struct
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # the package imports without NumPy (dump_kv --help says what to install); exporting needs it
+    np = None
+
+NUMPY_HINT = ("kvaudit_export needs NumPy: install it with `pip install numpy` (Debian: "
+              "`apt-get install python3-numpy`), or install this package, which depends on it: "
+              "`pip install ./examples/vllm`")
 
 MANIFEST_FORMAT = "kvaudit-dump/1"
 METADATA_KEY = "kvaudit.manifest"
@@ -142,11 +149,16 @@ def _field(obj, *names, default=_MISSING, what="object"):
     return default
 
 
+def _need_numpy():
+    if np is None:
+        raise ExportError(NUMPY_HINT)
+
+
 def _dtype_name(dt):
     """A PyTorch dtype name from a torch.dtype, a NumPy dtype or a string."""
     if isinstance(dt, str):
         return dt.removeprefix("torch.")
-    if isinstance(dt, np.dtype) or (isinstance(dt, type) and issubclass(dt, np.generic)):
+    if np is not None and (isinstance(dt, np.dtype) or (isinstance(dt, type) and issubclass(dt, np.generic))):
         return np.dtype(dt).name
     return str(dt).removeprefix("torch.")
 
@@ -537,6 +549,7 @@ def build_plan(kv_cache_config, kv_caches, *, state_splits=None, layouts=None, c
     axis names when its shape is none of vLLM's; covered_states maps a layer
     name, a group id or "*" to the number of leading states to cover (all by
     default)."""
+    _need_numpy()
     state_splits, layouts, covered_states = state_splits or {}, layouts or {}, covered_states or {}
     num_blocks = int(_field(kv_cache_config, "num_blocks", what="kv_cache_config"))
     if num_blocks < 1:
@@ -747,6 +760,7 @@ def cross_layer_caches(kv_cache_config, kv_cache, attn_backend, *, kernel_block_
     kernel_block_sizes are the runner's per group (the group's block size
     by default); attn_backend needs vLLM's static get_kv_cache_shape and
     get_kv_cache_stride_order."""
+    _need_numpy()
     if not _is_torch(kv_cache):
         raise ExportError(f"cross-layer cache: a torch tensor, got a {type(kv_cache).__name__}")
     tensors = list(_field(kv_cache_config, "kv_cache_tensors", what="kv_cache_config"))

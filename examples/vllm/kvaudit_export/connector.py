@@ -67,10 +67,9 @@ import enum
 import hashlib
 import json
 import logging
+import math
 import os
 import re
-
-import numpy as np
 
 from . import ST_DTYPES, ExportError, _dtype_name, cross_layer_caches, export_dump, nixl_log
 
@@ -177,7 +176,7 @@ def _page_bytes(spec):
         if padded:
             return int(padded)
         if _get(spec, "shapes", None) is not None:
-            return sum(int(np.prod(s)) * ST_DTYPES[_dtype_name(d)][1]
+            return sum(math.prod(s) * ST_DTYPES[_dtype_name(d)][1]
                        for s, d in zip(_get(spec, "shapes"), _get(spec, "dtypes")))
         kv = 1 if "MLA" in type(spec).__name__ else 2
         return (kv * int(_get(spec, "block_size")) * int(_get(spec, "num_kv_heads")) * int(_get(spec, "head_size")) *
