@@ -5,11 +5,15 @@ it moves no KV itself:
 
     --kv-transfer-config '{"kv_connector": "MultiConnector", "kv_role": "kv_both",
       "kv_connector_extra_config": {"connectors": [
-        {"kv_connector": "NixlConnector", "kv_role": "kv_both"},
         {"kv_connector": "KvauditConnector", "kv_role": "kv_both",
          "kv_connector_module_path": "kvaudit_export.connector",
          "kv_connector_extra_config": {"dump_dir": "/data/kvaudit", "requests": 0.01,
-                                       "max_bytes": "50GiB", "nixl_log": true}}]}}'
+                                       "max_bytes": "50GiB", "nixl_log": true}},
+        {"kv_connector": "NixlConnector", "kv_role": "kv_both"}]}}'
+
+(listed first, so that its worker installs the NIXL recorder before the
+NIXL connector creates its agent; MultiConnector loads from the first child
+that has matched tokens, which this one never has)
 
 - On the producer (a request sent with ``do_remote_decode``, or any
   request of a ``kv_producer`` engine), when the request finishes it holds
