@@ -48,7 +48,9 @@ at these commits: ``vllm/v1/worker/gpu_model_runner.py`` 000fc94b754f
 the KV-sharing layers to its copy only, binds them to their target's
 tensor, and registers the dict with the connector), ``vllm/v1/worker/
 utils.py`` 0027b02769fb (``bind_kv_cache``: the dict holds one tensor per
-layer, Mamba layers included, each layer unpacking its own views),
+layer, Mamba layers included, each layer unpacking its own views; an
+attention layer keeps its view as it is, ``attention_layer_base.py``
+1ae48b6d68a8),
 ``vllm/model_executor/layers/mamba/abstract.py`` 00b08dc44519
 (``MambaBase.bind_kv_cache``: a raw ``[B, 1, 1, C]`` page view whose states
 are packed from the page start, row-major, in the spec's order),

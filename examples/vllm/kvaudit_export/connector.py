@@ -418,8 +418,7 @@ class KvauditConnector(KVConnectorBase_V1, SupportsHMA):
                         agent=self.options.get("agent") or nixl_log.agent_for(tp, pp))
         except (ExportError, OSError) as e:
             logger.error("kvaudit: request %s: no dump written to %s: %s", dump.req_id, path, e)
-            with open(path + ".error.txt", "w") as f:
-                f.write(f"{e}\n")
+            _write_json(path + ".error.json", {"request": dump.req_id, "error": str(e)})
         if dump.side == PRODUCER:
             self._written.add(dump.req_id)
 

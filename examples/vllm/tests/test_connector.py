@@ -240,6 +240,22 @@ class TestSelection(unittest.TestCase):
         conn = kc.KvauditConnector(cfg, vs.Role.SCHEDULER, m.config)
         self.assertEqual([self.finish(conn, r)[0] for r in ("a", "b", "c")], [True, True, False])
 
+    def test_a_failed_dump_still_frees_the_blocks(self):
+        """A worker that cannot dump (here: no caches registered) says why
+        beside the dump and still reports the request, so that its blocks
+        are freed."""
+        m = Model("flashinfer", layers=2)
+        cfg = vs.vllm_config("kv_both", {"dump_dir": self.tmp.name}, 1, "e", m.heads)
+        w = kc.KvauditConnector(cfg, vs.Role.WORKER, m.config)
+        d = os.path.join(self.tmp.name, "producer", "x")
+        w.bind_connector_metadata(kc.KvauditConnectorMetadata(
+            dumps=[kc.Dump(req_id="x", side="producer", directory=d, block_ids=([3],), num_tokens=10)]))
+        self.assertEqual(w.get_finished(set()), (None, None))  # not before the scheduler reports it finished
+        self.assertEqual(w.get_finished({"x"}), ({"x"}, None))
+        with open(os.path.join(d, "rank-0-0.safetensors.error.json")) as f:
+            self.assertIn("no KV caches were registered", json.load(f)["error"])
+        self.assertFalse(os.path.exists(os.path.join(d, "rank-0-0.safetensors")))
+
     def test_options(self):
         self.assertEqual(kc.parse_bytes("50GiB"), 50 << 30)
         self.assertEqual(kc.parse_bytes("2.5G"), int(2.5 * (1 << 30)))
