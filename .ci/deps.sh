@@ -8,9 +8,11 @@
 #   nvidia-cuda-toolkit, nvidia-cuda-dev  cuda.h, nvcc and ptxas 11.8 (non-free):
 #                                          staticcheck -tags cuda, the PTX check,
 #                                          the kvaudit-cuda build (.ci/cuda.sh)
-#   python3-numpy, python3-torch, python3-venv
+#   python3-numpy, python3-torch, python3-venv, python3-wheel
 #                                          examples/vllm's exporter, connector and
-#                                          recorder tests
+#                                          recorder tests; its install test
+#                                          (pip install --no-build-isolation
+#                                          needs wheel beside the venv's setuptools)
 #   chromium                               the HTML report's browser test
 #   slurm-wlm, munge                       the scale-out example on a real Slurm
 set -euo pipefail
@@ -27,7 +29,7 @@ have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install o
 if ! command -v nvcc >/dev/null || ! nvcc --version | grep -q "$want_nvcc" || [ ! -f /usr/include/cuda.h ]; then
   missing+=(nvidia-cuda-toolkit nvidia-cuda-dev)
 fi
-for p in python3-numpy python3-torch python3-venv chromium slurm-wlm munge; do
+for p in python3-numpy python3-torch python3-venv python3-wheel chromium slurm-wlm munge; do
   have_pkg "$p" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then

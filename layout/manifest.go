@@ -39,12 +39,14 @@ type Model struct {
 	NumKVHeads int    `json:"num_kv_heads,omitempty"`
 }
 
-// Parallel is the rank's place in the TP x PP grid.
+// Parallel is the rank's place in the TP x PP grid, and the name of its
+// NIXL agent when the exporter was given one (nil otherwise; never empty).
 type Parallel struct {
-	TPRank int `json:"tp_rank"`
-	TPSize int `json:"tp_size"`
-	PPRank int `json:"pp_rank"`
-	PPSize int `json:"pp_size"`
+	TPRank int     `json:"tp_rank"`
+	TPSize int     `json:"tp_size"`
+	PPRank int     `json:"pp_rank"`
+	PPSize int     `json:"pp_size"`
+	Agent  *string `json:"agent,omitempty"`
 }
 
 // Group is a KV cache group: layers sharing one block table.
@@ -74,7 +76,15 @@ type Layer struct {
 	TokensPerState *int     `json:"tokens_per_state,omitempty"`
 	NumHeadSlots   *int     `json:"num_head_slots,omitempty"`
 	States         []State  `json:"states,omitempty"`
+	// Address is the device address of the layer's first element as the
+	// engine registered it ("0x" and 1 to 16 hex digits; "" when not
+	// given): the address NIXL descriptors of this layer are relative to.
+	Address string `json:"address,omitempty"`
 }
+
+// DeviceAddress returns the layer's address and whether it has one (the
+// manifest is validated, so a present address parses).
+func (l *Layer) DeviceAddress() (uint64, bool) { return deviceAddress(l.Address) }
 
 // Source places a tensor in a raw file, or in live device memory.
 type Source struct {
@@ -87,10 +97,24 @@ type Source struct {
 }
 
 // State is one state tensor packed in a state layer's page (docs/spec.md §6).
+// Address, when given, is the device address of its first element as the
+// engine registered it.
 type State struct {
-	Dtype string  `json:"dtype"`
-	Shape []int64 `json:"shape"`
-	Split *Split  `json:"split,omitempty"`
+	Dtype   string  `json:"dtype"`
+	Shape   []int64 `json:"shape"`
+	Split   *Split  `json:"split,omitempty"`
+	Address string  `json:"address,omitempty"`
+}
+
+// DeviceAddress returns the state's address and whether it has one.
+func (s *State) DeviceAddress() (uint64, bool) { return deviceAddress(s.Address) }
+
+func deviceAddress(s string) (uint64, bool) {
+	if s == "" {
+		return 0, false
+	}
+	v, err := ParseHex64(s)
+	return v, err == nil
 }
 
 // Split is the axis TP shards in a state and its segments, each
@@ -171,6 +195,9 @@ func (m *Manifest) Validate() error {
 	}
 	if p.PPRank < 0 || p.PPRank >= p.PPSize {
 		return bad("parallel.pp_rank", "%d is not in 0..%d", p.PPRank, p.PPSize-1)
+	}
+	if p.Agent != nil && *p.Agent == "" {
+		return bad("parallel.agent", "empty: a NIXL agent name is a non-empty string (leave it out when there is none)")
 	}
 	if m.Model.NumKVHeads < 0 {
 		return bad("model.num_kv_heads", "%d is negative", m.Model.NumKVHeads)
@@ -306,9 +333,17 @@ func validateLayer(l *Layer, g *Group, lf string, tp int, bad func(string, strin
 	if l.Replicas != nil && *l.Replicas < 1 {
 		return bad(lf+".replicas", "%d is less than 1", *l.Replicas)
 	}
+	if l.Address != "" {
+		if _, err := ParseHex64(l.Address); err != nil {
+			return bad(lf+".address", "%v", err)
+		}
+	}
 	if l.AliasOf != "" {
 		if l.Source != nil {
 			return bad(lf+".alias_of", "an alias has no tensor or source of its own")
+		}
+		if l.Address != "" {
+			return bad(lf+".address", "an alias has no memory of its own: the address is its target's")
 		}
 		// An exporter walking vLLM's kv_caches sees a KV-sharing layer
 		// with its target's tensor: accepted when it is that tensor.
@@ -371,6 +406,14 @@ func validateLayer(l *Layer, g *Group, lf string, tp int, bad func(string, strin
 		}
 		if len(l.States) == 0 {
 			return bad(lf+".states", "a state layer lists its states")
+		}
+		for i, st := range l.States {
+			if st.Address == "" {
+				continue
+			}
+			if _, err := ParseHex64(st.Address); err != nil {
+				return bad(fmt.Sprintf("%s.states[%d].address", lf, i), "%v", err)
+			}
 		}
 		return validateStates(l, lf, tp, bad)
 	}

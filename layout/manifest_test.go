@@ -86,3 +86,60 @@ func FuzzManifest(f *testing.F) {
 		}
 	})
 }
+
+// TestManifestAddresses: the optional device addresses and NIXL agent name
+// (docs/dump-format.md) are kept on the parsed manifest, with their values.
+func TestManifestAddresses(t *testing.T) {
+	file := filepath.Join("testdata", "manifest", "ok-addresses.json")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := layout.ParseManifest(file, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Parallel.Agent == nil || *m.Parallel.Agent != "7f3c2a10-prefill-rank0" {
+		t.Errorf("parallel.agent: got %v", m.Parallel.Agent)
+	}
+	attn, state := &m.Groups[0].Layers[0], &m.Groups[1].Layers[0]
+	for _, c := range []struct {
+		what string
+		got  func() (uint64, bool)
+		want uint64
+	}{
+		{"attention layer", attn.DeviceAddress, 0x7f00deadbe00},
+		{"state layer", state.DeviceAddress, 0x7f1000000000},
+		{"state 0", state.States[0].DeviceAddress, 0x7f1000000000},
+		{"state 1", state.States[1].DeviceAddress, 0x7f1000000240},
+	} {
+		if v, ok := c.got(); !ok || v != c.want {
+			t.Errorf("%s: address %#x, %v; want %#x", c.what, v, ok, c.want)
+		}
+	}
+
+	// Without them: no agent, no address.
+	data, err = os.ReadFile(filepath.Join("testdata", "manifest", "ok-state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err = layout.ParseManifest("ok-state.json", data); err != nil {
+		t.Fatal(err)
+	}
+	if m.Parallel.Agent != nil {
+		t.Errorf("an absent agent parsed as %q", *m.Parallel.Agent)
+	}
+	if _, ok := m.Groups[0].Layers[0].DeviceAddress(); ok {
+		t.Error("an absent address parsed as present")
+	}
+
+	// The widest address, 16 hex digits, is valid; 17 are not.
+	for digits, valid := range map[int]bool{1: true, 16: true, 17: false} {
+		text := strings.Replace(string(data), `"tensor": "model.layers.0.self_attn.attn"`,
+			`"tensor": "model.layers.0.self_attn.attn", "address": "0x`+strings.Repeat("f", digits)+`"`, 1)
+		_, err := layout.ParseManifest("widths.json", []byte(text))
+		if (err == nil) != valid {
+			t.Errorf("an address of %d hex digits: error %v, want valid %v", digits, err, valid)
+		}
+	}
+}

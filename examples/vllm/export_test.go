@@ -1,7 +1,9 @@
-// Package vllm_test checks the vLLM exporter in examples/vllm: the Python
-// tests of kvaudit_export and export_ipc.py (caches built as vLLM's model
-// runner builds them, checked with the kvaudit executable this test builds),
-// and dump_kv.py's command: arrays equal to a synthesized dump, described as
+// Package vllm_test checks the vLLM package in examples/vllm: the Python
+// tests of kvaudit_export, its capture connector and NIXL recorder, its
+// install and export_ipc.py (caches built as vLLM's model runner builds
+// them, connectors driven in vLLM's call order against stand-ins for vLLM
+// and NIXL, checked with the kvaudit executable this test builds), and
+// dump_kv.py's command: arrays equal to a synthesized dump, described as
 // vLLM describes its cache, give the same checks.
 package vllm_test
 
@@ -204,7 +206,12 @@ func writeSpec(t *testing.T, dir string, i int, p string) string {
 	return specPath
 }
 
-// TestExporterPython runs the Python tests (tests/test_export.py) against a
+// pythonSuites are the Python test modules in tests/ that
+// TestExporterPython must see run (a renamed or unimportable module fails
+// it instead of going unnoticed).
+var pythonSuites = []string{"test_export", "test_connector", "test_nixl_log", "test_install"}
+
+// TestExporterPython runs the Python tests (tests/test_*.py) against a
 // kvaudit built from this tree. They need PyTorch; CI sets
 // KVAUDIT_REQUIRE_TORCH so that they cannot skip there.
 func TestExporterPython(t *testing.T) {
@@ -218,6 +225,11 @@ func TestExporterPython(t *testing.T) {
 	}
 	if strings.Contains(string(o), "skipped") {
 		t.Fatalf("python tests skipped some tests:\n%s", o)
+	}
+	for _, suite := range pythonSuites {
+		if !strings.Contains(string(o), "("+suite+".") {
+			t.Errorf("no test of tests/%s.py ran:\n%s", suite, o)
+		}
 	}
 	t.Logf("%s", o)
 }

@@ -9,9 +9,13 @@ builds one from the objects a vLLM worker already holds, with NumPy only
   ``kv_cache_groups``, each a ``KVCacheGroupSpec`` with ``layer_names`` and
   a ``kv_cache_spec``), or a dict with the same fields;
 - ``kv_caches``: layer name -> the tensor the model runner bound to the
-  layer (an attention layer's KV cache; a Mamba / gated-delta-net layer's
-  list of state tensors), as torch tensors, NumPy arrays or raw buffers
-  described by ``{"buffer", "offset", "dtype", "shape", "strides"}``;
+  layer, what a KV connector's ``register_kv_caches`` receives: an
+  attention layer's KV cache; a Mamba / gated-delta-net layer's one tensor
+  of raw pages (today's runner), or its list of state tensors (the older
+  one); ``cross_layer_caches`` turns the one tensor of the cross-layer
+  cache (``register_cross_layers_kv_cache``) into this dict. Tensors are
+  torch tensors, NumPy arrays or raw buffers described by ``{"buffer",
+  "offset", "dtype", "shape", "strides"}``;
 - ``requests``: the requests to export, each with its id, ``num_tokens``,
   ``num_local_computed_tokens`` (a consumer's local prefix-cache hit),
   ``block_ids`` (one list per KV cache group, as the scheduler's
@@ -38,30 +42,71 @@ of one layer's selected blocks whatever the size of the cache. Block ids are
 renumbered in the dump (``num_blocks`` is the number of selected blocks);
 the metadata key ``kvaudit_export.block_ids`` keeps the worker's ids.
 
-Written for vLLM's v1 engine as on its main branch at commit 001cabc1be16
-(vllm-project/vllm): ``vllm/v1/kv_cache_interface.py`` (FullAttentionSpec,
-SlidingWindowSpec, MLAAttentionSpec, MambaSpec, UniformTypeKVCacheSpecs,
-KVCacheConfig), the runner's ``_reshape_kv_cache_tensors`` (kernel block
-sizes, stride orders, Mamba state views with a page stride, the hybrid
-attention layout update) and ``mamba_utils`` (conv states ``SD``
-``(state_len, dim)`` by default or ``DS`` ``(dim, state_len)``). Block id 0
+Written for vLLM's v1 engine as on its main branch (vllm-project/vllm), read
+at these commits: ``vllm/v1/worker/gpu_model_runner.py`` 000fc94b754f
+(``initialize_kv_cache``: the runner deep-copies the KVCacheConfig and adds
+the KV-sharing layers to its copy only, binds them to their target's
+tensor, and registers the dict with the connector), ``vllm/v1/worker/
+utils.py`` 0027b02769fb (``bind_kv_cache``: the dict holds one tensor per
+layer, Mamba layers included, each layer unpacking its own views; an
+attention layer keeps its view as it is, ``attention_layer_base.py``
+1ae48b6d68a8),
+``vllm/model_executor/layers/mamba/abstract.py`` 00b08dc44519
+(``MambaBase.bind_kv_cache``: a raw ``[B, 1, 1, C]`` page view whose states
+are packed from the page start, row-major, in the spec's order),
+``vllm/v1/worker/mamba_utils.py`` 00b08dc44519 (in ``mamba_cache_mode``
+"align" the running state is at ``(num_computed - 1) // block_size``),
+``vllm/v1/kv_cache_interface.py`` 001cabc1be16 (FullAttentionSpec,
+SlidingWindowSpec, MLAAttentionSpec with ``fp8_ds_mla`` pages of 656 bytes
+a token, MambaSpec, ``page_size_padded``, ``kv_quant_mode``), the padded
+attention pages of ``vllm/v1/worker/gpu/attn_utils.py`` 001cabc1be16 (the
+last axis widened to fill the page), the cross-layer cache of
+``kv_connector_model_runner_mixin.py`` (``allocate_uniform_kv_caches``) and
+``flash_attn.py``'s stride orders with a layers axis, and
+``distributed/kv_transfer/kv_connector/v1/base.py`` 003df2961dd8
+(``register_cross_layers_kv_cache``). The older forms (state lists, a
+config that lists every layer, as at 001cabc1be16) still work. Block id 0
 is vLLM's null block (the BlockPool reserves it), so it is exported as a
 null entry.
+
+Quantised caches are exported as stored: fp8 caches (uint8 or float8
+elements, per-tensor scales kept elsewhere) are their bytes; MLA's
+fp8_ds_mla pages are raw 656-byte cells ``[block, token, cell]``. Caches
+whose scales sit beside the elements (``kv_quant_mode`` per-token-head,
+NVFP4, packed TurboQuant slots) are refused, naming the layer and why.
+
+Each layer and state of a dump records the engine's address of its first
+element (``"address"``, ``tensor.data_ptr()``) and, when given, the rank's
+NIXL agent name (``parallel.agent``), so a NIXL descriptor log
+(``kvaudit_export.nixl_log``) resolves to cells. Because a dump renumbers
+its blocks and packs them, the metadata also keeps the worker's block id of
+each dump block (``kvaudit_export.block_ids``) and each attention layer's
+engine shape and strides in the dump's axis order
+(``kvaudit_export.engine``).
 """
 
 import json
+import os
 import struct
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # the package imports without NumPy (dump_kv --help says what to install); exporting needs it
+    np = None
+
+NUMPY_HINT = ("kvaudit_export needs NumPy: install it with `pip install numpy` (Debian: "
+              "`apt-get install python3-numpy`), or install this package, which depends on it: "
+              "`pip install ./examples/vllm`")
 
 MANIFEST_FORMAT = "kvaudit-dump/1"
 METADATA_KEY = "kvaudit.manifest"
 BLOCK_IDS_KEY = "kvaudit_export.block_ids"
+ENGINE_KEY = "kvaudit_export.engine"
 
 __all__ = [
     "ExportError", "export_dump", "live_manifest", "build_plan", "Plan",
     "mamba2_state_splits", "mamba1_state_splits", "gdn_state_splits",
-    "write_safetensors", "ST_DTYPES",
+    "write_safetensors", "ST_DTYPES", "cross_layer_caches", "hex_address",
 ]
 
 # PyTorch dtype names -> (safetensors dtype, element size).
@@ -106,11 +151,16 @@ def _field(obj, *names, default=_MISSING, what="object"):
     return default
 
 
+def _need_numpy():
+    if np is None:
+        raise ExportError(NUMPY_HINT)
+
+
 def _dtype_name(dt):
     """A PyTorch dtype name from a torch.dtype, a NumPy dtype or a string."""
     if isinstance(dt, str):
         return dt.removeprefix("torch.")
-    if isinstance(dt, np.dtype) or (isinstance(dt, type) and issubclass(dt, np.generic)):
+    if np is not None and (isinstance(dt, np.dtype) or (isinstance(dt, type) and issubclass(dt, np.generic))):
         return np.dtype(dt).name
     return str(dt).removeprefix("torch.")
 
@@ -169,8 +219,10 @@ def _spec_info(spec, layer):
         dtypes = [_dtype_name(d) for d in _field(spec, "dtypes", what=what)]
         if len(shapes) != len(dtypes):
             raise ExportError(f"{what}: {len(shapes)} state shapes but {len(dtypes)} dtypes")
+        padded = _field(spec, "page_size_padded", default=None)
         info.update(shapes=shapes, dtypes=dtypes,
-                    mamba_cache_mode=str(_field(spec, "mamba_cache_mode", default="none")))
+                    mamba_cache_mode=str(_field(spec, "mamba_cache_mode", default="none")),
+                    page_size_padded=None if padded is None else int(padded))
         return info
     info.update(dtype=_dtype_name(_field(spec, "dtype", what=what)),
                 num_kv_heads=int(_field(spec, "num_kv_heads", what=what)),
@@ -178,9 +230,40 @@ def _spec_info(spec, layer):
     hv = _field(spec, "head_size_v", default=None)
     if hv is not None and int(hv) != info["head_size"]:
         raise ExportError(f"{what}: head_size_v {hv} differs from head_size {info['head_size']} (not a K/V cell kvaudit reads)")
+    _check_quantisation(spec, type_name, what)
+    padded = _field(spec, "page_size_padded", default=None)
+    if padded is not None:
+        info["page_size_padded"] = int(padded)
+    if kind == "mla" and str(_field(spec, "cache_dtype_str", default="") or "") == "fp8_ds_mla":
+        # FlashMLA sparse: each token's 656 bytes hold its fp8 latent, its
+        # scales and its bf16 rope part, packed; the cache is uint8
+        # [blocks, block_size, 656] (MLAAttentionSpec.real_page_size_bytes).
+        info["cell_bytes"] = FP8_DS_MLA_TOKEN_BYTES
     if kind == "sliding_window":
         info["sliding_window"] = int(_field(spec, "sliding_window", what=what))
     return info
+
+
+# The bytes per token of MLA's fp8_ds_mla cache (vLLM's MLAAttentionSpec).
+FP8_DS_MLA_TOKEN_BYTES = 656
+
+
+def _check_quantisation(spec, type_name, what):
+    """Refuses the quantised caches whose stored bytes are not all in the
+    K/V elements a dump covers. fp8 caches (per-tensor scales, kept outside
+    the cache) are their bytes as stored and pass."""
+    mode = _field(spec, "kv_quant_mode", default=None)
+    name = getattr(mode, "name", None) or (str(mode).rsplit(".", 1)[-1] if mode is not None else "NONE")
+    if name.endswith("PER_TOKEN_HEAD"):
+        raise ExportError(f"{what}: kv_quant_mode {name} keeps per-token-head scales beside the K/V elements, "
+                          "outside the cells a dump covers: a corrupted scale would go unseen, so it is refused")
+    if name == "NVFP4":
+        raise ExportError(f"{what}: kv_quant_mode NVFP4 packs fp4 data and fp8 block scales into each head "
+                          "slot, which is no K/V cell of head_size elements: refused")
+    slot = int(_field(spec, "tq_slot_size", default=0) or 0)
+    if slot > 0:
+        raise ExportError(f"{what}: {type_name} packs each head into a {slot}-byte slot, "
+                          "which is no K/V cell of head_size elements: refused")
 
 
 # ---------------------------------------------------------------------------
@@ -368,11 +451,19 @@ class LayerPlan:
     def __init__(self, name, group):
         self.name, self.group = name, group
         self.tensor = None
-        self.states = None
+        self.states = None  # state layers given as the list of their state tensors
+        self.pages = None  # state layers given as one tensor of raw pages
+        self.page = 0  # covered bytes of a state layer's page
         self.alias_of = None
         self.order = self.names = None
         self.k = 1
+        self.narrow = None  # (axis, size): a padded page's axis, covered up to size
+        self.address = None  # the engine's address of the first element
+        self.state_addresses = None
         self.entry = {}
+
+    def is_state(self):
+        return self.states is not None or self.pages is not None
 
 
 class Plan:
@@ -408,12 +499,21 @@ def _attention_axes(t, info, num_blocks, layout, what):
     """Names the axes of an attention cache tensor (its logical order) and
     returns (names, k): the shape must be one of vLLM's backend shapes for
     this spec (or the explicit layout), with num_blocks * k kernel blocks of
-    block_size / k tokens."""
+    block_size / k tokens. A spec with page_size_padded may widen the last
+    axis (dim) so that a block fills the padded page; the dump covers the
+    head_size elements of each head only. MLA's fp8_ds_mla cache is bytes
+    [block, token, cell]."""
     mla = info["kind"] == "mla"
     S, H, D = info["block_size"], info["num_kv_heads"], info["head_size"]
     if mla and H != 1:
         raise ExportError(f"{what}: an MLA spec has one KV head, this one says {H}")
-    shapes = [tuple(layout)] if layout else (_MLA_SHAPES if mla else _ATTENTION_SHAPES)
+    cell = info.get("cell_bytes")
+    if cell and t.itemsize != 1:
+        raise ExportError(f"{what}: an fp8_ds_mla cache is bytes, got {t.itemsize}-byte elements ({t.dtype})")
+    last, width = ("cell", cell) if cell else ("dim", D)
+    shapes = [tuple(layout)] if layout else ([("block", "token", "cell")] if cell else
+                                             (_MLA_SHAPES if mla else _ATTENTION_SHAPES))
+    padded = info.get("page_size_padded")
     fits = []
     for names in shapes:
         if len(names) != len(t.shape):
@@ -424,18 +524,24 @@ def _attention_axes(t, info, num_blocks, layout, what):
             continue
         k = N // num_blocks
         if T * k != S or size.get("kv", 2) != 2 or size.get("head", 1 if mla else H) != (1 if mla else H) \
-                or size.get("dim") != D or set(names) - {"kv", "block", "token", "head", "dim"}:
+                or set(names) - {"kv", "block", "token", "head", "dim", "cell"} or last not in size:
             continue
+        if size[last] != width:
+            # A padded page: the last axis widened to fill page_size_padded.
+            block_bytes = int(np.prod(t.shape)) // num_blocks * t.itemsize
+            if padded is None or size[last] < width or block_bytes != padded or names[-1] != last:
+                continue
         fits.append((names, k))
     if len(fits) == 1:
         return fits[0]
     want = " or ".join("[" + ", ".join(n) + "]" for n in shapes)
     if len(fits) > 1:
         raise ExportError(f"{what}: shape {list(t.shape)} reads as {want} alike; pass its layout")
+    pad = f" (or widened to fill its page_size_padded of {padded} bytes)" if padded is not None else ""
     raise ExportError(
         f"{what}: shape {list(t.shape)} is not {want} for {num_blocks} blocks of {S} tokens "
-        f"(or kernel blocks dividing them), {1 if mla else H} KV heads of size {D}: the tensor and "
-        "its kv_cache_spec disagree")
+        f"(or kernel blocks dividing them), {1 if mla else H} KV heads of {width} {'bytes' if cell else 'elements'}"
+        f"{pad}: the tensor and its kv_cache_spec disagree")
 
 
 def build_plan(kv_cache_config, kv_caches, *, state_splits=None, layouts=None, covered_states=None):
@@ -445,6 +551,7 @@ def build_plan(kv_cache_config, kv_caches, *, state_splits=None, layouts=None, c
     axis names when its shape is none of vLLM's; covered_states maps a layer
     name, a group id or "*" to the number of leading states to cover (all by
     default)."""
+    _need_numpy()
     state_splits, layouts, covered_states = state_splits or {}, layouts or {}, covered_states or {}
     num_blocks = int(_field(kv_cache_config, "num_blocks", what="kv_cache_config"))
     if num_blocks < 1:
@@ -474,10 +581,28 @@ def build_plan(kv_cache_config, kv_caches, *, state_splits=None, layouts=None, c
                                            layouts.get(name), covered_states))
         if g["layers"]:
             groups.append(g)
-    for name in kv_caches:
-        if name not in grouped:
-            raise ExportError(f"layer {name!r} is in no KV cache group of kv_cache_config "
-                              "(its blocks would be numbered by no block table)")
+    # KV sharing outside the config: the runner adds each KV-sharing layer
+    # to its own copy of the KVCacheConfig (add_kv_sharing_layers_to_kv_cache_
+    # groups), so the config a connector holds lacks it while the dict it
+    # registers binds it to its target's very tensor. Such a layer is an
+    # alias in its target's group; any other layer outside the groups has
+    # no block table and is refused.
+    by_memory = [lp for g in groups for lp in g["layers"] if lp.tensor is not None]
+    for name, cache in kv_caches.items():
+        if name in grouped:
+            continue
+        target = None
+        if _is_tensor_like(cache):
+            t = _Tensor(cache, f"layer {name!r}")
+            target = next((lp for lp in by_memory if lp.tensor.same_memory(t)), None)
+        if target is None:
+            raise ExportError(f"layer {name!r} is in no KV cache group of kv_cache_config and is bound to "
+                              "no grouped layer's tensor (its blocks would be numbered by no block table)")
+        alias = LayerPlan(name, target.group)
+        alias.tensor, alias.alias_of = target.tensor, target.name
+        alias.entry = {"name": name, "dtype": target.entry["dtype"]}
+        target.group["layers"].append(alias)
+        grouped[name] = target.group["id"]
     # KV sharing: a layer bound to the very tensor of another layer of its
     # group is an alias. Across groups, shared memory is vLLM's hybrid
     # allocator (one KVCacheTensor shared_by a layer of each group, kept
@@ -485,7 +610,7 @@ def build_plan(kv_cache_config, kv_caches, *, state_splits=None, layouts=None, c
     for g in groups:
         seen = []
         for lp in g["layers"]:
-            if lp.tensor is None:
+            if lp.tensor is None or lp.alias_of:
                 continue
             for other in seen:
                 if other.tensor.same_memory(lp.tensor):
@@ -503,6 +628,10 @@ def _lookup(table, name, group_id, default=None):
     return default
 
 
+def _is_tensor_like(x):
+    return _is_torch(x) or isinstance(x, (np.ndarray, dict))
+
+
 def _plan_layer(name, g, info, kv_caches, num_blocks, state_splits, layout, covered_states):
     what = f"layer {name!r}"
     lp = LayerPlan(name, g)
@@ -513,38 +642,8 @@ def _plan_layer(name, g, info, kv_caches, num_blocks, state_splits, layout, cove
     if info["spec"] != _DEFAULT_SPEC[info["kind"]]:
         lp.entry["spec"] = info["spec"]
     if info["kind"] == "mamba":
-        if _is_torch(cache) or isinstance(cache, (np.ndarray, dict)):
-            raise ExportError(f"{what}: a state layer's cache is the list of its state tensors "
-                              f"({len(info['shapes'])} for its MambaSpec), got one tensor")
-        states = [_Tensor(s, f"{what} state {i}") for i, s in enumerate(cache)]
-        if len(states) != len(info["shapes"]):
-            raise ExportError(f"{what}: {len(states)} state tensors for the {len(info['shapes'])} shapes of its MambaSpec")
-        n = _lookup(covered_states, name, g["id"], len(states))
-        if not 1 <= n <= len(states):
-            raise ExportError(f"{what}: cover 1..{len(states)} states, not {n}")
-        splits = _lookup(state_splits, name, g["id"])
-        if splits is not None and len(splits) < n:
-            raise ExportError(f"{what}: {len(splits)} splits for {n} covered states")
-        entry_states = []
-        for i, (st, shape, dtype) in enumerate(zip(states, info["shapes"], info["dtypes"])):
-            sw = f"{what} state {i}"
-            if st.shape != (num_blocks,) + shape:
-                raise ExportError(f"{sw}: shape {list(st.shape)} is not [num_blocks {num_blocks}] + "
-                                  f"the spec's {list(shape)}")
-            if st.itemsize != _elem_size(dtype, sw):
-                raise ExportError(f"{sw}: {st.itemsize}-byte elements, the spec says {dtype}")
-            if i < n:
-                e = {"dtype": dtype, "shape": list(shape)}
-                if splits is not None:
-                    e["split"] = _norm_split(splits[i], shape, sw)
-                entry_states.append(e)
-        if splits is not None and (None in [e.get("split") for e in entry_states]):
-            raise ExportError(f"{what}: give a split for every covered state or for none")
-        lp.states = states[:n]
-        lp.page = sum(int(np.prod(s.shape[1:])) * s.itemsize for s in lp.states)
-        lp.entry.update(dtype="uint8", layout=["block", "page"], states=entry_states)
-        return lp
-    if not (_is_torch(cache) or isinstance(cache, (np.ndarray, dict))):
+        return _plan_state_layer(lp, cache, info, num_blocks, state_splits, covered_states, what)
+    if not _is_tensor_like(cache):
         raise ExportError(f"{what}: an attention layer's cache is one tensor, got a {type(cache).__name__}")
     t = _Tensor(cache, what)
     if t.itemsize != _elem_size(info["dtype"], what):
@@ -554,10 +653,213 @@ def _plan_layer(name, g, info, kv_caches, num_blocks, state_splits, layout, cove
     lp.order = memory_order(t.shape, t.strides)
     lp.names = [names[i] for i in lp.order]
     lp.logical = list(names)
-    lp.entry.update(dtype=info["dtype"], head_size=info["head_size"])
+    lp.address = t.ptr
+    last = "cell" if info.get("cell_bytes") else "dim"
+    width = info.get("cell_bytes") or info["head_size"]
+    if dict(zip(names, t.shape))[last] != width:
+        lp.narrow = (last, width)  # a padded page: the head only
+    if info.get("cell_bytes"):
+        lp.entry.update(dtype=t.dtype)
+    else:
+        lp.entry.update(dtype=info["dtype"], head_size=info["head_size"])
     if info["kind"] != "mla":
         lp.entry["num_kv_heads"] = info["num_kv_heads"]
     return lp
+
+
+def _plan_state_layer(lp, cache, info, num_blocks, state_splits, covered_states, what):
+    """A Mamba / gated-delta-net layer: its states either as the list of
+    state tensors (vLLM before the one-tensor registration) or as the one
+    tensor a connector now registers, the layer's raw pages ([num_blocks,
+    ...] whose inner axes hold a block's page), which the layer itself
+    splits into its states as MambaBase.bind_kv_cache does: each state
+    packed from the page start, in the spec's order, row-major in its
+    dtype."""
+    g, shapes, dtypes = lp.group, info["shapes"], info["dtypes"]
+    sizes = [int(np.prod(shape)) * _elem_size(dtype, f"{what} state {i}")
+             for i, (shape, dtype) in enumerate(zip(shapes, dtypes))]
+    if _is_tensor_like(cache):
+        t = _Tensor(cache, what)
+        if len(t.shape) < 2 or t.shape[0] != num_blocks:
+            raise ExportError(f"{what}: one state tensor holds a page per block, [num_blocks {num_blocks}, ...]; "
+                              f"got shape {list(t.shape)}")
+        inner, acc = [], 1
+        for n in reversed(t.shape[1:]):
+            inner.insert(0, acc)
+            acc *= n
+        if any(s != w for s, w, n in zip(t.strides[1:], inner, t.shape[1:]) if n > 1):
+            raise ExportError(f"{what}: strides {list(t.strides)} do not hold each block's page contiguously "
+                              f"(shape {list(t.shape)})")
+        page = acc * t.itemsize
+        want = info.get("page_size_padded") or sum(sizes)
+        if page != want:
+            raise ExportError(f"{what}: a page of {page} bytes, its MambaSpec's page is {want} bytes "
+                              f"(states {[list(s) for s in shapes]} of {list(dtypes)}"
+                              f"{', padded' if info.get('page_size_padded') else ''})")
+        lp.pages = t
+        lp.state_addresses = [t.ptr + sum(sizes[:i]) for i in range(len(sizes))]
+        states = None
+    else:
+        states = [_Tensor(s, f"{what} state {i}") for i, s in enumerate(cache)]
+        if len(states) != len(shapes):
+            raise ExportError(f"{what}: {len(states)} state tensors for the {len(shapes)} shapes of its MambaSpec")
+        for i, (st, shape, dtype) in enumerate(zip(states, shapes, dtypes)):
+            sw = f"{what} state {i}"
+            if st.shape != (num_blocks,) + shape:
+                raise ExportError(f"{sw}: shape {list(st.shape)} is not [num_blocks {num_blocks}] + "
+                                  f"the spec's {list(shape)}")
+            if st.itemsize != _elem_size(dtype, sw):
+                raise ExportError(f"{sw}: {st.itemsize}-byte elements, the spec says {dtype}")
+        lp.state_addresses = [st.ptr for st in states]
+    n = _lookup(covered_states, lp.name, g["id"], len(shapes))
+    if not 1 <= n <= len(shapes):
+        raise ExportError(f"{what}: cover 1..{len(shapes)} states, not {n}")
+    splits = _lookup(state_splits, lp.name, g["id"])
+    if splits is not None and len(splits) < n:
+        raise ExportError(f"{what}: {len(splits)} splits for {n} covered states")
+    entry_states = []
+    for i in range(n):
+        e = {"dtype": dtypes[i], "shape": list(shapes[i])}
+        if splits is not None:
+            e["split"] = _norm_split(splits[i], shapes[i], f"{what} state {i}")
+        entry_states.append(e)
+    if splits is not None and (None in [e.get("split") for e in entry_states]):
+        raise ExportError(f"{what}: give a split for every covered state or for none")
+    lp.states = states[:n] if states is not None else None
+    lp.page = sum(sizes[:n])
+    lp.address = lp.state_addresses[0]
+    lp.entry.update(dtype="uint8", layout=["block", "page"], states=entry_states)
+    return lp
+
+
+# ---------------------------------------------------------------------------
+# The cross-layer cache: one tensor for all layers.
+
+def _tensor_layers(t, i):
+    names = _field(t, "shared_by", "layers", what=f"kv_cache_tensors[{i}]")
+    return list(names)
+
+
+def cross_layer_caches(kv_cache_config, kv_cache, attn_backend, *, kernel_block_sizes=None, cache_dtype="auto"):
+    """Returns layer name -> cache: the per-layer views of vLLM's
+    cross-layer KV cache, the one tensor a connector that prefers
+    cross-layer blocks receives in register_cross_layers_kv_cache(kv_cache,
+    attn_backend), carved as the model runner carves them. Layer i of the
+    tensor is kv_cache_config.kv_cache_tensors[i] (every layer its
+    shared_by names). Two forms are read:
+
+    - typed, in the backend's physical order with a layers axis
+      (allocate_uniform_kv_caches: get_kv_cache_stride_order(
+      include_num_layers_dimension=True) applied to (num_layers,) +
+      get_kv_cache_shape(...)); the views are its permutation back to the
+      logical order, indexed by layer;
+    - raw bytes [num_blocks, num_layers, page_size_bytes] (the per-page-
+      size cross-layer groups): an attention layer's view is its slice,
+      typed and shaped as the backend's physical page and permuted to the
+      logical order; a state layer's is its [num_blocks, page] bytes, the
+      one-tensor form export_dump reads.
+
+    kernel_block_sizes are the runner's per group (the group's block size
+    by default); attn_backend needs vLLM's static get_kv_cache_shape and
+    get_kv_cache_stride_order."""
+    _need_numpy()
+    if not _is_torch(kv_cache):
+        raise ExportError(f"cross-layer cache: a torch tensor, got a {type(kv_cache).__name__}")
+    tensors = list(_field(kv_cache_config, "kv_cache_tensors", what="kv_cache_config"))
+    groups = list(_field(kv_cache_config, "kv_cache_groups", what="kv_cache_config"))
+    num_layers = len(tensors)
+    if not tensors or not groups:
+        raise ExportError("cross-layer cache: kv_cache_config has no KV cache tensors or groups")
+    spec_of, gid_of = {}, {}
+    for gid, gs in enumerate(groups):
+        spec = _field(gs, "kv_cache_spec", what=f"kv_cache_groups[{gid}]")
+        for name in _field(gs, "layer_names", what=f"kv_cache_groups[{gid}]"):
+            per_layer = _field(spec, "kv_cache_specs", default=None)
+            spec_of[name] = per_layer[name] if per_layer is not None and name in per_layer else spec
+            gid_of[name] = gid
+    names = [_tensor_layers(t, i) for i, t in enumerate(tensors)]
+    for i, ns in enumerate(names):
+        for n in ns:
+            if n not in spec_of:
+                raise ExportError(f"cross-layer cache: layer {n!r} of kv_cache_tensors[{i}] is in no KV cache group")
+    first = names[0][0]
+    info = _spec_info(spec_of[first], first)
+    num_blocks = int(_field(kv_cache_config, "num_blocks", what="kv_cache_config"))
+    shape = tuple(int(d) for d in kv_cache.shape)
+
+    def kernel(name):
+        gid = gid_of[name]
+        bs = _spec_info(spec_of[name], name)["block_size"]
+        kbs = int(kernel_block_sizes[gid]) if kernel_block_sizes is not None else bs
+        if kbs < 1 or bs % kbs:
+            raise ExportError(f"cross-layer cache: kernel block size {kbs} does not divide block size {bs}")
+        return bs // kbs, kbs
+
+    def logical_shape(name, blocks):
+        i = _spec_info(spec_of[name], name)
+        k, kbs = kernel(name)
+        return tuple(int(d) for d in attn_backend.get_kv_cache_shape(
+            blocks * k, kbs, i["num_kv_heads"], i["head_size"], cache_dtype_str=cache_dtype))
+
+    def stride_order(with_layers, n):
+        try:
+            if with_layers:
+                order = attn_backend.get_kv_cache_stride_order(include_num_layers_dimension=True)
+            else:
+                order = attn_backend.get_kv_cache_stride_order()
+            order = tuple(int(d) for d in order)
+        except (AttributeError, NotImplementedError):
+            return None if with_layers else tuple(range(n))
+        return order if sorted(order) == list(range(n)) else None
+
+    out = {}
+    if info["kind"] != "mamba":
+        logical = logical_shape(first, num_blocks)
+        order = stride_order(True, len(logical) + 1)
+        if order is not None:
+            full = (num_layers,) + logical
+            if shape == tuple(full[j] for j in order):
+                view = kv_cache.permute(*[order.index(j) for j in range(len(order))])
+                for i, ns in enumerate(names):
+                    for n in ns:
+                        out[n] = view[i]
+                return out
+    page = None
+    if len(shape) == 3 and shape[0] == num_blocks and shape[1] == num_layers and kv_cache.element_size() == 1:
+        page = shape[2]
+    if page is None:
+        raise ExportError(f"cross-layer cache: shape {list(shape)} is neither the backend's physical layout "
+                          f"with a layers axis nor bytes [num_blocks {num_blocks}, num_layers {num_layers}, page]")
+    for i, ns in enumerate(names):
+        name = ns[0]
+        li = _spec_info(spec_of[name], name)
+        if li["kind"] == "mamba":
+            view = kv_cache[:, i]
+        else:
+            dtype = _field(spec_of[name], "dtype", what=f"layer {name!r}: kv_cache_spec")
+            k, _ = kernel(name)
+            el = _elem_size(li["dtype"], f"layer {name!r}")
+            if page % (el * k):
+                raise ExportError(f"layer {name!r}: a page of {page} bytes is no whole number of "
+                                  f"{k} kernel blocks of {el}-byte elements")
+            typed = kv_cache.view(dtype).view(num_blocks * k, num_layers, page // el // k)
+            logical = logical_shape(name, num_blocks)
+            order = stride_order(False, len(logical))
+            sentinel = logical_shape(name, 1234)
+            if sentinel.count(1234 * k) != 1:
+                raise ExportError(f"layer {name!r}: the backend's shape {list(logical)} has no block axis")
+            bpos = order.index(sentinel.index(1234 * k))
+            physical = [logical[j] for j in order]
+            page_shape = physical[:bpos] + physical[bpos + 1:]
+            if int(np.prod(page_shape)) * el * k != page:
+                raise ExportError(f"layer {name!r}: the backend's page {page_shape} is not the cache's "
+                                  f"{page // k} bytes per kernel block")
+            sliced = typed.view(num_blocks * k, num_layers, *page_shape)[:, i]
+            ours = [0 if p == bpos else (p + 1 if p < bpos else p) for p in (order.index(j) for j in range(len(order)))]
+            view = sliced.permute(*ours)
+        for n in ns:
+            out[n] = view
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -623,11 +925,20 @@ def _select(plan, requests, null_block_id):
                     live = [b for b in ids if b is not None]
                     if not live:
                         continue
-                    if g.get("mamba_cache_mode", "none") == "none":
+                    mode = g.get("mamba_cache_mode", "none")
+                    if mode == "none":
                         sb = live[0]  # the running state's block (state_indices = block_table[:, 0])
                     else:
-                        pos = max(0, -(-f["num_tokens"] // S) - 1)
-                        sb = ids[pos] if pos < len(ids) and ids[pos] is not None else live[-1]
+                        # "align" and "all": the state after num_tokens tokens is
+                        # in the block at position (num_tokens - 1) // block_size
+                        # (mamba_utils' first_state_slot).
+                        pos = max(0, (f["num_tokens"] - 1) // S)
+                        if pos >= len(ids) or ids[pos] is None:
+                            raise ExportError(
+                                f"request {rid!r}, group {gid} (layer {first!r}): mamba_cache_mode {mode!r} keeps "
+                                f"the running state of {f['num_tokens']} tokens at position {pos}, which is "
+                                f"{'past its ' + str(len(ids)) + ' blocks' if pos >= len(ids) else 'a null block'}")
+                        sb = ids[pos]
                 sb = int(sb)
                 if not 0 <= sb < plan.num_blocks:
                     raise ExportError(f"request {rid!r}, group {gid} (layer {first!r}): state block {sb} is "
@@ -679,7 +990,8 @@ def write_safetensors(f, tensors, metadata):
     return offset
 
 
-def _manifest(plan, requests, num_blocks, *, tp_rank, tp_size, pp_rank, pp_size, model, model_num_kv_heads, layer_entry):
+def _manifest(plan, requests, num_blocks, *, tp_rank, tp_size, pp_rank, pp_size, model, model_num_kv_heads,
+              layer_entry, agent=None):
     groups = []
     for g in plan.groups:
         mg = {"id": g["id"], "kind": g["kind"], "block_size": g["block_size"], "layers": []}
@@ -688,50 +1000,94 @@ def _manifest(plan, requests, num_blocks, *, tp_rank, tp_size, pp_rank, pp_size,
         for lp in g["layers"]:
             mg["layers"].append(layer_entry(lp))
         groups.append(mg)
+    parallel = {"tp_rank": tp_rank, "tp_size": tp_size, "pp_rank": pp_rank, "pp_size": pp_size}
+    if agent is not None:
+        parallel["agent"] = agent
     return {
         "format": MANIFEST_FORMAT,
         "model": {"name": model, "num_kv_heads": model_num_kv_heads},
-        "parallel": {"tp_rank": tp_rank, "tp_size": tp_size, "pp_rank": pp_rank, "pp_size": pp_size},
+        "parallel": parallel,
         "num_blocks": num_blocks,
         "groups": groups,
         "requests": requests,
     }
 
 
-def _check_parallel(tp_rank, tp_size, pp_rank, pp_size):
+def _check_parallel(tp_rank, tp_size, pp_rank, pp_size, agent=None):
     if not (0 <= tp_rank < tp_size and 0 <= pp_rank < pp_size):
         raise ExportError(f"tp_rank {tp_rank} of {tp_size}, pp_rank {pp_rank} of {pp_size}: not a rank")
+    if agent is not None and (not isinstance(agent, str) or not agent):
+        raise ExportError(f"agent {agent!r}: a NIXL agent name is a non-empty string")
+
+
+def hex_address(ptr):
+    """A device address as the manifest writes it: "0x" and lower-case hex."""
+    return f"0x{int(ptr):x}"
+
+
+def _with_addresses(lp, e):
+    """The layer entry e with the engine's addresses of its first element
+    (and of each covered state's)."""
+    if lp.address is not None:
+        e["address"] = hex_address(lp.address)
+    if lp.state_addresses is not None and "states" in e:
+        e["states"] = [dict(st, address=hex_address(a)) for st, a in zip(e["states"], lp.state_addresses)]
+    return e
+
+
+def _publish(tmp, path):
+    """Gives the finished file tmp its name path, never replacing a file
+    that appeared there meanwhile (a hard link fails on an existing name)."""
+    try:
+        os.link(tmp, path)
+    except OSError as e:
+        if os.path.exists(path):
+            os.unlink(tmp)
+            raise FileExistsError(f"{path!r} exists: not overwritten") from e
+        os.replace(tmp, path)  # a file system without hard links
+        return
+    os.unlink(tmp)
 
 
 def export_dump(path, kv_cache_config, kv_caches, requests, *, tp_rank=0, tp_size=1, pp_rank=0,
                 pp_size=1, model="", model_num_kv_heads=0, state_splits=None, layouts=None,
-                covered_states=None, null_block_id=0):
+                covered_states=None, null_block_id=0, agent=None):
     """Writes one rank's dump of the requests' blocks to path (a new
     .safetensors file; an existing file is never overwritten) and returns
     a summary: {"num_blocks", "block_ids" (the worker's id of each dump
     block), "bytes", "max_layer_bytes"}.
 
-    Everything is checked before the file is created; then each layer's
+    Everything is checked before any file is created; then each layer's
     selected blocks are gathered, copied to the host and written, one layer
-    at a time. null_block_id (vLLM's null block, 0) is exported as a null
-    table entry; None keeps every id."""
-    _check_parallel(tp_rank, tp_size, pp_rank, pp_size)
+    at a time, into a temporary file that takes the name path when
+    complete. null_block_id (vLLM's null block, 0) is exported as a null
+    table entry; None keeps every id. Each layer records its address (the
+    engine's address of its first element, tensor.data_ptr()); agent, the
+    rank's NIXL agent name, is recorded as parallel.agent when given."""
+    _check_parallel(tp_rank, tp_size, pp_rank, pp_size, agent)
     plan = build_plan(kv_cache_config, kv_caches, state_splits=state_splits, layouts=layouts,
                       covered_states=covered_states)
     reqs, selected = _select(plan, requests, null_block_id)
     reqs = _remap(reqs, selected)
+    if os.path.exists(path):
+        raise FileExistsError(f"{path!r} exists: not overwritten")
     n = len(selected)
-    tensors, sizes = [], {}
+    tensors, sizes, engine = [], {}, {}
     for lp in plan.layers():
         if lp.alias_of:
             continue
-        if lp.states is not None:
+        if lp.is_state():
             shape = [n, lp.page]
             st, nbytes = "U8", n * lp.page
         else:
             shape = [n * lp.k if a == "block" else lp.tensor.shape[i] for a, i in zip(lp.names, lp.order)]
+            if lp.narrow:
+                shape[lp.names.index(lp.narrow[0])] = lp.narrow[1]
             st = ST_DTYPES[lp.entry["dtype"]][0]
             nbytes = int(np.prod(shape)) * lp.tensor.itemsize
+            engine[lp.name] = {"shape": [lp.tensor.shape[i] for i in lp.order],
+                               "strides": [lp.tensor.strides[i] for i in lp.order],
+                               "itemsize": lp.tensor.itemsize}
         tensors.append((lp.name, st, shape, nbytes))
         sizes[lp.name] = nbytes
 
@@ -740,33 +1096,44 @@ def export_dump(path, kv_cache_config, kv_caches, requests, *, tp_rank=0, tp_siz
         if lp.alias_of:
             return {"name": lp.name, "dtype": e["dtype"], "alias_of": lp.alias_of}
         e["tensor"] = lp.name
-        if lp.states is None:
+        if not lp.is_state():
             e["layout"] = list(lp.names)
-        return e
+        return _with_addresses(lp, e)
 
     manifest = _manifest(plan, reqs, n, tp_rank=tp_rank, tp_size=tp_size, pp_rank=pp_rank, pp_size=pp_size,
-                         model=model, model_num_kv_heads=model_num_kv_heads, layer_entry=entry)
-    metadata = {METADATA_KEY: json.dumps(manifest), BLOCK_IDS_KEY: json.dumps(selected)}
+                         model=model, model_num_kv_heads=model_num_kv_heads, layer_entry=entry, agent=agent)
+    metadata = {METADATA_KEY: json.dumps(manifest), BLOCK_IDS_KEY: json.dumps(selected),
+                ENGINE_KEY: json.dumps(engine)}
     total = 0
-    with open(path, "xb") as f:
-        write_safetensors(f, tensors, metadata)
-        for lp in plan.layers():
-            if lp.alias_of:
-                continue
-            data = _gather(lp, selected)
-            if data.nbytes != sizes[lp.name]:  # never a dump that does not hold what it says
-                raise ExportError(f"layer {lp.name!r}: gathered {data.nbytes} bytes, planned {sizes[lp.name]}")
-            f.write(memoryview(np.ascontiguousarray(data)).cast("B"))
-            total += data.nbytes
-            del data
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "xb") as f:
+            write_safetensors(f, tensors, metadata)
+            for lp in plan.layers():
+                if lp.alias_of:
+                    continue
+                data = _gather(lp, selected)
+                if data.nbytes != sizes[lp.name]:  # never a dump that does not hold what it says
+                    raise ExportError(f"layer {lp.name!r}: gathered {data.nbytes} bytes, planned {sizes[lp.name]}")
+                f.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+                total += data.nbytes
+                del data
+        _publish(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     return {"num_blocks": n, "block_ids": selected, "bytes": total,
             "max_layer_bytes": max(sizes.values()) if sizes else 0}
 
 
 def _gather(lp, selected):
     """A layer's selected blocks as a contiguous host array: attention in
-    memory order, a state layer as [block, page] bytes (its covered states
-    packed from the page start)."""
+    memory order (a padded axis cut to the head), a state layer as [block,
+    page] bytes (its covered states packed from the page start)."""
+    if lp.pages is not None:
+        part = lp.pages.gather(list(range(len(lp.pages.shape))), 0, selected)
+        pages = part.reshape(len(selected), -1).view(np.uint8).reshape(len(selected), -1)
+        return pages[:, :lp.page]
     if lp.states is not None:
         out = np.empty((len(selected), lp.page), dtype=np.uint8)
         at = 0
@@ -778,7 +1145,11 @@ def _gather(lp, selected):
             del part
         return out
     rows = [b * lp.k + i for b in selected for i in range(lp.k)]
-    return lp.tensor.gather(lp.order, lp.names.index("block"), rows)
+    data = lp.tensor.gather(lp.order, lp.names.index("block"), rows)
+    if lp.narrow:
+        axis, size = lp.names.index(lp.narrow[0]), lp.narrow[1]
+        data = np.ascontiguousarray(np.take(data, np.arange(size), axis=axis))
+    return data
 
 
 # ---------------------------------------------------------------------------
@@ -810,14 +1181,14 @@ def _state_page(lp, what):
 
 def live_manifest(kv_cache_config, kv_caches, requests, handle_fn, *, tp_rank=0, tp_size=1, pp_rank=0,
                   pp_size=1, model="", model_num_kv_heads=0, state_splits=None, layouts=None,
-                  covered_states=None, null_block_id=0):
+                  covered_states=None, null_block_id=0, agent=None):
     """Returns (manifest, device): the dump manifest of the live cache,
     every layer a docs/spec.md §10 cuda_ipc source over the worker's own tensor (its
     shape and strides as they are, block ids as the worker numbers them).
     handle_fn(tensor) returns (64-byte IPC handle, byte offset of the
     tensor's first element in the allocation the handle maps, device index)."""
     import base64
-    _check_parallel(tp_rank, tp_size, pp_rank, pp_size)
+    _check_parallel(tp_rank, tp_size, pp_rank, pp_size, agent)
     plan = build_plan(kv_cache_config, kv_caches, state_splits=state_splits, layouts=layouts,
                       covered_states=covered_states)
     reqs, _ = _select(plan, requests, null_block_id)
@@ -836,17 +1207,26 @@ def live_manifest(kv_cache_config, kv_caches, requests, handle_fn, *, tp_rank=0,
         e = dict(lp.entry)
         if lp.alias_of:
             return {"name": lp.name, "dtype": e["dtype"], "alias_of": lp.alias_of}
+        if lp.pages is not None:
+            t = lp.pages
+            page = int(np.prod(t.shape[1:])) * t.itemsize
+            e["source"] = source(t, "U8", [plan.num_blocks, page], [t.strides[0] * t.itemsize, 1])
+            return _with_addresses(lp, e)
         if lp.states is not None:
             page = _state_page(lp, f"layer {lp.name!r}")
             e["source"] = source(lp.states[0], "U8", [plan.num_blocks, page], [page, 1])
-            return e
+            return _with_addresses(lp, e)
         t = lp.tensor
-        e["source"] = source(t, ST_DTYPES[e["dtype"]][0], t.shape, t.strides)
+        shape = list(t.shape)
+        if lp.narrow:
+            shape[lp.logical.index(lp.narrow[0])] = lp.narrow[1]
+        e["source"] = source(t, ST_DTYPES[e["dtype"]][0], shape, t.strides)
         e["layout"] = list(lp.logical)
-        return e
+        return _with_addresses(lp, e)
 
     manifest = _manifest(plan, reqs, plan.num_blocks, tp_rank=tp_rank, tp_size=tp_size, pp_rank=pp_rank,
-                         pp_size=pp_size, model=model, model_num_kv_heads=model_num_kv_heads, layer_entry=entry)
+                         pp_size=pp_size, model=model, model_num_kv_heads=model_num_kv_heads, layer_entry=entry,
+                         agent=agent)
     if len(devices) > 1:
         raise ExportError(f"the KV cache spans devices {sorted(devices)}: export one dump per device")
     return manifest, (devices.pop() if devices else 0)

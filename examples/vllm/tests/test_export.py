@@ -66,20 +66,26 @@ class Model:
     logical KV per request. attention layers: even numbers when hybrid."""
 
     def __init__(self, backend, *, cache_layout="NHD", block_size=16, kernel_block_size=None, heads=4,
-                 head_size=64, tp=1, layers=2, num_blocks=12, hybrid=False, window=None, seed=1, device="cpu", conv_layout="SD"):
+                 head_size=64, tp=1, layers=2, num_blocks=12, hybrid=False, window=None, seed=1, device="cpu",
+                 conv_layout="SD", mamba_form="tensor", mamba_cache_mode="none", shared=None, cross=None,
+                 page_size_padded=None, dtype=None):
         self.backend, self.cache_layout, self.tp, self.device = backend, cache_layout, tp, device
-        self.conv_layout = conv_layout
+        self.conv_layout, self.mamba_form, self.cross = conv_layout, mamba_form, cross
         self.S, self.kbs = block_size, kernel_block_size or block_size
         self.mla = backend == "mla"
         self.heads = 1 if self.mla else heads
         self.local_heads = 1 if self.mla else heads // tp
         self.D, self.num_blocks, self.hybrid = head_size, num_blocks, hybrid
-        self.dtype = torch.bfloat16
+        self.dtype = dtype or torch.bfloat16
         self.attn_layers = [L for L in range(layers) if not hybrid or L % 2 == 0]
         self.state_layers = [L for L in range(layers) if hybrid and L % 2 == 1]
+        # KV sharing: layer name -> the layer whose cache it reads; the
+        # sharing layers are in no group (a connector's KVCacheConfig).
+        self.shared = shared or {}
         self.rng = np.random.default_rng(seed)
         kind = "mla" if self.mla else ("swa" if window else "full")
-        self.attn_spec = vl.attention_spec(kind, block_size, self.local_heads, head_size, self.dtype, window)
+        self.attn_spec = vl.attention_spec(kind, block_size, self.local_heads, head_size, self.dtype, window,
+                                           page_size_padded=page_size_padded)
         # Mamba2 with one group: conv channels [x, B, C] (B, C replicated
         # over TP), ssm [heads, head_dim, state_size].
         self.I, self.N, self.W, self.MH, self.hd = 64, 16, 4, 8, 8
@@ -91,7 +97,8 @@ class Model:
                 conv = conv[::-1]
             ssm = (self.MH // tp, self.hd, self.N)
             self.state_spec = vl.mamba_spec(block_size, [conv, ssm], [torch.bfloat16, torch.float32],
-                                            page_size_padded=vl.attention_page_bytes(self.attn_spec))
+                                            page_size_padded=vl.attention_page_bytes(self.attn_spec),
+                                            mamba_cache_mode=mamba_cache_mode)
             assert vl.mamba_page_bytes(self.state_spec) >= sum(
                 np.prod(s) * vl.esize(d) for s, d in zip(self.state_spec.shapes, self.state_spec.dtypes))
             groups.append(([mixer_name(L) for L in self.state_layers], self.state_spec))
@@ -107,7 +114,9 @@ class Model:
         elements] int16 (bf16 bits); state layers: global conv [x; B; C] rows
         and ssm."""
         cell = self.D if self.mla else 2 * self.D
-        self.kv[rid] = {L: [self.rng.integers(-2**15, 2**15, (num_tokens, cell), dtype=np.int16)
+        bits = 8 * vl.esize(self.dtype)
+        ints = {8: np.int8, 16: np.int16, 32: np.int32}[bits]
+        self.kv[rid] = {L: [self.rng.integers(-2**(bits - 1), 2**(bits - 1), (num_tokens, cell), dtype=ints)
                             for _ in range(self.heads)] for L in self.attn_layers}
         self.states[rid] = {L: (self.rng.integers(-2**15, 2**15, (self.I + 2 * self.N, self.W - 1), dtype=np.int16),
                                 self.rng.integers(-2**31, 2**31, (self.MH, self.hd, self.N), dtype=np.int32))
@@ -115,9 +124,16 @@ class Model:
 
     def rank_caches(self, rank, tables, seed, raw_out=None):
         """Allocates rank's caches and writes each request's KV into its
-        blocks; tables: rid -> (num_tokens, attention block ids, state block)."""
-        caches = vl.allocate(self.config, {0: self.backend}, {0: self.kbs}, self.cache_layout, seed=seed,
-                             device=self.device, raw_out=raw_out)
+        blocks; tables: rid -> (num_tokens, attention block ids, state
+        block). With cross set, the caches are views of the cross-layer
+        tensor (self.cross_tensor)."""
+        if self.cross:
+            self.cross_tensor, caches = vl.allocate_cross_layer(self.config, self.backend, self.kbs, self.cache_layout,
+                                                                seed=seed, form=self.cross)
+        else:
+            caches = vl.allocate(self.config, {0: self.backend}, {0: self.kbs}, self.cache_layout, seed=seed,
+                                 device=self.device, raw_out=raw_out, mamba_form=self.mamba_form,
+                                 shared_layers=self.shared)
         for rid, (n, ids, sb) in tables.items():
             for L in self.attn_layers:
                 cache = caches[attn_name(L)]
@@ -131,17 +147,35 @@ class Model:
                 conv, ssm = self.states[rid][L]
                 xl = self.I // self.tp
                 local = np.concatenate([conv[rank * xl:(rank + 1) * xl], conv[self.I:]])  # [x shard; B; C]
-                st = caches[mixer_name(L)]
+                st = vl.state_views(caches[mixer_name(L)], self.state_spec)
                 local = local.T if self.conv_layout == "SD" else local
-                st[0].view(torch.int16)[sb] = torch.from_numpy(np.ascontiguousarray(local))
+                b = self.state_block(sb, n)
+                st[0].view(torch.int16)[b] = torch.from_numpy(np.ascontiguousarray(local))
                 ml = self.MH // self.tp
-                st[1].view(torch.int32)[sb] = torch.from_numpy(ssm[rank * ml:(rank + 1) * ml].copy())
+                st[1].view(torch.int32)[b] = torch.from_numpy(ssm[rank * ml:(rank + 1) * ml].copy())
         return caches
+
+    def state_block(self, sb, n):
+        """The block holding a request's running state: sb itself, or in a
+        state table (mamba_cache_mode align / all) the block at position
+        (n - 1) // block_size (mamba_utils' first_state_slot)."""
+        if not isinstance(sb, list):
+            return sb
+        return sb[max(0, (n - 1) // self.S)]
+
+    def exported_caches(self, caches):
+        """What the exporter is given: the per-layer caches, or those it
+        derives from the one cross-layer tensor."""
+        if not self.cross:
+            return caches
+        return kx.cross_layer_caches(self.config, self.cross_tensor, vl.backend_class(self.backend, self.cache_layout),
+                                     kernel_block_sizes=[self.kbs])
 
     def requests(self, tables, **extra):
         out = []
         for rid, (n, ids, sb) in tables.items():
-            block_ids = [list(ids)] + ([[sb]] if self.hybrid else [])
+            state_table = sb if isinstance(sb, list) else [sb]
+            block_ids = [list(ids)] + ([state_table] if self.hybrid else [])
             r = {"id": rid, "num_tokens": n, "block_ids": block_ids}
             r.update(extra.get(rid, {}))
             out.append(r)
@@ -169,10 +203,10 @@ class Model:
                 _, L, rid, t, hl = flip
                 n, ids, sb = tables[rid]
                 if t is None:
-                    caches[mixer_name(L)][0].view(torch.int16)[sb, 0, 0] ^= 1
+                    vl.state_views(caches[mixer_name(L)], self.state_spec)[0].view(torch.int16)[self.state_block(sb, n), 0, 0] ^= 1
                 else:
                     vl.flip(caches[attn_name(L)], self.backend, self.attn_spec, self.kbs, ids[t // self.S], t % self.S, hl)
-            kx.export_dump(os.path.join(out_dir, f"rank-0-{rank}.safetensors"), self.config, caches,
+            kx.export_dump(os.path.join(out_dir, f"rank-0-{rank}.safetensors"), self.config, self.exported_caches(caches),
                            self.requests(tables, **(extra or {})), tp_rank=rank, tp_size=self.tp,
                            model="test/model", model_num_kv_heads=self.heads,
                            state_splits={1: self.splits()} if self.hybrid else None)
@@ -183,11 +217,9 @@ def checks_by_group(result, rid):
     return {g["id"]: g for g in req["groups"]}
 
 
-@needs_torch
-@needs_kvaudit
-class TestBackends(unittest.TestCase):
-    """Each of vLLM's layouts: checksums equal the reference; a flipped bit
-    is a mismatch at its block position."""
+class Cases:
+    """run_case: checksums of an exported producer equal the reference; each
+    flipped bit in a consumer is a mismatch at its block position."""
 
     def run_case(self, model, tables, flips):
         for rid, (n, _, _) in tables.items():
@@ -218,6 +250,14 @@ class TestBackends(unittest.TestCase):
                 for r in d["requests"]:
                     if r["id"] != rid:
                         self.assertEqual(r["verdict"], "verified")
+
+
+
+@needs_torch
+@needs_kvaudit
+class TestBackends(Cases, unittest.TestCase):
+    """Each of vLLM's layouts: checksums equal the reference; a flipped bit
+    is a mismatch at its block position."""
 
     def test_flash_attention(self):
         m = Model("flash", tp=1)
@@ -259,6 +299,14 @@ class TestBackends(unittest.TestCase):
         tables = {"A": (40, [3, 8], 4), "B": (20, [6], 10)}
         self.run_case(m, tables, [((1, 3, "A", None, 0), 1, 0), ((0, 2, "B", 19, 1), 0, 0)])
 
+    def test_hybrid_mamba2_state_lists(self):
+        # The runner before one-tensor registration (001cabc1be16): each
+        # Mamba layer's cache a list of as_strided state views.
+        m = Model("flash", block_size=32, kernel_block_size=16, tp=2, heads=4, layers=4, hybrid=True,
+                  mamba_form="list")
+        tables = {"A": (40, [3, 8], 4), "B": (20, [6], 10)}
+        self.run_case(m, tables, [((1, 3, "A", None, 0), 1, 0), ((0, 2, "B", 19, 1), 0, 0)])
+
     def test_hybrid_mamba2_conv_dim_first(self):
         # VLLM_SSM_CONV_STATE_LAYOUT=DS: conv states (dim, state_len); FlashInfer.
         m = Model("flashinfer", block_size=32, kernel_block_size=16, tp=2, heads=4, layers=4, hybrid=True,
@@ -292,6 +340,158 @@ class TestConsumer(unittest.TestCase):
             d = kvaudit("diff", "-o", "json", prod, bad, ok=(1,))
             g = d["requests"][0]["groups"][0]
             self.assertEqual((g["verdict"], g["positions"]), ("mismatch", [2]))
+
+
+@needs_torch
+@needs_kvaudit
+class TestCurrentMain(Cases, unittest.TestCase):
+    """The caches of vLLM main (the commits vllm_like names) as a connector
+    receives them: one tensor per Mamba layer, KV-sharing layers missing
+    from the connector's KVCacheConfig, the cross-layer cache, padded
+    attention pages, mamba_cache_mode align and all, quantised caches."""
+
+    def test_hybrid_registered_one_tensor_per_layer(self):
+        m = Model("flashinfer", block_size=32, kernel_block_size=16, tp=2, heads=4, layers=4, hybrid=True)
+        caches = m.rank_caches(0, {}, seed=0)
+        pages = caches[mixer_name(1)]
+        self.assertIsInstance(pages, torch.Tensor)  # the raw page view, as registered
+        self.assertEqual(tuple(pages.shape), (m.num_blocks, 1, 1, vl.mamba_page_bytes(m.state_spec)))
+        tables = {"A": (40, [3, 8], 4), "B": (20, [6], 10)}
+        self.run_case(m, tables, [((1, 1, "A", None, 0), 1, 0), ((0, 3, "B", None, 0), 1, 0),
+                                  ((1, 2, "A", 35, 1), 0, 1)])
+
+    def test_kv_sharing_layer_not_in_connector_config(self):
+        """Layer 2 reads layer 0's cache: the runner bound it in the dict but
+        only its own copy of the config lists it. It is exported as an alias
+        of layer 0 and counted once."""
+        m = Model("flash", layers=2, shared={attn_name(2): attn_name(0)})
+        self.assertNotIn(attn_name(2), [n for g in m.config.kv_cache_groups for n in g.layer_names])
+        tables = {"A": (40, [5, 2, 9], None), "B": (20, [7, 11], None)}
+        self.run_case(m, tables, [((0, 0, "A", 20, 3), 0, 1), ((0, 1, "B", 3, 0), 0, 0)])
+        caches = m.rank_caches(0, tables, seed=2)
+        with tempfile.TemporaryDirectory(prefix="kvaudit-export-") as tmp:
+            path = os.path.join(tmp, "rank.safetensors")
+            kx.export_dump(path, m.config, caches, m.requests(tables), model_num_kv_heads=m.heads)
+            layers = read_manifest(path)["groups"][0]["layers"]
+        self.assertEqual(layers[-1], {"name": attn_name(2), "dtype": "bfloat16", "alias_of": attn_name(0)})
+
+    def test_cross_layer_typed_nhd(self):
+        m = Model("flash", layers=3, cross="typed")
+        tables = {"A": (40, [5, 2, 9], None), "B": (20, [7, 11], None)}
+        self.run_case(m, tables, [((0, 2, "A", 33, 1), 0, 2), ((0, 0, "B", 0, 3), 0, 0)])
+
+    def test_cross_layer_typed_hnd_kernel_blocks(self):
+        m = Model("flash", cache_layout="HND", block_size=32, kernel_block_size=16, layers=3, cross="typed",
+                  heads=4, tp=2)
+        tables = {"A": (40, [5, 2], None), "B": (20, [7], None)}
+        self.run_case(m, tables, [((1, 1, "A", 20, 1), 0, 0), ((0, 2, "A", 39, 0), 0, 1)])
+
+    def test_cross_layer_bytes_flashinfer(self):
+        m = Model("flashinfer", cache_layout="HND", layers=3, cross="bytes")
+        self.assertEqual(tuple(m.rank_caches(0, {}, seed=0) and m.cross_tensor.shape),
+                         (m.num_blocks, 3, vl.attention_page_bytes(m.attn_spec)))
+        tables = {"A": (40, [5, 2, 9], None), "B": (20, [7, 11], None)}
+        self.run_case(m, tables, [((0, 1, "A", 17, 2), 0, 1), ((0, 2, "B", 19, 3), 0, 1)])
+
+    def test_padded_attention_page(self):
+        """page_size_padded widens the last axis (64 -> 80 elements); the
+        dump covers the head only, so a flip in the padding is no mismatch."""
+        real = 2 * 16 * 4 * 64 * 2
+        m = Model("flash", page_size_padded=real // 64 * 80)
+        self.assertEqual(m.rank_caches(0, {}, seed=0)[attn_name(0)].shape[-1], 80)
+        tables = {"A": (40, [5, 2, 9], None), "B": (20, [7, 11], None)}
+        self.run_case(m, tables, [((0, 1, "A", 17, 2), 0, 1)])
+        with tempfile.TemporaryDirectory(prefix="kvaudit-export-") as tmp:
+            prod, cons = os.path.join(tmp, "p"), os.path.join(tmp, "c")
+            m.export(prod, tables)
+            os.makedirs(cons)
+            caches = m.rank_caches(0, tables, seed=9)
+            caches[attn_name(0)].view(torch.int16)[0, 2, 3, 1, 70] ^= 1  # padding of block 2's token 3
+            kx.export_dump(os.path.join(cons, "rank-0-0.safetensors"), m.config, caches, m.requests(tables),
+                           model="test/model", model_num_kv_heads=m.heads)
+            self.assertEqual(kvaudit("diff", "-o", "json", prod, cons)["verdict"], "verified")
+
+    def test_mamba_cache_mode_align_and_all(self):
+        """The running state is the block at position (num_tokens - 1) //
+        block_size of the state table; the other blocks hold other states."""
+        for mode in ("align", "all"):
+            with self.subTest(mode=mode):
+                m = Model("flash", block_size=32, kernel_block_size=16, layers=4, hybrid=True, mamba_cache_mode=mode)
+                tables = {"A": (40, [3, 8], [4, 7]), "B": (20, [6], [10])}
+                self.run_case(m, tables, [((0, 1, "A", None, 0), 1, 0), ((0, 3, "B", None, 0), 1, 0)])
+
+    def test_fp8_cache(self):
+        """kv_cache_dtype fp8: vLLM stores the cache as uint8 (the spec's
+        dtype); the checksum covers the bytes as stored."""
+        m = Model("flashinfer", cache_layout="HND", dtype=torch.uint8, head_size=128)
+        tables = {"A": (40, [5, 2, 9], None), "B": (20, [7, 11], None)}
+        self.run_case(m, tables, [((0, 1, "A", 17, 2), 0, 1)])
+
+    def test_fp8_ds_mla(self):
+        """MLA's fp8_ds_mla cache: 656 bytes per token, uint8 [blocks,
+        block_size, 656], exported as raw cells [block, token, cell]."""
+        S, n, width = 16, 40, vl.FP8_DS_MLA_TOKEN_BYTES
+        spec = vl.attention_spec("mla", S, 1, 576, torch.uint8, cache_dtype_str="fp8_ds_mla")
+        cfg = vl.config(12, [([attn_name(0), attn_name(1)], spec)])
+        rng = np.random.default_rng(4)
+        kv = {L: [rng.integers(0, 256, (n, width), dtype=np.uint8)] for L in (0, 1)}
+        ids = [5, 2, 9]
+        with tempfile.TemporaryDirectory(prefix="kvaudit-export-") as tmp:
+            for side, flip in (("p", False), ("c", True)):
+                caches = vl.allocate(cfg, {0: "mla"}, {}, seed=1 if side == "p" else 2)
+                self.assertEqual(tuple(caches[attn_name(0)].shape), (12, S, width))
+                for L in (0, 1):
+                    for t in range(n):
+                        caches[attn_name(L)][ids[t // S], t % S] = torch.from_numpy(kv[L][0][t])
+                if flip:
+                    caches[attn_name(1)][ids[1], 5, 600] ^= 1
+                os.makedirs(os.path.join(tmp, side))
+                path = os.path.join(tmp, side, "rank-0-0.safetensors")
+                kx.export_dump(path, cfg, caches, [{"id": "A", "num_tokens": n, "block_ids": [ids]}],
+                               model="test/mla", model_num_kv_heads=1)
+            layer = read_manifest(os.path.join(tmp, "p", "rank-0-0.safetensors"))["groups"][0]["layers"][0]
+            self.assertEqual((layer["dtype"], layer["layout"]), ("uint8", ["block", "token", "cell"]))
+            got = checks_by_group(kvaudit("checksum", "-o", "json", os.path.join(tmp, "p")), "A")[0]["checks"][0]
+            self.assertEqual(got, [reference.hex64(reference.attention_block(kv, [0, 1], S, n, b)) for b in range(3)])
+            d = kvaudit("diff", "-o", "json", os.path.join(tmp, "p"), os.path.join(tmp, "c"), ok=(1,))
+            g = d["requests"][0]["groups"][0]
+            self.assertEqual((g["verdict"], g["positions"]), ("mismatch", [1]))
+
+    def test_addresses_and_agent(self):
+        """Each layer and state records the address of its first element as
+        the engine registered it (data_ptr()); the agent name is
+        parallel.agent."""
+        m = Model("flash", block_size=32, kernel_block_size=16, layers=2, hybrid=True, shared={attn_name(4): attn_name(0)})
+        tables = {"A": (40, [3, 8], 4)}
+        m.add_request("A", 40)
+        caches = m.rank_caches(0, tables, seed=3)
+        with tempfile.TemporaryDirectory(prefix="kvaudit-export-") as tmp:
+            path = os.path.join(tmp, "rank-0-0.safetensors")
+            kx.export_dump(path, m.config, caches, m.requests(tables), agent="a1b2-rank0",
+                           state_splits={1: m.splits()})
+            manifest = read_manifest(path)
+            self.assertEqual(kvaudit("checksum", "-o", "json", path)["requests"][0]["id"], "A")
+        self.assertEqual(manifest["parallel"]["agent"], "a1b2-rank0")
+        attn = {l["name"]: l for l in manifest["groups"][0]["layers"]}
+        self.assertEqual(attn[attn_name(0)]["address"], hex(caches[attn_name(0)].data_ptr()))
+        self.assertNotIn("address", attn[attn_name(4)])  # the alias
+        state = manifest["groups"][1]["layers"][0]
+        pages = caches[mixer_name(1)]
+        conv_bytes = int(np.prod(m.state_spec.shapes[0])) * 2
+        self.assertEqual(state["address"], hex(pages.data_ptr()))
+        self.assertEqual([st["address"] for st in state["states"]],
+                         [hex(pages.data_ptr()), hex(pages.data_ptr() + conv_bytes)])
+        views = vl.mamba_state_views(pages, m.state_spec)
+        self.assertEqual([st["address"] for st in state["states"]], [hex(v.data_ptr()) for v in views])
+        with self.assertRaises(kx.ExportError):
+            kx.export_dump(os.path.join(tempfile.gettempdir(), "never.safetensors"), m.config, caches,
+                           m.requests(tables), agent="")
+
+
+def read_manifest(path):
+    with open(path, "rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    return json.loads(header["__metadata__"][kx.METADATA_KEY])
 
 
 class TestReference(unittest.TestCase):
@@ -351,7 +551,9 @@ class TestRefusals(unittest.TestCase):
         self.refused(self.m.config, c, self.reqs, repr(name), "buffer holds")
 
     def test_layer_in_no_group(self):
-        c = dict(self.caches, **{"model.layers.9.self_attn.attn": self.caches[attn_name(0)]})
+        """A layer outside the groups that is no KV-sharing alias (its own
+        tensor, not a grouped layer's) has no block table."""
+        c = dict(self.caches, **{"model.layers.9.self_attn.attn": self.caches[attn_name(0)].clone()})
         self.refused(self.m.config, c, self.reqs, "'model.layers.9.self_attn.attn'", "no KV cache group")
 
     def test_group_layer_without_tensor(self):
@@ -368,12 +570,52 @@ class TestRefusals(unittest.TestCase):
         c = dict(self.caches, **{name: self.caches[name].float()})
         self.refused(self.m.config, c, self.reqs, repr(name), "bfloat16")
 
-    def test_state_layer_given_one_tensor(self):
-        m = Model("flash", block_size=32, kernel_block_size=16, layers=2, hybrid=True)
+    def test_state_layer_given_one_of_its_states(self):
+        """One state view where the layer's pages belong: not a page per
+        block of the MambaSpec's page size."""
+        m = Model("flash", block_size=32, kernel_block_size=16, layers=2, hybrid=True, mamba_form="list")
         caches = m.rank_caches(0, {}, seed=1)
         caches[mixer_name(1)] = caches[mixer_name(1)][0]
         reqs = [{"id": "A", "num_tokens": 20, "block_ids": [[5], [6]]}]
-        self.refused(m.config, caches, reqs, repr(mixer_name(1)), "list of its state tensors")
+        self.refused(m.config, caches, reqs, repr(mixer_name(1)), "a page of 576 bytes", "32768")
+
+    def test_state_pages_not_a_block_each(self):
+        m = Model("flash", block_size=32, kernel_block_size=16, layers=2, hybrid=True)
+        caches = m.rank_caches(0, {}, seed=1)
+        caches[mixer_name(1)] = caches[mixer_name(1)].view(1, 1, -1)
+        reqs = [{"id": "A", "num_tokens": 20, "block_ids": [[5], [6]]}]
+        self.refused(m.config, caches, reqs, repr(mixer_name(1)), "a page per block")
+
+    def test_state_list_of_wrong_length(self):
+        m = Model("flash", block_size=32, kernel_block_size=16, layers=2, hybrid=True, mamba_form="list")
+        caches = m.rank_caches(0, {}, seed=1)
+        caches[mixer_name(1)] = caches[mixer_name(1)][:1]
+        reqs = [{"id": "A", "num_tokens": 20, "block_ids": [[5], [6]]}]
+        self.refused(m.config, caches, reqs, repr(mixer_name(1)), "1 state tensors for the 2 shapes")
+
+    def test_quantised_caches_with_scales_beside_the_cells(self):
+        from types import SimpleNamespace
+        for mode, word in (("FP8_PER_TOKEN_HEAD", "per-token-head scales"), ("INT8_PER_TOKEN_HEAD", "per-token-head"),
+                           ("NVFP4", "fp4 data")):
+            with self.subTest(mode=mode):
+                m = Model("flashinfer", cache_layout="HND")
+                m.attn_spec.kv_quant_mode = SimpleNamespace(name=mode)
+                self.refused(m.config, self.caches, self.reqs, repr(attn_name(0)), f"kv_quant_mode {mode}", word)
+
+    def test_padded_page_of_the_wrong_size(self):
+        m = Model("flash", page_size_padded=2 * 16 * 4 * 80 * 2)
+        caches = m.rank_caches(0, {}, seed=0)
+        m.attn_spec.page_size_padded = 2 * 16 * 4 * 96 * 2
+        self.refused(m.config, caches, self.reqs, repr(attn_name(0)), "page_size_padded of 24576 bytes")
+
+    def test_running_state_in_a_null_block(self):
+        """mamba_cache_mode align: the running state is at position
+        (num_tokens - 1) // block_size of the state group's table; a null
+        block there is an error, not another block's state."""
+        m = Model("flash", block_size=32, kernel_block_size=16, layers=2, hybrid=True, mamba_cache_mode="align")
+        caches = m.rank_caches(0, {}, seed=1)
+        reqs = [{"id": "A", "num_tokens": 40, "block_ids": [[5, 2], [6, 0]]}]
+        self.refused(m.config, caches, reqs, "request 'A'", "group 1", "null block")
 
     def test_state_split_that_does_not_add_up(self):
         m = Model("flash", block_size=32, kernel_block_size=16, layers=2, hybrid=True)

@@ -1,14 +1,26 @@
 """KV caches built the way vLLM's GPU model runner builds them, on the CPU.
 
+There is no vLLM here: this module writes out the runner's rules (no vLLM
+import), as read from vllm-project/vllm (gpu_model_runner.py at 000fc94b754f,
+v1/worker/utils.py at 0027b02769fb, model_executor/layers/mamba/abstract.py
+at 00b08dc44519, the cross-layer allocation of
+kv_connector_model_runner_mixin.py, v1/worker/gpu/attn_utils.py at
+001cabc1be16 for padded attention pages, flash_attn.py's stride orders).
+
 The runner allocates one raw int8 tensor per KVCacheTensor (shared by the
 layers its shared_by names), then, per layer of each KV cache group: for
 attention, views it as the spec's dtype in the backend's memory order
 (get_kv_cache_shape for num_blocks * k kernel blocks of block_size / k
-tokens, permuted by get_kv_cache_stride_order) and permutes it back to the
-backend's logical shape; for Mamba, makes one as_strided view per state
-with a page stride; in a hybrid model it then re-strides FlashAttention's
-(2, blocks, ...) caches so each block's K and V share the block's page.
-This module does the same with written-out rules (no vLLM import), and
+tokens, the last axis widened when the spec pads its page to
+page_size_padded, permuted by get_kv_cache_stride_order) and permutes it back
+to the backend's logical shape; for Mamba, today's runner registers one raw
+[num_blocks, 1, 1, page] int8 view per layer, which the layer splits into
+its states itself (MambaBase.bind_kv_cache), where the older runner made one
+as_strided view per state with a page stride ("list", still accepted); in a
+hybrid model it then re-strides FlashAttention's (2, blocks, ...) caches so
+each block's K and V share the block's page. KV-sharing layers get their
+target's tensor. allocate_cross_layer builds the one tensor of the
+cross-layer cache (use_uniform_kv_cache). This module does the same and
 fills the caches token by token from a logical KV, so the tests know what
 each block must checksum to.
 """
@@ -28,41 +40,85 @@ def esize(dtype):
 
 
 # Backend rules (the logical shapes and stride orders of vLLM's backends).
-def kv_cache_shape(backend, num_blocks, block_size, heads, head_size):
+def kv_cache_shape(backend, num_blocks, block_size, heads, head_size, cache_dtype_str="auto"):
     if backend == "flash":
         return (2, num_blocks, block_size, heads, head_size)
     if backend == "flashinfer":
         return (num_blocks, 2, block_size, heads, head_size)
     if backend == "mla":
+        if cache_dtype_str == "fp8_ds_mla":
+            return (num_blocks, block_size, FP8_DS_MLA_TOKEN_BYTES)
         return (num_blocks, block_size, head_size)
     raise ValueError(backend)
 
 
-def stride_order(backend, cache_layout):
+def stride_order(backend, cache_layout, include_num_layers_dimension=False):
+    """get_kv_cache_stride_order of FlashAttention (flash), FlashInfer and
+    Triton (flashinfer) and MLA, with the cross-layer layers axis when
+    asked (flash_attn.py: NHD (2, 0, 1, 3, 4, 5), HND (2, 4, 0, 1, 3, 5))."""
     if backend == "mla":
-        return (0, 1, 2)
+        return (1, 0, 2, 3) if include_num_layers_dimension else (0, 1, 2)
+    if include_num_layers_dimension:
+        if backend == "flash":
+            return (2, 0, 1, 3, 4, 5) if cache_layout == "NHD" else (2, 4, 0, 1, 3, 5)
+        return (1, 0, 2, 3, 4, 5) if cache_layout == "NHD" else (1, 2, 4, 0, 3, 5)
     return (0, 1, 2, 3, 4) if cache_layout == "NHD" else (0, 1, 3, 2, 4)
 
 
-def attention_spec(kind, block_size, heads, head_size, dtype, window=None):
+def backend_class(backend, cache_layout="NHD"):
+    """A stand-in for a vLLM attention backend class: its static
+    get_kv_cache_shape and get_kv_cache_stride_order, by the rules above."""
+    def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size, cache_dtype_str="auto"):
+        return kv_cache_shape(backend, num_blocks, block_size, num_kv_heads, head_size, cache_dtype_str)
+
+    def get_kv_cache_stride_order(include_num_layers_dimension=False):
+        return stride_order(backend, cache_layout, include_num_layers_dimension)
+
+    return type(f"{backend}_{cache_layout}_backend", (), {
+        "get_kv_cache_shape": staticmethod(get_kv_cache_shape),
+        "get_kv_cache_stride_order": staticmethod(get_kv_cache_stride_order)})
+
+
+def padded_shape(shape, num_blocks, spec):
+    """The V2 runner's _reshape_kv_cache for a spec with page_size_padded:
+    the last axis widened so that one block fills the padded page."""
+    if getattr(spec, "page_size_padded", None) is None:
+        return tuple(shape)
+    per_block = math.prod(shape) // num_blocks
+    last = (spec.page_size_padded // esize(spec.dtype)) // (per_block // shape[-1])
+    return tuple(shape[:-1]) + (last,)
+
+
+def attention_spec(kind, block_size, heads, head_size, dtype, window=None, page_size_padded=None, **extra):
     cls = {"full": "FullAttentionSpec", "swa": "SlidingWindowSpec", "mla": "MLAAttentionSpec"}[kind]
-    fields = dict(block_size=block_size, num_kv_heads=heads, head_size=head_size, dtype=dtype)
+    fields = dict(block_size=block_size, num_kv_heads=heads, head_size=head_size, dtype=dtype,
+                  page_size_padded=page_size_padded, **extra)
     if window:
         fields["sliding_window"] = window
     # A class of the spec's name: the exporter reads type(spec).__name__ as vLLM's class name.
     return type(cls, (SimpleNamespace,), {})(**fields)
 
 
-def mamba_spec(block_size, shapes, dtypes, page_size_padded=None):
+def mamba_spec(block_size, shapes, dtypes, page_size_padded=None, mamba_cache_mode="none"):
     return type("MambaSpec", (SimpleNamespace,), {})(
         block_size=block_size, shapes=tuple(shapes), dtypes=tuple(dtypes),
-        page_size_padded=page_size_padded, mamba_type="mamba2", mamba_cache_mode="none")
+        page_size_padded=page_size_padded, mamba_type="mamba2", mamba_cache_mode=mamba_cache_mode)
 
 
-def attention_page_bytes(spec):
+FP8_DS_MLA_TOKEN_BYTES = 656  # MLAAttentionSpec.real_page_size_bytes for fp8_ds_mla
+
+
+def real_attention_page_bytes(spec):
+    if getattr(spec, "cache_dtype_str", None) == "fp8_ds_mla":
+        return spec.block_size * FP8_DS_MLA_TOKEN_BYTES
     heads = spec.num_kv_heads
     kv = 1 if type(spec).__name__ == "MLAAttentionSpec" else 2
     return kv * spec.block_size * heads * spec.head_size * esize(spec.dtype)
+
+
+def attention_page_bytes(spec):
+    """AttentionSpec.page_size_bytes: page_size_padded when given."""
+    return getattr(spec, "page_size_padded", None) or real_attention_page_bytes(spec)
 
 
 def mamba_page_bytes(spec):
@@ -74,14 +130,33 @@ def page_bytes(spec):
     return mamba_page_bytes(spec) if type(spec).__name__ == "MambaSpec" else attention_page_bytes(spec)
 
 
+def mamba_state_views(pages, spec):
+    """MambaBase.bind_kv_cache: a layer's [num_blocks, 1, 1, page] raw
+    view split into its state views, packed from the page start."""
+    pages = pages.squeeze(2).squeeze(1)
+    states, offset = [], 0
+    for shape, dtype in zip(spec.shapes, spec.dtypes):
+        nbytes = math.prod(shape) * esize(dtype)
+        states.append(pages[:, offset:offset + nbytes].view(dtype).view(-1, *shape))
+        offset += nbytes
+    return states
+
+
+def state_views(cache, spec):
+    """The state tensors of a state layer's cache in either form."""
+    return cache if isinstance(cache, list) else mamba_state_views(cache, spec)
+
+
 def allocate(kv_cache_config, backends, kernel_block_sizes, cache_layout="NHD", seed=0, fill=None,
-             device="cpu", raw_out=None):
-    """Returns layer name -> cache (a tensor, or a list of state tensors)
+             device="cpu", raw_out=None, mamba_form="tensor", shared_layers=None, cache_dtype_str="auto"):
+    """Returns layer name -> cache (a tensor; for a state layer its raw
+    page view, or with mamba_form "list" the list of its state tensors)
     for kv_cache_config (SimpleNamespace like vLLM's KVCacheConfig),
     backends (group id -> flash, flashinfer or mla) and kernel block sizes
     (group id -> tokens per kernel block), raw memory filled with noise
-    (or with the byte fill), on device. raw_out, a dict, receives layer
-    name -> its raw tensor."""
+    (or with the byte fill), on device. shared_layers maps a KV-sharing
+    layer (in no group) to the layer whose cache it reads. raw_out, a dict,
+    receives layer name -> its raw tensor."""
     gen = torch.Generator().manual_seed(seed)
     raw = {}
     for t in kv_cache_config.kv_cache_tensors:
@@ -103,6 +178,9 @@ def allocate(kv_cache_config, backends, kernel_block_sizes, cache_layout="NHD", 
             num_blocks = buf.numel() // pb
             if type(spec).__name__ == "MambaSpec":
                 has_mamba = True
+                if mamba_form == "tensor":
+                    caches[name] = buf.view(num_blocks, 1, 1, pb)
+                    continue
                 states, offset = [], 0
                 for shape, dtype in zip(spec.shapes, spec.dtypes):
                     size = esize(dtype)
@@ -116,15 +194,20 @@ def allocate(kv_cache_config, backends, kernel_block_sizes, cache_layout="NHD", 
             backend = backends[gid]
             kbs = kernel_block_sizes.get(gid, spec.block_size)
             k = spec.block_size // kbs
-            shape = kv_cache_shape(backend, num_blocks * k, kbs, spec.num_kv_heads, spec.head_size)
+            shape = kv_cache_shape(backend, num_blocks * k, kbs, spec.num_kv_heads, spec.head_size,
+                                   getattr(spec, "cache_dtype_str", None) or cache_dtype_str)
+            shape = padded_shape(shape, num_blocks * k, spec)
             order = stride_order(backend, cache_layout)
             inv = [order.index(i) for i in range(len(order))]
             caches[name] = buf.view(spec.dtype).view(tuple(shape[i] for i in order)).permute(*inv)
+    for name, target in (shared_layers or {}).items():
+        caches[name] = caches[target]
+        raw[name] = raw[target]
     if raw_out is not None:
         raw_out.update(raw)
     if has_attn and has_mamba:
         for name, c in caches.items():
-            if isinstance(c, torch.Tensor) and c.shape[0] == 2:
+            if isinstance(c, torch.Tensor) and c.dim() == 5 and c.shape[0] == 2:
                 hidden = math.prod(c.shape[2:])
                 c.as_strided_(c.shape, (hidden, 2 * hidden, *c.stride()[2:]))
     return caches
@@ -154,14 +237,15 @@ def write_token(cache, backend, spec, kbs, block_id, token_in_block, local_head,
     kt = token_in_block % kbs
     iv = cache.view(INT_OF[cache.element_size()])
     c = torch.from_numpy(np.ascontiguousarray(cell))
+    d = c.shape[-1]  # a padded page: the head's elements, the padding after them untouched
     if backend == "flash":
-        iv[0, kb, kt, local_head] = c[0]
-        iv[1, kb, kt, local_head] = c[1]
+        iv[0, kb, kt, local_head, :d] = c[0]
+        iv[1, kb, kt, local_head, :d] = c[1]
     elif backend == "flashinfer":
-        iv[kb, 0, kt, local_head] = c[0]
-        iv[kb, 1, kt, local_head] = c[1]
+        iv[kb, 0, kt, local_head, :d] = c[0]
+        iv[kb, 1, kt, local_head, :d] = c[1]
     else:
-        iv[kb, kt] = c
+        iv[kb, kt, :d] = c
 
 
 def flip(cache, backend, spec, kbs, block_id, token_in_block, local_head, dim=0):
@@ -176,3 +260,45 @@ def flip(cache, backend, spec, kbs, block_id, token_in_block, local_head, dim=0)
         iv[kb, 0, kt, local_head, dim] ^= 1
     else:
         iv[kb, kt, dim] ^= 1
+
+
+def allocate_cross_layer(kv_cache_config, backend, kernel_block_size, cache_layout="NHD", seed=0, form="typed"):
+    """The cross-layer cache of a model whose layers are one attention
+    group: returns (the one tensor, layer name -> its view).
+
+    form "typed" is allocate_uniform_kv_caches: one int8 buffer viewed as
+    the spec's dtype in the backend's physical order of (num_layers,) +
+    get_kv_cache_shape (get_kv_cache_stride_order(include_num_layers_
+    dimension=True)), each layer's view its logical permutation's slice;
+    form "bytes" is the per-page-size cross-layer group: int8 [num_blocks,
+    num_layers, page], each layer's view its slice typed as the backend's
+    physical page and permuted to the logical shape."""
+    gen = torch.Generator().manual_seed(seed)
+    spec = kv_cache_config.kv_cache_groups[0].kv_cache_spec
+    tensors = kv_cache_config.kv_cache_tensors
+    L, page = len(tensors), page_bytes(spec)
+    N = tensors[0].size // page
+    k = spec.block_size // kernel_block_size
+    logical = kv_cache_shape(backend, N * k, kernel_block_size, spec.num_kv_heads, spec.head_size)
+    raw = torch.randint(-128, 128, (L * N * page,), dtype=torch.int8, generator=gen)
+    views = {}
+    if form == "typed":
+        order = stride_order(backend, cache_layout, include_num_layers_dimension=True)
+        full = (L,) + logical
+        cross = raw.view(spec.dtype).view(tuple(full[i] for i in order))
+        permuted = cross.permute(*[order.index(i) for i in range(len(order))])
+        for i, t in enumerate(tensors):
+            for name in t.shared_by:
+                views[name] = permuted[i]
+        return cross, views
+    cross = raw.view(N, L, page)
+    order = stride_order(backend, cache_layout)
+    physical = [logical[j] for j in order]
+    bpos = order.index(logical.index(N * k) if logical.count(N * k) == 1 else 1)
+    page_shape = physical[:bpos] + physical[bpos + 1:]
+    typed = raw.view(spec.dtype).view(N * k, L, *page_shape)
+    ours = [0 if p == bpos else (p + 1 if p < bpos else p) for p in (order.index(j) for j in range(len(order)))]
+    for i, t in enumerate(tensors):
+        for name in t.shared_by:
+            views[name] = typed[:, i].permute(*ours)
+    return cross, views

@@ -1,0 +1,272 @@
+"""Tests of the capture connector (kvaudit_export.connector) driven as vLLM
+drives KV connectors, inside MultiConnector beside a NIXL-like connector.
+
+There is no vLLM and no NIXL here: vllm_standin.py calls the scheduler-side
+and worker-side methods in vLLM's order with vLLM's arguments (its
+docstring names the sources), and moves KV between the producer's and the
+consumer's CPU caches with nixl_standin's agent. kvaudit (the executable
+the Go harness builds, $KVAUDIT_BIN) then checks the dumps the connector
+wrote: a correct transfer verifies, a byte flipped in transit is a
+mismatch at its block position.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from kvaudit_export import connector as kc  # noqa: E402
+from kvaudit_export import nixl_log  # noqa: E402
+
+try:
+    import torch
+    import vllm_like as vl
+    import vllm_standin as vs
+    from test_export import Model, attn_name
+except ImportError:  # pragma: no cover - CI requires it
+    torch = None
+
+KVAUDIT = os.environ.get("KVAUDIT_BIN", "")
+needs_torch = unittest.skipIf(torch is None and not os.environ.get("KVAUDIT_REQUIRE_TORCH"), "no PyTorch")
+needs_kvaudit = unittest.skipIf(not KVAUDIT, "KVAUDIT_BIN is not set")
+
+
+def kvaudit(*args, ok=(0,)):
+    p = subprocess.run([KVAUDIT, *args], capture_output=True, text=True)
+    if p.returncode not in ok:
+        raise AssertionError(f"kvaudit {' '.join(args)}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+    return p.stdout
+
+
+def request(rid, n, params, logical):
+    return vs.SimpleNamespace(request_id=rid, prompt_token_ids=list(range(n)), num_prompt_tokens=n,
+                              num_computed_tokens=0, num_tokens=n, kv_transfer_params=params, logical=logical)
+
+
+@needs_torch
+@needs_kvaudit
+class TestProducerConsumer(unittest.TestCase):
+    def setUp(self):
+        self.saved = vs.install_fake_vllm_modules()
+        self.tmp = tempfile.TemporaryDirectory(prefix="kvaudit-connector-")
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        vs.restore_modules(self.saved)
+        self.tmp.cleanup()
+
+    def engine(self, m, kv_role, engine_id, extra, seed, corrupt=None):
+        """An engine whose connector is MultiConnector([KvauditConnector,
+        NixlStandin]): kvaudit's first, so that its worker installs the NIXL
+        recorder before the NIXL connector creates its agent."""
+        nixl = []
+
+        def make(role, rank):
+            cfg = vs.vllm_config(kv_role, extra, m.tp, engine_id, m.heads, connectors=True)
+            children = [kc.KvauditConnector(cfg, role, m.config), vs.NixlStandin(cfg, role, m.config)]
+            if corrupt is not None:
+                children[1].corrupt = corrupt
+            nixl.append(children[1])
+            return vs.MultiConnectorStandin(children)
+
+        return vs.Engine(m, make, m.tp, seed=seed)
+
+    def run_pair(self, corrupt=None):
+        m = Model("flashinfer", heads=4, tp=2, layers=2)
+        m.add_request("R", 40)
+        extra = {"dump_dir": self.dir, "nixl_log": True}
+        prod = self.engine(m, "kv_producer", "prefill-engine", extra, seed=1)
+        r = request("R", 40, {"do_remote_decode": True}, "R")
+        prod.add(r)
+        prod.step()  # prefill: the request finishes, the connectors keep its blocks
+        self.assertIn("R", prod.done)
+        self.assertNotIn("R", prod.freed, "blocks freed before the dump was written")
+        params = dict(prod.params["R"])
+        self.assertEqual(params["remote_request_id"], "R")
+        self.assertTrue(os.path.exists(os.path.join(self.dir, "producer", "R", "kv_transfer_params.json")))
+
+        # The proxy forwards the producer's params; the producer's scheduler
+        # would have added its kv_checksums (kvaudit computes the same).
+        pdir = os.path.join(self.dir, "producer", "R")
+        step = 0
+        while not os.path.exists(os.path.join(pdir, "rank-0-1.safetensors")):
+            prod.step()  # the workers dump in the step after, before its forward
+            step += 1
+            self.assertLess(step, 3)
+        payloads = json.loads(kvaudit("checksum", "-o", "payload", pdir))
+        params["kv_checksums"] = payloads["R"]
+
+        cons = self.engine(m, "kv_consumer", "decode-engine", extra, seed=2, corrupt=corrupt)
+        # A local prefix-cache hit of one block, computed by an earlier request.
+        c = request("cmpl-R-0", 40, params, "R")
+        prefix_block = cons.free.pop()
+        cons.requests["cmpl-R-0"] = c
+        for rank, (_, caches) in enumerate(cons.workers):
+            cons.blocks["cmpl-R-0"] = [prefix_block]
+            cons._forward(rank, caches, "cmpl-R-0", 0, 16)
+        cons.prefix["cmpl-R-0"] = (16, [prefix_block])
+        cons.wrong.add(("cmpl-R-0", 39))  # its recompute of the last prompt token is not bit-identical
+        cons.add(c)
+        cons.step()  # schedule: the NIXL connector matches 24 tokens, the load starts
+        self.assertEqual(c.status, "WAITING_FOR_REMOTE_KVS")
+        for _ in range(3):
+            cons.step()
+            if "cmpl-R-0" in cons.done:
+                break
+        self.assertIn("cmpl-R-0", cons.done)
+        prod.step()  # the producer learns the READ finished and frees the blocks
+        for _ in range(3):
+            if "R" in prod.freed:
+                break
+            prod.step()
+        self.assertIn("R", prod.freed)
+        return m, pdir, os.path.join(self.dir, "consumer", "R"), prod, cons
+
+    def test_verified_then_a_flipped_byte(self):
+        m, pdir, cdir, prod, cons = self.run_pair()
+        self.assertEqual(sorted(f for f in os.listdir(cdir)),
+                         ["kv_transfer_params.json", "rank-0-0.safetensors", "rank-0-1.safetensors"])
+        out = kvaudit("diff", "-o", "json", pdir, cdir)
+        d = json.loads(out)
+        self.assertEqual(d["verdict"], "verified", out)
+        req = d["requests"][0]
+        self.assertEqual(req["id"], "cmpl-R-0")
+        # What the consumer received (kv_checksums) verifies its dump too.
+        d2 = json.loads(kvaudit("diff", "-o", "json", os.path.join(cdir, "kv_transfer_params.json"), cdir))
+        self.assertEqual(d2["verdict"], "verified")
+        with open(os.path.join(cdir, "rank-0-0.safetensors"), "rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        manifest = json.loads(header["__metadata__"]["kvaudit.manifest"])
+        r = manifest["requests"][0]
+        self.assertEqual((r["num_tokens"], r["num_local_computed_tokens"], r["producer_id"]), (40, 16, "R"))
+        self.assertEqual(manifest["parallel"]["agent"], "decode-engine-tp0")
+
+        # The NIXL log of consumer rank 1: its memory, its READ of the
+        # producer's blocks, DONE.
+        logs = os.path.join(self.dir, "nixl")
+        for conn in (prod, cons):
+            for child in conn.workers:
+                for c in child[0].children:
+                    if hasattr(c, "agent"):
+                        c.agent.kvaudit_close()
+        with open(os.path.join(logs, "decode-engine-tp1.jsonl")) as f:
+            log = [json.loads(line) for line in f]
+        self.assertEqual(log[0], {"format": "kvaudit-nixl-log/1", "agent": "decode-engine-tp1", "tp_rank": 1,
+                                  "pp_rank": 0})
+        caches = cons.workers[1][1]
+        reg = next(x for x in log if x.get("op") == "register")
+        self.assertEqual([d[0] for d in reg["descs"]], [hex(caches[n].data_ptr()) for n in sorted(caches)])
+        xfer = next(x for x in log if x.get("op") == "xfer")
+        self.assertEqual((xfer["kind"], xfer["notif"], xfer["request"]), ("READ", "R:2", "R"))
+        remote = next(x for x in log if x.get("op") == "dlist" and x["handle"] == xfer["remote"])
+        self.assertEqual(remote["agent"], "prefill-engine-tp1")
+        self.assertEqual(len(xfer["local_ids"]), 2 * 2)  # 2 layers x 2 loaded blocks
+        self.assertIn({"op": "state", "id": xfer["id"], "state": "DONE"}, log)
+
+    def test_byte_flipped_in_transit(self):
+        # Rank 1, layer 0, the second loaded block (block position 2), a byte
+        # of token 3's K.
+        page = 2 * 16 * 2 * 64 * 2
+        m, pdir, cdir, _, _ = self.run_pair(corrupt=(1, 0, 1, 3 * 2 * 64 * 2 + 5))
+        self.assertLess(3 * 2 * 64 * 2 + 5, page)
+        d = json.loads(kvaudit("diff", "-o", "json", pdir, cdir, ok=(1,)))
+        self.assertEqual(d["verdict"], "mismatch")
+        g = d["requests"][0]["groups"][0]
+        self.assertEqual((g["verdict"], g["positions"]), ("mismatch", [2]))
+
+
+@needs_torch
+class TestSelection(unittest.TestCase):
+    """Which requests are captured, and the disk budget (scheduler side)."""
+
+    def connector(self, **extra):
+        m = Model("flashinfer", layers=2)
+        cfg = vs.vllm_config("kv_both", dict({"dump_dir": self.tmp.name}, **extra), 1, "e", m.heads)
+        return kc.KvauditConnector(cfg, vs.Role.SCHEDULER, m.config), m
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="kvaudit-connector-")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def finish(self, conn, rid, params=None):
+        r = request(rid, 40, params or {"do_remote_decode": True}, rid)
+        r.num_computed_tokens = 40
+        return conn.request_finished_all_groups(r, ([3, 4, 5],))
+
+    def test_listed_ids_and_fractions(self):
+        conn, _ = self.connector(requests=["keep", "cmpl-x"])
+        self.assertEqual(self.finish(conn, "keep"), (True, None))
+        self.assertEqual(self.finish(conn, "other"), (False, None))
+        ids = [f"req-{i}" for i in range(400)]
+        conn, _ = self.connector(requests=0.25)
+        kept = [i for i in ids if self.finish(conn, i)[0]]
+        self.assertTrue(60 < len(kept) < 140, len(kept))
+        conn2, _ = self.connector(requests=0.25)  # the same requests on any engine
+        self.assertEqual(kept, [i for i in ids if self.finish(conn2, i)[0]])
+        meta = conn2.build_connector_meta(None)
+        self.assertEqual([d.req_id for d in meta.dumps], kept)
+        self.assertEqual(conn2.build_connector_meta(None).dumps, [])
+
+    def test_consumer_picks_by_the_producers_id(self):
+        conn, _ = self.connector(requests=["R"])
+        r = request("cmpl-R-0", 40, {"do_remote_prefill": True, "remote_request_id": "R"}, "R")
+        self.assertEqual(conn.get_num_new_matched_tokens(r, 16), (0, False))
+        conn.update_state_after_alloc(r, vs.KVCacheBlocks([7, 8, 9], 1), 0)
+        self.assertEqual(conn.build_connector_meta(None).dumps, [])  # not before the load finished
+        conn.update_connector_output(vs.SimpleNamespace(finished_recving={"cmpl-R-0"}, failed_recving=set()))
+        dumps = conn.build_connector_meta(None).dumps
+        self.assertEqual([(d.req_id, d.producer_id, d.num_local_computed_tokens, d.block_ids) for d in dumps],
+                         [("cmpl-R-0", "R", 16, ([7, 8, 9],))])
+        self.assertTrue(dumps[0].directory.endswith(os.path.join("consumer", "R")))
+
+    def test_disk_budget(self):
+        m = Model("flashinfer", layers=2)
+        page = vl.attention_page_bytes(m.attn_spec)
+        for g in m.config.kv_cache_groups:  # vLLM's specs give page_size_bytes
+            g.kv_cache_spec.page_size_bytes = page
+        cfg = vs.vllm_config("kv_both", {"dump_dir": self.tmp.name, "max_bytes": 5 * page}, 1, "e", m.heads)
+        conn = kc.KvauditConnector(cfg, vs.Role.SCHEDULER, m.config)
+        # 3 blocks x 2 layers = 6 pages: not in 5, twice in 13, not thrice.
+        self.assertEqual(self.finish(conn, "a")[0], False)
+        cfg = vs.vllm_config("kv_both", {"dump_dir": self.tmp.name, "max_bytes": 13 * page}, 1, "e", m.heads)
+        conn = kc.KvauditConnector(cfg, vs.Role.SCHEDULER, m.config)
+        self.assertEqual([self.finish(conn, r)[0] for r in ("a", "b", "c")], [True, True, False])
+
+    def test_a_failed_dump_still_frees_the_blocks(self):
+        """A worker that cannot dump (here: no caches registered) says why
+        beside the dump and still reports the request, so that its blocks
+        are freed."""
+        m = Model("flashinfer", layers=2)
+        cfg = vs.vllm_config("kv_both", {"dump_dir": self.tmp.name}, 1, "e", m.heads)
+        w = kc.KvauditConnector(cfg, vs.Role.WORKER, m.config)
+        d = os.path.join(self.tmp.name, "producer", "x")
+        w.bind_connector_metadata(kc.KvauditConnectorMetadata(
+            dumps=[kc.Dump(req_id="x", side="producer", directory=d, block_ids=([3],), num_tokens=10)]))
+        self.assertEqual(w.get_finished(set()), (None, None))  # not before the scheduler reports it finished
+        self.assertEqual(w.get_finished({"x"}), ({"x"}, None))
+        with open(os.path.join(d, "rank-0-0.safetensors.error.json")) as f:
+            self.assertIn("no KV caches were registered", json.load(f)["error"])
+        self.assertFalse(os.path.exists(os.path.join(d, "rank-0-0.safetensors")))
+
+    def test_options(self):
+        self.assertEqual(kc.parse_bytes("50GiB"), 50 << 30)
+        self.assertEqual(kc.parse_bytes("2.5G"), int(2.5 * (1 << 30)))
+        self.assertEqual(kc.parse_bytes(1000), 1000)
+        for bad in ("lots", "5 parsecs"):
+            with self.assertRaises(ValueError):
+                kc.parse_bytes(bad)
+        for bad in ({"requests": 2}, {"requests": "some"}, {"role": "both"}):
+            with self.assertRaises(ValueError):
+                self.connector(**bad)
+
+
+if __name__ == "__main__":
+    unittest.main()
