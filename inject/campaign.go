@@ -606,7 +606,7 @@ func runTrial(ctx context.Context, states []*pairState, k Kind, trial int, campa
 	info, _ := InfoOf(k)
 	seed := trialSeed(campaignSeed, k, trial)
 	// Kinds start on different pairs; trials rotate through them.
-	first := slices.IndexFunc(Infos, func(in Info) bool { return in.Kind == k }) + 1
+	first := registryIndex(k) + 1
 	for attempt := range len(states) {
 		s := states[(first+trial+attempt)%len(states)]
 		if k == StaleTail && !s.tailClean {
@@ -629,7 +629,7 @@ func runTrial(ctx context.Context, states []*pairState, k Kind, trial int, campa
 }
 
 func (s *pairState) payloadTrial(k Kind, seed uint64, o *trialOutcome) error {
-	payloads, f, err := TamperPayload(s.prodChecks, Options{Kind: k, Seed: seed, Allow: s.allowProducer, PayloadForm: checksum.FormNested})
+	payloads, f, err := tamperPayload(s.prodChecks, Options{Kind: k, Seed: seed, Positions: s.allowProducer, PayloadForm: checksum.FormNested})
 	if err != nil {
 		return err
 	}
@@ -650,7 +650,7 @@ func (s *pairState) payloadTrial(k Kind, seed uint64, o *trialOutcome) error {
 
 func (s *pairState) dumpTrial(ctx context.Context, k Kind, seed uint64, dir string, o *trialOutcome) error {
 	defer os.RemoveAll(dir)
-	f, err := Inject(ctx, s.consumer, dir, Options{Kind: k, Seed: seed, Allow: s.allowConsumer, ChangedOnly: true})
+	f, err := Inject(ctx, s.consumer, dir, Options{Kind: k, Seed: seed, Positions: s.allowConsumer, ChangedOnly: true})
 	if err != nil {
 		return err
 	}

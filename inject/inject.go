@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -24,11 +23,12 @@ type Options struct {
 	// Bits is the number of bits bit-flip, replica-diverge and state-flip
 	// flip in one cell or state row (0 means 1).
 	Bits int
-	// Allow, when set, restricts the block positions a fault may target
-	// (the campaign passes the positions a comparison covers). It is not
-	// applied to stale-tail and past-num-tokens, which write past the
-	// tokens.
-	Allow func(request string, group, position int) bool
+	// Positions, when set, says which checksummed block positions a fault
+	// may change (the campaign passes those the clean comparison covers;
+	// kvaudit inject those of the requests --request names). A fault that
+	// changes no checksummed position, writing only past a request's
+	// tokens or breaking a whole payload, is not narrowed by it.
+	Positions func(request string, group, position int) bool
 	// ChangedOnly writes only the ranks the fault changes, not the whole
 	// side, into a scratch directory: the campaign's trials.
 	ChangedOnly bool
@@ -54,6 +54,11 @@ type Target struct {
 	Rank     *Rank
 }
 
+// allows says whether a fault may change a position (Positions).
+func (o *Options) allows(request string, group, position int) bool {
+	return o.Positions == nil || o.Positions(request, group, position)
+}
+
 // FaultFile is the name of the fault description in the output directory.
 const FaultFile = "fault.json"
 
@@ -75,22 +80,30 @@ const FaultFile = "fault.json"
 // directory the caller owns: the fault is planned on the dumps and only
 // the ranks it changes are copied into out.
 func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options) (*Fault, error) {
-	info, ok := InfoOf(opts.Kind)
-	if !ok {
+	def := lookup(opts.Kind)
+	if def == nil {
 		_, err := ParseKind(string(opts.Kind))
 		return nil, err
 	}
 	if len(dumps) == 0 {
 		return nil, fmt.Errorf("fault %s: no dump", opts.Kind)
 	}
-	if info.Input == InputPayload {
-		return injectPayload(ctx, dumps, out, opts)
+	switch plan := def.plan.(type) {
+	case payloadPlan:
+		return injectPayload(ctx, dumps, out, def, plan, opts)
+	case dumpPlan:
+		return injectDumps(ctx, dumps, out, def, plan, opts)
 	}
+	return nil, checksum.Internalf("fault %s: no injector for input %q", opts.Kind, def.plan.input())
+}
+
+// injectDumps writes a dump fault (Inject).
+func injectDumps(ctx context.Context, dumps []*layout.Dump, out string, def *kindDef, plan dumpPlan, opts Options) (*Fault, error) {
 	if err := refuseDevice(dumps); err != nil {
 		return nil, err
 	}
 	if opts.ChangedOnly {
-		f, edits, err := plan(dumps, opts)
+		f, edits, err := planDumps(dumps, def, plan, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +135,7 @@ func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options)
 		}
 		defer layout.CloseAll(copies)
 		var edits []edit
-		if f, edits, err = plan(copies, opts); err != nil {
+		if f, edits, err = planDumps(copies, def, plan, opts); err != nil {
 			return err
 		}
 		// Changes are listed rank by rank, in the copies' order.
@@ -185,13 +198,14 @@ func ReadFault(path string) (*Fault, error) {
 	return &f, nil
 }
 
-// plan decides a dump fault without writing anything: the fault (without
-// its Changes, which only writing measures) and the edits. The dumps'
-// mapped data is read inside layout.Guard.
-func plan(dumps []*layout.Dump, opts Options) (*Fault, []edit, error) {
-	info, _ := InfoOf(opts.Kind)
+// planDumps decides a dump fault without writing anything: the fault
+// (without its Changes, which only writing measures) and the edits. The
+// dumps' mapped data is read inside layout.Guard.
+func planDumps(dumps []*layout.Dump, def *kindDef, plan dumpPlan, opts Options) (*Fault, []edit, error) {
+	info := def.info()
 	p := &planner{
 		s:    newSide(dumps),
+		def:  def,
 		opts: opts,
 		rng:  rand.New(rand.NewPCG(opts.Seed, kindSeed(opts.Kind))),
 		f: &Fault{
@@ -204,19 +218,13 @@ func plan(dumps []*layout.Dump, opts Options) (*Fault, []edit, error) {
 		return nil, nil, err
 	}
 	err := layout.Guard("dump data while planning a fault", func() error {
-		return p.plan()
+		return p.run(plan)
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	p.finish()
 	return p.f, p.edits, nil
-}
-
-func kindSeed(k Kind) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(k))
-	return h.Sum64()
 }
 
 // side is a side's dumps, indexed, with what injection needs of them.

@@ -35,7 +35,8 @@ type InjectOptions struct {
 func NewCmdInject(s *Streams, runF func(context.Context, *InjectOptions) error) *cobra.Command {
 	opts := &InjectOptions{IO: s}
 	var kinds []string
-	for _, in := range inject.Infos {
+	for _, k := range inject.Kinds() {
+		in, _ := inject.InfoOf(k)
 		kinds = append(kinds, fmt.Sprintf("  %-16s %s (%s)", in.Kind, in.Models, in.Detector))
 	}
 	cmd := &cobra.Command{
@@ -116,7 +117,7 @@ Kinds:
 			case 1:
 				t.Request = requests[0]
 			default: // the seed picks one of them
-				o.Allow = func(request string, _, _ int) bool { return slices.Contains(requests, request) }
+				o.Positions = func(request string, _, _ int) bool { return slices.Contains(requests, request) }
 			}
 			for _, x := range []struct {
 				flag string
