@@ -48,7 +48,7 @@ type SynthPair struct {
 // and consumer block sizes that differ (16/32, 2/4). Every pair has two
 // requests, so faults between requests have a second one.
 func DefaultPairs(seed uint64) []Pair {
-	type side struct {
+	type sideConfig struct {
 		tp, pp   int
 		layout   string
 		bs, kb   int
@@ -58,14 +58,14 @@ func DefaultPairs(seed uint64) []Pair {
 		noSplit  bool
 		convType string
 	}
-	mk := func(preset string, tokens int, p, c side) Pair {
-		cfg := func(s side, role string) synth.Config {
+	mk := func(preset string, tokens int, p, c sideConfig) Pair {
+		cfg := func(s sideConfig, role string) synth.Config {
 			return synth.Config{Preset: preset, TP: s.tp, PP: s.pp, Layout: s.layout, BlockSize: s.bs, KernelBlockSize: s.kb,
 				Tokens: tokens, Requests: 2, Seed: seed, Role: role, Format: s.format, ConvLayout: s.conv,
 				ConvDtype: s.convType, PrefixTokens: s.prefix, NoStateSplit: s.noSplit}
 		}
 		pc, cc := cfg(p, "producer"), cfg(c, "consumer")
-		desc := func(s side) string {
+		desc := func(s sideConfig) string {
 			d := fmt.Sprintf("tp%d", s.tp)
 			if s.pp > 1 {
 				d += fmt.Sprintf("pp%d", s.pp)
@@ -81,23 +81,23 @@ func DefaultPairs(seed uint64) []Pair {
 		return Pair{Name: fmt.Sprintf("%s %s>%s", preset, desc(p), desc(c)), Synth: &SynthPair{pc, cc}}
 	}
 	return []Pair{
-		mk("tiny", 7, side{tp: 1, layout: "flash", bs: 2}, side{tp: 2, layout: "nhd", bs: 2, format: "dir"}),
-		mk("tiny", 7, side{tp: 1, layout: "hnd", bs: 2}, side{tp: 4, layout: "packed", bs: 4}),
-		mk("llama", 40, side{tp: 1, layout: "flash", bs: 16}, side{tp: 2, layout: "hnd", bs: 32}),
-		mk("llama", 40, side{tp: 2, pp: 2, layout: "nhd", bs: 32}, side{tp: 1, layout: "packed-token-major", bs: 16, format: "raw"}),
-		mk("llama", 40, side{tp: 1, layout: "flash", bs: 16}, side{tp: 1, layout: "hnd", bs: 16, kb: 8, prefix: 16, format: "dir"}),
-		mk("mla", 40, side{tp: 1, bs: 16}, side{tp: 2, layout: "packed", bs: 16}),
-		mk("mla", 40, side{tp: 2, pp: 2, bs: 16}, side{tp: 1, bs: 32, format: "raw"}),
-		mk("swa", 72, side{tp: 2, layout: "flash", bs: 16}, side{tp: 1, layout: "hnd", bs: 32}),
-		mk("swa", 72, side{tp: 1, layout: "nhd", bs: 32}, side{tp: 2, pp: 2, layout: "flash", bs: 16}),
-		mk("indexer", 40, side{tp: 2, bs: 16}, side{tp: 1, layout: "packed", bs: 16}),
-		mk("indexer", 40, side{tp: 1, layout: "hnd", bs: 32}, side{tp: 2, layout: "nhd", bs: 16, format: "dir"}),
-		mk("mamba2-hybrid", 40, side{tp: 1, bs: 16}, side{tp: 2, layout: "hnd", bs: 16, conv: "channels-last"}),
-		mk("mamba2-hybrid", 40, side{tp: 2, bs: 32, convType: "float32"}, side{tp: 1, bs: 16, convType: "float32", format: "raw"}),
-		mk("gdn-hybrid", 40, side{tp: 2, bs: 16, conv: "channels-last"}, side{tp: 2, pp: 2, layout: "packed", bs: 16}),
-		mk("gdn-hybrid", 40, side{tp: 1, bs: 16, convType: "float32"}, side{tp: 2, bs: 32, convType: "float32", conv: "channels-last"}),
-		mk("mamba1", 40, side{tp: 1, bs: 16}, side{tp: 2, bs: 16, conv: "channels-last", format: "dir"}),
-		mk("mamba1", 40, side{tp: 2, bs: 16, noSplit: true}, side{tp: 2, bs: 16, noSplit: true}),
+		mk("tiny", 7, sideConfig{tp: 1, layout: "flash", bs: 2}, sideConfig{tp: 2, layout: "nhd", bs: 2, format: "dir"}),
+		mk("tiny", 7, sideConfig{tp: 1, layout: "hnd", bs: 2}, sideConfig{tp: 4, layout: "packed", bs: 4}),
+		mk("llama", 40, sideConfig{tp: 1, layout: "flash", bs: 16}, sideConfig{tp: 2, layout: "hnd", bs: 32}),
+		mk("llama", 40, sideConfig{tp: 2, pp: 2, layout: "nhd", bs: 32}, sideConfig{tp: 1, layout: "packed-token-major", bs: 16, format: "raw"}),
+		mk("llama", 40, sideConfig{tp: 1, layout: "flash", bs: 16}, sideConfig{tp: 1, layout: "hnd", bs: 16, kb: 8, prefix: 16, format: "dir"}),
+		mk("mla", 40, sideConfig{tp: 1, bs: 16}, sideConfig{tp: 2, layout: "packed", bs: 16}),
+		mk("mla", 40, sideConfig{tp: 2, pp: 2, bs: 16}, sideConfig{tp: 1, bs: 32, format: "raw"}),
+		mk("swa", 72, sideConfig{tp: 2, layout: "flash", bs: 16}, sideConfig{tp: 1, layout: "hnd", bs: 32}),
+		mk("swa", 72, sideConfig{tp: 1, layout: "nhd", bs: 32}, sideConfig{tp: 2, pp: 2, layout: "flash", bs: 16}),
+		mk("indexer", 40, sideConfig{tp: 2, bs: 16}, sideConfig{tp: 1, layout: "packed", bs: 16}),
+		mk("indexer", 40, sideConfig{tp: 1, layout: "hnd", bs: 32}, sideConfig{tp: 2, layout: "nhd", bs: 16, format: "dir"}),
+		mk("mamba2-hybrid", 40, sideConfig{tp: 1, bs: 16}, sideConfig{tp: 2, layout: "hnd", bs: 16, conv: "channels-last"}),
+		mk("mamba2-hybrid", 40, sideConfig{tp: 2, bs: 32, convType: "float32"}, sideConfig{tp: 1, bs: 16, convType: "float32", format: "raw"}),
+		mk("gdn-hybrid", 40, sideConfig{tp: 2, bs: 16, conv: "channels-last"}, sideConfig{tp: 2, pp: 2, layout: "packed", bs: 16}),
+		mk("gdn-hybrid", 40, sideConfig{tp: 1, bs: 16, convType: "float32"}, sideConfig{tp: 2, bs: 32, convType: "float32", conv: "channels-last"}),
+		mk("mamba1", 40, sideConfig{tp: 1, bs: 16}, sideConfig{tp: 2, bs: 16, conv: "channels-last", format: "dir"}),
+		mk("mamba1", 40, sideConfig{tp: 2, bs: 16, noSplit: true}, sideConfig{tp: 2, bs: 16, noSplit: true}),
 	}
 }
 

@@ -204,10 +204,10 @@ func ReadFault(path string) (*Fault, error) {
 func planDumps(dumps []*layout.Dump, def *kindDef, plan dumpPlan, opts Options) (*Fault, []edit, error) {
 	info := def.info()
 	p := &planner{
-		s:    newSide(dumps),
-		def:  def,
-		opts: opts,
-		rng:  rand.New(rand.NewPCG(opts.Seed, kindSeed(opts.Kind))),
+		ranks: newRanks(dumps),
+		def:   def,
+		opts:  opts,
+		rng:   rand.New(rand.NewPCG(opts.Seed, kindSeed(opts.Kind))),
 		f: &Fault{
 			Format: FaultFormat, Kind: opts.Kind, Seed: opts.Seed, Input: info.Input,
 			Detector: info.Detector, Affected: []Place{},
@@ -225,45 +225,4 @@ func planDumps(dumps []*layout.Dump, def *kindDef, plan dumpPlan, opts Options) 
 	}
 	p.finish()
 	return p.f, p.edits, nil
-}
-
-// side is a side's dumps, indexed, with what injection needs of them.
-type side struct {
-	*layout.Side
-	ids []string // request ids, the first rank's first
-}
-
-func newSide(dumps []*layout.Dump) *side {
-	s := &side{Side: layout.NewSide(dumps)}
-	s.ids = s.RequestIDs()
-	return s
-}
-
-func (s *side) rank(di int) Rank {
-	pp, tp := s.Dumps[di].Rank()
-	return Rank{PP: pp, TP: tp}
-}
-
-// cache is one distinct cache of a group on one rank.
-type cache = layout.SideCache
-
-// maxReplicas is the number of checks of a group on the side.
-func (s *side) maxReplicas(group int) int {
-	n := 1
-	for _, c := range s.Caches(group) {
-		n = max(n, c.View.Replicas)
-	}
-	return n
-}
-
-// checks returns the checks that differ when the sums under keys change:
-// check k sums key (R, k mod R) for every replica count R.
-func (s *side) checks(group int, keys []layout.ReplicaKey) []int {
-	out := []int{}
-	for k := range s.maxReplicas(group) {
-		if slices.ContainsFunc(keys, func(key layout.ReplicaKey) bool { return k%key.Replicas == key.Index }) {
-			out = append(out, k)
-		}
-	}
-	return out
 }

@@ -58,7 +58,7 @@ func (p *planner) strayWrite() error {
 		if t.Position != nil && src.pos != *t.Position {
 			continue
 		}
-		for _, id := range p.s.ids {
+		for _, id := range p.ranks.ids {
 			if id == src.id {
 				continue
 			}
@@ -94,7 +94,7 @@ func (p *planner) strayWrite() error {
 	}
 	p.f.Request = c.src.id
 	p.f.Description = fmt.Sprintf("request %q's block %d (group %d position %d) was also written into block id %d, which request %q owns at position %d, on rank %s",
-		c.src.id, src, c.src.g.ID, c.src.pos, dst, c.victim.id, c.victim.pos, p.s.rank(di))
+		c.src.id, src, c.src.g.ID, c.src.pos, dst, c.victim.id, c.victim.pos, p.ranks.rankOf(di))
 	return nil
 }
 
@@ -107,7 +107,7 @@ func (p *planner) staleTail() error {
 	}
 	p.f.Expect.Tail = w.tail
 	p.f.Description = fmt.Sprintf("left noise in %s (block id %d, position %d) of request %q group %d in %d cache(s) on rank %s",
-		w.where(), w.block, w.rg.pos, w.rg.id, w.rg.g.ID, len(w.cs), p.s.rank(w.di))
+		w.where(), w.block, w.rg.pos, w.rg.id, w.rg.g.ID, len(w.cs), p.ranks.rankOf(w.di))
 	return nil
 }
 
@@ -125,8 +125,8 @@ func (p *planner) wrongPrefix() error {
 		victim, src stored
 	}
 	var cands []cand
-	for di, d := range p.s.Dumps {
-		if t := p.opts.Target.Rank; t != nil && p.s.rank(di) != *t {
+	for di, d := range p.ranks.Dumps {
+		if t := p.opts.Target.Rank; t != nil && p.ranks.rankOf(di) != *t {
 			continue
 		}
 		var all []stored
@@ -142,7 +142,7 @@ func (p *planner) wrongPrefix() error {
 					if pos >= len(r.BlockHashes[key]) || layout.ValidTokens(r.NumTokens, pos, g.BlockSize) != g.BlockSize {
 						continue
 					}
-					if _, ok := p.s.Block(di, r.ID, g, pos); !ok {
+					if _, ok := p.ranks.Block(di, r.ID, g, pos); !ok {
 						continue
 					}
 					all = append(all, stored{place{r.ID, g, pos, g.BlockSize}, r.BlockHashes[key][pos], text})
@@ -170,7 +170,7 @@ func (p *planner) wrongPrefix() error {
 		return p.na("no rank lists stored checksums (block_hashes and stored_checksums) for full blocks of two requests")
 	}
 	c := pick(p.rng, cands)
-	d := p.s.Dumps[c.di]
+	d := p.ranks.Dumps[c.di]
 	for _, s := range []stored{c.victim, c.src} {
 		if _, err := layout.ParseHex64(s.text); err != nil || len(s.text) != 18 {
 			return p.na("stored checksum %q is not 0x and 16 hex digits", s.text)
@@ -191,7 +191,7 @@ func (p *planner) wrongPrefix() error {
 	p.edits = append(p.edits, e)
 	g := c.victim.pl.g
 	var cs []cache
-	for _, x := range p.s.Caches(g.ID) {
+	for _, x := range p.ranks.Caches(g.ID) {
 		if x.Dump == c.di {
 			cs = append(cs, x)
 		}
@@ -210,10 +210,10 @@ func (p *planner) wrongPrefix() error {
 			}
 		}
 	}
-	p.f.Expect.Stored = []AuditPlace{{Request: c.victim.pl.id, Group: g.ID, Position: c.victim.pl.pos, Rank: p.s.rank(c.di)}}
+	p.f.Expect.Stored = []AuditPlace{{Request: c.victim.pl.id, Group: g.ID, Position: c.victim.pl.pos, Rank: p.ranks.rankOf(c.di)}}
 	p.f.Request = c.victim.pl.id
 	p.f.Description = fmt.Sprintf("the offload store returned, for request %q group %d position %d (block id %d) on rank %s, the block and stored checksum %s it keeps for request %q position %d (another prefix)",
-		c.victim.pl.id, g.ID, c.victim.pl.pos, dst, p.s.rank(c.di), c.src.text, c.src.pl.id, c.src.pl.pos)
+		c.victim.pl.id, g.ID, c.victim.pl.pos, dst, p.ranks.rankOf(c.di), c.src.text, c.src.pl.id, c.src.pl.pos)
 	return nil
 }
 

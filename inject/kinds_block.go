@@ -73,7 +73,7 @@ func (p *planner) misplace() error {
 	}
 	p.f.Request = a.id
 	p.f.Description = fmt.Sprintf("swapped the contents of block ids %d and %d (positions %d and %d of request %q group %d) on rank %s",
-		ba, bb, a.pos, b.pos, a.id, a.g.ID, p.s.rank(di))
+		ba, bb, a.pos, b.pos, a.id, a.g.ID, p.ranks.rankOf(di))
 	return nil
 }
 
@@ -84,7 +84,7 @@ func (p *planner) shift() error {
 	var ok []place
 	cands := map[place][]cache{}
 	for _, pl := range pls {
-		r := p.s.Request(pl.id)
+		r := p.ranks.Request(pl.id)
 		last := (r.NumTokens+pl.S()-1)/pl.S() - 1
 		positions := []int{}
 		for q := pl.pos - 1; q <= last; q++ {
@@ -100,7 +100,7 @@ func (p *planner) shift() error {
 		return p.na("no request has a checksummed block after another block")
 	}
 	pl := pick(p.rng, ok)
-	r := p.s.Request(pl.id)
+	r := p.ranks.Request(pl.id)
 	S := pl.S()
 	last := (r.NumTokens+S-1)/S - 1
 	cs, di, err := p.rankCaches(pl.g, func(di int) bool { return slices.ContainsFunc(cands[pl], func(c cache) bool { return c.Dump == di }) })
@@ -116,7 +116,7 @@ func (p *planner) shift() error {
 	}
 	p.f.Request = pl.id
 	p.f.Description = fmt.Sprintf("shifted request %q group %d by one block from position %d to %d: each holds the block before it, on rank %s",
-		pl.id, pl.g.ID, pl.pos, last, p.s.rank(di))
+		pl.id, pl.g.ID, pl.pos, last, p.ranks.rankOf(di))
 	return nil
 }
 
@@ -129,11 +129,11 @@ func (p *planner) staleBlock() error {
 	}
 	var cands []cand
 	for _, pl := range p.places(false, true, nil) {
-		for _, id := range p.s.ids {
+		for _, id := range p.ranks.ids {
 			if id == pl.id {
 				continue
 			}
-			r2 := p.s.Request(id)
+			r2 := p.ranks.Request(id)
 			if layout.ValidTokens(r2.NumTokens, pl.pos, pl.S()) < pl.valid {
 				continue
 			}
@@ -162,6 +162,6 @@ func (p *planner) staleBlock() error {
 	}
 	p.f.Request = pl.id
 	p.f.Description = fmt.Sprintf("block id %d (request %q group %d position %d) holds request %q's block %d (its position %d) on rank %s",
-		dst, pl.id, pl.g.ID, pl.pos, c.other, src, pl.pos, p.s.rank(di))
+		dst, pl.id, pl.g.ID, pl.pos, c.other, src, pl.pos, p.ranks.rankOf(di))
 	return nil
 }

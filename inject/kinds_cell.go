@@ -81,7 +81,7 @@ func (p *planner) flipCell(pls []place, state bool, cachePred func(cache) bool) 
 	}
 	p.f.Request = pl.id
 	p.f.Description = fmt.Sprintf("flipped %d bit(s) %v of the cell of request %q group %d layer %d (%s), %s, replica %d of %d, on rank %s",
-		n, flipped, pl.id, pl.g.ID, c.View.Number, c.View.Layer.Name, what, c.View.ReplicaIndex, c.View.Replicas, p.s.rank(c.Dump))
+		n, flipped, pl.id, pl.g.ID, c.View.Number, c.View.Layer.Name, what, c.View.ReplicaIndex, c.View.Replicas, p.ranks.rankOf(c.Dump))
 	return nil
 }
 
@@ -129,7 +129,7 @@ func (p *planner) byteNoise() error {
 	tok := pl.pos*pl.S() + slot
 	p.f.Request = pl.id
 	p.f.Description = fmt.Sprintf("noise over bytes %d..%d of the cell of request %q group %d layer %d (%s), token %d, global head %d, on rank %s",
-		start, start+n-1, pl.id, pl.g.ID, c.View.Number, c.View.Layer.Name, tok, c.View.HeadBase+lh, p.s.rank(c.Dump))
+		start, start+n-1, pl.id, pl.g.ID, c.View.Number, c.View.Layer.Name, tok, c.View.HeadBase+lh, p.ranks.rankOf(c.Dump))
 	return nil
 }
 
@@ -170,6 +170,6 @@ func (p *planner) zeroBlock() error {
 	}
 	p.f.Request = pl.id
 	p.f.Description = fmt.Sprintf("zeroed block id %d (request %q group %d position %d) in %d cache(s) of rank %s",
-		block, pl.id, pl.g.ID, pl.pos, len(cs), p.s.rank(di))
+		block, pl.id, pl.g.ID, pl.pos, len(cs), p.ranks.rankOf(di))
 	return nil
 }

@@ -41,6 +41,6 @@ func (p *planner) pastNumTokens() error {
 	}
 	rg := w.rg
 	p.f.Description = fmt.Sprintf("wrote KV of tokens %d..%d (past num_tokens) into block id %d (position %d) of request %q group %d in %d cache(s) on rank %s; the checksum excludes them (the tail audit, a load-time check, would report them)",
-		rg.pos*rg.g.BlockSize+rg.lo, rg.pos*rg.g.BlockSize+rg.hi-1, w.block, rg.pos, rg.id, rg.g.ID, len(w.cs), p.s.rank(w.di))
+		rg.pos*rg.g.BlockSize+rg.lo, rg.pos*rg.g.BlockSize+rg.hi-1, w.block, rg.pos, rg.id, rg.g.ID, len(w.cs), p.ranks.rankOf(w.di))
 	return nil
 }

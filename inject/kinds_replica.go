@@ -29,7 +29,7 @@ func laterReplica(c cache) bool { return c.View.Replicas > 1 && c.View.ReplicaIn
 // state rows alike.
 func (p *planner) replicaDiverge() error {
 	var groups []int
-	for _, gid := range p.s.GroupIDs() {
+	for _, gid := range p.ranks.GroupIDs() {
 		if len(p.filterCaches(gid, laterReplica)) > 0 && (p.opts.Target.Group == nil || *p.opts.Target.Group == gid) {
 			groups = append(groups, gid)
 		}
@@ -42,7 +42,7 @@ func (p *planner) replicaDiverge() error {
 	state := false
 	for _, perm := range p.rng.Perm(len(groups)) {
 		gid := groups[perm]
-		isState := p.s.Group(gid).Kind == layout.KindMamba
+		isState := p.ranks.Group(gid).Kind == layout.KindMamba
 		pls = p.places(isState, true, func(pl place) bool { return pl.g.ID == gid })
 		if len(pls) > 0 {
 			state = isState

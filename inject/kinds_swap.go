@@ -69,7 +69,7 @@ func (p *planner) swapTokens() error {
 	}
 	p.f.Request = pl.id
 	p.f.Description = fmt.Sprintf("swapped tokens %d and %d of request %q group %d position %d in layer %d (%s) on rank %s",
-		base+t1, base+t2, pl.id, pl.g.ID, pl.pos, c.View.Number, c.View.Layer.Name, p.s.rank(c.Dump))
+		base+t1, base+t2, pl.id, pl.g.ID, pl.pos, c.View.Number, c.View.Layer.Name, p.ranks.rankOf(c.Dump))
 	return nil
 }
 
@@ -147,7 +147,7 @@ func (p *planner) swapHeads() error {
 	}
 	p.f.Request = pl.id
 	p.f.Description = fmt.Sprintf("swapped global heads %d (rank %s) and %d (rank %s) of layer %d (%s) in request %q group %d position %d",
-		ga, p.s.rank(a.c.Dump), gb, p.s.rank(b.c.Dump), a.c.View.Number, a.c.View.Layer.Name, pl.id, pl.g.ID, pl.pos)
+		ga, p.ranks.rankOf(a.c.Dump), gb, p.ranks.rankOf(b.c.Dump), a.c.View.Number, a.c.View.Layer.Name, pl.id, pl.g.ID, pl.pos)
 	return nil
 }
 
@@ -157,9 +157,9 @@ func (p *planner) swapLayers() error {
 	type pair struct{ a, b cache }
 	pairsOf := func(pl place) []pair {
 		var out []pair
-		all := p.s.Caches(pl.g.ID)
+		all := p.ranks.Caches(pl.g.ID)
 		for _, a := range all {
-			if t := p.opts.Target.Rank; t != nil && p.s.rank(a.Dump) != *t {
+			if t := p.opts.Target.Rank; t != nil && p.ranks.rankOf(a.Dump) != *t {
 				continue
 			}
 			if !layerMatch(a.View, p.opts.Target.Layer) || !p.hasBlocks(a.Dump, pl.id, pl.g, pl.pos) {
@@ -200,7 +200,7 @@ func (p *planner) swapLayers() error {
 	}
 	p.f.Request = pl.id
 	p.f.Description = fmt.Sprintf("swapped layers %d (%s) and %d (%s) of request %q group %d position %d (block id %d) on rank %s",
-		pr.a.View.Number, pr.a.View.Layer.Name, pr.b.View.Number, pr.b.View.Layer.Name, pl.id, pl.g.ID, pl.pos, block, p.s.rank(pr.a.Dump))
+		pr.a.View.Number, pr.a.View.Layer.Name, pr.b.View.Number, pr.b.View.Layer.Name, pl.id, pl.g.ID, pl.pos, block, p.ranks.rankOf(pr.a.Dump))
 	return nil
 }
 

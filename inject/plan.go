@@ -19,7 +19,7 @@ import (
 // and heads the target allows, the writes (write, moveBlock) and the
 // expectations they make (cellChanged, mismatch, detail).
 type planner struct {
-	s     *side
+	ranks *ranks
 	def   *kindDef
 	opts  Options
 	rng   *rand.Rand
@@ -45,13 +45,13 @@ func (p *planner) na(format string, args ...any) error {
 // checkTarget rejects targets that name nothing of the side.
 func (p *planner) checkTarget() error {
 	t := p.opts.Target
-	if t.Request != "" && p.s.Request(t.Request) == nil {
+	if t.Request != "" && p.ranks.Request(t.Request) == nil {
 		return &OptionError{Option: "Target.Request", Value: strconv.Quote(t.Request), Msg: "the side holds no such request"}
 	}
-	if t.Group != nil && p.s.Group(*t.Group) == nil {
+	if t.Group != nil && p.ranks.Group(*t.Group) == nil {
 		return &OptionError{Option: "Target.Group", Value: strconv.Itoa(*t.Group), Msg: "the side has no such group"}
 	}
-	if t.Rank != nil && !slices.ContainsFunc(p.s.Dumps, func(d *layout.Dump) bool {
+	if t.Rank != nil && !slices.ContainsFunc(p.ranks.Dumps, func(d *layout.Dump) bool {
 		pp, tp := d.Rank()
 		return pp == t.Rank.PP && tp == t.Rank.TP
 	}) {
@@ -65,7 +65,7 @@ func (p *planner) checkTarget() error {
 
 // run plans the kind's fault on the side.
 func (p *planner) run(plan dumpPlan) error {
-	if err := refuseDevice(p.s.Dumps); err != nil {
+	if err := refuseDevice(p.ranks.Dumps); err != nil {
 		return err
 	}
 	return plan(p)
@@ -109,8 +109,8 @@ func (p *planner) readers(di int, g *layout.Group, block int) []place {
 // valid tokens (a state group's running-state block always), in request
 // order, then position.
 func (p *planner) eachRead(di int, g *layout.Group, fn func(pl place, block int)) {
-	for _, id := range p.s.ids {
-		r := p.s.RankRequest(di, id)
+	for _, id := range p.ranks.ids {
+		r := p.ranks.RankRequest(di, id)
 		if r == nil {
 			continue
 		}
@@ -135,8 +135,8 @@ func (p *planner) eachRead(di int, g *layout.Group, fn func(pl place, block int)
 // so they leave shared blocks alone; cell faults (bit flips, noise, a
 // zeroed block) predict every reader.
 func (p *planner) shared(pl place) bool {
-	for di := range p.s.Dumps {
-		if b, ok := p.s.Block(di, pl.id, pl.g, pl.pos); ok && p.blockReads(di, pl.g)[b] > 1 {
+	for di := range p.ranks.Dumps {
+		if b, ok := p.ranks.Block(di, pl.id, pl.g, pl.pos); ok && p.blockReads(di, pl.g)[b] > 1 {
 			return true
 		}
 	}
@@ -162,7 +162,7 @@ func (p *planner) blockReads(di int, g *layout.Group) map[int]int {
 // finish turns the accumulated expectations into the fault's Expect.
 func (p *planner) finish() {
 	e := &p.f.Expect
-	for _, id := range p.s.ids {
+	for _, id := range p.ranks.ids {
 		groups := p.mism[id]
 		if len(groups) == 0 {
 			continue
@@ -171,7 +171,7 @@ func (p *planner) finish() {
 		for _, gid := range slices.Sorted(maps.Keys(groups)) {
 			acc := groups[gid]
 			slices.Sort(acc.positions)
-			re.Groups = append(re.Groups, GroupExpect{ID: gid, Positions: slices.Compact(acc.positions), Checks: p.s.checks(gid, acc.keys)})
+			re.Groups = append(re.Groups, GroupExpect{ID: gid, Positions: slices.Compact(acc.positions), Checks: p.ranks.checks(gid, acc.keys)})
 		}
 		e.Requests = append(e.Requests, re)
 		e.Verdict = string(checksum.Mismatch)
@@ -184,7 +184,7 @@ func (p *planner) finish() {
 			cmp.Compare(a.Layer, b.Layer), cmp.Compare(a.Head, b.Head), cmp.Compare(a.Replica, b.Replica))
 	})
 	slices.SortFunc(p.f.Affected, func(a, b Place) int {
-		return cmp.Or(cmp.Compare(slices.Index(p.s.ids, a.Request), slices.Index(p.s.ids, b.Request)),
+		return cmp.Or(cmp.Compare(slices.Index(p.ranks.ids, a.Request), slices.Index(p.ranks.ids, b.Request)),
 			cmp.Compare(a.Group, b.Group), cmp.Compare(a.Position, b.Position))
 	})
 	p.f.Affected = slices.Compact(p.f.Affected)
@@ -298,13 +298,13 @@ func (pl place) full() bool { return pl.g.Kind != layout.KindMamba && pl.valid =
 func (p *planner) places(state, changes bool, pred func(place) bool) []place {
 	t := p.opts.Target
 	var out []place
-	for _, id := range p.s.ids {
+	for _, id := range p.ranks.ids {
 		if t.Request != "" && id != t.Request {
 			continue
 		}
-		r := p.s.Request(id)
-		for _, gid := range p.s.GroupIDs() {
-			g := p.s.Group(gid)
+		r := p.ranks.Request(id)
+		for _, gid := range p.ranks.GroupIDs() {
+			g := p.ranks.Group(gid)
 			if (t.Group != nil && gid != *t.Group) || (g.Kind == layout.KindMamba) != state || len(p.filterCaches(gid, nil)) == 0 {
 				continue
 			}
@@ -346,8 +346,8 @@ func layerMatch(v *layout.LayerView, layer string) bool {
 func (p *planner) filterCaches(g int, pred func(cache) bool) []cache {
 	t := p.opts.Target
 	var out []cache
-	for _, c := range p.s.Caches(g) {
-		if t.Rank != nil && p.s.rank(c.Dump) != *t.Rank {
+	for _, c := range p.ranks.Caches(g) {
+		if t.Rank != nil && p.ranks.rankOf(c.Dump) != *t.Rank {
 			continue
 		}
 		if !layerMatch(c.View, t.Layer) {
@@ -377,7 +377,7 @@ func pick[T any](rng *rand.Rand, xs []T) T { return xs[rng.IntN(len(xs))] }
 // position.
 func (p *planner) hasBlocks(di int, id string, g *layout.Group, positions ...int) bool {
 	for _, pos := range positions {
-		if _, ok := p.s.Block(di, id, g, pos); !ok {
+		if _, ok := p.ranks.Block(di, id, g, pos); !ok {
 			return false
 		}
 	}
@@ -385,7 +385,7 @@ func (p *planner) hasBlocks(di int, id string, g *layout.Group, positions ...int
 }
 
 func (p *planner) blockOf(di int, id string, g *layout.Group, pos int) int {
-	b, _ := p.s.Block(di, id, g, pos)
+	b, _ := p.ranks.Block(di, id, g, pos)
 	return b
 }
 

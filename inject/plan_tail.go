@@ -28,13 +28,13 @@ type tailRegion struct {
 func (p *planner) tailRegions() []tailRegion {
 	t := p.opts.Target
 	var out []tailRegion
-	for _, id := range p.s.ids {
+	for _, id := range p.ranks.ids {
 		if t.Request != "" && id != t.Request {
 			continue
 		}
-		r := p.s.Request(id)
-		for _, gid := range p.s.GroupIDs() {
-			g := p.s.Group(gid)
+		r := p.ranks.Request(id)
+		for _, gid := range p.ranks.GroupIDs() {
+			g := p.ranks.Group(gid)
 			if (t.Group != nil && gid != *t.Group) || g.Kind == layout.KindMamba || len(p.filterCaches(gid, nil)) == 0 {
 				continue
 			}
@@ -95,7 +95,7 @@ func (p *planner) writePastTokens(decode bool) (*pastWrite, error) {
 				p.write(c, w.block, slot, lh, b)
 			}
 		}
-		w.tail = append(w.tail, AuditPlace{Request: rg.id, Group: rg.g.ID, Position: rg.pos, Rank: p.s.rank(di), Layer: c.View.Layer.Name})
+		w.tail = append(w.tail, AuditPlace{Request: rg.id, Group: rg.g.ID, Position: rg.pos, Rank: p.ranks.rankOf(di), Layer: c.View.Layer.Name})
 	}
 	p.affect(rg.id, rg.g.ID, rg.pos)
 	e := &p.f.Expect
