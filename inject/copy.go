@@ -197,17 +197,6 @@ func relOf(ranks []rankFiles, f string) string {
 	return ""
 }
 
-// copyHook, when set (tests), runs after each chunk copyFile writes.
-var copyHook func(ctx context.Context)
-
-func init() {
-	if os.Getenv("KVAUDIT_TESTHOOK_STALL_COPY") != "" {
-		// Tests of interruption: block after the first chunk of every
-		// copy until the command is cancelled.
-		copyHook = func(ctx context.Context) { <-ctx.Done() }
-	}
-}
-
 // copyFile copies the regular file src to dst, which must not exist, in
 // chunks, stopping when ctx is cancelled, and syncs it unless it lies in
 // a scratch directory (safeio.InScratch: the campaign's trials, Prepare's
@@ -238,9 +227,8 @@ func copyFile(ctx context.Context, src, dst string) error {
 			return err
 		}
 		n, err := io.CopyN(o, in, 16<<20)
-		if copyHook != nil && n > 0 {
-			copyHook(ctx)
-			if err := ctx.Err(); err != nil {
+		if n > 0 {
+			if err := chunkCopied(ctx); err != nil {
 				return err
 			}
 		}
