@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -39,6 +40,22 @@ type Options struct {
 	PayloadForm checksum.PayloadForm
 	// Force replaces an output directory a previous injection wrote.
 	Force bool
+	// Prepare, when it asks for anything, first turns the side into the
+	// consumer the audits expect (Prepare), in a temporary directory
+	// beside the output that is removed afterwards; the fault goes into
+	// that prepared copy. A nil Prepare.Engine is Engine.
+	Prepare PrepareOptions
+	// Step, when set, is told of each long step (preparing, injecting)
+	// and returns the function that says it is done.
+	Step func(what string) (done func())
+}
+
+// step starts opts.Step, if set.
+func (o *Options) step(what string) (done func()) {
+	if o.Step == nil {
+		return func() {}
+	}
+	return o.Step(what)
 }
 
 // Target narrows where a fault goes; zero fields leave the choice to the
@@ -74,7 +91,8 @@ const FaultFile = "fault.json"
 // id -> base64 payload, as `kvaudit checksum -o payload` prints) instead
 // of a copy of the dumps. A kind the side cannot take (no second request,
 // no replicated head, ...) is a *NotApplicableError; nothing is written
-// then.
+// then. With opts.Prepare, the side is prepared first and fault.json's
+// byte ranges are relative to the prepared copy.
 //
 // With opts.ChangedOnly (the campaign's trials) out is a scratch
 // directory the caller owns: the fault is planned on the dumps and only
@@ -88,6 +106,15 @@ func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options)
 	if len(dumps) == 0 {
 		return nil, fmt.Errorf("fault %s: no dump", opts.Kind)
 	}
+	if opts.Prepare.asks() {
+		prepared, cleanup, err := prepareBeside(ctx, dumps, out, opts)
+		if err != nil {
+			return nil, err
+		}
+		defer cleanup()
+		dumps = prepared
+	}
+	defer opts.step(fmt.Sprintf("injecting %s into %s", opts.Kind, out))()
 	switch plan := def.plan.(type) {
 	case payloadPlan:
 		return injectPayload(ctx, dumps, out, def, plan, opts)
@@ -95,6 +122,41 @@ func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options)
 		return injectDumps(ctx, dumps, out, def, plan, opts)
 	}
 	return nil, checksum.Internalf("fault %s: no injector for input %q", opts.Kind, def.plan.input())
+}
+
+// prepareBeside prepares the side made of dumps (opts.Prepare) in a new
+// temporary directory beside out and opens the prepared copy; cleanup
+// closes it and removes the directory.
+func prepareBeside(ctx context.Context, dumps []*layout.Dump, out string, opts Options) (prepared []*layout.Dump, cleanup func(), err error) {
+	abs, err := filepath.Abs(out)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
+		return nil, nil, err
+	}
+	tmp, err := safeio.TempDir(filepath.Dir(abs), ".kvaudit-prepare-")
+	if err != nil {
+		return nil, nil, err
+	}
+	p := opts.Prepare
+	if p.Engine == nil {
+		p.Engine = opts.Engine
+	}
+	done := opts.step("preparing the side (tails zeroed, blocks past the last token, stored checksums)")
+	paths, err := Prepare(ctx, dumps, filepath.Join(tmp, "side"), p)
+	done()
+	if err == nil {
+		prepared, err = layout.OpenSide(paths)
+	}
+	if err != nil {
+		safeio.RemoveTemp(tmp)
+		return nil, nil, err
+	}
+	return prepared, func() {
+		layout.CloseAll(prepared)
+		safeio.RemoveTemp(tmp)
+	}, nil
 }
 
 // injectDumps writes a dump fault (Inject).

@@ -36,6 +36,9 @@ type PrepareOptions struct {
 	Engine checksum.Engine
 }
 
+// asks says whether the options ask for any preparation.
+func (o PrepareOptions) asks() bool { return o.ZeroTails || o.ExtraBlocks > 0 || o.Stored }
+
 // Prepare writes into out (created, and empty if it exists) a copy of the
 // side made of dumps with opts applied, each rank under the name it has
 // beside its input, and returns the paths of the dumps written. Every
