@@ -7,8 +7,8 @@ import (
 	"github.com/kvaudit/kvaudit/layout"
 )
 
-// FaultFormat is the format tag of fault.json.
-const FaultFormat = "kvaudit-fault/1"
+// faultFormat is the format tag of fault.json.
+const faultFormat = "kvaudit-fault/1"
 
 // Detectors: what is expected to catch a fault.
 const (
@@ -201,8 +201,8 @@ func (e *NotApplicableError) Error() string {
 	return fmt.Sprintf("fault %s: %s", e.Kind, e.Msg)
 }
 
-// IsNotApplicable reports whether err is a *NotApplicableError.
-func IsNotApplicable(err error) bool {
+// isNotApplicable reports whether err is a *NotApplicableError.
+func isNotApplicable(err error) bool {
 	var na *NotApplicableError
 	return errors.As(err, &na)
 }

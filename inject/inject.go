@@ -254,8 +254,8 @@ func ReadFault(path string) (*Fault, error) {
 	if err := layout.DecodeStrictJSON(data, &f); err != nil {
 		return nil, fmt.Errorf("fault %q: %w", path, err)
 	}
-	if f.Format != FaultFormat {
-		return nil, fmt.Errorf("fault %q: format: got %q, want %q", path, f.Format, FaultFormat)
+	if f.Format != faultFormat {
+		return nil, fmt.Errorf("fault %q: format: got %q, want %q", path, f.Format, faultFormat)
 	}
 	return &f, nil
 }
@@ -271,7 +271,7 @@ func planDumps(dumps []*layout.Dump, def *kindDef, plan dumpPlan, opts Options) 
 		opts:  opts,
 		rng:   rand.New(rand.NewPCG(opts.Seed, kindSeed(opts.Kind))),
 		f: &Fault{
-			Format: FaultFormat, Kind: opts.Kind, Seed: opts.Seed, Input: info.Input,
+			Format: faultFormat, Kind: opts.Kind, Seed: opts.Seed, Input: info.Input,
 			Detector: info.Detector, Affected: []Place{},
 			Expect: Expect{Verdict: string(checksum.Verified), Requests: []RequestExpect{}},
 		},

@@ -104,7 +104,7 @@ func tamperWith(c *checksum.Checks, def *kindDef, plan payloadPlan, opts Options
 		return nil, nil, &OptionError{Option: "Target.Request", Value: strconv.Quote(target.Request), Msg: "the producer holds no such request with a payload"}
 	}
 	t.f = &Fault{
-		Format: FaultFormat, Kind: opts.Kind, Seed: opts.Seed, Input: InputPayload, Detector: def.detector,
+		Format: faultFormat, Kind: opts.Kind, Seed: opts.Seed, Input: InputPayload, Detector: def.detector,
 		File: PayloadsFile, Changes: []Change{}, Affected: []Place{},
 		Expect: Expect{Verdict: string(checksum.Unverified)},
 	}

@@ -75,11 +75,11 @@ func cloneManifest(m *layout.Manifest) (*layout.Manifest, error) {
 	return &c, nil
 }
 
-// BlockHash is the block hash Prepare gives position pos of a request's
+// blockHash is the block hash Prepare gives position pos of a request's
 // group when the manifest has none: the hex SHA-256 of the previous
 // position's hash (none for position 0), the request id, the group and
 // the position.
-func BlockHash(prev, request string, group, pos int) string {
+func blockHash(prev, request string, group, pos int) string {
 	s := sha256.Sum256(fmt.Appendf(nil, "%s|%s|%d|%d", prev, request, group, pos))
 	return hex.EncodeToString(s[:])
 }
@@ -158,7 +158,7 @@ func prepareRank(ctx context.Context, d *layout.Dump, out string, opts PrepareOp
 					if p > 0 {
 						prev = hashes[p-1]
 					}
-					hashes = append(hashes, BlockHash(prev, r.ID, g.ID, p))
+					hashes = append(hashes, blockHash(prev, r.ID, g.ID, p))
 				}
 				r.BlockHashes[key] = hashes
 			}
