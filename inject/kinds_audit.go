@@ -111,46 +111,62 @@ func (p *planner) staleTail() error {
 	return nil
 }
 
-// wrongPrefix makes a block and its stored checksum those the offload
-// store keeps for another prefix (another request's full block with a
-// different block hash), on one rank.
-func (p *planner) wrongPrefix() error {
-	type stored struct {
-		pl   place
-		hash string
-		text string
-	}
-	type cand struct {
-		di          int
-		victim, src stored
-	}
-	var cands []cand
-	for di, d := range p.ranks.Dumps {
-		if t := p.opts.Target.Rank; t != nil && p.ranks.rankOf(di) != *t {
-			continue
-		}
-		var all []stored
-		for _, r := range d.Manifest.Requests {
-			for _, key := range slices.Sorted(maps.Keys(r.StoredChecksums)) {
-				gid, _ := strconv.Atoi(key)
-				g := d.Manifest.Group(gid)
-				gv := d.GroupView(gid)
-				if g.Kind == layout.KindMamba || gv.Skip != "" || len(gv.Caches) == 0 {
+// storedBlock is a full block of a request with a stored checksum: its
+// place, block hash and stored checksum text.
+type storedBlock struct {
+	pl   place
+	hash string
+	text string
+}
+
+// prefixSwap is a wrong-prefix candidate on rank di: victim's block and
+// stored checksum replaced by src's, another prefix's at the same
+// position.
+type prefixSwap struct {
+	di          int
+	victim, src storedBlock
+}
+
+// storedBlocks lists rank di's full attention blocks with stored
+// checksums and block hashes, in request order.
+func (p *planner) storedBlocks(di int) []storedBlock {
+	d := p.ranks.Dumps[di]
+	var all []storedBlock
+	for _, r := range d.Manifest.Requests {
+		for _, key := range slices.Sorted(maps.Keys(r.StoredChecksums)) {
+			gid, _ := strconv.Atoi(key)
+			g := d.Manifest.Group(gid)
+			gv := d.GroupView(gid)
+			if g.Kind == layout.KindMamba || gv.Skip != "" || len(gv.Caches) == 0 {
+				continue
+			}
+			for pos, text := range r.StoredChecksums[key] {
+				if pos >= len(r.BlockHashes[key]) || layout.ValidTokens(r.NumTokens, pos, g.BlockSize) != g.BlockSize {
 					continue
 				}
-				for pos, text := range r.StoredChecksums[key] {
-					if pos >= len(r.BlockHashes[key]) || layout.ValidTokens(r.NumTokens, pos, g.BlockSize) != g.BlockSize {
-						continue
-					}
-					if _, ok := p.ranks.Block(di, r.ID, g, pos); !ok {
-						continue
-					}
-					all = append(all, stored{place{r.ID, g, pos, g.BlockSize}, r.BlockHashes[key][pos], text})
+				if _, ok := p.ranks.Block(di, r.ID, g, pos); !ok {
+					continue
 				}
+				all = append(all, storedBlock{place{r.ID, g, pos, g.BlockSize}, r.BlockHashes[key][pos], text})
 			}
 		}
+	}
+	return all
+}
+
+// prefixSwaps lists, on the target's ranks, the target's stored blocks
+// (those the fault may change) with each block another prefix stored at
+// the same position: its sum alone equals the loaded block's, only the
+// tag differs.
+func (p *planner) prefixSwaps() []prefixSwap {
+	var cands []prefixSwap
+	t := p.opts.Target
+	for di := range p.ranks.Dumps {
+		if t.Rank != nil && p.ranks.rankOf(di) != *t.Rank {
+			continue
+		}
+		all := p.storedBlocks(di)
 		for _, v := range all {
-			t := p.opts.Target
 			if (t.Request != "" && v.pl.id != t.Request) || (t.Group != nil && v.pl.g.ID != *t.Group) || (t.Position != nil && v.pl.pos != *t.Position) {
 				continue
 			}
@@ -158,20 +174,26 @@ func (p *planner) wrongPrefix() error {
 				continue
 			}
 			for _, s := range all {
-				// Another prefix's block at the same position: its sum
-				// alone equals the loaded block's, only the tag differs.
 				if s.pl.id != v.pl.id && s.pl.g.ID == v.pl.g.ID && s.pl.pos == v.pl.pos && s.hash != v.hash && s.text != v.text {
-					cands = append(cands, cand{di, v, s})
+					cands = append(cands, prefixSwap{di, v, s})
 				}
 			}
 		}
 	}
+	return cands
+}
+
+// wrongPrefix makes a block and its stored checksum those the offload
+// store keeps for another prefix (another request's full block with a
+// different block hash), on one rank.
+func (p *planner) wrongPrefix() error {
+	cands := p.prefixSwaps()
 	if len(cands) == 0 {
 		return p.na("no rank lists stored checksums (block_hashes and stored_checksums) for full blocks of two requests")
 	}
 	c := pick(p.rng, cands)
 	d := p.ranks.Dumps[c.di]
-	for _, s := range []stored{c.victim, c.src} {
+	for _, s := range []storedBlock{c.victim, c.src} {
 		if _, err := layout.ParseHex64(s.text); err != nil || len(s.text) != 18 {
 			return p.na("stored checksum %q is not 0x and 16 hex digits", s.text)
 		}
