@@ -4,9 +4,15 @@
 // faults that measure detection and localisation (package verify's
 // checks, judged against each fault.json).
 //
-// An input dump is never written to: Inject writes a copy of the side into
-// a new directory, hard-linking the files it leaves unchanged and writing
-// every file it changes as a fresh file.
+// An input dump is never written to: Inject copies every file of the side
+// (streamed, never linked) into a temporary directory beside the output,
+// patches the fault into the copy, and renames the directory into place
+// when complete.
+//
+// Each fault kind is one definition (what it models, its detector, its
+// plan, whose type says its input) in its family's kinds_*.go file, listed
+// once in the registry (kind.go) that Kinds, InfoOf and ParseKind read;
+// plan.go holds the planner's machinery the dump kinds share.
 //
 // Flip one bit of request req-0's block at position 2, then see that the
 // comparison reports exactly that position:

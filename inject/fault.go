@@ -3,43 +3,12 @@ package inject
 import (
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/kvaudit/kvaudit/layout"
 )
 
-// FaultFormat is the format tag of fault.json.
-const FaultFormat = "kvaudit-fault/1"
-
-// Kind is a kind of fault.
-type Kind string
-
-// Fault kinds. See Infos (or InfoOf) for what each models and what
-// catches it.
-const (
-	BitFlip         Kind = "bit-flip"
-	ByteNoise       Kind = "byte-noise"
-	ZeroBlock       Kind = "zero-block"
-	SwapTokens      Kind = "swap-tokens"
-	SwapHeads       Kind = "swap-heads"
-	SwapLayers      Kind = "swap-layers"
-	MisplaceBlock   Kind = "misplace-block"
-	ShiftBlocks     Kind = "shift-blocks"
-	StaleBlock      Kind = "stale-block"
-	ReplicaDiverge  Kind = "replica-diverge"
-	StaleTail       Kind = "stale-tail"
-	StrayWrite      Kind = "stray-write"
-	PastNumTokens   Kind = "past-num-tokens"
-	PayloadFlip     Kind = "payload-flip"
-	PayloadTruncate Kind = "payload-truncate"
-	PayloadVersion  Kind = "payload-version"
-	PayloadNesting  Kind = "payload-nesting"
-	WrongPrefix     Kind = "wrong-prefix"
-	StateFlip       Kind = "state-flip"
-	// None changes nothing: a clean copy, a control.
-	None Kind = "none"
-)
+// faultFormat is the format tag of fault.json.
+const faultFormat = "kvaudit-fault/1"
 
 // Detectors: what is expected to catch a fault.
 const (
@@ -70,74 +39,6 @@ const (
 	// InputPayload: the producer's payloads (positions are the producer's).
 	InputPayload = "payload"
 )
-
-// Info describes a kind.
-type Info struct {
-	Kind     Kind
-	Models   string
-	Detector string
-	Input    string
-	// Control kinds must not be reported by any detector they are judged
-	// by.
-	Control bool
-}
-
-// Infos lists every kind in the order of the campaign table.
-var Infos = []Info{
-	{BitFlip, "bit rot, bad DMA: a few bits of one cell flipped", DetectChecksum, InputDumps, false},
-	{ByteNoise, "torn or garbage write: a run of one cell's bytes replaced by noise", DetectChecksum, InputDumps, false},
-	{ZeroBlock, "lost write: a block's cells zeroed on one rank", DetectChecksum, InputDumps, false},
-	{SwapTokens, "wrong token offset: two tokens of a block swapped in one layer", DetectChecksum, InputDumps, false},
-	{SwapHeads, "wrong head mapping (across TP): two heads of a layer swapped in a block", DetectChecksum, InputDumps, false},
-	{SwapLayers, "wrong layer region: two layers' cells of a block swapped", DetectChecksum, InputDumps, false},
-	{MisplaceBlock, "blocks paired wrongly: the contents of two block ids of a request swapped", DetectChecksum, InputDumps, false},
-	{ShiftBlocks, "off-by-one pairing: from a position on, each block holds the previous one", DetectChecksum, InputDumps, false},
-	{StaleBlock, "a lapsed lease: a block holds another request's KV", DetectChecksum, InputDumps, false},
-	{ReplicaDiverge, "one TP rank's copy of a replicated head (or Mamba2 B/C row) differs", DetectChecksum, InputDumps, false},
-	{StateFlip, "a bit flipped in a covered row of a Mamba/SSM state", DetectChecksum, InputDumps, false},
-	{StrayWrite, "a transfer wrote into a block another request owns", DetectCoResident, InputDumps, false},
-	{StaleTail, "the untransferred tail of the last block, or a block past the transfer, left unzeroed", DetectTail, InputDumps, false},
-	{WrongPrefix, "an offload store returned an intact block stored for another prefix", DetectStored, InputDumps, false},
-	{PayloadFlip, "a tampered producer payload: one bit of a checksum value flipped", DetectPayload, InputPayload, false},
-	{PayloadTruncate, "a producer payload cut short", DetectPayload, InputPayload, false},
-	{PayloadVersion, "a producer payload with another format version", DetectPayload, InputPayload, false},
-	{PayloadNesting, "a hostile producer payload: deeply nested arrays", DetectPayload, InputPayload, false},
-	{PastNumTokens, "decode or draft writes past num_tokens (must not be reported)", DetectNone, InputDumps, true},
-}
-
-// Kinds lists every fault kind (not None), in table order.
-func Kinds() []Kind {
-	out := make([]Kind, len(Infos))
-	for i, in := range Infos {
-		out[i] = in.Kind
-	}
-	return out
-}
-
-// InfoOf returns a kind's description; ok is false for an unknown kind.
-// None is a control with no detector.
-func InfoOf(k Kind) (Info, bool) {
-	if k == None {
-		return Info{None, "nothing: a clean copy", DetectNone, InputDumps, true}, true
-	}
-	i := slices.IndexFunc(Infos, func(in Info) bool { return in.Kind == k })
-	if i < 0 {
-		return Info{}, false
-	}
-	return Infos[i], true
-}
-
-// ParseKind checks a kind name.
-func ParseKind(s string) (Kind, error) {
-	if _, ok := InfoOf(Kind(s)); ok {
-		return Kind(s), nil
-	}
-	names := []string{string(None)}
-	for _, k := range Kinds() {
-		names = append(names, string(k))
-	}
-	return "", fmt.Errorf("unknown fault kind %q (want one of %s)", s, strings.Join(names, ", "))
-}
 
 // Rank is a (pp_rank, tp_rank): layout.Rank.
 type Rank = layout.Rank
@@ -300,8 +201,8 @@ func (e *NotApplicableError) Error() string {
 	return fmt.Sprintf("fault %s: %s", e.Kind, e.Msg)
 }
 
-// IsNotApplicable reports whether err is a *NotApplicableError.
-func IsNotApplicable(err error) bool {
+// isNotApplicable reports whether err is a *NotApplicableError.
+func isNotApplicable(err error) bool {
 	var na *NotApplicableError
 	return errors.As(err, &na)
 }

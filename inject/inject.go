@@ -5,13 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -24,11 +24,12 @@ type Options struct {
 	// Bits is the number of bits bit-flip, replica-diverge and state-flip
 	// flip in one cell or state row (0 means 1).
 	Bits int
-	// Allow, when set, restricts the block positions a fault may target
-	// (the campaign passes the positions a comparison covers). It is not
-	// applied to stale-tail and past-num-tokens, which write past the
-	// tokens.
-	Allow func(request string, group, position int) bool
+	// Positions, when set, says which checksummed block positions a fault
+	// may change (the campaign passes those the clean comparison covers;
+	// kvaudit inject those of the requests --request names). A fault that
+	// changes no checksummed position, writing only past a request's
+	// tokens or breaking a whole payload, is not narrowed by it.
+	Positions func(request string, group, position int) bool
 	// ChangedOnly writes only the ranks the fault changes, not the whole
 	// side, into a scratch directory: the campaign's trials.
 	ChangedOnly bool
@@ -39,6 +40,22 @@ type Options struct {
 	PayloadForm checksum.PayloadForm
 	// Force replaces an output directory a previous injection wrote.
 	Force bool
+	// Prepare, when it asks for anything, first turns the side into the
+	// consumer the audits expect (Prepare), in a temporary directory
+	// beside the output that is removed afterwards; the fault goes into
+	// that prepared copy. A nil Prepare.Engine is Engine.
+	Prepare PrepareOptions
+	// Step, when set, is told of each long step (preparing, injecting)
+	// and returns the function that says it is done.
+	Step func(what string) (done func())
+}
+
+// step starts opts.Step, if set.
+func (o *Options) step(what string) (done func()) {
+	if o.Step == nil {
+		return func() {}
+	}
+	return o.Step(what)
 }
 
 // Target narrows where a fault goes; zero fields leave the choice to the
@@ -52,6 +69,11 @@ type Target struct {
 	Head     *int
 	Position *int
 	Rank     *Rank
+}
+
+// allows says whether a fault may change a position (Positions).
+func (o *Options) allows(request string, group, position int) bool {
+	return o.Positions == nil || o.Positions(request, group, position)
 }
 
 // FaultFile is the name of the fault description in the output directory.
@@ -69,28 +91,81 @@ const FaultFile = "fault.json"
 // id -> base64 payload, as `kvaudit checksum -o payload` prints) instead
 // of a copy of the dumps. A kind the side cannot take (no second request,
 // no replicated head, ...) is a *NotApplicableError; nothing is written
-// then.
+// then. With opts.Prepare, the side is prepared first and fault.json's
+// byte ranges are relative to the prepared copy.
 //
 // With opts.ChangedOnly (the campaign's trials) out is a scratch
 // directory the caller owns: the fault is planned on the dumps and only
 // the ranks it changes are copied into out.
 func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options) (*Fault, error) {
-	info, ok := InfoOf(opts.Kind)
-	if !ok {
+	def := lookup(opts.Kind)
+	if def == nil {
 		_, err := ParseKind(string(opts.Kind))
 		return nil, err
 	}
 	if len(dumps) == 0 {
 		return nil, fmt.Errorf("fault %s: no dump", opts.Kind)
 	}
-	if info.Input == InputPayload {
-		return injectPayload(ctx, dumps, out, opts)
+	if opts.Prepare.asks() {
+		prepared, cleanup, err := prepareBeside(ctx, dumps, out, opts)
+		if err != nil {
+			return nil, err
+		}
+		defer cleanup()
+		dumps = prepared
 	}
+	defer opts.step(fmt.Sprintf("injecting %s into %s", opts.Kind, out))()
+	switch plan := def.plan.(type) {
+	case payloadPlan:
+		return injectPayload(ctx, dumps, out, def, plan, opts)
+	case dumpPlan:
+		return injectDumps(ctx, dumps, out, def, plan, opts)
+	}
+	return nil, checksum.Internalf("fault %s: no injector for input %q", opts.Kind, def.plan.input())
+}
+
+// prepareBeside prepares the side made of dumps (opts.Prepare) in a new
+// temporary directory beside out and opens the prepared copy; cleanup
+// closes it and removes the directory.
+func prepareBeside(ctx context.Context, dumps []*layout.Dump, out string, opts Options) (prepared []*layout.Dump, cleanup func(), err error) {
+	abs, err := filepath.Abs(out)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
+		return nil, nil, err
+	}
+	tmp, err := safeio.TempDir(filepath.Dir(abs), ".kvaudit-prepare-")
+	if err != nil {
+		return nil, nil, err
+	}
+	p := opts.Prepare
+	if p.Engine == nil {
+		p.Engine = opts.Engine
+	}
+	done := opts.step("preparing the side (tails zeroed, blocks past the last token, stored checksums)")
+	paths, err := Prepare(ctx, dumps, filepath.Join(tmp, "side"), p)
+	done()
+	if err == nil {
+		prepared, err = layout.OpenSide(paths)
+	}
+	if err != nil {
+		safeio.RemoveTemp(tmp)
+		return nil, nil, err
+	}
+	return prepared, func() {
+		layout.CloseAll(prepared)
+		safeio.RemoveTemp(tmp)
+	}, nil
+}
+
+// injectDumps writes a dump fault (Inject).
+func injectDumps(ctx context.Context, dumps []*layout.Dump, out string, def *kindDef, plan dumpPlan, opts Options) (*Fault, error) {
 	if err := refuseDevice(dumps); err != nil {
 		return nil, err
 	}
 	if opts.ChangedOnly {
-		f, edits, err := plan(dumps, opts)
+		f, edits, err := planDumps(dumps, def, plan, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +197,7 @@ func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options)
 		}
 		defer layout.CloseAll(copies)
 		var edits []edit
-		if f, edits, err = plan(copies, opts); err != nil {
+		if f, edits, err = planDumps(copies, def, plan, opts); err != nil {
 			return err
 		}
 		// Changes are listed rank by rank, in the copies' order.
@@ -179,23 +254,24 @@ func ReadFault(path string) (*Fault, error) {
 	if err := layout.DecodeStrictJSON(data, &f); err != nil {
 		return nil, fmt.Errorf("fault %q: %w", path, err)
 	}
-	if f.Format != FaultFormat {
-		return nil, fmt.Errorf("fault %q: format: got %q, want %q", path, f.Format, FaultFormat)
+	if f.Format != faultFormat {
+		return nil, fmt.Errorf("fault %q: format: got %q, want %q", path, f.Format, faultFormat)
 	}
 	return &f, nil
 }
 
-// plan decides a dump fault without writing anything: the fault (without
-// its Changes, which only writing measures) and the edits. The dumps'
-// mapped data is read inside layout.Guard.
-func plan(dumps []*layout.Dump, opts Options) (*Fault, []edit, error) {
-	info, _ := InfoOf(opts.Kind)
+// planDumps decides a dump fault without writing anything: the fault
+// (without its Changes, which only writing measures) and the edits. The
+// dumps' mapped data is read inside layout.Guard.
+func planDumps(dumps []*layout.Dump, def *kindDef, plan dumpPlan, opts Options) (*Fault, []edit, error) {
+	info := def.info()
 	p := &planner{
-		s:    newSide(dumps),
-		opts: opts,
-		rng:  rand.New(rand.NewPCG(opts.Seed, kindSeed(opts.Kind))),
+		ranks: newRanks(dumps),
+		def:   def,
+		opts:  opts,
+		rng:   rand.New(rand.NewPCG(opts.Seed, kindSeed(opts.Kind))),
 		f: &Fault{
-			Format: FaultFormat, Kind: opts.Kind, Seed: opts.Seed, Input: info.Input,
+			Format: faultFormat, Kind: opts.Kind, Seed: opts.Seed, Input: info.Input,
 			Detector: info.Detector, Affected: []Place{},
 			Expect: Expect{Verdict: string(checksum.Verified), Requests: []RequestExpect{}},
 		},
@@ -204,58 +280,11 @@ func plan(dumps []*layout.Dump, opts Options) (*Fault, []edit, error) {
 		return nil, nil, err
 	}
 	err := layout.Guard("dump data while planning a fault", func() error {
-		return p.plan()
+		return p.run(plan)
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	p.finish()
 	return p.f, p.edits, nil
-}
-
-func kindSeed(k Kind) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(k))
-	return h.Sum64()
-}
-
-// side is a side's dumps, indexed, with what injection needs of them.
-type side struct {
-	*layout.Side
-	ids []string // request ids, the first rank's first
-}
-
-func newSide(dumps []*layout.Dump) *side {
-	s := &side{Side: layout.NewSide(dumps)}
-	s.ids = s.RequestIDs()
-	return s
-}
-
-func (s *side) rank(di int) Rank {
-	pp, tp := s.Dumps[di].Rank()
-	return Rank{PP: pp, TP: tp}
-}
-
-// cache is one distinct cache of a group on one rank.
-type cache = layout.SideCache
-
-// maxReplicas is the number of checks of a group on the side.
-func (s *side) maxReplicas(group int) int {
-	n := 1
-	for _, c := range s.Caches(group) {
-		n = max(n, c.View.Replicas)
-	}
-	return n
-}
-
-// checks returns the checks that differ when the sums under keys change:
-// check k sums key (R, k mod R) for every replica count R.
-func (s *side) checks(group int, keys []layout.ReplicaKey) []int {
-	out := []int{}
-	for k := range s.maxReplicas(group) {
-		if slices.ContainsFunc(keys, func(key layout.ReplicaKey) bool { return k%key.Replicas == key.Index }) {
-			out = append(out, k)
-		}
-	}
-	return out
 }

@@ -84,7 +84,7 @@ func TestFaultJSONNamesChanges(t *testing.T) {
 				info, _ := inject.InfoOf(k)
 				out := filepath.Join(t.TempDir(), "out")
 				f, err := inject.Inject(context.Background(), dumps, out, inject.Options{Kind: k, Seed: 5})
-				if inject.IsNotApplicable(err) {
+				if errors.As(err, new(*inject.NotApplicableError)) {
 					if _, statErr := os.Stat(out); statErr == nil {
 						t.Errorf("%s: not applicable, but %s was written", k, out)
 					}

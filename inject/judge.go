@@ -9,9 +9,9 @@ import (
 	"github.com/kvaudit/kvaudit/verify"
 )
 
-// Judgement compares what the detectors reported for a faulted side with
+// judgement compares what the detectors reported for a faulted side with
 // what its fault expects.
-type Judgement struct {
+type judgement struct {
 	// Detected: the fault's expected detector reported it.
 	Detected bool
 	// Localised: every judged detector reported exactly what the fault
@@ -24,9 +24,9 @@ type Judgement struct {
 	Problems []string
 }
 
-// Observed is what the detectors reported for a faulted side, with the
+// observed is what the detectors reported for a faulted side, with the
 // comparison before the fault to judge it against.
-type Observed struct {
+type observed struct {
 	// Diff compares the producer with the faulted side, drilled down where
 	// both sides are dumps.
 	Diff *checksum.DiffResult
@@ -43,123 +43,35 @@ type Observed struct {
 	Stored []*checksum.StoredRank
 }
 
-// Judge compares what was observed of a faulted side with the fault's
-// expectations. Tail and Stored are ignored where the fault does not
-// judge them.
-func Judge(f *Fault, o Observed) Judgement {
-	res, clean, consumer, tail, stored := o.Diff, o.Clean, o.CleanConsumer, o.Tail, o.Stored
-	var j Judgement
+// judge compares what was observed of a faulted side with the fault's
+// expectations: the comparison's verdicts, the drill-down's details and
+// the audits' findings. Tail and Stored are ignored where the fault does
+// not judge them.
+func judge(f *Fault, o observed) judgement {
+	var j judgement
 	info, _ := InfoOf(f.Kind)
-	problem := func(fp bool, format string, args ...any) {
-		j.Problems = append(j.Problems, fmt.Sprintf(format, args...))
-		if fp {
-			j.FalsePositive = true
-		}
-	}
-	expected := map[string]RequestExpect{}
-	for _, r := range f.Expect.Requests {
-		expected[r.ID] = r
-	}
-	// Only the comparison's detectors detect through it.
-	byVerdict := info.Detector == DetectChecksum || info.Detector == DetectCoResident || info.Detector == DetectPayload
-	cleanOf := map[string]*checksum.RequestVerdict{}
-	for _, rv := range clean.Requests {
-		cleanOf[rv.ID] = rv
-	}
-	// reported[request][group] = the consumer positions a mismatch must
-	// name.
-	reported := map[string]map[int][]int{}
-	for _, rv := range res.Requests {
-		e, ok := expected[rv.ID]
-		cv := cleanOf[rv.ID]
-		if !ok {
-			if cv == nil || rv.Verdict != cv.Verdict {
-				problem(true, "request %s: %s (%s), but the fault did not touch it", rv.ID, rv.Verdict, describeVerdict(rv))
-			}
-			continue
-		}
-		switch checksum.Verdict(e.Verdict) {
-		case checksum.Unverified:
-			if byVerdict && rv.Verdict != checksum.Verified {
-				j.Detected = true
-			}
-			if rv.Verdict != checksum.Unverified || !slices.Contains(rv.Reasons, e.Reason) {
-				problem(false, "request %s: %s (%s), want unverified: %s", rv.ID, rv.Verdict, describeVerdict(rv), e.Reason)
-			}
-		case checksum.Mismatch:
-			if byVerdict && (rv.Verdict == checksum.Mismatch || (info.Detector == DetectPayload && rv.Verdict != checksum.Verified)) {
-				j.Detected = true
-			}
-			if rv.Verdict != checksum.Mismatch {
-				problem(false, "request %s: %s (%s), want a mismatch", rv.ID, rv.Verdict, describeVerdict(rv))
-				continue
-			}
-			want := map[int]GroupExpect{}
-			for _, g := range e.Groups {
-				want[g.ID] = g
-			}
-			for _, gv := range rv.Groups {
-				g, ok := want[gv.ID]
-				if !ok {
-					if gv.Verdict == checksum.Mismatch {
-						problem(true, "request %s group %d: mismatch at %v, but the fault did not touch the group", rv.ID, gv.ID, gv.Positions)
-					}
-					continue
-				}
-				cg := groupVerdict(clean, rv.ID, gv.ID)
-				if cg == nil {
-					problem(false, "request %s group %d: not in the clean comparison", rv.ID, gv.ID)
-					continue
-				}
-				positions := expandPositions(cg, g.Positions, f.Input)
-				if reported[rv.ID] == nil {
-					reported[rv.ID] = map[int][]int{}
-				}
-				reported[rv.ID][gv.ID] = positions
-				if !slices.Equal(gv.Positions, positions) {
-					fp := slices.ContainsFunc(gv.Positions, func(p int) bool { return !slices.Contains(positions, p) })
-					problem(fp, "request %s group %d: mismatch at positions %v, want %v", rv.ID, gv.ID, gv.Positions, positions)
-				}
-				checks := g.Checks
-				if checks == nil {
-					checks = allChecks(consumer, rv.ID, gv.ID)
-				}
-				if !slices.Equal(gv.Checks, checks) {
-					problem(false, "request %s group %d: checks %v differ, want %v", rv.ID, gv.ID, gv.Checks, checks)
-				}
-				delete(want, gv.ID)
-			}
-			for id := range want {
-				problem(false, "request %s group %d: no mismatch reported", rv.ID, id)
-			}
-		}
-	}
-	for id := range expected {
-		if !slices.ContainsFunc(res.Requests, func(rv *checksum.RequestVerdict) bool { return rv.ID == id }) {
-			problem(false, "request %s: not compared", id)
-		}
-	}
+	reported := j.comparison(f, info, o)
 	if f.Expect.Details != nil {
-		judgeDetails(f, res, reported, problem)
+		judgeDetails(f, o.Diff, reported, j.problem)
 	}
 	if f.Expect.Tail != nil {
 		var got []AuditPlace
-		for _, t := range tail {
+		for _, t := range o.Tail {
 			got = append(got, AuditPlace{Request: t.Request, Group: t.Group, Position: t.Position, Rank: t.Rank, Layer: t.Layer})
 		}
-		found := judgePlaces("tail audit", f.Expect.Tail, got, problem)
+		found := judgePlaces("tail audit", f.Expect.Tail, got, j.problem)
 		if info.Detector == DetectTail && found {
 			j.Detected = true
 		}
 	}
 	if f.Expect.Stored != nil {
 		var got []AuditPlace
-		for _, s := range stored {
+		for _, s := range o.Stored {
 			for _, b := range s.Mismatches() {
 				got = append(got, AuditPlace{Request: b.Request, Group: b.Group, Position: b.Position, Rank: Rank{PP: s.PPRank, TP: s.TPRank}})
 			}
 		}
-		found := judgePlaces("stored checksums", f.Expect.Stored, got, problem)
+		found := judgePlaces("stored checksums", f.Expect.Stored, got, j.problem)
 		if info.Detector == DetectStored && found {
 			j.Detected = true
 		}
@@ -172,6 +84,114 @@ func Judge(f *Fault, o Observed) Judgement {
 	}
 	j.Localised = j.Detected && len(j.Problems) == 0
 	return j
+}
+
+// problem records what differs from the expectation; fp says it is a
+// false positive.
+func (j *judgement) problem(fp bool, format string, args ...any) {
+	j.Problems = append(j.Problems, fmt.Sprintf(format, args...))
+	if fp {
+		j.FalsePositive = true
+	}
+}
+
+// comparison judges the comparison's verdicts: a request the fault names
+// must not verify, as it expects; every other one keeps its clean
+// verdict. It returns, by request and group, the consumer positions a
+// mismatch must name (where the drill-down's details are judged).
+func (j *judgement) comparison(f *Fault, info Info, o observed) map[string]map[int][]int {
+	expected := map[string]RequestExpect{}
+	for _, r := range f.Expect.Requests {
+		expected[r.ID] = r
+	}
+	// Only the comparison's detectors detect through it.
+	byVerdict := info.Detector == DetectChecksum || info.Detector == DetectCoResident || info.Detector == DetectPayload
+	cleanOf := map[string]*checksum.RequestVerdict{}
+	for _, rv := range o.Clean.Requests {
+		cleanOf[rv.ID] = rv
+	}
+	reported := map[string]map[int][]int{}
+	for _, rv := range o.Diff.Requests {
+		e, ok := expected[rv.ID]
+		cv := cleanOf[rv.ID]
+		if !ok {
+			if cv == nil || rv.Verdict != cv.Verdict {
+				j.problem(true, "request %s: %s (%s), but the fault did not touch it", rv.ID, rv.Verdict, describeVerdict(rv))
+			}
+			continue
+		}
+		switch checksum.Verdict(e.Verdict) {
+		case checksum.Unverified:
+			if byVerdict && rv.Verdict != checksum.Verified {
+				j.Detected = true
+			}
+			if rv.Verdict != checksum.Unverified || !slices.Contains(rv.Reasons, e.Reason) {
+				j.problem(false, "request %s: %s (%s), want unverified: %s", rv.ID, rv.Verdict, describeVerdict(rv), e.Reason)
+			}
+		case checksum.Mismatch:
+			if byVerdict && (rv.Verdict == checksum.Mismatch || (info.Detector == DetectPayload && rv.Verdict != checksum.Verified)) {
+				j.Detected = true
+			}
+			if rv.Verdict != checksum.Mismatch {
+				j.problem(false, "request %s: %s (%s), want a mismatch", rv.ID, rv.Verdict, describeVerdict(rv))
+				continue
+			}
+			reported[rv.ID] = j.mismatchGroups(f, rv, e, o)
+		}
+	}
+	for id := range expected {
+		if !slices.ContainsFunc(o.Diff.Requests, func(rv *checksum.RequestVerdict) bool { return rv.ID == id }) {
+			j.problem(false, "request %s: not compared", id)
+		}
+	}
+	return reported
+}
+
+// mismatchGroups judges the groups of a mismatching request the fault
+// expects to mismatch: the positions (the faulted side's, as the clean
+// comparison maps them to the consumer's) and the replica checks. It
+// returns the positions by group.
+func (j *judgement) mismatchGroups(f *Fault, rv *checksum.RequestVerdict, e RequestExpect, o observed) map[int][]int {
+	var reported map[int][]int
+	want := map[int]GroupExpect{}
+	for _, g := range e.Groups {
+		want[g.ID] = g
+	}
+	for _, gv := range rv.Groups {
+		g, ok := want[gv.ID]
+		if !ok {
+			if gv.Verdict == checksum.Mismatch {
+				j.problem(true, "request %s group %d: mismatch at %v, but the fault did not touch the group", rv.ID, gv.ID, gv.Positions)
+			}
+			continue
+		}
+		cg := groupVerdict(o.Clean, rv.ID, gv.ID)
+		if cg == nil {
+			j.problem(false, "request %s group %d: not in the clean comparison", rv.ID, gv.ID)
+			continue
+		}
+		positions := expandPositions(cg, g.Positions, f.Input)
+		if reported == nil {
+			reported = map[int][]int{}
+		}
+		reported[gv.ID] = positions
+		if !slices.Equal(gv.Positions, positions) {
+			fp := slices.ContainsFunc(gv.Positions, func(p int) bool { return !slices.Contains(positions, p) })
+			j.problem(fp, "request %s group %d: mismatch at positions %v, want %v", rv.ID, gv.ID, gv.Positions, positions)
+		}
+		checks := g.Checks
+		if checks == nil {
+			checks = allChecks(o.CleanConsumer, rv.ID, gv.ID)
+		}
+		if !slices.Equal(gv.Checks, checks) {
+			j.problem(false, "request %s group %d: checks %v differ, want %v", rv.ID, gv.ID, gv.Checks, checks)
+		}
+		delete(want, gv.ID)
+	}
+	for id := range want {
+		j.problem(false, "request %s group %d: no mismatch reported", rv.ID, id)
+	}
+	return reported
 }
 
 // allChecks lists every check of a consumer request's group.
@@ -250,7 +270,7 @@ func judgeDetails(f *Fault, res *checksum.DiffResult, reported map[string]map[in
 
 // judge records a trial's judgement in o.
 func (s *pairState) judge(f *Fault, res, clean *checksum.DiffResult, tail []verify.TailFinding, stored []*checksum.StoredRank, o *trialOutcome) {
-	j := Judge(f, Observed{Diff: res, Clean: clean, CleanConsumer: s.consChecks, Tail: tail, Stored: stored})
+	j := judge(f, observed{Diff: res, Clean: clean, CleanConsumer: s.consChecks, Tail: tail, Stored: stored})
 	o.detected, o.localised, o.falsePositive, o.problems = j.Detected, j.Localised, j.FalsePositive, j.Problems
 	if f.Request != "" {
 		for _, rv := range res.Requests {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
-	"slices"
 	"strconv"
 
 	"github.com/kvaudit/kvaudit/checksum"
@@ -19,7 +18,7 @@ const PayloadsFile = "payloads.json"
 
 // injectPayload checksums the producer side and writes its payloads, one
 // of them tampered.
-func injectPayload(ctx context.Context, dumps []*layout.Dump, out string, opts Options) (*Fault, error) {
+func injectPayload(ctx context.Context, dumps []*layout.Dump, out string, def *kindDef, plan payloadPlan, opts Options) (*Fault, error) {
 	c, err := checksum.Compute(ctx, dumps, checksum.Options{Engine: opts.Engine})
 	if err != nil {
 		return nil, err
@@ -27,7 +26,7 @@ func injectPayload(ctx context.Context, dumps []*layout.Dump, out string, opts O
 	if !c.Complete {
 		return nil, fmt.Errorf("fault %s: give every rank of the producer (a payload holds whole-model checks)", opts.Kind)
 	}
-	payloads, f, err := TamperPayload(c, opts)
+	payloads, f, err := tamperWith(c, def, plan, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -50,22 +49,43 @@ func injectPayload(ctx context.Context, dumps []*layout.Dump, out string, opts O
 	return f, nil
 }
 
-// TamperPayload returns the payload of every request of the producer
+// tamperPayload returns the payload of every request of the producer
 // checks c (request id -> base64, in opts.PayloadForm), one of them
-// tampered as opts.Kind says (payload-flip, payload-truncate,
-// payload-version, payload-nesting), and the fault. A flipped value must
-// be a mismatch at its position; a payload that no longer decodes leaves
-// its load unverified ("the producer's checksums are invalid").
-func TamperPayload(c *checksum.Checks, opts Options) (map[string]string, *Fault, error) {
-	info, ok := InfoOf(opts.Kind)
-	if !ok || info.Input != InputPayload {
-		return nil, nil, fmt.Errorf("fault %s: not a payload fault", opts.Kind)
+// tampered as opts.Kind, a payload kind, says, and the fault. A flipped
+// value must be a mismatch at its position; a payload that no longer
+// decodes leaves its load unverified ("the producer's checksums are
+// invalid").
+func tamperPayload(c *checksum.Checks, opts Options) (map[string]string, *Fault, error) {
+	if def := lookup(opts.Kind); def != nil {
+		if plan, ok := def.plan.(payloadPlan); ok {
+			return tamperWith(c, def, plan, opts)
+		}
 	}
-	rng := rand.New(rand.NewPCG(opts.Seed, kindSeed(opts.Kind)))
-	t := opts.Target
-	payloads := map[string]string{}
-	encoded := map[string]*checksum.Payload{}
-	var ids []string
+	return nil, nil, fmt.Errorf("fault %s: not a payload fault", opts.Kind)
+}
+
+// tamper is a payload fault in the making: the producer's payloads, the
+// requests the target allows, and the fault the kind's payloadPlan fills
+// (through pickRequest, rewrite or cut, and the expectations).
+type tamper struct {
+	opts     Options
+	rng      *rand.Rand
+	f        *Fault
+	payloads map[string]string // request id -> base64
+	encoded  map[string]*checksum.Payload
+	// ids are the target's requests with a payload, in the producer's
+	// order.
+	ids []string
+}
+
+func tamperWith(c *checksum.Checks, def *kindDef, plan payloadPlan, opts Options) (map[string]string, *Fault, error) {
+	t := &tamper{
+		opts:     opts,
+		rng:      rand.New(rand.NewPCG(opts.Seed, kindSeed(opts.Kind))),
+		payloads: map[string]string{},
+		encoded:  map[string]*checksum.Payload{},
+	}
+	target := opts.Target
 	for _, r := range c.Requests {
 		p, err := checksum.NewPayload(c, r, opts.PayloadForm)
 		if err != nil {
@@ -75,111 +95,69 @@ func TamperPayload(c *checksum.Checks, opts Options) (map[string]string, *Fault,
 		if err != nil {
 			return nil, nil, fmt.Errorf("request %q: %w", r.ID, err)
 		}
-		payloads[r.ID], encoded[r.ID] = text, p
-		if t.Request == "" || t.Request == r.ID {
-			ids = append(ids, r.ID)
+		t.payloads[r.ID], t.encoded[r.ID] = text, p
+		if target.Request == "" || target.Request == r.ID {
+			t.ids = append(t.ids, r.ID)
 		}
 	}
-	if t.Request != "" && len(ids) == 0 {
-		return nil, nil, &OptionError{Option: "Target.Request", Value: strconv.Quote(t.Request), Msg: "the producer holds no such request with a payload"}
+	if target.Request != "" && len(t.ids) == 0 {
+		return nil, nil, &OptionError{Option: "Target.Request", Value: strconv.Quote(target.Request), Msg: "the producer holds no such request with a payload"}
 	}
-	na := func(format string, args ...any) error {
-		return &NotApplicableError{Kind: opts.Kind, Msg: fmt.Sprintf(format, args...)}
-	}
-	f := &Fault{
-		Format: FaultFormat, Kind: opts.Kind, Seed: opts.Seed, Input: InputPayload, Detector: info.Detector,
+	t.f = &Fault{
+		Format: faultFormat, Kind: opts.Kind, Seed: opts.Seed, Input: InputPayload, Detector: def.detector,
 		File: PayloadsFile, Changes: []Change{}, Affected: []Place{},
 		Expect: Expect{Verdict: string(checksum.Unverified)},
 	}
-	type value struct {
-		id       string
-		g, i     int // group index, value index
-		group    int
-		position int
+	if err := plan(t); err != nil {
+		return nil, nil, err
 	}
-	var values []value
-	if opts.Kind == PayloadFlip {
-		for _, id := range ids {
-			for gi, g := range encoded[id].Groups {
-				if t.Group != nil && g.ID != *t.Group {
-					continue
-				}
-				for i := range g.Values {
-					pos := g.Start + i
-					if (t.Position != nil && pos != *t.Position) || (opts.Allow != nil && !opts.Allow(id, g.ID, pos)) {
-						continue
-					}
-					values = append(values, value{id, gi, i, g.ID, pos})
-				}
-			}
-		}
-		if len(values) == 0 {
-			return nil, nil, na("no checksum value in the producer's payloads to flip")
-		}
+	pc := t.f.Payload
+	t.payloads[pc.Request] = pc.Tampered
+	return t.payloads, t.f, nil
+}
+
+func (t *tamper) na(format string, args ...any) error {
+	return &NotApplicableError{Kind: t.opts.Kind, Msg: fmt.Sprintf(format, args...)}
+}
+
+// pickRequest picks the request whose payload the fault tampers with and
+// returns it with its payload's msgpack.
+func (t *tamper) pickRequest() (string, []byte, error) {
+	if len(t.ids) == 0 {
+		return "", nil, t.na("the producer has no request with a payload")
 	}
-	if len(ids) == 0 {
-		return nil, nil, na("the producer has no request with a payload")
-	}
-	id := pick(rng, ids)
-	var v value
-	if opts.Kind == PayloadFlip {
-		v = pick(rng, values)
-		id = v.id
-	}
-	orig, _ := base64.StdEncoding.DecodeString(payloads[id])
-	var tampered []byte
-	pc := &PayloadChange{Request: id, Form: opts.PayloadForm.String(), File: PayloadsFile, Original: payloads[id]}
-	switch opts.Kind {
-	case PayloadFlip:
-		p := *encoded[id]
-		p.Groups = slices.Clone(p.Groups)
-		g := &p.Groups[v.g]
-		g.Values = slices.Clone(g.Values)
-		n := max(opts.Bits, 1)
-		if n > 64 {
-			return nil, nil, &OptionError{Option: "Bits", Value: strconv.Itoa(n), Msg: "a checksum value holds 64 bits"}
-		}
-		var b [8]byte
-		flipped := flipBits(rng, b[:], n)
-		for k := range 8 {
-			g.Values[v.i] ^= uint64(b[k]) << (8 * k)
-		}
-		var err error
-		if tampered, err = checksum.EncodePayload(&p); err != nil {
-			return nil, nil, err
-		}
-		f.Description = fmt.Sprintf("flipped bit(s) %v of the checksum value of group %d position %d in request %q's payload", flipped, v.group, v.position, id)
-		f.Expect.Verdict = string(checksum.Mismatch)
-		f.Expect.Requests = []RequestExpect{{ID: id, Verdict: string(checksum.Mismatch), Groups: []GroupExpect{{ID: v.group, Positions: []int{v.position}}}}}
-		f.Affected = []Place{{id, v.group, v.position}}
-	case PayloadVersion:
-		tampered = slices.Clone(orig)
-		old := tampered[1]
-		for tampered[1] == old {
-			tampered[1] = byte(2 + rng.IntN(126)) // a positive fixint other than 1
-		}
-		f.Description = fmt.Sprintf("set the version of request %q's payload to %d", id, tampered[1])
-	case PayloadNesting:
-		depth := 1000 + rng.IntN(20000)
-		tampered = append([]byte{0x92, 0x01}, slices.Repeat([]byte{0x91}, depth)...)
-		tampered = append(tampered, 0x90)
-		f.Description = fmt.Sprintf("replaced the body of request %q's payload with %d nested arrays", id, depth)
-	case PayloadTruncate:
-		n := rng.IntN(len(payloads[id]))
-		pc.TextLength = n
-		pc.Tampered = payloads[id][:n]
-		f.Description = fmt.Sprintf("cut request %q's payload to %d of its %d base64 characters", id, n, len(payloads[id]))
-	}
-	if tampered != nil {
-		pc.Tampered = base64.StdEncoding.EncodeToString(tampered)
-		pc.Msgpack = byteChanges(orig, tampered)
-	}
-	if opts.Kind != PayloadFlip {
-		f.Expect.Requests = []RequestExpect{{ID: id, Verdict: string(checksum.Unverified), Reason: checksum.ReasonInvalidChecksums, Groups: []GroupExpect{}}}
-	}
-	payloads[id] = pc.Tampered
-	f.Request, f.Payload = id, pc
-	return payloads, f, nil
+	id := pick(t.rng, t.ids)
+	orig, _ := base64.StdEncoding.DecodeString(t.payloads[id])
+	return id, orig, nil
+}
+
+// change starts the fault's description of request id's payload.
+func (t *tamper) change(id string) *PayloadChange {
+	pc := &PayloadChange{Request: id, Form: t.opts.PayloadForm.String(), File: PayloadsFile, Original: t.payloads[id]}
+	t.f.Request, t.f.Payload = id, pc
+	return pc
+}
+
+// rewrite replaces request id's payload with the msgpack b, and records
+// the byte ranges that differ.
+func (t *tamper) rewrite(id string, b []byte) {
+	orig, _ := base64.StdEncoding.DecodeString(t.payloads[id])
+	pc := t.change(id)
+	pc.Tampered = base64.StdEncoding.EncodeToString(b)
+	pc.Msgpack = byteChanges(orig, b)
+}
+
+// cut cuts request id's payload text to n characters.
+func (t *tamper) cut(id string, n int) {
+	pc := t.change(id)
+	pc.TextLength = n
+	pc.Tampered = t.payloads[id][:n]
+}
+
+// expectInvalid expects request id's load to be unverified: its payload
+// no longer decodes.
+func (t *tamper) expectInvalid(id string) {
+	t.f.Expect.Requests = []RequestExpect{{ID: id, Verdict: string(checksum.Unverified), Reason: checksum.ReasonInvalidChecksums, Groups: []GroupExpect{}}}
 }
 
 // byteChanges returns the ranges where b differs from a, and a range

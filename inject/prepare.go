@@ -36,6 +36,9 @@ type PrepareOptions struct {
 	Engine checksum.Engine
 }
 
+// asks says whether the options ask for any preparation.
+func (o PrepareOptions) asks() bool { return o.ZeroTails || o.ExtraBlocks > 0 || o.Stored }
+
 // Prepare writes into out (created, and empty if it exists) a copy of the
 // side made of dumps with opts applied, each rank under the name it has
 // beside its input, and returns the paths of the dumps written. Every
@@ -72,55 +75,25 @@ func cloneManifest(m *layout.Manifest) (*layout.Manifest, error) {
 	return &c, nil
 }
 
-// BlockHash is the block hash Prepare gives position pos of a request's
+// blockHash is the block hash Prepare gives position pos of a request's
 // group when the manifest has none: the hex SHA-256 of the previous
 // position's hash (none for position 0), the request id, the group and
 // the position.
-func BlockHash(prev, request string, group, pos int) string {
+func blockHash(prev, request string, group, pos int) string {
 	s := sha256.Sum256(fmt.Appendf(nil, "%s|%s|%d|%d", prev, request, group, pos))
 	return hex.EncodeToString(s[:])
 }
 
+// prepareRank writes rank d into out with opts applied: blocks appended
+// to the tables, tails zeroed, stored checksums added.
 func prepareRank(ctx context.Context, d *layout.Dump, out string, opts PrepareOptions) (string, error) {
 	m, err := cloneManifest(d.Manifest)
 	if err != nil {
 		return "", err
 	}
-	attention := func(g *layout.Group) bool { return g.Kind != layout.KindMamba }
 	if opts.ExtraBlocks > 0 {
-		for _, g := range m.Groups {
-			if !attention(&g) {
-				continue
-			}
-			key := strconv.Itoa(g.ID)
-			used := map[int]bool{}
-			for _, r := range m.Requests {
-				for _, b := range r.BlockTable[key] {
-					if b != layout.NoBlock {
-						used[b] = true
-					}
-				}
-			}
-			next := 0
-			for ri := range m.Requests {
-				r := &m.Requests[ri]
-				t, ok := r.BlockTable[key]
-				if !ok {
-					continue
-				}
-				for range opts.ExtraBlocks {
-					for next < m.NumBlocks && used[next] {
-						next++
-					}
-					if next == m.NumBlocks {
-						return "", &OptionError{Option: "ExtraBlocks", Value: strconv.Itoa(opts.ExtraBlocks), Msg: fmt.Sprintf("dump %q group %d: no unused block left", d.Path, g.ID)}
-					}
-					b := next
-					used[b] = true
-					t = append(t, b)
-				}
-				r.BlockTable[key] = t
-			}
+		if err := addExtraBlocks(d, m, opts.ExtraBlocks); err != nil {
+			return "", err
 		}
 	}
 	var edits []edit
@@ -134,63 +107,118 @@ func prepareRank(ctx context.Context, d *layout.Dump, out string, opts PrepareOp
 		}
 	}
 	if opts.Stored {
-		for ri := range m.Requests {
-			r := &m.Requests[ri]
-			for _, g := range m.Groups {
-				key := strconv.Itoa(g.ID)
-				t, ok := r.BlockTable[key]
-				if !attention(&g) || !ok {
-					continue
-				}
-				full := min(r.NumTokens/g.BlockSize, len(t))
-				if full == 0 {
-					continue
-				}
-				if r.BlockHashes == nil {
-					r.BlockHashes = map[string][]string{}
-				}
-				hashes := slices.Clone(r.BlockHashes[key])
-				for p := len(hashes); p < full; p++ {
-					prev := ""
-					if p > 0 {
-						prev = hashes[p-1]
-					}
-					hashes = append(hashes, BlockHash(prev, r.ID, g.ID, p))
-				}
-				r.BlockHashes[key] = hashes
-			}
-		}
-		// Compute the values on a view of the dump with the new manifest:
-		// zeroing tails does not touch the valid tokens of full blocks.
-		view := *d
-		view.Manifest = m
-		s, err := checksum.Stored(ctx, &view, checksum.Options{Engine: opts.Engine})
-		if err != nil {
+		if err := addStored(ctx, d, m, opts.Engine); err != nil {
 			return "", err
-		}
-		for ri := range m.Requests {
-			r := &m.Requests[ri]
-			r.StoredChecksums = nil
-			for _, b := range s.Blocks {
-				if b.Request != r.ID {
-					continue
-				}
-				if r.StoredChecksums == nil {
-					r.StoredChecksums = map[string][]string{}
-				}
-				key := strconv.Itoa(b.Group)
-				for len(r.StoredChecksums[key]) < b.Position {
-					// a null block: no value can be stored for it
-					r.StoredChecksums[key] = append(r.StoredChecksums[key], layout.Hex64(0).String())
-				}
-				r.StoredChecksums[key] = append(r.StoredChecksums[key], layout.Hex64(b.Value).String())
-			}
 		}
 	}
 	if err := m.Validate(); err != nil {
 		return "", fmt.Errorf("dump %q: the prepared manifest: %w", d.Path, err)
 	}
 	return writeDump(ctx, d, out, m, edits)
+}
+
+// attention says whether a group holds attention caches (not state).
+func attention(g *layout.Group) bool { return g.Kind != layout.KindMamba }
+
+// addExtraBlocks appends n unused blocks to every request's attention
+// block tables in m (rank d's manifest, being prepared), past its last
+// token.
+func addExtraBlocks(d *layout.Dump, m *layout.Manifest, n int) error {
+	for _, g := range m.Groups {
+		if !attention(&g) {
+			continue
+		}
+		key := strconv.Itoa(g.ID)
+		used := map[int]bool{}
+		for _, r := range m.Requests {
+			for _, b := range r.BlockTable[key] {
+				if b != layout.NoBlock {
+					used[b] = true
+				}
+			}
+		}
+		next := 0
+		for ri := range m.Requests {
+			r := &m.Requests[ri]
+			t, ok := r.BlockTable[key]
+			if !ok {
+				continue
+			}
+			for range n {
+				for next < m.NumBlocks && used[next] {
+					next++
+				}
+				if next == m.NumBlocks {
+					return &OptionError{Option: "ExtraBlocks", Value: strconv.Itoa(n), Msg: fmt.Sprintf("dump %q group %d: no unused block left", d.Path, g.ID)}
+				}
+				b := next
+				used[b] = true
+				t = append(t, b)
+			}
+			r.BlockTable[key] = t
+		}
+	}
+	return nil
+}
+
+// addStored gives every request of m (rank d's manifest, being prepared)
+// block_hashes for its full attention blocks (kept where the manifest has
+// them, else blockHash) and the stored_checksums of those blocks,
+// computed with engine.
+func addStored(ctx context.Context, d *layout.Dump, m *layout.Manifest, engine checksum.Engine) error {
+	for ri := range m.Requests {
+		r := &m.Requests[ri]
+		for _, g := range m.Groups {
+			key := strconv.Itoa(g.ID)
+			t, ok := r.BlockTable[key]
+			if !attention(&g) || !ok {
+				continue
+			}
+			full := min(r.NumTokens/g.BlockSize, len(t))
+			if full == 0 {
+				continue
+			}
+			if r.BlockHashes == nil {
+				r.BlockHashes = map[string][]string{}
+			}
+			hashes := slices.Clone(r.BlockHashes[key])
+			for p := len(hashes); p < full; p++ {
+				prev := ""
+				if p > 0 {
+					prev = hashes[p-1]
+				}
+				hashes = append(hashes, blockHash(prev, r.ID, g.ID, p))
+			}
+			r.BlockHashes[key] = hashes
+		}
+	}
+	// Compute the values on a view of the dump with the new manifest:
+	// zeroing tails does not touch the valid tokens of full blocks.
+	view := *d
+	view.Manifest = m
+	s, err := checksum.Stored(ctx, &view, checksum.Options{Engine: engine})
+	if err != nil {
+		return err
+	}
+	for ri := range m.Requests {
+		r := &m.Requests[ri]
+		r.StoredChecksums = nil
+		for _, b := range s.Blocks {
+			if b.Request != r.ID {
+				continue
+			}
+			if r.StoredChecksums == nil {
+				r.StoredChecksums = map[string][]string{}
+			}
+			key := strconv.Itoa(b.Group)
+			for len(r.StoredChecksums[key]) < b.Position {
+				// a null block: no value can be stored for it
+				r.StoredChecksums[key] = append(r.StoredChecksums[key], layout.Hex64(0).String())
+			}
+			r.StoredChecksums[key] = append(r.StoredChecksums[key], layout.Hex64(b.Value).String())
+		}
+	}
+	return nil
 }
 
 // zeroEdits zeroes every slot of every block of the dump's attention

@@ -16,15 +16,17 @@ import (
 )
 
 // TestInterrupt stops inject and campaign with SIGINT and SIGTERM while
-// they copy (a test hook holds every copy after its first chunk until the
-// command is cancelled, so the signal always lands mid-copy): each exits
-// 130 or 143 saying "interrupted", and leaves no output and no temporary
-// directory. The waits are deadlines for a hung process, not timings.
+// they copy: it builds kvaudit with -tags kvaudit_testhooks, which holds
+// every copy after its first chunk until the command is cancelled
+// (inject/copyhook_testhooks.go), so the signal always lands mid-copy.
+// Each exits 130 or 143 saying "interrupted", and leaves no output and no
+// temporary directory. The waits are deadlines for a hung process, not
+// timings.
 func TestInterrupt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds kvaudit")
 	}
-	bin := testfiles.BuildKvaudit(t)
+	bin := testfiles.BuildKvaudit(t, "kvaudit_testhooks")
 	side := t.TempDir()
 	if out, err := exec.Command(bin, "synth", "--out", side, "--preset", "tiny", "--tp", "2").CombinedOutput(); err != nil {
 		t.Fatalf("synth: %v\n%s", err, out)
@@ -55,14 +57,13 @@ func TestInterrupt(t *testing.T) {
 	}
 }
 
-// interrupt runs bin args in dir with the copy hook, sends sig once
-// started() holds, and checks the exit code and message; it returns
-// stderr.
+// interrupt runs bin args in dir, sends sig once started() holds, and
+// checks the exit code and message; it returns stderr.
 func interrupt(t *testing.T, bin, dir string, started func() bool, sig syscall.Signal, code int, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "KVAUDIT_TESTHOOK_STALL_COPY=1", "NO_COLOR=1")
+	cmd.Env = append(os.Environ(), "NO_COLOR=1")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -91,17 +91,22 @@ func AssertUnchanged(t testing.TB, dir string, before map[string][32]byte) {
 	}
 }
 
-// BuildKvaudit builds the pure-Go kvaudit binary of this tree into a new
-// temporary directory and returns the binary's path. It uses the go
-// command on PATH (go test puts its own first).
-func BuildKvaudit(t testing.TB) string {
+// BuildKvaudit builds the pure-Go kvaudit binary of this tree, with the
+// build tags given, into a new temporary directory and returns the
+// binary's path. It uses the go command on PATH (go test puts its own
+// first).
+func BuildKvaudit(t testing.TB, tags ...string) string {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("the go command is needed to build kvaudit: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "kvaudit")
-	cmd := exec.Command(goTool, "build", "-o", bin, "github.com/kvaudit/kvaudit/cmd/kvaudit")
+	args := []string{"build", "-o", bin}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command(goTool, append(args, "github.com/kvaudit/kvaudit/cmd/kvaudit")...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build kvaudit: %v\n%s", err, out)

@@ -15,7 +15,8 @@ import (
 	"github.com/kvaudit/kvaudit/report"
 )
 
-// CampaignOptions are the settings of `kvaudit campaign`.
+// CampaignOptions are the settings of `kvaudit campaign`: the library's
+// options, with the flags bound to their fields, and the command's own.
 type CampaignOptions struct {
 	IO *Streams
 	// Paths are producer and consumer sides, alternately (none: the
@@ -23,8 +24,8 @@ type CampaignOptions struct {
 	Paths  []string
 	Output string
 	// JUnit, when set, is a file to write the JUnit report to as well.
-	JUnit    string
-	Campaign inject.CampaignOptions
+	JUnit string
+	inject.CampaignOptions
 }
 
 // NewCmdCampaign builds `kvaudit campaign`. runF replaces the run function
@@ -73,24 +74,9 @@ fault was missed or mislocalised or a control was flagged.
 			if len(args)%2 != 0 {
 				return usageErrorf("give sides in pairs: PRODUCER CONSUMER (got %d arguments)", len(args))
 			}
-			opts.Paths, opts.JUnit = args, cfg.String("junit")
-			if opts.Output, err = outputOf(cfg); err != nil {
+			opts.Paths = args
+			if err := opts.resolve(cfg); err != nil {
 				return err
-			}
-			c := &opts.Campaign
-			c.Trials, c.Seed, c.Workers, c.Dir = cfg.Int("trials"), cfg.Uint64("seed"), cfg.Int("threads"), cfg.String("dir")
-			if cfg.Changed("workers") {
-				c.Workers = cfg.Int("workers")
-			}
-			if c.Trials < 1 {
-				return usageErrorf("--trials %d: want at least 1", c.Trials)
-			}
-			for _, name := range append(cfg.Strings("fault"), cfg.Strings("faults")...) {
-				k, err := inject.ParseKind(strings.TrimSpace(name))
-				if err != nil {
-					return &UsageError{fmt.Errorf("--fault: %w", err)}
-				}
-				c.Kinds = append(c.Kinds, k)
 			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
@@ -99,22 +85,49 @@ fault was missed or mislocalised or a control was flagged.
 		},
 	}
 	f := cmd.Flags()
-	f.Int("trials", 20, "trials per fault kind")
-	f.Uint64("seed", 1, "seed of the campaign (and of the synthesized KV)")
+	f.IntVar(&opts.Trials, "trials", 20, "trials per fault kind")
+	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the campaign (and of the synthesized KV)")
 	f.StringSlice("fault", nil, "fault kind to run (repeatable, or comma-separated; default every kind)")
 	addOutputFlag(cmd, "")
-	f.String("junit", "", "also write the JUnit XML report to this file (the table, or -o, still printed)")
-	f.Int("threads", 0, "trials run at once (default GOMAXPROCS)")
+	f.StringVar(&opts.JUnit, "junit", "", "also write the JUnit XML report to this file (the table, or -o, still printed)")
+	f.IntVar(&opts.Workers, "threads", 0, "trials run at once (default GOMAXPROCS)")
 	f.StringSlice("faults", nil, "")
 	_ = f.MarkDeprecated("faults", "use --fault")
 	f.Int("workers", 0, "")
 	_ = f.MarkDeprecated("workers", "use --threads")
-	f.String("dir", "", "directory for the campaign's scratch files, removed afterwards (default the system's temporary directory)")
+	f.StringVar(&opts.Dir, "dir", "", "directory for the campaign's scratch files, removed afterwards (default the system's temporary directory)")
 	return cmd
 }
 
+// resolve completes the options from the command's settings: the bound
+// fields take the environment's and kvaudit.yaml's values; the output,
+// the kinds and the deprecated --workers are parsed and checked.
+func (o *CampaignOptions) resolve(cfg *config) error {
+	if err := cfg.bindSettings(); err != nil {
+		return err
+	}
+	var err error
+	if o.Output, err = outputOf(cfg); err != nil {
+		return err
+	}
+	if cfg.Changed("workers") {
+		o.Workers = cfg.Int("workers")
+	}
+	if o.Trials < 1 {
+		return usageErrorf("--trials %d: want at least 1", o.Trials)
+	}
+	for _, name := range append(cfg.Strings("fault"), cfg.Strings("faults")...) {
+		k, err := inject.ParseKind(strings.TrimSpace(name))
+		if err != nil {
+			return &UsageError{fmt.Errorf("--fault: %w", err)}
+		}
+		o.Kinds = append(o.Kinds, k)
+	}
+	return nil
+}
+
 func campaignRun(ctx context.Context, opts *CampaignOptions) error {
-	c := opts.Campaign
+	c := opts.CampaignOptions
 	for i := 0; i+1 < len(opts.Paths); i += 2 {
 		c.Pairs = append(c.Pairs, inject.Pair{
 			Name:     opts.Paths[i] + " > " + opts.Paths[i+1],

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,34 +12,72 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/inject"
-	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/report"
 )
 
-// InjectOptions are the settings of `kvaudit inject`.
+// InjectOptions are the settings of `kvaudit inject`: the library's
+// options, with the flags bound to their fields, and the command's own.
 type InjectOptions struct {
 	IO    *Streams
 	Paths []string
 	Out   string
 	// Output is table or markdown (a summary) or json (fault.json).
-	Output  string
-	Inject  inject.Options
-	Prepare inject.PrepareOptions
+	Output string
+	inject.Options
 }
 
 // NewCmdInject builds `kvaudit inject`. runF replaces the run function in
 // tests.
 func NewCmdInject(s *Streams, runF func(context.Context, *InjectOptions) error) *cobra.Command {
 	opts := &InjectOptions{IO: s}
-	var kinds []string
-	for _, in := range inject.Infos {
-		kinds = append(kinds, fmt.Sprintf("  %-16s %s (%s)", in.Kind, in.Models, in.Detector))
-	}
 	cmd := &cobra.Command{
 		Use:   "inject DUMP|DIR... --fault KIND --out DIR",
 		Short: "Write a corrupted copy of a side and fault.json: what changed and what should catch it",
-		Long: `Inject copies a side (its dumps, or the producer's payloads for payload
+		Long:  injectLong(),
+		Example: `  # flip one bit somewhere in a consumer, then see diff find it
+  $ kvaudit inject out/consumer --fault bit-flip --seed 7 --out bad
+  $ kvaudit diff out/producer bad
+
+  # swap two heads of layer 1 in request req-0's block at position 2
+  $ kvaudit inject out/consumer --fault swap-heads --request req-0 --layer 1 --position 2 --out bad
+
+  # an unzeroed tail on a consumer whose connector zeroes tails, found by the tail audit only
+  $ kvaudit inject out/consumer --fault stale-tail --zero-tails --extra-blocks 1 --out bad
+  $ kvaudit diff out/producer bad --audit-tail
+
+  # a tampered payload
+  $ kvaudit inject out/producer --fault payload-flip --out bad
+  $ kvaudit diff bad/payloads.json out/consumer`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := newConfig(cmd)
+			if err != nil {
+				return err
+			}
+			opts.Paths = args
+			if err := opts.resolve(cfg); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return injectRun(cmd.Context(), opts)
+		},
+	}
+	addInjectFlags(cmd, opts)
+	return cmd
+}
+
+// injectLong is inject's help: what it writes, and every kind with what
+// it models and what catches it.
+func injectLong() string {
+	var kinds []string
+	for _, k := range inject.Kinds() {
+		in, _ := inject.InfoOf(k)
+		kinds = append(kinds, fmt.Sprintf("  %-16s %s (%s)", in.Kind, in.Models, in.Detector))
+	}
+	return `Inject copies a side (its dumps, or the producer's payloads for payload
 faults) into --out with one seeded fault, the way KV transfers go wrong, and
 writes --out/fault.json: the kind, the seed, the rank, tensor and file, the
 exact byte ranges that differ from the input, the (group, block position)s
@@ -67,114 +103,109 @@ Kinds:
 ` + strings.Join(kinds, "\n") + `
   none             no change: a clean copy (a control)
 
-` + exitCodeHelp("inject"),
-		Example: `  # flip one bit somewhere in a consumer, then see diff find it
-  $ kvaudit inject out/consumer --fault bit-flip --seed 7 --out bad
-  $ kvaudit diff out/producer bad
+` + exitCodeHelp("inject")
+}
 
-  # swap two heads of layer 1 in request req-0's block at position 2
-  $ kvaudit inject out/consumer --fault swap-heads --request req-0 --layer 1 --position 2 --out bad
-
-  # an unzeroed tail on a consumer whose connector zeroes tails, found by the tail audit only
-  $ kvaudit inject out/consumer --fault stale-tail --zero-tails --extra-blocks 1 --out bad
-  $ kvaudit diff out/producer bad --audit-tail
-
-  # a tampered payload
-  $ kvaudit inject out/producer --fault payload-flip --out bad
-  $ kvaudit diff bad/payloads.json out/consumer`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := newConfig(cmd)
-			if err != nil {
-				return err
-			}
-			opts.Paths = args
-			if opts.Out = cfg.String("out"); opts.Out == "" {
-				return usageErrorf("--out is required")
-			}
-			if opts.Output, err = outputOf(cfg); err != nil {
-				return err
-			}
-			o := &opts.Inject
-			faults := cfg.Strings("fault")
-			if len(faults) > 1 {
-				return usageErrorf("--fault %s: inject writes one fault (kvaudit campaign runs several kinds)", strings.Join(faults, ","))
-			}
-			k, err := inject.ParseKind(strings.Join(faults, ""))
-			if err != nil {
-				return &UsageError{fmt.Errorf("--fault: %w", err)}
-			}
-			o.Kind, o.Seed, o.Bits = k, cfg.Uint64("seed"), cfg.Int("bits")
-			o.Force = cfg.Bool("force")
-			if o.Bits < 1 {
-				return usageErrorf("--bits %d: want at least 1", o.Bits)
-			}
-			t := &o.Target
-			t.Layer = cfg.String("layer")
-			switch requests := cfg.Strings("request"); len(requests) {
-			case 0:
-			case 1:
-				t.Request = requests[0]
-			default: // the seed picks one of them
-				o.Allow = func(request string, _, _ int) bool { return slices.Contains(requests, request) }
-			}
-			for _, x := range []struct {
-				flag string
-				dst  **int
-			}{{"group", &t.Group}, {"head", &t.Head}, {"position", &t.Position}} {
-				if cfg.Changed(x.flag) || cfg.Int(x.flag) >= 0 {
-					v := cfg.Int(x.flag)
-					if v < 0 {
-						return usageErrorf("--%s %d is negative", x.flag, v)
-					}
-					*x.dst = &v
-				}
-			}
-			if r := cfg.String("rank"); r != "" {
-				if t.Rank, err = parseRank(r); err != nil {
-					return err
-				}
-			}
-			if o.PayloadForm, err = checksum.ParsePayloadForm(cfg.String("payload-form")); err != nil {
-				return &UsageError{err}
-			}
-			p := &opts.Prepare
-			p.ZeroTails, p.ExtraBlocks, p.Stored = cfg.Bool("zero-tails"), cfg.Int("extra-blocks"), cfg.Bool("add-stored") || cfg.Bool("stored")
-			if p.ExtraBlocks < 0 {
-				return usageErrorf("--extra-blocks %d is negative", p.ExtraBlocks)
-			}
-			if o.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
-				return err
-			}
-			p.Engine = o.Engine
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return injectRun(cmd.Context(), opts)
-		},
-	}
+// addInjectFlags adds inject's flags, bound to the options' fields where
+// the flag's type is the field's; resolve parses the others.
+func addInjectFlags(cmd *cobra.Command, o *InjectOptions) {
 	f := cmd.Flags()
 	f.StringSlice("fault", nil, "fault kind (see above; one)")
-	f.String("out", "", "directory to write the copy and fault.json into (created; must not exist or be empty)")
-	f.Bool("force", false, "replace --out if it holds a previous kvaudit inject output (fault.json)")
-	f.Uint64("seed", 1, "seed of every choice the targets leave open")
+	f.StringVar(&o.Out, "out", "", "directory to write the copy and fault.json into (created; must not exist or be empty)")
+	f.BoolVar(&o.Force, "force", false, "replace --out if it holds a previous kvaudit inject output (fault.json)")
+	f.Uint64Var(&o.Seed, "seed", 1, "seed of every choice the targets leave open")
 	f.StringSlice("request", nil, "target request id (repeatable: the seed picks one of them)")
 	f.Int("group", -1, "target group id")
-	f.String("layer", "", "target layer name or number")
+	f.StringVar(&o.Target.Layer, "layer", "", "target layer name or number")
 	f.Int("head", -1, "target global KV head (a global state row for state faults)")
 	f.Int("position", -1, "target block position")
 	f.String("rank", "", "target rank: TP or PP:TP")
-	f.Int("bits", 1, "bits to flip (bit-flip, replica-diverge, state-flip, payload-flip)")
-	f.Bool("zero-tails", false, "first zero every slot no request's tokens occupy (a connector that zeroes tails)")
-	f.Int("extra-blocks", 0, "first append N unused blocks past each request's last token")
-	f.Bool("add-stored", false, "first give full blocks block hashes and stored checksums (an offload tier)")
+	f.IntVar(&o.Bits, "bits", 1, "bits to flip (bit-flip, replica-diverge, state-flip, payload-flip)")
+	f.BoolVar(&o.Prepare.ZeroTails, "zero-tails", false, "first zero every slot no request's tokens occupy (a connector that zeroes tails)")
+	f.IntVar(&o.Prepare.ExtraBlocks, "extra-blocks", 0, "first append N unused blocks past each request's last token")
+	f.BoolVar(&o.Prepare.Stored, "add-stored", false, "first give full blocks block hashes and stored checksums (an offload tier)")
 	f.Bool("stored", false, "")
 	_ = f.MarkDeprecated("stored", "use --add-stored (--stored checks stored checksums in checksum and diff)")
 	f.String("payload-form", "nested", "form of the payloads payload faults write: nested or flat")
 	addOutputFlag(cmd, "table and markdown: a summary; json: fault.json")
 	f.String("engine", "cpu", engineHelp)
 	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
-	return cmd
+}
+
+// resolve completes the options from the command's settings: the bound
+// fields take the environment's and kvaudit.yaml's values, and the
+// settings whose flag is not the field's type are parsed and checked.
+func (o *InjectOptions) resolve(cfg *config) error {
+	if err := cfg.bindSettings(); err != nil {
+		return err
+	}
+	if o.Out == "" {
+		return usageErrorf("--out is required")
+	}
+	var err error
+	if o.Output, err = outputOf(cfg); err != nil {
+		return err
+	}
+	faults := cfg.Strings("fault")
+	if len(faults) > 1 {
+		return usageErrorf("--fault %s: inject writes one fault (kvaudit campaign runs several kinds)", strings.Join(faults, ","))
+	}
+	if o.Kind, err = inject.ParseKind(strings.Join(faults, "")); err != nil {
+		return &UsageError{fmt.Errorf("--fault: %w", err)}
+	}
+	if o.Bits < 1 {
+		return usageErrorf("--bits %d: want at least 1", o.Bits)
+	}
+	if err := o.resolveTarget(cfg); err != nil {
+		return err
+	}
+	if o.PayloadForm, err = checksum.ParsePayloadForm(cfg.String("payload-form")); err != nil {
+		return &UsageError{err}
+	}
+	if cfg.Bool("stored") {
+		o.Prepare.Stored = true
+	}
+	if o.Prepare.ExtraBlocks < 0 {
+		return usageErrorf("--extra-blocks %d is negative", o.Prepare.ExtraBlocks)
+	}
+	if o.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), o.IO.Err); err != nil {
+		return err
+	}
+	o.Step = func(what string) func() { return longStep(o.IO, what) }
+	return nil
+}
+
+// resolveTarget parses the targets: --request (several: the seed picks
+// one of them), --group, --head and --position (-1, their default, is no
+// target) and --rank.
+func (o *InjectOptions) resolveTarget(cfg *config) error {
+	t := &o.Target
+	switch requests := cfg.Strings("request"); len(requests) {
+	case 0:
+	case 1:
+		t.Request = requests[0]
+	default:
+		o.Positions = func(request string, _, _ int) bool { return slices.Contains(requests, request) }
+	}
+	for _, x := range []struct {
+		flag string
+		dst  **int
+	}{{"group", &t.Group}, {"head", &t.Head}, {"position", &t.Position}} {
+		if cfg.Changed(x.flag) || cfg.Int(x.flag) >= 0 {
+			v := cfg.Int(x.flag)
+			if v < 0 {
+				return usageErrorf("--%s %d is negative", x.flag, v)
+			}
+			*x.dst = &v
+		}
+	}
+	if r := cfg.String("rank"); r != "" {
+		var err error
+		if t.Rank, err = parseRank(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // parseRank reads "TP" or "PP:TP".
@@ -191,6 +222,9 @@ func parseRank(s string) (*inject.Rank, error) {
 	return &inject.Rank{PP: p, TP: t}, nil
 }
 
+// injectRun checks the arguments, opens the side and makes the one
+// library call (inject.Inject, which prepares the side first when asked),
+// then prints fault.json or its summary.
 func injectRun(ctx context.Context, opts *InjectOptions) error {
 	if err := checkSidePaths(opts.Paths); err != nil {
 		return err
@@ -200,41 +234,10 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 		return err
 	}
 	defer layout.CloseAll(dumps)
-	out, err := filepath.Abs(opts.Out)
-	if err != nil {
+	if err := checkOutsideInputs(opts.Out, opts.Paths, opts.Force); err != nil {
 		return err
 	}
-	if err := checkOutsideInputs(opts.Out, opts.Paths, opts.Inject.Force); err != nil {
-		return err
-	}
-	p := opts.Prepare
-	if p.ZeroTails || p.ExtraBlocks > 0 || p.Stored {
-		// Prepare a copy beside --out, inject from it into --out (copied
-		// again), and remove the scratch copy.
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-			return err
-		}
-		tmp, err := safeio.TempDir(filepath.Dir(out), ".kvaudit-prepare-")
-		if err != nil {
-			return err
-		}
-		defer safeio.RemoveTemp(tmp)
-		done := longStep(opts.IO, "preparing the side (tails zeroed, blocks past the last token, stored checksums)")
-		paths, err := inject.Prepare(ctx, dumps, filepath.Join(tmp, "side"), p)
-		done()
-		if err != nil {
-			return injectFlagError(err)
-		}
-		prepared, err := layout.OpenSide(paths)
-		if err != nil {
-			return err
-		}
-		defer layout.CloseAll(prepared)
-		dumps = prepared
-	}
-	done := longStep(opts.IO, fmt.Sprintf("injecting %s into %s", opts.Inject.Kind, opts.Out))
-	f, err := inject.Inject(ctx, dumps, opts.Out, opts.Inject)
-	done()
+	f, err := inject.Inject(ctx, dumps, opts.Out, opts.Options)
 	var na *inject.NotApplicableError
 	if errors.As(err, &na) {
 		return fmt.Errorf("%w (kvaudit inject --help lists what each kind needs)", err)
@@ -265,62 +268,14 @@ func injectFlagError(err error) error {
 	return err
 }
 
-// faultTable summarizes a fault.
+// faultTable is a fault's summary (Fault.Summary) as a table.
 func faultTable(f *inject.Fault, out string) *report.Table {
-	t := &report.Table{Title: fmt.Sprintf("kvaudit inject: %s (seed %d) into %s", f.Kind, f.Seed, out)}
-	add := func(k, format string, args ...any) { t.Add(report.C("%s", k), report.C(format, args...)) }
-	add("fault", "%s", f.Description)
-	if f.Rank != nil {
-		add("rank", "%d:%d", f.Rank.PP, f.Rank.TP)
+	t := &report.Table{
+		Title: fmt.Sprintf("kvaudit inject: %s (seed %d) into %s", f.Kind, f.Seed, out),
+		Notes: []string{"fault.json lists every changed byte range and what each detector must report"},
 	}
-	if f.File != "" {
-		add("file", "%s", f.File)
+	for _, l := range f.Summary() {
+		t.Add(report.C("%s", l.Name), report.C("%s", l.Text))
 	}
-	if f.Tensor != "" {
-		add("tensor", "%s", f.Tensor)
-	}
-	var bytes int64
-	for _, c := range f.Changes {
-		bytes += c.Length
-	}
-	add("changed", "%d byte(s) in %d range(s)", bytes, len(f.Changes))
-	var places []string
-	for _, p := range f.Affected {
-		places = append(places, fmt.Sprintf("%s g%d p%d", p.Request, p.Group, p.Position))
-	}
-	add("affected", "%s", strings.Join(places, ", "))
-	add("detector", "%s", f.Detector)
-	add("expect", "%s", expectSummary(f))
-	t.Notes = append(t.Notes, "fault.json lists every changed byte range and what each detector must report")
 	return t
-}
-
-func expectSummary(f *inject.Fault) string {
-	var parts []string
-	for _, r := range f.Expect.Requests {
-		if r.Verdict == string(checksum.Unverified) {
-			parts = append(parts, fmt.Sprintf("%s unverified (%s)", r.ID, r.Reason))
-			continue
-		}
-		for _, g := range r.Groups {
-			s := fmt.Sprintf("%s mismatch in group %d at position(s) %s", r.ID, g.ID, checksum.Ranges(g.Positions))
-			if g.Checks != nil {
-				s += " in check(s) " + checksum.Ranges(g.Checks)
-			}
-			parts = append(parts, s)
-		}
-	}
-	if len(f.Expect.Tail) > 0 {
-		parts = append(parts, fmt.Sprintf("the tail audit finds %d block(s) not zeroed", len(f.Expect.Tail)))
-	}
-	if len(f.Expect.Stored) > 0 {
-		parts = append(parts, fmt.Sprintf("%d stored checksum(s) fail", len(f.Expect.Stored)))
-	}
-	if len(parts) == 0 {
-		return "every load verifies: nothing may report it"
-	}
-	if len(f.Expect.Requests) == 0 {
-		parts = append(parts, "every load verifies")
-	}
-	return strings.Join(parts, "; ")
 }

@@ -1,0 +1,216 @@
+package inject
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/checksum/drill"
+	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
+)
+
+// This file holds a campaign's trials: one fault injected into a pair
+// and what the detectors report of it.
+
+// trialSeed derives a trial's seed from the campaign's, the kind and the
+// trial's number, so a trial is the same whatever other kinds run.
+func trialSeed(seed uint64, k Kind, trial int) uint64 {
+	x := seed ^ kindSeed(k) ^ uint64(trial+1)
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// trialOutcome is one trial's judgement.
+type trialOutcome struct {
+	pair          string
+	seed          uint64
+	description   string
+	notApplicable bool
+	detected      bool
+	localised     bool
+	falsePositive bool
+	problems      []string
+	example       string
+	err           error
+}
+
+// runTrial injects one fault and judges what the detectors report.
+func runTrial(ctx context.Context, states []*pairState, k Kind, trial int, campaignSeed uint64, dir string) trialOutcome {
+	info, _ := InfoOf(k)
+	seed := trialSeed(campaignSeed, k, trial)
+	// Kinds start on different pairs; trials rotate through them.
+	first := registryIndex(k) + 1
+	for attempt := range len(states) {
+		s := states[(first+trial+attempt)%len(states)]
+		if info.Detector == DetectTail && !s.tailClean {
+			continue // the tail audit already reports the pair's consumer
+		}
+		o := trialOutcome{pair: s.name, seed: seed}
+		var err error
+		if info.Input == InputPayload {
+			err = s.payloadTrial(k, seed, &o)
+		} else {
+			err = s.dumpTrial(ctx, k, seed, dir, &o)
+		}
+		if isNotApplicable(err) {
+			continue
+		}
+		o.err = err
+		return o
+	}
+	return trialOutcome{notApplicable: true, seed: seed}
+}
+
+func (s *pairState) payloadTrial(k Kind, seed uint64, o *trialOutcome) error {
+	payloads, f, err := tamperPayload(s.prodChecks, Options{Kind: k, Seed: seed, Positions: s.allowProducer, PayloadForm: checksum.FormNested})
+	if err != nil {
+		return err
+	}
+	var reqs []*checksum.RequestChecks
+	for _, r := range s.prodChecks.Requests {
+		text, ok := payloads[r.ID]
+		if !ok {
+			continue
+		}
+		rc, _ := checksum.PayloadRequestBase64(r.ID, text) // a tampered payload may not decode: that is the point
+		reqs = append(reqs, rc)
+	}
+	res := checksum.Diff(checksum.ProducerChecks(reqs...), s.consChecks)
+	o.description = f.Description
+	s.judge(f, res, s.payloadClean, nil, nil, o)
+	return nil
+}
+
+func (s *pairState) dumpTrial(ctx context.Context, k Kind, seed uint64, dir string, o *trialOutcome) error {
+	defer os.RemoveAll(dir)
+	f, err := Inject(ctx, s.consumer, dir, Options{Kind: k, Seed: seed, Positions: s.allowConsumer, ChangedOnly: true})
+	if err != nil {
+		return err
+	}
+	o.description = f.Description
+	changed := map[Rank]bool{}
+	for _, c := range f.Changes {
+		changed[c.Rank] = true
+	}
+	dumps := slices.Clone(s.consumer)
+	recs := slices.Clone(s.consRecs)
+	stored := slices.Clone(s.stored)
+	var opened []*layout.Dump
+	defer func() { layout.CloseAll(opened) }() // a closure: opened grows below
+	for i, d := range s.consumer {
+		pp, tp := d.Rank()
+		if !changed[Rank{PP: pp, TP: tp}] {
+			continue
+		}
+		nd, err := layout.Open(filepath.Join(dir, filepath.Base(d.Path)))
+		if err != nil {
+			return err
+		}
+		opened = append(opened, nd)
+		dumps[i] = nd
+		if recs[i], err = checksum.RankRecord(ctx, nd, checksum.Options{Engine: trialEngine}); err != nil {
+			return err
+		}
+		if stored[i], err = checksum.Stored(ctx, nd, checksum.Options{Engine: trialEngine}); err != nil {
+			return err
+		}
+	}
+	cons, err := checksum.Merge(recs)
+	if err != nil {
+		return err
+	}
+	res := checksum.Diff(s.prodChecks, cons)
+	if res.Verdict == checksum.Mismatch {
+		if err := drill.Explain(ctx, s.producer, dumps, res, drill.Options{MaxDetails: -1}); err != nil {
+			return err
+		}
+	}
+	tail, err := verify.AuditTails(opened, nil) // the unchanged ranks audited clean
+	if err != nil {
+		return err
+	}
+	s.judge(f, res, s.clean, tail.Findings, stored, o)
+	return nil
+}
+
+// allowConsumer allows the consumer positions the clean comparison covers.
+func (s *pairState) allowConsumer(id string, g, pos int) bool {
+	gv := groupVerdict(s.clean, id, g)
+	return gv != nil && pos < len(gv.Map) && gv.Map[pos] == checksum.PosVerified
+}
+
+// allowProducer allows the producer positions whose block the clean
+// comparison covers on the consumer.
+func (s *pairState) allowProducer(id string, g, pos int) bool {
+	for _, rv := range s.clean.Requests {
+		if rv.ProducerID != id {
+			continue
+		}
+		gv := groupVerdict(s.clean, rv.ID, g)
+		if gv == nil {
+			continue
+		}
+		for _, x := range expandPositions(gv, []int{pos}, InputPayload) {
+			if gv.Map[x] == checksum.PosVerified {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func groupVerdict(res *checksum.DiffResult, id string, g int) *checksum.GroupVerdict {
+	for _, rv := range res.Requests {
+		if rv.ID == id {
+			for _, gv := range rv.Groups {
+				if gv.ID == g {
+					return gv
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// expandPositions maps positions of the faulted side (the consumer's for
+// dumps, the producer's for a payload) to the consumer positions a
+// comparison reports: every compared consumer position of the larger
+// block (unit) holding them.
+func expandPositions(gv *checksum.GroupVerdict, positions []int, input string) []int {
+	var out []int
+	add := func(x int) {
+		if x >= 0 && x < len(gv.Map) && gv.Map[x] == checksum.PosVerified && !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	cs, ps := gv.BlockSize, gv.ProducerBlockSize
+	if ps == 0 {
+		ps = cs
+	}
+	if gv.Kind == layout.KindMamba || cs == 0 {
+		for _, p := range positions {
+			add(p)
+		}
+		sort.Ints(out)
+		return out
+	}
+	L := max(cs, ps)
+	in := cs
+	if input == InputPayload {
+		in = ps
+	}
+	for _, p := range positions {
+		u := p / (L / in)
+		for x := u * (L / cs); x < (u+1)*(L/cs); x++ {
+			add(x)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
