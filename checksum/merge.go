@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // Fixed reasons a load or a group is unverified (docs/spec.md §9), reported
@@ -139,12 +140,12 @@ func (e *MergeError) Error() string { return "merging records: " + e.Msg }
 // twice, agreeing on groups and on each request's tokens and blocks). With
 // fewer than tp_size*pp_size records every request is unverified
 // (ReasonNotEveryWorker).
-func Merge(records []*Record) (*Checks, error) {
+func Merge(records []*wire.Record) (*Checks, error) {
 	if len(records) == 0 {
 		return nil, &MergeError{"no records"}
 	}
 	recs := slices.Clone(records)
-	slices.SortFunc(recs, func(a, b *Record) int {
+	slices.SortFunc(recs, func(a, b *wire.Record) int {
 		return cmp.Or(cmp.Compare(a.PPRank, b.PPRank), cmp.Compare(a.TPRank, b.TPRank))
 	})
 	c := &Checks{TPSize: recs[0].TPSize, PPSize: recs[0].PPSize, Skipped: map[int]string{}}
@@ -282,7 +283,7 @@ type groupSum struct {
 	noBlock bool
 }
 
-func (s *groupSum) add(g RecordRequestGroup) {
+func (s *groupSum) add(g wire.RecordRequestGroup) {
 	if g.ValuesBlock == nil {
 		s.noBlock, s.block = true, nil
 	} else if !s.noBlock && s.block == nil {

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // PayloadRequest returns the producer checks a decoded payload carries,
@@ -11,24 +13,24 @@ import (
 // block size of a nested payload, or the flat fingerprint alone (FlatOnly,
 // BlockSize 0) of a flat one. TPSize is the payload's (0 for the flat
 // form). The groups are sorted by id and share no memory with p.
-func PayloadRequest(id string, p *Payload) *RequestChecks {
+func PayloadRequest(id string, p *wire.Payload) *RequestChecks {
 	return payloadRequest(id, p, true)
 }
 
 // PayloadRequestInPlace decodes a payload held in buf (base64 text, or
-// msgpack when text is false) in place (DecodePayloadInPlace) into the
+// msgpack when text is false) in place (wire.DecodePayloadInPlace) into the
 // producer checks of request id, which keep buf's memory: decoding a
 // payload file costs about its size once. A malformed payload gives a
 // request unverified with ReasonInvalidChecksums and the decoding error.
 func PayloadRequestInPlace(id string, buf []byte, text bool) (*RequestChecks, error) {
-	p, err := DecodePayloadInPlace(buf, text)
+	p, err := wire.DecodePayloadInPlace(buf, text)
 	if err != nil {
 		return InvalidRequest(id, ReasonInvalidChecksums), err
 	}
 	return payloadRequest(id, p, false), nil
 }
 
-func payloadRequest(id string, p *Payload, clone bool) *RequestChecks {
+func payloadRequest(id string, p *wire.Payload, clone bool) *RequestChecks {
 	r := &RequestChecks{ID: id, NumTokens: p.NumTokens, TPSize: p.TPSize, Notes: slices.Clone(p.Notes)}
 	for _, g := range p.Groups {
 		vals := g.Values
@@ -39,7 +41,7 @@ func payloadRequest(id string, p *Payload, clone bool) *RequestChecks {
 		if gc.Checks[0] == nil {
 			gc.Checks[0] = []uint64{}
 		}
-		if p.Form == FormFlat {
+		if p.Form == wire.FormFlat {
 			gc.FingerprintFlat, gc.HasFlat, gc.FlatOnly = g.Fingerprint, true, true
 		} else {
 			gc.Fingerprint = g.Fingerprint
@@ -53,9 +55,9 @@ func payloadRequest(id string, p *Payload, clone bool) *RequestChecks {
 // PayloadRequestBase64 decodes a payload's base64 text into the producer
 // checks of request id. A malformed payload is not an error of the
 // comparison: it gives a request unverified with ReasonInvalidChecksums,
-// and the decoding error (a *PayloadError) to report.
+// and the decoding error (a *wire.PayloadError) to report.
 func PayloadRequestBase64(id, text string) (*RequestChecks, error) {
-	p, err := DecodePayloadBase64(text)
+	p, err := wire.DecodePayloadBase64(text)
 	if err != nil {
 		return InvalidRequest(id, ReasonInvalidChecksums), err
 	}
@@ -83,24 +85,24 @@ func ProducerChecks(reqs ...*RequestChecks) *Checks {
 }
 
 // NewPayload returns what a producer sends for request r of side c: check
-// 0 of each group, in form (FormNested with the nested fingerprint, block
-// size, the side's TP size and request-numbered values; FormFlat with the
+// 0 of each group, in form (wire.FormNested with the nested fingerprint, block
+// size, the side's TP size and request-numbered values; wire.FormFlat with the
 // flat fingerprint and block-numbered values, byte for byte what vLLM's
 // published producer encodes). A request with load-level unverified
 // reasons (not every rank reported) has no payload: vLLM's producer sends
 // none then. The flat form needs the block-numbered checks
 // (GroupChecks.ChecksBlock).
-func NewPayload(c *Checks, r *RequestChecks, form PayloadForm) (*Payload, error) {
+func NewPayload(c *Checks, r *RequestChecks, form wire.PayloadForm) (*wire.Payload, error) {
 	if len(r.Unverified) > 0 {
 		return nil, fmt.Errorf("request %q: no payload: %s", r.ID, r.Unverified[0])
 	}
-	p := &Payload{Form: form, NumTokens: r.NumTokens}
-	if form == FormNested {
+	p := &wire.Payload{Form: form, NumTokens: r.NumTokens}
+	if form == wire.FormNested {
 		p.TPSize = c.TPSize
 	}
 	for _, g := range r.Groups {
-		pg := PayloadGroup{ID: g.ID, Start: g.Start, Fingerprint: g.Fingerprint}
-		if form == FormNested {
+		pg := wire.PayloadGroup{ID: g.ID, Start: g.Start, Fingerprint: g.Fingerprint}
+		if form == wire.FormNested {
 			pg.BlockSize = g.BlockSize
 			if len(g.Checks) > 0 {
 				pg.Values = g.Checks[0]

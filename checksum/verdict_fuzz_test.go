@@ -1,8 +1,12 @@
 package checksum
 
 import (
+	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/kvaudit/kvaudit/internal/testfiles"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // fuzzConsumer is the consumer the fuzzed payloads are compared with: two
@@ -29,36 +33,36 @@ func fuzzConsumer() *Checks {
 // compared (right fingerprints, one wrong value; right values in one group
 // and a wrong fingerprint).
 func FuzzPayloadDiff(f *testing.F) {
-	for _, v := range readPayloadVectors(f) { // fails on an empty glob
-		f.Add(v.input)
+	for _, v := range testfiles.ReadPayloadVectors(f, filepath.Join("..", "wire", "testdata", "payload")) { // fails on an empty glob
+		f.Add(v.Input)
 	}
 	cons := fuzzConsumer()
 	cg := cons.Requests[0].Groups
-	nearMisses := []*Payload{
-		{Form: FormNested, NumTokens: 40, TPSize: 1, Groups: []PayloadGroup{
+	nearMisses := []*wire.Payload{
+		{Form: wire.FormNested, NumTokens: 40, TPSize: 1, Groups: []wire.PayloadGroup{
 			{ID: 0, Fingerprint: cg[0].Fingerprint, BlockSize: 16, Values: []uint64{cg[0].Checks[0][0], cg[0].Checks[0][1], 1}},
 			{ID: 1, Fingerprint: cg[1].Fingerprint, BlockSize: 32, Values: []uint64{7, 8}},
 		}},
-		{Form: FormNested, NumTokens: 40, TPSize: 4, Groups: []PayloadGroup{
+		{Form: wire.FormNested, NumTokens: 40, TPSize: 4, Groups: []wire.PayloadGroup{
 			{ID: 0, Fingerprint: cg[0].Fingerprint, BlockSize: 32, Values: []uint64{9, 10}},
 		}},
-		{Form: FormFlat, NumTokens: 40, Groups: []PayloadGroup{
+		{Form: wire.FormFlat, NumTokens: 40, Groups: []wire.PayloadGroup{
 			{ID: 0, Fingerprint: cg[0].FingerprintFlat, Values: []uint64{1, 2, 3}},
 			{ID: 1, Fingerprint: 1, Values: cg[1].Checks[0]},
 		}},
 	}
 	for _, p := range nearMisses {
-		b, err := EncodePayload(p)
+		b, err := wire.EncodePayload(p)
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Add(b)
-		s, _ := EncodePayloadBase64(p)
+		s, _ := wire.EncodePayloadBase64(p)
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		p, err := DecodePayload(data)
-		check := func(entry string, p *Payload, err error) {
+		p, err := wire.DecodePayload(data)
+		check := func(entry string, p *wire.Payload, err error) {
 			rc := InvalidRequest("req-0", ReasonInvalidChecksums)
 			if err == nil {
 				rc = PayloadRequest("req-0", p)
@@ -73,7 +77,7 @@ func FuzzPayloadDiff(f *testing.F) {
 			}
 		}
 		check("DecodePayload", p, err)
-		p, err = DecodePayloadBase64(string(data))
+		p, err = wire.DecodePayloadBase64(string(data))
 		check("DecodePayloadBase64", p, err)
 	})
 }

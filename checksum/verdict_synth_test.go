@@ -12,6 +12,7 @@ import (
 	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // writeSide synthesizes cfg under a new temporary directory.
@@ -248,7 +249,7 @@ func TestDiffFlatVector(t *testing.T) {
 	if fp < 1<<32 {
 		t.Fatalf("fingerprint %#x: the vector below writes a uint64", fp)
 	}
-	wire := []byte{
+	msg := []byte{
 		0x93,       // fixarray of 3: (version, num_tokens, groups)
 		0x01,       // version 1
 		0x28,       // num_tokens 40 (positive fixint)
@@ -261,38 +262,38 @@ func TestDiffFlatVector(t *testing.T) {
 		0x00,       // start 0
 		0xc4, 0x18, // bin 8 of 24 bytes: three little-endian uint64
 	}
-	binary.BigEndian.PutUint64(wire[7:15], fp)
+	binary.BigEndian.PutUint64(msg[7:15], fp)
 	if len(values) != 3 {
 		t.Fatalf("%d values, want 3", len(values))
 	}
 	for _, v := range values {
-		wire = binary.LittleEndian.AppendUint64(wire, v)
+		msg = binary.LittleEndian.AppendUint64(msg, v)
 	}
 
 	consumer := sideChecks(t, writeSide(t, consumerOf(pcfg, tp(2), lay("hnd"))))
-	diff := func(wire []byte, consumer *checksum.Checks) *checksum.DiffResult {
-		p, err := checksum.DecodePayload(wire)
+	diff := func(msg []byte, consumer *checksum.Checks) *checksum.DiffResult {
+		p, err := wire.DecodePayload(msg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Form != checksum.FormFlat {
+		if p.Form != wire.FormFlat {
 			t.Fatalf("form %v", p.Form)
 		}
 		return checksum.Diff(checksum.ProducerChecks(checksum.PayloadRequest("req-0", p)), consumer)
 	}
-	if res := diff(wire, consumer); res.Verdict != checksum.Verified {
+	if res := diff(msg, consumer); res.Verdict != checksum.Verified {
 		t.Errorf("flat vector: %q %s", res.Verdict, groupsString(res.Requests[0]))
 	}
-	bad := slices.Clone(wire)
+	bad := slices.Clone(msg)
 	bad[len(bad)-1] ^= 0x80 // the last value, position 2
 	if res := diff(bad, consumer); res.Verdict != checksum.Mismatch || !slices.Equal(res.Requests[0].Groups[0].Positions, []int{2}) {
 		t.Errorf("changed value: %q %s", res.Verdict, groupsString(res.Requests[0]))
 	}
 	other := sideChecks(t, writeSide(t, consumerOf(pcfg, blockSize(32))))
-	if res := diff(wire, other); res.Verdict != checksum.Unverified || res.Requests[0].Groups[0].Reason != checksum.ReasonFingerprint {
+	if res := diff(msg, other); res.Verdict != checksum.Unverified || res.Requests[0].Groups[0].Reason != checksum.ReasonFingerprint {
 		t.Errorf("other block size: %q %s", res.Verdict, groupsString(res.Requests[0]))
 	}
-	reqWire := slices.Clone(wire[:len(wire)-24])
+	reqWire := slices.Clone(msg[:len(msg)-24])
 	for _, v := range requestValues {
 		reqWire = binary.LittleEndian.AppendUint64(reqWire, v)
 	}
@@ -343,14 +344,14 @@ func TestPayloadRoundTrip(t *testing.T) {
 	prod := sideChecks(t, writeSide(t, pcfg))
 	same := sideChecks(t, writeSide(t, consumerOf(pcfg, tp(2))))
 	bigger := sideChecks(t, writeSide(t, consumerOf(pcfg, blockSize(32))))
-	for _, form := range []checksum.PayloadForm{checksum.FormNested, checksum.FormFlat} {
+	for _, form := range []wire.PayloadForm{wire.FormNested, wire.FormFlat} {
 		var reqs []*checksum.RequestChecks
 		for _, r := range prod.Requests {
 			p, err := checksum.NewPayload(prod, r, form)
 			if err != nil {
 				t.Fatal(err)
 			}
-			text, err := checksum.EncodePayloadBase64(p)
+			text, err := wire.EncodePayloadBase64(p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -364,7 +365,7 @@ func TestPayloadRoundTrip(t *testing.T) {
 			t.Errorf("%v, same block size: %q", form, v)
 		}
 		want := checksum.Verified
-		if form == checksum.FormFlat {
+		if form == wire.FormFlat {
 			want = checksum.Unverified
 		}
 		if v := checksum.Diff(checksum.ProducerChecks(reqs...), bigger).Verdict; v != want {
@@ -382,7 +383,7 @@ func TestPayloadRoundTrip(t *testing.T) {
 	// A producer that is missing a rank sends nothing.
 	partial := *prod.Requests[0]
 	partial.Unverified = []string{checksum.ReasonNotEveryWorker}
-	if _, err := checksum.NewPayload(prod, &partial, checksum.FormNested); err == nil {
+	if _, err := checksum.NewPayload(prod, &partial, wire.FormNested); err == nil {
 		t.Error("payload of a partial request")
 	}
 }

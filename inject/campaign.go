@@ -20,6 +20,7 @@ import (
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // Pair is a producer and a consumer to inject faults into: given sides
@@ -372,7 +373,7 @@ type pairState struct {
 	name       string
 	producer   []*layout.Dump
 	consumer   []*layout.Dump
-	consRecs   []*checksum.Record
+	consRecs   []*wire.Record
 	prodChecks *checksum.Checks
 	consChecks *checksum.Checks
 	clean      *checksum.DiffResult
@@ -457,11 +458,11 @@ func preparePair(ctx context.Context, p Pair, dir string) *pairState {
 	}
 	var reqs []*checksum.RequestChecks
 	for _, r := range s.prodChecks.Requests {
-		pl, err := checksum.NewPayload(s.prodChecks, r, checksum.FormNested)
+		pl, err := checksum.NewPayload(s.prodChecks, r, wire.FormNested)
 		if err != nil {
 			continue
 		}
-		text, err := checksum.EncodePayloadBase64(pl)
+		text, err := wire.EncodePayloadBase64(pl)
 		if err != nil {
 			return fail(err)
 		}
@@ -629,7 +630,7 @@ func runTrial(ctx context.Context, states []*pairState, k Kind, trial int, campa
 }
 
 func (s *pairState) payloadTrial(k Kind, seed uint64, o *trialOutcome) error {
-	payloads, f, err := TamperPayload(s.prodChecks, Options{Kind: k, Seed: seed, Allow: s.allowProducer, PayloadForm: checksum.FormNested})
+	payloads, f, err := TamperPayload(s.prodChecks, Options{Kind: k, Seed: seed, Allow: s.allowProducer, PayloadForm: wire.FormNested})
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // Options say which fault to inject where.
@@ -36,7 +37,7 @@ type Options struct {
 	// engine).
 	Engine checksum.Engine
 	// PayloadForm is the form of the payloads payload faults write.
-	PayloadForm checksum.PayloadForm
+	PayloadForm wire.PayloadForm
 	// Force replaces an output directory a previous injection wrote.
 	Force bool
 }

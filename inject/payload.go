@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // PayloadsFile is the name of the payloads a payload fault writes.
@@ -64,14 +65,14 @@ func TamperPayload(c *checksum.Checks, opts Options) (map[string]string, *Fault,
 	rng := rand.New(rand.NewPCG(opts.Seed, kindSeed(opts.Kind)))
 	t := opts.Target
 	payloads := map[string]string{}
-	encoded := map[string]*checksum.Payload{}
+	encoded := map[string]*wire.Payload{}
 	var ids []string
 	for _, r := range c.Requests {
 		p, err := checksum.NewPayload(c, r, opts.PayloadForm)
 		if err != nil {
 			continue // no payload for a request not every rank reported
 		}
-		text, err := checksum.EncodePayloadBase64(p)
+		text, err := wire.EncodePayloadBase64(p)
 		if err != nil {
 			return nil, nil, fmt.Errorf("request %q: %w", r.ID, err)
 		}
@@ -145,7 +146,7 @@ func TamperPayload(c *checksum.Checks, opts Options) (map[string]string, *Fault,
 			g.Values[v.i] ^= uint64(b[k]) << (8 * k)
 		}
 		var err error
-		if tampered, err = checksum.EncodePayload(&p); err != nil {
+		if tampered, err = wire.EncodePayload(&p); err != nil {
 			return nil, nil, err
 		}
 		f.Description = fmt.Sprintf("flipped bit(s) %v of the checksum value of group %d position %d in request %q's payload", flipped, v.group, v.position, id)

@@ -478,7 +478,7 @@ func FindDumps(paths []string) (dumps, rest []string, err error) {
 					root.Close()
 					return nil, nil, err
 				}
-				if bytes.Contains(head, []byte(`"kvaudit-record/`)) { // checksum.RecordFormat
+				if bytes.Contains(head, []byte(`"kvaudit-record/`)) { // wire.RecordFormat
 					rest = append(rest, q)
 					found++
 				}

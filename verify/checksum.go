@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // Checksums are one side's checks: its ranks checksummed and merged into
@@ -18,7 +19,7 @@ type Checksums struct {
 	Checks *checksum.Checks
 	// Records are the per-rank records merged: those computed from the
 	// side's dumps, then the side's record files.
-	Records []*checksum.Record
+	Records []*wire.Record
 }
 
 // IncompleteError is a side given with fewer ranks than its deployment
@@ -82,17 +83,17 @@ func Checksum(ctx context.Context, in Input, opts Options) (*Checksums, error) {
 }
 
 // Records checksums a side given by paths into one record per rank, not
-// merged: each rank's partial sums, for checksum.MarshalRecord and a
+// merged: each rank's partial sums, for wire.MarshalRecord and a
 // Checksum (or checksum.Merge) elsewhere. Any subset of the side's ranks
 // will do. Records carry both numberings (docs/spec.md §8), whatever
 // opts.BlockValues says.
-func Records(ctx context.Context, in Input, opts Options) ([]*checksum.Record, error) {
+func Records(ctx context.Context, in Input, opts Options) ([]*wire.Record, error) {
 	return records(ctx, in, opts, true)
 }
 
 // records opens a side and returns its records: its dumps checksummed,
 // then its record files.
-func records(ctx context.Context, in Input, opts Options, blockValues bool) ([]*checksum.Record, error) {
+func records(ctx context.Context, in Input, opts Options, blockValues bool) ([]*wire.Record, error) {
 	side, err := Open(in)
 	if err != nil {
 		return nil, err

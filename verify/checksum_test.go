@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // TestChecksum: a whole side's checks equal those computed from the
@@ -103,7 +104,7 @@ func TestChecksum(t *testing.T) {
 		if len(recs) != 1 {
 			t.Fatalf("%s: %d records", p, len(recs))
 		}
-		b, err := checksum.MarshalRecord(recs[0])
+		b, err := wire.MarshalRecord(recs[0])
 		if err != nil {
 			t.Fatal(err)
 		}

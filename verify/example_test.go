@@ -12,6 +12,7 @@ import (
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // Compare what a TP1 producer sent for request req-0 (vLLM's
@@ -29,11 +30,11 @@ func ExampleCompare() {
 	if err != nil {
 		panic(err)
 	}
-	p, err := checksum.NewPayload(prod, prod.Requests[0], checksum.FormNested)
+	p, err := checksum.NewPayload(prod, prod.Requests[0], wire.FormNested)
 	if err != nil {
 		panic(err)
 	}
-	text, err := checksum.EncodePayloadBase64(p)
+	text, err := wire.EncodePayloadBase64(p)
 	if err != nil {
 		panic(err)
 	}
@@ -116,7 +117,7 @@ func ExampleChecksum() {
 		if err != nil {
 			panic(err)
 		}
-		b, _ := checksum.MarshalRecord(recs[0])
+		b, _ := wire.MarshalRecord(recs[0])
 		f := filepath.Join(dir, fmt.Sprintf("rank-%d.record.json", i))
 		os.WriteFile(f, b, 0o644)
 		files = append(files, f)

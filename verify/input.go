@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // Input names one side of a comparison. Set exactly one of Payload, Arg
@@ -42,7 +43,7 @@ type Input struct {
 // records, or what a producer sent.
 type Side struct {
 	Dumps   []*layout.Dump
-	Records []*checksum.Record
+	Records []*wire.Record
 
 	// A producer given as what it sent: one bare payload (it pairs with
 	// one consumer request) or payloads by producer request id.
@@ -77,7 +78,7 @@ func (s *Side) dumpsOnly() bool {
 
 // allRecords checksums the side's dumps and returns those records with
 // the side's own, ready for checksum.Merge.
-func (s *Side) allRecords(ctx context.Context, opts checksum.Options) ([]*checksum.Record, error) {
+func (s *Side) allRecords(ctx context.Context, opts checksum.Options) ([]*wire.Record, error) {
 	if s.payload {
 		return nil, fmt.Errorf("%s is a payload, not dumps or records", s.name)
 	}
@@ -135,7 +136,7 @@ func openPaths(paths []string) (*Side, error) {
 		if !looksLikeRecord(data) {
 			return nil, fmt.Errorf("%q is neither a dump nor a record (a payload is given as a side of its own)", p)
 		}
-		recs, err := checksum.ParseRecords(p, data)
+		recs, err := wire.ParseRecords(p, data)
 		if err != nil {
 			return nil, err
 		}
@@ -150,7 +151,7 @@ func openPaths(paths []string) (*Side, error) {
 // looksLikeRecord says whether a file means to be a record (and so must be
 // a valid one).
 func looksLikeRecord(data []byte) bool {
-	return bytes.Contains(data, []byte(checksum.RecordFormat))
+	return bytes.Contains(data, []byte(wire.RecordFormat))
 }
 
 // openArg resolves one argument: "-" (payload text or JSON on stdin), a
@@ -182,7 +183,7 @@ func openArg(arg string, stdin io.Reader) (*Side, error) {
 		return nil, err
 	}
 	if looksLikeRecord(data) {
-		recs, err := checksum.ParseRecords(arg, data)
+		recs, err := wire.ParseRecords(arg, data)
 		if err != nil {
 			return nil, err
 		}
@@ -303,7 +304,7 @@ func payloadSide(what string, data []byte) (*Side, error) {
 
 // readPayloadFile reads a regular payload or record file (never a FIFO or
 // a device; at most maxPayloadFile bytes, its size when opened) into an
-// aligned buffer that in-place decoding can keep (checksum.NewPayloadBuffer).
+// aligned buffer that in-place decoding can keep (wire.NewPayloadBuffer).
 func readPayloadFile(path string) ([]byte, error) {
 	f, st, err := layout.OpenRegular(path)
 	if err != nil {
@@ -313,7 +314,7 @@ func readPayloadFile(path string) ([]byte, error) {
 	if st.Size() > maxPayloadFile {
 		return nil, fmt.Errorf("%q: %d bytes is more than the %d-byte limit for a payload or record file", path, st.Size(), maxPayloadFile)
 	}
-	buf := checksum.NewPayloadBuffer(int(st.Size()))
+	buf := wire.NewPayloadBuffer(int(st.Size()))
 	n, err := io.ReadFull(f, buf)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("reading %q: %w", path, err)
@@ -331,7 +332,7 @@ func readPayloadInput(r io.Reader) ([]byte, error) {
 				return nil, fmt.Errorf("%d bytes: too large for a payload", st.Size())
 			}
 			if off, err := f.Seek(0, io.SeekCurrent); err == nil && off <= st.Size() {
-				buf := checksum.NewPayloadBuffer(int(st.Size() - off))
+				buf := wire.NewPayloadBuffer(int(st.Size() - off))
 				n, err := io.ReadFull(f, buf)
 				if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 					return nil, err
@@ -359,7 +360,7 @@ func readPayloadInput(r io.Reader) ([]byte, error) {
 	if total > maxPayloadFile {
 		return nil, fmt.Errorf("more than %d bytes: too large for a payload", maxPayloadFile)
 	}
-	buf := checksum.NewPayloadBuffer(total)
+	buf := wire.NewPayloadBuffer(total)
 	off := 0
 	for i, c := range chunks {
 		off += copy(buf[off:], c)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 func storedRank(blocks ...checksum.StoredBlock) *checksum.StoredRank {
@@ -146,7 +147,7 @@ func TestCompareErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	recFile := filepath.Join(dir, "rank.record.json")
-	b, err := checksum.MarshalRecord(recs[0])
+	b, err := wire.MarshalRecord(recs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,11 +167,11 @@ func TestCompareErrors(t *testing.T) {
 		t.Errorf("dumps vs their records: %s, %d requests, want verified, %d", res.Verdict(), len(res.Diff.Requests), len(c.Requests))
 	}
 	// The same through kv_transfer_params for one named request.
-	p, err := checksum.NewPayload(c, c.Requests[1], checksum.FormNested)
+	p, err := checksum.NewPayload(c, c.Requests[1], wire.FormNested)
 	if err != nil {
 		t.Fatal(err)
 	}
-	text, err := checksum.EncodePayloadBase64(p)
+	text, err := wire.EncodePayloadBase64(p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,19 +3,19 @@ package cli
 import (
 	"testing"
 
-	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // TestPlausiblePayload: real payloads (either form), their JSON and a
 // truncated payload are payload text; mistyped paths and words are not.
 func TestPlausiblePayload(t *testing.T) {
 	var yes []string
-	for _, form := range []checksum.PayloadForm{checksum.FormNested, checksum.FormFlat} {
-		p := &checksum.Payload{Form: form, NumTokens: 40, Groups: []checksum.PayloadGroup{{ID: 0, Fingerprint: 7, Values: []uint64{1, 2, 3}}}}
-		if form == checksum.FormNested {
+	for _, form := range []wire.PayloadForm{wire.FormNested, wire.FormFlat} {
+		p := &wire.Payload{Form: form, NumTokens: 40, Groups: []wire.PayloadGroup{{ID: 0, Fingerprint: 7, Values: []uint64{1, 2, 3}}}}
+		if form == wire.FormNested {
 			p.TPSize, p.Groups[0].BlockSize = 1, 16
 		}
-		s, err := checksum.EncodePayloadBase64(p)
+		s, err := wire.EncodePayloadBase64(p)
 		if err != nil {
 			t.Fatal(err)
 		}

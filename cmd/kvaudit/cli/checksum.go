@@ -14,6 +14,7 @@ import (
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // ChecksumOptions are the settings of `kvaudit checksum`.
@@ -29,7 +30,7 @@ type ChecksumOptions struct {
 	// Force lets -o record --out replace existing record files.
 	Force bool
 	// PayloadForm is the form -o payload writes.
-	PayloadForm checksum.PayloadForm
+	PayloadForm wire.PayloadForm
 	// Numbering is the numbering of -o table and json (docs/spec.md §1).
 	Numbering checksum.Numbering
 	// Stored emits (and checks) the offload tier's stored checksums
@@ -81,7 +82,7 @@ skipped) exits 2 with the reasons.
 			if opts.Output, err = outputOf(cfg); err != nil {
 				return err
 			}
-			if opts.PayloadForm, err = checksum.ParsePayloadForm(cfg.String("payload-form")); err != nil {
+			if opts.PayloadForm, err = wire.ParsePayloadForm(cfg.String("payload-form")); err != nil {
 				return usageErrorf("--payload-form: %v", err)
 			}
 			if opts.Numbering, err = checksum.ParseNumbering(cfg.String("numbering")); err != nil {
@@ -130,7 +131,7 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 	}
 	in := verify.Input{Paths: opts.Paths}
 	vopts := verify.Options{Engine: opts.Engine, Requests: opts.Requests, Partial: opts.Partial,
-		BlockValues: opts.Numbering == checksum.NumberBlock || (opts.Output == "payload" && opts.PayloadForm == checksum.FormFlat),
+		BlockValues: opts.Numbering == checksum.NumberBlock || (opts.Output == "payload" && opts.PayloadForm == wire.FormFlat),
 		Progress: func(_ string, dumps []*layout.Dump, requests []string) (func(int64), func()) {
 			bar := newChecksumProgress(opts.IO, dumps, requests, "checksum")
 			return bar.Callback(), bar.Finish
@@ -170,9 +171,9 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 
 // writeRecords writes each rank's record: to stdout, one JSON document
 // after the other, or with --out to one file per rank.
-func writeRecords(opts *ChecksumOptions, recs []*checksum.Record) error {
+func writeRecords(opts *ChecksumOptions, recs []*wire.Record) error {
 	for _, rec := range recs {
-		b, err := checksum.MarshalRecord(rec)
+		b, err := wire.MarshalRecord(rec)
 		if err != nil {
 			return err
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // InjectOptions are the settings of `kvaudit inject`.
@@ -135,7 +136,7 @@ Kinds:
 					return err
 				}
 			}
-			if o.PayloadForm, err = checksum.ParsePayloadForm(cfg.String("payload-form")); err != nil {
+			if o.PayloadForm, err = wire.ParsePayloadForm(cfg.String("payload-form")); err != nil {
 				return &UsageError{err}
 			}
 			p := &opts.Prepare

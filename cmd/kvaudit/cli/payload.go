@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // writePayloads prints what a producer sends for each request of side c:
@@ -13,7 +14,7 @@ import (
 // in the given form (`kvaudit checksum -o payload`, docs/spec.md §12).
 // `kvaudit diff` reads the object back and pairs its entries by id. A side
 // missing ranks has no payload.
-func writePayloads(w io.Writer, c *checksum.Checks, form checksum.PayloadForm) error {
+func writePayloads(w io.Writer, c *checksum.Checks, form wire.PayloadForm) error {
 	if !c.Complete {
 		return usageErrorf("-o payload: a producer sends checksums only when every rank reported: give all %d ranks", c.TPSize*c.PPSize)
 	}
@@ -23,7 +24,7 @@ func writePayloads(w io.Writer, c *checksum.Checks, form checksum.PayloadForm) e
 		if err != nil {
 			return err
 		}
-		text, err := checksum.EncodePayloadBase64(p)
+		text, err := wire.EncodePayloadBase64(p)
 		if err != nil {
 			return fmt.Errorf("request %q: %w", r.ID, err)
 		}

@@ -1,14 +1,11 @@
-package checksum
+package wire
 
 import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
@@ -18,6 +15,8 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 	"pgregory.net/rapid"
+
+	"github.com/kvaudit/kvaudit/internal/testfiles"
 )
 
 // leValues returns the little-endian bytes of vs, as Python's
@@ -403,124 +402,29 @@ func TestPayloadDuplicatesAgree(t *testing.T) {
 	})
 }
 
-// payloadVector is one file of testdata/payload: a few "key: value" lines,
-// a blank line, then the input.
-type payloadVector struct {
-	name     string
-	expect   string // "ok" or "error"
-	contains string // substring of the error
-	form     string // "raw", "hex" (msgpack) or "base64" (text)
-	shape    string // "flat" or "nested", for expect: ok
-	input    []byte // msgpack for raw and hex, the text for base64
-}
-
-const payloadCorpusGlob = "testdata/payload/*"
-
-func readPayloadVectors(tb testing.TB) []payloadVector {
-	tb.Helper()
-	files, err := filepath.Glob(payloadCorpusGlob)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if len(files) < 15 {
-		tb.Fatalf("%q matched %d files, want at least 15", payloadCorpusGlob, len(files))
-	}
-	var vs []payloadVector
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		v, err := parsePayloadVector(data)
-		if err != nil {
-			tb.Fatalf("%s: %v", f, err)
-		}
-		v.name = filepath.Base(f)
-		vs = append(vs, v)
-	}
-	return vs
-}
-
-func parsePayloadVector(data []byte) (payloadVector, error) {
-	var v payloadVector
-	head, body, ok := bytes.Cut(data, []byte("\n\n"))
-	if !ok {
-		return v, errors.New("no blank line after the header")
-	}
-	seen := map[string]bool{}
-	for _, line := range strings.Split(string(head), "\n") {
-		key, value, ok := strings.Cut(line, ": ")
-		if !ok {
-			return v, fmt.Errorf("header line %q is not \"key: value\"", line)
-		}
-		if seen[key] {
-			return v, fmt.Errorf("repeated key %q", key)
-		}
-		seen[key] = true
-		switch key {
-		case "comment":
-		case "expect":
-			v.expect = value
-		case "contains":
-			v.contains = value
-		case "form":
-			v.form = value
-		case "shape":
-			v.shape = value
-		default:
-			return v, fmt.Errorf("unknown key %q", key)
-		}
-	}
-	switch v.expect {
-	case "ok":
-		if v.shape != "flat" && v.shape != "nested" || v.contains != "" {
-			return v, errors.New("expect: ok needs shape: flat|nested and no contains")
-		}
-	case "error":
-		if v.contains == "" || v.shape != "" {
-			return v, errors.New("expect: error needs contains and no shape")
-		}
-	default:
-		return v, fmt.Errorf("expect is %q, want ok or error", v.expect)
-	}
-	switch v.form {
-	case "raw", "base64":
-		v.input = body
-	case "hex":
-		b, err := hex.DecodeString(strings.Join(strings.Fields(string(body)), ""))
-		if err != nil {
-			return v, err
-		}
-		v.input = b
-	default:
-		return v, fmt.Errorf("form is %q, want raw, hex or base64", v.form)
-	}
-	return v, nil
-}
-
 // decodeEntryPoints runs a vector through every entry point that takes it:
 // msgpack through DecodePayload and, as base64 with and without surrounding
 // whitespace, through DecodePayloadBase64; text through DecodePayloadBase64.
-func decodeEntryPoints(v payloadVector) map[string]func() (*Payload, error) {
-	if v.form == "base64" {
+func decodeEntryPoints(v testfiles.PayloadVector) map[string]func() (*Payload, error) {
+	if v.Form == "base64" {
 		return map[string]func() (*Payload, error){
-			"DecodePayloadBase64": func() (*Payload, error) { return DecodePayloadBase64(string(v.input)) },
+			"DecodePayloadBase64": func() (*Payload, error) { return DecodePayloadBase64(string(v.Input)) },
 		}
 	}
-	text := base64.StdEncoding.EncodeToString(v.input)
+	text := base64.StdEncoding.EncodeToString(v.Input)
 	return map[string]func() (*Payload, error){
-		"DecodePayload":              func() (*Payload, error) { return DecodePayload(v.input) },
+		"DecodePayload":              func() (*Payload, error) { return DecodePayload(v.Input) },
 		"DecodePayloadBase64":        func() (*Payload, error) { return DecodePayloadBase64(text) },
 		"DecodePayloadBase64/spaced": func() (*Payload, error) { return DecodePayloadBase64("\n " + text + "\t\n") },
 	}
 }
 
 func TestPayloadCorpus(t *testing.T) {
-	for _, v := range readPayloadVectors(t) {
-		t.Run(v.name, func(t *testing.T) {
+	for _, v := range testfiles.ReadPayloadVectors(t, filepath.Join("testdata", "payload")) {
+		t.Run(v.Name, func(t *testing.T) {
 			for entry, decode := range decodeEntryPoints(v) {
 				p, err := decode()
-				if v.form != "base64" && len(v.input) == 0 && entry != "DecodePayload" {
+				if v.Form != "base64" && len(v.Input) == 0 && entry != "DecodePayload" {
 					// Empty msgpack is empty text: the base64 layer reports it.
 					if err == nil || !strings.Contains(err.Error(), "base64: empty input") {
 						t.Errorf("%s: %v, want a base64 empty-input error", entry, err)
@@ -537,22 +441,22 @@ func TestPayloadCorpus(t *testing.T) {
 	}
 }
 
-func inputLen(v payloadVector, entry string) int {
-	if entry == "DecodePayload" || v.form == "base64" {
-		return len(v.input)
+func inputLen(v testfiles.PayloadVector, entry string) int {
+	if entry == "DecodePayload" || v.Form == "base64" {
+		return len(v.Input)
 	}
-	return base64.StdEncoding.EncodedLen(len(v.input))
+	return base64.StdEncoding.EncodedLen(len(v.Input))
 }
 
-func checkOutcome(t *testing.T, entry string, v payloadVector, p *Payload, err error) {
+func checkOutcome(t *testing.T, entry string, v testfiles.PayloadVector, p *Payload, err error) {
 	t.Helper()
-	if v.expect == "error" {
+	if v.Expect == "error" {
 		var pe *PayloadError
 		if p != nil || !errors.As(err, &pe) {
 			t.Fatalf("%s = %+v, %v; want nil and a *PayloadError", entry, p, err)
 		}
-		if !strings.Contains(err.Error(), v.contains) {
-			t.Fatalf("%s: error %q does not contain %q", entry, err, v.contains)
+		if !strings.Contains(err.Error(), v.Contains) {
+			t.Fatalf("%s: error %q does not contain %q", entry, err, v.Contains)
 		}
 		if !strings.HasPrefix(err.Error(), "payload: ") {
 			t.Fatalf("%s: error %q lacks the \"payload: \" prefix", entry, err)
@@ -562,8 +466,8 @@ func checkOutcome(t *testing.T, entry string, v payloadVector, p *Payload, err e
 	if err != nil {
 		t.Fatalf("%s: %v", entry, err)
 	}
-	if p.Form.String() != v.shape {
-		t.Fatalf("%s: form %v, want %s", entry, p.Form, v.shape)
+	if p.Form.String() != v.Shape {
+		t.Fatalf("%s: form %v, want %s", entry, p.Form, v.Shape)
 	}
 	checkReencode(t, p)
 }

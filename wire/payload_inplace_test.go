@@ -1,9 +1,12 @@
-package checksum
+package wire
 
 import (
 	"encoding/base64"
+	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/kvaudit/kvaudit/internal/testfiles"
 )
 
 // decodeInPlace runs DecodePayloadInPlace on a fresh aligned copy of in.
@@ -17,22 +20,22 @@ func decodeInPlace(in []byte, text bool) (*Payload, error) {
 // decoders give, payload and notes or error, on every corpus vector, as
 // text and as msgpack, at aligned and unaligned buffers.
 func TestDecodePayloadInPlace(t *testing.T) {
-	for _, v := range readPayloadVectors(t) {
-		text := string(v.input)
-		if v.form != "base64" {
-			text = base64.StdEncoding.EncodeToString(v.input)
-			want, wantErr := DecodePayload(v.input)
-			got, err := decodeInPlace(v.input, false)
-			checkSame(t, v.name+" msgpack", want, wantErr, got, err)
+	for _, v := range testfiles.ReadPayloadVectors(t, filepath.Join("testdata", "payload")) {
+		text := string(v.Input)
+		if v.Form != "base64" {
+			text = base64.StdEncoding.EncodeToString(v.Input)
+			want, wantErr := DecodePayload(v.Input)
+			got, err := decodeInPlace(v.Input, false)
+			checkSame(t, v.Name+" msgpack", want, wantErr, got, err)
 			// Unaligned: decoded by copying, same result.
-			buf := NewPayloadBuffer(len(v.input) + 1)[1:]
-			copy(buf, v.input)
+			buf := NewPayloadBuffer(len(v.Input) + 1)[1:]
+			copy(buf, v.Input)
 			got, err = DecodePayloadInPlace(buf, false)
-			checkSame(t, v.name+" msgpack unaligned", want, wantErr, got, err)
+			checkSame(t, v.Name+" msgpack unaligned", want, wantErr, got, err)
 		}
 		want, wantErr := DecodePayloadBase64(text)
 		got, err := decodeInPlace([]byte(text), true)
-		checkSame(t, v.name+" text", want, wantErr, got, err)
+		checkSame(t, v.Name+" text", want, wantErr, got, err)
 	}
 }
 

@@ -1,8 +1,11 @@
-package checksum
+package wire
 
 import (
 	"errors"
+	"path/filepath"
 	"testing"
+
+	"github.com/kvaudit/kvaudit/internal/testfiles"
 )
 
 // FuzzDecodePayload feeds arbitrary bytes to DecodePayload and, as text, to
@@ -12,8 +15,8 @@ import (
 // testdata/payload (its msgpack, or its text for base64 vectors) and a few
 // valid encodings of both forms.
 func FuzzDecodePayload(f *testing.F) {
-	for _, v := range readPayloadVectors(f) { // fails on an empty glob
-		f.Add(v.input)
+	for _, v := range testfiles.ReadPayloadVectors(f, filepath.Join("testdata", "payload")) { // fails on an empty glob
+		f.Add(v.Input)
 	}
 	for _, p := range []*Payload{
 		{Form: FormFlat, NumTokens: 40, Groups: []PayloadGroup{
