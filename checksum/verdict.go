@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/ranges"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -156,7 +157,7 @@ func DiffWith(producer, consumer *Checks, opts DiffOptions) *DiffResult {
 		rv := diffRequest(producer, consumer, cr)
 		for _, gv := range rv.Groups {
 			if n := gv.notCompared(); len(n) > 0 && (gv.Verdict == Verified || gv.Verdict == Mismatch) {
-				rv.Notes = append(rv.Notes, fmt.Sprintf("group %d: loaded block positions %s not compared (not covered by the producer's checksums, or another token count)", gv.ID, Ranges(n)))
+				rv.Notes = append(rv.Notes, fmt.Sprintf("group %d: loaded block positions %s not compared (not covered by the producer's checksums, or another token count)", gv.ID, ranges.Format(n)))
 				if opts.Strict && gv.Verdict == Verified {
 					gv.Verdict, gv.Reason = Unverified, ReasonNotCovered
 					gv.Hint = "--strict: every loaded block must be compared"
@@ -456,30 +457,6 @@ func (gv *GroupVerdict) notCompared() []int {
 		}
 	}
 	return out
-}
-
-// Ranges writes integers compactly, ascending: "0-3,7" (for notes that
-// name block positions, layers or heads). v is not modified.
-func Ranges(v []int) string {
-	v = slices.Clone(v)
-	slices.Sort(v)
-	var b strings.Builder
-	for i := 0; i < len(v); {
-		j := i
-		for j+1 < len(v) && v[j+1] == v[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		if j == i {
-			fmt.Fprintf(&b, "%d", v[i])
-		} else {
-			fmt.Fprintf(&b, "%d-%d", v[i], v[j])
-		}
-		i = j + 1
-	}
-	return b.String()
 }
 
 // record marks the consumer positions of one compared unit.

@@ -519,18 +519,3 @@ func TestDiffStrict(t *testing.T) {
 		t.Errorf("strict, all covered: %q %q", res.Verdict, res.Requests[0].Notes)
 	}
 }
-
-// TestRanges: positions, layers and heads are written as compact ranges,
-// ascending, whatever order they come in, without changing the input.
-func TestRanges(t *testing.T) {
-	if got := checksum.Ranges([]int{0, 1, 2, 5, 7, 8}); got != "0-2,5,7-8" {
-		t.Errorf("Ranges = %q", got)
-	}
-	in := []int{8, 0, 2, 1, 7, 5}
-	if got := checksum.Ranges(in); got != "0-2,5,7-8" || in[0] != 8 {
-		t.Errorf("Ranges(%v) = %q", in, got)
-	}
-	if got := checksum.Ranges(nil); got != "" {
-		t.Errorf("Ranges(nil) = %q", got)
-	}
-}

@@ -10,6 +10,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ranges"
 )
 
 // DiffFormat is the format tag of `kvaudit diff -o json`.
@@ -215,10 +216,10 @@ func DiffTables(res *checksum.DiffResult) []*Table {
 		for _, g := range rv.Groups {
 			checks := ""
 			if len(g.Checks) > 0 {
-				checks = checksum.Ranges(g.Checks)
+				checks = ranges.Format(g.Checks)
 			}
 			t.Add(C("%s", id), C("%d", g.ID), C("%s", g.Kind), Cell{Text: string(g.Verdict), Tone: verdictTone(g.Verdict)},
-				C("%s", checksum.Ranges(g.Positions)), C("%s", checks), C("%s", g.Reason), MapCell(g.Map))
+				C("%s", ranges.Format(g.Positions)), C("%s", checks), C("%s", g.Reason), MapCell(g.Map))
 		}
 	}
 	numberings := map[string]bool{}
@@ -345,7 +346,7 @@ func diffJUnit(res *checksum.DiffResult, opts DiffOptions) junitSuites {
 					}
 				}
 				c.Failure = &junitOutcome{
-					Message: fmt.Sprintf("mismatch at consumer block positions %s (checks %s)", checksum.Ranges(g.Positions), checksum.Ranges(g.Checks)),
+					Message: fmt.Sprintf("mismatch at consumer block positions %s (checks %s)", ranges.Format(g.Positions), ranges.Format(g.Checks)),
 					Type:    "mismatch", Text: text.String(),
 				}
 			case checksum.Unverified:

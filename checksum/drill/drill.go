@@ -16,6 +16,7 @@ import (
 	"slices"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ranges"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -175,7 +176,7 @@ func (e *explainer) request() error {
 			case differ == 0:
 				quiet = append(quiet, pos)
 			case differ > 1:
-				e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d position %d: %d (layer, head, replica) slices differ, in layers %s and heads %s", g.ID, pos, differ, checksum.Ranges(layers), checksum.Ranges(heads)))
+				e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d position %d: %d (layer, head, replica) slices differ, in layers %s and heads %s", g.ID, pos, differ, ranges.Format(layers), ranges.Format(heads)))
 			}
 			found = found || differ > 0
 		}
@@ -183,7 +184,7 @@ func (e *explainer) request() error {
 		// position of the chunk, including unchanged ones: only when no
 		// position differs is the producer's dump itself suspect.
 		if len(quiet) > 0 && !found {
-			e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d positions %s: no differing cell found (the producer's dumps do not hold what it checksummed)", g.ID, checksum.Ranges(quiet)))
+			e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d positions %s: no differing cell found (the producer's dumps do not hold what it checksummed)", g.ID, ranges.Format(quiet)))
 		}
 	}
 	if e.skipped > 0 {

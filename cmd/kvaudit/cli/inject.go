@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/ranges"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/report"
@@ -304,9 +305,9 @@ func expectSummary(f *inject.Fault) string {
 			continue
 		}
 		for _, g := range r.Groups {
-			s := fmt.Sprintf("%s mismatch in group %d at position(s) %s", r.ID, g.ID, checksum.Ranges(g.Positions))
+			s := fmt.Sprintf("%s mismatch in group %d at position(s) %s", r.ID, g.ID, ranges.Format(g.Positions))
 			if g.Checks != nil {
-				s += " in check(s) " + checksum.Ranges(g.Checks)
+				s += " in check(s) " + ranges.Format(g.Checks)
 			}
 			parts = append(parts, s)
 		}
