@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/internal/ranges"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
 // Verdict is the outcome of comparing a consumer with its producer (docs/spec.md
@@ -62,7 +63,7 @@ type RequestVerdict struct {
 	Groups  []*GroupVerdict
 	// Details localise mismatches to layers, heads and tokens; filled by
 	// the drill-down (package drill) when both sides are dumps.
-	Details []Detail
+	Details []drill.Detail
 	// Notes say what the drill-down left out (caps, unreadable data) and
 	// what decoding the producer's payload let pass (docs/spec.md §8).
 	Notes []string
@@ -97,35 +98,6 @@ type GroupVerdict struct {
 	// end of the consumer's checksummed run (empty when the consumer does
 	// not checksum the group).
 	Map []PositionState
-}
-
-// Detail is one (group, consumer block position, layer, global head,
-// replica) whose cells differ from the producer's, from the drill-down.
-type Detail struct {
-	Group    int
-	Position int
-	// Layer is the layer number; LayerName the consumer's cache name.
-	Layer     int
-	LayerName string
-	Head      int
-	// Replica is the consumer copy (replica index) that differs.
-	Replica int
-	// FirstToken and LastToken are the request token positions of the
-	// first and last differing cells.
-	FirstToken, LastToken int
-	// Bytes and Bits count the differing bytes and bits.
-	Bytes, Bits int
-	// Hint says what the difference looks like: "1 bit flipped",
-	// "zeroed", "heads 1<->2 swapped", "holds the block of position 3",
-	// "holds KV of request req-4", "random bytes", ...
-	Hint string
-	// State is set for a state group (docs/spec.md §6): Head and LastHead
-	// are then the first and last differing global rows, StateIndex the
-	// state (in the layer's states) they belong to, and there are no
-	// tokens. For attention LastHead equals Head.
-	State      bool
-	StateIndex int
-	LastHead   int
 }
 
 // Diff compares each consumer request with its producer request (the

@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/verify/drill"
 	"github.com/kvaudit/kvaudit/wire"
 )
 
@@ -689,7 +689,7 @@ func (s *pairState) dumpTrial(ctx context.Context, k Kind, seed uint64, dir stri
 	}
 	res := checksum.Diff(s.prodChecks, cons)
 	if res.Verdict == checksum.Mismatch {
-		if err := drill.Explain(ctx, s.producer, dumps, res, drill.Options{MaxDetails: -1}); err != nil {
+		if err := verify.Explain(ctx, s.producer, dumps, res, drill.Options{MaxDetails: -1}); err != nil {
 			return err
 		}
 	}

@@ -15,12 +15,12 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/inject"
 	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
 func open(t *testing.T, paths []string) []*layout.Dump {
@@ -424,7 +424,7 @@ func TestJudgeFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := checksum.Diff(p, c)
-	if err := drill.Explain(ctx, prod, bad, res, drill.Options{MaxDetails: -1}); err != nil {
+	if err := verify.Explain(ctx, prod, bad, res, drill.Options{MaxDetails: -1}); err != nil {
 		t.Fatal(err)
 	}
 	if j := inject.Judge(f, inject.Observed{Diff: res, Clean: cleanRes, CleanConsumer: clean}); !j.Localised || j.FalsePositive {

@@ -11,8 +11,8 @@ import (
 	"strconv"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
 // planner decides one dump fault: its edits and what it expects.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
 // diffFixture is a comparison with one verified, one mismatching and one
@@ -31,7 +32,7 @@ func diffFixture() *checksum.DiffResult {
 	}}
 	cons.Requests[0].NumLocalComputedTokens = 16
 	res := checksum.Diff(prod, cons)
-	res.Requests[0].Details = []checksum.Detail{{Group: 0, Position: 2, Layer: 1, LayerName: "model.layers.1.self_attn.attn", Head: 0, Replica: 0, FirstToken: 33, LastToken: 33, Bytes: 1, Bits: 1, Hint: "1 bit flipped"}}
+	res.Requests[0].Details = []drill.Detail{{Group: 0, Position: 2, Layer: 1, LayerName: "model.layers.1.self_attn.attn", Head: 0, Replica: 0, FirstToken: 33, LastToken: 33, Bytes: 1, Bits: 1, Hint: "1 bit flipped"}}
 	res.Requests[0].Notes = []string{"a note"}
 	return res
 }

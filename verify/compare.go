@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
 // Options control Compare, CheckStored, Checksum and Records.
@@ -209,7 +209,7 @@ func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Resu
 	}
 	if !opts.NoDrill && res.Diff.Verdict == checksum.Mismatch && pside.dumpsOnly() && cside.dumpsOnly() {
 		done := opts.step("drilling the mismatches down to layers, heads and tokens")
-		err := drill.Explain(ctx, pside.Dumps, cside.Dumps, res.Diff, drill.Options{MaxDetails: opts.MaxDetails})
+		err := Explain(ctx, pside.Dumps, cside.Dumps, res.Diff, drill.Options{MaxDetails: opts.MaxDetails})
 		done()
 		if err != nil {
 			return nil, err
@@ -258,4 +258,34 @@ func producerChecks(ctx context.Context, pside *Side, cons *checksum.Checks, opt
 		return nil, fmt.Errorf("producer: %w", err)
 	}
 	return prod, nil
+}
+
+// Explain drills the mismatches of res down to the cells that differ
+// (package drill), comparing the producer's dumps with the consumer's, and
+// adds what it finds to each mismatching request's Details and Notes. It
+// fails only for a fault while reading mapped data or a cancelled ctx.
+func Explain(ctx context.Context, producer, consumer []*layout.Dump, res *checksum.DiffResult, opts drill.Options) error {
+	var reqs []drill.Request
+	var rvs []*checksum.RequestVerdict
+	for _, rv := range res.Requests {
+		if rv.Verdict != checksum.Mismatch {
+			continue
+		}
+		r := drill.Request{ID: rv.ID, ProducerID: rv.ProducerID}
+		for _, g := range rv.Groups {
+			if g.Verdict == checksum.Mismatch {
+				r.Groups = append(r.Groups, drill.Group{ID: g.ID, Positions: g.Positions})
+			}
+		}
+		reqs, rvs = append(reqs, r), append(rvs, rv)
+	}
+	xs, err := drill.Explain(ctx, producer, consumer, reqs, opts)
+	if err != nil {
+		return err
+	}
+	for i, x := range xs {
+		rvs[i].Details = append(rvs[i].Details, x.Details...)
+		rvs[i].Notes = append(rvs[i].Notes, x.Notes...)
+	}
+	return nil
 }

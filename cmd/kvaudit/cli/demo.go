@@ -10,11 +10,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
 // DemoOptions are the settings of `kvaudit demo`.
@@ -161,7 +162,7 @@ func demoDiff(ctx context.Context, s *Streams, ppaths, cpaths []string) error {
 		return err
 	}
 	res := checksum.Diff(prod, cons)
-	if err := drill.Explain(ctx, pd, cd, res, drill.Options{}); err != nil {
+	if err := verify.Explain(ctx, pd, cd, res, drill.Options{}); err != nil {
 		return err
 	}
 	return report.RenderDiff(s.Out, res, report.FormatTable, report.DiffOptions{Style: tableStyle(s)})

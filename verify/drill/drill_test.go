@@ -9,9 +9,10 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
 const layer1 = "model.layers.1.self_attn.attn"
@@ -114,7 +115,7 @@ func explain(t *testing.T, p, c *kv, opts drill.Options) *checksum.DiffResult {
 		t.Fatal(err)
 	}
 	res := checksum.Diff(pc, cc)
-	if err := drill.Explain(ctx, pd, cd, res, opts); err != nil {
+	if err := verify.Explain(ctx, pd, cd, res, opts); err != nil {
 		t.Fatal(err)
 	}
 	return res

@@ -6,14 +6,15 @@ import (
 	"log"
 	"os"
 
-	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
 // A producer (TP1) and a consumer (TP2, HND layout) hold the same KV but
-// for one flipped bit: Diff names the block, Explain the cell.
+// for one flipped bit, which a verdict found at block position 0 of group
+// 0 (package verify's Compare drills its mismatches down this way):
+// Explain names the cell.
 func ExampleExplain() {
 	dir, _ := os.MkdirTemp("", "kvaudit-example-")
 	defer os.RemoveAll(dir)
@@ -21,7 +22,6 @@ func ExampleExplain() {
 	cpaths, _ := synth.Write(dir, synth.Config{Preset: "llama", Requests: 1, Seed: 1, TP: 2, Layout: "hnd", Role: "consumer"})
 	flip(cpaths, drill.CellRef{Request: "req-0", Layer: "model.layers.3.self_attn.attn", Head: 6, Token: 9}, 40, 2)
 
-	ctx := context.Background()
 	pd, err := layout.OpenSide(ppaths)
 	if err != nil {
 		log.Fatal(err)
@@ -32,22 +32,15 @@ func ExampleExplain() {
 		log.Fatal(err)
 	}
 	defer layout.CloseAll(cd)
-	prod, _ := checksum.Compute(ctx, pd, checksum.Options{})
-	cons, _ := checksum.Compute(ctx, cd, checksum.Options{})
-	res := checksum.Diff(prod, cons)
-	if err := drill.Explain(ctx, pd, cd, res, drill.Options{}); err != nil {
+	mismatches := []drill.Request{{ID: "req-0", ProducerID: "req-0", Groups: []drill.Group{{ID: 0, Positions: []int{0}}}}}
+	xs, err := drill.Explain(context.Background(), pd, cd, mismatches, drill.Options{})
+	if err != nil {
 		log.Fatal(err)
 	}
-	for _, r := range res.Requests {
-		for _, g := range r.Groups {
-			fmt.Printf("%s group %d: %s at positions %v\n", r.ID, g.ID, g.Verdict, g.Positions)
-		}
-		for _, d := range r.Details {
-			fmt.Printf("position %d layer %d head %d tokens %d-%d: %s\n", d.Position, d.Layer, d.Head, d.FirstToken, d.LastToken, d.Hint)
-		}
+	for _, d := range xs[0].Details {
+		fmt.Printf("position %d layer %d head %d tokens %d-%d: %s\n", d.Position, d.Layer, d.Head, d.FirstToken, d.LastToken, d.Hint)
 	}
 	// Output:
-	// req-0 group 0: mismatch at positions [0]
 	// position 0 layer 3 head 6 tokens 9-9: 1 bit flipped
 }
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
 // TestExplainStateRows: a Mamba2 producer at TP 1 and a consumer at TP 2

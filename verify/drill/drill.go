@@ -1,10 +1,11 @@
-// Package drill localises checksum mismatches: when both sides of a
-// comparison are dumps, it compares the logical cells (one token of one
-// global KV head of one layer) of every mismatching block position, so the
-// two sides may differ in layout, TP, PP and block size, and says which
-// layers, heads, replicas and tokens differ and what the difference looks
-// like (a flipped bit, zeroed cells, swapped heads, another block's or
-// another request's KV, ...).
+// Package drill explains the mismatches a verdict found: when both sides
+// of a comparison are dumps, it compares the logical cells (one token of
+// one global KV head of one layer) of every mismatching block position, so
+// the two sides may differ in layout, TP, PP and block size, and says
+// which layers, heads, replicas and tokens differ and what the difference
+// looks like (a flipped bit, zeroed cells, swapped heads, another block's
+// or another request's KV, ...). It reads dumps and knows nothing of
+// verdicts: package verify decides them and hands it the mismatches.
 package drill
 
 import (
@@ -15,7 +16,6 @@ import (
 	"math/bits"
 	"slices"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/ranges"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -36,34 +36,87 @@ type Options struct {
 	MaxDetails int
 }
 
-// Explain fills the Details (and Notes) of every request of res that has
-// a mismatching group, comparing the cells of the mismatching consumer
-// block positions with the producer's: for each layer (matched by name),
-// global head, consumer replica copy and token. It reads only the cells of
-// those positions (and, to classify a difference, single cells elsewhere),
-// always inside layout.Guard, and never writes to a dump. Groups whose
-// data is not in mapped files (device memory) get a note instead. State
-// groups are compared row by row (docs/spec.md §6): each consumer copy of a
-// (state, segment) with differing rows gives one detail naming the rows. It returns an error only for a fault while reading
-// mapped data or a cancelled ctx.
-func Explain(ctx context.Context, producer, consumer []*layout.Dump, res *checksum.DiffResult, opts Options) error {
+// Request is a consumer request whose groups mismatch, as a verdict found
+// it: ProducerID is the producer request it was compared with.
+type Request struct {
+	ID, ProducerID string
+	Groups         []Group
+}
+
+// Group is a mismatching KV cache group of a request and its mismatching
+// consumer block positions.
+type Group struct {
+	ID        int
+	Positions []int
+}
+
+// Explanation is what the drill-down found for one Request: the cells that
+// differ, and notes on what it left out (caps, unreadable data).
+type Explanation struct {
+	Details []Detail
+	Notes   []string
+}
+
+// Detail is one (group, consumer block position, layer, global head,
+// replica) whose cells differ from the producer's.
+type Detail struct {
+	Group    int
+	Position int
+	// Layer is the layer number; LayerName the consumer's cache name.
+	Layer     int
+	LayerName string
+	Head      int
+	// Replica is the consumer copy (replica index) that differs.
+	Replica int
+	// FirstToken and LastToken are the request token positions of the
+	// first and last differing cells.
+	FirstToken, LastToken int
+	// Bytes and Bits count the differing bytes and bits.
+	Bytes, Bits int
+	// Hint says what the difference looks like: "1 bit flipped",
+	// "zeroed", "heads 1<->2 swapped", "holds the block of position 3",
+	// "holds KV of request req-4", "random bytes", ...
+	Hint string
+	// State is set for a state group (docs/spec.md §6): Head and LastHead
+	// are then the first and last differing global rows, StateIndex the
+	// state (in the layer's states) they belong to, and there are no
+	// tokens. For attention LastHead equals Head.
+	State      bool
+	StateIndex int
+	LastHead   int
+}
+
+// Explain returns, for each request of reqs, the cells of its mismatching
+// consumer block positions that differ from the producer's (explanation i
+// is reqs[i]'s): for each layer (matched by name), global head, consumer
+// replica copy and token. It reads only the cells of those positions (and,
+// to classify a difference, single cells elsewhere), always inside
+// layout.Guard, and never writes to a dump. Groups whose data is not in
+// mapped files (device memory) get a note instead. State groups are
+// compared row by row (docs/spec.md §6): each consumer copy of a (state,
+// segment) with differing rows gives one detail naming the rows. It
+// returns an error only for a fault while reading mapped data or a
+// cancelled ctx.
+func Explain(ctx context.Context, producer, consumer []*layout.Dump, reqs []Request, opts Options) ([]Explanation, error) {
 	maxDetails := opts.MaxDetails
 	if maxDetails == 0 {
 		maxDetails = DefaultMaxDetails
 	}
 	p, c := newSide(producer), newSide(consumer)
-	return layout.Guard("dump data during the drill-down", func() error {
-		for _, rv := range res.Requests {
-			if rv.Verdict != checksum.Mismatch {
-				continue
-			}
-			e := &explainer{ctx: ctx, p: p, c: c, rv: rv, max: maxDetails, budget: searchBudget}
+	out := make([]Explanation, len(reqs))
+	err := layout.Guard("dump data during the drill-down", func() error {
+		for i := range reqs {
+			e := &explainer{ctx: ctx, p: p, c: c, req: &reqs[i], x: &out[i], max: maxDetails, budget: searchBudget}
 			if err := e.request(); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // side is one side's dumps, indexed, with the drill-down's lookups.
@@ -118,31 +171,29 @@ func (s *side) cell(dst []byte, c cache, id string, head, token int) ([]byte, bo
 type explainer struct {
 	ctx     context.Context
 	p, c    *side
-	rv      *checksum.RequestVerdict
+	req     *Request
+	x       *Explanation // what request adds to
 	max     int
 	skipped int // differences past the cap
 	budget  int // cells classification may still read
 }
 
 func (e *explainer) request() error {
-	pr, cr := e.p.Request(e.rv.ProducerID), e.c.Request(e.rv.ID)
+	pr, cr := e.p.Request(e.req.ProducerID), e.c.Request(e.req.ID)
 	if pr == nil || cr == nil {
-		e.rv.Notes = append(e.rv.Notes, "no drill-down: the request is not in both sides' dumps")
+		e.x.Notes = append(e.x.Notes, "no drill-down: the request is not in both sides' dumps")
 		return nil
 	}
-	for _, g := range e.rv.Groups {
-		if g.Verdict != checksum.Mismatch {
-			continue
-		}
+	for _, g := range e.req.Groups {
 		caches := e.c.Caches(g.ID)
-		if g.Kind == layout.KindMamba && len(caches) > 0 {
+		if len(caches) > 0 && caches[0].Group.Kind == layout.KindMamba {
 			if err := e.stateGroup(g.ID, caches); err != nil {
 				return err
 			}
 			continue
 		}
 		if len(caches) == 0 {
-			e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d: no drill-down: the consumer's dumps do not hold its caches", g.ID))
+			e.x.Notes = append(e.x.Notes, fmt.Sprintf("group %d: no drill-down: the consumer's dumps do not hold its caches", g.ID))
 			continue
 		}
 		S := caches[0].Group.BlockSize
@@ -172,11 +223,11 @@ func (e *explainer) request() error {
 			}
 			switch {
 			case unreadable:
-				e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d position %d: some caches are in device memory and were not compared", g.ID, pos))
+				e.x.Notes = append(e.x.Notes, fmt.Sprintf("group %d position %d: some caches are in device memory and were not compared", g.ID, pos))
 			case differ == 0:
 				quiet = append(quiet, pos)
 			case differ > 1:
-				e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d position %d: %d (layer, head, replica) slices differ, in layers %s and heads %s", g.ID, pos, differ, ranges.Format(layers), ranges.Format(heads)))
+				e.x.Notes = append(e.x.Notes, fmt.Sprintf("group %d position %d: %d (layer, head, replica) slices differ, in layers %s and heads %s", g.ID, pos, differ, ranges.Format(layers), ranges.Format(heads)))
 			}
 			found = found || differ > 0
 		}
@@ -184,13 +235,13 @@ func (e *explainer) request() error {
 		// position of the chunk, including unchanged ones: only when no
 		// position differs is the producer's dump itself suspect.
 		if len(quiet) > 0 && !found {
-			e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d positions %s: no differing cell found (the producer's dumps do not hold what it checksummed)", g.ID, ranges.Format(quiet)))
+			e.x.Notes = append(e.x.Notes, fmt.Sprintf("group %d positions %s: no differing cell found (the producer's dumps do not hold what it checksummed)", g.ID, ranges.Format(quiet)))
 		}
 	}
 	if e.skipped > 0 {
-		e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("%d more differing (layer, head, replica) cells not shown: the cap is %d details per request", e.skipped, e.max))
+		e.x.Notes = append(e.x.Notes, fmt.Sprintf("%d more differing (layer, head, replica) cells not shown: the cap is %d details per request", e.skipped, e.max))
 	}
-	slices.SortStableFunc(e.rv.Details, func(a, b checksum.Detail) int {
+	slices.SortStableFunc(e.x.Details, func(a, b Detail) int {
 		return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Position, b.Position),
 			cmp.Compare(a.Layer, b.Layer), cmp.Compare(a.Head, b.Head), cmp.Compare(a.Replica, b.Replica))
 	})
@@ -216,8 +267,8 @@ func (e *explainer) compare(group, pos, S int, c cache, head, lo, hi int) bool {
 	var diffs []diffCell
 	nbytes, nbits := 0, 0
 	for t := lo; t < hi; t++ {
-		got, ok1 := e.c.cell(nil, c, e.rv.ID, head, t)
-		want, ok2 := e.p.cell(nil, pc, e.rv.ProducerID, head, t)
+		got, ok1 := e.c.cell(nil, c, e.req.ID, head, t)
+		want, ok2 := e.p.cell(nil, pc, e.req.ProducerID, head, t)
 		if !ok1 || !ok2 || bytes.Equal(got, want) {
 			continue
 		}
@@ -232,11 +283,11 @@ func (e *explainer) compare(group, pos, S int, c cache, head, lo, hi int) bool {
 	if len(diffs) == 0 {
 		return false
 	}
-	if e.max >= 0 && len(e.rv.Details) >= e.max {
+	if e.max >= 0 && len(e.x.Details) >= e.max {
 		e.skipped++
 		return true
 	}
-	e.rv.Details = append(e.rv.Details, checksum.Detail{
+	e.x.Details = append(e.x.Details, Detail{
 		Group: group, Position: pos, Layer: c.View.Number, LayerName: name, Head: head,
 		Replica: c.View.ReplicaIndex, FirstToken: diffs[0].token, LastToken: diffs[len(diffs)-1].token,
 		Bytes: nbytes, Bits: nbits, Hint: e.classify(group, pos, S, c, pc, head, lo, hi, diffs, nbits),
@@ -259,14 +310,14 @@ func (s *side) row(dst []byte, c cache, id string, row int) ([]byte, bool) {
 // the same layer, any copy) and adds one detail per consumer view (a
 // (state, segment) copy) whose rows differ.
 func (e *explainer) stateGroup(group int, caches []cache) error {
-	pid, cid := e.rv.ProducerID, e.rv.ID
+	pid, cid := e.req.ProducerID, e.req.ID
 	differ := 0
 	for _, c := range caches {
 		if err := e.ctx.Err(); err != nil {
 			return err
 		}
 		if c.View.Cells.Data == nil {
-			e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d: some state layers are in device memory and were not compared", group))
+			e.x.Notes = append(e.x.Notes, fmt.Sprintf("group %d: some state layers are in device memory and were not compared", group))
 			continue
 		}
 		var rows []int
@@ -296,18 +347,18 @@ func (e *explainer) stateGroup(group int, caches []cache) error {
 			continue
 		}
 		differ++
-		if e.max >= 0 && len(e.rv.Details) >= e.max {
+		if e.max >= 0 && len(e.x.Details) >= e.max {
 			e.skipped++
 			continue
 		}
-		e.rv.Details = append(e.rv.Details, checksum.Detail{
+		e.x.Details = append(e.x.Details, Detail{
 			Group: group, Layer: c.View.Number, LayerName: c.View.Layer.Name, Head: rows[0], LastHead: rows[len(rows)-1],
 			Replica: c.View.ReplicaIndex, Bytes: nbytes, Bits: nbits, State: true, StateIndex: c.View.StateIndex,
 			Hint: e.classifyState(group, c, rows, gots, nbits),
 		})
 	}
 	if differ == 0 {
-		e.rv.Notes = append(e.rv.Notes, fmt.Sprintf("group %d: no differing state row found (the producer's dumps do not hold what it checksummed)", group))
+		e.x.Notes = append(e.x.Notes, fmt.Sprintf("group %d: no differing state row found (the producer's dumps do not hold what it checksummed)", group))
 	}
 	return nil
 }
@@ -328,7 +379,7 @@ func (e *explainer) classifyState(group int, c cache, rows []int, gots [][]byte,
 	}
 	for _, sd := range []*side{e.p, e.c} {
 		for _, id := range sd.RequestIDs() {
-			if id == e.rv.ProducerID || id == e.rv.ID {
+			if id == e.req.ProducerID || id == e.req.ID {
 				continue
 			}
 			same := true
@@ -405,7 +456,7 @@ func (e *explainer) classify(group, pos, S int, c, pc cache, head, lo, hi int, d
 	if zero {
 		return "zeroed"
 	}
-	pid, cid := e.rv.ProducerID, e.rv.ID
+	pid, cid := e.req.ProducerID, e.req.ID
 	// Tokens swapped within the block: each differing cell is the
 	// producer's cell of another token of the block.
 	if len(diffs) >= 2 {
