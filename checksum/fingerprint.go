@@ -57,9 +57,10 @@ func Fingerprints(g *layout.GroupView) (nested, flat uint64) {
 	return nested, flat
 }
 
-// flatFingerprintAt is a group's flat fingerprint on one rank as it would
-// be with block size bs.
-func flatFingerprintAt(g *layout.GroupView, bs int) uint64 {
+// FlatFingerprintAt is a group's flat fingerprint on one rank as it would
+// be with block size bs (a flat payload's fingerprint holds the block
+// size: this tells a block size apart from other layers).
+func FlatFingerprintAt(g *layout.GroupView, bs int) uint64 {
 	gg := *g.Group
 	gg.BlockSize = bs
 	var flat uint64

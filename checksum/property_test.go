@@ -11,6 +11,7 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/wire"
 )
 
@@ -108,11 +109,12 @@ func TestPropertyOneByteChange(t *testing.T) {
 		cfg.Role, cfg.PrefixTokens = "producer", 0
 		paths, remove := synthSide(t, cfg)
 		defer remove()
-		compute := func() *checksum.Checks {
-			c, err := checksum.ComputePaths(context.Background(), paths, checksum.Options{})
+		compute := func() *verify.Checks {
+			cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.Options{Partial: true})
 			if err != nil {
 				t.Fatal(err)
 			}
+			c := cRes.Checks
 			return c
 		}
 		before := compute()

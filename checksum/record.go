@@ -226,33 +226,3 @@ func Records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*wire.R
 	}
 	return recs, nil
 }
-
-// Compute checksums the given ranks of one side and merges them into
-// whole-model checks.
-func Compute(ctx context.Context, dumps []*layout.Dump, opts Options) (*Checks, error) {
-	recs, err := Records(ctx, dumps, opts)
-	if err != nil {
-		return nil, err
-	}
-	c, err := Merge(recs)
-	if err != nil {
-		return nil, err
-	}
-	if len(opts.Requests) > 0 {
-		if err := c.Select(opts.Requests); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
-}
-
-// ComputePaths opens a side given as paths (dumps, or directories holding
-// them, as layout.OpenPaths opens them), checksums it and closes it.
-func ComputePaths(ctx context.Context, paths []string, opts Options) (*Checks, error) {
-	dumps, err := layout.OpenPaths(paths)
-	if err != nil {
-		return nil, err
-	}
-	defer layout.CloseAll(dumps)
-	return Compute(ctx, dumps, opts)
-}

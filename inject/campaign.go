@@ -374,13 +374,13 @@ type pairState struct {
 	producer   []*layout.Dump
 	consumer   []*layout.Dump
 	consRecs   []*wire.Record
-	prodChecks *checksum.Checks
-	consChecks *checksum.Checks
-	clean      *checksum.DiffResult
+	prodChecks *verify.Checks
+	consChecks *verify.Checks
+	clean      *verify.DiffResult
 	// payloadClean is the comparison with the producer's intact payloads.
-	payloadClean *checksum.DiffResult
+	payloadClean *verify.DiffResult
 	tailClean    bool
-	stored       []*checksum.StoredRank
+	stored       []*verify.StoredRank
 	control      PairResult
 	err          error
 }
@@ -437,28 +437,28 @@ func preparePair(ctx context.Context, p Pair, dir string) *pairState {
 	if err != nil {
 		return fail(err)
 	}
-	if s.prodChecks, err = checksum.Merge(prodRecs); err != nil {
+	if s.prodChecks, err = verify.Merge(prodRecs); err != nil {
 		return fail(err)
 	}
 	if s.consRecs, err = checksum.Records(ctx, s.consumer, copts); err != nil {
 		return fail(err)
 	}
-	if s.consChecks, err = checksum.Merge(s.consRecs); err != nil {
+	if s.consChecks, err = verify.Merge(s.consRecs); err != nil {
 		return fail(err)
 	}
 	c := &s.control
 	if !s.prodChecks.Complete || !s.consChecks.Complete {
 		c.Problems = append(c.Problems, "a side lacks some ranks")
 	}
-	s.clean = checksum.Diff(s.prodChecks, s.consChecks)
+	s.clean = verify.Diff(s.prodChecks, s.consChecks)
 	for _, rv := range s.clean.Requests {
-		if rv.Verdict != checksum.Verified {
+		if rv.Verdict != verify.Verified {
 			c.Problems = append(c.Problems, fmt.Sprintf("request %s: %s %s", rv.ID, rv.Verdict, describeVerdict(rv)))
 		}
 	}
-	var reqs []*checksum.RequestChecks
+	var reqs []*verify.RequestChecks
 	for _, r := range s.prodChecks.Requests {
-		pl, err := checksum.NewPayload(s.prodChecks, r, wire.FormNested)
+		pl, err := verify.NewPayload(s.prodChecks, r, wire.FormNested)
 		if err != nil {
 			continue
 		}
@@ -466,11 +466,11 @@ func preparePair(ctx context.Context, p Pair, dir string) *pairState {
 		if err != nil {
 			return fail(err)
 		}
-		rc, _ := checksum.PayloadRequestBase64(r.ID, text)
+		rc, _ := verify.PayloadRequestBase64(r.ID, text)
 		reqs = append(reqs, rc)
 	}
-	s.payloadClean = checksum.Diff(checksum.ProducerChecks(reqs...), s.consChecks)
-	if s.payloadClean.Verdict != checksum.Verified {
+	s.payloadClean = verify.Diff(verify.ProducerChecks(reqs...), s.consChecks)
+	if s.payloadClean.Verdict != verify.Verified {
 		c.Problems = append(c.Problems, fmt.Sprintf("compared with the producer's payloads: %s", s.payloadClean.Verdict))
 	}
 	tail, err := verify.AuditTails(s.consumer, nil)
@@ -488,7 +488,7 @@ func preparePair(ctx context.Context, p Pair, dir string) *pairState {
 		}
 	}
 	for _, d := range s.consumer {
-		st, err := checksum.Stored(ctx, d, copts)
+		st, err := verify.RankStored(ctx, d, copts)
 		if err != nil {
 			return fail(err)
 		}
@@ -501,11 +501,11 @@ func preparePair(ctx context.Context, p Pair, dir string) *pairState {
 	return s
 }
 
-func describeVerdict(rv *checksum.RequestVerdict) string {
+func describeVerdict(rv *verify.RequestVerdict) string {
 	var parts []string
 	parts = append(parts, rv.Reasons...)
 	for _, g := range rv.Groups {
-		if g.Verdict != checksum.Verified && g.Verdict != checksum.LeftOut {
+		if g.Verdict != verify.Verified && g.Verdict != verify.LeftOut {
 			parts = append(parts, fmt.Sprintf("group %d %s %s%v", g.ID, g.Verdict, g.Reason, g.Positions))
 		}
 	}
@@ -529,7 +529,7 @@ type trialOutcome struct {
 // allowConsumer allows the consumer positions the clean comparison covers.
 func (s *pairState) allowConsumer(id string, g, pos int) bool {
 	gv := groupVerdict(s.clean, id, g)
-	return gv != nil && pos < len(gv.Map) && gv.Map[pos] == checksum.PosVerified
+	return gv != nil && pos < len(gv.Map) && gv.Map[pos] == verify.PosVerified
 }
 
 // allowProducer allows the producer positions whose block the clean
@@ -544,7 +544,7 @@ func (s *pairState) allowProducer(id string, g, pos int) bool {
 			continue
 		}
 		for _, x := range expandPositions(gv, []int{pos}, InputPayload) {
-			if gv.Map[x] == checksum.PosVerified {
+			if gv.Map[x] == verify.PosVerified {
 				return true
 			}
 		}
@@ -552,7 +552,7 @@ func (s *pairState) allowProducer(id string, g, pos int) bool {
 	return false
 }
 
-func groupVerdict(res *checksum.DiffResult, id string, g int) *checksum.GroupVerdict {
+func groupVerdict(res *verify.DiffResult, id string, g int) *verify.GroupVerdict {
 	for _, rv := range res.Requests {
 		if rv.ID == id {
 			for _, gv := range rv.Groups {
@@ -569,10 +569,10 @@ func groupVerdict(res *checksum.DiffResult, id string, g int) *checksum.GroupVer
 // dumps, the producer's for a payload) to the consumer positions a
 // comparison reports: every compared consumer position of the larger
 // block (unit) holding them.
-func expandPositions(gv *checksum.GroupVerdict, positions []int, input string) []int {
+func expandPositions(gv *verify.GroupVerdict, positions []int, input string) []int {
 	var out []int
 	add := func(x int) {
-		if x >= 0 && x < len(gv.Map) && gv.Map[x] == checksum.PosVerified && !slices.Contains(out, x) {
+		if x >= 0 && x < len(gv.Map) && gv.Map[x] == verify.PosVerified && !slices.Contains(out, x) {
 			out = append(out, x)
 		}
 	}
@@ -634,16 +634,16 @@ func (s *pairState) payloadTrial(k Kind, seed uint64, o *trialOutcome) error {
 	if err != nil {
 		return err
 	}
-	var reqs []*checksum.RequestChecks
+	var reqs []*verify.RequestChecks
 	for _, r := range s.prodChecks.Requests {
 		text, ok := payloads[r.ID]
 		if !ok {
 			continue
 		}
-		rc, _ := checksum.PayloadRequestBase64(r.ID, text) // a tampered payload may not decode: that is the point
+		rc, _ := verify.PayloadRequestBase64(r.ID, text) // a tampered payload may not decode: that is the point
 		reqs = append(reqs, rc)
 	}
-	res := checksum.Diff(checksum.ProducerChecks(reqs...), s.consChecks)
+	res := verify.Diff(verify.ProducerChecks(reqs...), s.consChecks)
 	o.description = f.Description
 	s.judge(f, res, s.payloadClean, nil, nil, o)
 	return nil
@@ -679,16 +679,16 @@ func (s *pairState) dumpTrial(ctx context.Context, k Kind, seed uint64, dir stri
 		if recs[i], err = checksum.RankRecord(ctx, nd, checksum.Options{Engine: trialEngine}); err != nil {
 			return err
 		}
-		if stored[i], err = checksum.Stored(ctx, nd, checksum.Options{Engine: trialEngine}); err != nil {
+		if stored[i], err = verify.RankStored(ctx, nd, checksum.Options{Engine: trialEngine}); err != nil {
 			return err
 		}
 	}
-	cons, err := checksum.Merge(recs)
+	cons, err := verify.Merge(recs)
 	if err != nil {
 		return err
 	}
-	res := checksum.Diff(s.prodChecks, cons)
-	if res.Verdict == checksum.Mismatch {
+	res := verify.Diff(s.prodChecks, cons)
+	if res.Verdict == verify.Mismatch {
 		if err := verify.Explain(ctx, s.producer, dumps, res, drill.Options{MaxDetails: -1}); err != nil {
 			return err
 		}

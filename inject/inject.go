@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/wire"
 )
 
@@ -198,7 +199,7 @@ func plan(dumps []*layout.Dump, opts Options) (*Fault, []edit, error) {
 		f: &Fault{
 			Format: FaultFormat, Kind: opts.Kind, Seed: opts.Seed, Input: info.Input,
 			Detector: info.Detector, Affected: []Place{},
-			Expect: Expect{Verdict: string(checksum.Verified), Requests: []RequestExpect{}},
+			Expect: Expect{Verdict: string(verify.Verified), Requests: []RequestExpect{}},
 		},
 	}
 	if err := p.checkTarget(); err != nil {

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -29,18 +28,18 @@ type Judgement struct {
 type Observed struct {
 	// Diff compares the producer with the faulted side, drilled down where
 	// both sides are dumps.
-	Diff *checksum.DiffResult
+	Diff *verify.DiffResult
 	// Clean is the same comparison before the fault: requests the fault
 	// does not name must keep their verdicts, and positions it did not
 	// cover are not expected to be reported.
-	Clean *checksum.DiffResult
+	Clean *verify.DiffResult
 	// CleanConsumer is the consumer's checks before the fault: a fault that
 	// names no checks is expected in every check of its group.
-	CleanConsumer *checksum.Checks
+	CleanConsumer *verify.Checks
 	// Tail is the tail audit's findings on the faulted consumer.
 	Tail []verify.TailFinding
 	// Stored is the faulted consumer's stored-checksum results.
-	Stored []*checksum.StoredRank
+	Stored []*verify.StoredRank
 }
 
 // Judge compares what was observed of a faulted side with the fault's
@@ -62,7 +61,7 @@ func Judge(f *Fault, o Observed) Judgement {
 	}
 	// Only the comparison's detectors detect through it.
 	byVerdict := info.Detector == DetectChecksum || info.Detector == DetectCoResident || info.Detector == DetectPayload
-	cleanOf := map[string]*checksum.RequestVerdict{}
+	cleanOf := map[string]*verify.RequestVerdict{}
 	for _, rv := range clean.Requests {
 		cleanOf[rv.ID] = rv
 	}
@@ -78,19 +77,19 @@ func Judge(f *Fault, o Observed) Judgement {
 			}
 			continue
 		}
-		switch checksum.Verdict(e.Verdict) {
-		case checksum.Unverified:
-			if byVerdict && rv.Verdict != checksum.Verified {
+		switch verify.Verdict(e.Verdict) {
+		case verify.Unverified:
+			if byVerdict && rv.Verdict != verify.Verified {
 				j.Detected = true
 			}
-			if rv.Verdict != checksum.Unverified || !slices.Contains(rv.Reasons, e.Reason) {
+			if rv.Verdict != verify.Unverified || !slices.Contains(rv.Reasons, e.Reason) {
 				problem(false, "request %s: %s (%s), want unverified: %s", rv.ID, rv.Verdict, describeVerdict(rv), e.Reason)
 			}
-		case checksum.Mismatch:
-			if byVerdict && (rv.Verdict == checksum.Mismatch || (info.Detector == DetectPayload && rv.Verdict != checksum.Verified)) {
+		case verify.Mismatch:
+			if byVerdict && (rv.Verdict == verify.Mismatch || (info.Detector == DetectPayload && rv.Verdict != verify.Verified)) {
 				j.Detected = true
 			}
-			if rv.Verdict != checksum.Mismatch {
+			if rv.Verdict != verify.Mismatch {
 				problem(false, "request %s: %s (%s), want a mismatch", rv.ID, rv.Verdict, describeVerdict(rv))
 				continue
 			}
@@ -101,7 +100,7 @@ func Judge(f *Fault, o Observed) Judgement {
 			for _, gv := range rv.Groups {
 				g, ok := want[gv.ID]
 				if !ok {
-					if gv.Verdict == checksum.Mismatch {
+					if gv.Verdict == verify.Mismatch {
 						problem(true, "request %s group %d: mismatch at %v, but the fault did not touch the group", rv.ID, gv.ID, gv.Positions)
 					}
 					continue
@@ -135,7 +134,7 @@ func Judge(f *Fault, o Observed) Judgement {
 		}
 	}
 	for id := range expected {
-		if !slices.ContainsFunc(res.Requests, func(rv *checksum.RequestVerdict) bool { return rv.ID == id }) {
+		if !slices.ContainsFunc(res.Requests, func(rv *verify.RequestVerdict) bool { return rv.ID == id }) {
 			problem(false, "request %s: not compared", id)
 		}
 	}
@@ -175,7 +174,7 @@ func Judge(f *Fault, o Observed) Judgement {
 }
 
 // allChecks lists every check of a consumer request's group.
-func allChecks(c *checksum.Checks, id string, group int) []int {
+func allChecks(c *verify.Checks, id string, group int) []int {
 	out := []int{}
 	for _, r := range c.Requests {
 		if r.ID != id {
@@ -210,7 +209,7 @@ func judgePlaces(what string, want, got []AuditPlace, problem func(bool, string,
 
 // judgeDetails compares the drill-down's details with the expected ones at
 // the positions the comparison covers.
-func judgeDetails(f *Fault, res *checksum.DiffResult, reported map[string]map[int][]int, problem func(bool, string, ...any)) {
+func judgeDetails(f *Fault, res *verify.DiffResult, reported map[string]map[int][]int, problem func(bool, string, ...any)) {
 	type key struct {
 		req                                   string
 		group, position, layer, head, replica int
@@ -249,13 +248,13 @@ func judgeDetails(f *Fault, res *checksum.DiffResult, reported map[string]map[in
 }
 
 // judge records a trial's judgement in o.
-func (s *pairState) judge(f *Fault, res, clean *checksum.DiffResult, tail []verify.TailFinding, stored []*checksum.StoredRank, o *trialOutcome) {
+func (s *pairState) judge(f *Fault, res, clean *verify.DiffResult, tail []verify.TailFinding, stored []*verify.StoredRank, o *trialOutcome) {
 	j := Judge(f, Observed{Diff: res, Clean: clean, CleanConsumer: s.consChecks, Tail: tail, Stored: stored})
 	o.detected, o.localised, o.falsePositive, o.problems = j.Detected, j.Localised, j.FalsePositive, j.Problems
 	if f.Request != "" {
 		for _, rv := range res.Requests {
 			for _, gv := range rv.Groups {
-				if gv.Verdict == checksum.Mismatch && o.example == "" {
+				if gv.Verdict == verify.Mismatch && o.example == "" {
 					o.example = fmt.Sprintf("%s g%d %s", rv.ID, gv.ID, blockMap(gv.Map))
 				}
 			}
@@ -265,7 +264,7 @@ func (s *pairState) judge(f *Fault, res, clean *checksum.DiffResult, tail []veri
 
 // blockMap draws a block map as report does: . verified, X mismatch, -
 // not compared, _ not loaded.
-func blockMap(m []checksum.PositionState) string {
+func blockMap(m []verify.PositionState) string {
 	const symbols = "_-.X"
 	b := make([]byte, len(m))
 	for i, s := range m {

@@ -10,8 +10,8 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
@@ -205,14 +205,14 @@ func (p *planner) finish() {
 		if len(groups) == 0 {
 			continue
 		}
-		re := RequestExpect{ID: id, Verdict: string(checksum.Mismatch)}
+		re := RequestExpect{ID: id, Verdict: string(verify.Mismatch)}
 		for _, gid := range slices.Sorted(mapsKeys(groups)) {
 			acc := groups[gid]
 			slices.Sort(acc.positions)
 			re.Groups = append(re.Groups, GroupExpect{ID: gid, Positions: slices.Compact(acc.positions), Checks: p.s.checks(gid, acc.keys)})
 		}
 		e.Requests = append(e.Requests, re)
-		e.Verdict = string(checksum.Mismatch)
+		e.Verdict = string(verify.Mismatch)
 	}
 	if e.Details == nil && p.details != nil {
 		e.Details = p.details

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/wire"
 )
 
@@ -21,7 +22,7 @@ const PayloadsFile = "payloads.json"
 // injectPayload checksums the producer side and writes its payloads, one
 // of them tampered.
 func injectPayload(ctx context.Context, dumps []*layout.Dump, out string, opts Options) (*Fault, error) {
-	c, err := checksum.Compute(ctx, dumps, checksum.Options{Engine: opts.Engine})
+	c, err := verify.Compute(ctx, dumps, checksum.Options{Engine: opts.Engine})
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +58,7 @@ func injectPayload(ctx context.Context, dumps []*layout.Dump, out string, opts O
 // payload-version, payload-nesting), and the fault. A flipped value must
 // be a mismatch at its position; a payload that no longer decodes leaves
 // its load unverified ("the producer's checksums are invalid").
-func TamperPayload(c *checksum.Checks, opts Options) (map[string]string, *Fault, error) {
+func TamperPayload(c *verify.Checks, opts Options) (map[string]string, *Fault, error) {
 	info, ok := InfoOf(opts.Kind)
 	if !ok || info.Input != InputPayload {
 		return nil, nil, fmt.Errorf("fault %s: not a payload fault", opts.Kind)
@@ -68,7 +69,7 @@ func TamperPayload(c *checksum.Checks, opts Options) (map[string]string, *Fault,
 	encoded := map[string]*wire.Payload{}
 	var ids []string
 	for _, r := range c.Requests {
-		p, err := checksum.NewPayload(c, r, opts.PayloadForm)
+		p, err := verify.NewPayload(c, r, opts.PayloadForm)
 		if err != nil {
 			continue // no payload for a request not every rank reported
 		}
@@ -90,7 +91,7 @@ func TamperPayload(c *checksum.Checks, opts Options) (map[string]string, *Fault,
 	f := &Fault{
 		Format: FaultFormat, Kind: opts.Kind, Seed: opts.Seed, Input: InputPayload, Detector: info.Detector,
 		File: PayloadsFile, Changes: []Change{}, Affected: []Place{},
-		Expect: Expect{Verdict: string(checksum.Unverified)},
+		Expect: Expect{Verdict: string(verify.Unverified)},
 	}
 	type value struct {
 		id       string
@@ -150,8 +151,8 @@ func TamperPayload(c *checksum.Checks, opts Options) (map[string]string, *Fault,
 			return nil, nil, err
 		}
 		f.Description = fmt.Sprintf("flipped bit(s) %v of the checksum value of group %d position %d in request %q's payload", flipped, v.group, v.position, id)
-		f.Expect.Verdict = string(checksum.Mismatch)
-		f.Expect.Requests = []RequestExpect{{ID: id, Verdict: string(checksum.Mismatch), Groups: []GroupExpect{{ID: v.group, Positions: []int{v.position}}}}}
+		f.Expect.Verdict = string(verify.Mismatch)
+		f.Expect.Requests = []RequestExpect{{ID: id, Verdict: string(verify.Mismatch), Groups: []GroupExpect{{ID: v.group, Positions: []int{v.position}}}}}
 		f.Affected = []Place{{id, v.group, v.position}}
 	case PayloadVersion:
 		tampered = slices.Clone(orig)
@@ -176,7 +177,7 @@ func TamperPayload(c *checksum.Checks, opts Options) (map[string]string, *Fault,
 		pc.Msgpack = byteChanges(orig, tampered)
 	}
 	if opts.Kind != PayloadFlip {
-		f.Expect.Requests = []RequestExpect{{ID: id, Verdict: string(checksum.Unverified), Reason: checksum.ReasonInvalidChecksums, Groups: []GroupExpect{}}}
+		f.Expect.Requests = []RequestExpect{{ID: id, Verdict: string(verify.Unverified), Reason: verify.ReasonInvalidChecksums, Groups: []GroupExpect{}}}
 	}
 	payloads[id] = pc.Tampered
 	f.Request, f.Payload = id, pc

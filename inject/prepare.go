@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // PrepareOptions say how to turn a side into the consumer an audit
@@ -164,7 +165,7 @@ func prepareRank(ctx context.Context, d *layout.Dump, out string, opts PrepareOp
 		// zeroing tails does not touch the valid tokens of full blocks.
 		view := *d
 		view.Manifest = m
-		s, err := checksum.Stored(ctx, &view, checksum.Options{Engine: opts.Engine})
+		s, err := verify.RankStored(ctx, &view, checksum.Options{Engine: opts.Engine})
 		if err != nil {
 			return "", err
 		}

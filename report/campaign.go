@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/inject"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/verify"
@@ -368,7 +367,7 @@ type StoredBlockJSON struct {
 	Verdict string `json:"verdict"`
 }
 
-func storedVerdict(b *checksum.StoredBlock) string {
+func storedVerdict(b *verify.StoredBlock) string {
 	switch {
 	case !b.HasStored:
 		return "not stored"
@@ -379,7 +378,7 @@ func storedVerdict(b *checksum.StoredBlock) string {
 }
 
 // NewStoredJSON converts stored checksums to their JSON.
-func NewStoredJSON(ranks []*checksum.StoredRank) *StoredJSON {
+func NewStoredJSON(ranks []*verify.StoredRank) *StoredJSON {
 	out := &StoredJSON{Format: StoredFormat, Verdict: string(verify.StoredVerdict(ranks)), Ranks: []StoredRankJSON{}}
 	for _, r := range ranks {
 		rj := StoredRankJSON{Source: r.Path, TPRank: r.TPRank, PPRank: r.PPRank, SkippedGroups: map[string]string{},
@@ -444,7 +443,7 @@ func TailAuditTable(a *verify.TailAudit) *Table {
 // StoredTable lays out stored checksums: one row per full block with a
 // block hash, the stored checksum computed from the block and the one the
 // manifest lists (stored_checksums), and whether they match.
-func StoredTable(ranks []*checksum.StoredRank) *Table {
+func StoredTable(ranks []*verify.StoredRank) *Table {
 	t := &Table{
 		Title:  "stored checksums: " + string(verify.StoredVerdict(ranks)),
 		Header: []string{"rank", "request", "group", "position", "block", "block hash", "computed", "in manifest", "verdict"},
@@ -513,7 +512,7 @@ type diffWithAuditsJSON struct {
 // whatever the audit finds, so CI can follow a case from run to run), a
 // <failure> listing that group's findings. With no audits (a nil a) it is
 // RenderDiff.
-func RenderDiffAudits(w io.Writer, res *checksum.DiffResult, a *verify.Audits, f Format, opts DiffOptions) error {
+func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f Format, opts DiffOptions) error {
 	if a == nil {
 		return RenderDiff(w, res, f, opts)
 	}
@@ -550,7 +549,7 @@ type auditKey struct {
 // comparison, in its order, then one per (request, group) that only a
 // finding names (a request the comparison does not hold), sorted; skip
 // says why a group is not audited ("" when it is).
-func auditCases(res *checksum.DiffResult, found []auditKey, skip func(g *checksum.GroupVerdict) string) ([]auditKey, map[auditKey]*junitCase) {
+func auditCases(res *verify.DiffResult, found []auditKey, skip func(g *verify.GroupVerdict) string) ([]auditKey, map[auditKey]*junitCase) {
 	var keys []auditKey
 	cases := map[auditKey]*junitCase{}
 	for _, rv := range res.Requests {
@@ -585,12 +584,12 @@ func auditCases(res *checksum.DiffResult, found []auditKey, skip func(g *checksu
 // tailAuditSuite is the transferred-or-zeroed audit in JUnit: a case per
 // request and group (state groups, which have no token blocks, skipped),
 // failing with every finding of the group.
-func tailAuditSuite(res *checksum.DiffResult, t *verify.TailAudit) junitSuite {
+func tailAuditSuite(res *verify.DiffResult, t *verify.TailAudit) junitSuite {
 	var found []auditKey
 	for _, x := range t.Findings {
 		found = append(found, auditKey{x.Request, x.Group})
 	}
-	keys, cases := auditCases(res, found, func(g *checksum.GroupVerdict) string {
+	keys, cases := auditCases(res, found, func(g *verify.GroupVerdict) string {
 		if g.Kind == layout.KindMamba {
 			return "a state group has no token blocks to audit"
 		}
@@ -626,10 +625,10 @@ func tailAuditSuite(res *checksum.DiffResult, t *verify.TailAudit) junitSuite {
 // and group, failing with every block whose stored checksum differs; when
 // no block has a stored checksum to compare, one more case says so (an
 // error, or skipped with --allow-unverified).
-func storedSuite(res *checksum.DiffResult, ranks []*checksum.StoredRank, allowUnverified bool) junitSuite {
+func storedSuite(res *verify.DiffResult, ranks []*verify.StoredRank, allowUnverified bool) junitSuite {
 	type bad struct {
-		rank *checksum.StoredRank
-		b    checksum.StoredBlock
+		rank *verify.StoredRank
+		b    verify.StoredBlock
 	}
 	var found []auditKey
 	byKey := map[auditKey][]bad{}
@@ -640,7 +639,7 @@ func storedSuite(res *checksum.DiffResult, ranks []*checksum.StoredRank, allowUn
 			byKey[k] = append(byKey[k], bad{r, b})
 		}
 	}
-	keys, cases := auditCases(res, found, func(*checksum.GroupVerdict) string { return "" })
+	keys, cases := auditCases(res, found, func(*verify.GroupVerdict) string { return "" })
 	s := junitSuite{Name: "stored checksums"}
 	for _, k := range keys {
 		c := cases[k]
@@ -654,9 +653,9 @@ func storedSuite(res *checksum.DiffResult, ranks []*checksum.StoredRank, allowUn
 		}
 		s.Cases = append(s.Cases, *c)
 	}
-	if verify.StoredVerdict(ranks) == checksum.Unverified || len(s.Cases) == 0 {
+	if verify.StoredVerdict(ranks) == verify.Unverified || len(s.Cases) == 0 {
 		c := junitCase{Name: "stored checksums", Classname: "kvaudit.audit"}
-		if verify.StoredVerdict(ranks) == checksum.Unverified {
+		if verify.StoredVerdict(ranks) == verify.Unverified {
 			o := &junitOutcome{Message: "no stored checksum to compare", Type: "unverified"}
 			if allowUnverified {
 				c.Skipped = o

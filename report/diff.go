@@ -9,8 +9,8 @@ import (
 
 	"github.com/charmbracelet/lipgloss"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/ranges"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // DiffFormat is the format tag of `kvaudit diff -o json`.
@@ -88,7 +88,7 @@ type DiffDetailJSON struct {
 }
 
 // NewDiffJSON converts a comparison to the JSON schema.
-func NewDiffJSON(res *checksum.DiffResult) *DiffJSON {
+func NewDiffJSON(res *verify.DiffResult) *DiffJSON {
 	out := &DiffJSON{Format: DiffFormat, Verdict: string(res.Verdict), Requests: []DiffRequestJSON{}}
 	for _, r := range res.Requests {
 		rj := DiffRequestJSON{
@@ -121,10 +121,10 @@ func NewDiffJSON(res *checksum.DiffResult) *DiffJSON {
 	return out
 }
 
-// mapSymbols are the block map's characters by checksum.PositionState.
+// mapSymbols are the block map's characters by verify.PositionState.
 const mapSymbols = "_-.X"
 
-func mapChars(m []checksum.PositionState) string {
+func mapChars(m []verify.PositionState) string {
 	b := make([]byte, len(m))
 	for i, s := range m {
 		b[i] = mapSymbols[s]
@@ -142,12 +142,12 @@ const MapWidth = 96
 // positions than cells, each cell stands for per consecutive positions
 // and shows the worst of them (X, then -, then ., then _). r, when not
 // nil, colors the cells.
-func BlockMap(m []checksum.PositionState, width int, r *lipgloss.Renderer) (text string, per int) {
+func BlockMap(m []verify.PositionState, width int, r *lipgloss.Renderer) (text string, per int) {
 	per = 1
 	if width > 0 && len(m) > width {
 		per = (len(m) + width - 1) / width
 	}
-	var cells []checksum.PositionState
+	var cells []verify.PositionState
 	for i := 0; i < len(m); i += per {
 		worst := m[i]
 		for _, s := range m[i:min(i+per, len(m))] {
@@ -158,11 +158,11 @@ func BlockMap(m []checksum.PositionState, width int, r *lipgloss.Renderer) (text
 	if r == nil {
 		return mapChars(cells), per
 	}
-	styles := map[checksum.PositionState]lipgloss.Style{
-		checksum.PosNotLoaded:   r.NewStyle().Foreground(lipgloss.Color("8")),
-		checksum.PosNotCompared: r.NewStyle().Foreground(lipgloss.Color("3")),
-		checksum.PosVerified:    r.NewStyle().Foreground(lipgloss.Color("2")),
-		checksum.PosMismatch:    r.NewStyle().Foreground(lipgloss.Color("1")).Bold(true),
+	styles := map[verify.PositionState]lipgloss.Style{
+		verify.PosNotLoaded:   r.NewStyle().Foreground(lipgloss.Color("8")),
+		verify.PosNotCompared: r.NewStyle().Foreground(lipgloss.Color("3")),
+		verify.PosVerified:    r.NewStyle().Foreground(lipgloss.Color("2")),
+		verify.PosMismatch:    r.NewStyle().Foreground(lipgloss.Color("1")).Bold(true),
 	}
 	var b strings.Builder
 	for i := 0; i < len(cells); {
@@ -176,13 +176,13 @@ func BlockMap(m []checksum.PositionState, width int, r *lipgloss.Renderer) (text
 	return b.String(), per
 }
 
-func verdictTone(v checksum.Verdict) Tone {
+func verdictTone(v verify.Verdict) Tone {
 	switch v {
-	case checksum.Verified:
+	case verify.Verified:
 		return Good
-	case checksum.Mismatch:
+	case verify.Mismatch:
 		return Bad
-	case checksum.Unverified:
+	case verify.Unverified:
 		return Warn
 	}
 	return Dim
@@ -196,13 +196,13 @@ const DiffLegend = "blocks from position 0: . verified, X mismatch, - not compar
 // any, the drill-down's details. A styled or aligned table that does not
 // fit the terminal leaves out kind, checks and positions (the map shows
 // the positions), then the drill-down's bytes, replica and group.
-func DiffTables(res *checksum.DiffResult) []*Table {
+func DiffTables(res *verify.DiffResult) []*Table {
 	t := &Table{
 		Title:  "kvaudit diff: " + string(res.Verdict),
 		Header: []string{"request", "group", "kind", "verdict", "positions", "checks", "reason", "blocks"},
 		Drop:   []string{"kind", "checks", "positions"},
 	}
-	counts := map[checksum.Verdict]int{}
+	counts := map[verify.Verdict]int{}
 	for _, rv := range res.Requests {
 		counts[rv.Verdict]++
 		id := rv.ID
@@ -237,7 +237,7 @@ func DiffTables(res *checksum.DiffResult) []*Table {
 		}
 	}
 	t.Notes = append(t.Notes, fmt.Sprintf("%d request(s): %d verified, %d mismatch, %d unverified",
-		len(res.Requests), counts[checksum.Verified], counts[checksum.Mismatch], counts[checksum.Unverified]))
+		len(res.Requests), counts[verify.Verified], counts[verify.Mismatch], counts[verify.Unverified]))
 	switch {
 	case numberings["block"] && numberings["request"]:
 		t.Notes = append(t.Notes, "numbering: block against flat payloads (vLLM's published form), request otherwise")
@@ -293,7 +293,7 @@ type DiffOptions struct {
 
 // RenderDiff writes a comparison as a table (styled when opts.Style.Color,
 // else plain tab-separated text), markdown, JSON or JUnit XML.
-func RenderDiff(w io.Writer, res *checksum.DiffResult, f Format, opts DiffOptions) error {
+func RenderDiff(w io.Writer, res *verify.DiffResult, f Format, opts DiffOptions) error {
 	switch f {
 	case FormatJSON:
 		return WriteJSON(w, NewDiffJSON(res))
@@ -312,7 +312,7 @@ func RenderDiff(w io.Writer, res *checksum.DiffResult, f Format, opts DiffOption
 // <skipped> with opts.AllowUnverified; a group left out is <skipped>; a
 // verified group passes. So a CI fails exactly when `kvaudit diff` exits
 // non-zero.
-func diffJUnit(res *checksum.DiffResult, opts DiffOptions) junitSuites {
+func diffJUnit(res *verify.DiffResult, opts DiffOptions) junitSuites {
 	allowUnverified := opts.AllowUnverified
 	out := junitSuites{Name: "kvaudit diff", junitCounts: junitCounts{Time: seconds(opts.Elapsed)}}
 	unverified := func(msg, text string) (*junitOutcome, *junitOutcome) {
@@ -332,7 +332,7 @@ func diffJUnit(res *checksum.DiffResult, opts DiffOptions) junitSuites {
 		for _, g := range rv.Groups {
 			c := junitCase{Name: fmt.Sprintf("group %d", g.ID), Classname: rv.ID}
 			switch g.Verdict {
-			case checksum.Mismatch:
+			case verify.Mismatch:
 				var text strings.Builder
 				for _, d := range rv.Details {
 					switch {
@@ -349,9 +349,9 @@ func diffJUnit(res *checksum.DiffResult, opts DiffOptions) junitSuites {
 					Message: fmt.Sprintf("mismatch at consumer block positions %s (checks %s)", ranges.Format(g.Positions), ranges.Format(g.Checks)),
 					Type:    "mismatch", Text: text.String(),
 				}
-			case checksum.Unverified:
+			case verify.Unverified:
 				c.Error, c.Skipped = unverified(g.Reason, "")
-			case checksum.LeftOut:
+			case verify.LeftOut:
 				c.Skipped = &junitOutcome{Message: "left out: " + g.Reason}
 			}
 			s.Cases = append(s.Cases, c)

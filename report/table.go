@@ -14,7 +14,7 @@ import (
 	"github.com/olekukonko/tablewriter/renderer"
 	"github.com/olekukonko/tablewriter/tw"
 
-	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // Format is an output format.
@@ -64,7 +64,7 @@ const (
 type Cell struct {
 	Text string
 	Tone Tone
-	Map  []checksum.PositionState
+	Map  []verify.PositionState
 	// Styled says Text holds the report's own terminal styling: it is not
 	// escaped. Every other text is (see Escape); a block map (Map) is
 	// drawn by the report itself.
@@ -75,7 +75,7 @@ type Cell struct {
 func C(format string, args ...any) Cell { return Cell{Text: fmt.Sprintf(format, args...)} }
 
 // MapCell makes a block map cell.
-func MapCell(m []checksum.PositionState) Cell { return Cell{Map: m, Text: mapChars(m)} }
+func MapCell(m []verify.PositionState) Cell { return Cell{Map: m, Text: mapChars(m)} }
 
 // Table is a titled grid with notes under it.
 type Table struct {

@@ -13,7 +13,7 @@ type Audits struct {
 	// Tail is the transferred-or-zeroed audit.
 	Tail *TailAudit
 	// Stored are each consumer rank's stored checksums.
-	Stored []*checksum.StoredRank
+	Stored []*StoredRank
 }
 
 // Failed reports whether an audit found something: a non-zero byte past
@@ -22,23 +22,23 @@ func (a *Audits) Failed() bool {
 	if a.Tail != nil && len(a.Tail.Findings) > 0 {
 		return true
 	}
-	return a.Stored != nil && StoredVerdict(a.Stored) == checksum.Mismatch
+	return a.Stored != nil && StoredVerdict(a.Stored) == Mismatch
 }
 
 // StoredVerdict is verified when every stored checksum matches, mismatch
 // when one differs, unverified when the manifests list none.
-func StoredVerdict(ranks []*checksum.StoredRank) checksum.Verdict {
+func StoredVerdict(ranks []*StoredRank) Verdict {
 	checked := 0
 	for _, r := range ranks {
 		if len(r.Mismatches()) > 0 {
-			return checksum.Mismatch
+			return Mismatch
 		}
 		checked += r.Checked()
 	}
 	if checked == 0 {
-		return checksum.Unverified
+		return Unverified
 	}
-	return checksum.Verified
+	return Verified
 }
 
 // ErrStoredRecords is a stored-checksum check asked of records: it reads
@@ -79,9 +79,9 @@ func audit(ctx context.Context, side *Side, opts Options) (*Audits, error) {
 		a.Tail = t
 	}
 	if opts.Stored {
-		a.Stored = []*checksum.StoredRank{}
+		a.Stored = []*StoredRank{}
 		for _, d := range side.Dumps {
-			s, err := checksum.Stored(ctx, d, checksum.Options{Engine: opts.Engine, Requests: opts.Requests})
+			s, err := RankStored(ctx, d, checksum.Options{Engine: opts.Engine, Requests: opts.Requests})
 			if err != nil {
 				return nil, err
 			}

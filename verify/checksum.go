@@ -16,7 +16,7 @@ type Checksums struct {
 	// Checks are the merged checks, restricted to Options.Requests when
 	// set (in their order). Checks.Complete is false for partial sums
 	// (Options.Partial).
-	Checks *checksum.Checks
+	Checks *Checks
 	// Records are the per-rank records merged: those computed from the
 	// side's dumps, then the side's record files.
 	Records []*wire.Record
@@ -67,7 +67,7 @@ func Checksum(ctx context.Context, in Input, opts Options) (*Checksums, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := checksum.Merge(recs)
+	c, err := Merge(recs)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func Checksum(ctx context.Context, in Input, opts Options) (*Checksums, error) {
 
 // Records checksums a side given by paths into one record per rank, not
 // merged: each rank's partial sums, for wire.MarshalRecord and a
-// Checksum (or checksum.Merge) elsewhere. Any subset of the side's ranks
+// Checksum (or Merge) elsewhere. Any subset of the side's ranks
 // will do. Records carry both numberings (docs/spec.md §8), whatever
 // opts.BlockValues says.
 func Records(ctx context.Context, in Input, opts Options) ([]*wire.Record, error) {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/wire"
 )
@@ -34,7 +33,7 @@ func TestChecksum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkAgainst := func(what string, c *checksum.Checks, ids []string) {
+	checkAgainst := func(what string, c *Checks, ids []string) {
 		t.Helper()
 		if !c.Complete || len(c.Requests) != len(ids) {
 			t.Fatalf("%s: complete %v, %d requests, want %d", what, c.Complete, len(c.Requests), len(ids))
@@ -132,14 +131,14 @@ func TestChecksum(t *testing.T) {
 func TestUnchecked(t *testing.T) {
 	for _, c := range []struct {
 		name   string
-		checks checksum.Checks
+		checks Checks
 		want   string
 	}{
-		{"a group checksummed", checksum.Checks{Skipped: map[int]string{1: "x"}, Requests: []*checksum.RequestChecks{{ID: "a"}, {ID: "b", Groups: []*checksum.GroupChecks{{ID: 0}}}}}, ""},
-		{"no request", checksum.Checks{Skipped: map[int]string{}}, "nothing checksummed: the side holds no request"},
-		{"every group skipped", checksum.Checks{Skipped: map[int]string{2: "state of unknown shape", 0: "no layer"}, Requests: []*checksum.RequestChecks{{ID: "a"}}},
+		{"a group checksummed", Checks{Skipped: map[int]string{1: "x"}, Requests: []*RequestChecks{{ID: "a"}, {ID: "b", Groups: []*GroupChecks{{ID: 0}}}}}, ""},
+		{"no request", Checks{Skipped: map[int]string{}}, "nothing checksummed: the side holds no request"},
+		{"every group skipped", Checks{Skipped: map[int]string{2: "state of unknown shape", 0: "no layer"}, Requests: []*RequestChecks{{ID: "a"}}},
 			"nothing checksummed: group 0 skipped: no layer; group 2 skipped: state of unknown shape"},
-		{"no block", checksum.Checks{Requests: []*checksum.RequestChecks{{ID: "a"}}}, "nothing checksummed: no request has a block in a checksummed group"},
+		{"no block", Checks{Requests: []*RequestChecks{{ID: "a"}}}, "nothing checksummed: no request has a block in a checksummed group"},
 	} {
 		err := (&Checksums{Checks: &c.checks}).Unchecked()
 		var nc *NothingChecksummedError

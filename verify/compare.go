@@ -27,7 +27,7 @@ type Options struct {
 	// its blocks against the stored checksums in its manifests.
 	AuditTail, Stored bool
 	// Strict makes any loaded block that was not compared unverified
-	// (checksum.DiffOptions.Strict).
+	// (DiffOptions.Strict).
 	Strict bool
 	// Partial lets Checksum merge a subset of the side's ranks into
 	// partial sums (every request unverified) instead of refusing it.
@@ -66,7 +66,7 @@ func (opts Options) step(what string) (done func()) {
 type Result struct {
 	// Diff holds the verdicts per request and group, with the drill-down's
 	// details; nil for CheckStored.
-	Diff *checksum.DiffResult
+	Diff *DiffResult
 	// Audits are the consumer audits that ran; nil when none did.
 	Audits *Audits
 }
@@ -74,17 +74,17 @@ type Result struct {
 // Verdict combines the comparison's verdict with the audits': a mismatch
 // when a block differs or an audit finds something, unverified when a
 // load or the stored checksums could not be verified, else verified.
-func (r *Result) Verdict() checksum.Verdict {
-	v := checksum.Verified
+func (r *Result) Verdict() Verdict {
+	v := Verified
 	if r.Diff != nil {
 		v = r.Diff.Verdict
 	}
 	if a := r.Audits; a != nil {
 		if a.Failed() {
-			return checksum.Mismatch
+			return Mismatch
 		}
-		if v == checksum.Verified && a.Stored != nil && StoredVerdict(a.Stored) == checksum.Unverified {
-			v = checksum.Unverified
+		if v == Verified && a.Stored != nil && StoredVerdict(a.Stored) == Unverified {
+			v = Unverified
 		}
 	}
 	return v
@@ -105,8 +105,8 @@ func (r *Result) Summary() string {
 	}
 	var msgs []string
 	switch verdict {
-	case checksum.Mismatch:
-		if r.Diff != nil && r.Diff.Verdict == checksum.Mismatch {
+	case Mismatch:
+		if r.Diff != nil && r.Diff.Verdict == Mismatch {
 			msgs = append(msgs, "mismatch: request "+strings.Join(ids, ", "))
 		}
 		if a := r.Audits; a != nil {
@@ -114,15 +114,15 @@ func (r *Result) Summary() string {
 				x := a.Tail.Findings[0]
 				msgs = append(msgs, fmt.Sprintf("tail audit: %d block(s) hold non-zero bytes past the transferred range (request %s group %d position %d, ...)", len(a.Tail.Findings), x.Request, x.Group, x.Position))
 			}
-			if a.Stored != nil && StoredVerdict(a.Stored) == checksum.Mismatch {
+			if a.Stored != nil && StoredVerdict(a.Stored) == Mismatch {
 				msgs = append(msgs, "stored checksums: some block differs from the checksum stored with it")
 			}
 		}
-	case checksum.Unverified:
+	case Unverified:
 		switch {
-		case r.Diff != nil && r.Diff.Verdict == checksum.Unverified && len(ids) == 0:
+		case r.Diff != nil && r.Diff.Verdict == Unverified && len(ids) == 0:
 			msgs = append(msgs, "unverified: the consumer holds no request")
-		case r.Diff != nil && r.Diff.Verdict == checksum.Unverified:
+		case r.Diff != nil && r.Diff.Verdict == Unverified:
 			msgs = append(msgs, "unverified: request "+strings.Join(ids, ", "))
 		default:
 			msgs = append(msgs, "stored checksums: no request lists stored_checksums for a full block")
@@ -182,7 +182,7 @@ func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Resu
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
-	cons, err := checksum.Merge(crecs)
+	cons, err := Merge(crecs)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
@@ -196,8 +196,8 @@ func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Resu
 		return nil, err
 	}
 
-	res := &Result{Diff: checksum.DiffWith(prod, cons, checksum.DiffOptions{Strict: opts.Strict})}
-	checksum.RefineFlatHints(res.Diff, prod, cside.Dumps)
+	res := &Result{Diff: DiffWith(prod, cons, DiffOptions{Strict: opts.Strict})}
+	RefineFlatHints(res.Diff, prod, cside.Dumps)
 	for _, rv := range res.Diff.Requests {
 		note, ok := pside.notes[rv.ProducerID]
 		if !ok && pside.bare != nil {
@@ -207,7 +207,7 @@ func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Resu
 			rv.Notes = append(rv.Notes, "the producer's payload: "+note)
 		}
 	}
-	if !opts.NoDrill && res.Diff.Verdict == checksum.Mismatch && pside.dumpsOnly() && cside.dumpsOnly() {
+	if !opts.NoDrill && res.Diff.Verdict == Mismatch && pside.dumpsOnly() && cside.dumpsOnly() {
 		done := opts.step("drilling the mismatches down to layers, heads and tokens")
 		err := Explain(ctx, pside.Dumps, cside.Dumps, res.Diff, drill.Options{MaxDetails: opts.MaxDetails})
 		done()
@@ -230,16 +230,16 @@ func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Resu
 // requests: a bare payload takes the consumer's only request's pairing
 // id, payloads pair by id, dumps and records are checksummed for the
 // requests the consumer pairs with.
-func producerChecks(ctx context.Context, pside *Side, cons *checksum.Checks, opts Options) (*checksum.Checks, error) {
+func producerChecks(ctx context.Context, pside *Side, cons *Checks, opts Options) (*Checks, error) {
 	switch {
 	case pside.bare != nil:
 		if len(cons.Requests) != 1 {
 			return nil, &BarePayloadError{Producer: pside.name, Requests: len(cons.Requests)}
 		}
 		pside.bare.ID = cons.Requests[0].PairID()
-		return checksum.ProducerChecks(pside.bare), nil
+		return ProducerChecks(pside.bare), nil
 	case pside.payload:
-		return checksum.ProducerChecks(pside.byID...), nil
+		return ProducerChecks(pside.byID...), nil
 	}
 	var ids []string
 	for _, r := range cons.Requests {
@@ -253,7 +253,7 @@ func producerChecks(ctx context.Context, pside *Side, cons *checksum.Checks, opt
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
-	prod, err := checksum.Merge(precs)
+	prod, err := Merge(precs)
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
@@ -264,16 +264,16 @@ func producerChecks(ctx context.Context, pside *Side, cons *checksum.Checks, opt
 // (package drill), comparing the producer's dumps with the consumer's, and
 // adds what it finds to each mismatching request's Details and Notes. It
 // fails only for a fault while reading mapped data or a cancelled ctx.
-func Explain(ctx context.Context, producer, consumer []*layout.Dump, res *checksum.DiffResult, opts drill.Options) error {
+func Explain(ctx context.Context, producer, consumer []*layout.Dump, res *DiffResult, opts drill.Options) error {
 	var reqs []drill.Request
-	var rvs []*checksum.RequestVerdict
+	var rvs []*RequestVerdict
 	for _, rv := range res.Requests {
-		if rv.Verdict != checksum.Mismatch {
+		if rv.Verdict != Mismatch {
 			continue
 		}
 		r := drill.Request{ID: rv.ID, ProducerID: rv.ProducerID}
 		for _, g := range rv.Groups {
-			if g.Verdict == checksum.Mismatch {
+			if g.Verdict == Mismatch {
 				r.Groups = append(r.Groups, drill.Group{ID: g.ID, Positions: g.Positions})
 			}
 		}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/inject"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
@@ -26,11 +25,12 @@ func ExampleCompare() {
 	ctx := context.Background()
 
 	// What the producer sends: its payload in kv_transfer_params.
-	prod, err := checksum.ComputePaths(ctx, []string{filepath.Join(dir, "producer")}, checksum.Options{})
+	prodRes, err := verify.Checksum(ctx, verify.Input{Paths: []string{filepath.Join(dir, "producer")}}, verify.Options{})
 	if err != nil {
 		panic(err)
 	}
-	p, err := checksum.NewPayload(prod, prod.Requests[0], wire.FormNested)
+	prod := prodRes.Checks
+	p, err := verify.NewPayload(prod, prod.Requests[0], wire.FormNested)
 	if err != nil {
 		panic(err)
 	}
@@ -138,4 +138,32 @@ func ExampleChecksum() {
 	// req-0 group 0 from position 0: [bcc6295bacdf458f ae6063d8a014329a 5dd337444c6578f5] (records)
 	// got 1 of 2 ranks (tp 2 x pp 1): give every rank of the side, or allow partial sums (Options.Partial)
 	// false [not every worker reported its checksums]
+}
+
+// Compare a TP1 producer with a TP2 consumer in another layout and block
+// size that loaded the same KV.
+func ExampleDiff() {
+	dir, _ := os.MkdirTemp("", "kvaudit-example-")
+	defer os.RemoveAll(dir)
+	synth.Write(dir, synth.Config{Preset: "llama", Seed: 7})
+	synth.Write(dir, synth.Config{Preset: "llama", Seed: 7, Role: "consumer", TP: 2, Layout: "hnd", BlockSize: 32})
+
+	ctx := context.Background()
+	prodRes, err := verify.Checksum(ctx, verify.Input{Paths: []string{filepath.Join(dir, "producer")}}, verify.Options{})
+	if err != nil {
+		panic(err)
+	}
+	prod := prodRes.Checks
+	consRes, err := verify.Checksum(ctx, verify.Input{Paths: []string{filepath.Join(dir, "consumer")}}, verify.Options{})
+	if err != nil {
+		panic(err)
+	}
+	cons := consRes.Checks
+	fmt.Printf("producer check 0 of req-0: %x\n", prod.Requests[0].Groups[0].Checks[0])
+	fmt.Printf("consumer check 0 of req-0: %x\n", cons.Requests[0].Groups[0].Checks[0])
+	fmt.Println(verify.Diff(prod, cons).Verdict)
+	// Output:
+	// producer check 0 of req-0: [bcc6295bacdf458f ae6063d8a014329a 5dd337444c6578f5]
+	// consumer check 0 of req-0: [6b268d344cf37829 5dd337444c6578f5]
+	// verified
 }

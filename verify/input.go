@@ -48,8 +48,8 @@ type Side struct {
 	// A producer given as what it sent: one bare payload (it pairs with
 	// one consumer request) or payloads by producer request id.
 	payload bool
-	bare    *checksum.RequestChecks
-	byID    []*checksum.RequestChecks
+	bare    *RequestChecks
+	byID    []*RequestChecks
 	// notes say why payloads were not decoded, by producer request id
 	// ("" for a bare payload).
 	notes map[string]string
@@ -62,8 +62,8 @@ func (s *Side) Close() { layout.CloseAll(s.Dumps) }
 // flat says whether the side holds a flat payload (block-numbered values,
 // vLLM's published form).
 func (s *Side) flat() bool {
-	for _, r := range append([]*checksum.RequestChecks{s.bare}, s.byID...) {
-		if r != nil && slices.ContainsFunc(r.Groups, func(g *checksum.GroupChecks) bool { return g.FlatOnly }) {
+	for _, r := range append([]*RequestChecks{s.bare}, s.byID...) {
+		if r != nil && slices.ContainsFunc(r.Groups, func(g *GroupChecks) bool { return g.FlatOnly }) {
 			return true
 		}
 	}
@@ -77,7 +77,7 @@ func (s *Side) dumpsOnly() bool {
 }
 
 // allRecords checksums the side's dumps and returns those records with
-// the side's own, ready for checksum.Merge.
+// the side's own, ready for Merge.
 func (s *Side) allRecords(ctx context.Context, opts checksum.Options) ([]*wire.Record, error) {
 	if s.payload {
 		return nil, fmt.Errorf("%s is a payload, not dumps or records", s.name)
@@ -231,7 +231,7 @@ func payloadSide(what string, data []byte) (*Side, error) {
 	s := &Side{payload: true, notes: map[string]string{}, name: what}
 	text := bytes.TrimSpace(data)
 	bare := func(text string) {
-		rc, err := checksum.PayloadRequestBase64("", text)
+		rc, err := PayloadRequestBase64("", text)
 		if err != nil {
 			s.notes[""] = err.Error()
 		}
@@ -240,7 +240,7 @@ func payloadSide(what string, data []byte) (*Side, error) {
 	// bareInPlace decodes data itself (an aligned buffer this side owns),
 	// so a payload file costs about its size once (docs/spec.md §8).
 	bareInPlace := func(text bool) {
-		rc, err := checksum.PayloadRequestInPlace("", data, text)
+		rc, err := PayloadRequestInPlace("", data, text)
 		if err != nil {
 			s.notes[""] = err.Error()
 		}
@@ -261,10 +261,10 @@ func payloadSide(what string, data []byte) (*Side, error) {
 			var t *string
 			switch err := json.Unmarshal(raw, &t); {
 			case err != nil:
-				s.bare = checksum.InvalidRequest("", checksum.ReasonInvalidChecksums)
+				s.bare = InvalidRequest("", ReasonInvalidChecksums)
 				s.notes[""] = fmt.Sprintf("kv_checksums is not a string: %s", shortArg(string(raw)))
 			case t == nil:
-				s.bare = checksum.InvalidRequest("", checksum.ReasonNoChecksums)
+				s.bare = InvalidRequest("", ReasonNoChecksums)
 			default:
 				bare(*t)
 			}
@@ -275,7 +275,7 @@ func payloadSide(what string, data []byte) (*Side, error) {
 			var t string
 			if err := json.Unmarshal(raw, &t); err != nil {
 				// kv_transfer_params without kv_checksums.
-				s.bare = checksum.InvalidRequest("", checksum.ReasonNoChecksums)
+				s.bare = InvalidRequest("", ReasonNoChecksums)
 				return s, nil
 			}
 			texts[id] = t
@@ -287,7 +287,7 @@ func payloadSide(what string, data []byte) (*Side, error) {
 		}
 		slices.Sort(ids)
 		for _, id := range ids {
-			rc, err := checksum.PayloadRequestBase64(id, texts[id])
+			rc, err := PayloadRequestBase64(id, texts[id])
 			if err != nil {
 				s.notes[id] = err.Error()
 			}

@@ -51,7 +51,7 @@ func TestProgressHooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Diff.Verdict != checksum.Verified || res.Audits == nil || res.Audits.Tail == nil {
+	if res.Diff.Verdict != Verified || res.Audits == nil || res.Audits.Tail == nil {
 		t.Fatalf("comparison %s, audits %+v", res.Diff.Verdict, res.Audits)
 	}
 	if len(sides) != 2 || sides[0].name != "consumer" || sides[1].name != "producer" {

@@ -15,45 +15,45 @@ import (
 	"github.com/kvaudit/kvaudit/wire"
 )
 
-func storedRank(blocks ...checksum.StoredBlock) *checksum.StoredRank {
-	return &checksum.StoredRank{Path: "r", Blocks: blocks}
+func storedRank(blocks ...StoredBlock) *StoredRank {
+	return &StoredRank{Path: "r", Blocks: blocks}
 }
 
 // TestVerdictAndSummary: the combined verdict of a comparison and its
 // audits, written out case by case.
 func TestVerdictAndSummary(t *testing.T) {
-	diff := func(v checksum.Verdict, ids ...string) *checksum.DiffResult {
-		d := &checksum.DiffResult{Verdict: v}
+	diff := func(v Verdict, ids ...string) *DiffResult {
+		d := &DiffResult{Verdict: v}
 		for _, id := range ids {
-			d.Requests = append(d.Requests, &checksum.RequestVerdict{ID: id, Verdict: v})
+			d.Requests = append(d.Requests, &RequestVerdict{ID: id, Verdict: v})
 		}
 		return d
 	}
-	match := checksum.StoredBlock{Request: "r", Value: 1, Stored: 1, HasStored: true}
-	differs := checksum.StoredBlock{Request: "r", Value: 1, Stored: 2, HasStored: true}
-	notStored := checksum.StoredBlock{Request: "r", Value: 1}
+	match := StoredBlock{Request: "r", Value: 1, Stored: 1, HasStored: true}
+	differs := StoredBlock{Request: "r", Value: 1, Stored: 2, HasStored: true}
+	notStored := StoredBlock{Request: "r", Value: 1}
 	finding := &TailAudit{Findings: []TailFinding{{Request: "req-1", Group: 0, Position: 3}}}
 	for _, c := range []struct {
 		name    string
 		res     Result
-		verdict checksum.Verdict
+		verdict Verdict
 		summary string
 	}{
-		{"verified", Result{Diff: diff(checksum.Verified, "a")}, checksum.Verified, ""},
-		{"mismatch", Result{Diff: diff(checksum.Mismatch, "a", "b")}, checksum.Mismatch, "mismatch: request a, b"},
-		{"unverified", Result{Diff: diff(checksum.Unverified, "a")}, checksum.Unverified, "unverified: request a"},
-		{"no request", Result{Diff: diff(checksum.Unverified)}, checksum.Unverified, "unverified: the consumer holds no request"},
-		{"tail finding", Result{Diff: diff(checksum.Verified, "a"), Audits: &Audits{Tail: finding}}, checksum.Mismatch,
+		{"verified", Result{Diff: diff(Verified, "a")}, Verified, ""},
+		{"mismatch", Result{Diff: diff(Mismatch, "a", "b")}, Mismatch, "mismatch: request a, b"},
+		{"unverified", Result{Diff: diff(Unverified, "a")}, Unverified, "unverified: request a"},
+		{"no request", Result{Diff: diff(Unverified)}, Unverified, "unverified: the consumer holds no request"},
+		{"tail finding", Result{Diff: diff(Verified, "a"), Audits: &Audits{Tail: finding}}, Mismatch,
 			"tail audit: 1 block(s) hold non-zero bytes past the transferred range (request req-1 group 0 position 3, ...)"},
-		{"tail clean", Result{Diff: diff(checksum.Verified, "a"), Audits: &Audits{Tail: &TailAudit{Checked: 4}}}, checksum.Verified, ""},
-		{"stored differs", Result{Audits: &Audits{Stored: []*checksum.StoredRank{storedRank(match), storedRank(differs)}}}, checksum.Mismatch,
+		{"tail clean", Result{Diff: diff(Verified, "a"), Audits: &Audits{Tail: &TailAudit{Checked: 4}}}, Verified, ""},
+		{"stored differs", Result{Audits: &Audits{Stored: []*StoredRank{storedRank(match), storedRank(differs)}}}, Mismatch,
 			"stored checksums: some block differs from the checksum stored with it"},
-		{"stored match", Result{Audits: &Audits{Stored: []*checksum.StoredRank{storedRank(match, notStored)}}}, checksum.Verified, ""},
-		{"nothing stored", Result{Audits: &Audits{Stored: []*checksum.StoredRank{storedRank(notStored)}}}, checksum.Unverified,
+		{"stored match", Result{Audits: &Audits{Stored: []*StoredRank{storedRank(match, notStored)}}}, Verified, ""},
+		{"nothing stored", Result{Audits: &Audits{Stored: []*StoredRank{storedRank(notStored)}}}, Unverified,
 			"stored checksums: no request lists stored_checksums for a full block"},
-		{"unverified load, nothing stored", Result{Diff: diff(checksum.Unverified, "a"), Audits: &Audits{Stored: []*checksum.StoredRank{}}}, checksum.Unverified,
+		{"unverified load, nothing stored", Result{Diff: diff(Unverified, "a"), Audits: &Audits{Stored: []*StoredRank{}}}, Unverified,
 			"unverified: request a"},
-		{"mismatch and finding", Result{Diff: diff(checksum.Mismatch, "a"), Audits: &Audits{Tail: finding}}, checksum.Mismatch,
+		{"mismatch and finding", Result{Diff: diff(Mismatch, "a"), Audits: &Audits{Tail: finding}}, Mismatch,
 			"mismatch: request a; tail audit: 1 block(s) hold non-zero bytes past the transferred range (request req-1 group 0 position 3, ...)"},
 	} {
 		if v := c.res.Verdict(); v != c.verdict {
@@ -79,9 +79,9 @@ func TestOpenInput(t *testing.T) {
 		ids     []string
 		reason  string
 	}{
-		{`{"kv_checksums": null}`, true, nil, checksum.ReasonNoChecksums},
-		{`{"do_remote_prefill": true}`, true, nil, checksum.ReasonNoChecksums},
-		{`{"kv_checksums": 7}`, true, nil, checksum.ReasonInvalidChecksums},
+		{`{"kv_checksums": null}`, true, nil, ReasonNoChecksums},
+		{`{"do_remote_prefill": true}`, true, nil, ReasonNoChecksums},
+		{`{"kv_checksums": 7}`, true, nil, ReasonInvalidChecksums},
 		{`{"req-1": "AAAA", "req-0": "AAAA"}`, false, []string{"req-0", "req-1"}, ""},
 	} {
 		s, err := Open(Input{Payload: []byte(c.payload)})
@@ -138,10 +138,11 @@ func TestCompareErrors(t *testing.T) {
 	if _, err := Compare(ctx, Input{Payload: []byte("AAAAAAAA")}, side, Options{}); !errors.As(err, &bare) || bare.Requests != 2 {
 		t.Errorf("bare payload, 2 requests: %v", err)
 	}
-	c, err := checksum.ComputePaths(ctx, paths, checksum.Options{})
+	cRes, err := Checksum(ctx, Input{Paths: paths}, Options{Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := cRes.Checks
 	recs, err := checksum.Records(ctx, mustOpen(t, paths).Dumps, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -163,11 +164,11 @@ func TestCompareErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Verdict() != checksum.Verified || len(res.Diff.Requests) != len(c.Requests) {
+	if res.Verdict() != Verified || len(res.Diff.Requests) != len(c.Requests) {
 		t.Errorf("dumps vs their records: %s, %d requests, want verified, %d", res.Verdict(), len(res.Diff.Requests), len(c.Requests))
 	}
 	// The same through kv_transfer_params for one named request.
-	p, err := checksum.NewPayload(c, c.Requests[1], wire.FormNested)
+	p, err := NewPayload(c, c.Requests[1], wire.FormNested)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestCompareErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Verdict() != checksum.Verified || len(res.Diff.Requests) != 1 || res.Diff.Requests[0].ID != c.Requests[1].ID {
+	if res.Verdict() != Verified || len(res.Diff.Requests) != 1 || res.Diff.Requests[0].ID != c.Requests[1].ID {
 		t.Errorf("payload of %s: %s %+v", c.Requests[1].ID, res.Verdict(), res.Diff.Requests)
 	}
 	// Another request's payload mismatches.
@@ -188,7 +189,7 @@ func TestCompareErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Verdict() != checksum.Mismatch {
+	if res.Verdict() != Mismatch {
 		t.Errorf("payload of %s against %s: %s, want mismatch", c.Requests[1].ID, c.Requests[0].ID, res.Verdict())
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // Method names, in the order they are reported.
@@ -335,7 +336,7 @@ func endToEnd(ctx context.Context, paths []string, threads, reps, warm int, logf
 			return err
 		}
 		defer closeAll(dumps)
-		_, err = checksum.Compute(ctx, dumps, checksum.Options{Engine: checksum.Fast{Threads: threads}})
+		_, err = verify.Compute(ctx, dumps, checksum.Options{Engine: checksum.Fast{Threads: threads}})
 		return err
 	}
 	read := func() error {

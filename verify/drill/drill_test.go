@@ -93,7 +93,7 @@ func (s *kv) write(ref drill.CellRef, b []byte) {
 }
 
 // explain diffs the two sides and drills the result down.
-func explain(t *testing.T, p, c *kv, opts drill.Options) *checksum.DiffResult {
+func explain(t *testing.T, p, c *kv, opts drill.Options) *verify.DiffResult {
 	t.Helper()
 	pd, err := layout.OpenSide(p.paths)
 	if err != nil {
@@ -106,15 +106,15 @@ func explain(t *testing.T, p, c *kv, opts drill.Options) *checksum.DiffResult {
 	}
 	defer layout.CloseAll(cd)
 	ctx := context.Background()
-	pc, err := checksum.Compute(ctx, pd, checksum.Options{})
+	pc, err := verify.Compute(ctx, pd, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := checksum.Compute(ctx, cd, checksum.Options{})
+	cc, err := verify.Compute(ctx, cd, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := checksum.Diff(pc, cc)
+	res := verify.Diff(pc, cc)
 	if err := verify.Explain(ctx, pd, cd, res, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func explain(t *testing.T, p, c *kv, opts drill.Options) *checksum.DiffResult {
 }
 
 // detailsOf formats a request's details, and sums their bytes.
-func detailsOf(res *checksum.DiffResult, id string) (out []string, bytes int) {
+func detailsOf(res *verify.DiffResult, id string) (out []string, bytes int) {
 	for _, r := range res.Requests {
 		if r.ID != id {
 			continue
@@ -217,7 +217,7 @@ func TestExplain(t *testing.T) {
 			c := write(t, tc.consumer)
 			tc.fault(c)
 			res := explain(t, prod, c, drill.Options{})
-			if res.Verdict != checksum.Mismatch {
+			if res.Verdict != verify.Mismatch {
 				t.Fatalf("verdict %q", res.Verdict)
 			}
 			d0, n0 := detailsOf(res, "req-0")

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
@@ -29,22 +29,22 @@ func TestExplainStateRows(t *testing.T) {
 			c.write(ref, b)
 
 			res := explain(t, p, c, drill.Options{})
-			if res.Verdict != checksum.Mismatch {
+			if res.Verdict != verify.Mismatch {
 				t.Fatalf("verdict %s", res.Verdict)
 			}
 			r := res.Requests[1]
-			var g *checksum.GroupVerdict
+			var g *verify.GroupVerdict
 			for _, x := range r.Groups {
 				if x.ID == 1 {
 					g = x
-				} else if x.Verdict != checksum.Verified {
+				} else if x.Verdict != verify.Verified {
 					t.Errorf("attention group %d: %s", x.ID, x.Verdict)
 				}
 			}
-			if g == nil || g.Verdict != checksum.Mismatch || !slices.Equal(g.Positions, []int{0}) || !slices.Equal(g.Checks, []int{1}) {
+			if g == nil || g.Verdict != verify.Mismatch || !slices.Equal(g.Positions, []int{0}) || !slices.Equal(g.Checks, []int{1}) {
 				t.Fatalf("state group: %+v", g)
 			}
-			if res.Requests[0].Verdict != checksum.Verified {
+			if res.Requests[0].Verdict != verify.Verified {
 				t.Errorf("the other request: %s", res.Requests[0].Verdict)
 			}
 			if len(r.Details) != 1 {
@@ -76,7 +76,7 @@ func TestExplainStaleState(t *testing.T) {
 	}
 	res := explain(t, p, c, drill.Options{})
 	r := res.Requests[1]
-	if r.Verdict != checksum.Mismatch || len(r.Details) != 1 {
+	if r.Verdict != verify.Mismatch || len(r.Details) != 1 {
 		t.Fatalf("%s %+v", r.Verdict, r.Details)
 	}
 	if d := r.Details[0]; d.Hint != "holds the state of request req-0" || d.Head != 0 || d.LastHead != 31 {

@@ -222,7 +222,7 @@ func storedRun(ctx context.Context, opts *ChecksumOptions) error {
 		return err
 	}
 	opts.IO.verdict = "stored checksums: " + string(res.Verdict())
-	if res.Verdict() == checksum.Unverified {
+	if res.Verdict() == verify.Unverified {
 		// Nothing stored to compare: exit 2, as diff --stored.
 		return &ResultError{Code: ExitUnverified, Msg: res.Summary()}
 	}

@@ -179,9 +179,9 @@ func writeDiffJUnit(opts *DiffOptions, res *verify.Result) error {
 // ExitUnverified unless allowed, else nil.
 func resultExit(res *verify.Result, allowUnverified bool) error {
 	switch res.Verdict() {
-	case checksum.Mismatch:
+	case verify.Mismatch:
 		return &ResultError{Code: ExitMismatch, Msg: res.Summary()}
-	case checksum.Unverified:
+	case verify.Unverified:
 		if !allowUnverified {
 			return &ResultError{Code: ExitUnverified, Msg: res.Summary() + " (--allow-unverified accepts unverified loads)"}
 		}

@@ -12,12 +12,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/inject"
 	"github.com/kvaudit/kvaudit/internal/ranges"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/wire"
 )
 
@@ -300,7 +300,7 @@ func faultTable(f *inject.Fault, out string) *report.Table {
 func expectSummary(f *inject.Fault) string {
 	var parts []string
 	for _, r := range f.Expect.Requests {
-		if r.Verdict == string(checksum.Unverified) {
+		if r.Verdict == string(verify.Unverified) {
 			parts = append(parts, fmt.Sprintf("%s unverified (%s)", r.ID, r.Reason))
 			continue
 		}

@@ -1,11 +1,13 @@
-package checksum
+package verify
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
 
+	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/wire"
 )
@@ -362,4 +364,24 @@ func (c *Checks) Select(ids []string) error {
 	}
 	c.Requests = kept
 	return nil
+}
+
+// Compute checksums opened dumps of one side (its ranks, or some of them)
+// with opts and merges them into whole-model checks (Merge), keeping the
+// requests of opts.Requests, in their order, when set.
+func Compute(ctx context.Context, dumps []*layout.Dump, opts checksum.Options) (*Checks, error) {
+	recs, err := checksum.Records(ctx, dumps, opts)
+	if err != nil {
+		return nil, err
+	}
+	c, err := Merge(recs)
+	if err != nil {
+		return nil, err
+	}
+	if len(opts.Requests) > 0 {
+		if err := c.Select(opts.Requests); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }

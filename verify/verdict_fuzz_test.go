@@ -1,4 +1,4 @@
-package checksum
+package verify
 
 import (
 	"path/filepath"

@@ -1,4 +1,4 @@
-package checksum_test
+package verify_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/wire"
 )
 
@@ -41,11 +42,11 @@ func TestRecordsMergeLikeDumps(t *testing.T) {
 		}
 		read = append(read, back...)
 	}
-	a, err := checksum.Merge(recs)
+	a, err := verify.Merge(recs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := checksum.Merge(read)
+	b, err := verify.Merge(read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,20 +55,20 @@ func TestRecordsMergeLikeDumps(t *testing.T) {
 	}
 	checkExpected(t, cfg, b)
 	// Three of four ranks leave every request unverified.
-	part, err := checksum.Merge(read[:3])
+	part, err := verify.Merge(read[:3])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if part.Complete || len(part.Requests[0].Unverified) != 1 || part.Requests[0].Unverified[0] != checksum.ReasonNotEveryWorker {
+	if part.Complete || len(part.Requests[0].Unverified) != 1 || part.Requests[0].Unverified[0] != verify.ReasonNotEveryWorker {
 		t.Errorf("partial merge: complete %v, unverified %v", part.Complete, part.Requests[0].Unverified)
 	}
 	// A rank twice, or ranks of two deployments, do not merge.
-	if _, err := checksum.Merge(append(read[:1:1], read[0])); err == nil {
+	if _, err := verify.Merge(append(read[:1:1], read[0])); err == nil {
 		t.Error("a rank given twice merged")
 	}
 	other := *read[1]
 	other.TPSize = 4
-	if _, err := checksum.Merge([]*wire.Record{read[0], &other}); err == nil {
+	if _, err := verify.Merge([]*wire.Record{read[0], &other}); err == nil {
 		t.Error("ranks of tp 2 and tp 4 merged")
 	}
 }
@@ -77,8 +78,10 @@ func TestRecordsMergeLikeDumps(t *testing.T) {
 // and a group has no block-numbered checks once any rank's record lacks
 // values_block, whichever rank that is.
 func TestMergeValuesBlock(t *testing.T) {
-	paths, remove := synthSide(t, synth.Config{Preset: "llama", Layers: 2, Requests: 2, TP: 2})
-	defer remove()
+	paths, err := synth.Write(t.TempDir(), synth.Config{Preset: "llama", Layers: 2, Requests: 2, TP: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
 	dumps, err := layout.OpenSide(paths)
 	if err != nil {
 		t.Fatal(err)
@@ -91,8 +94,8 @@ func TestMergeValuesBlock(t *testing.T) {
 		}
 		return recs
 	}
-	merge := func(recs []*wire.Record) *checksum.Checks {
-		c, err := checksum.Merge(recs)
+	merge := func(recs []*wire.Record) *verify.Checks {
+		c, err := verify.Merge(recs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,8 +139,10 @@ func TestMergeValuesBlock(t *testing.T) {
 // TestMergeMissingRanks: an incomplete side names the ranks that did not
 // report, in (pp, tp) order, at most 8 of them and then "...".
 func TestMergeMissingRanks(t *testing.T) {
-	paths, remove := synthSide(t, synth.Config{Preset: "tiny", Layers: 6, TP: 2, PP: 6})
-	defer remove()
+	paths, err := synth.Write(t.TempDir(), synth.Config{Preset: "tiny", Layers: 6, TP: 2, PP: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
 	dumps, err := layout.OpenSide(paths)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +159,7 @@ func TestMergeMissingRanks(t *testing.T) {
 				kept = append(kept, r)
 			}
 		}
-		c, err := checksum.Merge(kept)
+		c, err := verify.Merge(kept)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,5 +179,32 @@ func TestMergeMissingRanks(t *testing.T) {
 		"tp 1 of 2, pp 2 of 6", "tp 0 of 2, pp 3 of 6", "tp 1 of 2, pp 3 of 6", "tp 0 of 2, pp 4 of 6", "..."}
 	if !slices.Equal(got, want) {
 		t.Errorf("one rank of 12: missing %q, want %q", got, want)
+	}
+}
+
+// checkExpected compares every check of every request and group with the
+// values synth computes straight from the logical KV (synth.Expected).
+func checkExpected(t *testing.T, cfg synth.Config, got *verify.Checks) {
+	t.Helper()
+	want, err := synth.Expected(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Requests) != len(want) {
+		t.Fatalf("%d requests, want %d", len(got.Requests), len(want))
+	}
+	for _, r := range got.Requests {
+		wg := want[r.ID]
+		if len(r.Unverified) != 0 || len(r.Groups) != len(wg) {
+			t.Fatalf("request %s: unverified %v, %d groups, want %d", r.ID, r.Unverified, len(r.Groups), len(wg))
+		}
+		for _, g := range r.Groups {
+			e := wg[g.ID]
+			for k, check := range g.Checks {
+				if g.Start != e.Start || !slices.Equal(check, e.Values) {
+					t.Errorf("request %s group %d check %d: %x from %d, want %x from %d", r.ID, g.ID, k, check, g.Start, e.Values, e.Start)
+				}
+			}
+		}
 	}
 }

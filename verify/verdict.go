@@ -1,10 +1,11 @@
-package checksum
+package verify
 
 import (
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/ranges"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/verify/drill"
@@ -200,14 +201,14 @@ func addReason(reasons []string, r string) []string {
 func diffRequest(producer, consumer *Checks, cr *RequestChecks) *RequestVerdict {
 	rv := &RequestVerdict{ID: cr.ID, ProducerID: cr.PairID(), Reasons: []string{}}
 	pr := producer.request(rv.ProducerID)
-	rv.Numbering = NumberRequest.String()
+	rv.Numbering = checksum.NumberRequest.String()
 	if pr == nil {
 		rv.Reasons = addReason(rv.Reasons, ReasonNoChecksums)
 		rv.Hints = append(rv.Hints, noProducerHint(producer, cr))
 	} else {
 		rv.Notes = append(rv.Notes, pr.Notes...)
 		if slices.ContainsFunc(pr.Groups, func(g *GroupChecks) bool { return g.FlatOnly }) {
-			rv.Numbering = NumberBlock.String()
+			rv.Numbering = checksum.NumberBlock.String()
 		}
 		for _, r := range pr.Unverified {
 			rv.Reasons = addReason(rv.Reasons, r)
@@ -591,7 +592,7 @@ func probeFlatBlockSize(dumps []*layout.Dump, id, have int, fp uint64) (int, boo
 	try := func(bs int) bool {
 		var sum uint64
 		for _, g := range views {
-			sum += flatFingerprintAt(g, bs)
+			sum += checksum.FlatFingerprintAt(g, bs)
 		}
 		return sum == fp
 	}

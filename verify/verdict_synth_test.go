@@ -1,4 +1,4 @@
-package checksum_test
+package verify_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
 	"github.com/kvaudit/kvaudit/wire"
 )
@@ -26,14 +27,14 @@ func writeSide(t testing.TB, cfg synth.Config) []string {
 }
 
 // sideChecks checksums the dumps at paths.
-func sideChecks(t testing.TB, paths []string) *checksum.Checks {
+func sideChecks(t testing.TB, paths []string) *verify.Checks {
 	t.Helper()
 	dumps, err := layout.OpenSide(paths)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer layout.CloseAll(dumps)
-	c, err := checksum.Compute(context.Background(), dumps, checksum.Options{})
+	c, err := verify.Compute(context.Background(), dumps, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,34 +100,34 @@ func TestDiffSynth(t *testing.T) {
 		name     string
 		producer synth.Config
 		consumer synth.Config
-		verdict  checksum.Verdict
+		verdict  verify.Verdict
 		reason   string
 	}{
-		{"tp1 flash vs tp2 hnd", p16, consumerOf(p16, tp(2), lay("hnd")), checksum.Verified, ""},
-		{"pp2 vs tp4 pp2 packed", llama(pp(2)), consumerOf(p16, tp(4), pp(2), lay("packed")), checksum.Verified, ""},
-		{"tp2 pp2 vs tp1", llama(tp(2), pp(2)), consumerOf(p16), checksum.Verified, ""},
-		{"16 vs 32", p16, consumerOf(p16, blockSize(32), tp(2)), checksum.Verified, ""},
-		{"32 vs 16", llama(blockSize(32)), consumerOf(p16, pp(2)), checksum.Verified, ""},
-		{"16 vs 48 (multiples)", p16, consumerOf(p16, blockSize(48)), checksum.Verified, ""},
-		{"32 vs 48", llama(blockSize(32)), consumerOf(p16, blockSize(48)), checksum.Unverified, checksum.ReasonBlockSizes},
-		{"prefix hit 20, 16 vs 16", p16, consumerOf(p16, prefix(20)), checksum.Verified, ""},
-		{"prefix hit 32, 32 vs 16", llama(blockSize(32)), consumerOf(p16, prefix(32)), checksum.Verified, ""},
-		{"prefix hit 16 inside a producer block, 32 vs 16", llama(blockSize(32)), consumerOf(p16, prefix(16)), checksum.Unverified, checksum.ReasonInsideProducerBlock},
-		{"prefix hit 20, 16 vs 32", p16, consumerOf(p16, blockSize(32), prefix(20)), checksum.Verified, ""},
-		{"mla tp1 vs tp2 (replicated latent)", synth.Config{Preset: "mla", Seed: 3}, synth.Config{Preset: "mla", Seed: 3, TP: 2, Role: "consumer"}, checksum.Verified, ""},
-		{"swa window, 16 vs 16 tp2", synth.Config{Preset: "swa", Seed: 3}, synth.Config{Preset: "swa", Seed: 3, TP: 2, Layout: "nhd", Role: "consumer"}, checksum.Verified, ""},
-		{"mamba2-hybrid tp1 vs tp2 (state at position 0)", synth.Config{Preset: "mamba2-hybrid", Seed: 3}, synth.Config{Preset: "mamba2-hybrid", Seed: 3, TP: 2, Role: "consumer", Layout: "hnd"}, checksum.Verified, ""},
-		{"mamba2-hybrid tp2 channels-last vs tp1 dim-first", synth.Config{Preset: "mamba2-hybrid", Seed: 3, TP: 2, ConvLayout: "channels-last"}, synth.Config{Preset: "mamba2-hybrid", Seed: 3, Role: "consumer"}, checksum.Verified, ""},
-		{"mamba1 tp4 vs tp2, fp32 conv", synth.Config{Preset: "mamba1", Seed: 3, TP: 4, ConvDtype: "float32"}, synth.Config{Preset: "mamba1", Seed: 3, TP: 2, ConvDtype: "float32", Role: "consumer"}, checksum.Verified, ""},
-		{"mamba2-hybrid without a split, tp1 vs tp2 (state left out)", synth.Config{Preset: "mamba2-hybrid", Seed: 3, NoStateSplit: true}, synth.Config{Preset: "mamba2-hybrid", Seed: 3, TP: 2, NoStateSplit: true, Role: "consumer"}, checksum.Verified, checksum.LeftOutSplitLess},
-		{"mamba1 without a split, tp1 vs tp2 (nothing left to verify)", synth.Config{Preset: "mamba1", Seed: 3, NoStateSplit: true}, synth.Config{Preset: "mamba1", Seed: 3, TP: 2, NoStateSplit: true, Role: "consumer"}, checksum.Unverified, checksum.ReasonNoLoadedGroup},
-		{"mamba2-hybrid without a split, tp2 vs tp2", synth.Config{Preset: "mamba2-hybrid", Seed: 3, TP: 2, NoStateSplit: true}, synth.Config{Preset: "mamba2-hybrid", Seed: 3, TP: 2, NoStateSplit: true, Role: "consumer", Layout: "nhd"}, checksum.Verified, ""},
-		{"gdn-hybrid 16 vs 32", synth.Config{Preset: "gdn-hybrid", Seed: 3}, synth.Config{Preset: "gdn-hybrid", Seed: 3, BlockSize: 32, Role: "consumer"}, checksum.Verified, ""},
-		{"another seed", p16, consumerOf(p16, func(c *synth.Config) { c.Seed = 12 }), checksum.Mismatch, ""},
+		{"tp1 flash vs tp2 hnd", p16, consumerOf(p16, tp(2), lay("hnd")), verify.Verified, ""},
+		{"pp2 vs tp4 pp2 packed", llama(pp(2)), consumerOf(p16, tp(4), pp(2), lay("packed")), verify.Verified, ""},
+		{"tp2 pp2 vs tp1", llama(tp(2), pp(2)), consumerOf(p16), verify.Verified, ""},
+		{"16 vs 32", p16, consumerOf(p16, blockSize(32), tp(2)), verify.Verified, ""},
+		{"32 vs 16", llama(blockSize(32)), consumerOf(p16, pp(2)), verify.Verified, ""},
+		{"16 vs 48 (multiples)", p16, consumerOf(p16, blockSize(48)), verify.Verified, ""},
+		{"32 vs 48", llama(blockSize(32)), consumerOf(p16, blockSize(48)), verify.Unverified, verify.ReasonBlockSizes},
+		{"prefix hit 20, 16 vs 16", p16, consumerOf(p16, prefix(20)), verify.Verified, ""},
+		{"prefix hit 32, 32 vs 16", llama(blockSize(32)), consumerOf(p16, prefix(32)), verify.Verified, ""},
+		{"prefix hit 16 inside a producer block, 32 vs 16", llama(blockSize(32)), consumerOf(p16, prefix(16)), verify.Unverified, verify.ReasonInsideProducerBlock},
+		{"prefix hit 20, 16 vs 32", p16, consumerOf(p16, blockSize(32), prefix(20)), verify.Verified, ""},
+		{"mla tp1 vs tp2 (replicated latent)", synth.Config{Preset: "mla", Seed: 3}, synth.Config{Preset: "mla", Seed: 3, TP: 2, Role: "consumer"}, verify.Verified, ""},
+		{"swa window, 16 vs 16 tp2", synth.Config{Preset: "swa", Seed: 3}, synth.Config{Preset: "swa", Seed: 3, TP: 2, Layout: "nhd", Role: "consumer"}, verify.Verified, ""},
+		{"mamba2-hybrid tp1 vs tp2 (state at position 0)", synth.Config{Preset: "mamba2-hybrid", Seed: 3}, synth.Config{Preset: "mamba2-hybrid", Seed: 3, TP: 2, Role: "consumer", Layout: "hnd"}, verify.Verified, ""},
+		{"mamba2-hybrid tp2 channels-last vs tp1 dim-first", synth.Config{Preset: "mamba2-hybrid", Seed: 3, TP: 2, ConvLayout: "channels-last"}, synth.Config{Preset: "mamba2-hybrid", Seed: 3, Role: "consumer"}, verify.Verified, ""},
+		{"mamba1 tp4 vs tp2, fp32 conv", synth.Config{Preset: "mamba1", Seed: 3, TP: 4, ConvDtype: "float32"}, synth.Config{Preset: "mamba1", Seed: 3, TP: 2, ConvDtype: "float32", Role: "consumer"}, verify.Verified, ""},
+		{"mamba2-hybrid without a split, tp1 vs tp2 (state left out)", synth.Config{Preset: "mamba2-hybrid", Seed: 3, NoStateSplit: true}, synth.Config{Preset: "mamba2-hybrid", Seed: 3, TP: 2, NoStateSplit: true, Role: "consumer"}, verify.Verified, verify.LeftOutSplitLess},
+		{"mamba1 without a split, tp1 vs tp2 (nothing left to verify)", synth.Config{Preset: "mamba1", Seed: 3, NoStateSplit: true}, synth.Config{Preset: "mamba1", Seed: 3, TP: 2, NoStateSplit: true, Role: "consumer"}, verify.Unverified, verify.ReasonNoLoadedGroup},
+		{"mamba2-hybrid without a split, tp2 vs tp2", synth.Config{Preset: "mamba2-hybrid", Seed: 3, TP: 2, NoStateSplit: true}, synth.Config{Preset: "mamba2-hybrid", Seed: 3, TP: 2, NoStateSplit: true, Role: "consumer", Layout: "nhd"}, verify.Verified, ""},
+		{"gdn-hybrid 16 vs 32", synth.Config{Preset: "gdn-hybrid", Seed: 3}, synth.Config{Preset: "gdn-hybrid", Seed: 3, BlockSize: 32, Role: "consumer"}, verify.Verified, ""},
+		{"another seed", p16, consumerOf(p16, func(c *synth.Config) { c.Seed = 12 }), verify.Mismatch, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			res := checksum.Diff(sideChecks(t, writeSide(t, tc.producer)), sideChecks(t, writeSide(t, tc.consumer)))
+			res := verify.Diff(sideChecks(t, writeSide(t, tc.producer)), sideChecks(t, writeSide(t, tc.consumer)))
 			if len(res.Requests) == 0 {
 				t.Fatal("no requests")
 			}
@@ -137,7 +138,7 @@ func TestDiffSynth(t *testing.T) {
 				found := slices.Contains(r.Reasons, tc.reason)
 				for _, g := range r.Groups {
 					found = found || g.Reason == tc.reason
-					if tc.verdict == checksum.Verified && g.Verdict != checksum.Verified && g.Reason != tc.reason {
+					if tc.verdict == verify.Verified && g.Verdict != verify.Verified && g.Reason != tc.reason {
 						t.Errorf("request %s: group %d %q %q: every group must be compared", r.ID, g.ID, g.Verdict, g.Reason)
 					}
 				}
@@ -149,7 +150,7 @@ func TestDiffSynth(t *testing.T) {
 	}
 }
 
-func groupsString(r *checksum.RequestVerdict) string {
+func groupsString(r *verify.RequestVerdict) string {
 	s := ""
 	for _, g := range r.Groups {
 		s += fmt.Sprintf("[%d %s %q %v checks %v] ", g.ID, g.Verdict, g.Reason, g.Positions, g.Checks)
@@ -179,23 +180,23 @@ func TestDiffCorruptedByte(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			prod := sideChecks(t, writeSide(t, tc.producer))
 			cpaths := writeSide(t, tc.consumer)
-			if v := checksum.Diff(prod, sideChecks(t, cpaths)).Verdict; v != checksum.Verified {
+			if v := verify.Diff(prod, sideChecks(t, cpaths)).Verdict; v != verify.Verified {
 				t.Fatalf("before the flip: %q", v)
 			}
 			flipBit(t, cpaths, drill.CellRef{Request: "req-1", Group: 0, Layer: "model.layers.1.self_attn.attn", Head: 3, Token: 20}, 77, 5)
-			res := checksum.Diff(prod, sideChecks(t, cpaths))
-			if res.Verdict != checksum.Mismatch {
+			res := verify.Diff(prod, sideChecks(t, cpaths))
+			if res.Verdict != verify.Mismatch {
 				t.Fatalf("after the flip: %q", res.Verdict)
 			}
 			for _, r := range res.Requests {
 				switch r.ID {
 				case "req-0":
-					if r.Verdict != checksum.Verified {
+					if r.Verdict != verify.Verified {
 						t.Errorf("req-0: %q %s", r.Verdict, groupsString(r))
 					}
 				case "req-1":
 					g := r.Groups[0]
-					if r.Verdict != checksum.Mismatch || !slices.Equal(g.Positions, tc.positions) || !slices.Equal(g.Checks, []int{0}) {
+					if r.Verdict != verify.Mismatch || !slices.Equal(g.Positions, tc.positions) || !slices.Equal(g.Checks, []int{0}) {
 						t.Errorf("req-1: %q %s, want positions %v in check 0", r.Verdict, groupsString(r), tc.positions)
 					}
 				}
@@ -217,9 +218,9 @@ func TestDiffDivergedReplica(t *testing.T) {
 		t.Fatalf("consumer has %d checks, want 2 (two copies of each head)", len(before.Requests[0].Groups[0].Checks))
 	}
 	flipBit(t, cpaths, drill.CellRef{Request: "req-0", Group: 0, Layer: "model.layers.0.self_attn.attn", Head: 1, Replica: 1, Token: 4}, 3, 0)
-	res := checksum.Diff(prod, sideChecks(t, cpaths))
+	res := verify.Diff(prod, sideChecks(t, cpaths))
 	g := res.Requests[0].Groups[0]
-	if res.Verdict != checksum.Mismatch || !slices.Equal(g.Checks, []int{1}) || !slices.Equal(g.Positions, []int{2}) {
+	if res.Verdict != verify.Mismatch || !slices.Equal(g.Checks, []int{1}) || !slices.Equal(g.Positions, []int{2}) {
 		t.Errorf("got %q %s, want a mismatch at position 2 in check 1 only", res.Verdict, groupsString(res.Requests[0]))
 	}
 }
@@ -271,7 +272,7 @@ func TestDiffFlatVector(t *testing.T) {
 	}
 
 	consumer := sideChecks(t, writeSide(t, consumerOf(pcfg, tp(2), lay("hnd"))))
-	diff := func(msg []byte, consumer *checksum.Checks) *checksum.DiffResult {
+	diff := func(msg []byte, consumer *verify.Checks) *verify.DiffResult {
 		p, err := wire.DecodePayload(msg)
 		if err != nil {
 			t.Fatal(err)
@@ -279,25 +280,25 @@ func TestDiffFlatVector(t *testing.T) {
 		if p.Form != wire.FormFlat {
 			t.Fatalf("form %v", p.Form)
 		}
-		return checksum.Diff(checksum.ProducerChecks(checksum.PayloadRequest("req-0", p)), consumer)
+		return verify.Diff(verify.ProducerChecks(verify.PayloadRequest("req-0", p)), consumer)
 	}
-	if res := diff(msg, consumer); res.Verdict != checksum.Verified {
+	if res := diff(msg, consumer); res.Verdict != verify.Verified {
 		t.Errorf("flat vector: %q %s", res.Verdict, groupsString(res.Requests[0]))
 	}
 	bad := slices.Clone(msg)
 	bad[len(bad)-1] ^= 0x80 // the last value, position 2
-	if res := diff(bad, consumer); res.Verdict != checksum.Mismatch || !slices.Equal(res.Requests[0].Groups[0].Positions, []int{2}) {
+	if res := diff(bad, consumer); res.Verdict != verify.Mismatch || !slices.Equal(res.Requests[0].Groups[0].Positions, []int{2}) {
 		t.Errorf("changed value: %q %s", res.Verdict, groupsString(res.Requests[0]))
 	}
 	other := sideChecks(t, writeSide(t, consumerOf(pcfg, blockSize(32))))
-	if res := diff(msg, other); res.Verdict != checksum.Unverified || res.Requests[0].Groups[0].Reason != checksum.ReasonFingerprint {
+	if res := diff(msg, other); res.Verdict != verify.Unverified || res.Requests[0].Groups[0].Reason != verify.ReasonFingerprint {
 		t.Errorf("other block size: %q %s", res.Verdict, groupsString(res.Requests[0]))
 	}
 	reqWire := slices.Clone(msg[:len(msg)-24])
 	for _, v := range requestValues {
 		reqWire = binary.LittleEndian.AppendUint64(reqWire, v)
 	}
-	if res := diff(reqWire, consumer); res.Verdict != checksum.Mismatch || !slices.Equal(res.Requests[0].Groups[0].Positions, []int{1, 2}) {
+	if res := diff(reqWire, consumer); res.Verdict != verify.Mismatch || !slices.Equal(res.Requests[0].Groups[0].Positions, []int{1, 2}) {
 		t.Errorf("request-numbered values in the flat form: %q %s", res.Verdict, groupsString(res.Requests[0]))
 	}
 }
@@ -345,9 +346,9 @@ func TestPayloadRoundTrip(t *testing.T) {
 	same := sideChecks(t, writeSide(t, consumerOf(pcfg, tp(2))))
 	bigger := sideChecks(t, writeSide(t, consumerOf(pcfg, blockSize(32))))
 	for _, form := range []wire.PayloadForm{wire.FormNested, wire.FormFlat} {
-		var reqs []*checksum.RequestChecks
+		var reqs []*verify.RequestChecks
 		for _, r := range prod.Requests {
-			p, err := checksum.NewPayload(prod, r, form)
+			p, err := verify.NewPayload(prod, r, form)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -355,35 +356,35 @@ func TestPayloadRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rc, err := checksum.PayloadRequestBase64(r.ID, text)
+			rc, err := verify.PayloadRequestBase64(r.ID, text)
 			if err != nil {
 				t.Fatal(err)
 			}
 			reqs = append(reqs, rc)
 		}
-		if v := checksum.Diff(checksum.ProducerChecks(reqs...), same).Verdict; v != checksum.Verified {
+		if v := verify.Diff(verify.ProducerChecks(reqs...), same).Verdict; v != verify.Verified {
 			t.Errorf("%v, same block size: %q", form, v)
 		}
-		want := checksum.Verified
+		want := verify.Verified
 		if form == wire.FormFlat {
-			want = checksum.Unverified
+			want = verify.Unverified
 		}
-		if v := checksum.Diff(checksum.ProducerChecks(reqs...), bigger).Verdict; v != want {
+		if v := verify.Diff(verify.ProducerChecks(reqs...), bigger).Verdict; v != want {
 			t.Errorf("%v, 16 vs 32: %q, want %q", form, v, want)
 		}
 	}
-	rc, err := checksum.PayloadRequestBase64("req-0", "kwEokZQAzw==")
+	rc, err := verify.PayloadRequestBase64("req-0", "kwEokZQAzw==")
 	if err == nil {
 		t.Fatal("truncated payload decoded")
 	}
-	res := checksum.Diff(checksum.ProducerChecks(rc), same)
-	if r := res.Requests[0]; r.Verdict != checksum.Unverified || !slices.Equal(r.Reasons, []string{checksum.ReasonInvalidChecksums}) {
+	res := verify.Diff(verify.ProducerChecks(rc), same)
+	if r := res.Requests[0]; r.Verdict != verify.Unverified || !slices.Equal(r.Reasons, []string{verify.ReasonInvalidChecksums}) {
 		t.Errorf("malformed payload: %q %q", r.Verdict, r.Reasons)
 	}
 	// A producer that is missing a rank sends nothing.
 	partial := *prod.Requests[0]
-	partial.Unverified = []string{checksum.ReasonNotEveryWorker}
-	if _, err := checksum.NewPayload(prod, &partial, wire.FormNested); err == nil {
+	partial.Unverified = []string{verify.ReasonNotEveryWorker}
+	if _, err := verify.NewPayload(prod, &partial, wire.FormNested); err == nil {
 		t.Error("payload of a partial request")
 	}
 }
