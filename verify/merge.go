@@ -12,126 +12,6 @@ import (
 	"github.com/kvaudit/kvaudit/wire"
 )
 
-// Fixed reasons a load or a group is unverified (docs/spec.md §9), reported
-// verbatim, and the reasons a group is left out of a verdict.
-const (
-	ReasonNoChecksums         = "the producer sent no checksums"
-	ReasonInvalidChecksums    = "the producer's checksums are invalid"
-	ReasonNotEveryWorker      = "not every worker reported its checksums"
-	ReasonOneSide             = "a group is checksummed by one side only"
-	ReasonFingerprint         = "a group holds other layers, block size or dtype on the producer"
-	ReasonMissingReplica      = "a replica was not checksummed"
-	ReasonNoBlockInCommon     = "a group has no block in common"
-	ReasonBlockSizes          = "block sizes are not multiples of each other"
-	ReasonInsideProducerBlock = "the first loaded block starts inside a producer block"
-	ReasonNoLoadedGroup       = "no loaded group can be checksummed"
-	// ReasonNotCovered is --strict's: a loaded block the producer's
-	// checksums do not cover, or that could not be compared.
-	ReasonNotCovered = "a loaded block is not compared"
-
-	LeftOutSkipped      = "skipped on both sides"
-	LeftOutProducerOnly = "checksummed by the producer only: the consumer did not load it (ignored, as vLLM does)"
-	LeftOutSplitLess    = "state without a TP split is not comparable across TP sizes"
-)
-
-// Checks are one side's whole-model checks: every rank's record summed.
-type Checks struct {
-	TPSize, PPSize int
-	// Complete is false when fewer than TPSize*PPSize ranks reported.
-	Complete bool
-	// Missing names the ranks that did not report ("tp 1 of 2"; with
-	// "pp N of M" when PPSize > 1).
-	Missing []string
-	// Groups describes the side's groups (fingerprints summed over PP
-	// stages), by id.
-	Groups []GroupInfo
-	// Skipped maps a group id to the reason a rank gave for skipping it.
-	Skipped  map[int]string
-	Requests []*RequestChecks
-}
-
-// GroupInfo is a group of a whole side.
-type GroupInfo struct {
-	ID              int
-	Kind            string
-	BlockSize       int
-	Fingerprint     uint64
-	FingerprintFlat uint64
-	SplitLess       bool
-}
-
-// RequestChecks are one request's checks on one side.
-type RequestChecks struct {
-	ID                     string
-	ProducerID             string
-	NumTokens              int
-	NumLocalComputedTokens int
-	// TPSize is the side's TP size (a payload carries the producer's).
-	TPSize int
-	Groups []*GroupChecks
-	// Unverified holds load-level reasons (ReasonNotEveryWorker, ...).
-	Unverified []string
-	// Notes say what decoding a payload let pass as vLLM's consumer does
-	// (docs/spec.md §8); a verdict repeats them.
-	Notes []string
-}
-
-// Group returns the request's checks of group id, or nil.
-func (r *RequestChecks) Group(id int) *GroupChecks {
-	for _, g := range r.Groups {
-		if g.ID == id {
-			return g
-		}
-	}
-	return nil
-}
-
-// GroupChecks are a request's checks of one group: Checks[k][i] is check k
-// at block position Start+i (docs/spec.md §2). Check 0 is what a producer
-// sends.
-type GroupChecks struct {
-	ID              int
-	Kind            string
-	BlockSize       int
-	Start           int
-	Fingerprint     uint64
-	FingerprintFlat uint64
-	// HasFlat is false when the flat fingerprint is unknown (a nested
-	// payload carries only the nested one).
-	HasFlat bool
-	Checks  [][]uint64
-	// ChecksBlock are Checks in block numbering (docs/spec.md §1), nil
-	// when some rank did not give them (a record without values_block).
-	// A flat payload is compared with them.
-	ChecksBlock [][]uint64
-	// Keys are the replica keys summed, (replicas, index).
-	Keys [][2]int
-	// MissingReplica is set when some check lacks a replica key's sum.
-	MissingReplica bool
-	// FromPayload marks checks decoded from a payload, which carries
-	// neither the group's kind nor whether it is a split-less state group.
-	FromPayload bool
-	// BadFingerprint marks a payload fingerprint that equals no
-	// fingerprint (sent as a negative integer).
-	BadFingerprint bool
-	// FlatOnly marks checks decoded from a flat payload: only
-	// FingerprintFlat is known and BlockSize is 0 (not carried), so a
-	// consumer compares fingerprints with the block size (docs/spec.md §9).
-	FlatOnly bool
-	// SplitLess marks a state group checksummed without a TP split (docs/spec.md
-	// §6): comparable only between equal TP sizes, left out of a
-	// verdict across TP sizes.
-	SplitLess bool
-}
-
-// Positions returns the number of block positions checked.
-func (g *GroupChecks) Positions() int {
-	if len(g.Checks) == 0 {
-		return 0
-	}
-	return len(g.Checks[0])
-}
-
 // MergeError is a set of records that do not belong together.
 type MergeError struct{ Msg string }
 
@@ -161,30 +41,48 @@ func Merge(records []*wire.Record) (*Checks, error) {
 	}
 	c.Complete = len(recs) == c.TPSize*c.PPSize
 	if !c.Complete {
-		have := map[[2]int]bool{}
-		for _, r := range recs {
-			have[[2]int{r.PPRank, r.TPRank}] = true
-		}
-	ranks:
-		for pp := range c.PPSize {
-			for tp := range c.TPSize {
-				if have[[2]int{pp, tp}] {
-					continue
-				}
-				name := fmt.Sprintf("tp %d of %d", tp, c.TPSize)
-				if c.PPSize > 1 {
-					name += fmt.Sprintf(", pp %d of %d", pp, c.PPSize)
-				}
-				if len(c.Missing) == 8 {
-					c.Missing = append(c.Missing, "...")
-					break ranks
-				}
-				c.Missing = append(c.Missing, name)
+		c.Missing = missingRanks(recs, c.TPSize, c.PPSize)
+	}
+	info, err := mergeGroups(recs, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := mergeRequests(recs, c, info); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// missingRanks names the ranks of a tp x pp deployment that no record
+// is of: at most 8, then "...".
+func missingRanks(recs []*wire.Record, tp, pp int) []string {
+	have := map[[2]int]bool{}
+	for _, r := range recs {
+		have[[2]int{r.PPRank, r.TPRank}] = true
+	}
+	var missing []string
+	for p := range pp {
+		for t := range tp {
+			if have[[2]int{p, t}] {
+				continue
 			}
+			if len(missing) == 8 {
+				return append(missing, "...")
+			}
+			name := fmt.Sprintf("tp %d of %d", t, tp)
+			if pp > 1 {
+				name += fmt.Sprintf(", pp %d of %d", p, pp)
+			}
+			missing = append(missing, name)
 		}
 	}
+	return missing
+}
 
-	// Groups: fingerprints summed over PP stages, one TP rank per stage.
+// mergeGroups fills c's groups, their fingerprints summed over PP stages
+// (one TP rank per stage), and the groups some rank skipped; the records
+// must agree on each group's kind and block size.
+func mergeGroups(recs []*wire.Record, c *Checks) (map[int]*GroupInfo, error) {
 	info := map[int]*GroupInfo{}
 	stageDone := map[[2]int]bool{} // (pp stage, group) counted
 	for _, r := range recs {
@@ -214,8 +112,13 @@ func Merge(records []*wire.Record) (*Checks, error) {
 		c.Groups = append(c.Groups, *gi)
 	}
 	slices.SortFunc(c.Groups, func(a, b GroupInfo) int { return cmp.Compare(a.ID, b.ID) })
+	return info, nil
+}
 
-	// Requests, in the order the lowest rank lists them.
+// mergeRequests sums each request's values over the ranks into c's
+// requests, in the order the lowest rank lists them. The records must
+// agree on each request's tokens and on the positions of each group.
+func mergeRequests(recs []*wire.Record, c *Checks, info map[int]*GroupInfo) error {
 	type partial struct {
 		rc      *RequestChecks
 		ranks   int
@@ -236,7 +139,7 @@ func Merge(records []*wire.Record) (*Checks, error) {
 				order = append(order, rr.ID)
 			}
 			if p.rc.NumTokens != rr.NumTokens || p.rc.NumLocalComputedTokens != rr.NumLocalComputedTokens {
-				return nil, &MergeError{fmt.Sprintf("request %q: %q says %d tokens (%d local), other ranks %d (%d)", rr.ID, r.Source, rr.NumTokens, rr.NumLocalComputedTokens, p.rc.NumTokens, p.rc.NumLocalComputedTokens)}
+				return &MergeError{fmt.Sprintf("request %q: %q says %d tokens (%d local), other ranks %d (%d)", rr.ID, r.Source, rr.NumTokens, rr.NumLocalComputedTokens, p.rc.NumTokens, p.rc.NumLocalComputedTokens)}
 			}
 			p.ranks++
 			for _, g := range rr.Groups {
@@ -250,7 +153,7 @@ func Merge(records []*wire.Record) (*Checks, error) {
 					p.ordered = append(p.ordered, g.ID)
 				}
 				if s.start != g.Start || s.n != len(g.Values) {
-					return nil, &MergeError{fmt.Sprintf("request %q group %d: %q checksums positions %d..%d, other ranks %d..%d", rr.ID, g.ID, r.Source, g.Start, g.Start+len(g.Values)-1, s.start, s.start+s.n-1)}
+					return &MergeError{fmt.Sprintf("request %q group %d: %q checksums positions %d..%d, other ranks %d..%d", rr.ID, g.ID, r.Source, g.Start, g.Start+len(g.Values)-1, s.start, s.start+s.n-1)}
 				}
 				s.add(g)
 			}
@@ -272,7 +175,7 @@ func Merge(records []*wire.Record) (*Checks, error) {
 		}
 		c.Requests = append(c.Requests, p.rc)
 	}
-	return c, nil
+	return nil
 }
 
 // groupSum accumulates one request group's values per replica key.
@@ -347,23 +250,6 @@ func (s *groupSum) checks() *GroupChecks {
 		gc.ChecksBlock = form(s.block)
 	}
 	return gc
-}
-
-// Select keeps only the requests with the given ids, in the order given.
-// An id the side does not hold is an error.
-func (c *Checks) Select(ids []string) error {
-	var kept []*RequestChecks
-	for _, id := range ids {
-		i := slices.IndexFunc(c.Requests, func(r *RequestChecks) bool { return r.ID == id })
-		if i < 0 {
-			return fmt.Errorf("request %q is not in the given dumps or records", id)
-		}
-		if !slices.Contains(kept, c.Requests[i]) {
-			kept = append(kept, c.Requests[i])
-		}
-	}
-	c.Requests = kept
-	return nil
 }
 
 // Compute checksums opened dumps of one side (its ranks, or some of them)
