@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -152,74 +150,6 @@ func openPaths(paths []string) (*Side, error) {
 // a valid one).
 func looksLikeRecord(data []byte) bool {
 	return bytes.Contains(data, []byte(wire.RecordFormat))
-}
-
-// openArg resolves one argument: "-" (payload text or JSON on stdin), a
-// dump or directory (dumps and records), a record file, a payload file,
-// or, when arg is not an existing path, payload text.
-func openArg(arg string, stdin io.Reader) (*Side, error) {
-	if arg == "-" {
-		if stdin == nil {
-			return nil, errors.New(`"-" reads the payload from Stdin, and there is none`)
-		}
-		data, err := readPayloadInput(stdin)
-		if err != nil {
-			return nil, fmt.Errorf("reading stdin: %w", err)
-		}
-		return payloadSide("stdin", data)
-	}
-	st, err := os.Stat(arg)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) && len(strings.TrimSpace(arg)) >= 8 && !MissingPath(arg) {
-			return payloadSide(fmt.Sprintf("%q", shortArg(arg)), []byte(arg))
-		}
-		return nil, err
-	}
-	if st.IsDir() || strings.HasSuffix(arg, ".safetensors") {
-		return openPaths([]string{arg})
-	}
-	data, err := readPayloadFile(arg)
-	if err != nil {
-		return nil, err
-	}
-	if looksLikeRecord(data) {
-		recs, err := wire.ParseRecords(arg, data)
-		if err != nil {
-			return nil, err
-		}
-		return &Side{Records: recs, name: fmt.Sprintf("%q", arg)}, nil
-	}
-	return payloadSide(fmt.Sprintf("%q", arg), data)
-}
-
-// MissingPath says whether an argument that does not exist was meant as a
-// path rather than payload text given inline. Payload text is a JSON
-// object, or characters of the base64 alphabets (standard or URL-safe, so
-// that the decoder can say what is wrong with it) with, if it has a "/", no
-// existing directory before it. (Open also takes anything shorter than 8
-// characters for a path: no payload is that short.)
-func MissingPath(arg string) bool {
-	t := strings.TrimSpace(arg)
-	if strings.HasPrefix(t, "{") {
-		return false
-	}
-	if strings.Trim(t, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_") != "" {
-		return true
-	}
-	if dir := filepath.Dir(t); dir != "." {
-		if st, err := os.Stat(dir); err == nil && st.IsDir() {
-			return true
-		}
-	}
-	return false
-}
-
-// shortArg abbreviates a long argument (payload text) for messages.
-func shortArg(s string) string {
-	if len(s) > 40 {
-		return s[:37] + "..."
-	}
-	return s
 }
 
 // payloadSide reads a producer given as what it sent: a JSON object (with

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/wire"
 )
@@ -102,19 +103,31 @@ func TestOpenInput(t *testing.T) {
 			t.Errorf("%s: bare request %+v, want reason %q", c.payload, s.bare, c.reason)
 		}
 	}
-	// As an argument, kv_transfer_params JSON and base64 text are payloads;
-	// a name that is no payload text is a missing path.
-	for arg, payload := range map[string]bool{
-		`{"kv_checksums": null}`: true, "kOVidmVyaWZpZWQ=": true,
-		"nope": false, filepath.Join(t.TempDir(), "missing"): false, "missing.safetensors": false,
+	// As an argument: kv_transfer_params JSON, base64 text of a payload
+	// and text that cannot be a file name (too long, a NUL byte) are
+	// payloads; a name meant as a path is a missing path, anything else
+	// neither a path nor payload text.
+	long := `{"remote_block_ids": [` + strings.Repeat("1234, ", 60) + `5], "kv_checksums": null}`
+	for arg, want := range map[string]string{
+		`{"kv_checksums": null}`: "payload", "kgGTKAGRlQDPeKyizW3ZIl4A": "payload", long: "payload",
+		strings.Repeat("A", 300): "payload", "kgGT\x00KAGRlQ": "payload",
+		"kOVidmVyaWZpZWQ=": "neither", "nope": "neither", "producerdumps": "neither",
+		filepath.Join(t.TempDir(), "missing"): "missing", "missing.safetensors": "missing",
 	} {
 		s, err := Open(Input{Arg: arg})
-		if payload && (err != nil || !s.payload) {
+		var nf *layout.NotFoundError
+		var np *NotPayloadError
+		switch {
+		case want == "payload" && (err != nil || !s.payload):
 			t.Errorf("Open(Arg %q): %v, want a payload side", arg, err)
+		case want == "missing" && (!errors.As(err, &nf) || nf.Path != arg || !errors.Is(err, fs.ErrNotExist)):
+			t.Errorf("Open(Arg %q): %v, want a *layout.NotFoundError", arg, err)
+		case want == "neither" && (!errors.As(err, &np) || np.Arg != arg):
+			t.Errorf("Open(Arg %q): %v, want a *NotPayloadError", arg, err)
 		}
-		if !payload && !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("Open(Arg %q): %v, want a missing path", arg, err)
-		}
+	}
+	if len(long) <= 255 {
+		t.Fatalf("the long kv_transfer_params is %d bytes, want more than a file name may have", len(long))
 	}
 	if _, err := Open(Input{Payload: []byte(`{"format": "kvaudit-diff/1"}`)}); err == nil || !strings.Contains(err.Error(), "kvaudit-diff/1 output") {
 		t.Errorf("a kvaudit report as a payload: %v", err)

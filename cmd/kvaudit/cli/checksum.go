@@ -123,9 +123,6 @@ skipped) exits 2 with the reasons.
 }
 
 func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
-	if err := checkSidePaths(opts.Paths); err != nil {
-		return err
-	}
 	if opts.Stored {
 		return storedRun(ctx, opts)
 	}

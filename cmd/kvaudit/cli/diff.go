@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"time"
 
@@ -128,12 +127,6 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 }
 
 func diffRun(ctx context.Context, opts *DiffOptions) error {
-	if err := checkDiffArg(opts.Consumer); err != nil {
-		return fmt.Errorf("consumer: %w", err)
-	}
-	if err := checkDiffArg(opts.Producer); err != nil {
-		return fmt.Errorf("producer: %w", err)
-	}
 	progress, step := verifyProgress(opts.IO)
 	res, err := verify.Compare(ctx,
 		verify.Input{Arg: opts.Producer, Stdin: opts.IO.In},

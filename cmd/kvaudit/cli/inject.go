@@ -194,9 +194,6 @@ func parseRank(s string) (*inject.Rank, error) {
 }
 
 func injectRun(ctx context.Context, opts *InjectOptions) error {
-	if err := checkSidePaths(opts.Paths); err != nil {
-		return err
-	}
 	dumps, err := layout.OpenPaths(opts.Paths)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package cli
+package verify
 
 import (
 	"testing"
@@ -6,9 +6,9 @@ import (
 	"github.com/kvaudit/kvaudit/wire"
 )
 
-// TestPlausiblePayload: real payloads (either form), their JSON and a
+// TestPayloadText: real payloads (either form), their JSON and a
 // truncated payload are payload text; mistyped paths and words are not.
-func TestPlausiblePayload(t *testing.T) {
+func TestPayloadText(t *testing.T) {
 	var yes []string
 	for _, form := range []wire.PayloadForm{wire.FormNested, wire.FormFlat} {
 		p := &wire.Payload{Form: form, NumTokens: 40, Groups: []wire.PayloadGroup{{ID: 0, Fingerprint: 7, Values: []uint64{1, 2, 3}}}}
@@ -23,12 +23,12 @@ func TestPlausiblePayload(t *testing.T) {
 	}
 	yes = append(yes, `{"kv_checksums": null}`)
 	for _, s := range yes {
-		if !plausiblePayload(s) {
+		if !payloadText(s) {
 			t.Errorf("%q: not taken as payload text", s)
 		}
 	}
-	for _, s := range []string{"producerdumps", "consumer", "out/consumer", "kv", "", "prodcuer/rank-0-0.safetensors", "kvdump-extra"} {
-		if plausiblePayload(s) {
+	for _, s := range []string{"producerdumps", "consumer", "out/consumer", "kv", "", "prodcuer/rank-0-0.safetensors", "kvdump-extra", "kOVidmVyaWZpZWQ="} {
+		if payloadText(s) {
 			t.Errorf("%q: taken as payload text", s)
 		}
 	}
