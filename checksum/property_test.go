@@ -110,7 +110,7 @@ func TestPropertyOneByteChange(t *testing.T) {
 		paths, remove := synthSide(t, cfg)
 		defer remove()
 		compute := func() *verify.Checks {
-			cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.Options{Partial: true})
+			cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Partial: true})
 			if err != nil {
 				t.Fatal(err)
 			}

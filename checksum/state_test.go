@@ -42,7 +42,7 @@ func TestStatePaddingAndExtraNotCovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	compute := func() *verify.Checks {
-		cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.Options{Partial: true})
+		cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Partial: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -41,7 +41,7 @@ func computeSide(t tester, cfg synth.Config, engine checksum.Engine) *verify.Che
 	t.Helper()
 	paths, remove := synthSide(t, cfg)
 	defer remove()
-	cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.Options{Engine: engine, Partial: true})
+	cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Engine: engine, Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}

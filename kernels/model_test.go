@@ -202,7 +202,7 @@ func computeSide(t *testing.T, cfg synth.Config, e checksum.Engine) *verify.Chec
 	if err != nil {
 		t.Fatal(err)
 	}
-	cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.Options{Engine: e, Partial: true})
+	cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Engine: e, Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -208,14 +208,14 @@ func goldenTables(t *testing.T, name string, tables []*Table, json any) {
 func TestGoldenChecksums(t *testing.T) {
 	ctx := context.Background()
 	paths := goldenSide(t, t.TempDir(), synth.Config{Preset: "swa", TP: 2, Layers: 2, Requests: 2, Tokens: 40})
-	cRes, err := verify.Checksum(ctx, verify.Input{Paths: paths}, verify.Options{Partial: true})
+	cRes, err := verify.Checksum(ctx, verify.Input{Paths: paths}, verify.ChecksumOptions{Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := cRes.Checks
 	goldenTables(t, "checksums", []*Table{ChecksumsTableNumbered(c, checksum.NumberRequest)}, NewChecksumsJSONNumbered(c, checksum.NumberRequest))
 
-	partRes, err := verify.Checksum(ctx, verify.Input{Paths: paths[:1]}, verify.Options{Partial: true})
+	partRes, err := verify.Checksum(ctx, verify.Input{Paths: paths[:1]}, verify.ChecksumOptions{Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,36 @@ import (
 	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
-// Options control Compare, CheckStored, Checksum and Records.
-type Options struct {
+// Progress, when set in an entry point's options, is called before a
+// side's dumps are checksummed (side "consumer" or "producer" for
+// Compare, "side" for Checksum and Records; the requests checksummed) and
+// returns the function the engines call with the cell bytes done
+// (checksum.Options.Progress) and the one that ends the display.
+type Progress func(side string, dumps []*layout.Dump, requests []string) (add func(int64), done func())
+
+// Step, when set in an entry point's options, is told of a long step
+// that reports no bytes (the drill-down, the audits) and returns the
+// function that ends it.
+type Step func(what string) (done func())
+
+// start calls p, if set.
+func (p Progress) start(side string, dumps []*layout.Dump, requests []string) (add func(int64), done func()) {
+	if p == nil || len(dumps) == 0 {
+		return nil, func() {}
+	}
+	return p(side, dumps, requests)
+}
+
+// start calls s, if set.
+func (s Step) start(what string) (done func()) {
+	if s == nil {
+		return func() {}
+	}
+	return s(what)
+}
+
+// CompareOptions control Compare.
+type CompareOptions struct {
 	// Engine evaluates the checksum definition; nil means checksum.Fast{}.
 	Engine checksum.Engine
 	// Requests restricts the comparison to these consumer request ids
@@ -28,38 +56,9 @@ type Options struct {
 	AuditTail, Stored bool
 	// Strict makes any loaded block that was not compared unverified
 	// (DiffOptions.Strict).
-	Strict bool
-	// Partial lets Checksum merge a subset of the side's ranks into
-	// partial sums (every request unverified) instead of refusing it.
-	Partial bool
-	// BlockValues makes Checksum compute the block-numbered values too
-	// (checksum.Options.BlockValues); records always carry them.
-	BlockValues bool
-	// Progress, when set, is called before a side's dumps are checksummed
-	// (side "consumer" or "producer", or "side" for Checksum and Records;
-	// the requests checksummed) and
-	// returns the function the engines call with the cell bytes done
-	// (checksum.Options.Progress) and the one that ends the display.
-	Progress func(side string, dumps []*layout.Dump, requests []string) (add func(int64), done func())
-	// Step, when set, is told of a long step that reports no bytes (the
-	// drill-down, the audits) and returns the function that ends it.
-	Step func(what string) (done func())
-}
-
-// progress starts opts.Progress for a side, if set.
-func (opts Options) progress(side string, dumps []*layout.Dump, requests []string) (add func(int64), done func()) {
-	if opts.Progress == nil || len(dumps) == 0 {
-		return nil, func() {}
-	}
-	return opts.Progress(side, dumps, requests)
-}
-
-// step starts opts.Step, if set.
-func (opts Options) step(what string) (done func()) {
-	if opts.Step == nil {
-		return func() {}
-	}
-	return opts.Step(what)
+	Strict   bool
+	Progress Progress
+	Step     Step
 }
 
 // Result is what a comparison found.
@@ -155,7 +154,7 @@ var ErrAuditRecords = errors.New("the tail audit and the stored-checksum check r
 // when both sides are dumps, and runs the audits opts asks for. The
 // consumer must be dumps or records; the producer may also be what it
 // sent (a payload).
-func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Result, error) {
+func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions) (*Result, error) {
 	cside, err := Open(consumer)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
@@ -176,7 +175,7 @@ func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Resu
 	// A flat payload (vLLM's published form) is compared block-numbered:
 	// the consumer's values in both numberings, from one pass where the
 	// engine can (docs/spec.md §1).
-	add, done := opts.progress("consumer", cside.Dumps, opts.Requests)
+	add, done := opts.Progress.start("consumer", cside.Dumps, opts.Requests)
 	crecs, err := cside.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: pside.flat(), Progress: add})
 	done()
 	if err != nil {
@@ -208,7 +207,7 @@ func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Resu
 		}
 	}
 	if !opts.NoDrill && res.Diff.Verdict == Mismatch && pside.dumpsOnly() && cside.dumpsOnly() {
-		done := opts.step("drilling the mismatches down to layers, heads and tokens")
+		done := opts.Step.start("drilling the mismatches down to layers, heads and tokens")
 		err := Explain(ctx, pside.Dumps, cside.Dumps, res.Diff, drill.Options{MaxDetails: opts.MaxDetails})
 		done()
 		if err != nil {
@@ -216,8 +215,8 @@ func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Resu
 		}
 	}
 	if opts.AuditTail || opts.Stored {
-		done := opts.step("auditing the consumer's dumps")
-		res.Audits, err = audit(ctx, cside, opts)
+		done := opts.Step.start("auditing the consumer's dumps")
+		res.Audits, err = audit(ctx, cside, opts.Engine, opts.Requests, opts.AuditTail, opts.Stored)
 		done()
 		if err != nil {
 			return nil, fmt.Errorf("consumer: %w", err)
@@ -230,7 +229,7 @@ func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Resu
 // requests: a bare payload takes the consumer's only request's pairing
 // id, payloads pair by id, dumps and records are checksummed for the
 // requests the consumer pairs with.
-func producerChecks(ctx context.Context, pside *Side, cons *Checks, opts Options) (*Checks, error) {
+func producerChecks(ctx context.Context, pside *Side, cons *Checks, opts CompareOptions) (*Checks, error) {
 	switch {
 	case pside.bare != nil:
 		if len(cons.Requests) != 1 {
@@ -247,7 +246,7 @@ func producerChecks(ctx context.Context, pside *Side, cons *Checks, opts Options
 			ids = append(ids, r.PairID())
 		}
 	}
-	add, done := opts.progress("producer", pside.Dumps, ids)
+	add, done := opts.Progress.start("producer", pside.Dumps, ids)
 	precs, err := pside.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: ids, Progress: add})
 	done()
 	if err != nil {

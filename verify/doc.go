@@ -13,15 +13,15 @@
 //	res, err := verify.Compare(ctx,
 //		verify.Input{Payload: kvTransferParamsJSON},
 //		verify.Input{Paths: []string{"kv/consumer"}},
-//		verify.Options{Requests: []string{"req-0"}})
+//		verify.CompareOptions{Requests: []string{"req-0"}})
 //	...
 //	fmt.Println(res.Verdict(), res.Summary()) // verified, mismatch or unverified
 //
 // Checksum gives one side's whole-model checks (its ranks checksummed and
-// merged, every rank present unless Options.Partial), and Records each
+// merged, every rank present unless ChecksumOptions.Partial), and Records each
 // rank's partial sums for merging elsewhere:
 //
-//	res, err := verify.Checksum(ctx, verify.Input{Paths: []string{"kv/producer"}}, verify.Options{})
+//	res, err := verify.Checksum(ctx, verify.Input{Paths: []string{"kv/producer"}}, verify.ChecksumOptions{})
 //	...
 //	if err := res.Unchecked(); err != nil { ... } // every group skipped
 //

@@ -25,7 +25,7 @@ func ExampleCompare() {
 	ctx := context.Background()
 
 	// What the producer sends: its payload in kv_transfer_params.
-	prodRes, err := verify.Checksum(ctx, verify.Input{Paths: []string{filepath.Join(dir, "producer")}}, verify.Options{})
+	prodRes, err := verify.Checksum(ctx, verify.Input{Paths: []string{filepath.Join(dir, "producer")}}, verify.ChecksumOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -43,7 +43,7 @@ func ExampleCompare() {
 	res, err := verify.Compare(ctx,
 		verify.Input{Payload: params, Name: "kv_transfer_params"},
 		verify.Input{Paths: []string{filepath.Join(dir, "consumer")}},
-		verify.Options{Requests: []string{"req-0"}})
+		verify.CompareOptions{Requests: []string{"req-0"}})
 	if err != nil {
 		panic(err)
 	}
@@ -81,7 +81,7 @@ func ExampleCompare_drillDown() {
 	res, err := verify.Compare(ctx,
 		verify.Input{Paths: []string{filepath.Join(dir, "producer")}},
 		verify.Input{Paths: []string{bad}},
-		verify.Options{})
+		verify.CompareOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -103,7 +103,7 @@ func ExampleChecksum() {
 	paths, _ := synth.Write(dir, synth.Config{Preset: "llama", Seed: 7, TP: 2})
 	ctx := context.Background()
 
-	res, err := verify.Checksum(ctx, verify.Input{Paths: paths}, verify.Options{})
+	res, err := verify.Checksum(ctx, verify.Input{Paths: paths}, verify.ChecksumOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -113,7 +113,7 @@ func ExampleChecksum() {
 	// Each host writes its rank's record; any machine merges them.
 	var files []string
 	for i, p := range paths {
-		recs, err := verify.Records(ctx, verify.Input{Paths: []string{p}}, verify.Options{})
+		recs, err := verify.Records(ctx, verify.Input{Paths: []string{p}}, verify.RecordsOptions{})
 		if err != nil {
 			panic(err)
 		}
@@ -122,21 +122,21 @@ func ExampleChecksum() {
 		os.WriteFile(f, b, 0o644)
 		files = append(files, f)
 	}
-	res, err = verify.Checksum(ctx, verify.Input{Paths: files}, verify.Options{Requests: []string{"req-0"}})
+	res, err = verify.Checksum(ctx, verify.Input{Paths: files}, verify.ChecksumOptions{Requests: []string{"req-0"}})
 	if err != nil {
 		panic(err)
 	}
 	r = res.Checks.Requests[0]
 	fmt.Printf("%s group %d from position %d: %x (records)\n", r.ID, r.Groups[0].ID, r.Groups[0].Start, r.Groups[0].Checks[0])
 
-	_, err = verify.Checksum(ctx, verify.Input{Paths: paths[:1]}, verify.Options{})
+	_, err = verify.Checksum(ctx, verify.Input{Paths: paths[:1]}, verify.ChecksumOptions{})
 	fmt.Println(err)
-	res, _ = verify.Checksum(ctx, verify.Input{Paths: paths[:1]}, verify.Options{Partial: true})
+	res, _ = verify.Checksum(ctx, verify.Input{Paths: paths[:1]}, verify.ChecksumOptions{Partial: true})
 	fmt.Println(res.Checks.Complete, res.Checks.Requests[0].Unverified)
 	// Output:
 	// req-0 group 0 from position 0: [bcc6295bacdf458f ae6063d8a014329a 5dd337444c6578f5]
 	// req-0 group 0 from position 0: [bcc6295bacdf458f ae6063d8a014329a 5dd337444c6578f5] (records)
-	// got 1 of 2 ranks (tp 2 x pp 1): give every rank of the side, or allow partial sums (Options.Partial)
+	// got 1 of 2 ranks (tp 2 x pp 1): give every rank of the side, or allow partial sums (ChecksumOptions.Partial)
 	// false [not every worker reported its checksums]
 }
 
@@ -149,12 +149,12 @@ func ExampleDiff() {
 	synth.Write(dir, synth.Config{Preset: "llama", Seed: 7, Role: "consumer", TP: 2, Layout: "hnd", BlockSize: 32})
 
 	ctx := context.Background()
-	prodRes, err := verify.Checksum(ctx, verify.Input{Paths: []string{filepath.Join(dir, "producer")}}, verify.Options{})
+	prodRes, err := verify.Checksum(ctx, verify.Input{Paths: []string{filepath.Join(dir, "producer")}}, verify.ChecksumOptions{})
 	if err != nil {
 		panic(err)
 	}
 	prod := prodRes.Checks
-	consRes, err := verify.Checksum(ctx, verify.Input{Paths: []string{filepath.Join(dir, "consumer")}}, verify.Options{})
+	consRes, err := verify.Checksum(ctx, verify.Input{Paths: []string{filepath.Join(dir, "consumer")}}, verify.ChecksumOptions{})
 	if err != nil {
 		panic(err)
 	}

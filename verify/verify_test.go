@@ -144,14 +144,14 @@ func TestCompareErrors(t *testing.T) {
 	}
 	ctx := context.Background()
 	side := Input{Paths: paths}
-	if _, err := Compare(ctx, side, Input{Payload: []byte("AAAAAAAA")}, Options{}); err == nil || !strings.Contains(err.Error(), "consumer must be dumps or records") {
+	if _, err := Compare(ctx, side, Input{Payload: []byte("AAAAAAAA")}, CompareOptions{}); err == nil || !strings.Contains(err.Error(), "consumer must be dumps or records") {
 		t.Errorf("payload as consumer: %v", err)
 	}
 	var bare *BarePayloadError
-	if _, err := Compare(ctx, Input{Payload: []byte("AAAAAAAA")}, side, Options{}); !errors.As(err, &bare) || bare.Requests != 2 {
+	if _, err := Compare(ctx, Input{Payload: []byte("AAAAAAAA")}, side, CompareOptions{}); !errors.As(err, &bare) || bare.Requests != 2 {
 		t.Errorf("bare payload, 2 requests: %v", err)
 	}
-	cRes, err := Checksum(ctx, Input{Paths: paths}, Options{Partial: true})
+	cRes, err := Checksum(ctx, Input{Paths: paths}, ChecksumOptions{Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,14 +166,14 @@ func TestCompareErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, recFile, b)
-	if _, err := Compare(ctx, side, Input{Paths: []string{recFile}}, Options{AuditTail: true}); !errors.Is(err, ErrAuditRecords) {
+	if _, err := Compare(ctx, side, Input{Paths: []string{recFile}}, CompareOptions{AuditTail: true}); !errors.Is(err, ErrAuditRecords) {
 		t.Errorf("tail audit of records: %v", err)
 	}
-	if _, err := CheckStored(ctx, Input{Paths: []string{recFile}}, Options{}); !errors.Is(err, ErrStoredRecords) {
+	if _, err := CheckStored(ctx, Input{Paths: []string{recFile}}, StoredOptions{}); !errors.Is(err, ErrStoredRecords) {
 		t.Errorf("stored check of records: %v", err)
 	}
 	// Records and dumps of the same side verify against each other.
-	res, err := Compare(ctx, side, Input{Paths: []string{recFile}}, Options{})
+	res, err := Compare(ctx, side, Input{Paths: []string{recFile}}, CompareOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestCompareErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	params, _ := json.Marshal(map[string]string{"kv_checksums": text})
-	res, err = Compare(ctx, Input{Payload: params}, side, Options{Requests: []string{c.Requests[1].ID}})
+	res, err = Compare(ctx, Input{Payload: params}, side, CompareOptions{Requests: []string{c.Requests[1].ID}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestCompareErrors(t *testing.T) {
 		t.Errorf("payload of %s: %s %+v", c.Requests[1].ID, res.Verdict(), res.Diff.Requests)
 	}
 	// Another request's payload mismatches.
-	res, err = Compare(ctx, Input{Payload: params}, side, Options{Requests: []string{c.Requests[0].ID}})
+	res, err = Compare(ctx, Input{Payload: params}, side, CompareOptions{Requests: []string{c.Requests[0].ID}})
 	if err != nil {
 		t.Fatal(err)
 	}

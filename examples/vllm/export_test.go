@@ -83,7 +83,7 @@ func npyDescr(st string) (descr, dtype string) {
 
 func checksums(t *testing.T, paths []string) *verify.Checks {
 	t.Helper()
-	cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.Options{Partial: true})
+	cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}

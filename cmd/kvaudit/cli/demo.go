@@ -97,7 +97,7 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 		return err
 	}
 	side := func(paths []string) (*verify.Checks, error) {
-		res, err := verify.Checksum(ctx, verify.Input{Paths: paths}, verify.Options{})
+		res, err := verify.Checksum(ctx, verify.Input{Paths: paths}, verify.ChecksumOptions{})
 		if err != nil {
 			return nil, err
 		}
@@ -145,7 +145,7 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 // demoDiff compares the demo's producer and consumer dumps as kvaudit
 // diff does (the mismatch drilled down) and prints the verdict table.
 func demoDiff(ctx context.Context, s *Streams, ppaths, cpaths []string) error {
-	res, err := verify.Compare(ctx, verify.Input{Paths: ppaths}, verify.Input{Paths: cpaths}, verify.Options{})
+	res, err := verify.Compare(ctx, verify.Input{Paths: ppaths}, verify.Input{Paths: cpaths}, verify.CompareOptions{})
 	if err != nil {
 		return err
 	}
