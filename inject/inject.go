@@ -223,12 +223,12 @@ func kindSeed(k Kind) uint64 {
 
 // side is a side's dumps, indexed, with what injection needs of them.
 type side struct {
-	*layout.Side
+	*layout.DumpIndex
 	ids []string // request ids, the first rank's first
 }
 
 func newSide(dumps []*layout.Dump) *side {
-	s := &side{Side: layout.NewSide(dumps)}
+	s := &side{DumpIndex: layout.NewDumpIndex(dumps)}
 	s.ids = s.RequestIDs()
 	return s
 }
@@ -239,7 +239,7 @@ func (s *side) rank(di int) Rank {
 }
 
 // cache is one distinct cache of a group on one rank.
-type cache = layout.SideCache
+type cache = layout.RankCache
 
 // maxReplicas is the number of checks of a group on the side.
 func (s *side) maxReplicas(group int) int {

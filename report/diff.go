@@ -366,3 +366,45 @@ func diffJUnit(res *verify.DiffResult, opts DiffOptions) junitSuites {
 	}
 	return out
 }
+
+// diffWithAuditsJSON is kvaudit-diff/1 with the audits' fields added.
+type diffWithAuditsJSON struct {
+	*DiffJSON
+	TailAudit *TailAuditJSON `json:"tail_audit,omitempty"`
+	Stored    *StoredJSON    `json:"stored,omitempty"`
+}
+
+// RenderDiffAudits writes a comparison and the consumer audits beside it:
+// in a table or markdown, the audits' tables after the comparison's; in
+// JSON, kvaudit-diff/1 with "tail_audit" and "stored" fields added; in
+// JUnit, a test suite per audit after the comparison's suites, each with
+// one test case per request and group of the comparison (the same cases
+// whatever the audit finds, so CI can follow a case from run to run), a
+// <failure> listing that group's findings. With no audits (a nil a) it is
+// RenderDiff.
+func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f Format, opts DiffOptions) error {
+	if a == nil {
+		return RenderDiff(w, res, f, opts)
+	}
+	switch f {
+	case FormatJSON:
+		out := diffWithAuditsJSON{DiffJSON: NewDiffJSON(res)}
+		if a.Tail != nil {
+			out.TailAudit = NewTailAuditJSON(a.Tail)
+		}
+		if a.Stored != nil {
+			out.Stored = NewStoredJSON(a.Stored)
+		}
+		return WriteJSON(w, out)
+	case FormatJUnit:
+		doc := diffJUnit(res, opts)
+		if a.Tail != nil {
+			doc.add(tailAuditSuite(res, a.Tail))
+		}
+		if a.Stored != nil {
+			doc.add(storedSuite(res, a.Stored, opts.AllowUnverified))
+		}
+		return writeJUnit(w, doc)
+	}
+	return renderTables(w, append(DiffTables(res), AuditTables(a)...), f, opts.Style)
+}

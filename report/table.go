@@ -532,3 +532,17 @@ func needsEscape(r rune) bool {
 	}
 	return false
 }
+
+func renderTables(w io.Writer, tables []*Table, f Format, style Style) error {
+	for i, t := range tables {
+		if i > 0 && f != FormatMarkdown {
+			if _, err := io.WriteString(w, "\n"); err != nil {
+				return err
+			}
+		}
+		if err := t.Render(w, f, style); err != nil {
+			return err
+		}
+	}
+	return nil
+}

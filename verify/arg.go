@@ -21,7 +21,7 @@ import (
 // text that cannot be a path). An argument that names nothing and is not
 // payload text is a missing path (a *layout.NotFoundError) when it was
 // meant as one (meantAsPath), else a *NotPayloadError.
-func openArg(arg string, stdin io.Reader) (*Side, error) {
+func openArg(arg string, stdin io.Reader) (*Source, error) {
 	if arg == "-" {
 		if stdin == nil {
 			return nil, errors.New(`"-" reads the payload from Stdin, and there is none`)
@@ -57,7 +57,7 @@ func openArg(arg string, stdin io.Reader) (*Side, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Side{Records: recs, name: fmt.Sprintf("%q", arg)}, nil
+		return &Source{Records: recs, name: fmt.Sprintf("%q", arg)}, nil
 	}
 	return payloadSide(fmt.Sprintf("%q", arg), data)
 }

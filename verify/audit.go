@@ -79,7 +79,7 @@ func CheckStored(ctx context.Context, consumer Input, opts StoredOptions) (*Resu
 
 // audit runs the audits asked for on a side's dumps: the tail audit,
 // the stored checksums, for the requests given (all when empty).
-func audit(ctx context.Context, side *Side, engine checksum.Engine, requests []string, tail, stored bool) (*Audits, error) {
+func audit(ctx context.Context, side *Source, engine checksum.Engine, requests []string, tail, stored bool) (*Audits, error) {
 	a := &Audits{}
 	if tail {
 		t, err := AuditTails(side.Dumps, requests)

@@ -229,7 +229,7 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 // requests: a bare payload takes the consumer's only request's pairing
 // id, payloads pair by id, dumps and records are checksummed for the
 // requests the consumer pairs with.
-func producerChecks(ctx context.Context, pside *Side, cons *Checks, opts CompareOptions) (*Checks, error) {
+func producerChecks(ctx context.Context, pside *Source, cons *Checks, opts CompareOptions) (*Checks, error) {
 	switch {
 	case pside.bare != nil:
 		if len(cons.Requests) != 1 {

@@ -28,8 +28,10 @@ type Input struct {
 	Name    string
 	// Arg is the side as one command-line argument: "-" (a payload read
 	// from Stdin), a dump, a directory of dumps and/or records, a record
-	// file, a payload file, or, when it is not an existing path, payload
-	// text.
+	// file, a payload file, or, when it names nothing on disk, payload
+	// text: a JSON object, base64 text that starts as a payload does, or
+	// any text that cannot be a file name (too long, a NUL byte), however
+	// long.
 	Arg   string
 	Stdin io.Reader
 	// Paths are dumps, directories holding dumps and/or records, and
@@ -37,9 +39,10 @@ type Input struct {
 	Paths []string
 }
 
-// Side is one side opened: dumps (mapped; Close releases them) and
-// records, or what a producer sent.
-type Side struct {
+// Source is one side opened: what its checks come from, dumps (mapped;
+// Close releases them) and records, or what a producer sent (payloads,
+// which Compare reads).
+type Source struct {
 	Dumps   []*layout.Dump
 	Records []*wire.Record
 
@@ -55,11 +58,11 @@ type Side struct {
 }
 
 // Close releases the side's dumps.
-func (s *Side) Close() { layout.CloseAll(s.Dumps) }
+func (s *Source) Close() { layout.CloseAll(s.Dumps) }
 
 // flat says whether the side holds a flat payload (block-numbered values,
 // vLLM's published form).
-func (s *Side) flat() bool {
+func (s *Source) flat() bool {
 	for _, r := range append([]*RequestChecks{s.bare}, s.byID...) {
 		if r != nil && slices.ContainsFunc(r.Groups, func(g *GroupChecks) bool { return g.FlatOnly }) {
 			return true
@@ -70,13 +73,13 @@ func (s *Side) flat() bool {
 
 // dumpsOnly says whether the side is all dumps (so the drill-down and the
 // audits can read its cells).
-func (s *Side) dumpsOnly() bool {
+func (s *Source) dumpsOnly() bool {
 	return !s.payload && len(s.Records) == 0 && len(s.Dumps) > 0
 }
 
 // allRecords checksums the side's dumps and returns those records with
 // the side's own, ready for Merge.
-func (s *Side) allRecords(ctx context.Context, opts checksum.Options) ([]*wire.Record, error) {
+func (s *Source) allRecords(ctx context.Context, opts checksum.Options) ([]*wire.Record, error) {
 	if s.payload {
 		return nil, fmt.Errorf("%s is a payload, not dumps or records", s.name)
 	}
@@ -92,8 +95,12 @@ func (s *Side) allRecords(ctx context.Context, opts checksum.Options) ([]*wire.R
 const maxPayloadFile = layout.MaxPayloadSize
 
 // Open opens a side: the one way from paths, an argument or payload bytes
-// to dumps, records or payloads. The caller closes the side.
-func Open(in Input) (*Side, error) {
+// to dumps, records or payloads, and the one place that decides what an
+// argument is (see Input.Arg). The caller closes the source. A side path
+// that does not exist is a *layout.NotFoundError, a directory whose
+// subdirectories hold the dumps a *layout.NoDumpError, an argument that is
+// neither a path nor payload text a *NotPayloadError.
+func Open(in Input) (*Source, error) {
 	set := 0
 	for _, b := range []bool{in.Payload != nil, in.Arg != "", len(in.Paths) > 0} {
 		if b {
@@ -118,12 +125,12 @@ func Open(in Input) (*Side, error) {
 
 // openPaths opens the dumps and reads the records among paths (files,
 // dump directories, or directories holding either).
-func openPaths(paths []string) (*Side, error) {
+func openPaths(paths []string) (*Source, error) {
 	dumpPaths, rest, err := layout.FindDumps(paths)
 	if err != nil {
 		return nil, err
 	}
-	s := &Side{name: "the side"}
+	s := &Source{name: "the side"}
 	for _, p := range rest {
 		// Regular files only (a FIFO or /dev/zero is refused at once), at
 		// most layout.MaxRecordSize bytes.
@@ -157,8 +164,8 @@ func looksLikeRecord(data []byte) bool {
 // msgpack bytes. A payload that does not decode is not an error: its
 // request is unverified (the producer's checksums are invalid) and the
 // decoding error becomes a note. what names the input for errors.
-func payloadSide(what string, data []byte) (*Side, error) {
-	s := &Side{payload: true, notes: map[string]string{}, name: what}
+func payloadSide(what string, data []byte) (*Source, error) {
+	s := &Source{payload: true, notes: map[string]string{}, name: what}
 	text := bytes.TrimSpace(data)
 	bare := func(text string) {
 		rc, err := PayloadRequestBase64("", text)

@@ -207,7 +207,7 @@ func TestCompareErrors(t *testing.T) {
 	}
 }
 
-func mustOpen(t *testing.T, paths []string) *Side {
+func mustOpen(t *testing.T, paths []string) *Source {
 	t.Helper()
 	s, err := Open(Input{Paths: paths})
 	if err != nil {

@@ -102,7 +102,7 @@ func Explain(ctx context.Context, producer, consumer []*layout.Dump, reqs []Requ
 	if maxDetails == 0 {
 		maxDetails = DefaultMaxDetails
 	}
-	p, c := newSide(producer), newSide(consumer)
+	p, c := newCellIndex(producer), newCellIndex(consumer)
 	out := make([]Explanation, len(reqs))
 	err := layout.Guard("dump data during the drill-down", func() error {
 		for i := range reqs {
@@ -119,17 +119,20 @@ func Explain(ctx context.Context, producer, consumer []*layout.Dump, reqs []Requ
 	return out, nil
 }
 
-// side is one side's dumps, indexed, with the drill-down's lookups.
-type side struct{ *layout.Side }
+// cellIndex is one side's dumps, indexed, with the drill-down's cell
+// lookups.
+type cellIndex struct{ *layout.DumpIndex }
 
-func newSide(dumps []*layout.Dump) *side { return &side{layout.NewSide(dumps)} }
+func newCellIndex(dumps []*layout.Dump) *cellIndex {
+	return &cellIndex{layout.NewDumpIndex(dumps)}
+}
 
 // cache is one distinct cache of a group on one rank.
-type cache = layout.SideCache
+type cache = layout.RankCache
 
 // find returns the cache holding layer name (or an alias of it) and
 // global head; replica < 0 prefers replica index 0, else any.
-func (s *side) find(group int, name string, head, replica int) (cache, bool) {
+func (s *cellIndex) find(group int, name string, head, replica int) (cache, bool) {
 	var best cache
 	found := false
 	for _, c := range s.Caches(group) {
@@ -155,7 +158,7 @@ func (s *side) find(group int, name string, head, replica int) (cache, bool) {
 // cell appends the logical bytes of the cell of request id at token of
 // global head in cache c to dst. ok is false where the side holds no
 // such cell (no block there, a null block, device memory).
-func (s *side) cell(dst []byte, c cache, id string, head, token int) ([]byte, bool) {
+func (s *cellIndex) cell(dst []byte, c cache, id string, head, token int) ([]byte, bool) {
 	if c.View.Cells.Data == nil || token < 0 {
 		return dst, false
 	}
@@ -170,7 +173,7 @@ func (s *side) cell(dst []byte, c cache, id string, head, token int) ([]byte, bo
 // explainer drills one request down.
 type explainer struct {
 	ctx     context.Context
-	p, c    *side
+	p, c    *cellIndex
 	req     *Request
 	x       *Explanation // what request adds to
 	max     int
@@ -297,7 +300,7 @@ func (e *explainer) compare(group, pos, S int, c cache, head, lo, hi int) bool {
 }
 
 // row appends global row row of cache c's state block for request id.
-func (s *side) row(dst []byte, c cache, id string, row int) ([]byte, bool) {
+func (s *cellIndex) row(dst []byte, c cache, id string, row int) ([]byte, bool) {
 	b, ok := s.Block(c.Dump, id, c.Group, 0)
 	if !ok || c.View.Cells.Data == nil {
 		return dst, false
@@ -377,7 +380,7 @@ func (e *explainer) classifyState(group int, c cache, rows []int, gots [][]byte,
 	if zero {
 		return "zeroed"
 	}
-	for _, sd := range []*side{e.p, e.c} {
+	for _, sd := range []*cellIndex{e.p, e.c} {
 		for _, id := range sd.RequestIDs() {
 			if id == e.req.ProducerID || id == e.req.ID {
 				continue
@@ -517,16 +520,16 @@ func (e *explainer) classify(group, pos, S int, c, pc cache, head, lo, hi int, d
 	// KV of another request: the producer's, or the consumer's own
 	// co-resident request (a stale read of a reused block).
 	for _, sd := range []struct {
-		side *side
-		c    cache
+		index *cellIndex
+		c     cache
 	}{{e.p, pc}, {e.c, c}} {
-		for _, id := range sd.side.RequestIDs() {
+		for _, id := range sd.index.RequestIDs() {
 			if id == pid || id == cid {
 				continue
 			}
-			for x := range ceilDiv(sd.side.Request(id).NumTokens, S) {
+			for x := range ceilDiv(sd.index.Request(id).NumTokens, S) {
 				shift := (x - pos) * S
-				if from(func(t int) ([]byte, bool) { return sd.side.cell(nil, sd.c, id, head, t+shift) }) {
+				if from(func(t int) ([]byte, bool) { return sd.index.cell(nil, sd.c, id, head, t+shift) }) {
 					return "holds KV of request " + id
 				}
 			}

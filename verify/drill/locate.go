@@ -28,7 +28,7 @@ func (r CellRef) String() string {
 // for a cell the side does not hold (no such request, layer, head or copy,
 // a null or missing block) or held in device memory.
 func Locate(dumps []*layout.Dump, ref CellRef, i int) (string, int64, error) {
-	s := newSide(dumps)
+	s := newCellIndex(dumps)
 	c, ok := s.find(ref.Group, ref.Layer, ref.Head, ref.Replica)
 	if !ok {
 		return "", 0, fmt.Errorf("locating %s: no dump holds that layer, head and replica", ref)

@@ -5,18 +5,18 @@ import (
 	"strconv"
 )
 
-// Side indexes the dumps of every rank of one producer or consumer, for
+// DumpIndex indexes the dumps of every rank of one producer or consumer, for
 // tools that look cells up by request, group, layer and head (the
 // drill-down, fault injection).
-type Side struct {
+type DumpIndex struct {
 	Dumps []*Dump
 	// reqs maps, per dump, a request id to its request.
 	reqs []map[string]*Request
 }
 
-// NewSide indexes dumps (they stay open; the caller closes them).
-func NewSide(dumps []*Dump) *Side {
-	s := &Side{Dumps: dumps}
+// NewDumpIndex indexes dumps (they stay open; the caller closes them).
+func NewDumpIndex(dumps []*Dump) *DumpIndex {
+	s := &DumpIndex{Dumps: dumps}
 	for _, d := range dumps {
 		m := map[string]*Request{}
 		for i := range d.Manifest.Requests {
@@ -29,7 +29,7 @@ func NewSide(dumps []*Dump) *Side {
 
 // Request returns request id as the first rank holding it lists it, or
 // nil.
-func (s *Side) Request(id string) *Request {
+func (s *DumpIndex) Request(id string) *Request {
 	for _, m := range s.reqs {
 		if r := m[id]; r != nil {
 			return r
@@ -39,10 +39,10 @@ func (s *Side) Request(id string) *Request {
 }
 
 // RankRequest returns request id as dump di lists it, or nil.
-func (s *Side) RankRequest(di int, id string) *Request { return s.reqs[di][id] }
+func (s *DumpIndex) RankRequest(di int, id string) *Request { return s.reqs[di][id] }
 
 // RequestIDs lists the side's request ids, the first rank's first.
-func (s *Side) RequestIDs() []string {
+func (s *DumpIndex) RequestIDs() []string {
 	var ids []string
 	for _, d := range s.Dumps {
 		for _, r := range d.Manifest.Requests {
@@ -56,7 +56,7 @@ func (s *Side) RequestIDs() []string {
 
 // Group returns group id as the first rank that has it describes it, or
 // nil.
-func (s *Side) Group(id int) *Group {
+func (s *DumpIndex) Group(id int) *Group {
 	for _, d := range s.Dumps {
 		if g := d.Manifest.Group(id); g != nil {
 			return g
@@ -66,7 +66,7 @@ func (s *Side) Group(id int) *Group {
 }
 
 // GroupIDs lists the side's group ids in manifest order.
-func (s *Side) GroupIDs() []int {
+func (s *DumpIndex) GroupIDs() []int {
 	var ids []int
 	for _, d := range s.Dumps {
 		for _, g := range d.Manifest.Groups {
@@ -78,24 +78,24 @@ func (s *Side) GroupIDs() []int {
 	return ids
 }
 
-// SideCache is one distinct cache of a group on one rank of a side.
-type SideCache struct {
-	Dump  int // index in Side.Dumps
+// RankCache is one distinct cache of a group on one rank of a side.
+type RankCache struct {
+	Dump  int // index in DumpIndex.Dumps
 	Group *Group
 	View  *LayerView
 }
 
 // Caches returns the checksummed caches of group id on every rank, in rank
 // order (none for a skipped group).
-func (s *Side) Caches(group int) []SideCache {
-	var out []SideCache
+func (s *DumpIndex) Caches(group int) []RankCache {
+	var out []RankCache
 	for di, d := range s.Dumps {
 		gv := d.GroupView(group)
 		if gv == nil || gv.Skip != "" {
 			continue
 		}
 		for _, v := range gv.Caches {
-			out = append(out, SideCache{Dump: di, Group: gv.Group, View: v})
+			out = append(out, RankCache{Dump: di, Group: gv.Group, View: v})
 		}
 	}
 	return out
@@ -105,7 +105,7 @@ func (s *Side) Caches(group int) []SideCache {
 // in group g on dump di: from the block table, or, for a state group, the
 // request's state block at position 0. ok is false where there is none (no
 // such request or position, a null block, an id out of range).
-func (s *Side) Block(di int, id string, g *Group, pos int) (block int, ok bool) {
+func (s *DumpIndex) Block(di int, id string, g *Group, pos int) (block int, ok bool) {
 	r := s.reqs[di][id]
 	if r == nil {
 		return 0, false

@@ -8,7 +8,7 @@ import (
 	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
-func TestSide(t *testing.T) {
+func TestDumpIndex(t *testing.T) {
 	paths, err := synth.Write(t.TempDir(), synth.Config{Preset: "mamba2-hybrid", TP: 2, Requests: 2, Seed: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -18,7 +18,7 @@ func TestSide(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer layout.CloseAll(dumps)
-	s := layout.NewSide(dumps)
+	s := layout.NewDumpIndex(dumps)
 	if ids := s.RequestIDs(); !slices.Equal(ids, []string{"req-0", "req-1"}) {
 		t.Errorf("request ids %v", ids)
 	}

@@ -7,20 +7,21 @@ import (
 	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
-// SideLayers is the number of layers of a synthesized bench side (the
-// llama preset with 32 layers is Llama-3-8B's KV cache: 8 KV heads of 128
-// bfloat16 per layer).
-const SideLayers = 32
+// InputLayers is the number of layers of the bench's synthesized input
+// (the llama preset with 32 layers is Llama-3-8B's KV cache: 8 KV heads of
+// 128 bfloat16 per layer).
+const InputLayers = 32
 
-// SideConfig returns the synth configuration of a producer side holding
-// about size bytes of checksummed KV: SideLayers layers of preset in
-// layout lay, split over pp pipeline stages, requests of up to 2048 tokens
-// and no unused blocks (so the dump is about size bytes too).
-func SideConfig(size int64, preset, lay string, pp int) (synth.Config, error) {
+// InputConfig returns the synth configuration of the bench's input: a
+// producer's dumps holding about size bytes of checksummed KV, InputLayers
+// layers of preset in layout lay, split over pp pipeline stages, requests
+// of up to 2048 tokens and no unused blocks (so the dumps are about size
+// bytes too).
+func InputConfig(size int64, preset, lay string, pp int) (synth.Config, error) {
 	if preset == "" {
 		preset = "llama"
 	}
-	base, err := synth.Config{Preset: preset, Layers: SideLayers, Layout: lay}.Normalize()
+	base, err := synth.Config{Preset: preset, Layers: InputLayers, Layout: lay}.Normalize()
 	if err != nil {
 		return synth.Config{}, err
 	}
@@ -52,7 +53,7 @@ func SideConfig(size int64, preset, lay string, pp int) (synth.Config, error) {
 		return synth.Config{}, fmt.Errorf("size %d bytes is too large to synthesize", size)
 	}
 	cfg := synth.Config{
-		Preset: preset, Layers: SideLayers, Layout: lay, PP: max(pp, 1),
+		Preset: preset, Layers: InputLayers, Layout: lay, PP: max(pp, 1),
 		Requests: int(requests), Tokens: int(perRequest), Seed: 1,
 	}
 	n, err := cfg.Normalize()
@@ -63,10 +64,10 @@ func SideConfig(size int64, preset, lay string, pp int) (synth.Config, error) {
 	return cfg, nil
 }
 
-// SynthSide writes the side of SideConfig under dir and returns its dump
+// WriteInput writes the dumps of InputConfig under dir and returns their
 // paths.
-func SynthSide(dir string, size int64, preset, lay string, pp int) ([]string, error) {
-	cfg, err := SideConfig(size, preset, lay, pp)
+func WriteInput(dir string, size int64, preset, lay string, pp int) ([]string, error) {
+	cfg, err := InputConfig(size, preset, lay, pp)
 	if err != nil {
 		return nil, err
 	}
