@@ -639,9 +639,10 @@ func TestFastProgress(t *testing.T) {
 // bug) ends the run with an "internal error", never the process (Go exits
 // 2 on an unrecovered panic, and 2 means "unverified").
 func TestFastWorkerPanicIsInternalError(t *testing.T) {
-	testChunkHook = func() { panic("boom") }
-	defer func() { testChunkHook = nil }()
 	for _, p := range planDumps(t, synth.Config{Preset: "tiny"}) {
+		// The plan's progress callback runs on the workers, after each
+		// chunk: a panic there is one in a worker.
+		p.Progress = func(int64) { panic("boom") }
 		err := (Fast{Threads: 2}).Run(context.Background(), p, make([]uint64, p.Outputs))
 		var ie *InternalError
 		if !errors.As(err, &ie) || ie.Panic != "boom" || !strings.HasPrefix(err.Error(), "internal error: checksum worker: boom\n") {
