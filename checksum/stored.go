@@ -19,12 +19,12 @@ import (
 // the tag of the hash the request asked for differs from the tag the value
 // was stored under.
 
-// ParseBlockHash decodes a block hash as a manifest carries it: a string
+// parseBlockHash decodes a block hash as a manifest carries it: a string
 // of hex digits, with or without a "0x" prefix, upper or lower case, two
 // digits per byte in the order of the bytes (the first two digits are
 // byte 0, as Python's bytes.hex() writes them), at least 8 bytes (vLLM's
 // block hashes are 32-byte SHA-256 digests, 64 digits).
-func ParseBlockHash(s string) ([]byte, error) {
+func parseBlockHash(s string) ([]byte, error) {
 	digits := strings.TrimPrefix(s, "0x")
 	if len(digits)%2 != 0 {
 		return nil, fmt.Errorf("block hash %q: an odd number of hex digits", s)
@@ -44,7 +44,7 @@ func ParseBlockHash(s string) ([]byte, error) {
 // significant: hash "0102030405060708..." gives 0x0807060504030201), XOR
 // the rank's nested fingerprint of the group.
 func StoredTag(blockHash string, fingerprint uint64) (uint64, error) {
-	b, err := ParseBlockHash(blockHash)
+	b, err := parseBlockHash(blockHash)
 	if err != nil {
 		return 0, err
 	}

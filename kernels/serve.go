@@ -120,8 +120,8 @@ func (s *server) checksum(req *Request) ([]uint64, error) {
 	if !filepath.IsAbs(req.Dump) {
 		return nil, fmt.Errorf("dump path %q is not absolute", req.Dump)
 	}
-	if req.Outputs < 0 || req.Outputs > MaxOutputs {
-		return nil, fmt.Errorf("%d outputs (want 0..%d)", req.Outputs, MaxOutputs)
+	if req.Outputs < 0 || req.Outputs > maxOutputs {
+		return nil, fmt.Errorf("%d outputs (want 0..%d)", req.Outputs, maxOutputs)
 	}
 	d, ok := s.dumps[req.Dump]
 	if !ok {

@@ -43,9 +43,9 @@ func (e *DumpError) Error() string {
 
 func (e *DumpError) Unwrap() error { return e.Err }
 
-// IsDump reports whether path is a dump: a .safetensors file or a
+// isDump reports whether path is a dump: a .safetensors file or a
 // directory holding manifest.json.
-func IsDump(path string) bool {
+func isDump(path string) bool {
 	st, err := os.Stat(path)
 	if err != nil {
 		return false
@@ -217,7 +217,7 @@ func (o *opener) safetensorsFile(name string) (*Safetensors, error) {
 		return nil, err
 	}
 	m, err := mapIn(o.root, local, filepath.Join(o.dir, local))
-	if err != nil && !errors.Is(err, ErrEmptyFile) {
+	if err != nil && !errors.Is(err, errEmptyFile) {
 		return nil, o.confined(name, err)
 	}
 	f, err := openSafetensorsMapping(filepath.Join(o.dir, local), m)
@@ -440,7 +440,7 @@ func FindDumps(paths []string) (dumps, rest []string, err error) {
 			}
 			continue
 		}
-		if IsDump(p) {
+		if isDump(p) {
 			dumps = append(dumps, p)
 			continue
 		}
@@ -479,7 +479,7 @@ func scanSideDir(p string) (dumps, rest []string, err error) {
 			}
 		}
 		switch {
-		case e.IsDir() && IsDump(q):
+		case e.IsDir() && isDump(q):
 			dumps = append(dumps, q)
 		case !e.IsDir() && strings.HasSuffix(e.Name(), ".safetensors"):
 			embedded, err := hasEmbeddedManifest(q)
@@ -563,8 +563,8 @@ func (e *NoDumpError) Error() string {
 // A file whose header cannot be located is reported as a dump, for Open to
 // say what is wrong with it; a file that is not a regular file is an error.
 func hasEmbeddedManifest(path string) (bool, error) {
-	m, err := MapFile(path)
-	if errors.Is(err, ErrEmptyFile) {
+	m, err := mapFile(path)
+	if errors.Is(err, errEmptyFile) {
 		return true, nil
 	}
 	if err != nil {
@@ -605,16 +605,16 @@ func OpenSide(paths []string) ([]*Dump, error) {
 		}
 		dumps = append(dumps, d)
 	}
-	if err := CheckRanks(dumps); err != nil {
+	if err := checkRanks(dumps); err != nil {
 		closeAll()
 		return nil, err
 	}
 	return dumps, nil
 }
 
-// CheckRanks sorts dumps by (pp_rank, tp_rank) and checks that they are
+// checkRanks sorts dumps by (pp_rank, tp_rank) and checks that they are
 // ranks of one deployment.
-func CheckRanks(dumps []*Dump) error {
+func checkRanks(dumps []*Dump) error {
 	slices.SortFunc(dumps, func(a, b *Dump) int {
 		ap, at := a.Rank()
 		bp, bt := b.Rank()

@@ -8,11 +8,11 @@ import (
 	"github.com/kvaudit/kvaudit/verify"
 )
 
-// AuditTables lays out the audits that ran.
-func AuditTables(a *verify.Audits) []*Table {
+// auditTables lays out the audits that ran.
+func auditTables(a *verify.Audits) []*Table {
 	var out []*Table
 	if a.Tail != nil {
-		out = append(out, TailAuditTable(a.Tail))
+		out = append(out, tailAuditTable(a.Tail))
 	}
 	if a.Stored != nil {
 		out = append(out, StoredTable(a.Stored))

@@ -96,11 +96,11 @@ func NewCampaignJSON(r *inject.CampaignResult) *CampaignJSON {
 	return out
 }
 
-// CampaignTables lays out a campaign: one row per kind (trials, detected,
+// campaignTables lays out a campaign: one row per kind (trials, detected,
 // localised exactly, missed, false positives, the pairs it ran on, the
 // block map of an example) and a row of clean controls; then the failing
 // trials, if any.
-func CampaignTables(r *inject.CampaignResult) []*Table {
+func campaignTables(r *inject.CampaignResult) []*Table {
 	if r.Stopped != "" {
 		t := &Table{Title: "kvaudit campaign: not run", Header: []string{"pair", "problem untouched"}}
 		for _, p := range r.Pairs {
@@ -204,7 +204,7 @@ func RenderCampaign(w io.Writer, r *inject.CampaignResult, f Format, style Style
 	case FormatJUnit:
 		return WriteCampaignJUnit(w, r)
 	}
-	return renderTables(w, CampaignTables(r), f, style)
+	return renderTables(w, campaignTables(r), f, style)
 }
 
 // WriteCampaignJUnit writes a campaign as JUnit XML: a test suite "fault

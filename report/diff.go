@@ -132,17 +132,17 @@ func mapChars(m []verify.PositionState) string {
 	return string(b)
 }
 
-// MapWidth is the most cells a block map has in a styled or aligned
+// mapWidth is the most cells a block map has in a styled or aligned
 // table; longer maps are scaled down (and further to fit the terminal).
-const MapWidth = 96
+const mapWidth = 96
 
-// BlockMap draws a group's block map in at most width cells (all when
+// blockMap draws a group's block map in at most width cells (all when
 // width <= 0): one cell per block position from 0, "." verified, "X"
 // mismatch, "-" not compared, "_" not loaded. When there are more
 // positions than cells, each cell stands for per consecutive positions
 // and shows the worst of them (X, then -, then ., then _). r, when not
 // nil, colors the cells.
-func BlockMap(m []verify.PositionState, width int, r *lipgloss.Renderer) (text string, per int) {
+func blockMap(m []verify.PositionState, width int, r *lipgloss.Renderer) (text string, per int) {
 	per = 1
 	if width > 0 && len(m) > width {
 		per = (len(m) + width - 1) / width
@@ -188,15 +188,15 @@ func verdictTone(v verify.Verdict) Tone {
 	return Dim
 }
 
-// DiffLegend explains the block map's characters.
-const DiffLegend = "blocks from position 0: . verified, X mismatch, - not compared, _ not loaded"
+// diffLegend explains the block map's characters.
+const diffLegend = "blocks from position 0: . verified, X mismatch, - not compared, _ not loaded"
 
-// DiffTables lays out a comparison: the verdict per request and group
+// diffTables lays out a comparison: the verdict per request and group
 // (positions, differing checks, reason, block map) and, when there are
 // any, the drill-down's details. A styled or aligned table that does not
 // fit the terminal leaves out kind, checks and positions (the map shows
 // the positions), then the drill-down's bytes, replica and group.
-func DiffTables(res *verify.DiffResult) []*Table {
+func diffTables(res *verify.DiffResult) []*Table {
 	t := &Table{
 		Title:  "kvaudit diff: " + string(res.Verdict),
 		Header: []string{"request", "group", "kind", "verdict", "positions", "checks", "reason", "blocks"},
@@ -219,7 +219,7 @@ func DiffTables(res *verify.DiffResult) []*Table {
 				checks = ranges.Format(g.Checks)
 			}
 			t.Add(C("%s", id), C("%d", g.ID), C("%s", g.Kind), Cell{Text: string(g.Verdict), Tone: verdictTone(g.Verdict)},
-				C("%s", ranges.Format(g.Positions)), C("%s", checks), C("%s", g.Reason), MapCell(g.Map))
+				C("%s", ranges.Format(g.Positions)), C("%s", checks), C("%s", g.Reason), mapCell(g.Map))
 		}
 	}
 	numberings := map[string]bool{}
@@ -244,7 +244,7 @@ func DiffTables(res *verify.DiffResult) []*Table {
 	case numberings["block"]:
 		t.Notes = append(t.Notes, "numbering: block (a flat payload, as vLLM's published code sends)")
 	}
-	t.Notes = append(t.Notes, DiffLegend)
+	t.Notes = append(t.Notes, diffLegend)
 	tables := []*Table{t}
 
 	d := &Table{
@@ -300,7 +300,7 @@ func RenderDiff(w io.Writer, res *verify.DiffResult, f Format, opts DiffOptions)
 	case FormatJUnit:
 		return writeJUnit(w, diffJUnit(res, opts))
 	}
-	return renderTables(w, DiffTables(res), f, opts.Style)
+	return renderTables(w, diffTables(res), f, opts.Style)
 }
 
 // diffJUnit is a comparison as JUnit XML (RenderDiff's, and
@@ -406,5 +406,5 @@ func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f F
 		}
 		return writeJUnit(w, doc)
 	}
-	return renderTables(w, append(DiffTables(res), AuditTables(a)...), f, opts.Style)
+	return renderTables(w, append(diffTables(res), auditTables(a)...), f, opts.Style)
 }

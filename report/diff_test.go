@@ -166,10 +166,10 @@ func TestBlockMap(t *testing.T) {
 		m[i] = verify.PosVerified
 	}
 	m[0], m[7] = verify.PosNotLoaded, verify.PosMismatch
-	if s, per := BlockMap(m, 0, nil); s != "_......X.." || per != 1 {
+	if s, per := blockMap(m, 0, nil); s != "_......X.." || per != 1 {
 		t.Errorf("full map %q per %d", s, per)
 	}
-	if s, per := BlockMap(m, 4, nil); s != "..X." || per != 3 {
+	if s, per := blockMap(m, 4, nil); s != "..X." || per != 3 {
 		t.Errorf("scaled map %q per %d", s, per)
 	}
 }
@@ -177,7 +177,7 @@ func TestBlockMap(t *testing.T) {
 // TestDiffFitsWidth: on an 80-column terminal the diff table of a long
 // load keeps its verdict and block map (scaled, the mismatch still shown)
 // and leaves out low-value columns, styled or aligned; without a width
-// nothing is left out and the aligned map is cut at MapWidth cells.
+// nothing is left out and the aligned map is cut at mapWidth cells.
 func TestDiffFitsWidth(t *testing.T) {
 	m := make([]verify.PositionState, 300)
 	for i := range m {

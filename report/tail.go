@@ -52,8 +52,8 @@ func NewTailAuditJSON(a *verify.TailAudit) *TailAuditJSON {
 	return out
 }
 
-// TailAuditTable lays out the tail audit's findings.
-func TailAuditTable(a *verify.TailAudit) *Table {
+// tailAuditTable lays out the tail audit's findings.
+func tailAuditTable(a *verify.TailAudit) *Table {
 	verdict := "clean"
 	if len(a.Findings) > 0 {
 		verdict = fmt.Sprintf("%d block(s) not zeroed", len(a.Findings))

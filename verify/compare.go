@@ -196,7 +196,7 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 	}
 
 	res := &Result{Diff: DiffWith(prod, cons, DiffOptions{Strict: opts.Strict})}
-	RefineFlatHints(res.Diff, prod, cside.Dumps)
+	refineFlatHints(res.Diff, prod, cside.Dumps)
 	for _, rv := range res.Diff.Requests {
 		note, ok := pside.notes[rv.ProducerID]
 		if !ok && pside.bare != nil {

@@ -25,18 +25,18 @@ func noProducerHint(producer *Checks, cr *RequestChecks) string {
 }
 
 // flatFingerprintHint says why a flat payload's fingerprint differs
-// (RefineFlatHints names the producer's block size where it can).
+// (refineFlatHints names the producer's block size where it can).
 func flatFingerprintHint(consumerBlockSize int) string {
 	return fmt.Sprintf("the flat form's fingerprint includes the block size (consumer %d): a producer with another block size gives another one, and so do other layers, spec types or dtypes; %s", consumerBlockSize, flatTail)
 }
 
 const flatTail = "the flat form cannot compare different block sizes, the nested form and records can"
 
-// RefineFlatHints names the producer's block size in the hint of every
+// refineFlatHints names the producer's block size in the hint of every
 // group whose flat payload fingerprint differs only by the block size:
 // the consumer's layers (its dumps, every PP stage) give the producer's
 // fingerprint at that block size.
-func RefineFlatHints(res *DiffResult, producer *Checks, consumer []*layout.Dump) {
+func refineFlatHints(res *DiffResult, producer *Checks, consumer []*layout.Dump) {
 	for _, rv := range res.Requests {
 		pr := producer.request(rv.ProducerID)
 		if pr == nil {

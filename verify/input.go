@@ -177,7 +177,7 @@ func payloadSide(what string, data []byte) (*Source, error) {
 	// bareInPlace decodes data itself (an aligned buffer this side owns),
 	// so a payload file costs about its size once (docs/spec.md §8).
 	bareInPlace := func(text bool) {
-		rc, err := PayloadRequestInPlace("", data, text)
+		rc, err := payloadRequestInPlace("", data, text)
 		if err != nil {
 			s.notes[""] = err.Error()
 		}
@@ -198,10 +198,10 @@ func payloadSide(what string, data []byte) (*Source, error) {
 			var t *string
 			switch err := json.Unmarshal(raw, &t); {
 			case err != nil:
-				s.bare = InvalidRequest("", ReasonInvalidChecksums)
+				s.bare = invalidRequest("", ReasonInvalidChecksums)
 				s.notes[""] = fmt.Sprintf("kv_checksums is not a string: %s", shortArg(string(raw)))
 			case t == nil:
-				s.bare = InvalidRequest("", ReasonNoChecksums)
+				s.bare = invalidRequest("", ReasonNoChecksums)
 			default:
 				bare(*t)
 			}
@@ -212,7 +212,7 @@ func payloadSide(what string, data []byte) (*Source, error) {
 			var t string
 			if err := json.Unmarshal(raw, &t); err != nil {
 				// kv_transfer_params without kv_checksums.
-				s.bare = InvalidRequest("", ReasonNoChecksums)
+				s.bare = invalidRequest("", ReasonNoChecksums)
 				return s, nil
 			}
 			texts[id] = t

@@ -17,15 +17,15 @@ func PayloadRequest(id string, p *wire.Payload) *RequestChecks {
 	return payloadRequest(id, p, true)
 }
 
-// PayloadRequestInPlace decodes a payload held in buf (base64 text, or
+// payloadRequestInPlace decodes a payload held in buf (base64 text, or
 // msgpack when text is false) in place (wire.DecodePayloadInPlace) into the
 // producer checks of request id, which keep buf's memory: decoding a
 // payload file costs about its size once. A malformed payload gives a
 // request unverified with ReasonInvalidChecksums and the decoding error.
-func PayloadRequestInPlace(id string, buf []byte, text bool) (*RequestChecks, error) {
+func payloadRequestInPlace(id string, buf []byte, text bool) (*RequestChecks, error) {
 	p, err := wire.DecodePayloadInPlace(buf, text)
 	if err != nil {
-		return InvalidRequest(id, ReasonInvalidChecksums), err
+		return invalidRequest(id, ReasonInvalidChecksums), err
 	}
 	return payloadRequest(id, p, false), nil
 }
@@ -59,14 +59,14 @@ func payloadRequest(id string, p *wire.Payload, clone bool) *RequestChecks {
 func PayloadRequestBase64(id, text string) (*RequestChecks, error) {
 	p, err := wire.DecodePayloadBase64(text)
 	if err != nil {
-		return InvalidRequest(id, ReasonInvalidChecksums), err
+		return invalidRequest(id, ReasonInvalidChecksums), err
 	}
 	return PayloadRequest(id, p), nil
 }
 
-// InvalidRequest returns a producer request with no checks, unverified
+// invalidRequest returns a producer request with no checks, unverified
 // for reason (ReasonInvalidChecksums, ReasonNoChecksums).
-func InvalidRequest(id, reason string) *RequestChecks {
+func invalidRequest(id, reason string) *RequestChecks {
 	return &RequestChecks{ID: id, Unverified: []string{reason}}
 }
 

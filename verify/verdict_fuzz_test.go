@@ -63,7 +63,7 @@ func FuzzPayloadDiff(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := wire.DecodePayload(data)
 		check := func(entry string, p *wire.Payload, err error) {
-			rc := InvalidRequest("req-0", ReasonInvalidChecksums)
+			rc := invalidRequest("req-0", ReasonInvalidChecksums)
 			if err == nil {
 				rc = PayloadRequest("req-0", p)
 			}

@@ -109,7 +109,7 @@ func verdictCases() []verdictCase {
 		},
 		{
 			name:     "invalid checksums",
-			producer: verify.ProducerChecks(verify.InvalidRequest("r", verify.ReasonInvalidChecksums)),
+			producer: verify.ProducerChecks(&verify.RequestChecks{ID: "r", Unverified: []string{verify.ReasonInvalidChecksums}}),
 			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
 			verdict:  verify.Unverified,
 			reasons:  []string{verify.ReasonInvalidChecksums},
