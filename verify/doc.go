@@ -1,12 +1,12 @@
-// Package verify answers kvaudit's question: does the consumer hold what
-// the producer sent? It is where the verdict is decided. It opens both
-// sides (dumps, records, or what a producer sent: a payload, vLLM's
-// kv_transfer_params), checksums their dumps (package checksum) and merges
-// the ranks' records into whole-model checks (Merge, docs/spec.md §2),
-// turns payloads into producer checks, pairs the requests, applies the
-// verdict rules and fixed reasons of docs/spec.md §9 (Diff), has every
-// mismatch drilled down to layers, heads and tokens (package drill), and
-// runs the consumer audits (the tail audit, stored checksums).
+// Package verify decides the verdict: does the consumer hold what the
+// producer sent? It opens both sides (dumps, records, or what a producer
+// sent: a payload, vLLM's kv_transfer_params), checksums their dumps
+// (package checksum) and merges the ranks' records into whole-model checks
+// (Merge, docs/spec.md §2), turns payloads into producer checks, pairs the
+// requests, applies the verdict rules and fixed reasons of docs/spec.md §9
+// (Diff), has every mismatch drilled down to layers, heads and tokens
+// (package drill), and runs the consumer audits (the tail audit, stored
+// checksums).
 //
 // One call compares a producer's payload with a consumer's dumps:
 //
