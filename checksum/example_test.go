@@ -4,34 +4,36 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
-// Compare a TP1 producer with a TP2 consumer in another layout and block
-// size that loaded the same KV.
-func ExampleDiff() {
+// Checksum one rank's dump: one value per (request, group, block
+// position, replica key), in both numberings from one pass over the KV.
+func ExampleRecords() {
 	dir, _ := os.MkdirTemp("", "kvaudit-example-")
 	defer os.RemoveAll(dir)
-	synth.Write(dir, synth.Config{Preset: "llama", Seed: 7})
-	synth.Write(dir, synth.Config{Preset: "llama", Seed: 7, Role: "consumer", TP: 2, Layout: "hnd", BlockSize: 32})
+	paths, _ := synth.Write(dir, synth.Config{Preset: "llama", Seed: 7})
 
-	ctx := context.Background()
-	prod, err := checksum.ComputePaths(ctx, []string{filepath.Join(dir, "producer")}, checksum.Options{})
+	dumps, err := layout.OpenSide(paths)
 	if err != nil {
 		panic(err)
 	}
-	cons, err := checksum.ComputePaths(ctx, []string{filepath.Join(dir, "consumer")}, checksum.Options{})
+	defer layout.CloseAll(dumps)
+	recs, err := checksum.Records(context.Background(), dumps, checksum.Options{})
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("producer check 0 of req-0: %x\n", prod.Requests[0].Groups[0].Checks[0])
-	fmt.Printf("consumer check 0 of req-0: %x\n", cons.Requests[0].Groups[0].Checks[0])
-	fmt.Println(checksum.Diff(prod, cons).Verdict)
+	g := recs[0].Requests[0].Groups[0]
+	fmt.Printf("%s group %d, replica keys %v\n", recs[0].Requests[0].ID, g.ID, g.ReplicaKeys)
+	for i := range g.Values {
+		fmt.Printf("position %d: %s (block numbering %s)\n", g.Start+i, g.Values[i][0], g.ValuesBlock[i][0])
+	}
 	// Output:
-	// producer check 0 of req-0: [bcc6295bacdf458f ae6063d8a014329a 5dd337444c6578f5]
-	// consumer check 0 of req-0: [6b268d344cf37829 5dd337444c6578f5]
-	// verified
+	// req-0 group 0, replica keys [[1 0]]
+	// position 0: 0xbcc6295bacdf458f (block numbering 0xbcc6295bacdf458f)
+	// position 1: 0xae6063d8a014329a (block numbering 0x28dab35efd2b229a)
+	// position 2: 0x5dd337444c6578f5 (block numbering 0xee0c3f0e665468f5)
 }

@@ -8,12 +8,12 @@ import (
 	"github.com/kvaudit/kvaudit/layout"
 )
 
-// LayerTuple returns the Python repr of the tuple a layer's fingerprint
+// layerTuple returns the Python repr of the tuple a layer's fingerprint
 // hashes (docs/spec.md §7): (name, spec type, block size, 'torch.<dtype>')
 // in the flat form, without the block size in the nested form. A state
 // layer has, in place of the dtype, the tuple of its covered states, each
 // ('torch.<dtype>', (shape)).
-func LayerTuple(g *layout.Group, l layout.LayerInfo, flat bool) string {
+func layerTuple(g *layout.Group, l layout.LayerInfo, flat bool) string {
 	items := []string{pyStr(l.Name), pyStr(l.Spec)}
 	if flat {
 		items = append(items, strconv.Itoa(g.BlockSize))
@@ -39,32 +39,33 @@ func dtypeItem(l layout.LayerInfo) string {
 	return pyTuple(states...)
 }
 
-// LayerHash is the first 8 bytes, little-endian, of SHA-256 of a tuple's
+// layerHash is the first 8 bytes, little-endian, of SHA-256 of a tuple's
 // repr.
-func LayerHash(tuple string) uint64 {
+func layerHash(tuple string) uint64 {
 	sum := sha256.Sum256([]byte(tuple))
 	return binary.LittleEndian.Uint64(sum[:8])
 }
 
 // Fingerprints returns a group's fingerprint on one rank in the nested
-// form (no block size) and the flat form: the sum mod 2^64 of LayerHash
+// form (no block size) and the flat form: the sum mod 2^64 of layerHash
 // over every layer of the group on the rank, aliases included.
 func Fingerprints(g *layout.GroupView) (nested, flat uint64) {
 	for _, l := range g.Layers {
-		nested += LayerHash(LayerTuple(g.Group, l, false))
-		flat += LayerHash(LayerTuple(g.Group, l, true))
+		nested += layerHash(layerTuple(g.Group, l, false))
+		flat += layerHash(layerTuple(g.Group, l, true))
 	}
 	return nested, flat
 }
 
-// flatFingerprintAt is a group's flat fingerprint on one rank as it would
-// be with block size bs.
-func flatFingerprintAt(g *layout.GroupView, bs int) uint64 {
+// FlatFingerprintAt is a group's flat fingerprint on one rank as it would
+// be with block size bs (a flat payload's fingerprint holds the block
+// size: this tells a block size apart from other layers).
+func FlatFingerprintAt(g *layout.GroupView, bs int) uint64 {
 	gg := *g.Group
 	gg.BlockSize = bs
 	var flat uint64
 	for _, l := range g.Layers {
-		flat += LayerHash(LayerTuple(&gg, l, true))
+		flat += layerHash(layerTuple(&gg, l, true))
 	}
 	return flat
 }

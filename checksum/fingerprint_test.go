@@ -64,11 +64,11 @@ func TestLayerHash(t *testing.T) {
 		{one, 64, false, "('model.layers.1.mixer', 'MambaSpec', (('torch.float32', (8,)),))", 0xe8ab5ad41e60bb09},
 	} {
 		g.BlockSize = tc.block
-		tuple := LayerTuple(g, tc.info, tc.flat)
+		tuple := layerTuple(g, tc.info, tc.flat)
 		if tuple != tc.tuple {
 			t.Errorf("tuple %s, want %s", tuple, tc.tuple)
 		}
-		if h := LayerHash(tuple); h != tc.hash {
+		if h := layerHash(tuple); h != tc.hash {
 			t.Errorf("hash of %s = %#x, want %#x", tuple, h, tc.hash)
 		}
 	}

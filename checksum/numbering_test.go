@@ -8,6 +8,7 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // plainEngine hides an engine's slopes, as the CUDA runner has none: a
@@ -33,7 +34,7 @@ func TestNumberingOnePass(t *testing.T) {
 			remove()
 			t.Fatal(err)
 		}
-		var got [][]*checksum.Record
+		var got [][]*wire.Record
 		for _, opts := range []checksum.Options{
 			{Engine: checksum.Fast{}},
 			{Engine: checksum.Reference{}},

@@ -11,6 +11,8 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // genConfig draws a random configuration: preset, layout, format, TP in
@@ -107,11 +109,12 @@ func TestPropertyOneByteChange(t *testing.T) {
 		cfg.Role, cfg.PrefixTokens = "producer", 0
 		paths, remove := synthSide(t, cfg)
 		defer remove()
-		compute := func() *checksum.Checks {
-			c, err := checksum.ComputePaths(context.Background(), paths, checksum.Options{})
+		compute := func() *verify.Checks {
+			cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Partial: true})
 			if err != nil {
 				t.Fatal(err)
 			}
+			c := cRes.Checks
 			return c
 		}
 		before := compute()
@@ -193,7 +196,7 @@ func TestFastMatchesReferenceOnJunk(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer layout.CloseAll(dumps)
-		var outs [][]*checksum.Record
+		var outs [][]*wire.Record
 		for _, e := range []checksum.Engine{checksum.Reference{}, checksum.Fast{Threads: 2, ChunkBytes: 64}} {
 			recs, err := checksum.Records(context.Background(), dumps, checksum.Options{Engine: e})
 			if err != nil {
@@ -202,8 +205,8 @@ func TestFastMatchesReferenceOnJunk(t *testing.T) {
 			outs = append(outs, recs)
 		}
 		for i := range outs[0] {
-			a, _ := checksum.MarshalRecord(outs[0][i])
-			b, _ := checksum.MarshalRecord(outs[1][i])
+			a, _ := wire.MarshalRecord(outs[0][i])
+			b, _ := wire.MarshalRecord(outs[1][i])
 			if !slices.Equal(a, b) {
 				t.Fatalf("rank %d: reference and fast records differ:\n%s\n%s", i, a, b)
 			}

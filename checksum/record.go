@@ -3,85 +3,13 @@ package checksum
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/wire"
 )
-
-// RecordFormat is the format tag of a record.
-const RecordFormat = "kvaudit-record/1"
-
-// Record is one rank's partial checksums (docs/spec.md §8).
-type Record struct {
-	Format string `json:"format"`
-	// Source is the dump the record was computed from (informative).
-	Source string `json:"source,omitempty"`
-	Model  string `json:"model,omitempty"`
-	TPRank int    `json:"tp_rank"`
-	TPSize int    `json:"tp_size"`
-	PPRank int    `json:"pp_rank"`
-	PPSize int    `json:"pp_size"`
-	// Groups describes every group of the rank's manifest.
-	Groups []RecordGroup `json:"groups"`
-	// SkippedGroups maps a group id to the reason it is not checksummed.
-	SkippedGroups map[string]string `json:"skipped_groups"`
-	Requests      []RecordRequest   `json:"requests"`
-}
-
-// RecordGroup is a group as one rank sees it.
-type RecordGroup struct {
-	ID              int          `json:"id"`
-	Kind            string       `json:"kind"`
-	BlockSize       int          `json:"block_size"`
-	Fingerprint     layout.Hex64 `json:"fingerprint"`
-	FingerprintFlat layout.Hex64 `json:"fingerprint_flat"`
-	// Layers counts the group's layers on the rank (aliases included).
-	Layers int `json:"layers"`
-	// SplitLess marks a state group without a TP split (docs/spec.md §6):
-	// comparable only between equal TP sizes.
-	SplitLess bool `json:"split_less,omitempty"`
-}
-
-// RecordRequest is one request's partial checksums on one rank.
-type RecordRequest struct {
-	ID                     string               `json:"id"`
-	ProducerID             string               `json:"producer_id,omitempty"`
-	NumTokens              int                  `json:"num_tokens"`
-	NumLocalComputedTokens int                  `json:"num_local_computed_tokens"`
-	Groups                 []RecordRequestGroup `json:"groups"`
-}
-
-// RecordRequestGroup is one group's partial checksums for a request:
-// Values[i][k] is the sum of the rank's slices under ReplicaKeys[k] at block
-// position Start+i.
-type RecordRequestGroup struct {
-	ID          int              `json:"id"`
-	Start       int              `json:"start"`
-	ReplicaKeys [][2]int         `json:"replica_keys"`
-	Values      [][]layout.Hex64 `json:"values"`
-	// ValuesBlock are Values in block numbering (docs/spec.md §1), as vLLM's
-	// published code computes them; absent when the engine did not give
-	// them (Options.BlockValues asks for them).
-	ValuesBlock [][]layout.Hex64 `json:"values_block,omitempty"`
-}
-
-// RecordError is a record file that is not valid.
-type RecordError struct {
-	File  string
-	Field string
-	Msg   string
-}
-
-func (e *RecordError) Error() string {
-	if e.Field == "" {
-		return fmt.Sprintf("record %q: %s", e.File, e.Msg)
-	}
-	return fmt.Sprintf("record %q: %s: %s", e.File, e.Field, e.Msg)
-}
 
 // Options control Compute and Records.
 type Options struct {
@@ -92,7 +20,7 @@ type Options struct {
 	Requests []string
 	// Progress is passed to each plan (see Plan.Progress).
 	Progress func(bytes int64)
-	// BlockValues asks for block-numbered values (RecordRequestGroup.
+	// BlockValues asks for block-numbered values (wire.RecordRequestGroup.
 	// ValuesBlock) from every engine. A SlopeEngine gives them in the same
 	// pass regardless; another engine then runs a block-numbered plan too.
 	BlockValues bool
@@ -105,20 +33,22 @@ func (o Options) engine() Engine {
 	return o.Engine
 }
 
-// NewPlan lays out the work of one rank for the selected requests
-// (all when ids is empty) and the record its results fill. Call Fill with
-// the engine's output to complete the record.
-func NewPlan(d *layout.Dump, ids []string) (*Plan, *Record, error) {
+// NewPlan lays out the work of one rank for the selected requests (all
+// when ids is empty) and the record its results fill. The output slots
+// follow the record: its requests and their groups in order, each group's
+// values position by position and, within a position, by replica key
+// (RankRecord fills the record).
+func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 	m := d.Manifest
-	rec := &Record{
-		Format: RecordFormat, Source: d.Path, Model: m.Model.Name,
+	rec := &wire.Record{
+		Format: wire.RecordFormat, Source: d.Path, Model: m.Model.Name,
 		TPRank: m.Parallel.TPRank, TPSize: m.Parallel.TPSize,
 		PPRank: m.Parallel.PPRank, PPSize: m.Parallel.PPSize,
 		SkippedGroups: map[string]string{},
 	}
 	for _, g := range d.Groups {
 		fp, flat := Fingerprints(g)
-		rec.Groups = append(rec.Groups, RecordGroup{
+		rec.Groups = append(rec.Groups, wire.RecordGroup{
 			ID: g.Group.ID, Kind: g.Group.Kind, BlockSize: g.Group.BlockSize,
 			Fingerprint: layout.Hex64(fp), FingerprintFlat: layout.Hex64(flat),
 			Layers: len(g.Layers), SplitLess: splitLess(g),
@@ -134,7 +64,7 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *Record, error) {
 		if len(ids) > 0 && !slices.Contains(ids, r.ID) {
 			continue
 		}
-		rr := RecordRequest{ID: r.ID, ProducerID: r.ProducerID, NumTokens: r.NumTokens, NumLocalComputedTokens: r.NumLocalComputedTokens}
+		rr := wire.RecordRequest{ID: r.ID, ProducerID: r.ProducerID, NumTokens: r.NumTokens, NumLocalComputedTokens: r.NumLocalComputedTokens}
 		for _, g := range d.Groups {
 			if g.Skip != "" || len(g.Caches) == 0 {
 				continue
@@ -155,7 +85,7 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *Record, error) {
 			slices.SortFunc(keys, func(a, b layout.ReplicaKey) int {
 				return cmp.Or(cmp.Compare(a.Replicas, b.Replicas), cmp.Compare(a.Index, b.Index))
 			})
-			rg := RecordRequestGroup{ID: g.Group.ID, Start: span.Start}
+			rg := wire.RecordRequestGroup{ID: g.Group.ID, Start: span.Start}
 			for _, k := range keys {
 				rg.ReplicaKeys = append(rg.ReplicaKeys, [2]int{k.Replicas, k.Index})
 			}
@@ -208,8 +138,8 @@ func splitLess(g *layout.GroupView) bool {
 	return false
 }
 
-// Fill copies an engine's output into the record NewPlan returned.
-func (rec *Record) Fill(out []uint64) {
+// fillRecord copies an engine's output into the record NewPlan returned.
+func fillRecord(rec *wire.Record, out []uint64) {
 	slot := 0
 	for ri := range rec.Requests {
 		for gi := range rec.Requests[ri].Groups {
@@ -224,7 +154,7 @@ func (rec *Record) Fill(out []uint64) {
 }
 
 // RankRecord computes one rank's record.
-func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*Record, error) {
+func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*wire.Record, error) {
 	plan, rec, err := NewPlan(d, opts.Requests)
 	if err != nil {
 		return nil, err
@@ -238,8 +168,8 @@ func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*Record, err
 		if err := eng.Run(ctx, plan, out); err != nil {
 			return nil, err
 		}
-		rec.Fill(out[:plan.Outputs])
-		rec.fillBlock(func(slot int, first int64) uint64 {
+		fillRecord(rec, out[:plan.Outputs])
+		fillBlock(rec, func(slot int, first int64) uint64 {
 			return BlockNumbered(out[slot], out[plan.Outputs+slot], first)
 		})
 		return rec, nil
@@ -248,21 +178,21 @@ func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*Record, err
 	if err := eng.Run(ctx, plan, out); err != nil {
 		return nil, err
 	}
-	rec.Fill(out)
+	fillRecord(rec, out)
 	if opts.BlockValues {
 		bp := plan.BlockRows()
 		bout := make([]uint64, bp.Outputs)
 		if err := eng.Run(ctx, bp, bout); err != nil {
 			return nil, err
 		}
-		rec.fillBlock(func(slot int, _ int64) uint64 { return bout[slot] })
+		fillBlock(rec, func(slot int, _ int64) uint64 { return bout[slot] })
 	}
 	return rec, nil
 }
 
-// fillBlock sets every group's ValuesBlock, slot by slot in Fill's order,
+// fillBlock sets every group's ValuesBlock, slot by slot in fillRecord's order,
 // from value(slot, first token of the slot's block position).
-func (rec *Record) fillBlock(value func(slot int, first int64) uint64) {
+func fillBlock(rec *wire.Record, value func(slot int, first int64) uint64) {
 	sizes := map[int]int{}
 	for _, g := range rec.Groups {
 		sizes[g.ID] = g.BlockSize
@@ -285,8 +215,8 @@ func (rec *Record) fillBlock(value func(slot int, first int64) uint64) {
 }
 
 // Records computes the record of every dump.
-func Records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*Record, error) {
-	recs := make([]*Record, 0, len(dumps))
+func Records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*wire.Record, error) {
+	recs := make([]*wire.Record, 0, len(dumps))
 	for _, d := range dumps {
 		rec, err := RankRecord(ctx, d, opts)
 		if err != nil {
@@ -295,222 +225,4 @@ func Records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*Record
 		recs = append(recs, rec)
 	}
 	return recs, nil
-}
-
-// Compute checksums the given ranks of one side and merges them into
-// whole-model checks.
-func Compute(ctx context.Context, dumps []*layout.Dump, opts Options) (*Checks, error) {
-	recs, err := Records(ctx, dumps, opts)
-	if err != nil {
-		return nil, err
-	}
-	c, err := Merge(recs)
-	if err != nil {
-		return nil, err
-	}
-	if len(opts.Requests) > 0 {
-		if err := c.Select(opts.Requests); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
-}
-
-// MarshalRecord returns the record as indented JSON with a final newline.
-func MarshalRecord(rec *Record) ([]byte, error) {
-	b, err := json.MarshalIndent(rec, "", " ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}
-
-// ParseRecords reads one record, or several JSON records one after the
-// other, from a file's contents. On error it returns nil and a
-// *RecordError.
-func ParseRecords(file string, data []byte) ([]*Record, error) {
-	// Each document is decoded where it lies: no copy of the input.
-	docs, err := splitJSONDocs(data)
-	if err != nil {
-		return nil, &RecordError{File: file, Msg: fmt.Sprintf("not JSON: %v", err)}
-	}
-	recs := make([]*Record, 0, len(docs))
-	for i, d := range docs {
-		var rec Record
-		if err := layout.DecodeStrictJSON(data[d[0]:d[1]], &rec); err != nil {
-			return nil, &RecordError{File: file, Field: recordField(i), Msg: err.Error()}
-		}
-		if err := rec.Validate(); err != nil {
-			err.File = file
-			if len(docs) > 1 {
-				err.Field = recordField(i) + "." + err.Field
-			}
-			return nil, err
-		}
-		recs = append(recs, &rec)
-	}
-	return recs, nil
-}
-
-// splitJSONDocs returns the byte ranges of the JSON values that follow one
-// another in data (whitespace between), found by matching brackets
-// outside strings; DecodeStrictJSON then checks each. An empty input, or
-// one whose brackets do not close, is an error.
-func splitJSONDocs(data []byte) ([][2]int, error) {
-	var docs [][2]int
-	i := 0
-	for {
-		for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
-			i++
-		}
-		if i == len(data) {
-			break
-		}
-		start := i
-		depth, inString := 0, false
-		for ; i < len(data); i++ {
-			c := data[i]
-			if inString {
-				switch c {
-				case '\\':
-					i++
-				case '"':
-					inString = false
-				}
-				continue
-			}
-			switch c {
-			case '"':
-				inString = true
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-			}
-			if depth == 0 && (c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r') {
-				if c == '}' || c == ']' {
-					i++
-				}
-				break
-			}
-			if depth < 0 {
-				return nil, fmt.Errorf("unbalanced %q at offset %d", c, i)
-			}
-		}
-		if depth != 0 || inString {
-			return nil, fmt.Errorf("unexpected end of input (a value opened at offset %d does not close)", start)
-		}
-		docs = append(docs, [2]int{start, min(i, len(data))})
-	}
-	if len(docs) == 0 {
-		return nil, errors.New("unexpected end of JSON input")
-	}
-	return docs, nil
-}
-
-func recordField(i int) string { return fmt.Sprintf("records[%d]", i) }
-
-// Validate checks a record's consistency. The error has no File.
-func (rec *Record) Validate() *RecordError {
-	bad := func(field, format string, args ...any) *RecordError {
-		return &RecordError{Field: field, Msg: fmt.Sprintf(format, args...)}
-	}
-	if rec.Format != RecordFormat {
-		return bad("format", "got %q, want %q", rec.Format, RecordFormat)
-	}
-	if rec.TPSize < 1 || rec.TPSize > 1<<16 || rec.TPRank < 0 || rec.TPRank >= rec.TPSize {
-		return bad("tp_rank", "rank %d of tp_size %d", rec.TPRank, rec.TPSize)
-	}
-	if rec.PPSize < 1 || rec.PPSize > 1<<16 || rec.PPRank < 0 || rec.PPRank >= rec.PPSize {
-		return bad("pp_rank", "rank %d of pp_size %d", rec.PPRank, rec.PPSize)
-	}
-	groups := map[int]RecordGroup{}
-	for i, g := range rec.Groups {
-		f := fmt.Sprintf("groups[%d]", i)
-		if _, ok := groups[g.ID]; ok {
-			return bad(f+".id", "group %d appears twice", g.ID)
-		}
-		if g.ID < 0 || g.BlockSize < 1 || g.BlockSize > 1<<20 || g.Layers < 0 {
-			return bad(f, "id %d, block_size %d, layers %d out of range", g.ID, g.BlockSize, g.Layers)
-		}
-		groups[g.ID] = g
-	}
-	for k := range rec.SkippedGroups {
-		id, err := strconv.Atoi(k)
-		if _, ok := groups[id]; err != nil || !ok {
-			return bad(fmt.Sprintf("skipped_groups[%q]", k), "names no group of the record")
-		}
-	}
-	ids := map[string]bool{}
-	for i, r := range rec.Requests {
-		f := fmt.Sprintf("requests[%d]", i)
-		if r.ID == "" || ids[r.ID] {
-			return bad(f+".id", "empty or repeated request id %q", r.ID)
-		}
-		ids[r.ID] = true
-		if r.NumTokens < 0 || r.NumTokens > 1<<40 || r.NumLocalComputedTokens < 0 || r.NumLocalComputedTokens > r.NumTokens {
-			return bad(f, "num_tokens %d, num_local_computed_tokens %d out of range", r.NumTokens, r.NumLocalComputedTokens)
-		}
-		seen := map[int]bool{}
-		for j, g := range r.Groups {
-			gf := fmt.Sprintf("%s.groups[%d]", f, j)
-			gi, ok := groups[g.ID]
-			if !ok || seen[g.ID] {
-				return bad(gf+".id", "group %d is not a group of the record or appears twice", g.ID)
-			}
-			seen[g.ID] = true
-			if g.Start < 0 || g.Start > 1<<40 {
-				return bad(gf+".start", "%d out of range", g.Start)
-			}
-			// Exactly the values start, num_tokens and the block size
-			// imply: the run ends at the request's last block (docs/spec.md §5, §9).
-			if gi.Kind == layout.KindMamba {
-				if g.Start != 0 || len(g.Values) != 1 {
-					return bad(gf+".values", "a state group has one value at position 0, got %d from position %d", len(g.Values), g.Start)
-				}
-			} else if want := (r.NumTokens+gi.BlockSize-1)/gi.BlockSize - g.Start; want < 1 || len(g.Values) != want {
-				return bad(gf+".values", "%d values from position %d; num_tokens %d and block size %d imply %d", len(g.Values), g.Start, r.NumTokens, gi.BlockSize, max(want, 0))
-			}
-			if len(g.ReplicaKeys) == 0 {
-				return bad(gf+".replica_keys", "empty")
-			}
-			for k, key := range g.ReplicaKeys {
-				if key[0] < 1 || key[0] > rec.TPSize || key[1] < 0 || key[1] >= key[0] {
-					return bad(fmt.Sprintf("%s.replica_keys[%d]", gf, k), "key %v is not (replicas in 1..tp_size, index < replicas)", key)
-				}
-				for _, prev := range g.ReplicaKeys[:k] {
-					if prev == key {
-						return bad(fmt.Sprintf("%s.replica_keys[%d]", gf, k), "key %v appears twice", key)
-					}
-				}
-			}
-			for k, vals := range g.Values {
-				if len(vals) != len(g.ReplicaKeys) {
-					return bad(fmt.Sprintf("%s.values[%d]", gf, k), "%d values for %d replica keys", len(vals), len(g.ReplicaKeys))
-				}
-			}
-			if g.ValuesBlock != nil {
-				if len(g.ValuesBlock) != len(g.Values) {
-					return bad(gf+".values_block", "%d positions, values has %d", len(g.ValuesBlock), len(g.Values))
-				}
-				for k, vals := range g.ValuesBlock {
-					if len(vals) != len(g.ReplicaKeys) {
-						return bad(fmt.Sprintf("%s.values_block[%d]", gf, k), "%d values for %d replica keys", len(vals), len(g.ReplicaKeys))
-					}
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// ComputePaths opens a side given as paths (dumps, or directories holding
-// them, as layout.OpenPaths opens them), checksums it and closes it.
-func ComputePaths(ctx context.Context, paths []string, opts Options) (*Checks, error) {
-	dumps, err := layout.OpenPaths(paths)
-	if err != nil {
-		return nil, err
-	}
-	defer layout.CloseAll(dumps)
-	return Compute(ctx, dumps, opts)
 }

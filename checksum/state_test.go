@@ -6,10 +6,10 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/kvaudit/kvaudit/layout"
-
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // TestStatePresets: for each state preset, conv layout and conv dtype, TP
@@ -41,11 +41,12 @@ func TestStatePaddingAndExtraNotCovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compute := func() *checksum.Checks {
-		c, err := checksum.ComputePaths(context.Background(), paths, checksum.Options{})
+	compute := func() *verify.Checks {
+		cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Partial: true})
 		if err != nil {
 			t.Fatal(err)
 		}
+		c := cRes.Checks
 		return c
 	}
 	before := compute()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // tester is what both *testing.T and *rapid.T offer.
@@ -36,20 +37,21 @@ func synthSide(t tester, cfg synth.Config) (paths []string, remove func()) {
 }
 
 // computeSide synthesizes cfg and checksums every rank with engine.
-func computeSide(t tester, cfg synth.Config, engine checksum.Engine) *checksum.Checks {
+func computeSide(t tester, cfg synth.Config, engine checksum.Engine) *verify.Checks {
 	t.Helper()
 	paths, remove := synthSide(t, cfg)
 	defer remove()
-	c, err := checksum.ComputePaths(context.Background(), paths, checksum.Options{Engine: engine})
+	cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Engine: engine, Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := cRes.Checks
 	return c
 }
 
 // checkExpected compares every check of every request and group with the
 // reference computed from the logical KV.
-func checkExpected(t tester, cfg synth.Config, got *checksum.Checks) {
+func checkExpected(t tester, cfg synth.Config, got *verify.Checks) {
 	t.Helper()
 	want, err := synth.Expected(cfg)
 	if err != nil {

@@ -27,7 +27,7 @@
 //	})
 //	...
 //	res, err := verify.Compare(ctx, verify.Input{Paths: []string{"kv/producer"}},
-//		verify.Input{Paths: []string{"bad"}}, verify.Options{})
+//		verify.Input{Paths: []string{"bad"}}, verify.CompareOptions{})
 //	// res.Verdict() is mismatch at f.Affected's positions
 //
 // Campaign runs every kind many times over pairs of sides and reports

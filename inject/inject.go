@@ -13,6 +13,8 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // Options say which fault to inject where.
@@ -37,7 +39,7 @@ type Options struct {
 	// engine).
 	Engine checksum.Engine
 	// PayloadForm is the form of the payloads payload faults write.
-	PayloadForm checksum.PayloadForm
+	PayloadForm wire.PayloadForm
 	// Force replaces an output directory a previous injection wrote.
 	Force bool
 	// Prepare, when it asks for anything, first turns the side into the
@@ -273,7 +275,7 @@ func planDumps(dumps []*layout.Dump, def *kindDef, plan dumpPlan, opts Options) 
 		f: &Fault{
 			Format: faultFormat, Kind: opts.Kind, Seed: opts.Seed, Input: info.Input,
 			Detector: info.Detector, Affected: []Place{},
-			Expect: Expect{Verdict: string(checksum.Verified), Requests: []RequestExpect{}},
+			Expect: Expect{Verdict: string(verify.Verified), Requests: []RequestExpect{}},
 		},
 	}
 	if err := p.checkTarget(); err != nil {

@@ -15,12 +15,12 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/inject"
 	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
 func open(t *testing.T, paths []string) []*layout.Dump {
@@ -239,7 +239,7 @@ func checkPayloadFault(t *testing.T, f *inject.Fault, out string) {
 	}
 	// A payload that no longer decodes is unverified; a flipped value is
 	// a mismatch; never verified.
-	_, err = checksum.PayloadRequestBase64(pc.Request, pc.Tampered)
+	_, err = verify.PayloadRequestBase64(pc.Request, pc.Tampered)
 	if (err == nil) != (f.Kind == inject.PayloadFlip) {
 		t.Errorf("%s: decoding the tampered payload: %v", f.Kind, err)
 	}
@@ -338,7 +338,7 @@ func TestPrepare(t *testing.T) {
 			}
 		}
 	}
-	st, err := checksum.Stored(context.Background(), cons[0], checksum.Options{})
+	st, err := verify.RankStored(context.Background(), cons[0], checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,15 +346,15 @@ func TestPrepare(t *testing.T) {
 		t.Errorf("stored: %d checked, %d mismatches", st.Checked(), len(st.Mismatches()))
 	}
 	ctx := context.Background()
-	p, err := checksum.Compute(ctx, open(t, pp), checksum.Options{})
+	p, err := verify.Compute(ctx, open(t, pp), checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := checksum.Compute(ctx, cons, checksum.Options{})
+	c, err := verify.Compute(ctx, cons, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := checksum.Diff(p, c).Verdict; v != checksum.Verified {
+	if v := verify.Diff(p, c).Verdict; v != verify.Verified {
 		t.Errorf("prepared consumer: %s", v)
 	}
 }
@@ -403,15 +403,15 @@ func TestJudgeFails(t *testing.T) {
 	side, cons := preparedConsumer(t, synth.Config{Preset: "mla", TP: 2, Layers: 2, Requests: 2})
 	_ = side
 	prod := open(t, prodPaths)
-	p, err := checksum.Compute(ctx, prod, checksum.Options{})
+	p, err := verify.Compute(ctx, prod, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	clean, err := checksum.Compute(ctx, cons, checksum.Options{})
+	clean, err := verify.Compute(ctx, cons, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cleanRes := checksum.Diff(p, clean)
+	cleanRes := verify.Diff(p, clean)
 	out := filepath.Join(t.TempDir(), "o")
 	f, err := inject.Inject(ctx, cons, out, inject.Options{Kind: inject.ReplicaDiverge, Seed: 2})
 	if err != nil {
@@ -419,12 +419,12 @@ func TestJudgeFails(t *testing.T) {
 	}
 	paths, _, _ := layout.FindDumps([]string{out})
 	bad := open(t, paths)
-	c, err := checksum.Compute(ctx, bad, checksum.Options{})
+	c, err := verify.Compute(ctx, bad, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := checksum.Diff(p, c)
-	if err := drill.Explain(ctx, prod, bad, res, drill.Options{MaxDetails: -1}); err != nil {
+	res := verify.Diff(p, c)
+	if err := verify.Explain(ctx, prod, bad, res, drill.Options{MaxDetails: -1}); err != nil {
 		t.Fatal(err)
 	}
 	if j := inject.Judge(f, inject.Observed{Diff: res, Clean: cleanRes, CleanConsumer: clean}); !j.Localised || j.FalsePositive {

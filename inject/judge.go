@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -29,18 +28,18 @@ type judgement struct {
 type observed struct {
 	// Diff compares the producer with the faulted side, drilled down where
 	// both sides are dumps.
-	Diff *checksum.DiffResult
+	Diff *verify.DiffResult
 	// Clean is the same comparison before the fault: requests the fault
 	// does not name must keep their verdicts, and positions it did not
 	// cover are not expected to be reported.
-	Clean *checksum.DiffResult
+	Clean *verify.DiffResult
 	// CleanConsumer is the consumer's checks before the fault: a fault that
 	// names no checks is expected in every check of its group.
-	CleanConsumer *checksum.Checks
+	CleanConsumer *verify.Checks
 	// Tail is the tail audit's findings on the faulted consumer.
 	Tail []verify.TailFinding
 	// Stored is the faulted consumer's stored-checksum results.
-	Stored []*checksum.StoredRank
+	Stored []*verify.StoredRank
 }
 
 // judge compares what was observed of a faulted side with the fault's
@@ -106,7 +105,7 @@ func (j *judgement) comparison(f *Fault, info Info, o observed) map[string]map[i
 	}
 	// Only the comparison's detectors detect through it.
 	byVerdict := info.Detector == DetectChecksum || info.Detector == DetectCoResident || info.Detector == DetectPayload
-	cleanOf := map[string]*checksum.RequestVerdict{}
+	cleanOf := map[string]*verify.RequestVerdict{}
 	for _, rv := range o.Clean.Requests {
 		cleanOf[rv.ID] = rv
 	}
@@ -120,19 +119,19 @@ func (j *judgement) comparison(f *Fault, info Info, o observed) map[string]map[i
 			}
 			continue
 		}
-		switch checksum.Verdict(e.Verdict) {
-		case checksum.Unverified:
-			if byVerdict && rv.Verdict != checksum.Verified {
+		switch verify.Verdict(e.Verdict) {
+		case verify.Unverified:
+			if byVerdict && rv.Verdict != verify.Verified {
 				j.Detected = true
 			}
-			if rv.Verdict != checksum.Unverified || !slices.Contains(rv.Reasons, e.Reason) {
+			if rv.Verdict != verify.Unverified || !slices.Contains(rv.Reasons, e.Reason) {
 				j.problem(false, "request %s: %s (%s), want unverified: %s", rv.ID, rv.Verdict, describeVerdict(rv), e.Reason)
 			}
-		case checksum.Mismatch:
-			if byVerdict && (rv.Verdict == checksum.Mismatch || (info.Detector == DetectPayload && rv.Verdict != checksum.Verified)) {
+		case verify.Mismatch:
+			if byVerdict && (rv.Verdict == verify.Mismatch || (info.Detector == DetectPayload && rv.Verdict != verify.Verified)) {
 				j.Detected = true
 			}
-			if rv.Verdict != checksum.Mismatch {
+			if rv.Verdict != verify.Mismatch {
 				j.problem(false, "request %s: %s (%s), want a mismatch", rv.ID, rv.Verdict, describeVerdict(rv))
 				continue
 			}
@@ -140,7 +139,7 @@ func (j *judgement) comparison(f *Fault, info Info, o observed) map[string]map[i
 		}
 	}
 	for id := range expected {
-		if !slices.ContainsFunc(o.Diff.Requests, func(rv *checksum.RequestVerdict) bool { return rv.ID == id }) {
+		if !slices.ContainsFunc(o.Diff.Requests, func(rv *verify.RequestVerdict) bool { return rv.ID == id }) {
 			j.problem(false, "request %s: not compared", id)
 		}
 	}
@@ -151,7 +150,7 @@ func (j *judgement) comparison(f *Fault, info Info, o observed) map[string]map[i
 // expects to mismatch: the positions (the faulted side's, as the clean
 // comparison maps them to the consumer's) and the replica checks. It
 // returns the positions by group.
-func (j *judgement) mismatchGroups(f *Fault, rv *checksum.RequestVerdict, e RequestExpect, o observed) map[int][]int {
+func (j *judgement) mismatchGroups(f *Fault, rv *verify.RequestVerdict, e RequestExpect, o observed) map[int][]int {
 	var reported map[int][]int
 	want := map[int]GroupExpect{}
 	for _, g := range e.Groups {
@@ -160,7 +159,7 @@ func (j *judgement) mismatchGroups(f *Fault, rv *checksum.RequestVerdict, e Requ
 	for _, gv := range rv.Groups {
 		g, ok := want[gv.ID]
 		if !ok {
-			if gv.Verdict == checksum.Mismatch {
+			if gv.Verdict == verify.Mismatch {
 				j.problem(true, "request %s group %d: mismatch at %v, but the fault did not touch the group", rv.ID, gv.ID, gv.Positions)
 			}
 			continue
@@ -195,7 +194,7 @@ func (j *judgement) mismatchGroups(f *Fault, rv *checksum.RequestVerdict, e Requ
 }
 
 // allChecks lists every check of a consumer request's group.
-func allChecks(c *checksum.Checks, id string, group int) []int {
+func allChecks(c *verify.Checks, id string, group int) []int {
 	out := []int{}
 	for _, r := range c.Requests {
 		if r.ID != id {
@@ -230,7 +229,7 @@ func judgePlaces(what string, want, got []AuditPlace, problem func(bool, string,
 
 // judgeDetails compares the drill-down's details with the expected ones at
 // the positions the comparison covers.
-func judgeDetails(f *Fault, res *checksum.DiffResult, reported map[string]map[int][]int, problem func(bool, string, ...any)) {
+func judgeDetails(f *Fault, res *verify.DiffResult, reported map[string]map[int][]int, problem func(bool, string, ...any)) {
 	type key struct {
 		req                                   string
 		group, position, layer, head, replica int
@@ -269,13 +268,13 @@ func judgeDetails(f *Fault, res *checksum.DiffResult, reported map[string]map[in
 }
 
 // judge records a trial's judgement in o.
-func (s *pairState) judge(f *Fault, res, clean *checksum.DiffResult, tail []verify.TailFinding, stored []*checksum.StoredRank, o *trialOutcome) {
+func (s *pairState) judge(f *Fault, res, clean *verify.DiffResult, tail []verify.TailFinding, stored []*verify.StoredRank, o *trialOutcome) {
 	j := judge(f, observed{Diff: res, Clean: clean, CleanConsumer: s.consChecks, Tail: tail, Stored: stored})
 	o.detected, o.localised, o.falsePositive, o.problems = j.Detected, j.Localised, j.FalsePositive, j.Problems
 	if f.Request != "" {
 		for _, rv := range res.Requests {
 			for _, gv := range rv.Groups {
-				if gv.Verdict == checksum.Mismatch && o.example == "" {
+				if gv.Verdict == verify.Mismatch && o.example == "" {
 					o.example = fmt.Sprintf("%s g%d %s", rv.ID, gv.ID, blockMap(gv.Map))
 				}
 			}
@@ -285,7 +284,7 @@ func (s *pairState) judge(f *Fault, res, clean *checksum.DiffResult, tail []veri
 
 // blockMap draws a block map as report does: . verified, X mismatch, -
 // not compared, _ not loaded.
-func blockMap(m []checksum.PositionState) string {
+func blockMap(m []verify.PositionState) string {
 	const symbols = "_-.X"
 	b := make([]byte, len(m))
 	for i, s := range m {

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/kvaudit/kvaudit/checksum/drill"
+	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
 // Cell faults: bytes of one cell, or of a whole block, changed in place.

@@ -5,7 +5,8 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // Payload faults: a producer payload (kv_transfer_params) tampered with or
@@ -129,15 +130,15 @@ func (t *tamper) flipValue() error {
 	for k := range 8 {
 		g.Values[v.i] ^= uint64(b[k]) << (8 * k)
 	}
-	tampered, err := checksum.EncodePayload(&p)
+	tampered, err := wire.EncodePayload(&p)
 	if err != nil {
 		return err
 	}
 	t.rewrite(v.id, tampered)
 	f := t.f
 	f.Description = fmt.Sprintf("flipped bit(s) %v of the checksum value of group %d position %d in request %q's payload", flipped, v.group, v.position, v.id)
-	f.Expect.Verdict = string(checksum.Mismatch)
-	f.Expect.Requests = []RequestExpect{{ID: v.id, Verdict: string(checksum.Mismatch), Groups: []GroupExpect{{ID: v.group, Positions: []int{v.position}}}}}
+	f.Expect.Verdict = string(verify.Mismatch)
+	f.Expect.Requests = []RequestExpect{{ID: v.id, Verdict: string(verify.Mismatch), Groups: []GroupExpect{{ID: v.group, Positions: []int{v.position}}}}}
 	f.Affected = []Place{{v.id, v.group, v.position}}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // This file holds a campaign's pairs of sides: the synthesized defaults,
@@ -101,14 +102,14 @@ type pairState struct {
 	name       string
 	producer   []*layout.Dump
 	consumer   []*layout.Dump
-	consRecs   []*checksum.Record
-	prodChecks *checksum.Checks
-	consChecks *checksum.Checks
-	clean      *checksum.DiffResult
+	consRecs   []*wire.Record
+	prodChecks *verify.Checks
+	consChecks *verify.Checks
+	clean      *verify.DiffResult
 	// payloadClean is the comparison with the producer's intact payloads.
-	payloadClean *checksum.DiffResult
+	payloadClean *verify.DiffResult
 	tailClean    bool
-	stored       []*checksum.StoredRank
+	stored       []*verify.StoredRank
 	control      PairResult
 	err          error
 }
@@ -180,13 +181,13 @@ func (s *pairState) open(ctx context.Context, prodPaths, consPaths []string) err
 	if err != nil {
 		return err
 	}
-	if s.prodChecks, err = checksum.Merge(prodRecs); err != nil {
+	if s.prodChecks, err = verify.Merge(prodRecs); err != nil {
 		return err
 	}
 	if s.consRecs, err = checksum.Records(ctx, s.consumer, copts); err != nil {
 		return err
 	}
-	s.consChecks, err = checksum.Merge(s.consRecs)
+	s.consChecks, err = verify.Merge(s.consRecs)
 	return err
 }
 
@@ -200,27 +201,27 @@ func (s *pairState) runControl(ctx context.Context, synthesized bool) error {
 	if !s.prodChecks.Complete || !s.consChecks.Complete {
 		c.Problems = append(c.Problems, "a side lacks some ranks")
 	}
-	s.clean = checksum.Diff(s.prodChecks, s.consChecks)
+	s.clean = verify.Diff(s.prodChecks, s.consChecks)
 	for _, rv := range s.clean.Requests {
-		if rv.Verdict != checksum.Verified {
+		if rv.Verdict != verify.Verified {
 			c.Problems = append(c.Problems, fmt.Sprintf("request %s: %s %s", rv.ID, rv.Verdict, describeVerdict(rv)))
 		}
 	}
-	var reqs []*checksum.RequestChecks
+	var reqs []*verify.RequestChecks
 	for _, r := range s.prodChecks.Requests {
-		pl, err := checksum.NewPayload(s.prodChecks, r, checksum.FormNested)
+		pl, err := verify.NewPayload(s.prodChecks, r, wire.FormNested)
 		if err != nil {
 			continue
 		}
-		text, err := checksum.EncodePayloadBase64(pl)
+		text, err := wire.EncodePayloadBase64(pl)
 		if err != nil {
 			return err
 		}
-		rc, _ := checksum.PayloadRequestBase64(r.ID, text)
+		rc, _ := verify.PayloadRequestBase64(r.ID, text)
 		reqs = append(reqs, rc)
 	}
-	s.payloadClean = checksum.Diff(checksum.ProducerChecks(reqs...), s.consChecks)
-	if s.payloadClean.Verdict != checksum.Verified {
+	s.payloadClean = verify.Diff(verify.ProducerChecks(reqs...), s.consChecks)
+	if s.payloadClean.Verdict != verify.Verified {
 		c.Problems = append(c.Problems, fmt.Sprintf("compared with the producer's payloads: %s", s.payloadClean.Verdict))
 	}
 	tail, err := verify.AuditTails(s.consumer, nil)
@@ -238,7 +239,7 @@ func (s *pairState) runControl(ctx context.Context, synthesized bool) error {
 		}
 	}
 	for _, d := range s.consumer {
-		st, err := checksum.Stored(ctx, d, checksum.Options{Engine: trialEngine})
+		st, err := verify.RankStored(ctx, d, checksum.Options{Engine: trialEngine})
 		if err != nil {
 			return err
 		}
@@ -252,11 +253,11 @@ func (s *pairState) runControl(ctx context.Context, synthesized bool) error {
 }
 
 // describeVerdict says why a load did not verify.
-func describeVerdict(rv *checksum.RequestVerdict) string {
+func describeVerdict(rv *verify.RequestVerdict) string {
 	var parts []string
 	parts = append(parts, rv.Reasons...)
 	for _, g := range rv.Groups {
-		if g.Verdict != checksum.Verified && g.Verdict != checksum.LeftOut {
+		if g.Verdict != verify.Verified && g.Verdict != verify.LeftOut {
 			parts = append(parts, fmt.Sprintf("group %d %s %s%v", g.ID, g.Verdict, g.Reason, g.Positions))
 		}
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // PayloadsFile is the name of the payloads a payload fault writes.
@@ -19,7 +21,7 @@ const PayloadsFile = "payloads.json"
 // injectPayload checksums the producer side and writes its payloads, one
 // of them tampered.
 func injectPayload(ctx context.Context, dumps []*layout.Dump, out string, def *kindDef, plan payloadPlan, opts Options) (*Fault, error) {
-	c, err := checksum.Compute(ctx, dumps, checksum.Options{Engine: opts.Engine})
+	c, err := verify.Compute(ctx, dumps, checksum.Options{Engine: opts.Engine})
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +57,7 @@ func injectPayload(ctx context.Context, dumps []*layout.Dump, out string, def *k
 // value must be a mismatch at its position; a payload that no longer
 // decodes leaves its load unverified ("the producer's checksums are
 // invalid").
-func tamperPayload(c *checksum.Checks, opts Options) (map[string]string, *Fault, error) {
+func tamperPayload(c *verify.Checks, opts Options) (map[string]string, *Fault, error) {
 	if def := lookup(opts.Kind); def != nil {
 		if plan, ok := def.plan.(payloadPlan); ok {
 			return tamperWith(c, def, plan, opts)
@@ -72,26 +74,26 @@ type tamper struct {
 	rng      *rand.Rand
 	f        *Fault
 	payloads map[string]string // request id -> base64
-	encoded  map[string]*checksum.Payload
+	encoded  map[string]*wire.Payload
 	// ids are the target's requests with a payload, in the producer's
 	// order.
 	ids []string
 }
 
-func tamperWith(c *checksum.Checks, def *kindDef, plan payloadPlan, opts Options) (map[string]string, *Fault, error) {
+func tamperWith(c *verify.Checks, def *kindDef, plan payloadPlan, opts Options) (map[string]string, *Fault, error) {
 	t := &tamper{
 		opts:     opts,
 		rng:      rand.New(rand.NewPCG(opts.Seed, kindSeed(opts.Kind))),
 		payloads: map[string]string{},
-		encoded:  map[string]*checksum.Payload{},
+		encoded:  map[string]*wire.Payload{},
 	}
 	target := opts.Target
 	for _, r := range c.Requests {
-		p, err := checksum.NewPayload(c, r, opts.PayloadForm)
+		p, err := verify.NewPayload(c, r, opts.PayloadForm)
 		if err != nil {
 			continue // no payload for a request not every rank reported
 		}
-		text, err := checksum.EncodePayloadBase64(p)
+		text, err := wire.EncodePayloadBase64(p)
 		if err != nil {
 			return nil, nil, fmt.Errorf("request %q: %w", r.ID, err)
 		}
@@ -106,7 +108,7 @@ func tamperWith(c *checksum.Checks, def *kindDef, plan payloadPlan, opts Options
 	t.f = &Fault{
 		Format: faultFormat, Kind: opts.Kind, Seed: opts.Seed, Input: InputPayload, Detector: def.detector,
 		File: PayloadsFile, Changes: []Change{}, Affected: []Place{},
-		Expect: Expect{Verdict: string(checksum.Unverified)},
+		Expect: Expect{Verdict: string(verify.Unverified)},
 	}
 	if err := plan(t); err != nil {
 		return nil, nil, err
@@ -157,7 +159,7 @@ func (t *tamper) cut(id string, n int) {
 // expectInvalid expects request id's load to be unverified: its payload
 // no longer decodes.
 func (t *tamper) expectInvalid(id string) {
-	t.f.Expect.Requests = []RequestExpect{{ID: id, Verdict: string(checksum.Unverified), Reason: checksum.ReasonInvalidChecksums, Groups: []GroupExpect{}}}
+	t.f.Expect.Requests = []RequestExpect{{ID: id, Verdict: string(verify.Unverified), Reason: verify.ReasonInvalidChecksums, Groups: []GroupExpect{}}}
 }
 
 // byteChanges returns the ranges where b differs from a, and a range

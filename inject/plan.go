@@ -9,8 +9,8 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // planner decides one dump fault: its edits and what it expects. The
@@ -167,14 +167,14 @@ func (p *planner) finish() {
 		if len(groups) == 0 {
 			continue
 		}
-		re := RequestExpect{ID: id, Verdict: string(checksum.Mismatch)}
+		re := RequestExpect{ID: id, Verdict: string(verify.Mismatch)}
 		for _, gid := range slices.Sorted(maps.Keys(groups)) {
 			acc := groups[gid]
 			slices.Sort(acc.positions)
 			re.Groups = append(re.Groups, GroupExpect{ID: gid, Positions: slices.Compact(acc.positions), Checks: p.ranks.checks(gid, acc.keys)})
 		}
 		e.Requests = append(e.Requests, re)
-		e.Verdict = string(checksum.Mismatch)
+		e.Verdict = string(verify.Mismatch)
 	}
 	if e.Details == nil && p.details != nil {
 		e.Details = p.details

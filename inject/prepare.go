@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // PrepareOptions say how to turn a side into the consumer an audit
@@ -196,7 +197,7 @@ func addStored(ctx context.Context, d *layout.Dump, m *layout.Manifest, engine c
 	// zeroing tails does not touch the valid tokens of full blocks.
 	view := *d
 	view.Manifest = m
-	s, err := checksum.Stored(ctx, &view, checksum.Options{Engine: engine})
+	s, err := verify.RankStored(ctx, &view, checksum.Options{Engine: engine})
 	if err != nil {
 		return err
 	}

@@ -9,12 +9,12 @@ import (
 // ranks are the dumps a dump fault is planned on, indexed by rank: their
 // requests, groups, caches and blocks, with what planning needs of them.
 type ranks struct {
-	*layout.Side
+	*layout.DumpIndex
 	ids []string // request ids, the first rank's first
 }
 
 func newRanks(dumps []*layout.Dump) *ranks {
-	r := &ranks{Side: layout.NewSide(dumps)}
+	r := &ranks{DumpIndex: layout.NewDumpIndex(dumps)}
 	r.ids = r.RequestIDs()
 	return r
 }
@@ -26,7 +26,7 @@ func (r *ranks) rankOf(di int) Rank {
 }
 
 // cache is one distinct cache of a group on one rank.
-type cache = layout.SideCache
+type cache = layout.RankCache
 
 // maxReplicas is the number of checks of a group on the ranks.
 func (r *ranks) maxReplicas(group int) int {

@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ranges"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // SummaryLine is one line of a fault's summary: what it tells, and the
@@ -52,14 +53,14 @@ func (f *Fault) Summary() []SummaryLine {
 func (f *Fault) expectSummary() string {
 	var parts []string
 	for _, r := range f.Expect.Requests {
-		if r.Verdict == string(checksum.Unverified) {
+		if r.Verdict == string(verify.Unverified) {
 			parts = append(parts, fmt.Sprintf("%s unverified (%s)", r.ID, r.Reason))
 			continue
 		}
 		for _, g := range r.Groups {
-			s := fmt.Sprintf("%s mismatch in group %d at position(s) %s", r.ID, g.ID, checksum.Ranges(g.Positions))
+			s := fmt.Sprintf("%s mismatch in group %d at position(s) %s", r.ID, g.ID, ranges.Format(g.Positions))
 			if g.Checks != nil {
-				s += " in check(s) " + checksum.Ranges(g.Checks)
+				s += " in check(s) " + ranges.Format(g.Checks)
 			}
 			parts = append(parts, s)
 		}

@@ -8,9 +8,10 @@ import (
 	"sort"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/verify/drill"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // This file holds a campaign's trials: one fault injected into a pair
@@ -68,20 +69,20 @@ func runTrial(ctx context.Context, states []*pairState, k Kind, trial int, campa
 }
 
 func (s *pairState) payloadTrial(k Kind, seed uint64, o *trialOutcome) error {
-	payloads, f, err := tamperPayload(s.prodChecks, Options{Kind: k, Seed: seed, Positions: s.allowProducer, PayloadForm: checksum.FormNested})
+	payloads, f, err := tamperPayload(s.prodChecks, Options{Kind: k, Seed: seed, Positions: s.allowProducer, PayloadForm: wire.FormNested})
 	if err != nil {
 		return err
 	}
-	var reqs []*checksum.RequestChecks
+	var reqs []*verify.RequestChecks
 	for _, r := range s.prodChecks.Requests {
 		text, ok := payloads[r.ID]
 		if !ok {
 			continue
 		}
-		rc, _ := checksum.PayloadRequestBase64(r.ID, text) // a tampered payload may not decode: that is the point
+		rc, _ := verify.PayloadRequestBase64(r.ID, text) // a tampered payload may not decode: that is the point
 		reqs = append(reqs, rc)
 	}
-	res := checksum.Diff(checksum.ProducerChecks(reqs...), s.consChecks)
+	res := verify.Diff(verify.ProducerChecks(reqs...), s.consChecks)
 	o.description = f.Description
 	s.judge(f, res, s.payloadClean, nil, nil, o)
 	return nil
@@ -117,17 +118,17 @@ func (s *pairState) dumpTrial(ctx context.Context, k Kind, seed uint64, dir stri
 		if recs[i], err = checksum.RankRecord(ctx, nd, checksum.Options{Engine: trialEngine}); err != nil {
 			return err
 		}
-		if stored[i], err = checksum.Stored(ctx, nd, checksum.Options{Engine: trialEngine}); err != nil {
+		if stored[i], err = verify.RankStored(ctx, nd, checksum.Options{Engine: trialEngine}); err != nil {
 			return err
 		}
 	}
-	cons, err := checksum.Merge(recs)
+	cons, err := verify.Merge(recs)
 	if err != nil {
 		return err
 	}
-	res := checksum.Diff(s.prodChecks, cons)
-	if res.Verdict == checksum.Mismatch {
-		if err := drill.Explain(ctx, s.producer, dumps, res, drill.Options{MaxDetails: -1}); err != nil {
+	res := verify.Diff(s.prodChecks, cons)
+	if res.Verdict == verify.Mismatch {
+		if err := verify.Explain(ctx, s.producer, dumps, res, drill.Options{MaxDetails: -1}); err != nil {
 			return err
 		}
 	}
@@ -142,7 +143,7 @@ func (s *pairState) dumpTrial(ctx context.Context, k Kind, seed uint64, dir stri
 // allowConsumer allows the consumer positions the clean comparison covers.
 func (s *pairState) allowConsumer(id string, g, pos int) bool {
 	gv := groupVerdict(s.clean, id, g)
-	return gv != nil && pos < len(gv.Map) && gv.Map[pos] == checksum.PosVerified
+	return gv != nil && pos < len(gv.Map) && gv.Map[pos] == verify.PosVerified
 }
 
 // allowProducer allows the producer positions whose block the clean
@@ -157,7 +158,7 @@ func (s *pairState) allowProducer(id string, g, pos int) bool {
 			continue
 		}
 		for _, x := range expandPositions(gv, []int{pos}, InputPayload) {
-			if gv.Map[x] == checksum.PosVerified {
+			if gv.Map[x] == verify.PosVerified {
 				return true
 			}
 		}
@@ -165,7 +166,7 @@ func (s *pairState) allowProducer(id string, g, pos int) bool {
 	return false
 }
 
-func groupVerdict(res *checksum.DiffResult, id string, g int) *checksum.GroupVerdict {
+func groupVerdict(res *verify.DiffResult, id string, g int) *verify.GroupVerdict {
 	for _, rv := range res.Requests {
 		if rv.ID == id {
 			for _, gv := range rv.Groups {
@@ -182,10 +183,10 @@ func groupVerdict(res *checksum.DiffResult, id string, g int) *checksum.GroupVer
 // dumps, the producer's for a payload) to the consumer positions a
 // comparison reports: every compared consumer position of the larger
 // block (unit) holding them.
-func expandPositions(gv *checksum.GroupVerdict, positions []int, input string) []int {
+func expandPositions(gv *verify.GroupVerdict, positions []int, input string) []int {
 	var out []int
 	add := func(x int) {
-		if x >= 0 && x < len(gv.Map) && gv.Map[x] == checksum.PosVerified && !slices.Contains(out, x) {
+		if x >= 0 && x < len(gv.Map) && gv.Map[x] == verify.PosVerified && !slices.Contains(out, x) {
 			out = append(out, x)
 		}
 	}

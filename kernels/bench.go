@@ -40,8 +40,8 @@ type BenchResult struct {
 	VerifiedRows int `json:"verified_rows"`
 }
 
-// GBps returns bytes per second in GB/s (10^9).
-func GBps(bytes int64, seconds float64) float64 {
+// gbps returns bytes per second in GB/s (10^9).
+func gbps(bytes int64, seconds float64) float64 {
 	if seconds <= 0 {
 		return 0
 	}
@@ -52,12 +52,12 @@ func GBps(bytes int64, seconds float64) float64 {
 // bytes it read per second, and that read bandwidth as a ratio to the
 // copy's (which also writes as many bytes as it reads).
 func (r *BenchResult) WriteText(w io.Writer) error {
-	copyRead := GBps(r.Bytes, r.CopySeconds)
+	copyRead := gbps(r.Bytes, r.CopySeconds)
 	ratio := func(s float64) string {
 		if copyRead == 0 {
 			return "-"
 		}
-		return fmt.Sprintf("%.2fx", GBps(r.Bytes, s)/copyRead)
+		return fmt.Sprintf("%.2fx", gbps(r.Bytes, s)/copyRead)
 	}
 	_, err := fmt.Fprintf(w, `device: %s
 cache:  %s, %.2f GB (median of %d passes each)
@@ -69,8 +69,8 @@ device-to-device copy %8.3f   %10.0f   1.00x  (%.0f GB/s read+write)
 
 verified: %d rows equal checksum.ReferenceBlock on the host
 `, r.Device, r.Cache, float64(r.Bytes)/1e9, r.Reps,
-		r.ChecksumSeconds*1e3, GBps(r.Bytes, r.ChecksumSeconds), ratio(r.ChecksumSeconds),
-		r.ReadSeconds*1e3, GBps(r.Bytes, r.ReadSeconds), ratio(r.ReadSeconds),
+		r.ChecksumSeconds*1e3, gbps(r.Bytes, r.ChecksumSeconds), ratio(r.ChecksumSeconds),
+		r.ReadSeconds*1e3, gbps(r.Bytes, r.ReadSeconds), ratio(r.ReadSeconds),
 		r.CopySeconds*1e3, copyRead, 2*copyRead,
 		r.VerifiedRows)
 	return err

@@ -17,6 +17,7 @@ import (
 	"github.com/kvaudit/kvaudit/kernels"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // variants are the ways the runner may execute a plan: staged or in place,
@@ -195,16 +196,17 @@ func TestModelGolden(t *testing.T) {
 	}
 }
 
-func computeSide(t *testing.T, cfg synth.Config, e checksum.Engine) *checksum.Checks {
+func computeSide(t *testing.T, cfg synth.Config, e checksum.Engine) *verify.Checks {
 	t.Helper()
 	paths, err := synth.Write(t.TempDir(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := checksum.ComputePaths(context.Background(), paths, checksum.Options{Engine: e})
+	cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Engine: e, Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := cRes.Checks
 	return c
 }
 

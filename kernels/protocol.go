@@ -123,8 +123,8 @@ type Response struct {
 	Error    string         `json:"error,omitempty"`
 }
 
-// MaxOutputs bounds the output slots of one request.
-const MaxOutputs = 1 << 28
+// maxOutputs bounds the output slots of one request.
+const maxOutputs = 1 << 28
 
 // Signature describes what the checksum of a cache depends on: its layer
 // number, heads, factors, cells and strides. kvaudit and the runner compute

@@ -9,12 +9,12 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/buildinfo"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -120,8 +120,8 @@ func (s *server) checksum(req *Request) ([]uint64, error) {
 	if !filepath.IsAbs(req.Dump) {
 		return nil, fmt.Errorf("dump path %q is not absolute", req.Dump)
 	}
-	if req.Outputs < 0 || req.Outputs > MaxOutputs {
-		return nil, fmt.Errorf("%d outputs (want 0..%d)", req.Outputs, MaxOutputs)
+	if req.Outputs < 0 || req.Outputs > maxOutputs {
+		return nil, fmt.Errorf("%d outputs (want 0..%d)", req.Outputs, maxOutputs)
 	}
 	d, ok := s.dumps[req.Dump]
 	if !ok {
@@ -185,29 +185,13 @@ func findCache(d *layout.Dump, t TaskMessage) (*layout.LayerView, error) {
 	return c, nil
 }
 
-// BuildVersion returns the main module's version and VCS revision, for
-// Hello.
-func BuildVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " " + s.Value[:12]
-		}
-	}
-	return v
-}
-
 // ModelDevice serves the protocol with the Model on the CPU: the tests'
 // runner, and a way to try kvaudit's client without a GPU.
 type ModelDevice struct{ Model }
 
 // Hello describes the model.
 func (ModelDevice) Hello() Hello {
-	return Hello{Runner: "kvaudit-model", Version: BuildVersion(), Device: "Go model of the CUDA kernel (CPU)"}
+	return Hello{Runner: "kvaudit-model", Version: buildinfo.Version(), Device: "Go model of the CUDA kernel (CPU)"}
 }
 
 // Bench runs the benchmark's steps on the CPU on at most 16 MiB: the model

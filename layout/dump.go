@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -42,9 +43,9 @@ func (e *DumpError) Error() string {
 
 func (e *DumpError) Unwrap() error { return e.Err }
 
-// IsDump reports whether path is a dump: a .safetensors file or a
+// isDump reports whether path is a dump: a .safetensors file or a
 // directory holding manifest.json.
-func IsDump(path string) bool {
+func isDump(path string) bool {
 	st, err := os.Stat(path)
 	if err != nil {
 		return false
@@ -216,7 +217,7 @@ func (o *opener) safetensorsFile(name string) (*Safetensors, error) {
 		return nil, err
 	}
 	m, err := mapIn(o.root, local, filepath.Join(o.dir, local))
-	if err != nil && !errors.Is(err, ErrEmptyFile) {
+	if err != nil && !errors.Is(err, errEmptyFile) {
 		return nil, o.confined(name, err)
 	}
 	f, err := openSafetensorsMapping(filepath.Join(o.dir, local), m)
@@ -419,10 +420,15 @@ func (d *Dump) GroupView(id int) *GroupView {
 // key in the header, without parsing it (Open parses it, once). A FIFO,
 // device or socket named like a dump or record is an error, found without
 // blocking, and so is a symbolic link named so that leads out of the
-// directory.
+// directory. A path that does not exist is a *NotFoundError, and a
+// directory holding neither dumps nor records a *NoDumpError (which names
+// its subdirectories that hold dumps).
 func FindDumps(paths []string) (dumps, rest []string, err error) {
 	for _, p := range paths {
 		st, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, &NotFoundError{Path: p, Err: err}
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -434,62 +440,122 @@ func FindDumps(paths []string) (dumps, rest []string, err error) {
 			}
 			continue
 		}
-		if IsDump(p) {
+		if isDump(p) {
 			dumps = append(dumps, p)
 			continue
 		}
-		entries, err := os.ReadDir(p)
+		d, r, err := scanSideDir(p)
 		if err != nil {
 			return nil, nil, err
 		}
-		root, err := os.OpenRoot(p)
-		if err != nil {
-			return nil, nil, err
+		if len(d)+len(r) == 0 {
+			return nil, nil, &NoDumpError{Dir: p, Sides: sidesBelow(p)}
 		}
-		found := 0
-		for _, e := range entries {
-			q := filepath.Join(p, e.Name())
-			candidate := strings.HasSuffix(e.Name(), ".safetensors") || strings.HasSuffix(e.Name(), ".json")
-			if candidate && e.Type()&fs.ModeSymlink != 0 {
-				// A link in a side directory stays inside it, like the
-				// files a dump names.
-				if _, err := root.Stat(e.Name()); err != nil {
-					root.Close()
-					return nil, nil, &ReadError{Path: q, Msg: fmt.Sprintf("a symbolic link that resolves outside the side directory %q (or nowhere): refused", p)}
-				}
+		dumps, rest = append(dumps, d...), append(rest, r...)
+	}
+	return dumps, rest, nil
+}
+
+// scanSideDir returns the dumps and records directly in side directory p
+// (see FindDumps).
+func scanSideDir(p string) (dumps, rest []string, err error) {
+	entries, err := os.ReadDir(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	root, err := os.OpenRoot(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer root.Close()
+	for _, e := range entries {
+		q := filepath.Join(p, e.Name())
+		candidate := strings.HasSuffix(e.Name(), ".safetensors") || strings.HasSuffix(e.Name(), ".json")
+		if candidate && e.Type()&fs.ModeSymlink != 0 {
+			// A link in a side directory stays inside it, like the
+			// files a dump names.
+			if _, err := root.Stat(e.Name()); err != nil {
+				return nil, nil, &ReadError{Path: q, Msg: fmt.Sprintf("a symbolic link that resolves outside the side directory %q (or nowhere): refused", p)}
 			}
-			switch {
-			case e.IsDir() && IsDump(q):
+		}
+		switch {
+		case e.IsDir() && isDump(q):
+			dumps = append(dumps, q)
+		case !e.IsDir() && strings.HasSuffix(e.Name(), ".safetensors"):
+			embedded, err := hasEmbeddedManifest(q)
+			if err != nil {
+				return nil, nil, err
+			}
+			if embedded {
 				dumps = append(dumps, q)
-				found++
-			case !e.IsDir() && strings.HasSuffix(e.Name(), ".safetensors"):
-				embedded, err := hasEmbeddedManifest(q)
-				if err != nil {
-					root.Close()
-					return nil, nil, err
-				}
-				if embedded {
-					dumps = append(dumps, q)
-					found++
-				}
-			case !e.IsDir() && strings.HasSuffix(e.Name(), ".json") && e.Name() != "fault.json":
-				head, err := readHead(q, sniffSize)
-				if err != nil {
-					root.Close()
-					return nil, nil, err
-				}
-				if bytes.Contains(head, []byte(`"kvaudit-record/`)) { // checksum.RecordFormat
-					rest = append(rest, q)
-					found++
-				}
 			}
-		}
-		root.Close()
-		if found == 0 {
-			return nil, nil, fmt.Errorf("%q holds no dump: no .safetensors file with an embedded manifest, no subdirectory with manifest.json and no record", p)
+		case !e.IsDir() && strings.HasSuffix(e.Name(), ".json") && e.Name() != "fault.json":
+			head, err := readHead(q, sniffSize)
+			if err != nil {
+				return nil, nil, err
+			}
+			if bytes.Contains(head, []byte(`"kvaudit-record/`)) { // wire.RecordFormat
+				rest = append(rest, q)
+			}
 		}
 	}
 	return dumps, rest, nil
+}
+
+// sidesBelow returns the subdirectories of dir that hold dumps, in name
+// order: the sides of a root such as synth --out writes.
+func sidesBelow(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var sides []string
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		q := filepath.Join(dir, e.Name())
+		if dumps, _, err := scanSideDir(q); err == nil && len(dumps) > 0 {
+			sides = append(sides, q)
+		}
+	}
+	return sides
+}
+
+// NotFoundError is a path given as (part of) a side that does not exist.
+type NotFoundError struct {
+	Path string
+	Err  error // the error of os.Stat
+}
+
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("%q does not exist: want a dump (a .safetensors file, or a directory with manifest.json), a directory of dumps, or a record file", e.Path)
+}
+
+func (e *NotFoundError) Unwrap() error { return e.Err }
+
+// NoDumpError is a directory given as a side that holds no dump and no
+// record. Sides names its subdirectories that do hold dumps, if any: the
+// directory is then a root holding several sides (producer/ and
+// consumer/, as synth --out writes them), and one of them was meant.
+type NoDumpError struct {
+	Dir   string
+	Sides []string
+}
+
+func (e *NoDumpError) Error() string {
+	if len(e.Sides) == 0 {
+		return fmt.Sprintf("%q holds no dump: no .safetensors file with an embedded manifest, no subdirectory with manifest.json and no record", e.Dir)
+	}
+	q := make([]string, len(e.Sides))
+	for i, s := range e.Sides {
+		q[i] = strconv.Quote(s)
+	}
+	list := q[0]
+	if len(q) > 1 {
+		list = strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
+	}
+	return fmt.Sprintf("%q holds no dump itself; the dumps are in %s: give one of them", e.Dir, list)
 }
 
 // hasEmbeddedManifest says whether a .safetensors file's header holds the
@@ -497,8 +563,8 @@ func FindDumps(paths []string) (dumps, rest []string, err error) {
 // A file whose header cannot be located is reported as a dump, for Open to
 // say what is wrong with it; a file that is not a regular file is an error.
 func hasEmbeddedManifest(path string) (bool, error) {
-	m, err := MapFile(path)
-	if errors.Is(err, ErrEmptyFile) {
+	m, err := mapFile(path)
+	if errors.Is(err, errEmptyFile) {
 		return true, nil
 	}
 	if err != nil {
@@ -539,16 +605,16 @@ func OpenSide(paths []string) ([]*Dump, error) {
 		}
 		dumps = append(dumps, d)
 	}
-	if err := CheckRanks(dumps); err != nil {
+	if err := checkRanks(dumps); err != nil {
 		closeAll()
 		return nil, err
 	}
 	return dumps, nil
 }
 
-// CheckRanks sorts dumps by (pp_rank, tp_rank) and checks that they are
+// checkRanks sorts dumps by (pp_rank, tp_rank) and checks that they are
 // ranks of one deployment.
-func CheckRanks(dumps []*Dump) error {
+func checkRanks(dumps []*Dump) error {
 	slices.SortFunc(dumps, func(a, b *Dump) int {
 		ap, at := a.Rank()
 		bp, bt := b.Rank()

@@ -92,8 +92,8 @@ func (l *LayerView) Factor(head int) uint64 {
 	return 2*(uint64(l.Number)*MaxHeadsPerLayer+uint64(head)) + 1
 }
 
-// DefaultSpec returns the spec type name a kind implies.
-func DefaultSpec(kind string) string {
+// defaultSpec returns the spec type name a kind implies.
+func defaultSpec(kind string) string {
 	switch kind {
 	case KindSlidingWindow:
 		return "SlidingWindowSpec"
@@ -106,10 +106,10 @@ func DefaultSpec(kind string) string {
 	}
 }
 
-// LayerNumber returns the one dot-separated component of name made of ASCII
+// layerNumber returns the one dot-separated component of name made of ASCII
 // digits only, and the module: name up to and including it. ok is false when
 // there is none or more than one.
-func LayerNumber(name string) (number int, module string, ok bool) {
+func layerNumber(name string) (number int, module string, ok bool) {
 	parts := strings.Split(name, ".")
 	found := -1
 	for i, p := range parts {
@@ -248,7 +248,7 @@ func (gl *groupLayers) describe(m *Manifest) ([]LayerInfo, error) {
 			spec = t.Spec
 		}
 		if spec == "" {
-			spec = DefaultSpec(g.Kind)
+			spec = defaultSpec(g.Kind)
 		}
 		dtype := l.Dtype
 		if dtype == "" {
@@ -256,7 +256,7 @@ func (gl *groupLayers) describe(m *Manifest) ([]LayerInfo, error) {
 		}
 		info := LayerInfo{Name: l.Name, Spec: spec, Dtype: dtype, Layer: l}
 		if g.Kind == KindMamba {
-			info.States = StateShapes(t, m.Parallel.TPSize)
+			info.States = stateShapes(t, m.Parallel.TPSize)
 		}
 		infos = append(infos, info)
 	}
@@ -299,7 +299,7 @@ func (gl *groupLayers) distinctCaches() ([]*groupCache, string) {
 	caches := map[string]*groupCache{}
 	for i := range g.Layers {
 		l := &g.Layers[i]
-		n, mod, ok := LayerNumber(l.Name)
+		n, mod, ok := layerNumber(l.Name)
 		if !ok {
 			return nil, ReasonNoLayerNumber
 		}

@@ -205,41 +205,9 @@ func (m *Manifest) Validate() error {
 	if m.NumBlocks < 1 || m.NumBlocks > 1<<40 {
 		return bad("num_blocks", "%d is not in 1..2^40", m.NumBlocks)
 	}
-	groupIDs := map[int]*Group{}
-	layerNames := map[string]string{}
-	for gi := range m.Groups {
-		g := &m.Groups[gi]
-		gf := fmt.Sprintf("groups[%d]", gi)
-		if g.ID < 0 || g.ID > 1<<30 {
-			return bad(gf+".id", "%d is not in 0..2^30", g.ID)
-		}
-		if groupIDs[g.ID] != nil {
-			return bad(gf+".id", "group id %d appears twice", g.ID)
-		}
-		groupIDs[g.ID] = g
-		switch g.Kind {
-		case KindFullAttention, KindMLA, KindMamba:
-		case KindSlidingWindow:
-			if g.SlidingWindow < 1 {
-				return bad(gf+".sliding_window", "a sliding_window group needs a window of at least 1 token, got %d", g.SlidingWindow)
-			}
-		default:
-			return bad(gf+".kind", "unknown kind %q (want full_attention, sliding_window, mla or mamba)", g.Kind)
-		}
-		if g.BlockSize < 1 || g.BlockSize > 1<<20 {
-			return bad(gf+".block_size", "%d is not in 1..2^20", g.BlockSize)
-		}
-		for li := range g.Layers {
-			l := &g.Layers[li]
-			lf := fmt.Sprintf("%s.layers[%d]", gf, li)
-			if err := validateLayer(l, g, lf, p.TPSize, bad); err != nil {
-				return err
-			}
-			if prev, dup := layerNames[l.Name]; dup {
-				return bad(lf+".name", "layer %q already appears at %s", l.Name, prev)
-			}
-			layerNames[l.Name] = lf
-		}
+	groupIDs, err := m.validateGroups(bad)
+	if err != nil {
+		return err
 	}
 	ids := map[string]bool{}
 	for ri := range m.Requests {
@@ -252,57 +220,109 @@ func (m *Manifest) Validate() error {
 			return bad(rf+".id", "request %q appears twice", r.ID)
 		}
 		ids[r.ID] = true
-		if r.NumTokens < 0 || r.NumTokens > 1<<40 {
-			return bad(rf+".num_tokens", "%d is not in 0..2^40", r.NumTokens)
+		if err := m.validateRequest(r, rf, groupIDs, bad); err != nil {
+			return err
 		}
-		if r.NumLocalComputedTokens < 0 || r.NumLocalComputedTokens > r.NumTokens {
-			return bad(rf+".num_local_computed_tokens", "%d is not in 0..num_tokens (%d)", r.NumLocalComputedTokens, r.NumTokens)
+	}
+	return nil
+}
+
+// validateGroups checks the manifest's groups and their layers (ids and
+// layer names unique) and returns the groups by id.
+func (m *Manifest) validateGroups(bad func(string, string, ...any) error) (map[int]*Group, error) {
+	groupIDs := map[int]*Group{}
+	layerNames := map[string]string{}
+	for gi := range m.Groups {
+		g := &m.Groups[gi]
+		gf := fmt.Sprintf("groups[%d]", gi)
+		if g.ID < 0 || g.ID > 1<<30 {
+			return nil, bad(gf+".id", "%d is not in 0..2^30", g.ID)
 		}
-		for _, key := range sortedKeys(r.BlockTable) {
-			f := fmt.Sprintf("%s.block_table[%q]", rf, key)
-			g, err := groupByKey(groupIDs, key)
-			if err != nil {
-				return bad(f, "%v", err)
+		if groupIDs[g.ID] != nil {
+			return nil, bad(gf+".id", "group id %d appears twice", g.ID)
+		}
+		groupIDs[g.ID] = g
+		switch g.Kind {
+		case KindFullAttention, KindMLA, KindMamba:
+		case KindSlidingWindow:
+			if g.SlidingWindow < 1 {
+				return nil, bad(gf+".sliding_window", "a sliding_window group needs a window of at least 1 token, got %d", g.SlidingWindow)
 			}
-			if g.Kind == KindMamba {
-				return bad(f, "group %d holds state: give its block in state_block", g.ID)
+		default:
+			return nil, bad(gf+".kind", "unknown kind %q (want full_attention, sliding_window, mla or mamba)", g.Kind)
+		}
+		if g.BlockSize < 1 || g.BlockSize > 1<<20 {
+			return nil, bad(gf+".block_size", "%d is not in 1..2^20", g.BlockSize)
+		}
+		for li := range g.Layers {
+			l := &g.Layers[li]
+			lf := fmt.Sprintf("%s.layers[%d]", gf, li)
+			if err := validateLayer(l, g, lf, m.Parallel.TPSize, bad); err != nil {
+				return nil, err
 			}
-			for i, b := range r.BlockTable[key] {
-				if b != NoBlock && (b < 0 || b >= m.NumBlocks) {
-					return bad(fmt.Sprintf("%s[%d]", f, i), "block id %d out of range 0..%d", b, m.NumBlocks-1)
-				}
+			if prev, dup := layerNames[l.Name]; dup {
+				return nil, bad(lf+".name", "layer %q already appears at %s", l.Name, prev)
+			}
+			layerNames[l.Name] = lf
+		}
+	}
+	return groupIDs, nil
+}
+
+// validateRequest checks one request (field rf) against the manifest's
+// groups: its token counts, and the block tables, state blocks, block
+// hashes and stored checksums it lists per group.
+func (m *Manifest) validateRequest(r *Request, rf string, groupIDs map[int]*Group, bad func(string, string, ...any) error) error {
+	if r.NumTokens < 0 || r.NumTokens > 1<<40 {
+		return bad(rf+".num_tokens", "%d is not in 0..2^40", r.NumTokens)
+	}
+	if r.NumLocalComputedTokens < 0 || r.NumLocalComputedTokens > r.NumTokens {
+		return bad(rf+".num_local_computed_tokens", "%d is not in 0..num_tokens (%d)", r.NumLocalComputedTokens, r.NumTokens)
+	}
+	for _, key := range sortedKeys(r.BlockTable) {
+		f := fmt.Sprintf("%s.block_table[%q]", rf, key)
+		g, err := groupByKey(groupIDs, key)
+		if err != nil {
+			return bad(f, "%v", err)
+		}
+		if g.Kind == KindMamba {
+			return bad(f, "group %d holds state: give its block in state_block", g.ID)
+		}
+		for i, b := range r.BlockTable[key] {
+			if b != NoBlock && (b < 0 || b >= m.NumBlocks) {
+				return bad(fmt.Sprintf("%s[%d]", f, i), "block id %d out of range 0..%d", b, m.NumBlocks-1)
 			}
 		}
-		for _, key := range sortedKeys(r.StateBlock) {
-			f := fmt.Sprintf("%s.state_block[%q]", rf, key)
-			g, err := groupByKey(groupIDs, key)
-			if err != nil {
-				return bad(f, "%v", err)
-			}
-			if g.Kind != KindMamba {
-				return bad(f, "group %d is not a state group", g.ID)
-			}
-			if b := r.StateBlock[key]; b < 0 || b >= m.NumBlocks {
-				return bad(f, "block id %d out of range 0..%d", b, m.NumBlocks-1)
-			}
+	}
+	for _, key := range sortedKeys(r.StateBlock) {
+		f := fmt.Sprintf("%s.state_block[%q]", rf, key)
+		g, err := groupByKey(groupIDs, key)
+		if err != nil {
+			return bad(f, "%v", err)
 		}
-		for _, key := range sortedKeys(r.BlockHashes) {
-			if _, err := groupByKey(groupIDs, key); err != nil {
-				return bad(fmt.Sprintf("%s.block_hashes[%q]", rf, key), "%v", err)
-			}
+		if g.Kind != KindMamba {
+			return bad(f, "group %d is not a state group", g.ID)
 		}
-		for _, key := range sortedKeys(r.StoredChecksums) {
-			f := fmt.Sprintf("%s.stored_checksums[%q]", rf, key)
-			if _, err := groupByKey(groupIDs, key); err != nil {
-				return bad(f, "%v", err)
-			}
-			if len(r.StoredChecksums[key]) > len(r.BlockHashes[key]) {
-				return bad(f, "%d stored checksums but %d block hashes", len(r.StoredChecksums[key]), len(r.BlockHashes[key]))
-			}
-			for i, s := range r.StoredChecksums[key] {
-				if _, err := ParseHex64(s); err != nil {
-					return bad(fmt.Sprintf("%s[%d]", f, i), "%v", err)
-				}
+		if b := r.StateBlock[key]; b < 0 || b >= m.NumBlocks {
+			return bad(f, "block id %d out of range 0..%d", b, m.NumBlocks-1)
+		}
+	}
+	for _, key := range sortedKeys(r.BlockHashes) {
+		if _, err := groupByKey(groupIDs, key); err != nil {
+			return bad(fmt.Sprintf("%s.block_hashes[%q]", rf, key), "%v", err)
+		}
+	}
+	for _, key := range sortedKeys(r.StoredChecksums) {
+		f := fmt.Sprintf("%s.stored_checksums[%q]", rf, key)
+		if _, err := groupByKey(groupIDs, key); err != nil {
+			return bad(f, "%v", err)
+		}
+		if len(r.StoredChecksums[key]) > len(r.BlockHashes[key]) {
+			return bad(f, "%d stored checksums but %d block hashes", len(r.StoredChecksums[key]), len(r.BlockHashes[key]))
+		}
+		for i, s := range r.StoredChecksums[key] {
+			if _, err := ParseHex64(s); err != nil {
+				return bad(fmt.Sprintf("%s[%d]", f, i), "%v", err)
 			}
 		}
 	}

@@ -12,13 +12,13 @@ import (
 // a write faults. After Close, Data is nil and slices taken from it must
 // not be used. A Mapping is not safe for concurrent Close.
 type Mapping struct {
-	Path string // the path given to MapFile
+	Path string // the path given to mapFile
 	Data []byte // the whole file, read-only
 }
 
-// ErrEmptyFile is returned (wrapped, naming the file) by MapFile for a file
+// errEmptyFile is returned (wrapped, naming the file) by mapFile for a file
 // of zero bytes, which cannot be mapped.
-var ErrEmptyFile = errors.New("empty file")
+var errEmptyFile = errors.New("empty file")
 
 // A FaultError reports that reading mapped memory faulted, which happens
 // when a mapped file is truncated (or its storage fails) while it is mapped.

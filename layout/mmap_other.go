@@ -9,10 +9,10 @@ import (
 	"os"
 )
 
-// MapFile reads the regular file at path into memory (this system has no
-// supported mmap). A zero-length file is an error wrapping ErrEmptyFile, as
+// mapFile reads the regular file at path into memory (this system has no
+// supported mmap). A zero-length file is an error wrapping errEmptyFile, as
 // on systems with mmap; a file that is not a regular file is a *ReadError.
-func MapFile(path string) (*Mapping, error) {
+func mapFile(path string) (*Mapping, error) {
 	return mapIn(nil, path, path)
 }
 
@@ -31,7 +31,7 @@ func mapIn(root *os.Root, name, display string) (*Mapping, error) {
 		return nil, fmt.Errorf("mapping %q: %w", display, err)
 	}
 	if len(data) == 0 {
-		return nil, fmt.Errorf("mapping %q: %w", display, ErrEmptyFile)
+		return nil, fmt.Errorf("mapping %q: %w", display, errEmptyFile)
 	}
 	return &Mapping{Path: display, Data: data}, nil
 }

@@ -18,12 +18,12 @@ func TestMapFile(t *testing.T) {
 	if err := os.WriteFile(path, want, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, err := MapFile(path)
+	m, err := mapFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m.Path != path || !bytes.Equal(m.Data, want) {
-		t.Fatalf("MapFile(%q) = {%q, %d bytes}, want the file's %d bytes", path, m.Path, len(m.Data), len(want))
+		t.Fatalf("mapFile(%q) = {%q, %d bytes}, want the file's %d bytes", path, m.Path, len(m.Data), len(want))
 	}
 	// Hints never fail or crash, whatever the range.
 	n := int64(len(want))
@@ -53,18 +53,18 @@ func TestMapFileErrors(t *testing.T) {
 	if err := os.WriteFile(empty, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, err := MapFile(empty)
-	if m != nil || !errors.Is(err, ErrEmptyFile) {
-		t.Fatalf("MapFile(empty) = %v, %v; want ErrEmptyFile", m, err)
+	m, err := mapFile(empty)
+	if m != nil || !errors.Is(err, errEmptyFile) {
+		t.Fatalf("mapFile(empty) = %v, %v; want errEmptyFile", m, err)
 	}
 	if !strings.Contains(err.Error(), strconv.Quote(empty)) || !strings.Contains(err.Error(), "empty file") {
 		t.Errorf("error %q does not name the file and say it is empty", err)
 	}
-	if _, err := MapFile(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("MapFile(missing) error = %v, want ErrNotExist", err)
+	if _, err := mapFile(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("mapFile(missing) error = %v, want ErrNotExist", err)
 	}
-	if _, err := MapFile(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
-		t.Errorf("MapFile(dir) error = %v, want not a regular file", err)
+	if _, err := mapFile(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("mapFile(dir) error = %v, want not a regular file", err)
 	}
 }
 
@@ -77,7 +77,7 @@ func TestGuardTruncatedWhileMapped(t *testing.T) {
 	if err := os.WriteFile(path, bytes.Repeat([]byte{0xA5}, 4*page), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, err := MapFile(path)
+	m, err := mapFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

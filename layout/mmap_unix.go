@@ -11,12 +11,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// MapFile maps the regular file at path read-only and shared. A zero-length
-// file is an error wrapping ErrEmptyFile (mmap of zero bytes is invalid);
+// mapFile maps the regular file at path read-only and shared. A zero-length
+// file is an error wrapping errEmptyFile (mmap of zero bytes is invalid);
 // a file that is not a regular file (a FIFO, a device) is a *ReadError,
-// refused without blocking. The file descriptor is closed before MapFile
+// refused without blocking. The file descriptor is closed before mapFile
 // returns; the mapping stays valid until Close.
-func MapFile(path string) (*Mapping, error) {
+func mapFile(path string) (*Mapping, error) {
 	return mapIn(nil, path, path)
 }
 
@@ -34,7 +34,7 @@ func mapIn(root *os.Root, name, display string) (*Mapping, error) {
 	defer f.Close()
 	size := fi.Size()
 	if size == 0 {
-		return nil, fmt.Errorf("mapping %q: %w", display, ErrEmptyFile)
+		return nil, fmt.Errorf("mapping %q: %w", display, errEmptyFile)
 	}
 	if size < 0 || size > math.MaxInt {
 		return nil, fmt.Errorf("mapping %q: file size %d cannot be mapped", display, size)

@@ -105,8 +105,8 @@ func readCapped(f io.Reader, size int64, path string, limit int64, what string) 
 	if size > limit {
 		return nil, &ReadError{Path: path, Msg: fmt.Sprintf("%d bytes is more than the %d-byte limit for a %s", size, limit, what)}
 	}
-	data, err := ReadAllCapped(f, limit, size)
-	if errors.Is(err, ErrTooLarge) {
+	data, err := readAllCapped(f, limit, size)
+	if errors.Is(err, errTooLarge) {
 		return nil, &ReadError{Path: path, Msg: fmt.Sprintf("more than the %d-byte limit for a %s", limit, what)}
 	}
 	if err != nil {
@@ -115,13 +115,13 @@ func readCapped(f io.Reader, size int64, path string, limit int64, what string) 
 	return data, nil
 }
 
-// ErrTooLarge is returned by ReadAllCapped for input beyond its limit.
-var ErrTooLarge = errors.New("input exceeds the size limit")
+// errTooLarge is returned by readAllCapped for input beyond its limit.
+var errTooLarge = errors.New("input exceeds the size limit")
 
-// ReadAllCapped reads r to its end, or returns ErrTooLarge as soon as more
+// readAllCapped reads r to its end, or returns errTooLarge as soon as more
 // than limit bytes arrive (it reads at most limit+1 bytes). hint, when
 // positive, sizes the buffer (a file's size).
-func ReadAllCapped(r io.Reader, limit, hint int64) ([]byte, error) {
+func readAllCapped(r io.Reader, limit, hint int64) ([]byte, error) {
 	buf := make([]byte, 0, min(max(hint+1, 512), limit+1))
 	for {
 		if len(buf) == cap(buf) {
@@ -130,7 +130,7 @@ func ReadAllCapped(r io.Reader, limit, hint int64) ([]byte, error) {
 		n, err := r.Read(buf[len(buf):min(cap(buf), int(limit+1))])
 		buf = buf[:len(buf)+n]
 		if int64(len(buf)) > limit {
-			return nil, ErrTooLarge
+			return nil, errTooLarge
 		}
 		if err == io.EOF {
 			return buf, nil

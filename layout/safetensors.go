@@ -21,7 +21,7 @@ import (
 const MaxSafetensorsHeader = 100_000_000
 
 // A SafetensorsError reports a safetensors file that the reference loader
-// (huggingface safetensors) would reject, or that WriteSafetensors refuses
+// (huggingface safetensors) would reject, or that writeSafetensors refuses
 // to write.
 type SafetensorsError struct {
 	Path  string // the file, as given to OpenSafetensors or ParseSafetensors
@@ -62,10 +62,10 @@ type Safetensors struct {
 // ParseSafetensors. The tensors' Data slices point into the mapping and are
 // valid until Close. A malformed file (including an empty one) is a
 // *SafetensorsError; failing to open or map the file is an error from
-// MapFile; a file truncated while it is parsed is a *FaultError.
+// mapFile; a file truncated while it is parsed is a *FaultError.
 func OpenSafetensors(path string) (*Safetensors, error) {
-	m, err := MapFile(path)
-	if err != nil && !errors.Is(err, ErrEmptyFile) {
+	m, err := mapFile(path)
+	if err != nil && !errors.Is(err, errEmptyFile) {
 		return nil, err
 	}
 	return openSafetensorsMapping(path, m)
@@ -570,7 +570,7 @@ func stCheckSurrogates(b []byte) string {
 	return ""
 }
 
-// A TensorData is a tensor to write with WriteSafetensors.
+// A TensorData is a tensor to write with writeSafetensors.
 type TensorData struct {
 	Name  string
 	Dtype Dtype
@@ -578,7 +578,7 @@ type TensorData struct {
 	Data  []byte // exactly Dtype.ByteSize(Shape) bytes
 }
 
-// WriteSafetensors writes a safetensors file that ParseSafetensors and the
+// writeSafetensors writes a safetensors file that ParseSafetensors and the
 // reference loader accept: the header's keys in a deterministic order
 // ("__metadata__" first, with its keys sorted, when metadata is non-empty;
 // then the tensors in the given order), the header padded with spaces to a
@@ -589,7 +589,7 @@ type TensorData struct {
 // metadata string that is not UTF-8, a dtype that is not exactly a
 // safetensors dtype, a shape whose size does not match len(Data). Errors
 // from w are returned as they are.
-func WriteSafetensors(w io.Writer, metadata map[string]string, tensors []TensorData) error {
+func writeSafetensors(w io.Writer, metadata map[string]string, tensors []TensorData) error {
 	fail := func(field, format string, args ...any) error {
 		return &SafetensorsError{Field: field, Msg: fmt.Sprintf(format, args...)}
 	}

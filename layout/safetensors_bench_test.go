@@ -23,7 +23,7 @@ func bigHeaderFile(tb testing.TB, size int) []byte {
 		tensors = append(tensors, TensorData{Name: fmt.Sprintf("model.layers.%d.%s.%d", i/64, pad, i%64), Dtype: u8, Shape: []int64{1}, Data: []byte{byte(i)}})
 	}
 	var buf bytes.Buffer
-	if err := WriteSafetensors(&buf, map[string]string{"kvaudit.manifest": "{}"}, tensors); err != nil {
+	if err := writeSafetensors(&buf, map[string]string{"kvaudit.manifest": "{}"}, tensors); err != nil {
 		tb.Fatal(err)
 	}
 	return buf.Bytes()

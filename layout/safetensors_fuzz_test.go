@@ -28,13 +28,13 @@ func FuzzSafetensors(f *testing.F) {
 		f.Add(b)
 	}
 	var buf bytes.Buffer
-	if err := WriteSafetensors(&buf, map[string]string{"kvaudit.manifest": "{}"}, stRoundTripTensors()); err != nil {
+	if err := writeSafetensors(&buf, map[string]string{"kvaudit.manifest": "{}"}, stRoundTripTensors()); err != nil {
 		f.Fatal(err)
 	}
 	f.Add(bytes.Clone(buf.Bytes()))
 	u8, _ := ParseDtype("U8")
 	buf.Reset()
-	if err := WriteSafetensors(&buf, nil, []TensorData{{Name: "a", Dtype: u8, Shape: []int64{2, 1}, Data: []byte{1, 2}}}); err != nil {
+	if err := writeSafetensors(&buf, nil, []TensorData{{Name: "a", Dtype: u8, Shape: []int64{2, 1}, Data: []byte{1, 2}}}); err != nil {
 		f.Fatal(err)
 	}
 	f.Add(bytes.Clone(buf.Bytes()))
@@ -64,7 +64,7 @@ func FuzzSafetensors(f *testing.F) {
 			tensors[i] = TensorData{Name: ti.Name, Dtype: ti.Dtype, Shape: ti.Shape, Data: ti.Data}
 		}
 		var out bytes.Buffer
-		if err := WriteSafetensors(&out, s.Metadata, tensors); err != nil {
+		if err := writeSafetensors(&out, s.Metadata, tensors); err != nil {
 			t.Fatalf("rewriting a parsed file: %v", err)
 		}
 		s2, err := ParseSafetensors("rewritten.safetensors", out.Bytes())

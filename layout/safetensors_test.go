@@ -325,7 +325,7 @@ func TestSafetensorsRoundTrip(t *testing.T) {
 	for _, meta := range []map[string]string{nil, {}, {"kvaudit.manifest": `{"format":"kvaudit-dump/1"}`, "a": "", "": "empty key", "ü": "\x00\n"}} {
 		tensors := stRoundTripTensors()
 		var buf bytes.Buffer
-		if err := WriteSafetensors(&buf, meta, tensors); err != nil {
+		if err := writeSafetensors(&buf, meta, tensors); err != nil {
 			t.Fatal(err)
 		}
 		file := buf.Bytes()
@@ -383,7 +383,7 @@ func TestSafetensorsRoundTrip(t *testing.T) {
 		}
 		// Deterministic output.
 		var again bytes.Buffer
-		if err := WriteSafetensors(&again, meta, tensors); err != nil || !bytes.Equal(again.Bytes(), file) {
+		if err := writeSafetensors(&again, meta, tensors); err != nil || !bytes.Equal(again.Bytes(), file) {
 			t.Errorf("second write differs (err %v)", err)
 		}
 	}
@@ -392,7 +392,7 @@ func TestSafetensorsRoundTrip(t *testing.T) {
 func TestWriteSafetensorsGolden(t *testing.T) {
 	u8, _ := ParseDtype("U8")
 	var buf bytes.Buffer
-	err := WriteSafetensors(&buf, map[string]string{"b": "2", "a": "1"}, []TensorData{
+	err := writeSafetensors(&buf, map[string]string{"b": "2", "a": "1"}, []TensorData{
 		{Name: "y", Dtype: u8, Shape: []int64{2}, Data: []byte{1, 2}},
 		{Name: "x", Dtype: u8, Shape: []int64{1, 1}, Data: []byte{3}},
 	})
@@ -403,10 +403,10 @@ func TestWriteSafetensorsGolden(t *testing.T) {
 	header += strings.Repeat(" ", (8-len(header)%8)%8)
 	want := stFile(header, 1, 2, 3)
 	if !bytes.Equal(buf.Bytes(), want) {
-		t.Errorf("WriteSafetensors wrote\n%q\nwant\n%q", buf.Bytes(), want)
+		t.Errorf("writeSafetensors wrote\n%q\nwant\n%q", buf.Bytes(), want)
 	}
 	buf.Reset()
-	if err := WriteSafetensors(&buf, nil, nil); err != nil || !bytes.Equal(buf.Bytes(), stFile("{}      ")) {
+	if err := writeSafetensors(&buf, nil, nil); err != nil || !bytes.Equal(buf.Bytes(), stFile("{}      ")) {
 		t.Errorf("empty file: %q, %v", buf.Bytes(), err)
 	}
 }
@@ -431,13 +431,13 @@ func TestWriteSafetensorsRejects(t *testing.T) {
 		{nil, []TensorData{{Name: "a", Dtype: u8, Shape: []int64{1 << 32, 1 << 32}}}, "overflows"},
 	} {
 		var buf bytes.Buffer
-		err := WriteSafetensors(&buf, c.meta, c.tensors)
+		err := writeSafetensors(&buf, c.meta, c.tensors)
 		var se *SafetensorsError
 		if !errors.As(err, &se) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("WriteSafetensors error = %v, want a *SafetensorsError containing %q", err, c.want)
+			t.Errorf("writeSafetensors error = %v, want a *SafetensorsError containing %q", err, c.want)
 		}
 		if buf.Len() != 0 {
-			t.Errorf("WriteSafetensors wrote %d bytes before failing", buf.Len())
+			t.Errorf("writeSafetensors wrote %d bytes before failing", buf.Len())
 		}
 	}
 }
@@ -467,7 +467,7 @@ func TestOpenSafetensorsTruncatedWhileMapped(t *testing.T) {
 	u8, _ := ParseDtype("U8")
 	big := bytes.Repeat([]byte{7}, 8*os.Getpagesize())
 	var buf bytes.Buffer
-	if err := WriteSafetensors(&buf, nil, []TensorData{{Name: "big", Dtype: u8, Shape: []int64{int64(len(big))}, Data: big}}); err != nil {
+	if err := writeSafetensors(&buf, nil, []TensorData{{Name: "big", Dtype: u8, Shape: []int64{int64(len(big))}, Data: big}}); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "shrinking.safetensors")

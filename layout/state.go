@@ -82,8 +82,8 @@ func stateBytes(s State) (int64, bool) {
 	return int64(n), true
 }
 
-// StateShapes returns a state layer's covered states for its fingerprint.
-func StateShapes(l *Layer, tp int) []StateShape {
+// stateShapes returns a state layer's covered states for its fingerprint.
+func stateShapes(l *Layer, tp int) []StateShape {
 	var out []StateShape
 	for _, s := range l.States {
 		shape := append([]int64(nil), s.Shape...)

@@ -69,7 +69,7 @@ func TestHeaderFastTaken(t *testing.T) {
 	n := binary.LittleEndian.Uint64(file)
 	s, ok := parseHeaderFast("f", file[8:8+n])
 	if !ok || len(s.Tensors) == 0 {
-		t.Fatal("a header WriteSafetensors wrote did not take the fast path")
+		t.Fatal("a header writeSafetensors wrote did not take the fast path")
 	}
 	h := []byte(`{"__metadata__":{"kvaudit.manifest":"{\"format\": \"kvaudit-dump/1\",\n \"x\": \"\\u00e9\"}"},"a":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]}}    `)
 	if s, ok := parseHeaderFast("f", h); !ok || s.Metadata["kvaudit.manifest"] != "{\"format\": \"kvaudit-dump/1\",\n \"x\": \"\\u00e9\"}" {

@@ -33,7 +33,7 @@ func WriteDumpFile(path string, m *Manifest, tensors []TensorData, opts ...Write
 		return err
 	}
 	return safeio.Write(path, force(opts), func(w io.Writer) error {
-		return WriteSafetensors(w, map[string]string{MetadataKey: string(text)}, tensors)
+		return writeSafetensors(w, map[string]string{MetadataKey: string(text)}, tensors)
 	})
 }
 
@@ -58,7 +58,7 @@ func WriteDumpDir(dir string, m *Manifest, tensors []TensorData, opts ...WriteOp
 		return nil
 	}
 	return safeio.Write(filepath.Join(dir, "data.safetensors"), force(opts), func(w io.Writer) error {
-		return WriteSafetensors(w, nil, tensors)
+		return writeSafetensors(w, nil, tensors)
 	})
 }
 

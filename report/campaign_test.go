@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // campaignResult is a campaign with one failing kind, one passing kind, a
@@ -137,8 +137,8 @@ func TestCampaignJSONAndTable(t *testing.T) {
 // kvaudit-diff/1's fields and adds the audits'; JUnit stays one valid
 // document with a suite per audit.
 func TestDiffAudits(t *testing.T) {
-	res := &checksum.DiffResult{Verdict: checksum.Verified, Requests: []*checksum.RequestVerdict{{ID: "req-0", ProducerID: "req-0", Verdict: checksum.Verified, Reasons: []string{},
-		Groups: []*checksum.GroupVerdict{{ID: 0, Verdict: checksum.Verified, Positions: []int{}, Checks: []int{}, Map: []checksum.PositionState{checksum.PosVerified}}}}}}
+	res := &verify.DiffResult{Verdict: verify.Verified, Requests: []*verify.RequestVerdict{{ID: "req-0", ProducerID: "req-0", Verdict: verify.Verified, Reasons: []string{},
+		Groups: []*verify.GroupVerdict{{ID: 0, Verdict: verify.Verified, Positions: []int{}, Checks: []int{}, Map: []verify.PositionState{verify.PosVerified}}}}}}
 	a := auditsFixture()
 	var b bytes.Buffer
 	if err := RenderDiffAudits(&b, res, a, FormatJSON, DiffOptions{}); err != nil {

@@ -9,7 +9,8 @@ import (
 
 	"github.com/charmbracelet/lipgloss"
 
-	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ranges"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // DiffFormat is the format tag of `kvaudit diff -o json`.
@@ -87,7 +88,7 @@ type DiffDetailJSON struct {
 }
 
 // NewDiffJSON converts a comparison to the JSON schema.
-func NewDiffJSON(res *checksum.DiffResult) *DiffJSON {
+func NewDiffJSON(res *verify.DiffResult) *DiffJSON {
 	out := &DiffJSON{Format: DiffFormat, Verdict: string(res.Verdict), Requests: []DiffRequestJSON{}}
 	for _, r := range res.Requests {
 		rj := DiffRequestJSON{
@@ -120,10 +121,10 @@ func NewDiffJSON(res *checksum.DiffResult) *DiffJSON {
 	return out
 }
 
-// mapSymbols are the block map's characters by checksum.PositionState.
+// mapSymbols are the block map's characters by verify.PositionState.
 const mapSymbols = "_-.X"
 
-func mapChars(m []checksum.PositionState) string {
+func mapChars(m []verify.PositionState) string {
 	b := make([]byte, len(m))
 	for i, s := range m {
 		b[i] = mapSymbols[s]
@@ -131,22 +132,22 @@ func mapChars(m []checksum.PositionState) string {
 	return string(b)
 }
 
-// MapWidth is the most cells a block map has in a styled or aligned
+// mapWidth is the most cells a block map has in a styled or aligned
 // table; longer maps are scaled down (and further to fit the terminal).
-const MapWidth = 96
+const mapWidth = 96
 
-// BlockMap draws a group's block map in at most width cells (all when
+// blockMap draws a group's block map in at most width cells (all when
 // width <= 0): one cell per block position from 0, "." verified, "X"
 // mismatch, "-" not compared, "_" not loaded. When there are more
 // positions than cells, each cell stands for per consecutive positions
 // and shows the worst of them (X, then -, then ., then _). r, when not
 // nil, colors the cells.
-func BlockMap(m []checksum.PositionState, width int, r *lipgloss.Renderer) (text string, per int) {
+func blockMap(m []verify.PositionState, width int, r *lipgloss.Renderer) (text string, per int) {
 	per = 1
 	if width > 0 && len(m) > width {
 		per = (len(m) + width - 1) / width
 	}
-	var cells []checksum.PositionState
+	var cells []verify.PositionState
 	for i := 0; i < len(m); i += per {
 		worst := m[i]
 		for _, s := range m[i:min(i+per, len(m))] {
@@ -157,11 +158,11 @@ func BlockMap(m []checksum.PositionState, width int, r *lipgloss.Renderer) (text
 	if r == nil {
 		return mapChars(cells), per
 	}
-	styles := map[checksum.PositionState]lipgloss.Style{
-		checksum.PosNotLoaded:   r.NewStyle().Foreground(lipgloss.Color("8")),
-		checksum.PosNotCompared: r.NewStyle().Foreground(lipgloss.Color("3")),
-		checksum.PosVerified:    r.NewStyle().Foreground(lipgloss.Color("2")),
-		checksum.PosMismatch:    r.NewStyle().Foreground(lipgloss.Color("1")).Bold(true),
+	styles := map[verify.PositionState]lipgloss.Style{
+		verify.PosNotLoaded:   r.NewStyle().Foreground(lipgloss.Color("8")),
+		verify.PosNotCompared: r.NewStyle().Foreground(lipgloss.Color("3")),
+		verify.PosVerified:    r.NewStyle().Foreground(lipgloss.Color("2")),
+		verify.PosMismatch:    r.NewStyle().Foreground(lipgloss.Color("1")).Bold(true),
 	}
 	var b strings.Builder
 	for i := 0; i < len(cells); {
@@ -175,33 +176,33 @@ func BlockMap(m []checksum.PositionState, width int, r *lipgloss.Renderer) (text
 	return b.String(), per
 }
 
-func verdictTone(v checksum.Verdict) Tone {
+func verdictTone(v verify.Verdict) Tone {
 	switch v {
-	case checksum.Verified:
+	case verify.Verified:
 		return Good
-	case checksum.Mismatch:
+	case verify.Mismatch:
 		return Bad
-	case checksum.Unverified:
+	case verify.Unverified:
 		return Warn
 	}
 	return Dim
 }
 
-// DiffLegend explains the block map's characters.
-const DiffLegend = "blocks from position 0: . verified, X mismatch, - not compared, _ not loaded"
+// diffLegend explains the block map's characters.
+const diffLegend = "blocks from position 0: . verified, X mismatch, - not compared, _ not loaded"
 
-// DiffTables lays out a comparison: the verdict per request and group
+// diffTables lays out a comparison: the verdict per request and group
 // (positions, differing checks, reason, block map) and, when there are
 // any, the drill-down's details. A styled or aligned table that does not
 // fit the terminal leaves out kind, checks and positions (the map shows
 // the positions), then the drill-down's bytes, replica and group.
-func DiffTables(res *checksum.DiffResult) []*Table {
+func diffTables(res *verify.DiffResult) []*Table {
 	t := &Table{
 		Title:  "kvaudit diff: " + string(res.Verdict),
 		Header: []string{"request", "group", "kind", "verdict", "positions", "checks", "reason", "blocks"},
 		Drop:   []string{"kind", "checks", "positions"},
 	}
-	counts := map[checksum.Verdict]int{}
+	counts := map[verify.Verdict]int{}
 	for _, rv := range res.Requests {
 		counts[rv.Verdict]++
 		id := rv.ID
@@ -215,10 +216,10 @@ func DiffTables(res *checksum.DiffResult) []*Table {
 		for _, g := range rv.Groups {
 			checks := ""
 			if len(g.Checks) > 0 {
-				checks = checksum.Ranges(g.Checks)
+				checks = ranges.Format(g.Checks)
 			}
 			t.Add(C("%s", id), C("%d", g.ID), C("%s", g.Kind), Cell{Text: string(g.Verdict), Tone: verdictTone(g.Verdict)},
-				C("%s", checksum.Ranges(g.Positions)), C("%s", checks), C("%s", g.Reason), MapCell(g.Map))
+				C("%s", ranges.Format(g.Positions)), C("%s", checks), C("%s", g.Reason), mapCell(g.Map))
 		}
 	}
 	numberings := map[string]bool{}
@@ -236,14 +237,14 @@ func DiffTables(res *checksum.DiffResult) []*Table {
 		}
 	}
 	t.Notes = append(t.Notes, fmt.Sprintf("%d request(s): %d verified, %d mismatch, %d unverified",
-		len(res.Requests), counts[checksum.Verified], counts[checksum.Mismatch], counts[checksum.Unverified]))
+		len(res.Requests), counts[verify.Verified], counts[verify.Mismatch], counts[verify.Unverified]))
 	switch {
 	case numberings["block"] && numberings["request"]:
 		t.Notes = append(t.Notes, "numbering: block against flat payloads (vLLM's published form), request otherwise")
 	case numberings["block"]:
 		t.Notes = append(t.Notes, "numbering: block (a flat payload, as vLLM's published code sends)")
 	}
-	t.Notes = append(t.Notes, DiffLegend)
+	t.Notes = append(t.Notes, diffLegend)
 	tables := []*Table{t}
 
 	d := &Table{
@@ -292,14 +293,14 @@ type DiffOptions struct {
 
 // RenderDiff writes a comparison as a table (styled when opts.Style.Color,
 // else plain tab-separated text), markdown, JSON or JUnit XML.
-func RenderDiff(w io.Writer, res *checksum.DiffResult, f Format, opts DiffOptions) error {
+func RenderDiff(w io.Writer, res *verify.DiffResult, f Format, opts DiffOptions) error {
 	switch f {
 	case FormatJSON:
 		return WriteJSON(w, NewDiffJSON(res))
 	case FormatJUnit:
 		return writeJUnit(w, diffJUnit(res, opts))
 	}
-	return renderTables(w, DiffTables(res), f, opts.Style)
+	return renderTables(w, diffTables(res), f, opts.Style)
 }
 
 // diffJUnit is a comparison as JUnit XML (RenderDiff's, and
@@ -311,7 +312,7 @@ func RenderDiff(w io.Writer, res *checksum.DiffResult, f Format, opts DiffOption
 // <skipped> with opts.AllowUnverified; a group left out is <skipped>; a
 // verified group passes. So a CI fails exactly when `kvaudit diff` exits
 // non-zero.
-func diffJUnit(res *checksum.DiffResult, opts DiffOptions) junitSuites {
+func diffJUnit(res *verify.DiffResult, opts DiffOptions) junitSuites {
 	allowUnverified := opts.AllowUnverified
 	out := junitSuites{Name: "kvaudit diff", junitCounts: junitCounts{Time: seconds(opts.Elapsed)}}
 	unverified := func(msg, text string) (*junitOutcome, *junitOutcome) {
@@ -331,7 +332,7 @@ func diffJUnit(res *checksum.DiffResult, opts DiffOptions) junitSuites {
 		for _, g := range rv.Groups {
 			c := junitCase{Name: fmt.Sprintf("group %d", g.ID), Classname: rv.ID}
 			switch g.Verdict {
-			case checksum.Mismatch:
+			case verify.Mismatch:
 				var text strings.Builder
 				for _, d := range rv.Details {
 					switch {
@@ -345,12 +346,12 @@ func diffJUnit(res *checksum.DiffResult, opts DiffOptions) junitSuites {
 					}
 				}
 				c.Failure = &junitOutcome{
-					Message: fmt.Sprintf("mismatch at consumer block positions %s (checks %s)", checksum.Ranges(g.Positions), checksum.Ranges(g.Checks)),
+					Message: fmt.Sprintf("mismatch at consumer block positions %s (checks %s)", ranges.Format(g.Positions), ranges.Format(g.Checks)),
 					Type:    "mismatch", Text: text.String(),
 				}
-			case checksum.Unverified:
+			case verify.Unverified:
 				c.Error, c.Skipped = unverified(g.Reason, "")
-			case checksum.LeftOut:
+			case verify.LeftOut:
 				c.Skipped = &junitOutcome{Message: "left out: " + g.Reason}
 			}
 			s.Cases = append(s.Cases, c)
@@ -364,4 +365,46 @@ func diffJUnit(res *checksum.DiffResult, opts DiffOptions) junitSuites {
 		}}})
 	}
 	return out
+}
+
+// diffWithAuditsJSON is kvaudit-diff/1 with the audits' fields added.
+type diffWithAuditsJSON struct {
+	*DiffJSON
+	TailAudit *TailAuditJSON `json:"tail_audit,omitempty"`
+	Stored    *StoredJSON    `json:"stored,omitempty"`
+}
+
+// RenderDiffAudits writes a comparison and the consumer audits beside it:
+// in a table or markdown, the audits' tables after the comparison's; in
+// JSON, kvaudit-diff/1 with "tail_audit" and "stored" fields added; in
+// JUnit, a test suite per audit after the comparison's suites, each with
+// one test case per request and group of the comparison (the same cases
+// whatever the audit finds, so CI can follow a case from run to run), a
+// <failure> listing that group's findings. With no audits (a nil a) it is
+// RenderDiff.
+func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f Format, opts DiffOptions) error {
+	if a == nil {
+		return RenderDiff(w, res, f, opts)
+	}
+	switch f {
+	case FormatJSON:
+		out := diffWithAuditsJSON{DiffJSON: NewDiffJSON(res)}
+		if a.Tail != nil {
+			out.TailAudit = NewTailAuditJSON(a.Tail)
+		}
+		if a.Stored != nil {
+			out.Stored = NewStoredJSON(a.Stored)
+		}
+		return WriteJSON(w, out)
+	case FormatJUnit:
+		doc := diffJUnit(res, opts)
+		if a.Tail != nil {
+			doc.add(tailAuditSuite(res, a.Tail))
+		}
+		if a.Stored != nil {
+			doc.add(storedSuite(res, a.Stored, opts.AllowUnverified))
+		}
+		return writeJUnit(w, doc)
+	}
+	return renderTables(w, append(diffTables(res), auditTables(a)...), f, opts.Style)
 }

@@ -8,30 +8,31 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
 // diffFixture is a comparison with one verified, one mismatching and one
 // unverified load, a group left out and a drill-down detail.
-func diffFixture() *checksum.DiffResult {
-	g := func(id, start int, vals ...uint64) *checksum.GroupChecks {
-		return &checksum.GroupChecks{ID: id, Kind: "full_attention", BlockSize: 16, Start: start, Fingerprint: 1, FingerprintFlat: 2, HasFlat: true, Checks: [][]uint64{vals}}
+func diffFixture() *verify.DiffResult {
+	g := func(id, start int, vals ...uint64) *verify.GroupChecks {
+		return &verify.GroupChecks{ID: id, Kind: "full_attention", BlockSize: 16, Start: start, Fingerprint: 1, FingerprintFlat: 2, HasFlat: true, Checks: [][]uint64{vals}}
 	}
-	req := func(id string, groups ...*checksum.GroupChecks) *checksum.RequestChecks {
-		return &checksum.RequestChecks{ID: id, NumTokens: 40, TPSize: 1, Groups: groups}
+	req := func(id string, groups ...*verify.GroupChecks) *verify.RequestChecks {
+		return &verify.RequestChecks{ID: id, NumTokens: 40, TPSize: 1, Groups: groups}
 	}
-	prod := &checksum.Checks{TPSize: 1, Complete: true, Skipped: map[int]string{2: "host-resident KV"}, Requests: []*checksum.RequestChecks{
+	prod := &verify.Checks{TPSize: 1, Complete: true, Skipped: map[int]string{2: "host-resident KV"}, Requests: []*verify.RequestChecks{
 		req("req-0", g(0, 0, 1, 2, 3)),
 		req("req-1", g(0, 0, 1, 2, 3)),
 	}}
-	cons := &checksum.Checks{TPSize: 1, Complete: true, Skipped: map[int]string{2: "host-resident KV"}, Requests: []*checksum.RequestChecks{
+	cons := &verify.Checks{TPSize: 1, Complete: true, Skipped: map[int]string{2: "host-resident KV"}, Requests: []*verify.RequestChecks{
 		req("req-0", g(0, 1, 2, 9), g(1, 0, 4, 5, 6)),
 		req("req-1", g(0, 0, 1, 2, 3)),
 		req("req-2", g(0, 0, 1, 2, 3)),
 	}}
 	cons.Requests[0].NumLocalComputedTokens = 16
-	res := checksum.Diff(prod, cons)
-	res.Requests[0].Details = []checksum.Detail{{Group: 0, Position: 2, Layer: 1, LayerName: "model.layers.1.self_attn.attn", Head: 0, Replica: 0, FirstToken: 33, LastToken: 33, Bytes: 1, Bits: 1, Hint: "1 bit flipped"}}
+	res := verify.Diff(prod, cons)
+	res.Requests[0].Details = []drill.Detail{{Group: 0, Position: 2, Layer: 1, LayerName: "model.layers.1.self_attn.attn", Head: 0, Replica: 0, FirstToken: 33, LastToken: 33, Bytes: 1, Bits: 1, Hint: "1 bit flipped"}}
 	res.Requests[0].Notes = []string{"a note"}
 	return res
 }
@@ -160,15 +161,15 @@ func TestDiffTable(t *testing.T) {
 func squeeze(s string) string { return regexp.MustCompile(" {2,}").ReplaceAllString(s, " ") }
 
 func TestBlockMap(t *testing.T) {
-	m := make([]checksum.PositionState, 10)
+	m := make([]verify.PositionState, 10)
 	for i := range m {
-		m[i] = checksum.PosVerified
+		m[i] = verify.PosVerified
 	}
-	m[0], m[7] = checksum.PosNotLoaded, checksum.PosMismatch
-	if s, per := BlockMap(m, 0, nil); s != "_......X.." || per != 1 {
+	m[0], m[7] = verify.PosNotLoaded, verify.PosMismatch
+	if s, per := blockMap(m, 0, nil); s != "_......X.." || per != 1 {
 		t.Errorf("full map %q per %d", s, per)
 	}
-	if s, per := BlockMap(m, 4, nil); s != "..X." || per != 3 {
+	if s, per := blockMap(m, 4, nil); s != "..X." || per != 3 {
 		t.Errorf("scaled map %q per %d", s, per)
 	}
 }
@@ -176,16 +177,16 @@ func TestBlockMap(t *testing.T) {
 // TestDiffFitsWidth: on an 80-column terminal the diff table of a long
 // load keeps its verdict and block map (scaled, the mismatch still shown)
 // and leaves out low-value columns, styled or aligned; without a width
-// nothing is left out and the aligned map is cut at MapWidth cells.
+// nothing is left out and the aligned map is cut at mapWidth cells.
 func TestDiffFitsWidth(t *testing.T) {
-	m := make([]checksum.PositionState, 300)
+	m := make([]verify.PositionState, 300)
 	for i := range m {
-		m[i] = checksum.PosVerified
+		m[i] = verify.PosVerified
 	}
-	m[250] = checksum.PosMismatch
-	res := &checksum.DiffResult{Verdict: checksum.Mismatch, Requests: []*checksum.RequestVerdict{{
-		ID: "cmpl-7f3a9c2e-long-request-id", ProducerID: "cmpl-7f3a9c2e-long-request-id", Verdict: checksum.Mismatch,
-		Groups: []*checksum.GroupVerdict{{ID: 0, Kind: "full_attention", Verdict: checksum.Mismatch, Positions: []int{250}, Checks: []int{0}, Map: m}},
+	m[250] = verify.PosMismatch
+	res := &verify.DiffResult{Verdict: verify.Mismatch, Requests: []*verify.RequestVerdict{{
+		ID: "cmpl-7f3a9c2e-long-request-id", ProducerID: "cmpl-7f3a9c2e-long-request-id", Verdict: verify.Mismatch,
+		Groups: []*verify.GroupVerdict{{ID: 0, Kind: "full_attention", Verdict: verify.Mismatch, Positions: []int{250}, Checks: []int{0}, Map: m}},
 	}}}
 	for _, style := range []Style{{Color: true, Width: 80}, {Aligned: true, Width: 80}} {
 		var b bytes.Buffer

@@ -4,5 +4,7 @@
 // stable schemas of docs/spec.md §12, markdown, and JUnit XML.
 //
 // Each result is one value; every renderer reads that value, so the formats
-// never disagree. Tables never truncate a checksum or an offset.
+// never disagree. Tables never truncate a checksum or an offset. Report
+// decides nothing: verdicts are package verify's, campaign outcomes package
+// inject's.
 package report

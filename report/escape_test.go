@@ -22,8 +22,8 @@ func TestEscape(t *testing.T) {
 		{`forged\x1b[2J`, `forged\\x1b[2J`},
 		{"both\\\x1b", `both\\\x1b`},
 	} {
-		if got := Escape(c.in); got != c.want {
-			t.Errorf("Escape(%q) = %q, want %q", c.in, got, c.want)
+		if got := escapeText(c.in); got != c.want {
+			t.Errorf("escapeText(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }

@@ -13,12 +13,13 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"github.com/charmbracelet/x/ansi"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/inject"
@@ -136,11 +137,11 @@ var goldenFormats = []goldenFormat{
 func auditsFixture() *verify.Audits {
 	return &verify.Audits{
 		Tail: &verify.TailAudit{Checked: 3, Findings: []verify.TailFinding{{Request: "req-0", Group: 0, Position: 2, Block: 5, Layer: "model.layers.1.self_attn.attn", FirstToken: 37, LastToken: 40, Bytes: 9, File: "x.safetensors", Offset: 123}}},
-		Stored: []*checksum.StoredRank{{Path: "r", Blocks: []checksum.StoredBlock{
+		Stored: []*verify.StoredRank{{Path: "r", Blocks: []verify.StoredBlock{
 			{Request: "req-0", Group: 0, Position: 0, Block: 3, Hash: "aa", Value: 1, Stored: 1, HasStored: true},
 			{Request: "req-0", Group: 0, Position: 1, Block: 4, Hash: "bb", Value: 2, Stored: 3, HasStored: true},
 			{Request: "req-0", Group: 0, Position: 2, Block: 6, Hash: "cc", Value: 7},
-		}, Skipped: map[int]string{1: checksum.StoredSkipState}}},
+		}, Skipped: map[int]string{1: verify.StoredSkipState}}},
 	}
 }
 
@@ -207,16 +208,18 @@ func goldenTables(t *testing.T, name string, tables []*Table, json any) {
 func TestGoldenChecksums(t *testing.T) {
 	ctx := context.Background()
 	paths := goldenSide(t, t.TempDir(), synth.Config{Preset: "swa", TP: 2, Layers: 2, Requests: 2, Tokens: 40})
-	c, err := checksum.ComputePaths(ctx, paths, checksum.Options{})
+	cRes, err := verify.Checksum(ctx, verify.Input{Paths: paths}, verify.ChecksumOptions{Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := cRes.Checks
 	goldenTables(t, "checksums", []*Table{ChecksumsTableNumbered(c, checksum.NumberRequest)}, NewChecksumsJSONNumbered(c, checksum.NumberRequest))
 
-	part, err := checksum.ComputePaths(ctx, paths[:1], checksum.Options{})
+	partRes, err := verify.Checksum(ctx, verify.Input{Paths: paths[:1]}, verify.ChecksumOptions{Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	part := partRes.Checks
 	goldenTables(t, "checksums-partial", []*Table{ChecksumsTableNumbered(part, checksum.NumberRequest)}, NewChecksumsJSONNumbered(part, checksum.NumberRequest))
 
 	stored := auditsFixture().Stored

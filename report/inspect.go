@@ -124,8 +124,8 @@ func others(names []string, self string) []string {
 	return out
 }
 
-// Bytes writes a size in bytes for a person: "512 B", "704.0 KiB".
-func Bytes(n int64) string {
+// formatBytes writes a size in bytes for a person: "512 B", "704.0 KiB".
+func formatBytes(n int64) string {
 	if n < 1024 {
 		return fmt.Sprintf("%d B", n)
 	}
@@ -167,7 +167,7 @@ func InspectTables(in *InspectJSON) []*Table {
 				heads := fmt.Sprintf("%d..%d of %d", c.FirstHead, c.FirstHead+c.Heads-1, c.GlobalHeads)
 				t.Add(C("%d", g.ID), C("%s", kind), C("%d", g.BlockSize), C("%s", name), C("%d", c.Layer), C("%s", c.Dtype),
 					C("%s", strings.Join(c.Layout, ",")), C("%s", heads), C("%d (index %d)", c.Replicas, c.ReplicaIndex),
-					C("%s", Bytes(int64(c.CellBytes))), C("%s", Bytes(c.Bytes)))
+					C("%s", formatBytes(int64(c.CellBytes))), C("%s", formatBytes(c.Bytes)))
 			}
 		}
 		for _, r := range d.Requests {

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/inject"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/verify"
@@ -34,13 +33,13 @@ func everyElementTimed(t *testing.T, doc string) {
 	}
 }
 
-func auditDiff() *checksum.DiffResult {
-	g := func(id int, kind string) *checksum.GroupVerdict {
-		return &checksum.GroupVerdict{ID: id, Kind: kind, Verdict: checksum.Verified, Positions: []int{}, Checks: []int{}}
+func auditDiff() *verify.DiffResult {
+	g := func(id int, kind string) *verify.GroupVerdict {
+		return &verify.GroupVerdict{ID: id, Kind: kind, Verdict: verify.Verified, Positions: []int{}, Checks: []int{}}
 	}
-	return &checksum.DiffResult{Verdict: checksum.Verified, Requests: []*checksum.RequestVerdict{
-		{ID: "req-0", ProducerID: "req-0", Verdict: checksum.Verified, Groups: []*checksum.GroupVerdict{g(0, layout.KindFullAttention), g(1, layout.KindMamba)}},
-		{ID: "req-1", ProducerID: "req-1", Verdict: checksum.Verified, Groups: []*checksum.GroupVerdict{g(0, layout.KindFullAttention)}},
+	return &verify.DiffResult{Verdict: verify.Verified, Requests: []*verify.RequestVerdict{
+		{ID: "req-0", ProducerID: "req-0", Verdict: verify.Verified, Groups: []*verify.GroupVerdict{g(0, layout.KindFullAttention), g(1, layout.KindMamba)}},
+		{ID: "req-1", ProducerID: "req-1", Verdict: verify.Verified, Groups: []*verify.GroupVerdict{g(0, layout.KindFullAttention)}},
 	}}
 }
 
@@ -135,14 +134,14 @@ func TestTailAuditJUnitStable(t *testing.T) {
 // request and group; an audit with nothing to compare adds an unverified
 // case.
 func TestStoredJUnitStable(t *testing.T) {
-	rank := func(stored uint64, has bool) []*checksum.StoredRank {
-		return []*checksum.StoredRank{{Path: "r", Skipped: map[int]string{}, Blocks: []checksum.StoredBlock{
+	rank := func(stored uint64, has bool) []*verify.StoredRank {
+		return []*verify.StoredRank{{Path: "r", Skipped: map[int]string{}, Blocks: []verify.StoredBlock{
 			{Request: "req-1", Group: 0, Position: 0, Block: 3, Hash: "aa", Value: 1, Stored: stored, HasStored: has},
 		}}}
 	}
 	for _, c := range []struct {
 		name           string
-		ranks          []*checksum.StoredRank
+		ranks          []*verify.StoredRank
 		failed, errors int
 		cases          int
 	}{

@@ -14,7 +14,7 @@ import (
 	"github.com/olekukonko/tablewriter/renderer"
 	"github.com/olekukonko/tablewriter/tw"
 
-	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // Format is an output format.
@@ -64,7 +64,7 @@ const (
 type Cell struct {
 	Text string
 	Tone Tone
-	Map  []checksum.PositionState
+	Map  []verify.PositionState
 	// Styled says Text holds the report's own terminal styling: it is not
 	// escaped. Every other text is (see Escape); a block map (Map) is
 	// drawn by the report itself.
@@ -74,8 +74,8 @@ type Cell struct {
 // C makes a plain cell.
 func C(format string, args ...any) Cell { return Cell{Text: fmt.Sprintf(format, args...)} }
 
-// MapCell makes a block map cell.
-func MapCell(m []checksum.PositionState) Cell { return Cell{Map: m, Text: mapChars(m)} }
+// mapCell makes a block map cell.
+func mapCell(m []verify.PositionState) Cell { return Cell{Map: m, Text: mapChars(m)} }
 
 // Table is a titled grid with notes under it.
 type Table struct {
@@ -172,10 +172,10 @@ type laidOut struct {
 	notes  []string
 }
 
-// cellWidth is the widest a cell wants to be; a map's at most MapWidth.
+// cellWidth is the widest a cell wants to be; a map's at most mapWidth.
 func cellWidth(c Cell) int {
 	if c.Map != nil {
-		return min(len(c.Map), MapWidth)
+		return min(len(c.Map), mapWidth)
 	}
 	w := 0
 	for l := range strings.SplitSeq(c.Text, "\n") {
@@ -328,7 +328,7 @@ func (l *laidOut) cells(row []Cell, r *lipgloss.Renderer) (out []string, per int
 		}
 		c := row[i]
 		if c.Map != nil {
-			m, p := BlockMap(c.Map, l.widths[k], r)
+			m, p := blockMap(c.Map, l.widths[k], r)
 			per = max(per, p)
 			out = append(out, m)
 			continue
@@ -450,26 +450,26 @@ func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 
 // escaped returns a copy of the table with every text escaped.
 func (t *Table) escaped() *Table {
-	e := &Table{Title: Escape(t.Title), Header: make([]string, len(t.Header)), Rows: make([][]Cell, len(t.Rows)), Notes: make([]string, len(t.Notes)), Drop: t.Drop}
+	e := &Table{Title: escapeText(t.Title), Header: make([]string, len(t.Header)), Rows: make([][]Cell, len(t.Rows)), Notes: make([]string, len(t.Notes)), Drop: t.Drop}
 	for i, h := range t.Header {
-		e.Header[i] = Escape(h)
+		e.Header[i] = escapeText(h)
 	}
 	for i, r := range t.Rows {
 		e.Rows[i] = make([]Cell, len(r))
 		for j, c := range r {
 			if !c.Styled {
-				c.Text = Escape(c.Text)
+				c.Text = escapeText(c.Text)
 			}
 			e.Rows[i][j] = c
 		}
 	}
 	for i, n := range t.Notes {
-		e.Notes[i] = Escape(n)
+		e.Notes[i] = escapeText(n)
 	}
 	return e
 }
 
-// Escape makes an untrusted string safe to print on a terminal or in
+// escapeText makes an untrusted string safe to print on a terminal or in
 // markdown: control characters (C0 including tab, CR and LF, DEL, C1),
 // bidirectional overrides and isolates, and invalid UTF-8 are written as
 // Go escapes (\x1b, \r, \n, \u202e, ...), so a crafted request id or
@@ -477,7 +477,7 @@ func (t *Table) escaped() *Table {
 // line nor reorder what follows it. A backslash is doubled, so escaped
 // text cannot be forged either (a name spelling out `\x1b` prints as
 // `\\x1b`). Other text is unchanged.
-func Escape(s string) string {
+func escapeText(s string) string {
 	clean := true
 	for i, r := range s {
 		if needsEscape(r) || (r == utf8.RuneError && !validAt(s, i)) {
@@ -531,4 +531,18 @@ func needsEscape(r rune) bool {
 		return true // line and paragraph separators
 	}
 	return false
+}
+
+func renderTables(w io.Writer, tables []*Table, f Format, style Style) error {
+	for i, t := range tables {
+		if i > 0 && f != FormatMarkdown {
+			if _, err := io.WriteString(w, "\n"); err != nil {
+				return err
+			}
+		}
+		if err := t.Render(w, f, style); err != nil {
+			return err
+		}
+	}
+	return nil
 }

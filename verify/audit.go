@@ -13,7 +13,7 @@ type Audits struct {
 	// Tail is the transferred-or-zeroed audit.
 	Tail *TailAudit
 	// Stored are each consumer rank's stored checksums.
-	Stored []*checksum.StoredRank
+	Stored []*StoredRank
 }
 
 // Failed reports whether an audit found something: a non-zero byte past
@@ -22,23 +22,23 @@ func (a *Audits) Failed() bool {
 	if a.Tail != nil && len(a.Tail.Findings) > 0 {
 		return true
 	}
-	return a.Stored != nil && StoredVerdict(a.Stored) == checksum.Mismatch
+	return a.Stored != nil && StoredVerdict(a.Stored) == Mismatch
 }
 
 // StoredVerdict is verified when every stored checksum matches, mismatch
 // when one differs, unverified when the manifests list none.
-func StoredVerdict(ranks []*checksum.StoredRank) checksum.Verdict {
+func StoredVerdict(ranks []*StoredRank) Verdict {
 	checked := 0
 	for _, r := range ranks {
 		if len(r.Mismatches()) > 0 {
-			return checksum.Mismatch
+			return Mismatch
 		}
 		checked += r.Checked()
 	}
 	if checked == 0 {
-		return checksum.Unverified
+		return Unverified
 	}
-	return checksum.Verified
+	return Verified
 }
 
 // ErrStoredRecords is a stored-checksum check asked of records: it reads
@@ -50,7 +50,16 @@ var ErrStoredRecords = errors.New("the stored-checksum check reads dumps (the bl
 // checksums, compares them: Result.Audits.Stored holds every rank's
 // values, Result.Verdict says whether they match (unverified when the
 // manifests list none). Options.Requests restricts the requests.
-func CheckStored(ctx context.Context, consumer Input, opts Options) (*Result, error) {
+// StoredOptions control CheckStored.
+type StoredOptions struct {
+	// Engine evaluates the checksum definition; nil means checksum.Fast{}.
+	Engine checksum.Engine
+	// Requests restricts the requests (all when empty).
+	Requests []string
+	Step     Step
+}
+
+func CheckStored(ctx context.Context, consumer Input, opts StoredOptions) (*Result, error) {
 	side, err := Open(consumer)
 	if err != nil {
 		return nil, err
@@ -59,8 +68,8 @@ func CheckStored(ctx context.Context, consumer Input, opts Options) (*Result, er
 	if !side.dumpsOnly() {
 		return nil, ErrStoredRecords
 	}
-	done := opts.step("computing the stored checksums")
-	a, err := audit(ctx, side, Options{Engine: opts.Engine, Requests: opts.Requests, Stored: true})
+	done := opts.Step.start("computing the stored checksums")
+	a, err := audit(ctx, side, opts.Engine, opts.Requests, false, true)
 	done()
 	if err != nil {
 		return nil, err
@@ -68,20 +77,21 @@ func CheckStored(ctx context.Context, consumer Input, opts Options) (*Result, er
 	return &Result{Audits: a}, nil
 }
 
-// audit runs the audits opts asks for on a side's dumps.
-func audit(ctx context.Context, side *Side, opts Options) (*Audits, error) {
+// audit runs the audits asked for on a side's dumps: the tail audit,
+// the stored checksums, for the requests given (all when empty).
+func audit(ctx context.Context, side *Source, engine checksum.Engine, requests []string, tail, stored bool) (*Audits, error) {
 	a := &Audits{}
-	if opts.AuditTail {
-		t, err := AuditTails(side.Dumps, opts.Requests)
+	if tail {
+		t, err := AuditTails(side.Dumps, requests)
 		if err != nil {
 			return nil, err
 		}
 		a.Tail = t
 	}
-	if opts.Stored {
-		a.Stored = []*checksum.StoredRank{}
+	if stored {
+		a.Stored = []*StoredRank{}
 		for _, d := range side.Dumps {
-			s, err := checksum.Stored(ctx, d, checksum.Options{Engine: opts.Engine, Requests: opts.Requests})
+			s, err := RankStored(ctx, d, checksum.Options{Engine: engine, Requests: requests})
 			if err != nil {
 				return nil, err
 			}

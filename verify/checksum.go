@@ -7,22 +7,49 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // Checksums are one side's checks: its ranks checksummed and merged into
 // whole-model checks (docs/spec.md §7).
 type Checksums struct {
-	// Checks are the merged checks, restricted to Options.Requests when
-	// set (in their order). Checks.Complete is false for partial sums
-	// (Options.Partial).
-	Checks *checksum.Checks
+	// Checks are the merged checks, restricted to the requests asked for
+	// (in their order). Checks.Complete is false for partial sums
+	// (ChecksumOptions.Partial).
+	Checks *Checks
 	// Records are the per-rank records merged: those computed from the
 	// side's dumps, then the side's record files.
-	Records []*checksum.Record
+	Records []*wire.Record
+}
+
+// ChecksumOptions control Checksum.
+type ChecksumOptions struct {
+	// Engine evaluates the checksum definition; nil means checksum.Fast{}.
+	Engine checksum.Engine
+	// Requests restricts the work to these request ids, kept in their
+	// order (all when empty); an id the side lacks is an error.
+	Requests []string
+	// Partial lets Checksum merge a subset of the side's ranks into
+	// partial sums (every request unverified) instead of refusing it.
+	Partial bool
+	// BlockValues computes the block-numbered values too
+	// (checksum.Options.BlockValues).
+	BlockValues bool
+	Progress    Progress
+}
+
+// RecordsOptions control Records.
+type RecordsOptions struct {
+	// Engine evaluates the checksum definition; nil means checksum.Fast{}.
+	Engine checksum.Engine
+	// Requests restricts the work to these request ids (all when empty).
+	Requests []string
+	Progress Progress
 }
 
 // IncompleteError is a side given with fewer ranks than its deployment
-// has, to a Checksum that does not allow partial sums (Options.Partial).
+// has, to a Checksum that does not allow partial sums
+// (ChecksumOptions.Partial).
 type IncompleteError struct {
 	// Got is the number of ranks given; TPSize and PPSize are the
 	// deployment's.
@@ -37,7 +64,7 @@ func (e *IncompleteError) Ranks() string {
 }
 
 func (e *IncompleteError) Error() string {
-	return fmt.Sprintf("got %s: give every rank of the side, or allow partial sums (Options.Partial)", e.Ranks())
+	return fmt.Sprintf("got %s: give every rank of the side, or allow partial sums (ChecksumOptions.Partial)", e.Ranks())
 }
 
 // NothingChecksummedError says why no request of a side has a checksummed
@@ -61,12 +88,12 @@ func (e *NothingChecksummedError) Error() string {
 // opts.BlockValues also computes the block-numbered values. The result
 // may hold nothing checksummed: Checksums.Unchecked says so, after the
 // caller has shown what there is.
-func Checksum(ctx context.Context, in Input, opts Options) (*Checksums, error) {
-	recs, err := records(ctx, in, opts, opts.BlockValues)
+func Checksum(ctx context.Context, in Input, opts ChecksumOptions) (*Checksums, error) {
+	recs, err := records(ctx, in, RecordsOptions{Engine: opts.Engine, Requests: opts.Requests, Progress: opts.Progress}, opts.BlockValues)
 	if err != nil {
 		return nil, err
 	}
-	c, err := checksum.Merge(recs)
+	c, err := Merge(recs)
 	if err != nil {
 		return nil, err
 	}
@@ -82,23 +109,22 @@ func Checksum(ctx context.Context, in Input, opts Options) (*Checksums, error) {
 }
 
 // Records checksums a side given by paths into one record per rank, not
-// merged: each rank's partial sums, for checksum.MarshalRecord and a
-// Checksum (or checksum.Merge) elsewhere. Any subset of the side's ranks
-// will do. Records carry both numberings (docs/spec.md §8), whatever
-// opts.BlockValues says.
-func Records(ctx context.Context, in Input, opts Options) ([]*checksum.Record, error) {
+// merged: each rank's partial sums, for wire.MarshalRecord and a
+// Checksum (or Merge) elsewhere. Any subset of the side's ranks
+// will do. Records carry both numberings (docs/spec.md §8).
+func Records(ctx context.Context, in Input, opts RecordsOptions) ([]*wire.Record, error) {
 	return records(ctx, in, opts, true)
 }
 
 // records opens a side and returns its records: its dumps checksummed,
 // then its record files.
-func records(ctx context.Context, in Input, opts Options, blockValues bool) ([]*checksum.Record, error) {
+func records(ctx context.Context, in Input, opts RecordsOptions, blockValues bool) ([]*wire.Record, error) {
 	side, err := Open(in)
 	if err != nil {
 		return nil, err
 	}
 	defer side.Close()
-	add, done := opts.progress("side", side.Dumps, opts.Requests)
+	add, done := opts.Progress.start("side", side.Dumps, opts.Requests)
 	recs, err := side.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: blockValues, Progress: add})
 	done()
 	return recs, err

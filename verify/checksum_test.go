@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // TestChecksum: a whole side's checks equal those computed from the
@@ -29,11 +29,11 @@ func TestChecksum(t *testing.T) {
 	}
 	ctx := context.Background()
 	side := Input{Paths: paths}
-	res, err := Checksum(ctx, side, Options{})
+	res, err := Checksum(ctx, side, ChecksumOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkAgainst := func(what string, c *checksum.Checks, ids []string) {
+	checkAgainst := func(what string, c *Checks, ids []string) {
 		t.Helper()
 		if !c.Complete || len(c.Requests) != len(ids) {
 			t.Fatalf("%s: complete %v, %d requests, want %d", what, c.Complete, len(c.Requests), len(ids))
@@ -63,7 +63,7 @@ func TestChecksum(t *testing.T) {
 	}
 
 	// Requests, in the order asked; an unknown one is an error.
-	res, err = Checksum(ctx, side, Options{Requests: []string{"req-2", "req-0"}, BlockValues: true})
+	res, err = Checksum(ctx, side, ChecksumOptions{Requests: []string{"req-2", "req-0"}, BlockValues: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,19 +71,19 @@ func TestChecksum(t *testing.T) {
 	if res.Checks.Requests[0].Groups[0].ChecksBlock == nil {
 		t.Error("BlockValues: no block-numbered values")
 	}
-	if _, err := Checksum(ctx, side, Options{Requests: []string{"nope"}}); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+	if _, err := Checksum(ctx, side, ChecksumOptions{Requests: []string{"nope"}}); err == nil || !strings.Contains(err.Error(), `"nope"`) {
 		t.Errorf("unknown request: %v", err)
 	}
 
 	// One rank of four.
 	one := Input{Paths: paths[:1]}
 	var inc *IncompleteError
-	if _, err := Checksum(ctx, one, Options{}); !errors.As(err, &inc) || inc.Got != 1 || inc.TPSize != 2 || inc.PPSize != 2 || len(inc.Missing) != 3 {
+	if _, err := Checksum(ctx, one, ChecksumOptions{}); !errors.As(err, &inc) || inc.Got != 1 || inc.TPSize != 2 || inc.PPSize != 2 || len(inc.Missing) != 3 {
 		t.Errorf("one rank of four: %v (%+v)", err, inc)
 	} else if inc.Ranks() != "1 of 4 ranks (tp 2 x pp 2)" {
 		t.Errorf("Ranks() = %q", inc.Ranks())
 	}
-	res, err = Checksum(ctx, one, Options{Partial: true})
+	res, err = Checksum(ctx, one, ChecksumOptions{Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,14 +96,14 @@ func TestChecksum(t *testing.T) {
 	// side's checks.
 	var files []string
 	for i, p := range paths {
-		recs, err := Records(ctx, Input{Paths: []string{p}}, Options{})
+		recs, err := Records(ctx, Input{Paths: []string{p}}, RecordsOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(recs) != 1 {
 			t.Fatalf("%s: %d records", p, len(recs))
 		}
-		b, err := checksum.MarshalRecord(recs[0])
+		b, err := wire.MarshalRecord(recs[0])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,13 +114,13 @@ func TestChecksum(t *testing.T) {
 		writeFile(t, f, b)
 		files = append(files, f)
 	}
-	res, err = Checksum(ctx, Input{Paths: files}, Options{})
+	res, err = Checksum(ctx, Input{Paths: files}, ChecksumOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkAgainst("records", res.Checks, []string{"req-0", "req-1", "req-2"})
 	// Dumps and records of different ranks merge too.
-	res, err = Checksum(ctx, Input{Paths: append([]string{paths[0]}, files[1:]...)}, Options{})
+	res, err = Checksum(ctx, Input{Paths: append([]string{paths[0]}, files[1:]...)}, ChecksumOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,14 +131,14 @@ func TestChecksum(t *testing.T) {
 func TestUnchecked(t *testing.T) {
 	for _, c := range []struct {
 		name   string
-		checks checksum.Checks
+		checks Checks
 		want   string
 	}{
-		{"a group checksummed", checksum.Checks{Skipped: map[int]string{1: "x"}, Requests: []*checksum.RequestChecks{{ID: "a"}, {ID: "b", Groups: []*checksum.GroupChecks{{ID: 0}}}}}, ""},
-		{"no request", checksum.Checks{Skipped: map[int]string{}}, "nothing checksummed: the side holds no request"},
-		{"every group skipped", checksum.Checks{Skipped: map[int]string{2: "state of unknown shape", 0: "no layer"}, Requests: []*checksum.RequestChecks{{ID: "a"}}},
+		{"a group checksummed", Checks{Skipped: map[int]string{1: "x"}, Requests: []*RequestChecks{{ID: "a"}, {ID: "b", Groups: []*GroupChecks{{ID: 0}}}}}, ""},
+		{"no request", Checks{Skipped: map[int]string{}}, "nothing checksummed: the side holds no request"},
+		{"every group skipped", Checks{Skipped: map[int]string{2: "state of unknown shape", 0: "no layer"}, Requests: []*RequestChecks{{ID: "a"}}},
 			"nothing checksummed: group 0 skipped: no layer; group 2 skipped: state of unknown shape"},
-		{"no block", checksum.Checks{Requests: []*checksum.RequestChecks{{ID: "a"}}}, "nothing checksummed: no request has a block in a checksummed group"},
+		{"no block", Checks{Requests: []*RequestChecks{{ID: "a"}}}, "nothing checksummed: no request has a block in a checksummed group"},
 	} {
 		err := (&Checksums{Checks: &c.checks}).Unchecked()
 		var nc *NothingChecksummedError

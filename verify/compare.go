@@ -8,12 +8,40 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
-// Options control Compare, CheckStored, Checksum and Records.
-type Options struct {
+// Progress, when set in an entry point's options, is called before a
+// side's dumps are checksummed (side "consumer" or "producer" for
+// Compare, "side" for Checksum and Records; the requests checksummed) and
+// returns the function the engines call with the cell bytes done
+// (checksum.Options.Progress) and the one that ends the display.
+type Progress func(side string, dumps []*layout.Dump, requests []string) (add func(int64), done func())
+
+// Step, when set in an entry point's options, is told of a long step
+// that reports no bytes (the drill-down, the audits) and returns the
+// function that ends it.
+type Step func(what string) (done func())
+
+// start calls p, if set.
+func (p Progress) start(side string, dumps []*layout.Dump, requests []string) (add func(int64), done func()) {
+	if p == nil || len(dumps) == 0 {
+		return nil, func() {}
+	}
+	return p(side, dumps, requests)
+}
+
+// start calls s, if set.
+func (s Step) start(what string) (done func()) {
+	if s == nil {
+		return func() {}
+	}
+	return s(what)
+}
+
+// CompareOptions control Compare.
+type CompareOptions struct {
 	// Engine evaluates the checksum definition; nil means checksum.Fast{}.
 	Engine checksum.Engine
 	// Requests restricts the comparison to these consumer request ids
@@ -27,46 +55,17 @@ type Options struct {
 	// its blocks against the stored checksums in its manifests.
 	AuditTail, Stored bool
 	// Strict makes any loaded block that was not compared unverified
-	// (checksum.DiffOptions.Strict).
-	Strict bool
-	// Partial lets Checksum merge a subset of the side's ranks into
-	// partial sums (every request unverified) instead of refusing it.
-	Partial bool
-	// BlockValues makes Checksum compute the block-numbered values too
-	// (checksum.Options.BlockValues); records always carry them.
-	BlockValues bool
-	// Progress, when set, is called before a side's dumps are checksummed
-	// (side "consumer" or "producer", or "side" for Checksum and Records;
-	// the requests checksummed) and
-	// returns the function the engines call with the cell bytes done
-	// (checksum.Options.Progress) and the one that ends the display.
-	Progress func(side string, dumps []*layout.Dump, requests []string) (add func(int64), done func())
-	// Step, when set, is told of a long step that reports no bytes (the
-	// drill-down, the audits) and returns the function that ends it.
-	Step func(what string) (done func())
-}
-
-// progress starts opts.Progress for a side, if set.
-func (opts Options) progress(side string, dumps []*layout.Dump, requests []string) (add func(int64), done func()) {
-	if opts.Progress == nil || len(dumps) == 0 {
-		return nil, func() {}
-	}
-	return opts.Progress(side, dumps, requests)
-}
-
-// step starts opts.Step, if set.
-func (opts Options) step(what string) (done func()) {
-	if opts.Step == nil {
-		return func() {}
-	}
-	return opts.Step(what)
+	// (DiffOptions.Strict).
+	Strict   bool
+	Progress Progress
+	Step     Step
 }
 
 // Result is what a comparison found.
 type Result struct {
 	// Diff holds the verdicts per request and group, with the drill-down's
 	// details; nil for CheckStored.
-	Diff *checksum.DiffResult
+	Diff *DiffResult
 	// Audits are the consumer audits that ran; nil when none did.
 	Audits *Audits
 }
@@ -74,17 +73,17 @@ type Result struct {
 // Verdict combines the comparison's verdict with the audits': a mismatch
 // when a block differs or an audit finds something, unverified when a
 // load or the stored checksums could not be verified, else verified.
-func (r *Result) Verdict() checksum.Verdict {
-	v := checksum.Verified
+func (r *Result) Verdict() Verdict {
+	v := Verified
 	if r.Diff != nil {
 		v = r.Diff.Verdict
 	}
 	if a := r.Audits; a != nil {
 		if a.Failed() {
-			return checksum.Mismatch
+			return Mismatch
 		}
-		if v == checksum.Verified && a.Stored != nil && StoredVerdict(a.Stored) == checksum.Unverified {
-			v = checksum.Unverified
+		if v == Verified && a.Stored != nil && StoredVerdict(a.Stored) == Unverified {
+			v = Unverified
 		}
 	}
 	return v
@@ -105,8 +104,8 @@ func (r *Result) Summary() string {
 	}
 	var msgs []string
 	switch verdict {
-	case checksum.Mismatch:
-		if r.Diff != nil && r.Diff.Verdict == checksum.Mismatch {
+	case Mismatch:
+		if r.Diff != nil && r.Diff.Verdict == Mismatch {
 			msgs = append(msgs, "mismatch: request "+strings.Join(ids, ", "))
 		}
 		if a := r.Audits; a != nil {
@@ -114,15 +113,15 @@ func (r *Result) Summary() string {
 				x := a.Tail.Findings[0]
 				msgs = append(msgs, fmt.Sprintf("tail audit: %d block(s) hold non-zero bytes past the transferred range (request %s group %d position %d, ...)", len(a.Tail.Findings), x.Request, x.Group, x.Position))
 			}
-			if a.Stored != nil && StoredVerdict(a.Stored) == checksum.Mismatch {
+			if a.Stored != nil && StoredVerdict(a.Stored) == Mismatch {
 				msgs = append(msgs, "stored checksums: some block differs from the checksum stored with it")
 			}
 		}
-	case checksum.Unverified:
+	case Unverified:
 		switch {
-		case r.Diff != nil && r.Diff.Verdict == checksum.Unverified && len(ids) == 0:
+		case r.Diff != nil && r.Diff.Verdict == Unverified && len(ids) == 0:
 			msgs = append(msgs, "unverified: the consumer holds no request")
-		case r.Diff != nil && r.Diff.Verdict == checksum.Unverified:
+		case r.Diff != nil && r.Diff.Verdict == Unverified:
 			msgs = append(msgs, "unverified: request "+strings.Join(ids, ", "))
 		default:
 			msgs = append(msgs, "stored checksums: no request lists stored_checksums for a full block")
@@ -155,7 +154,7 @@ var ErrAuditRecords = errors.New("the tail audit and the stored-checksum check r
 // when both sides are dumps, and runs the audits opts asks for. The
 // consumer must be dumps or records; the producer may also be what it
 // sent (a payload).
-func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Result, error) {
+func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions) (*Result, error) {
 	cside, err := Open(consumer)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
@@ -176,13 +175,13 @@ func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Resu
 	// A flat payload (vLLM's published form) is compared block-numbered:
 	// the consumer's values in both numberings, from one pass where the
 	// engine can (docs/spec.md §1).
-	add, done := opts.progress("consumer", cside.Dumps, opts.Requests)
+	add, done := opts.Progress.start("consumer", cside.Dumps, opts.Requests)
 	crecs, err := cside.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: pside.flat(), Progress: add})
 	done()
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
-	cons, err := checksum.Merge(crecs)
+	cons, err := Merge(crecs)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
@@ -196,8 +195,8 @@ func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Resu
 		return nil, err
 	}
 
-	res := &Result{Diff: checksum.DiffWith(prod, cons, checksum.DiffOptions{Strict: opts.Strict})}
-	checksum.RefineFlatHints(res.Diff, prod, cside.Dumps)
+	res := &Result{Diff: DiffWith(prod, cons, DiffOptions{Strict: opts.Strict})}
+	refineFlatHints(res.Diff, prod, cside.Dumps)
 	for _, rv := range res.Diff.Requests {
 		note, ok := pside.notes[rv.ProducerID]
 		if !ok && pside.bare != nil {
@@ -207,17 +206,17 @@ func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Resu
 			rv.Notes = append(rv.Notes, "the producer's payload: "+note)
 		}
 	}
-	if !opts.NoDrill && res.Diff.Verdict == checksum.Mismatch && pside.dumpsOnly() && cside.dumpsOnly() {
-		done := opts.step("drilling the mismatches down to layers, heads and tokens")
-		err := drill.Explain(ctx, pside.Dumps, cside.Dumps, res.Diff, drill.Options{MaxDetails: opts.MaxDetails})
+	if !opts.NoDrill && res.Diff.Verdict == Mismatch && pside.dumpsOnly() && cside.dumpsOnly() {
+		done := opts.Step.start("drilling the mismatches down to layers, heads and tokens")
+		err := Explain(ctx, pside.Dumps, cside.Dumps, res.Diff, drill.Options{MaxDetails: opts.MaxDetails})
 		done()
 		if err != nil {
 			return nil, err
 		}
 	}
 	if opts.AuditTail || opts.Stored {
-		done := opts.step("auditing the consumer's dumps")
-		res.Audits, err = audit(ctx, cside, opts)
+		done := opts.Step.start("auditing the consumer's dumps")
+		res.Audits, err = audit(ctx, cside, opts.Engine, opts.Requests, opts.AuditTail, opts.Stored)
 		done()
 		if err != nil {
 			return nil, fmt.Errorf("consumer: %w", err)
@@ -230,16 +229,16 @@ func Compare(ctx context.Context, producer, consumer Input, opts Options) (*Resu
 // requests: a bare payload takes the consumer's only request's pairing
 // id, payloads pair by id, dumps and records are checksummed for the
 // requests the consumer pairs with.
-func producerChecks(ctx context.Context, pside *Side, cons *checksum.Checks, opts Options) (*checksum.Checks, error) {
+func producerChecks(ctx context.Context, pside *Source, cons *Checks, opts CompareOptions) (*Checks, error) {
 	switch {
 	case pside.bare != nil:
 		if len(cons.Requests) != 1 {
 			return nil, &BarePayloadError{Producer: pside.name, Requests: len(cons.Requests)}
 		}
 		pside.bare.ID = cons.Requests[0].PairID()
-		return checksum.ProducerChecks(pside.bare), nil
+		return ProducerChecks(pside.bare), nil
 	case pside.payload:
-		return checksum.ProducerChecks(pside.byID...), nil
+		return ProducerChecks(pside.byID...), nil
 	}
 	var ids []string
 	for _, r := range cons.Requests {
@@ -247,15 +246,45 @@ func producerChecks(ctx context.Context, pside *Side, cons *checksum.Checks, opt
 			ids = append(ids, r.PairID())
 		}
 	}
-	add, done := opts.progress("producer", pside.Dumps, ids)
+	add, done := opts.Progress.start("producer", pside.Dumps, ids)
 	precs, err := pside.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: ids, Progress: add})
 	done()
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
-	prod, err := checksum.Merge(precs)
+	prod, err := Merge(precs)
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
 	return prod, nil
+}
+
+// Explain drills the mismatches of res down to the cells that differ
+// (package drill), comparing the producer's dumps with the consumer's, and
+// adds what it finds to each mismatching request's Details and Notes. It
+// fails only for a fault while reading mapped data or a cancelled ctx.
+func Explain(ctx context.Context, producer, consumer []*layout.Dump, res *DiffResult, opts drill.Options) error {
+	var reqs []drill.Request
+	var rvs []*RequestVerdict
+	for _, rv := range res.Requests {
+		if rv.Verdict != Mismatch {
+			continue
+		}
+		r := drill.Request{ID: rv.ID, ProducerID: rv.ProducerID}
+		for _, g := range rv.Groups {
+			if g.Verdict == Mismatch {
+				r.Groups = append(r.Groups, drill.Group{ID: g.ID, Positions: g.Positions})
+			}
+		}
+		reqs, rvs = append(reqs, r), append(rvs, rv)
+	}
+	xs, err := drill.Explain(ctx, producer, consumer, reqs, opts)
+	if err != nil {
+		return err
+	}
+	for i, x := range xs {
+		rvs[i].Details = append(rvs[i].Details, x.Details...)
+		rvs[i].Notes = append(rvs[i].Notes, x.Notes...)
+	}
+	return nil
 }

@@ -7,11 +7,11 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/inject"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // Compare what a TP1 producer sent for request req-0 (vLLM's
@@ -25,15 +25,16 @@ func ExampleCompare() {
 	ctx := context.Background()
 
 	// What the producer sends: its payload in kv_transfer_params.
-	prod, err := checksum.ComputePaths(ctx, []string{filepath.Join(dir, "producer")}, checksum.Options{})
+	prodRes, err := verify.Checksum(ctx, verify.Input{Paths: []string{filepath.Join(dir, "producer")}}, verify.ChecksumOptions{})
 	if err != nil {
 		panic(err)
 	}
-	p, err := checksum.NewPayload(prod, prod.Requests[0], checksum.FormNested)
+	prod := prodRes.Checks
+	p, err := verify.NewPayload(prod, prod.Requests[0], wire.FormNested)
 	if err != nil {
 		panic(err)
 	}
-	text, err := checksum.EncodePayloadBase64(p)
+	text, err := wire.EncodePayloadBase64(p)
 	if err != nil {
 		panic(err)
 	}
@@ -42,7 +43,7 @@ func ExampleCompare() {
 	res, err := verify.Compare(ctx,
 		verify.Input{Payload: params, Name: "kv_transfer_params"},
 		verify.Input{Paths: []string{filepath.Join(dir, "consumer")}},
-		verify.Options{Requests: []string{"req-0"}})
+		verify.CompareOptions{Requests: []string{"req-0"}})
 	if err != nil {
 		panic(err)
 	}
@@ -80,7 +81,7 @@ func ExampleCompare_drillDown() {
 	res, err := verify.Compare(ctx,
 		verify.Input{Paths: []string{filepath.Join(dir, "producer")}},
 		verify.Input{Paths: []string{bad}},
-		verify.Options{})
+		verify.CompareOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -102,7 +103,7 @@ func ExampleChecksum() {
 	paths, _ := synth.Write(dir, synth.Config{Preset: "llama", Seed: 7, TP: 2})
 	ctx := context.Background()
 
-	res, err := verify.Checksum(ctx, verify.Input{Paths: paths}, verify.Options{})
+	res, err := verify.Checksum(ctx, verify.Input{Paths: paths}, verify.ChecksumOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -112,29 +113,57 @@ func ExampleChecksum() {
 	// Each host writes its rank's record; any machine merges them.
 	var files []string
 	for i, p := range paths {
-		recs, err := verify.Records(ctx, verify.Input{Paths: []string{p}}, verify.Options{})
+		recs, err := verify.Records(ctx, verify.Input{Paths: []string{p}}, verify.RecordsOptions{})
 		if err != nil {
 			panic(err)
 		}
-		b, _ := checksum.MarshalRecord(recs[0])
+		b, _ := wire.MarshalRecord(recs[0])
 		f := filepath.Join(dir, fmt.Sprintf("rank-%d.record.json", i))
 		os.WriteFile(f, b, 0o644)
 		files = append(files, f)
 	}
-	res, err = verify.Checksum(ctx, verify.Input{Paths: files}, verify.Options{Requests: []string{"req-0"}})
+	res, err = verify.Checksum(ctx, verify.Input{Paths: files}, verify.ChecksumOptions{Requests: []string{"req-0"}})
 	if err != nil {
 		panic(err)
 	}
 	r = res.Checks.Requests[0]
 	fmt.Printf("%s group %d from position %d: %x (records)\n", r.ID, r.Groups[0].ID, r.Groups[0].Start, r.Groups[0].Checks[0])
 
-	_, err = verify.Checksum(ctx, verify.Input{Paths: paths[:1]}, verify.Options{})
+	_, err = verify.Checksum(ctx, verify.Input{Paths: paths[:1]}, verify.ChecksumOptions{})
 	fmt.Println(err)
-	res, _ = verify.Checksum(ctx, verify.Input{Paths: paths[:1]}, verify.Options{Partial: true})
+	res, _ = verify.Checksum(ctx, verify.Input{Paths: paths[:1]}, verify.ChecksumOptions{Partial: true})
 	fmt.Println(res.Checks.Complete, res.Checks.Requests[0].Unverified)
 	// Output:
 	// req-0 group 0 from position 0: [bcc6295bacdf458f ae6063d8a014329a 5dd337444c6578f5]
 	// req-0 group 0 from position 0: [bcc6295bacdf458f ae6063d8a014329a 5dd337444c6578f5] (records)
-	// got 1 of 2 ranks (tp 2 x pp 1): give every rank of the side, or allow partial sums (Options.Partial)
+	// got 1 of 2 ranks (tp 2 x pp 1): give every rank of the side, or allow partial sums (ChecksumOptions.Partial)
 	// false [not every worker reported its checksums]
+}
+
+// Compare a TP1 producer with a TP2 consumer in another layout and block
+// size that loaded the same KV.
+func ExampleDiff() {
+	dir, _ := os.MkdirTemp("", "kvaudit-example-")
+	defer os.RemoveAll(dir)
+	synth.Write(dir, synth.Config{Preset: "llama", Seed: 7})
+	synth.Write(dir, synth.Config{Preset: "llama", Seed: 7, Role: "consumer", TP: 2, Layout: "hnd", BlockSize: 32})
+
+	ctx := context.Background()
+	prodRes, err := verify.Checksum(ctx, verify.Input{Paths: []string{filepath.Join(dir, "producer")}}, verify.ChecksumOptions{})
+	if err != nil {
+		panic(err)
+	}
+	prod := prodRes.Checks
+	consRes, err := verify.Checksum(ctx, verify.Input{Paths: []string{filepath.Join(dir, "consumer")}}, verify.ChecksumOptions{})
+	if err != nil {
+		panic(err)
+	}
+	cons := consRes.Checks
+	fmt.Printf("producer check 0 of req-0: %x\n", prod.Requests[0].Groups[0].Checks[0])
+	fmt.Printf("consumer check 0 of req-0: %x\n", cons.Requests[0].Groups[0].Checks[0])
+	fmt.Println(verify.Diff(prod, cons).Verdict)
+	// Output:
+	// producer check 0 of req-0: [bcc6295bacdf458f ae6063d8a014329a 5dd337444c6578f5]
+	// consumer check 0 of req-0: [6b268d344cf37829 5dd337444c6578f5]
+	// verified
 }

@@ -7,14 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // Input names one side of a comparison. Set exactly one of Payload, Arg
@@ -29,8 +28,10 @@ type Input struct {
 	Name    string
 	// Arg is the side as one command-line argument: "-" (a payload read
 	// from Stdin), a dump, a directory of dumps and/or records, a record
-	// file, a payload file, or, when it is not an existing path, payload
-	// text.
+	// file, a payload file, or, when it names nothing on disk, payload
+	// text: a JSON object, base64 text that starts as a payload does, or
+	// any text that cannot be a file name (too long, a NUL byte), however
+	// long.
 	Arg   string
 	Stdin io.Reader
 	// Paths are dumps, directories holding dumps and/or records, and
@@ -38,17 +39,18 @@ type Input struct {
 	Paths []string
 }
 
-// Side is one side opened: dumps (mapped; Close releases them) and
-// records, or what a producer sent.
-type Side struct {
+// Source is one side opened: what its checks come from, dumps (mapped;
+// Close releases them) and records, or what a producer sent (payloads,
+// which Compare reads).
+type Source struct {
 	Dumps   []*layout.Dump
-	Records []*checksum.Record
+	Records []*wire.Record
 
 	// A producer given as what it sent: one bare payload (it pairs with
 	// one consumer request) or payloads by producer request id.
 	payload bool
-	bare    *checksum.RequestChecks
-	byID    []*checksum.RequestChecks
+	bare    *RequestChecks
+	byID    []*RequestChecks
 	// notes say why payloads were not decoded, by producer request id
 	// ("" for a bare payload).
 	notes map[string]string
@@ -56,13 +58,13 @@ type Side struct {
 }
 
 // Close releases the side's dumps.
-func (s *Side) Close() { layout.CloseAll(s.Dumps) }
+func (s *Source) Close() { layout.CloseAll(s.Dumps) }
 
 // flat says whether the side holds a flat payload (block-numbered values,
 // vLLM's published form).
-func (s *Side) flat() bool {
-	for _, r := range append([]*checksum.RequestChecks{s.bare}, s.byID...) {
-		if r != nil && slices.ContainsFunc(r.Groups, func(g *checksum.GroupChecks) bool { return g.FlatOnly }) {
+func (s *Source) flat() bool {
+	for _, r := range append([]*RequestChecks{s.bare}, s.byID...) {
+		if r != nil && slices.ContainsFunc(r.Groups, func(g *GroupChecks) bool { return g.FlatOnly }) {
 			return true
 		}
 	}
@@ -71,13 +73,13 @@ func (s *Side) flat() bool {
 
 // dumpsOnly says whether the side is all dumps (so the drill-down and the
 // audits can read its cells).
-func (s *Side) dumpsOnly() bool {
+func (s *Source) dumpsOnly() bool {
 	return !s.payload && len(s.Records) == 0 && len(s.Dumps) > 0
 }
 
 // allRecords checksums the side's dumps and returns those records with
-// the side's own, ready for checksum.Merge.
-func (s *Side) allRecords(ctx context.Context, opts checksum.Options) ([]*checksum.Record, error) {
+// the side's own, ready for Merge.
+func (s *Source) allRecords(ctx context.Context, opts checksum.Options) ([]*wire.Record, error) {
 	if s.payload {
 		return nil, fmt.Errorf("%s is a payload, not dumps or records", s.name)
 	}
@@ -93,8 +95,12 @@ func (s *Side) allRecords(ctx context.Context, opts checksum.Options) ([]*checks
 const maxPayloadFile = layout.MaxPayloadSize
 
 // Open opens a side: the one way from paths, an argument or payload bytes
-// to dumps, records or payloads. The caller closes the side.
-func Open(in Input) (*Side, error) {
+// to dumps, records or payloads, and the one place that decides what an
+// argument is (see Input.Arg). The caller closes the source. A side path
+// that does not exist is a *layout.NotFoundError, a directory whose
+// subdirectories hold the dumps a *layout.NoDumpError, an argument that is
+// neither a path nor payload text a *NotPayloadError.
+func Open(in Input) (*Source, error) {
 	set := 0
 	for _, b := range []bool{in.Payload != nil, in.Arg != "", len(in.Paths) > 0} {
 		if b {
@@ -119,12 +125,12 @@ func Open(in Input) (*Side, error) {
 
 // openPaths opens the dumps and reads the records among paths (files,
 // dump directories, or directories holding either).
-func openPaths(paths []string) (*Side, error) {
+func openPaths(paths []string) (*Source, error) {
 	dumpPaths, rest, err := layout.FindDumps(paths)
 	if err != nil {
 		return nil, err
 	}
-	s := &Side{name: "the side"}
+	s := &Source{name: "the side"}
 	for _, p := range rest {
 		// Regular files only (a FIFO or /dev/zero is refused at once), at
 		// most layout.MaxRecordSize bytes.
@@ -135,7 +141,7 @@ func openPaths(paths []string) (*Side, error) {
 		if !looksLikeRecord(data) {
 			return nil, fmt.Errorf("%q is neither a dump nor a record (a payload is given as a side of its own)", p)
 		}
-		recs, err := checksum.ParseRecords(p, data)
+		recs, err := wire.ParseRecords(p, data)
 		if err != nil {
 			return nil, err
 		}
@@ -150,75 +156,7 @@ func openPaths(paths []string) (*Side, error) {
 // looksLikeRecord says whether a file means to be a record (and so must be
 // a valid one).
 func looksLikeRecord(data []byte) bool {
-	return bytes.Contains(data, []byte(checksum.RecordFormat))
-}
-
-// openArg resolves one argument: "-" (payload text or JSON on stdin), a
-// dump or directory (dumps and records), a record file, a payload file,
-// or, when arg is not an existing path, payload text.
-func openArg(arg string, stdin io.Reader) (*Side, error) {
-	if arg == "-" {
-		if stdin == nil {
-			return nil, errors.New(`"-" reads the payload from Stdin, and there is none`)
-		}
-		data, err := readPayloadInput(stdin)
-		if err != nil {
-			return nil, fmt.Errorf("reading stdin: %w", err)
-		}
-		return payloadSide("stdin", data)
-	}
-	st, err := os.Stat(arg)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) && len(strings.TrimSpace(arg)) >= 8 && !MissingPath(arg) {
-			return payloadSide(fmt.Sprintf("%q", shortArg(arg)), []byte(arg))
-		}
-		return nil, err
-	}
-	if st.IsDir() || strings.HasSuffix(arg, ".safetensors") {
-		return openPaths([]string{arg})
-	}
-	data, err := readPayloadFile(arg)
-	if err != nil {
-		return nil, err
-	}
-	if looksLikeRecord(data) {
-		recs, err := checksum.ParseRecords(arg, data)
-		if err != nil {
-			return nil, err
-		}
-		return &Side{Records: recs, name: fmt.Sprintf("%q", arg)}, nil
-	}
-	return payloadSide(fmt.Sprintf("%q", arg), data)
-}
-
-// MissingPath says whether an argument that does not exist was meant as a
-// path rather than payload text given inline. Payload text is a JSON
-// object, or characters of the base64 alphabets (standard or URL-safe, so
-// that the decoder can say what is wrong with it) with, if it has a "/", no
-// existing directory before it. (Open also takes anything shorter than 8
-// characters for a path: no payload is that short.)
-func MissingPath(arg string) bool {
-	t := strings.TrimSpace(arg)
-	if strings.HasPrefix(t, "{") {
-		return false
-	}
-	if strings.Trim(t, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_") != "" {
-		return true
-	}
-	if dir := filepath.Dir(t); dir != "." {
-		if st, err := os.Stat(dir); err == nil && st.IsDir() {
-			return true
-		}
-	}
-	return false
-}
-
-// shortArg abbreviates a long argument (payload text) for messages.
-func shortArg(s string) string {
-	if len(s) > 40 {
-		return s[:37] + "..."
-	}
-	return s
+	return bytes.Contains(data, []byte(wire.RecordFormat))
 }
 
 // payloadSide reads a producer given as what it sent: a JSON object (with
@@ -226,11 +164,11 @@ func shortArg(s string) string {
 // msgpack bytes. A payload that does not decode is not an error: its
 // request is unverified (the producer's checksums are invalid) and the
 // decoding error becomes a note. what names the input for errors.
-func payloadSide(what string, data []byte) (*Side, error) {
-	s := &Side{payload: true, notes: map[string]string{}, name: what}
+func payloadSide(what string, data []byte) (*Source, error) {
+	s := &Source{payload: true, notes: map[string]string{}, name: what}
 	text := bytes.TrimSpace(data)
 	bare := func(text string) {
-		rc, err := checksum.PayloadRequestBase64("", text)
+		rc, err := PayloadRequestBase64("", text)
 		if err != nil {
 			s.notes[""] = err.Error()
 		}
@@ -239,7 +177,7 @@ func payloadSide(what string, data []byte) (*Side, error) {
 	// bareInPlace decodes data itself (an aligned buffer this side owns),
 	// so a payload file costs about its size once (docs/spec.md §8).
 	bareInPlace := func(text bool) {
-		rc, err := checksum.PayloadRequestInPlace("", data, text)
+		rc, err := payloadRequestInPlace("", data, text)
 		if err != nil {
 			s.notes[""] = err.Error()
 		}
@@ -260,10 +198,10 @@ func payloadSide(what string, data []byte) (*Side, error) {
 			var t *string
 			switch err := json.Unmarshal(raw, &t); {
 			case err != nil:
-				s.bare = checksum.InvalidRequest("", checksum.ReasonInvalidChecksums)
+				s.bare = invalidRequest("", ReasonInvalidChecksums)
 				s.notes[""] = fmt.Sprintf("kv_checksums is not a string: %s", shortArg(string(raw)))
 			case t == nil:
-				s.bare = checksum.InvalidRequest("", checksum.ReasonNoChecksums)
+				s.bare = invalidRequest("", ReasonNoChecksums)
 			default:
 				bare(*t)
 			}
@@ -274,7 +212,7 @@ func payloadSide(what string, data []byte) (*Side, error) {
 			var t string
 			if err := json.Unmarshal(raw, &t); err != nil {
 				// kv_transfer_params without kv_checksums.
-				s.bare = checksum.InvalidRequest("", checksum.ReasonNoChecksums)
+				s.bare = invalidRequest("", ReasonNoChecksums)
 				return s, nil
 			}
 			texts[id] = t
@@ -286,7 +224,7 @@ func payloadSide(what string, data []byte) (*Side, error) {
 		}
 		slices.Sort(ids)
 		for _, id := range ids {
-			rc, err := checksum.PayloadRequestBase64(id, texts[id])
+			rc, err := PayloadRequestBase64(id, texts[id])
 			if err != nil {
 				s.notes[id] = err.Error()
 			}
@@ -303,7 +241,7 @@ func payloadSide(what string, data []byte) (*Side, error) {
 
 // readPayloadFile reads a regular payload or record file (never a FIFO or
 // a device; at most maxPayloadFile bytes, its size when opened) into an
-// aligned buffer that in-place decoding can keep (checksum.NewPayloadBuffer).
+// aligned buffer that in-place decoding can keep (wire.NewPayloadBuffer).
 func readPayloadFile(path string) ([]byte, error) {
 	f, st, err := layout.OpenRegular(path)
 	if err != nil {
@@ -313,7 +251,7 @@ func readPayloadFile(path string) ([]byte, error) {
 	if st.Size() > maxPayloadFile {
 		return nil, fmt.Errorf("%q: %d bytes is more than the %d-byte limit for a payload or record file", path, st.Size(), maxPayloadFile)
 	}
-	buf := checksum.NewPayloadBuffer(int(st.Size()))
+	buf := wire.NewPayloadBuffer(int(st.Size()))
 	n, err := io.ReadFull(f, buf)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("reading %q: %w", path, err)
@@ -331,7 +269,7 @@ func readPayloadInput(r io.Reader) ([]byte, error) {
 				return nil, fmt.Errorf("%d bytes: too large for a payload", st.Size())
 			}
 			if off, err := f.Seek(0, io.SeekCurrent); err == nil && off <= st.Size() {
-				buf := checksum.NewPayloadBuffer(int(st.Size() - off))
+				buf := wire.NewPayloadBuffer(int(st.Size() - off))
 				n, err := io.ReadFull(f, buf)
 				if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 					return nil, err
@@ -359,7 +297,7 @@ func readPayloadInput(r io.Reader) ([]byte, error) {
 	if total > maxPayloadFile {
 		return nil, fmt.Errorf("more than %d bytes: too large for a payload", maxPayloadFile)
 	}
-	buf := checksum.NewPayloadBuffer(total)
+	buf := wire.NewPayloadBuffer(total)
 	off := 0
 	for i, c := range chunks {
 		off += copy(buf[off:], c)

@@ -30,7 +30,7 @@ func TestProgressHooks(t *testing.T) {
 	}
 	var sides []*side
 	var steps []string
-	opts := Options{
+	opts := CompareOptions{
 		AuditTail: true,
 		Progress: func(name string, dumps []*layout.Dump, requests []string) (func(int64), func()) {
 			s := &side{name: name}
@@ -51,7 +51,7 @@ func TestProgressHooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Diff.Verdict != checksum.Verified || res.Audits == nil || res.Audits.Tail == nil {
+	if res.Diff.Verdict != Verified || res.Audits == nil || res.Audits.Tail == nil {
 		t.Fatalf("comparison %s, audits %+v", res.Diff.Verdict, res.Audits)
 	}
 	if len(sides) != 2 || sides[0].name != "consumer" || sides[1].name != "producer" {
@@ -66,7 +66,7 @@ func TestProgressHooks(t *testing.T) {
 		t.Errorf("steps %q", steps)
 	}
 	steps = nil
-	if _, err := CheckStored(context.Background(), in("consumer"), opts); err != nil {
+	if _, err := CheckStored(context.Background(), in("consumer"), StoredOptions{Step: opts.Step}); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(steps, []string{"computing the stored checksums"}) {

@@ -15,6 +15,7 @@ import (
 	"gorgonia.org/cu"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/buildinfo"
 	"github.com/kvaudit/kvaudit/kernels"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -81,7 +82,7 @@ func newGPU(index int, slotBytes int64) (*gpu, error) {
 	sms, _ := g.dev.Attribute(cu.MultiprocessorCount)
 	mem, _ := g.dev.TotalMem()
 	g.hello = kernels.Hello{
-		Runner: "kvaudit-cuda", Version: kernels.BuildVersion(), Device: name, DeviceIndex: index,
+		Runner: "kvaudit-cuda", Version: buildinfo.Version(), Device: name, DeviceIndex: index,
 		ComputeCapability: fmt.Sprintf("%d.%d", major, minor), Multiprocessors: sms,
 		MemoryBytes: mem, DriverVersion: cu.Version(),
 	}
@@ -407,83 +408,113 @@ func (g *gpu) Bench(ctx context.Context, req kernels.BenchRequest) (*kernels.Ben
 	}
 	reps := max(1, req.Reps)
 	c, rows := kernels.BenchCache(req.Bytes)
-	blocks := len(rows)
-	bytes := int64(blocks) * kernels.BenchSampleBytes
+	bytes := int64(len(rows)) * kernels.BenchSampleBytes
 	res := &kernels.BenchResult{Device: g.hello.String(), Cache: kernels.BenchDescription(c), Bytes: bytes, Reps: reps}
+	b := &benchCache{g: g, c: c, blocks: len(rows), bytes: bytes}
+	defer b.free()
+	if err := b.setUp(rows); err != nil {
+		return nil, err
+	}
+	if err := b.time(ctx, reps, res); err != nil {
+		return nil, err
+	}
+	if err := b.verify(res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
 
-	var frees []cu.DevicePtr
-	defer func() {
-		cu.Synchronize()
-		for _, f := range frees {
-			cu.MemFree(f)
+// benchFillSeed seeds the fill kernel's pattern of the bench's cache.
+const benchFillSeed = 1
+
+// benchCache is the bench's cache on the device: the cache (src, filled
+// with the fill kernel's pattern), a copy target of the same size, the
+// checksum kernel's job over it and its outputs.
+type benchCache struct {
+	g      *gpu
+	c      *layout.LayerView
+	blocks int
+	bytes  int64
+	frees  []cu.DevicePtr
+	// src is the cache, dst the copy's target; sum the read kernel's
+	// output, dOut the checksum kernel's (one per block).
+	src, dst, sum, dOut      cu.DevicePtr
+	job                      *kernels.Job
+	factors, offsets, dTable cu.DevicePtr
+}
+
+// free waits for the device and frees what setUp allocated.
+func (b *benchCache) free() {
+	cu.Synchronize()
+	for _, f := range b.frees {
+		cu.MemFree(f)
+	}
+}
+
+func (b *benchCache) alloc(n int64) (cu.DevicePtr, error) {
+	p, err := cu.MemAlloc(n)
+	if err != nil {
+		return 0, fmt.Errorf("bench: cuMemAlloc(%d): %w", n, err)
+	}
+	b.frees = append(b.frees, p)
+	return p, nil
+}
+
+// setUp allocates the cache, fills it on the device and uploads the
+// checksum kernel's job for rows, and waits for all of it.
+func (b *benchCache) setUp(rows []checksum.Row) error {
+	var err error
+	for _, a := range []struct {
+		p *cu.DevicePtr
+		n int64
+	}{{&b.src, b.bytes}, {&b.dst, b.bytes}, {&b.sum, 8}, {&b.dOut, int64(b.blocks) * 8}} {
+		if *a.p, err = b.alloc(a.n); err != nil {
+			return err
 		}
-	}()
-	alloc := func(n int64) (cu.DevicePtr, error) {
-		p, err := cu.MemAlloc(n)
-		if err != nil {
-			return 0, fmt.Errorf("bench: cuMemAlloc(%d): %w", n, err)
-		}
-		frees = append(frees, p)
-		return p, nil
 	}
-	src, err := alloc(bytes)
-	if err != nil {
-		return nil, err
+	words := uint64(b.bytes / 8)
+	fillArgs := []uint64{uint64(b.src), words, benchFillSeed}
+	if err := b.g.fns[kernels.EntryFill].Launch(int(min(65535, (words+255)/256)), 1, 1, 256, 1, 1, 0, b.g.streams[0], ptrs(fillArgs)); err != nil {
+		return fmt.Errorf("bench: fill: %w", err)
 	}
-	dst, err := alloc(bytes)
-	if err != nil {
-		return nil, err
+	if b.job, err = kernels.NewJob(b.c, rows, kernels.JobOptions{InPlace: true, Base: uint64(b.src), Mode: b.g.mode}); err != nil {
+		return err
 	}
-	sum, err := alloc(8)
-	if err != nil {
-		return nil, err
+	if b.factors, err = upload(b.job.Factors); err != nil {
+		return err
 	}
-	dOut, err := alloc(int64(blocks) * 8)
-	if err != nil {
-		return nil, err
+	b.frees = append(b.frees, b.factors)
+	if b.offsets, err = upload(b.job.Offsets); err != nil {
+		return err
 	}
-	stream := g.streams[0]
-	const seed = 1
-	words := uint64(bytes / 8)
-	fillArgs := []uint64{uint64(src), words, seed}
-	if err := g.fns[kernels.EntryFill].Launch(int(min(65535, (words+255)/256)), 1, 1, 256, 1, 1, 0, stream, ptrs(fillArgs)); err != nil {
-		return nil, fmt.Errorf("bench: fill: %w", err)
+	b.frees = append(b.frees, b.offsets)
+	table := make([]int64, b.blocks*kernels.RowWords)
+	b.job.RowTable(table, rows)
+	if b.dTable, err = upload(table); err != nil {
+		return err
 	}
-	job, err := kernels.NewJob(c, rows, kernels.JobOptions{InPlace: true, Base: uint64(src), Mode: g.mode})
-	if err != nil {
-		return nil, err
-	}
-	factors, err := upload(job.Factors)
-	if err != nil {
-		return nil, err
-	}
-	frees = append(frees, factors)
-	offsets, err := upload(job.Offsets)
-	if err != nil {
-		return nil, err
-	}
-	frees = append(frees, offsets)
-	table := make([]int64, blocks*kernels.RowWords)
-	job.RowTable(table, rows)
-	dTable, err := upload(table)
-	if err != nil {
-		return nil, err
-	}
-	frees = append(frees, dTable)
-	// The uploads and the fill ran on the legacy stream or on stream:
+	b.frees = append(b.frees, b.dTable)
+	// The uploads and the fill ran on the legacy stream or on the stream:
 	// finish them before timing anything.
 	if err := cu.Synchronize(); err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		return fmt.Errorf("bench: %w", err)
 	}
+	return nil
+}
 
+// time runs the checksum kernel, the plain-read kernel and a
+// device-to-device copy over the cache, a warm-up then reps timed passes
+// of each, and sets res's median times.
+func (b *benchCache) time(ctx context.Context, reps int, res *kernels.BenchResult) error {
+	stream := b.g.streams[0]
 	start, err := cu.MakeEvent(cu.DefaultEvent)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer cu.DestroyEvent(&start)
 	stop, err := cu.MakeEvent(cu.DefaultEvent)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer cu.DestroyEvent(&stop)
 	timeIt := func(f func() error) (float64, error) {
@@ -503,66 +534,69 @@ func (g *gpu) Bench(ctx context.Context, req kernels.BenchRequest) (*kernels.Ben
 		return ms / 1e3, err
 	}
 	checksumPass := func() error {
-		return g.launch(&job.Kernel, stream, src, dTable, blocks, dOut, factors, offsets)
+		return b.g.launch(&b.job.Kernel, stream, b.src, b.dTable, b.blocks, b.dOut, b.factors, b.offsets)
 	}
-	readGrid := max(1, g.hello.Multiprocessors) * 16
-	readArgs := []uint64{uint64(src), words / 2, uint64(sum)}
+	readGrid := max(1, b.g.hello.Multiprocessors) * 16
+	readArgs := []uint64{uint64(b.src), uint64(b.bytes/8) / 2, uint64(b.sum)}
 	readPass := func() error {
-		return g.fns[kernels.EntryReadSum].Launch(readGrid, 1, 1, 256, 1, 1, 0, stream, ptrs(readArgs))
+		return b.g.fns[kernels.EntryReadSum].Launch(readGrid, 1, 1, 256, 1, 1, 0, stream, ptrs(readArgs))
 	}
-	copyPass := func() error { return cu.MemcpyDtoDAsync(dst, src, bytes, stream) }
+	copyPass := func() error { return cu.MemcpyDtoDAsync(b.dst, b.src, b.bytes, stream) }
 	var tc, tr, tcp []float64
 	for i := -1; i < reps; i++ { // i = -1 warms up
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
-		if err := cu.MemsetD8Async(dOut, 0, int64(blocks)*8, stream); err != nil {
-			return nil, err
+		if err := cu.MemsetD8Async(b.dOut, 0, int64(b.blocks)*8, stream); err != nil {
+			return err
 		}
 		t1, err := timeIt(checksumPass)
 		if err != nil {
-			return nil, fmt.Errorf("bench: checksum kernel: %w", err)
+			return fmt.Errorf("bench: checksum kernel: %w", err)
 		}
 		t2, err := timeIt(readPass)
 		if err != nil {
-			return nil, fmt.Errorf("bench: read kernel: %w", err)
+			return fmt.Errorf("bench: read kernel: %w", err)
 		}
 		t3, err := timeIt(copyPass)
 		if err != nil {
-			return nil, fmt.Errorf("bench: copy: %w", err)
+			return fmt.Errorf("bench: copy: %w", err)
 		}
 		if i >= 0 {
 			tc, tr, tcp = append(tc, t1), append(tr, t2), append(tcp, t3)
 		}
 	}
 	res.ChecksumSeconds, res.ReadSeconds, res.CopySeconds = kernels.Median(tc), kernels.Median(tr), kernels.Median(tcp)
+	return nil
+}
 
-	// Check sampled blocks on the host: their bytes are the fill pattern
-	// and their checksums the reference's.
-	out := make([]uint64, blocks)
-	if err := cu.MemcpyDtoH(unsafe.Pointer(&out[0]), dOut, int64(blocks)*8); err != nil {
-		return nil, err
+// verify checks sampled blocks on the host: their bytes are the fill
+// pattern and their checksums the reference's. It counts them in res.
+func (b *benchCache) verify(res *kernels.BenchResult) error {
+	out := make([]uint64, b.blocks)
+	if err := cu.MemcpyDtoH(unsafe.Pointer(&out[0]), b.dOut, int64(b.blocks)*8); err != nil {
+		return err
 	}
 	half := int64(kernels.BenchSampleBytes / 2)
 	sample := make([]byte, kernels.BenchSampleBytes)
-	for _, b := range kernels.BenchSampleBlocks(blocks) {
-		r := kernels.BenchSampleRanges(c, b)
+	for _, blk := range kernels.BenchSampleBlocks(b.blocks) {
+		r := kernels.BenchSampleRanges(b.c, blk)
 		for i, off := range r {
-			if err := cu.MemcpyDtoH(unsafe.Pointer(&sample[int64(i)*half]), src+cu.DevicePtr(off), half); err != nil {
-				return nil, err
+			if err := cu.MemcpyDtoH(unsafe.Pointer(&sample[int64(i)*half]), b.src+cu.DevicePtr(off), half); err != nil {
+				return err
 			}
 			for w := int64(0); w < half/8; w++ {
-				if got, want := binary.LittleEndian.Uint64(sample[int64(i)*half+8*w:]), kernels.FillWord(seed, uint64(off/8+w)); got != want {
-					return nil, fmt.Errorf("bench: the fill kernel wrote %#x at byte %d, want %#x", got, off+8*w, want)
+				if got, want := binary.LittleEndian.Uint64(sample[int64(i)*half+8*w:]), kernels.FillWord(benchFillSeed, uint64(off/8+w)); got != want {
+					return fmt.Errorf("bench: the fill kernel wrote %#x at byte %d, want %#x", got, off+8*w, want)
 				}
 			}
 		}
-		if want := kernels.BenchCheck(sample, b); out[b] != want {
-			return nil, fmt.Errorf("bench: block %d: the kernel says %#x, checksum.ReferenceBlock %#x", b, out[b], want)
+		if want := kernels.BenchCheck(sample, blk); out[blk] != want {
+			return fmt.Errorf("bench: block %d: the kernel says %#x, checksum.ReferenceBlock %#x", blk, out[blk], want)
 		}
 		res.VerifiedRows++
 	}
-	return res, nil
+	return nil
 }
 
 // ptrs returns pointers to each value, as Launch takes them.

@@ -37,7 +37,7 @@ func BenchmarkInjectPeakRSS(b *testing.B) {
 	}
 	dir := b.TempDir()
 	bin := testfiles.BuildKvaudit(b)
-	paths, err := bench.SynthSide(filepath.Join(dir, "side"), size, "llama", "flash", 1)
+	paths, err := bench.WriteInput(filepath.Join(dir, "side"), size, "llama", "flash", 1)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
 // cmdFlipKV flips one bit of one logical cell of a side's dumps, in place:
@@ -93,8 +94,8 @@ func cmdJUnitXML(ts *testscript.TestScript, neg bool, args []string) {
 // prints it inside a kv_transfer_params object, as vLLM's proxy forwards
 // it.
 func cmdPayloadOf(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 2 || len(args) > 3 || len(args) == 3 && args[2] != "params" {
-		ts.Fatalf("usage: payloadof FILE ID [params]")
+	if neg || len(args) < 2 || len(args) > 4 || len(args) >= 3 && args[2] != "params" {
+		ts.Fatalf("usage: payloadof FILE ID [params [BLOCKS]]")
 	}
 	var m map[string]string
 	ts.Check(json.Unmarshal([]byte(ts.ReadFile(args[0])), &m))
@@ -102,10 +103,36 @@ func cmdPayloadOf(ts *testscript.TestScript, neg bool, args []string) {
 	if !ok {
 		ts.Fatalf("%s: no request %q", args[0], args[1])
 	}
-	if len(args) == 3 {
+	switch len(args) {
+	case 3:
 		b, err := json.Marshal(map[string]any{"do_remote_prefill": true, "remote_block_ids": []int{3, 1, 4}, "kv_checksums": text})
+		ts.Check(err)
+		text = string(b)
+	case 4:
+		// As long as vLLM's, remote_block_ids first: no "/" (a base64
+		// character) in the first few hundred bytes.
+		n, err := strconv.Atoi(args[3])
+		ts.Check(err)
+		ids := make([]int, n)
+		for i := range ids {
+			ids[i] = 1000 + i
+		}
+		b, err := json.Marshal(struct {
+			IDs       []int  `json:"remote_block_ids"`
+			Prefill   bool   `json:"do_remote_prefill"`
+			Checksums string `json:"kv_checksums"`
+		}{ids, true, text})
 		ts.Check(err)
 		text = string(b)
 	}
 	fmt.Fprintln(ts.Stdout(), text)
+}
+
+// cmdSetenvFile sets an environment variable of the script to the
+// contents of a file, its final newline dropped: setenvfile NAME FILE.
+func cmdSetenvFile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: setenvfile NAME FILE")
+	}
+	ts.Setenv(args[0], strings.TrimSuffix(ts.ReadFile(args[1]), "\n"))
 }

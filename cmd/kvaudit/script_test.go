@@ -43,6 +43,7 @@ func scriptParams(p testscript.Params) testscript.Params {
 		"flipkv":       cmdFlipKV,
 		"junitxml":     cmdJUnitXML,
 		"payloadof":    cmdPayloadOf,
+		"setenvfile":   cmdSetenvFile,
 		"scribble":     cmdScribble,
 		"samefile":     cmdSameFile,
 	}

@@ -18,10 +18,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // python returns an interpreter that imports modules ("numpy" or
@@ -83,12 +83,13 @@ func npyDescr(st string) (descr, dtype string) {
 	return "", ""
 }
 
-func checksums(t *testing.T, paths []string) *checksum.Checks {
+func checksums(t *testing.T, paths []string) *verify.Checks {
 	t.Helper()
-	c, err := checksum.ComputePaths(context.Background(), paths, checksum.Options{})
+	cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := cRes.Checks
 	return c
 }
 

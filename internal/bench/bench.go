@@ -23,6 +23,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // Method names, in the order they are reported.
@@ -143,66 +144,26 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 			opts.Log(fmt.Sprintf(format, args...))
 		}
 	}
-	reps := opts.Reps
-	if reps <= 0 {
-		reps = 5
-	}
-	warm := opts.Warmup
-	switch {
-	case warm == 0:
-		warm = 1
-	case warm < 0:
-		warm = 0
-	}
-	threads := slices.Clone(opts.Threads)
-	if len(threads) == 0 {
-		for t := 1; t <= runtime.GOMAXPROCS(0); t++ {
-			threads = append(threads, t)
-		}
-	}
-	for _, t := range threads {
-		if t < 1 {
-			return nil, fmt.Errorf("thread count %d: want at least 1", t)
-		}
-	}
-	refSample := opts.RefSample
-	if refSample <= 0 {
-		refSample = 32 << 20
-	}
-
-	dumps, err := layout.OpenPaths(opts.Paths)
+	o, err := opts.settled()
 	if err != nil {
 		return nil, err
 	}
-	defer layout.CloseAll(dumps)
-	plans := make([]*checksum.Plan, len(dumps))
-	outs := make([][]uint64, len(dumps))
-	caches := 0
-	rows := 0
-	for i, d := range dumps {
-		if plans[i], _, err = checksum.NewPlan(d, nil); err != nil {
-			return nil, err
-		}
-		for _, t := range plans[i].Tasks {
-			if t.Cache.Cells.Device != nil {
-				return nil, fmt.Errorf("dump %q: layer %q lives in device memory; bench measures mapped files", d.Path, t.Cache.Layer.Name)
-			}
-			rows += len(t.Rows)
-		}
-		caches += len(plans[i].Tasks)
-		outs[i] = make([]uint64, plans[i].Outputs)
+	s, err := openSubject(opts.Paths)
+	if err != nil {
+		return nil, err
 	}
-	work := NewWork(plans, 0)
+	defer func() { closeAll(s.dumps) }() // a closure: s.dumps is released before the end-to-end run
+	work := NewWork(s.plans, 0)
 	if work.Bytes == 0 {
 		return nil, fmt.Errorf("the side holds no checksummed bytes: no request has a supported group")
 	}
-	sample := work.Sample(refSample)
+	sample := work.Sample(o.RefSample)
 
 	res := &Result{
-		Format: Format, Machine: machine(), Bytes: work.Bytes, Dumps: len(dumps), Caches: caches, Rows: rows,
-		Reps: reps, Warmup: warm,
+		Format: Format, Machine: machine(), Bytes: work.Bytes, Dumps: len(s.dumps), Caches: s.caches, Rows: s.rows,
+		Reps: o.Reps, Warmup: o.Warmup,
 	}
-	logf("%d dump(s), %d cache(s), %d rows, %.2f GB covered", len(dumps), caches, rows, float64(work.Bytes)/1e9)
+	logf("%d dump(s), %d cache(s), %d rows, %.2f GB covered", len(s.dumps), s.caches, s.rows, float64(work.Bytes)/1e9)
 
 	// The engines must agree on the sample before their speed means
 	// anything.
@@ -214,80 +175,22 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	debug.FreeOSMemory()
 	res.RSSSource = resetPeakRSS()
 	peak := startHeapSampler()
-
-	fast := func(t int) func() error {
-		return func() error {
-			f := checksum.Fast{Threads: t}
-			for i, p := range plans {
-				clear(outs[i])
-				if err := f.Run(ctx, p, outs[i]); err != nil {
-					return err
-				}
-			}
-			return nil
+	for _, t := range o.Threads {
+		ms, err := measure(ctx, t, s, work, sample, o, logf, peak)
+		if err != nil {
+			peak.stop()
+			return nil, err
 		}
-	}
-	baseline := func(fn func(context.Context, int) (uint64, error), t int) func() error {
-		return func() error {
-			_, err := fn(ctx, t)
-			return err
-		}
-	}
-	for _, t := range threads {
-		runs := map[string]func() error{
-			MethodRead:   baseline(work.Read, t),
-			MethodFast:   fast(t),
-			MethodCRC32C: baseline(work.CRC32C, t),
-			MethodXXH3:   baseline(work.XXH3, t),
-			MethodRef:    baseline(sample.Reference, t),
-		}
-		bytes := map[string]int64{MethodRef: sample.Bytes}
-		times := map[string][]float64{}
-		for w := range warm {
-			for _, m := range Methods {
-				logf("threads %d: warm-up %d/%d: %s", t, w+1, warm, m)
-				if err := runs[m](); err != nil {
-					peak.stop()
-					return nil, err
-				}
-			}
-		}
-		for r := range reps {
-			for _, m := range Methods {
-				logf("threads %d: repetition %d/%d: %s", t, r+1, reps, m)
-				start := time.Now()
-				if err := runs[m](); err != nil {
-					peak.stop()
-					return nil, err
-				}
-				times[m] = append(times[m], time.Since(start).Seconds())
-				peak.sample()
-			}
-		}
-		for _, m := range Methods {
-			b, ok := bytes[m]
-			if !ok {
-				b = work.Bytes
-			}
-			sec := median(times[m])
-			ratios := make([]float64, reps)
-			for r := range reps {
-				ratios[r] = times[MethodRead][r] / times[m][r] * float64(b) / float64(work.Bytes)
-			}
-			res.Measurements = append(res.Measurements, Measurement{
-				Method: m, Threads: t, Bytes: b, Seconds: sec,
-				GBPerS: float64(b) / sec / 1e9, Ratio: median(ratios),
-			})
-		}
+		res.Measurements = append(res.Measurements, ms...)
 	}
 
 	if opts.EndToEnd {
 		// The side is opened afresh for each repetition: unmap the
 		// measured one first, so the resident set counts one mapping.
-		closeAll(dumps)
-		dumps = nil
-		t := slices.Max(threads)
-		e, err := endToEnd(ctx, opts.Paths, t, reps, warm, logf, peak)
+		closeAll(s.dumps)
+		s.dumps = nil
+		t := slices.Max(o.Threads)
+		e, err := endToEnd(ctx, opts.Paths, t, o.Reps, o.Warmup, logf, peak)
 		if err != nil {
 			peak.stop()
 			return nil, err
@@ -303,9 +206,143 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	res.PeakRSSBytes = peakRSS()
 	res.Notes = append(res.Notes,
 		"the side is in the page cache (synthesized or read just before): this is the CPU cost of reading mapped memory, not disk speed",
-		fmt.Sprintf("ratio: throughput over the plain read's in the same repetition, median of %d; ref runs on a %.0f MB sample", reps, float64(sample.Bytes)/1e6),
+		fmt.Sprintf("ratio: throughput over the plain read's in the same repetition, median of %d; ref runs on a %.0f MB sample", o.Reps, float64(sample.Bytes)/1e6),
 	)
 	return res, nil
+}
+
+// settled returns the options with their defaults filled in (Reps 5, one
+// warm-up, threads 1..GOMAXPROCS, a 32 MiB reference sample); a thread
+// count below 1 is an error.
+func (opts Options) settled() (Options, error) {
+	o := opts
+	if o.Reps <= 0 {
+		o.Reps = 5
+	}
+	switch {
+	case o.Warmup == 0:
+		o.Warmup = 1
+	case o.Warmup < 0:
+		o.Warmup = 0
+	}
+	o.Threads = slices.Clone(opts.Threads)
+	if len(o.Threads) == 0 {
+		for t := 1; t <= runtime.GOMAXPROCS(0); t++ {
+			o.Threads = append(o.Threads, t)
+		}
+	}
+	for _, t := range o.Threads {
+		if t < 1 {
+			return Options{}, fmt.Errorf("thread count %d: want at least 1", t)
+		}
+	}
+	if o.RefSample <= 0 {
+		o.RefSample = 32 << 20
+	}
+	return o, nil
+}
+
+// subject is what is measured: the side's dumps, opened, each rank's plan
+// and output, and the counts the result reports.
+type subject struct {
+	dumps        []*layout.Dump
+	plans        []*checksum.Plan
+	outs         [][]uint64
+	caches, rows int
+}
+
+// openSubject opens the side at paths and plans every rank. A layer in
+// device memory is an error: bench measures mapped files.
+func openSubject(paths []string) (*subject, error) {
+	dumps, err := layout.OpenPaths(paths)
+	if err != nil {
+		return nil, err
+	}
+	s := &subject{dumps: dumps, plans: make([]*checksum.Plan, len(dumps)), outs: make([][]uint64, len(dumps))}
+	for i, d := range dumps {
+		if s.plans[i], _, err = checksum.NewPlan(d, nil); err != nil {
+			closeAll(dumps)
+			return nil, err
+		}
+		for _, t := range s.plans[i].Tasks {
+			if t.Cache.Cells.Device != nil {
+				closeAll(dumps)
+				return nil, fmt.Errorf("dump %q: layer %q lives in device memory; bench measures mapped files", d.Path, t.Cache.Layer.Name)
+			}
+			s.rows += len(t.Rows)
+		}
+		s.caches += len(s.plans[i].Tasks)
+		s.outs[i] = make([]uint64, s.plans[i].Outputs)
+	}
+	return s, nil
+}
+
+// measure times every method at t threads: o.Warmup untimed runs of each,
+// then o.Reps timed repetitions with the methods interleaved, and returns
+// each method's median time and median ratio to the plain read of the
+// same repetition.
+func measure(ctx context.Context, t int, s *subject, work, sample *Work, o Options, logf func(string, ...any), peak *heapSampler) ([]Measurement, error) {
+	fast := func() error {
+		f := checksum.Fast{Threads: t}
+		for i, p := range s.plans {
+			clear(s.outs[i])
+			if err := f.Run(ctx, p, s.outs[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	baseline := func(fn func(context.Context, int) (uint64, error)) func() error {
+		return func() error {
+			_, err := fn(ctx, t)
+			return err
+		}
+	}
+	runs := map[string]func() error{
+		MethodRead:   baseline(work.Read),
+		MethodFast:   fast,
+		MethodCRC32C: baseline(work.CRC32C),
+		MethodXXH3:   baseline(work.XXH3),
+		MethodRef:    baseline(sample.Reference),
+	}
+	bytes := map[string]int64{MethodRef: sample.Bytes}
+	times := map[string][]float64{}
+	for w := range o.Warmup {
+		for _, m := range Methods {
+			logf("threads %d: warm-up %d/%d: %s", t, w+1, o.Warmup, m)
+			if err := runs[m](); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for r := range o.Reps {
+		for _, m := range Methods {
+			logf("threads %d: repetition %d/%d: %s", t, r+1, o.Reps, m)
+			start := time.Now()
+			if err := runs[m](); err != nil {
+				return nil, err
+			}
+			times[m] = append(times[m], time.Since(start).Seconds())
+			peak.sample()
+		}
+	}
+	var out []Measurement
+	for _, m := range Methods {
+		b, ok := bytes[m]
+		if !ok {
+			b = work.Bytes
+		}
+		sec := median(times[m])
+		ratios := make([]float64, o.Reps)
+		for r := range o.Reps {
+			ratios[r] = times[MethodRead][r] / times[m][r] * float64(b) / float64(work.Bytes)
+		}
+		out = append(out, Measurement{
+			Method: m, Threads: t, Bytes: b, Seconds: sec,
+			GBPerS: float64(b) / sec / 1e9, Ratio: median(ratios),
+		})
+	}
+	return out, nil
 }
 
 // crossCheck runs the fast and reference engines on every unit of the
@@ -335,7 +372,7 @@ func endToEnd(ctx context.Context, paths []string, threads, reps, warm int, logf
 			return err
 		}
 		defer closeAll(dumps)
-		_, err = checksum.Compute(ctx, dumps, checksum.Options{Engine: checksum.Fast{Threads: threads}})
+		_, err = verify.Compute(ctx, dumps, checksum.Options{Engine: checksum.Fast{Threads: threads}})
 		return err
 	}
 	read := func() error {

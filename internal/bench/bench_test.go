@@ -161,15 +161,15 @@ func TestReadSum(t *testing.T) {
 	}
 }
 
-// TestSideConfig: a synthesized side holds about the size asked, in whole
+// TestInputConfig: a synthesized side holds about the size asked, in whole
 // requests of at most 2048 tokens.
-func TestSideConfig(t *testing.T) {
+func TestInputConfig(t *testing.T) {
 	for _, size := range []int64{1 << 20, 48 << 20, 2e9, 4e9} {
-		cfg, err := SideConfig(size, "llama", "flash", 1)
+		cfg, err := InputConfig(size, "llama", "flash", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		perToken := int64(SideLayers * 8 * 2 * 128 * 2)
+		perToken := int64(InputLayers * 8 * 2 * 128 * 2)
 		got := int64(cfg.Requests) * int64(cfg.Tokens) * perToken
 		if got > size || got < size-int64(cfg.Requests)*perToken || cfg.Tokens > 2048 {
 			t.Errorf("size %d: %d requests of %d tokens hold %d bytes", size, cfg.Requests, cfg.Tokens, got)
@@ -178,7 +178,7 @@ func TestSideConfig(t *testing.T) {
 			t.Errorf("size %d: %d blocks, the requests need %d", size, cfg.NumBlocks, need)
 		}
 	}
-	if _, err := SideConfig(100, "llama", "flash", 1); err == nil {
+	if _, err := InputConfig(100, "llama", "flash", 1); err == nil {
 		t.Error("a side smaller than one token was accepted")
 	}
 }
@@ -186,7 +186,7 @@ func TestSideConfig(t *testing.T) {
 // TestRun measures a small side and checks the shape of the result (never
 // its speeds).
 func TestRun(t *testing.T) {
-	paths, err := SynthSide(t.TempDir(), 6<<20, "llama", "nhd", 2)
+	paths, err := WriteInput(t.TempDir(), 6<<20, "llama", "nhd", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestRun(t *testing.T) {
 	if res.Format != "kvaudit-bench/1" {
 		t.Errorf("format %q", res.Format)
 	}
-	if res.Dumps != 2 || res.Bytes <= 0 || res.Rows == 0 || res.Caches != SideLayers {
+	if res.Dumps != 2 || res.Bytes <= 0 || res.Rows == 0 || res.Caches != InputLayers {
 		t.Errorf("result describes %d dumps, %d bytes, %d rows, %d caches", res.Dumps, res.Bytes, res.Rows, res.Caches)
 	}
 	var got []string
@@ -237,7 +237,7 @@ func TestRun(t *testing.T) {
 // TestRunErrors: bad thread counts and sides without checksummed bytes
 // are errors.
 func TestRunErrors(t *testing.T) {
-	paths, err := SynthSide(t.TempDir(), 1<<20, "llama", "flash", 1)
+	paths, err := WriteInput(t.TempDir(), 1<<20, "llama", "flash", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -407,8 +407,8 @@ func WriteContext(ctx context.Context, out string, cfg Config) ([]string, error)
 	return paths, nil
 }
 
-// StageLayers returns the layer numbers [lo, hi) PP stage pp holds.
-func StageLayers(layers, pp, stages int) (lo, hi int) {
+// stageLayers returns the layer numbers [lo, hi) PP stage pp holds.
+func stageLayers(layers, pp, stages int) (lo, hi int) {
 	return pp * layers / stages, (pp + 1) * layers / stages
 }
 
@@ -506,7 +506,7 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockID
 		Parallel:  layout.Parallel{TPRank: tp, TPSize: c.TP, PPRank: pp, PPSize: c.PP},
 		NumBlocks: c.NumBlocks,
 	}
-	lo, hi := StageLayers(c.Layers, pp, c.PP)
+	lo, hi := stageLayers(c.Layers, pp, c.PP)
 	var tensors []layout.TensorData
 	var raw []byte
 	noise := rand.New(rand.NewPCG(c.configHash(), uint64(pp)<<32|uint64(tp)))

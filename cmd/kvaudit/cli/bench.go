@@ -92,7 +92,7 @@ measures side by side; absolute speeds depend on the machine and its load.`,
 			}
 			opts.Dir, opts.Keep = cfg.String("dir"), cfg.Bool("keep")
 			if len(args) == 0 {
-				if _, err := bench.SideConfig(opts.Size, opts.Preset, opts.Layout, opts.PP); err != nil {
+				if _, err := bench.InputConfig(opts.Size, opts.Preset, opts.Layout, opts.PP); err != nil {
 					return &UsageError{err}
 				}
 			}
@@ -161,7 +161,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 			defer safeio.RemoveTemp(dir)
 		}
 		status.line(fmt.Sprintf("synthesizing %.2f GB of %s KV (%s layout)", float64(opts.Size)/1e9, opts.Preset, opts.Layout))
-		if paths, err = bench.SynthSide(dir, opts.Size, opts.Preset, opts.Layout, opts.PP); err != nil {
+		if paths, err = bench.WriteInput(dir, opts.Size, opts.Preset, opts.Layout, opts.PP); err != nil {
 			status.done()
 			return err
 		}

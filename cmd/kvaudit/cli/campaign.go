@@ -99,13 +99,10 @@ fault was missed or mislocalised or a control was flagged.
 	return cmd
 }
 
-// resolve completes the options from the command's settings: the bound
-// fields take the environment's and kvaudit.yaml's values; the output,
-// the kinds and the deprecated --workers are parsed and checked.
+// resolve completes the options from the command's settings (the bound
+// fields already hold the resolved values: config.apply): the output, the
+// kinds and the deprecated --workers are parsed and checked.
 func (o *CampaignOptions) resolve(cfg *config) error {
-	if err := cfg.bindSettings(); err != nil {
-		return err
-	}
 	var err error
 	if o.Output, err = outputOf(cfg); err != nil {
 		return err

@@ -14,22 +14,23 @@ import (
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
-// ChecksumOptions are the settings of `kvaudit checksum`.
+// ChecksumOptions are the settings of `kvaudit checksum`: the checksum's
+// own (verify.ChecksumOptions, its flags bound to the fields) and the
+// command's.
 type ChecksumOptions struct {
-	IO       *Streams
-	Paths    []string
-	Output   string
-	Partial  bool
-	Requests []string
-	Engine   checksum.Engine
+	verify.ChecksumOptions
+	IO     *Streams
+	Paths  []string
+	Output string
 	// OutDir, for -o record, receives one file per rank.
 	OutDir string
 	// Force lets -o record --out replace existing record files.
 	Force bool
 	// PayloadForm is the form -o payload writes.
-	PayloadForm checksum.PayloadForm
+	PayloadForm wire.PayloadForm
 	// Numbering is the numbering of -o table and json (docs/spec.md §1).
 	Numbering checksum.Numbering
 	// Stored emits (and checks) the offload tier's stored checksums
@@ -81,23 +82,19 @@ skipped) exits 2 with the reasons.
 			if opts.Output, err = outputOf(cfg); err != nil {
 				return err
 			}
-			if opts.PayloadForm, err = checksum.ParsePayloadForm(cfg.String("payload-form")); err != nil {
+			if opts.PayloadForm, err = wire.ParsePayloadForm(cfg.String("payload-form")); err != nil {
 				return usageErrorf("--payload-form: %v", err)
 			}
 			if opts.Numbering, err = checksum.ParseNumbering(cfg.String("numbering")); err != nil {
 				return usageErrorf("--numbering: %v", err)
 			}
-			opts.Partial = cfg.Bool("partial")
-			opts.Requests = cfg.Strings("request")
-			opts.OutDir = cfg.String("out")
-			opts.Force = cfg.Bool("force")
 			if opts.Output != "record" {
 				if src, ok := cfg.Explicit("out"); ok {
 					return usageErrorf("%s: only -o record writes files (got -o %s, which prints to stdout)", src, opts.Output)
 				}
 				opts.OutDir = "" // a top-level out: in kvaudit.yaml, for synth or inject
 			}
-			opts.Stored = cfg.Bool("stored")
+			opts.BlockValues = opts.Numbering == checksum.NumberBlock || (opts.Output == "payload" && opts.PayloadForm == wire.FormFlat)
 			if opts.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
 				return err
 			}
@@ -111,38 +108,35 @@ skipped) exits 2 with the reasons.
 	addOutputFlag(cmd, "record: each rank's partial sums; payload: a JSON map of request id to the base64 payload a producer sends")
 	f.String("payload-form", "nested", "with -o payload: nested (request-numbered), or flat (vLLM's published form: block-numbered values, fingerprints with the block size)")
 	f.String("numbering", "request", "piece numbering of -o table, markdown and json: request (from the request's first token) or block (from each block's first token, as vLLM's published code)")
-	f.Bool("partial", false, "allow a subset of the side's ranks (partial sums)")
-	f.StringSlice("request", nil, "checksum only this request id (repeatable)")
+	f.BoolVar(&opts.Partial, "partial", false, "allow a subset of the side's ranks (partial sums)")
+	f.StringSliceVar(&opts.Requests, "request", nil, "checksum only this request id (repeatable)")
 	f.String("engine", "cpu", engineHelp)
 	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
-	f.String("out", "", "with -o record: directory to write rank-<pp>-<tp>.record.json files into (not a side's own directory)")
-	f.Bool("force", false, "with -o record --out: replace existing record files")
-	f.Bool("stored", false, "emit each full block's stored checksum (rank-local, tagged with its block hash) and check it against the manifest's stored_checksums; -o table, json or markdown")
+	f.StringVar(&opts.OutDir, "out", "", "with -o record: directory to write rank-<pp>-<tp>.record.json files into (not a side's own directory)")
+	f.BoolVar(&opts.Force, "force", false, "with -o record --out: replace existing record files")
+	f.BoolVar(&opts.Stored, "stored", false, "emit each full block's stored checksum (rank-local, tagged with its block hash) and check it against the manifest's stored_checksums; -o table, json or markdown")
 	return cmd
 }
 
 func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
-	if err := checkSidePaths(opts.Paths); err != nil {
-		return err
-	}
 	if opts.Stored {
 		return storedRun(ctx, opts)
 	}
 	in := verify.Input{Paths: opts.Paths}
-	vopts := verify.Options{Engine: opts.Engine, Requests: opts.Requests, Partial: opts.Partial,
-		BlockValues: opts.Numbering == checksum.NumberBlock || (opts.Output == "payload" && opts.PayloadForm == checksum.FormFlat),
-		Progress: func(_ string, dumps []*layout.Dump, requests []string) (func(int64), func()) {
-			bar := newChecksumProgress(opts.IO, dumps, requests, "checksum")
-			return bar.Callback(), bar.Finish
-		}}
+	progress := func(_ string, dumps []*layout.Dump, requests []string) (func(int64), func()) {
+		bar := newChecksumProgress(opts.IO, dumps, requests, "checksum")
+		return bar.Callback(), bar.Finish
+	}
 	if opts.Output == "record" {
-		recs, err := verify.Records(ctx, in, vopts)
+		recs, err := verify.Records(ctx, in, verify.RecordsOptions{Engine: opts.Engine, Requests: opts.Requests, Progress: progress})
 		if err != nil {
 			return err
 		}
 		return writeRecords(opts, recs)
 	}
-	res, err := verify.Checksum(ctx, in, vopts)
+	copts := opts.ChecksumOptions
+	copts.Progress = progress
+	res, err := verify.Checksum(ctx, in, copts)
 	var incomplete *verify.IncompleteError
 	if errors.As(err, &incomplete) {
 		return usageErrorf("got %s: give every rank of the side, or --partial for partial sums", incomplete.Ranks())
@@ -170,9 +164,9 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 
 // writeRecords writes each rank's record: to stdout, one JSON document
 // after the other, or with --out to one file per rank.
-func writeRecords(opts *ChecksumOptions, recs []*checksum.Record) error {
+func writeRecords(opts *ChecksumOptions, recs []*wire.Record) error {
 	for _, rec := range recs {
-		b, err := checksum.MarshalRecord(rec)
+		b, err := wire.MarshalRecord(rec)
 		if err != nil {
 			return err
 		}
@@ -205,7 +199,7 @@ func storedRun(ctx context.Context, opts *ChecksumOptions) error {
 		return usageErrorf("--stored: -o %q: want table, json or markdown", opts.Output)
 	}
 	_, step := verifyProgress(opts.IO)
-	res, err := verify.CheckStored(ctx, verify.Input{Paths: opts.Paths}, verify.Options{Engine: opts.Engine, Requests: opts.Requests, Step: step})
+	res, err := verify.CheckStored(ctx, verify.Input{Paths: opts.Paths}, verify.StoredOptions{Engine: opts.Engine, Requests: opts.Requests, Step: step})
 	if errors.Is(err, verify.ErrStoredRecords) {
 		return usageErrorf("--stored: %v", err)
 	}
@@ -221,7 +215,7 @@ func storedRun(ctx context.Context, opts *ChecksumOptions) error {
 		return err
 	}
 	opts.IO.verdict = "stored checksums: " + string(res.Verdict())
-	if res.Verdict() == checksum.Unverified {
+	if res.Verdict() == verify.Unverified {
 		// Nothing stored to compare: exit 2, as diff --stored.
 		return &ResultError{Code: ExitUnverified, Msg: res.Summary()}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -91,7 +92,40 @@ func resolveConfig(cmd *cobra.Command) (*config, error) {
 	if err := c.checkRanges(); err != nil {
 		return nil, err
 	}
+	if err := c.apply(); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// apply sets every flag of the command to its resolved value, so that an
+// options field a flag is bound to (gh's BoolVar(&opts.X, ...)) holds the
+// value from wherever it came (the flag, the environment, kvaudit.yaml).
+// A flag's Changed is left as the command line made it. Lists are set
+// as Strings reads them.
+func (c *config) apply() error {
+	var err error
+	c.cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Name == "config" || f.Name == "help" {
+			return
+		}
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			if vals := c.Strings(f.Name); !slices.Equal(vals, sv.GetSlice()) {
+				err = sv.Replace(vals)
+			}
+			return
+		}
+		switch f.Value.Type() {
+		case "bool", "int", "uint64", "string":
+			if v := c.String(f.Name); v != f.Value.String() {
+				err = f.Value.Set(v)
+			}
+		}
+		if err != nil {
+			err = usageErrorf("%s: %v", c.Source(f.Name), err)
+		}
+	})
+	return err
 }
 
 // maxConfigFile bounds kvaudit.yaml, read whole.

@@ -9,12 +9,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // DemoOptions are the settings of `kvaudit demo`.
@@ -97,8 +96,12 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 	if err != nil {
 		return err
 	}
-	side := func(paths []string) (*checksum.Checks, error) {
-		return checksum.ComputePaths(ctx, paths, checksum.Options{})
+	side := func(paths []string) (*verify.Checks, error) {
+		res, err := verify.Checksum(ctx, verify.Input{Paths: paths}, verify.ChecksumOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return res.Checks, nil
 	}
 	prod, err := side(ppaths)
 	if err != nil {
@@ -139,43 +142,19 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 	return nil
 }
 
-// demoDiff compares the demo's producer and consumer dumps, drills the
-// mismatch down and prints the verdict table.
+// demoDiff compares the demo's producer and consumer dumps as kvaudit
+// diff does (the mismatch drilled down) and prints the verdict table.
 func demoDiff(ctx context.Context, s *Streams, ppaths, cpaths []string) error {
-	pd, err := layout.OpenSide(ppaths)
+	res, err := verify.Compare(ctx, verify.Input{Paths: ppaths}, verify.Input{Paths: cpaths}, verify.CompareOptions{})
 	if err != nil {
 		return err
 	}
-	defer closeDumps(pd)
-	cd, err := layout.OpenSide(cpaths)
-	if err != nil {
-		return err
-	}
-	defer closeDumps(cd)
-	prod, err := checksum.Compute(ctx, pd, checksum.Options{})
-	if err != nil {
-		return err
-	}
-	cons, err := checksum.Compute(ctx, cd, checksum.Options{})
-	if err != nil {
-		return err
-	}
-	res := checksum.Diff(prod, cons)
-	if err := drill.Explain(ctx, pd, cd, res, drill.Options{}); err != nil {
-		return err
-	}
-	return report.RenderDiff(s.Out, res, report.FormatTable, report.DiffOptions{Style: tableStyle(s)})
-}
-
-func closeDumps(dumps []*layout.Dump) {
-	for _, d := range dumps {
-		d.Close()
-	}
+	return report.RenderDiff(s.Out, res.Diff, report.FormatTable, report.DiffOptions{Style: tableStyle(s)})
 }
 
 // demoTable prints the producer's and consumer's check 0 side by side and
 // says whether they agree; before, when given, marks what changed.
-func demoTable(w io.Writer, s *Streams, prod, cons, before *checksum.Checks) error {
+func demoTable(w io.Writer, s *Streams, prod, cons, before *verify.Checks) error {
 	t := &report.Table{Header: []string{"request", "group", "position", "producer check 0", "consumer check 0", "compared"}}
 	changed := 0
 	for _, pr := range prod.Requests {

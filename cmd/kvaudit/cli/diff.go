@@ -3,42 +3,33 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/checksum/drill"
 	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
-// DiffOptions are the settings of `kvaudit diff`.
+// DiffOptions are the settings of `kvaudit diff`: the comparison's own
+// (verify.CompareOptions, its flags bound to the fields) and the
+// command's.
 type DiffOptions struct {
+	verify.CompareOptions
 	IO *Streams
 	// Producer and Consumer are the two sides as given (see NewCmdDiff).
 	Producer, Consumer string
 	Output             string
-	Requests           []string
 	AllowUnverified    bool
 	// AllowedBy is the configuration file and line that set
 	// AllowUnverified, when no flag or variable did ("" otherwise).
 	AllowedBy string
-	Engine    checksum.Engine
-	// NoDrill skips the drill-down; MaxDetails caps its details per
-	// request (0: drill.DefaultMaxDetails, negative: no cap).
-	NoDrill    bool
-	MaxDetails int
-	// AuditTail and Stored run the consumer audits.
-	AuditTail, Stored bool
 	// JUnit, when set, is a file to write the JUnit report to as well
 	// (--junit FILE); started is when the command started (its time).
 	JUnit   string
 	started time.Time
-	// Strict makes any loaded block that was not compared unverified.
-	Strict bool
 }
 
 // NewCmdDiff builds `kvaudit diff`. runF replaces the run function in
@@ -95,14 +86,8 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 			if opts.Output, err = outputOf(cfg); err != nil {
 				return err
 			}
-			opts.Requests = cfg.Strings("request")
-			opts.AllowUnverified = cfg.Bool("allow-unverified")
 			opts.AllowedBy, _ = cfg.FromFile("allow-unverified")
-			opts.NoDrill = cfg.Bool("no-drill")
-			opts.MaxDetails = cfg.Int("max-details")
-			opts.AuditTail, opts.Stored = cfg.Bool("audit-tail"), cfg.Bool("stored")
-			opts.JUnit, opts.started = cfg.String("junit"), time.Now()
-			opts.Strict = cfg.Bool("strict")
+			opts.started = time.Now()
 			if opts.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
 				return err
 			}
@@ -114,32 +99,26 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 	}
 	f := cmd.Flags()
 	addOutputFlag(cmd, "")
-	f.StringSlice("request", nil, "compare only this consumer request id (repeatable); names the request a bare payload is for")
-	f.Bool("allow-unverified", false, "exit 0 when nothing mismatches, even if some load is unverified")
+	f.StringSliceVar(&opts.Requests, "request", nil, "compare only this consumer request id (repeatable); names the request a bare payload is for")
+	f.BoolVar(&opts.AllowUnverified, "allow-unverified", false, "exit 0 when nothing mismatches, even if some load is unverified")
 	f.String("engine", "cpu", engineHelp)
 	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
-	f.Bool("no-drill", false, "skip the drill-down of mismatches to layers, heads and tokens")
-	f.Int("max-details", drill.DefaultMaxDetails, "drill-down details per request at most (-1: no cap)")
-	f.Bool("audit-tail", false, "also audit the consumer's dumps: every byte past the transferred range is zero")
-	f.String("junit", "", "also write the JUnit XML report to this file (the table, or -o, still printed)")
-	f.Bool("stored", false, "also check the consumer's blocks against the stored checksums in its manifests")
-	f.Bool("strict", false, "a loaded block the producer's checksums do not cover (a flat payload is judged on the overlap, as vLLM does) makes its group unverified")
+	f.BoolVar(&opts.NoDrill, "no-drill", false, "skip the drill-down of mismatches to layers, heads and tokens")
+	f.IntVar(&opts.MaxDetails, "max-details", drill.DefaultMaxDetails, "drill-down details per request at most (-1: no cap)")
+	f.BoolVar(&opts.AuditTail, "audit-tail", false, "also audit the consumer's dumps: every byte past the transferred range is zero")
+	f.StringVar(&opts.JUnit, "junit", "", "also write the JUnit XML report to this file (the table, or -o, still printed)")
+	f.BoolVar(&opts.Stored, "stored", false, "also check the consumer's blocks against the stored checksums in its manifests")
+	f.BoolVar(&opts.Strict, "strict", false, "a loaded block the producer's checksums do not cover (a flat payload is judged on the overlap, as vLLM does) makes its group unverified")
 	return cmd
 }
 
 func diffRun(ctx context.Context, opts *DiffOptions) error {
-	if err := checkDiffArg(opts.Consumer); err != nil {
-		return fmt.Errorf("consumer: %w", err)
-	}
-	if err := checkDiffArg(opts.Producer); err != nil {
-		return fmt.Errorf("producer: %w", err)
-	}
-	progress, step := verifyProgress(opts.IO)
+	copts := opts.CompareOptions
+	copts.Progress, copts.Step = verifyProgress(opts.IO)
 	res, err := verify.Compare(ctx,
 		verify.Input{Arg: opts.Producer, Stdin: opts.IO.In},
 		verify.Input{Arg: opts.Consumer, Stdin: opts.IO.In},
-		verify.Options{Engine: opts.Engine, Requests: opts.Requests, NoDrill: opts.NoDrill, MaxDetails: opts.MaxDetails,
-			AuditTail: opts.AuditTail, Stored: opts.Stored, Strict: opts.Strict, Progress: progress, Step: step})
+		copts)
 	var bare *verify.BarePayloadError
 	switch {
 	case errors.As(err, &bare):
@@ -179,9 +158,9 @@ func writeDiffJUnit(opts *DiffOptions, res *verify.Result) error {
 // ExitUnverified unless allowed, else nil.
 func resultExit(res *verify.Result, allowUnverified bool) error {
 	switch res.Verdict() {
-	case checksum.Mismatch:
+	case verify.Mismatch:
 		return &ResultError{Code: ExitMismatch, Msg: res.Summary()}
-	case checksum.Unverified:
+	case verify.Unverified:
 		if !allowUnverified {
 			return &ResultError{Code: ExitUnverified, Msg: res.Summary() + " (--allow-unverified accepts unverified loads)"}
 		}

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // Exit codes (docs/spec.md §11). The help text is written from this table.
@@ -95,6 +97,26 @@ func (e *UsageError) Unwrap() error { return e.Err }
 
 func usageErrorf(format string, args ...any) error {
 	return &UsageError{fmt.Errorf(format, args...)}
+}
+
+// asUsage makes the errors by which the library says what a side argument
+// names usage errors (whose usage line is printed): a path that does not
+// exist (*layout.NotFoundError), an argument that is neither a path nor
+// payload text (*verify.NotPayloadError), a directory whose
+// subdirectories hold the dumps (*layout.NoDumpError with Sides). The
+// library decides what an argument is; this only maps its answer.
+func asUsage(err error) error {
+	var nf *layout.NotFoundError
+	var np *verify.NotPayloadError
+	var nd *layout.NoDumpError
+	var ue *UsageError
+	switch {
+	case err == nil || errors.As(err, &ue):
+		return err
+	case errors.As(err, &nf), errors.As(err, &np), errors.As(err, &nd) && len(nd.Sides) > 0:
+		return &UsageError{err}
+	}
+	return err
 }
 
 // exitCode maps a command's error to its exit code: nil is ExitOK, a

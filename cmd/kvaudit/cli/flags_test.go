@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"context"
+	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // flagVocabulary is the table of kvaudit's flags: every flag of every
@@ -240,5 +244,40 @@ func TestConfigResolvedOnce(t *testing.T) {
 	}
 	if got[0] == got[1] {
 		t.Error("the second run reused the first run's config")
+	}
+}
+
+// TestBoundOptions: the flags bound to diff's options fields (the
+// embedded verify.CompareOptions and the command's own) hold each
+// setting from wherever it came: the command line, KVAUDIT_*, the
+// command's section of kvaudit.yaml, a top-level key, the default.
+func TestBoundOptions(t *testing.T) {
+	t.Chdir(t.TempDir())
+	yaml := "audit-tail: true\ndiff:\n  max-details: 5\n  strict: true\n"
+	if err := os.WriteFile("kvaudit.yaml", []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KVAUDIT_NO_DRILL", "true")
+	t.Setenv("KVAUDIT_JUNIT", "d.xml")
+	var got *DiffOptions
+	s := &Streams{Out: &strings.Builder{}, Err: &strings.Builder{}}
+	root := NewRootCmd(s)
+	for _, c := range root.Commands() {
+		if c.Name() == "diff" {
+			root.RemoveCommand(c)
+		}
+	}
+	root.AddCommand(NewCmdDiff(s, func(_ context.Context, o *DiffOptions) error {
+		got = o
+		return nil
+	}))
+	if code := execute(root, []string{"diff", "p", "c", "--request", "a, b", "--request", "c", "--stored"}, s); code != 0 || got == nil {
+		t.Fatalf("exit %d: %s", code, s.Err)
+	}
+	want := verify.CompareOptions{Requests: []string{"a", "b", "c"}, NoDrill: true, MaxDetails: 5, AuditTail: true, Stored: true, Strict: true}
+	c := got.CompareOptions
+	c.Engine = nil
+	if !reflect.DeepEqual(c, want) || got.JUnit != "d.xml" || got.AllowUnverified || got.Producer != "p" || got.Consumer != "c" {
+		t.Errorf("options %+v (junit %q, allow-unverified %v), want %+v", c, got.JUnit, got.AllowUnverified, want)
 	}
 }

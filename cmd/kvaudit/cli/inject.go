@@ -10,10 +10,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/inject"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // InjectOptions are the settings of `kvaudit inject`: the library's
@@ -132,13 +132,10 @@ func addInjectFlags(cmd *cobra.Command, o *InjectOptions) {
 	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
 }
 
-// resolve completes the options from the command's settings: the bound
-// fields take the environment's and kvaudit.yaml's values, and the
-// settings whose flag is not the field's type are parsed and checked.
+// resolve completes the options from the command's settings (the bound
+// fields already hold the resolved values: config.apply): the settings
+// whose flag is not the field's type are parsed and checked.
 func (o *InjectOptions) resolve(cfg *config) error {
-	if err := cfg.bindSettings(); err != nil {
-		return err
-	}
 	if o.Out == "" {
 		return usageErrorf("--out is required")
 	}
@@ -159,7 +156,7 @@ func (o *InjectOptions) resolve(cfg *config) error {
 	if err := o.resolveTarget(cfg); err != nil {
 		return err
 	}
-	if o.PayloadForm, err = checksum.ParsePayloadForm(cfg.String("payload-form")); err != nil {
+	if o.PayloadForm, err = wire.ParsePayloadForm(cfg.String("payload-form")); err != nil {
 		return &UsageError{err}
 	}
 	if cfg.Bool("stored") {
@@ -226,9 +223,6 @@ func parseRank(s string) (*inject.Rank, error) {
 // library call (inject.Inject, which prepares the side first when asked),
 // then prints fault.json or its summary.
 func injectRun(ctx context.Context, opts *InjectOptions) error {
-	if err := checkSidePaths(opts.Paths); err != nil {
-		return err
-	}
 	dumps, err := layout.OpenPaths(opts.Paths)
 	if err != nil {
 		return err

@@ -53,9 +53,6 @@ checksummed. Use it to check a dump written by your own exporter.`,
 }
 
 func inspectRun(_ context.Context, opts *InspectOptions) error {
-	if err := checkSidePaths(opts.Paths); err != nil {
-		return err
-	}
 	paths, rest, err := layout.FindDumps(opts.Paths)
 	if err != nil {
 		return err

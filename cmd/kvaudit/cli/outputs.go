@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -61,7 +60,7 @@ func realPath(path string) (string, error) {
 // allowedNotice says on stderr when the configuration file, not a flag,
 // turns an unverified load into exit 0.
 func allowedNotice(opts *DiffOptions, res *verify.Result) {
-	if opts.AllowUnverified && opts.AllowedBy != "" && res.Verdict() == checksum.Unverified {
+	if opts.AllowUnverified && opts.AllowedBy != "" && res.Verdict() == verify.Unverified {
 		fmt.Fprintf(opts.IO.Err, "kvaudit: note: an unverified load exits 0 because %s sets allow-unverified\n", opts.AllowedBy)
 	}
 }

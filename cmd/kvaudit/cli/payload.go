@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // writePayloads prints what a producer sends for each request of side c:
@@ -13,17 +14,17 @@ import (
 // in the given form (`kvaudit checksum -o payload`, docs/spec.md §12).
 // `kvaudit diff` reads the object back and pairs its entries by id. A side
 // missing ranks has no payload.
-func writePayloads(w io.Writer, c *checksum.Checks, form checksum.PayloadForm) error {
+func writePayloads(w io.Writer, c *verify.Checks, form wire.PayloadForm) error {
 	if !c.Complete {
 		return usageErrorf("-o payload: a producer sends checksums only when every rank reported: give all %d ranks", c.TPSize*c.PPSize)
 	}
 	out := make(map[string]string, len(c.Requests))
 	for _, r := range c.Requests {
-		p, err := checksum.NewPayload(c, r, form)
+		p, err := verify.NewPayload(c, r, form)
 		if err != nil {
 			return err
 		}
-		text, err := checksum.EncodePayloadBase64(p)
+		text, err := wire.EncodePayloadBase64(p)
 		if err != nil {
 			return fmt.Errorf("request %q: %w", r.ID, err)
 		}

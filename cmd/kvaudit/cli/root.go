@@ -91,6 +91,7 @@ func execute(root *cobra.Command, args []string, s *Streams) (code int) {
 	if errors.As(err, &dm) {
 		err = fmt.Errorf("%w (--engine cuda)", err)
 	}
+	err = asUsage(err)
 	printed := s.quietVerdict(err)
 	if err != nil && !printed {
 		if _, silent := err.(*ResultError); !silent || err.Error() != "" {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // longStep shows msg as a status line on stderr while a step runs, once
@@ -35,13 +36,13 @@ func longStep(s *Streams, msg string) (done func()) {
 	}
 }
 
-// verifyProgress returns the progress hooks of verify.Options for the
+// verifyProgress returns the progress hooks of verify's options for the
 // streams: a byte bar per side's checksums, a status line per long step.
-func verifyProgress(s *Streams) (progress func(string, []*layout.Dump, []string) (func(int64), func()), step func(string) func()) {
-	progress = func(side string, dumps []*layout.Dump, requests []string) (func(int64), func()) {
+func verifyProgress(s *Streams) (verify.Progress, verify.Step) {
+	progress := func(side string, dumps []*layout.Dump, requests []string) (func(int64), func()) {
 		bar := newChecksumProgress(s, dumps, requests, "checksum "+side)
 		return bar.Callback(), bar.Finish
 	}
-	step = func(what string) func() { return longStep(s, what) }
+	step := func(what string) func() { return longStep(s, what) }
 	return progress, step
 }

@@ -9,14 +9,17 @@
 // --help and version always; info, serve and bench when cuInit fails, with
 // a message that says so (on stderr, so serve's protocol stream stays
 // clean). It must not import package kernels (or anything else cu does not
-// import), or it would be initialized after cu.
+// import), or it would be initialized after cu; internal/buildinfo, which
+// imports only runtime/debug (as this package does) and whose path sorts
+// before cu's, is initialized before cu too (TestImportsForInitOrder).
 package start
 
 import (
 	"fmt"
-	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/kvaudit/kvaudit/internal/buildinfo"
 )
 
 // Protocol is kernels.ProtocolVersion (a test keeps them equal; importing
@@ -38,25 +41,9 @@ KVAUDIT_CUDA_DEVICE selects the CUDA device (default 0).
 --help and version work without a GPU.
 `
 
-// BuildVersion is the main module's version and VCS revision, as
-// kernels.BuildVersion.
-func BuildVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " " + s.Value[:12]
-		}
-	}
-	return v
-}
-
 // VersionLine is what `kvaudit-cuda version` prints.
 func VersionLine() string {
-	return fmt.Sprintf("kvaudit-cuda %s (protocol %d)\n", BuildVersion(), Protocol)
+	return fmt.Sprintf("kvaudit-cuda %s (protocol %d)\n", buildinfo.Version(), Protocol)
 }
 
 // Exit codes, as kvaudit-cuda's.
@@ -93,9 +80,9 @@ func Early(args []string, initErr func() error) (stdout, stderr string, code int
 		if wantsJSON(args[1:]) {
 			// Written by hand: encoding/json is not among cu's imports.
 			return fmt.Sprintf("{\n  \"kvaudit_cuda\": %d,\n  \"runner\": \"kvaudit-cuda\",\n  \"version\": %s,\n  \"device\": \"\",\n  \"error\": %s\n}\n",
-				Protocol, strconv.QuoteToASCII(BuildVersion()), strconv.QuoteToASCII("no usable CUDA device: "+err.Error())), "", ExitFailure, true
+				Protocol, strconv.QuoteToASCII(buildinfo.Version()), strconv.QuoteToASCII("no usable CUDA device: "+err.Error())), "", ExitFailure, true
 		}
-		return fmt.Sprintf("device:   none (no usable CUDA device: %v)\nrunner:   kvaudit-cuda %s (protocol %d)\n", err, BuildVersion(), Protocol),
+		return fmt.Sprintf("device:   none (no usable CUDA device: %v)\nrunner:   kvaudit-cuda %s (protocol %d)\n", err, buildinfo.Version(), Protocol),
 			"", ExitFailure, true
 	}
 	return "", fmt.Sprintf("kvaudit-cuda: no usable CUDA device: %v\n", err), ExitFailure, true

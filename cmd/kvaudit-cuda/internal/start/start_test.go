@@ -5,20 +5,58 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/kernels"
 )
 
-// TestSameAsKernels: the protocol and version start reports are the
-// runner's.
+// TestSameAsKernels: the protocol start reports is the runner's.
 func TestSameAsKernels(t *testing.T) {
 	if Protocol != kernels.ProtocolVersion {
 		t.Errorf("start.Protocol %d, kernels.ProtocolVersion %d", Protocol, kernels.ProtocolVersion)
 	}
-	if BuildVersion() != kernels.BuildVersion() {
-		t.Errorf("start.BuildVersion %q, kernels.BuildVersion %q", BuildVersion(), kernels.BuildVersion())
+}
+
+// TestImportsForInitOrder: what lets start's init run before
+// gorgonia.org/cu's (the package doc). Beyond the standard library it
+// depends on internal/buildinfo alone, whose path sorts before cu's, and
+// the two import only the standard packages start imported when
+// TestRunnerWithoutGPU showed the order (runtime/debug, which buildinfo
+// imports, was start's own before buildinfo held BuildVersion): they are
+// ready to initialize no later than before, and Go initializes the
+// package whose path sorts first among those ready.
+func TestImportsForInitOrder(t *testing.T) {
+	list := func(format, pkg string, deps bool) []string {
+		args := []string{"list", "-f", format}
+		if deps {
+			args = append(args, "-deps")
+		}
+		out, err := exec.Command("go", append(args, pkg)...).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pkg, err)
+		}
+		return strings.Fields(string(out))
+	}
+	const buildinfo = "github.com/kvaudit/kvaudit/internal/buildinfo"
+	self := list("{{.ImportPath}}", ".", false)[0]
+	var own []string
+	for _, p := range list("{{if not .Standard}}{{.ImportPath}}{{end}}", ".", true) {
+		if p != self {
+			own = append(own, p)
+		}
+	}
+	if !slices.Equal(own, []string{buildinfo}) || buildinfo >= "gorgonia.org/cu" {
+		t.Fatalf("start depends on %q beyond the standard library; want %q alone", own, buildinfo)
+	}
+	shown := []string{"fmt", "runtime/debug", "strconv", "strings"}
+	for _, pkg := range []string{".", buildinfo} {
+		for _, p := range list(`{{join .Imports " "}}`, pkg, false) {
+			if p != buildinfo && !slices.Contains(shown, p) {
+				t.Errorf("%s imports %q, not one of %q", pkg, p, shown)
+			}
+		}
 	}
 }
 

@@ -1,0 +1,126 @@
+package layout
+
+import (
+	"slices"
+	"strconv"
+)
+
+// DumpIndex indexes the dumps of every rank of one producer or consumer, for
+// tools that look cells up by request, group, layer and head (the
+// drill-down, fault injection).
+type DumpIndex struct {
+	Dumps []*Dump
+	// reqs maps, per dump, a request id to its request.
+	reqs []map[string]*Request
+}
+
+// NewDumpIndex indexes dumps (they stay open; the caller closes them).
+func NewDumpIndex(dumps []*Dump) *DumpIndex {
+	s := &DumpIndex{Dumps: dumps}
+	for _, d := range dumps {
+		m := map[string]*Request{}
+		for i := range d.Manifest.Requests {
+			m[d.Manifest.Requests[i].ID] = &d.Manifest.Requests[i]
+		}
+		s.reqs = append(s.reqs, m)
+	}
+	return s
+}
+
+// Request returns request id as the first rank holding it lists it, or
+// nil.
+func (s *DumpIndex) Request(id string) *Request {
+	for _, m := range s.reqs {
+		if r := m[id]; r != nil {
+			return r
+		}
+	}
+	return nil
+}
+
+// RankRequest returns request id as dump di lists it, or nil.
+func (s *DumpIndex) RankRequest(di int, id string) *Request { return s.reqs[di][id] }
+
+// RequestIDs lists the side's request ids, the first rank's first.
+func (s *DumpIndex) RequestIDs() []string {
+	var ids []string
+	for _, d := range s.Dumps {
+		for _, r := range d.Manifest.Requests {
+			if !slices.Contains(ids, r.ID) {
+				ids = append(ids, r.ID)
+			}
+		}
+	}
+	return ids
+}
+
+// Group returns group id as the first rank that has it describes it, or
+// nil.
+func (s *DumpIndex) Group(id int) *Group {
+	for _, d := range s.Dumps {
+		if g := d.Manifest.Group(id); g != nil {
+			return g
+		}
+	}
+	return nil
+}
+
+// GroupIDs lists the side's group ids in manifest order.
+func (s *DumpIndex) GroupIDs() []int {
+	var ids []int
+	for _, d := range s.Dumps {
+		for _, g := range d.Manifest.Groups {
+			if !slices.Contains(ids, g.ID) {
+				ids = append(ids, g.ID)
+			}
+		}
+	}
+	return ids
+}
+
+// RankCache is one distinct cache of a group on one rank of a side.
+type RankCache struct {
+	Dump  int // index in DumpIndex.Dumps
+	Group *Group
+	View  *LayerView
+}
+
+// Caches returns the checksummed caches of group id on every rank, in rank
+// order (none for a skipped group).
+func (s *DumpIndex) Caches(group int) []RankCache {
+	var out []RankCache
+	for di, d := range s.Dumps {
+		gv := d.GroupView(group)
+		if gv == nil || gv.Skip != "" {
+			continue
+		}
+		for _, v := range gv.Caches {
+			out = append(out, RankCache{Dump: di, Group: gv.Group, View: v})
+		}
+	}
+	return out
+}
+
+// Block returns the block id that holds block position pos of request id
+// in group g on dump di: from the block table, or, for a state group, the
+// request's state block at position 0. ok is false where there is none (no
+// such request or position, a null block, an id out of range).
+func (s *DumpIndex) Block(di int, id string, g *Group, pos int) (block int, ok bool) {
+	r := s.reqs[di][id]
+	if r == nil {
+		return 0, false
+	}
+	key := strconv.Itoa(g.ID)
+	if g.Kind == KindMamba {
+		var found bool
+		block, found = r.StateBlock[key]
+		ok = found && pos == 0
+	} else {
+		t := r.BlockTable[key]
+		if pos < 0 || pos >= len(t) || t[pos] == NoBlock {
+			return 0, false
+		}
+		block, ok = t[pos], true
+	}
+	return block, ok && block >= 0 && block < s.Dumps[di].Manifest.NumBlocks
+}

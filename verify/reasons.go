@@ -1,0 +1,23 @@
+package verify
+
+// Fixed reasons a load or a group is unverified (docs/spec.md §9), reported
+// verbatim, and the reasons a group is left out of a verdict.
+const (
+	ReasonNoChecksums         = "the producer sent no checksums"
+	ReasonInvalidChecksums    = "the producer's checksums are invalid"
+	ReasonNotEveryWorker      = "not every worker reported its checksums"
+	ReasonOneSide             = "a group is checksummed by one side only"
+	ReasonFingerprint         = "a group holds other layers, block size or dtype on the producer"
+	ReasonMissingReplica      = "a replica was not checksummed"
+	ReasonNoBlockInCommon     = "a group has no block in common"
+	ReasonBlockSizes          = "block sizes are not multiples of each other"
+	ReasonInsideProducerBlock = "the first loaded block starts inside a producer block"
+	ReasonNoLoadedGroup       = "no loaded group can be checksummed"
+	// ReasonNotCovered is --strict's: a loaded block the producer's
+	// checksums do not cover, or that could not be compared.
+	ReasonNotCovered = "a loaded block is not compared"
+
+	LeftOutSkipped      = "skipped on both sides"
+	LeftOutProducerOnly = "checksummed by the producer only: the consumer did not load it (ignored, as vLLM does)"
+	LeftOutSplitLess    = "state without a TP split is not comparable across TP sizes"
+)

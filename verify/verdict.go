@@ -1,0 +1,262 @@
+package verify
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ranges"
+	"github.com/kvaudit/kvaudit/verify/drill"
+)
+
+// Verdict is the outcome of comparing a consumer with its producer (docs/spec.md
+// §9).
+type Verdict string
+
+// Verdicts. LeftOut applies to groups only.
+const (
+	Verified   Verdict = "verified"
+	Mismatch   Verdict = "mismatch"
+	Unverified Verdict = "unverified"
+	LeftOut    Verdict = "left out"
+)
+
+// PositionState is what the comparison made of one consumer block
+// position, for the block map.
+type PositionState byte
+
+// Position states.
+const (
+	// PosNotLoaded: before the consumer's checksummed run (its local
+	// prefix hit, or blocks out of a sliding window).
+	PosNotLoaded PositionState = iota
+	// PosNotCompared: checksummed by the consumer but not compared (the
+	// producer did not cover it, the token counts differ, or the group is
+	// not comparable).
+	PosNotCompared
+	// PosVerified: compared equal in every check.
+	PosVerified
+	// PosMismatch: differs in some check.
+	PosMismatch
+)
+
+// DiffResult is the verdict of every consumer request.
+type DiffResult struct {
+	// Verdict is mismatch if any request mismatches, else unverified if
+	// any request is unverified (or there is no request), else verified.
+	Verdict  Verdict
+	Requests []*RequestVerdict
+}
+
+// RequestVerdict is the verdict of one load (a consumer request).
+type RequestVerdict struct {
+	// ID is the consumer's request id; ProducerID the producer request it
+	// was compared with (the consumer's producer_id, else its id).
+	ID, ProducerID string
+	Verdict        Verdict
+	// Reasons are load-level unverified reasons (ReasonNoChecksums,
+	// ReasonInvalidChecksums, ReasonNotEveryWorker, ReasonNoLoadedGroup).
+	// A load with any reason but ReasonNoLoadedGroup has no groups
+	// compared.
+	Reasons []string
+	Groups  []*GroupVerdict
+	// Details localise mismatches to layers, heads and tokens; filled by
+	// the drill-down (package drill) when both sides are dumps.
+	Details []drill.Detail
+	// Notes say what the drill-down left out (caps, unreadable data) and
+	// what decoding the producer's payload let pass (docs/spec.md §8).
+	Notes []string
+	// Hints say, for a user, what likely caused an unverified reason
+	// (fixed reasons stay vLLM's; hints name the cause).
+	Hints []string
+	// Numbering is the numbering the compared values use: "block" against
+	// a flat payload (vLLM's published form), else "request" (docs/spec.md §1).
+	Numbering string
+}
+
+// GroupVerdict is the verdict of one KV cache group of a load.
+type GroupVerdict struct {
+	ID int
+	// Kind is the consumer's group kind (the producer's when only it has
+	// the group).
+	Kind    string
+	Verdict Verdict
+	// Reason is the fixed unverified or left-out reason, "" otherwise.
+	Reason string
+	// Hint names the likely cause of Reason for a user, "" when none.
+	Hint string
+	// Positions are the consumer block positions that differ, ascending.
+	Positions []int
+	// Checks are the consumer checks (replica copies, docs/spec.md §2)
+	// that differ from the producer's check 0, ascending.
+	Checks []int
+	// BlockSize and ProducerBlockSize are the two sides' block sizes (0
+	// when a side does not have the group or does not say).
+	BlockSize, ProducerBlockSize int
+	// Map holds the state of each consumer block position from 0 to the
+	// end of the consumer's checksummed run (empty when the consumer does
+	// not checksum the group).
+	Map []PositionState
+}
+
+// Diff compares each consumer request with its producer request (the
+// consumer's ProducerID, else its ID) as docs/spec.md §9 says. Every check
+// of the consumer is compared with the producer's check 0; positions are
+// compared where both sides checksummed them and hold the same number of
+// tokens, in chunks of the larger block size when the sizes differ.
+// Fingerprints are compared in the producer's form (FingerprintFlat for
+// checks with FlatOnly, else Fingerprint). A nil producer sent no
+// checksums. Diff never fails: whatever cannot be compared is unverified,
+// with a fixed reason.
+func Diff(producer, consumer *Checks) *DiffResult {
+	return DiffWith(producer, consumer, DiffOptions{})
+}
+
+// DiffOptions change how Diff judges.
+type DiffOptions struct {
+	// Strict makes a group unverified (ReasonNotCovered) when any loaded
+	// consumer position was not compared, e.g. a flat payload that covers
+	// only part of the load, which vLLM's consumer verifies on the
+	// overlap (docs/spec.md §9).
+	Strict bool
+}
+
+// DiffWith is Diff with options.
+func DiffWith(producer, consumer *Checks, opts DiffOptions) *DiffResult {
+	res := &DiffResult{}
+	for _, cr := range consumer.Requests {
+		rv := diffRequest(producer, consumer, cr)
+		for _, gv := range rv.Groups {
+			if n := gv.notCompared(); len(n) > 0 && (gv.Verdict == Verified || gv.Verdict == Mismatch) {
+				rv.Notes = append(rv.Notes, fmt.Sprintf("group %d: loaded block positions %s not compared (not covered by the producer's checksums, or another token count)", gv.ID, ranges.Format(n)))
+				if opts.Strict && gv.Verdict == Verified {
+					gv.Verdict, gv.Reason = Unverified, ReasonNotCovered
+					gv.Hint = "--strict: every loaded block must be compared"
+				}
+			}
+		}
+		if opts.Strict && rv.Verdict == Verified && slices.ContainsFunc(rv.Groups, func(g *GroupVerdict) bool { return g.Verdict == Unverified }) {
+			rv.Verdict = Unverified
+		}
+		res.Requests = append(res.Requests, rv)
+	}
+	res.Verdict = combine(len(res.Requests) == 0, func(yield func(Verdict) bool) {
+		for _, r := range res.Requests {
+			if !yield(r.Verdict) {
+				return
+			}
+		}
+	})
+	return res
+}
+
+// combine folds verdicts: mismatch wins, then unverified; left-out
+// verdicts do not count. none makes an empty fold unverified.
+func combine(none bool, verdicts func(func(Verdict) bool)) Verdict {
+	v := Verified
+	if none {
+		v = Unverified
+	}
+	for x := range verdicts {
+		switch x {
+		case Mismatch:
+			return Mismatch
+		case Unverified:
+			v = Unverified
+		}
+	}
+	return v
+}
+
+func addReason(reasons []string, r string) []string {
+	if slices.Contains(reasons, r) {
+		return reasons
+	}
+	return append(reasons, r)
+}
+
+func diffRequest(producer, consumer *Checks, cr *RequestChecks) *RequestVerdict {
+	rv := &RequestVerdict{ID: cr.ID, ProducerID: cr.PairID(), Reasons: []string{}}
+	pr := producer.request(rv.ProducerID)
+	rv.Numbering = checksum.NumberRequest.String()
+	if pr == nil {
+		rv.Reasons = addReason(rv.Reasons, ReasonNoChecksums)
+		rv.Hints = append(rv.Hints, noProducerHint(producer, cr))
+	} else {
+		rv.Notes = append(rv.Notes, pr.Notes...)
+		if slices.ContainsFunc(pr.Groups, func(g *GroupChecks) bool { return g.FlatOnly }) {
+			rv.Numbering = checksum.NumberBlock.String()
+		}
+		for _, r := range pr.Unverified {
+			rv.Reasons = addReason(rv.Reasons, r)
+		}
+	}
+	for _, r := range cr.Unverified {
+		rv.Reasons = addReason(rv.Reasons, r)
+	}
+	if slices.Contains(rv.Reasons, ReasonNotEveryWorker) {
+		for _, side := range []struct {
+			name string
+			c    *Checks
+		}{{"producer", producer}, {"consumer", consumer}} {
+			if side.c != nil && len(side.c.Missing) > 0 {
+				rv.Hints = append(rv.Hints, fmt.Sprintf("%s: %s did not report", side.name, strings.Join(side.c.Missing, "; ")))
+			}
+		}
+	}
+	if len(rv.Reasons) > 0 {
+		// Partial sums or no reference: nothing can be compared.
+		rv.Verdict = Unverified
+		return rv
+	}
+	// Every group either side mentions for this load.
+	var ids []int
+	seen := map[int]bool{}
+	note := func(id int) {
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	for _, g := range pr.Groups {
+		note(g.ID)
+	}
+	for _, g := range cr.Groups {
+		note(g.ID)
+	}
+	for id := range producer.Skipped {
+		note(id)
+	}
+	for id := range consumer.Skipped {
+		note(id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		gv := diffGroup(pr, cr, pr.Group(id), cr.Group(id), id, consumer)
+		if gv.Verdict == LeftOut && gv.Reason == LeftOutProducerOnly {
+			rv.Notes = append(rv.Notes, fmt.Sprintf("group %d: %s", id, LeftOutProducerOnly))
+		}
+		rv.Groups = append(rv.Groups, gv)
+	}
+	// Nothing to verify the load by: the consumer checksummed no group,
+	// or every group is left out (a pure state model without a TP split
+	// across TP sizes, or groups skipped on both sides).
+	// As vLLM's consumer: not when a group is already unverified (a group
+	// skipped on the consumer that the producer checksummed).
+	unverifiedGroup := slices.ContainsFunc(rv.Groups, func(g *GroupVerdict) bool { return g.Verdict == Unverified })
+	if (len(cr.Groups) == 0 && !unverifiedGroup) || !slices.ContainsFunc(rv.Groups, func(g *GroupVerdict) bool { return g.Verdict != LeftOut }) {
+		rv.Reasons = addReason(rv.Reasons, ReasonNoLoadedGroup)
+	}
+	rv.Verdict = combine(false, func(yield func(Verdict) bool) {
+		if len(rv.Reasons) > 0 && !yield(Unverified) {
+			return
+		}
+		for _, g := range rv.Groups {
+			if !yield(g.Verdict) {
+				return
+			}
+		}
+	})
+	return rv
+}
