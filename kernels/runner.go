@@ -11,8 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvaudit/kvaudit/checksum"
@@ -28,29 +30,51 @@ const RunnerEnv = "KVAUDIT_CUDA_RUNNER"
 // the context and the kernels' JIT compilation.
 const DefaultStartTimeout = 2 * time.Minute
 
+// DefaultRequestTimeout bounds one request to the runner (one rank's
+// checksums, or a benchmark): a runner that sends progress forever, or
+// nothing, is stopped then.
+const DefaultRequestTimeout = 10 * time.Minute
+
 // ErrNoRunner is wrapped by FindRunner's error when no runner is found.
 var ErrNoRunner = errors.New("the kvaudit-cuda runner is not installed")
 
-// FindRunner returns the runner's path: $KVAUDIT_CUDA_RUNNER when set (an
-// error if it names no executable), else kvaudit-cuda beside the running
-// executable, else kvaudit-cuda on PATH.
-func FindRunner() (string, error) {
+// How FindRunner found the runner (Runner.Found).
+const (
+	FoundEnv    = "from $" + RunnerEnv
+	FoundBeside = "beside kvaudit"
+	FoundPath   = "on PATH"
+	FoundGiven  = "as given"
+)
+
+// FindRunner returns the runner's path and how it was found (FoundEnv,
+// FoundBeside, FoundPath): $KVAUDIT_CUDA_RUNNER when set (an error if it
+// names no executable), else kvaudit-cuda beside the running executable,
+// else kvaudit-cuda on PATH. The path is absolute where it can be made so.
+func FindRunner() (path, found string, err error) {
 	if p := os.Getenv(RunnerEnv); p != "" {
-		if _, err := exec.LookPath(p); err != nil {
-			return "", fmt.Errorf("%s=%q: %w", RunnerEnv, p, err)
+		lp, err := exec.LookPath(p)
+		if err != nil {
+			return "", "", fmt.Errorf("%s=%q: %w", RunnerEnv, p, err)
 		}
-		return p, nil
+		return absPath(lp), FoundEnv, nil
 	}
 	if exe, err := os.Executable(); err == nil {
 		p := filepath.Join(filepath.Dir(exe), RunnerName)
 		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p, nil
+			return p, FoundBeside, nil
 		}
 	}
 	if p, err := exec.LookPath(RunnerName); err == nil {
-		return p, nil
+		return absPath(p), FoundPath, nil
 	}
-	return "", fmt.Errorf("%w (no %s beside kvaudit or on PATH, and %s is not set)", ErrNoRunner, RunnerName, RunnerEnv)
+	return "", "", fmt.Errorf("%w (no %s beside kvaudit or on PATH, and %s is not set)", ErrNoRunner, RunnerName, RunnerEnv)
+}
+
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
 
 // StartError is a runner that could not be started, or exited or said
@@ -73,6 +97,32 @@ type RunnerOptions struct {
 	// StartTimeout bounds the wait for its Hello; 0 means
 	// DefaultStartTimeout.
 	StartTimeout time.Duration
+	// RequestTimeout bounds each request, from sending it to its final
+	// answer, progress lines or not; 0 means DefaultRequestTimeout, a
+	// negative value no deadline. A request past it stops the runner
+	// (a *TimeoutError).
+	RequestTimeout time.Duration
+	// TimeoutSetting names what sets RequestTimeout, for the
+	// *TimeoutError's message ("--cuda-timeout"); "" names none.
+	TimeoutSetting string
+}
+
+// TimeoutError is a request the runner did not answer in time
+// (RunnerOptions.RequestTimeout); the runner was stopped.
+type TimeoutError struct {
+	Path    string
+	Op      string
+	Timeout time.Duration
+	// Setting names what sets the deadline (RunnerOptions.TimeoutSetting).
+	Setting string
+}
+
+func (e *TimeoutError) Error() string {
+	msg := fmt.Sprintf("cuda engine: %s did not answer a %s request within %v, the deadline of one request: it was stopped", e.Path, e.Op, e.Timeout)
+	if e.Setting != "" {
+		msg += " (" + e.Setting + " sets the deadline)"
+	}
+	return msg
 }
 
 // Runner is the checksum.Engine of --engine cuda: a running kvaudit-cuda
@@ -81,6 +131,7 @@ type RunnerOptions struct {
 // end of kvaudit (its stdin closes).
 type Runner struct {
 	path    string
+	found   string
 	hello   Hello
 	stdin   io.WriteCloser
 	lines   chan []byte // stdout lines; closed when the runner has exited
@@ -88,6 +139,11 @@ type Runner struct {
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	waitErr error
+	// maxLine caps the next line read from the runner's stdout (see
+	// lineCap); timeout and timeoutBy are RunnerOptions'.
+	maxLine   atomic.Int64
+	timeout   time.Duration
+	timeoutBy string
 
 	mu     sync.Mutex
 	nextID int64
@@ -99,10 +155,10 @@ type Runner struct {
 // says something else first (gorgonia.org/cu exits 1 without a GPU, with
 // a message on stdout) with a *StartError holding what it printed.
 func StartRunner(ctx context.Context, o RunnerOptions) (*Runner, error) {
-	path := o.Path
+	path, found := o.Path, FoundGiven
 	if path == "" {
 		var err error
-		if path, err = FindRunner(); err != nil {
+		if path, found, err = FindRunner(); err != nil {
 			return nil, err
 		}
 	}
@@ -114,7 +170,16 @@ func StartRunner(ctx context.Context, o RunnerOptions) (*Runner, error) {
 	if o.Env != nil {
 		cmd.Env = o.Env
 	}
-	r := &Runner{path: path, cmd: cmd, stderr: &tail{max: 4096}, lines: make(chan []byte, 64), exited: make(chan struct{})}
+	// A runner whose children keep its stderr open is not waited for.
+	cmd.WaitDelay = 2 * time.Second
+	// lines holds one line: with the line being read and the one being
+	// handled, at most three lines of lineCap bytes are held at once.
+	r := &Runner{path: path, found: found, cmd: cmd, stderr: &tail{max: 4096}, lines: make(chan []byte, 1), exited: make(chan struct{})}
+	r.maxLine.Store(minLineCap)
+	r.timeout, r.timeoutBy = o.RequestTimeout, o.TimeoutSetting
+	if r.timeout == 0 {
+		r.timeout = DefaultRequestTimeout
+	}
 	cmd.Stderr = r.stderr
 	var err error
 	if r.stdin, err = cmd.StdinPipe(); err != nil {
@@ -174,22 +239,36 @@ func StartRunner(ctx context.Context, o RunnerOptions) (*Runner, error) {
 	}
 }
 
-// Bounds on what is kept of a runner's output: a line of stdout (a
-// response with every output of a plan fits many times over), what a runner
-// says instead of its handshake, and (in tail) its stderr. A runner that
-// floods its output (KVAUDIT_CUDA_RUNNER=/usr/bin/yes) costs no more.
+// Bounds on what is kept of a runner's output: a line of stdout (see
+// lineCap), what a runner says instead of its handshake, and (in tail) its
+// stderr. A runner that floods its output (KVAUDIT_CUDA_RUNNER=/usr/bin/yes)
+// costs no more.
 const (
-	maxRunnerLine = 1 << 28
-	maxSaid       = 4096
+	// minLineCap bounds a line outside a checksum request (the Hello,
+	// a benchmark's answer, an error) and the fixed part of one inside.
+	minLineCap = 1 << 20
+	// lineBytesPerOutput bounds the bytes per output slot of a checksum
+	// request's answer: a value is 21 bytes ("0x" and 16 hex digits,
+	// quoted, a comma), and an engine may give a slot several values.
+	lineBytesPerOutput = 64
+	maxSaid            = 4096
 )
 
+// lineCap returns the longest line a request's answers may take: the
+// fixed part and lineBytesPerOutput per output slot. A line is cut there
+// as it is read, never buffered whole.
+func lineCap(req *Request) int64 {
+	return minLineCap + lineBytesPerOutput*int64(max(req.Outputs, 0))
+}
+
 // read passes the runner's stdout lines to r.lines, then waits for its
-// exit and closes r.lines. A line longer than maxRunnerLine is passed on
-// cut short, with a note, which no reader takes for a message.
+// exit and closes r.lines. A line longer than r.maxLine is passed on cut
+// short, with a note, which no reader takes for a message; its rest is
+// read and dropped as it comes, never held.
 func (r *Runner) read(stdout io.Reader) {
 	br := bufio.NewReaderSize(stdout, 1<<16)
 	for {
-		line, err := readLine(br, maxRunnerLine)
+		line, err := readLine(br, int(r.maxLine.Load()))
 		if len(bytes.TrimSpace(line)) > 0 {
 			r.lines <- line
 		}
@@ -247,8 +326,14 @@ func (r *Runner) Hello() Hello { return r.hello }
 // Path returns the runner's executable.
 func (r *Runner) Path() string { return r.path }
 
+// Found says how the runner was found: FoundEnv, FoundBeside, FoundPath,
+// or FoundGiven (RunnerOptions.Path).
+func (r *Runner) Found() string { return r.found }
+
 // Run implements checksum.Engine: it sends the plan to the runner, which
-// opens p.Dump.Path itself.
+// opens p.Dump.Path itself, and checks the answer against the cpu engine
+// (see checkResults): a runner whose results differ is an
+// *checksum.InternalError naming it, and broken for good.
 func (r *Runner) Run(ctx context.Context, p *checksum.Plan, out []uint64) error {
 	dump, err := filepath.Abs(p.Dump.Path)
 	if err != nil {
@@ -280,8 +365,15 @@ func (r *Runner) Run(ctx context.Context, p *checksum.Plan, out []uint64) error 
 	if len(resp.Out) != p.Outputs {
 		return r.fail(fmt.Errorf("cuda engine: %s sent %d outputs, want %d", r.path, len(resp.Out), p.Outputs))
 	}
+	got := make([]uint64, len(resp.Out))
 	for i, v := range resp.Out {
-		out[i] += uint64(v)
+		got[i] = uint64(v)
+	}
+	if err := r.checkResults(ctx, p, got); err != nil {
+		return r.fail(err)
+	}
+	for i, v := range got {
+		out[i] += v
 	}
 	return nil
 }
@@ -312,14 +404,34 @@ func (r *Runner) call(ctx context.Context, req *Request, progress func(int64)) (
 	if err != nil {
 		return nil, err
 	}
-	if _, err := r.stdin.Write(append(b, '\n')); err != nil {
-		return nil, r.died()
+	r.maxLine.Store(lineCap(req))
+	defer r.maxLine.Store(minLineCap)
+	var deadline <-chan time.Time
+	if r.timeout > 0 {
+		timer := time.NewTimer(r.timeout)
+		defer timer.Stop()
+		deadline = timer.C
 	}
+	// Written aside, so that a runner that reads no request is stopped at
+	// the deadline too.
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := r.stdin.Write(append(b, '\n'))
+		wrote <- err
+	}()
 	for {
 		select {
+		case err := <-wrote:
+			if err != nil {
+				return nil, r.died()
+			}
+			wrote = nil
 		case <-ctx.Done():
 			r.kill()
 			return nil, r.fail(ctx.Err())
+		case <-deadline:
+			r.kill()
+			return nil, r.fail(&TimeoutError{Path: r.path, Op: req.Op, Timeout: r.timeout, Setting: r.timeoutBy})
 		case line, ok := <-r.lines:
 			if !ok {
 				return nil, r.died()
@@ -383,7 +495,8 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 		if !over {
 			if len(line)+len(chunk) > max {
 				over = true
-				line = append(line[:min(len(line), 512)], fmt.Sprintf("... (a line of more than %d bytes)", max)...)
+				// A new slice: the long one is let go at once.
+				line = append(slices.Clone(line[:min(len(line), 512)]), fmt.Sprintf("... (a line of more than %d bytes)", max)...)
 			} else {
 				line = append(line, chunk...)
 			}

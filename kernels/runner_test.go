@@ -63,6 +63,9 @@ func TestMain(m *testing.M) {
 		io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)
 	}
+	if hostileRunner(os.Getenv(fakeEnv)) {
+		os.Exit(0)
+	}
 	fmt.Fprintf(os.Stderr, "unknown %s\n", fakeEnv)
 	os.Exit(3)
 }
@@ -317,16 +320,16 @@ func TestServeRejectsBadRequests(t *testing.T) {
 // without it and without kvaudit-cuda anywhere, ErrNoRunner.
 func TestFindRunner(t *testing.T) {
 	t.Setenv(kernels.RunnerEnv, os.Args[0])
-	if p, err := kernels.FindRunner(); err != nil || p != os.Args[0] {
+	if p, found, err := kernels.FindRunner(); err != nil || p != os.Args[0] || found != kernels.FoundEnv {
 		t.Errorf("got %q, %v", p, err)
 	}
 	t.Setenv(kernels.RunnerEnv, filepath.Join(t.TempDir(), "nothing"))
-	if _, err := kernels.FindRunner(); err == nil {
+	if _, _, err := kernels.FindRunner(); err == nil {
 		t.Error("a missing $KVAUDIT_CUDA_RUNNER was accepted")
 	}
 	t.Setenv(kernels.RunnerEnv, "")
 	t.Setenv("PATH", t.TempDir())
-	if _, err := kernels.FindRunner(); !errors.Is(err, kernels.ErrNoRunner) {
+	if _, _, err := kernels.FindRunner(); !errors.Is(err, kernels.ErrNoRunner) {
 		t.Errorf("got %v, want ErrNoRunner", err)
 	}
 }

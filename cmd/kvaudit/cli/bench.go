@@ -34,6 +34,8 @@ type BenchOptions struct {
 	Engine string
 	// Bench holds the measurement settings (Paths is set by the run).
 	Bench bench.Options
+	// Runner says how to start the runner for --engine cuda.
+	Runner kernels.RunnerOptions
 }
 
 // NewCmdBench builds `kvaudit bench`. runF replaces the run function in
@@ -86,6 +88,9 @@ measures side by side; absolute speeds depend on the machine and its load.`,
 			case "cuda":
 				if len(args) > 0 {
 					return usageErrorf("--engine cuda measures the kernel on a cache the runner fills on the device; it takes no dumps")
+				}
+				if opts.Runner, err = runnerOptions(cfg); err != nil {
+					return err
 				}
 			default:
 				return usageErrorf("--engine %q: want cpu or cuda", opts.Engine)
@@ -140,6 +145,7 @@ measures side by side; absolute speeds depend on the machine and its load.`,
 	f.Bool("end-to-end", true, "")
 	_ = f.MarkDeprecated("end-to-end", "use --no-end-to-end")
 	f.String("engine", "cpu", "cpu: the CPU engines beside a plain read; cuda: the GPU kernel beside a plain-read kernel and a device-to-device copy (kvaudit-cuda runner)")
+	addCUDATimeoutFlag(f)
 	return cmd
 }
 
@@ -289,7 +295,7 @@ func parseSize(s string) (int64, error) {
 // plain-read kernel and a device-to-device copy of the same bytes, in one
 // run; a few rows are checked against the reference on the host.
 func benchCUDA(ctx context.Context, opts *BenchOptions) error {
-	r, err := kernels.StartRunner(ctx, kernels.RunnerOptions{})
+	r, err := kernels.StartRunner(ctx, opts.Runner)
 	if err != nil {
 		return fmt.Errorf("the CUDA engine is unavailable: %w", err)
 	}

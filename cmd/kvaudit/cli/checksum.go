@@ -95,7 +95,7 @@ skipped) exits 2 with the reasons.
 				opts.OutDir = "" // a top-level out: in kvaudit.yaml, for synth or inject
 			}
 			opts.BlockValues = opts.Numbering == checksum.NumberBlock || (opts.Output == "payload" && opts.PayloadForm == wire.FormFlat)
-			if opts.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
+			if opts.Engine, err = newEngine(cfg, s.Err); err != nil {
 				return err
 			}
 			if runF != nil {
@@ -112,6 +112,7 @@ skipped) exits 2 with the reasons.
 	f.StringSliceVar(&opts.Requests, "request", nil, "checksum only this request id (repeatable)")
 	f.String("engine", "cpu", engineHelp)
 	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
+	addCUDATimeoutFlag(f)
 	f.StringVar(&opts.OutDir, "out", "", "with -o record: directory to write rank-<pp>-<tp>.record.json files into (not a side's own directory)")
 	f.BoolVar(&opts.Force, "force", false, "with -o record --out: replace existing record files")
 	f.BoolVar(&opts.Stored, "stored", false, "emit each full block's stored checksum (rank-local, tagged with its block hash) and check it against the manifest's stored_checksums; -o table, json or markdown")

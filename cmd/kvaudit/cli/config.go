@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -116,7 +117,7 @@ func (c *config) apply() error {
 			return
 		}
 		switch f.Value.Type() {
-		case "bool", "int", "uint64", "string":
+		case "bool", "int", "uint64", "string", "duration":
 			if v := c.String(f.Name); v != f.Value.String() {
 				err = f.Value.Set(v)
 			}
@@ -163,6 +164,10 @@ func checkValue(f *pflag.Flag, val string) string {
 	case "bool":
 		if _, err := strconv.ParseBool(val); err != nil {
 			return "true or false"
+		}
+	case "duration":
+		if _, err := time.ParseDuration(val); err != nil {
+			return "a duration (90s, 10m, 1h30m)"
 		}
 	}
 	return ""
@@ -363,6 +368,9 @@ func (c *config) String(name string) string { return c.v.GetString(c.key(name)) 
 func (c *config) Int(name string) int       { return c.v.GetInt(c.key(name)) }
 func (c *config) Uint64(name string) uint64 { return c.v.GetUint64(c.key(name)) }
 func (c *config) Bool(name string) bool     { return c.v.GetBool(c.key(name)) }
+
+// Duration reads a duration setting (--cuda-timeout).
+func (c *config) Duration(name string) time.Duration { return c.v.GetDuration(c.key(name)) }
 
 // Strings reads a list: a repeatable flag, a KVAUDIT_* variable or a
 // configuration value, comma-separated the same way everywhere

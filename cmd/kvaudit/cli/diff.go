@@ -88,7 +88,7 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 			}
 			opts.AllowedBy, _ = cfg.FromFile("allow-unverified")
 			opts.started = time.Now()
-			if opts.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
+			if opts.Engine, err = newEngine(cfg, s.Err); err != nil {
 				return err
 			}
 			if runF != nil {
@@ -103,6 +103,7 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 	f.BoolVar(&opts.AllowUnverified, "allow-unverified", false, "exit 0 when nothing mismatches, even if some load is unverified")
 	f.String("engine", "cpu", engineHelp)
 	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
+	addCUDATimeoutFlag(f)
 	f.BoolVar(&opts.NoDrill, "no-drill", false, "skip the drill-down of mismatches to layers, heads and tokens")
 	f.IntVar(&opts.MaxDetails, "max-details", drill.DefaultMaxDetails, "drill-down details per request at most (-1: no cap)")
 	f.BoolVar(&opts.AuditTail, "audit-tail", false, "also audit the consumer's dumps: every byte past the transferred range is zero")

@@ -30,6 +30,7 @@ var flagVocabulary = map[string]struct{ typ, meaning string }{
 	"partial":          {"bool", "a subset of a side's ranks is allowed"},
 	"seed":             {"uint64", "the seed of every random choice"},
 	"engine":           {"string", "the checksum engine"},
+	"cuda-timeout":     {"duration", "the deadline of one request to the kvaudit-cuda runner"},
 	"threads":          {"int", "how many things run at once (engine threads, trials); the only parallelism flag"},
 	"output":           {"string", "-o: the output format"},
 	"junit":            {"string", "a file to write the JUnit report to, besides the output"},

@@ -130,6 +130,7 @@ func addInjectFlags(cmd *cobra.Command, o *InjectOptions) {
 	addOutputFlag(cmd, "table and markdown: a summary; json: fault.json")
 	f.String("engine", "cpu", engineHelp)
 	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
+	addCUDATimeoutFlag(f)
 }
 
 // resolve completes the options from the command's settings (the bound
@@ -165,7 +166,7 @@ func (o *InjectOptions) resolve(cfg *config) error {
 	if o.Prepare.ExtraBlocks < 0 {
 		return usageErrorf("--extra-blocks %d is negative", o.Prepare.ExtraBlocks)
 	}
-	if o.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), o.IO.Err); err != nil {
+	if o.Engine, err = newEngine(cfg, o.IO.Err); err != nil {
 		return err
 	}
 	o.Step = func(what string) func() { return longStep(o.IO, what) }
