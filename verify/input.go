@@ -193,6 +193,9 @@ func payloadSide(what string, data []byte) (*Source, error) {
 		if json.Unmarshal(obj["format"], &format) == nil && strings.HasPrefix(format, "kvaudit-") {
 			return nil, fmt.Errorf("%s is %s output, not what a producer sends: give its dumps, records or payloads", what, format)
 		}
+		// A key given twice: the last one counts, in encoding/json as in
+		// Python's json.loads (what vLLM's consumer reads it with).
+		repeated := repeatedKeys(text)
 		if raw, ok := obj["kv_checksums"]; ok {
 			// vLLM's kv_transfer_params.
 			var t *string
@@ -204,6 +207,9 @@ func payloadSide(what string, data []byte) (*Source, error) {
 				s.bare = invalidRequest("", ReasonNoChecksums)
 			default:
 				bare(*t)
+			}
+			if n := repeated["kv_checksums"]; n > 1 {
+				s.bare.Notes = append(s.bare.Notes, repeatedNote("kv_checksums", n))
 			}
 			return s, nil
 		}
@@ -228,6 +234,9 @@ func payloadSide(what string, data []byte) (*Source, error) {
 			if err != nil {
 				s.notes[id] = err.Error()
 			}
+			if n := repeated[id]; n > 1 {
+				rc.Notes = append(rc.Notes, repeatedNote(id, n))
+			}
 			s.byID = append(s.byID, rc)
 		}
 	case isText(text):
@@ -237,6 +246,52 @@ func payloadSide(what string, data []byte) (*Source, error) {
 		bareInPlace(false)
 	}
 	return s, nil
+}
+
+// repeatedNote says which of a key's n values a JSON object's reader
+// took.
+func repeatedNote(key string, n int) string {
+	return fmt.Sprintf("the key %q appears %d times in the producer's JSON object: the last one is used, as Python's json.loads (vLLM's consumer) does", key, n)
+}
+
+// repeatedKeys returns the keys that the top level of a JSON object (valid
+// JSON: json.Unmarshal took it) holds more than once, with their counts.
+// It scans the text in place: only keys are copied.
+func repeatedKeys(text []byte) map[string]int {
+	counts := map[string]int{}
+	depth, key := 0, false
+	for i := 0; i < len(text); i++ {
+		switch text[i] {
+		case '"':
+			j := i + 1
+			for ; j < len(text) && text[j] != '"'; j++ {
+				if text[j] == '\\' {
+					j++
+				}
+			}
+			if depth == 1 && key {
+				var k string
+				if json.Unmarshal(text[i:min(j+1, len(text))], &k) == nil {
+					counts[k]++
+				}
+				key = false
+			}
+			i = j
+		case '{', '[':
+			depth++
+			key = depth == 1
+		case '}', ']':
+			depth--
+		case ',':
+			key = depth == 1
+		}
+	}
+	for k, n := range counts {
+		if n < 2 {
+			delete(counts, k)
+		}
+	}
+	return counts
 }
 
 // readPayloadFile reads a regular payload or record file (never a FIFO or
