@@ -17,6 +17,9 @@ func auditTables(a *verify.Audits) []*Table {
 	if a.Stored != nil {
 		out = append(out, StoredTable(a.Stored))
 	}
+	if len(a.Repeated) > 0 {
+		out = append(out, RepeatedTable(a.Repeated))
+	}
 	return out
 }
 

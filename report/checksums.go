@@ -25,6 +25,9 @@ type ChecksumsJSON struct {
 	// default) or "block" (vLLM's published code), docs/spec.md §1.
 	Numbering string                `json:"numbering"`
 	Requests  []ChecksumRequestJSON `json:"requests"`
+	// Repeated are the blocks given at several positions of one request
+	// (an audit finding: exit 1), when there are some.
+	Repeated []RepeatedBlockJSON `json:"repeated_blocks,omitempty"`
 }
 
 // ChecksumRequestJSON is one request's checks.

@@ -372,11 +372,15 @@ type diffWithAuditsJSON struct {
 	*DiffJSON
 	TailAudit *TailAuditJSON `json:"tail_audit,omitempty"`
 	Stored    *StoredJSON    `json:"stored,omitempty"`
+	// Repeated are the blocks given at several positions of one request
+	// (either side), when there are some.
+	Repeated []RepeatedBlockJSON `json:"repeated_blocks,omitempty"`
 }
 
 // RenderDiffAudits writes a comparison and the consumer audits beside it:
 // in a table or markdown, the audits' tables after the comparison's; in
-// JSON, kvaudit-diff/1 with "tail_audit" and "stored" fields added; in
+// JSON, kvaudit-diff/1 with "tail_audit", "stored" and "repeated_blocks"
+// fields added; in
 // JUnit, a test suite per audit after the comparison's suites, each with
 // one test case per request and group of the comparison (the same cases
 // whatever the audit finds, so CI can follow a case from run to run), a
@@ -395,6 +399,7 @@ func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f F
 		if a.Stored != nil {
 			out.Stored = NewStoredJSON(a.Stored)
 		}
+		out.Repeated = NewRepeatedBlocksJSON(a.Repeated)
 		return WriteJSON(w, out)
 	case FormatJUnit:
 		doc := diffJUnit(res, opts)
@@ -403,6 +408,9 @@ func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f F
 		}
 		if a.Stored != nil {
 			doc.add(storedSuite(res, a.Stored, opts.AllowUnverified))
+		}
+		if len(a.Repeated) > 0 {
+			doc.add(repeatedSuite(res, a.Repeated))
 		}
 		return writeJUnit(w, doc)
 	}

@@ -14,12 +14,20 @@ type Audits struct {
 	Tail *TailAudit
 	// Stored are each consumer rank's stored checksums.
 	Stored []*StoredRank
+	// Repeated are the blocks a request's table gives at several
+	// positions, on either side (RepeatedBlocks): checked on every
+	// comparison of dumps, without a flag; nil when there are none.
+	Repeated []RepeatedBlock
 }
 
 // Failed reports whether an audit found something: a non-zero byte past
-// the transferred range, or a stored checksum that differs.
+// the transferred range, a stored checksum that differs, or a block given
+// at two positions of one request.
 func (a *Audits) Failed() bool {
 	if a.Tail != nil && len(a.Tail.Findings) > 0 {
+		return true
+	}
+	if len(a.Repeated) > 0 {
 		return true
 	}
 	return a.Stored != nil && StoredVerdict(a.Stored) == Mismatch

@@ -20,7 +20,29 @@ type Checksums struct {
 	// Records are the per-rank records merged: those computed from the
 	// side's dumps, then the side's record files.
 	Records []*wire.Record
+	// Repeated are the blocks a request's table gives at several
+	// positions (RepeatedBlocks; records carry no block tables): an
+	// audit finding, see Failed.
+	Repeated []RepeatedBlock
 }
+
+// Failed returns an error saying what the side's audit found, a block
+// given at two positions of one request (Repeated), and nil when it found
+// nothing.
+func (c *Checksums) Failed() error {
+	if len(c.Repeated) == 0 {
+		return nil
+	}
+	return &RepeatedBlocksError{Blocks: c.Repeated}
+}
+
+// RepeatedBlocksError is a side whose block tables give a block at two
+// positions of one request (an audit finding, not bad input).
+type RepeatedBlocksError struct {
+	Blocks []RepeatedBlock
+}
+
+func (e *RepeatedBlocksError) Error() string { return repeatedSummary(e.Blocks) }
 
 // ChecksumOptions control Checksum.
 type ChecksumOptions struct {
@@ -89,7 +111,7 @@ func (e *NothingChecksummedError) Error() string {
 // may hold nothing checksummed: Checksums.Unchecked says so, after the
 // caller has shown what there is.
 func Checksum(ctx context.Context, in Input, opts ChecksumOptions) (*Checksums, error) {
-	recs, err := records(ctx, in, RecordsOptions{Engine: opts.Engine, Requests: opts.Requests, Progress: opts.Progress}, opts.BlockValues)
+	recs, rep, err := records(ctx, in, RecordsOptions{Engine: opts.Engine, Requests: opts.Requests, Progress: opts.Progress}, opts.BlockValues)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +127,7 @@ func Checksum(ctx context.Context, in Input, opts ChecksumOptions) (*Checksums, 
 			return nil, err
 		}
 	}
-	return &Checksums{Checks: c, Records: recs}, nil
+	return &Checksums{Checks: c, Records: recs, Repeated: rep}, nil
 }
 
 // Records checksums a side given by paths into one record per rank, not
@@ -113,21 +135,25 @@ func Checksum(ctx context.Context, in Input, opts ChecksumOptions) (*Checksums, 
 // Checksum (or Merge) elsewhere. Any subset of the side's ranks
 // will do. Records carry both numberings (docs/spec.md §8).
 func Records(ctx context.Context, in Input, opts RecordsOptions) ([]*wire.Record, error) {
-	return records(ctx, in, opts, true)
+	recs, _, err := records(ctx, in, opts, true)
+	return recs, err
 }
 
-// records opens a side and returns its records: its dumps checksummed,
-// then its record files.
-func records(ctx context.Context, in Input, opts RecordsOptions, blockValues bool) ([]*wire.Record, error) {
+// records opens a side and returns its records (its dumps checksummed,
+// then its record files) and the repeated blocks of its dumps' tables.
+func records(ctx context.Context, in Input, opts RecordsOptions, blockValues bool) ([]*wire.Record, []RepeatedBlock, error) {
 	side, err := Open(in)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer side.Close()
 	add, done := opts.Progress.start("side", side.Dumps, opts.Requests)
 	recs, err := side.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: blockValues, Progress: add})
 	done()
-	return recs, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return recs, RepeatedBlocks("", side.Dumps, opts.Requests), nil
 }
 
 // Unchecked returns a *NothingChecksummedError when no request of the

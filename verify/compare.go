@@ -116,6 +116,9 @@ func (r *Result) Summary() string {
 			if a.Stored != nil && StoredVerdict(a.Stored) == Mismatch {
 				msgs = append(msgs, "stored checksums: some block differs from the checksum stored with it")
 			}
+			if len(a.Repeated) > 0 {
+				msgs = append(msgs, repeatedSummary(a.Repeated))
+			}
 		}
 	case Unverified:
 		switch {
@@ -222,6 +225,12 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
 	}
+	if rep := append(RepeatedBlocks("producer", pside.Dumps, pairIDs(cons)), RepeatedBlocks("consumer", cside.Dumps, opts.Requests)...); len(rep) > 0 {
+		if res.Audits == nil {
+			res.Audits = &Audits{}
+		}
+		res.Audits.Repeated = rep
+	}
 	return res, nil
 }
 
@@ -240,12 +249,7 @@ func producerChecks(ctx context.Context, pside *Source, cons *Checks, opts Compa
 	case pside.payload:
 		return ProducerChecks(pside.byID...), nil
 	}
-	var ids []string
-	for _, r := range cons.Requests {
-		if !slices.Contains(ids, r.PairID()) {
-			ids = append(ids, r.PairID())
-		}
-	}
+	ids := pairIDs(cons)
 	add, done := opts.Progress.start("producer", pside.Dumps, ids)
 	precs, err := pside.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: ids, Progress: add})
 	done()
@@ -257,6 +261,18 @@ func producerChecks(ctx context.Context, pside *Source, cons *Checks, opts Compa
 		return nil, fmt.Errorf("producer: %w", err)
 	}
 	return prod, nil
+}
+
+// pairIDs returns the producer request ids the consumer's requests pair
+// with, each once.
+func pairIDs(cons *Checks) []string {
+	var ids []string
+	for _, r := range cons.Requests {
+		if !slices.Contains(ids, r.PairID()) {
+			ids = append(ids, r.PairID())
+		}
+	}
+	return ids
 }
 
 // Explain drills the mismatches of res down to the cells that differ

@@ -1,27 +1,55 @@
 package verify
 
 import (
-	"maps"
+	"reflect"
 	"testing"
+
+	"github.com/kvaudit/kvaudit/layout"
 )
 
-// TestRepeatedKeys: the keys a JSON object's top level holds more than
-// once, as Python's json.loads reads them (escapes decoded), never keys of
-// nested objects or strings that look like keys.
-func TestRepeatedKeys(t *testing.T) {
-	for _, c := range []struct {
-		text string
-		want map[string]int
-	}{
-		{`{}`, map[string]int{}},
-		{`{"a": 1, "b": 2}`, map[string]int{}},
-		{`{"a": 1, "a": 2, "a": {"a": 3}}`, map[string]int{"a": 3}},
-		{`{"kv_checksums": "x", "kv_check\u0073ums": "y"}`, map[string]int{"kv_checksums": 2}},
-		{`{"s": "\"kv\", \"kv\"", "kv": [{"kv": 1}, "kv"], "t": {"kv": 1, "kv": 2}}`, map[string]int{}},
-		{`{"q\\": 1, "q\\": [1, {"x": ","}]}`, map[string]int{`q\`: 2}},
-	} {
-		if got := repeatedKeys([]byte(c.text)); !maps.Equal(got, c.want) {
-			t.Errorf("%s: got %v, want %v", c.text, got, c.want)
-		}
+func tablesDump(tp int, reqs ...layout.Request) *layout.Dump {
+	return &layout.Dump{Path: "d", Manifest: &layout.Manifest{Parallel: layout.Parallel{TPRank: tp, TPSize: 2, PPSize: 1}, Requests: reqs}}
+}
+
+// TestRepeatedBlocks: a block at two positions of one request's table is
+// found once however many ranks show it, with its positions in order;
+// null entries, a block shared by two requests at one position (a shared
+// prefix) or in two groups are not; the request filter applies.
+func TestRepeatedBlocks(t *testing.T) {
+	n := layout.NoBlock
+	reqs := []layout.Request{
+		{ID: "a", BlockTable: map[string]layout.BlockIDs{"0": {5, 5, 6}, "1": {7, 8}}},
+		{ID: "b", BlockTable: map[string]layout.BlockIDs{"0": {5, 9, 10}, "1": {n, n, 7}}},
+		{ID: "c", BlockTable: map[string]layout.BlockIDs{"0": {11, 12, 11, 13, 11}, "1": {14, 14}}},
+	}
+	dumps := []*layout.Dump{tablesDump(1, reqs...), tablesDump(0, reqs...)}
+	got := RepeatedBlocks("consumer", dumps, nil)
+	want := []RepeatedBlock{
+		{Side: "consumer", Request: "a", Group: 0, Block: 5, Positions: []int{0, 1}, Rank: layout.Rank{TP: 1}},
+		{Side: "consumer", Request: "c", Group: 0, Block: 11, Positions: []int{0, 2, 4}, Rank: layout.Rank{TP: 1}},
+		{Side: "consumer", Request: "c", Group: 1, Block: 14, Positions: []int{0, 1}, Rank: layout.Rank{TP: 1}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+	if got := RepeatedBlocks("", dumps, []string{"b", "c"}); len(got) != 2 || got[0].Request != "c" {
+		t.Fatalf("requests b, c: got %+v", got)
+	}
+	if got := RepeatedBlocks("", dumps, []string{"b"}); got != nil {
+		t.Fatalf("request b: got %+v", got)
+	}
+	if s := want[1].String(); s != `consumer request "c" group 0: block 11 is given at positions 0,2,4 of one request (rank 0:1)` {
+		t.Errorf("String: %s", s)
+	}
+	res := &Result{Diff: &DiffResult{Verdict: Verified}, Audits: &Audits{Repeated: want}}
+	if res.Verdict() != Mismatch || res.Summary() != "repeated blocks: "+want[0].String()+" (and 2 more)" {
+		t.Errorf("verdict %s, summary %q", res.Verdict(), res.Summary())
+	}
+	c := &Checksums{Repeated: want[:1]}
+	if err := c.Failed(); err == nil || err.Error() != "repeated blocks: "+want[0].String() {
+		t.Errorf("Failed: %v", err)
+	}
+	if err := (&Checksums{}).Failed(); err != nil {
+		t.Errorf("Failed with nothing repeated: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,6 +28,17 @@ func TestReadSafety(t *testing.T) {
 	p.Cmds["fifo"] = cmdFifo
 	p.Cmds["sparse"] = cmdSparse
 	p.Cmds["jsonset"] = cmdJSONSet
+	// Outputs of hostile input against their schemas (schema_test.go).
+	schemas, err := filepath.Abs(schemaDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup := p.Setup
+	p.Setup = func(env *testscript.Env) error {
+		env.Setenv("SCHEMAS", schemas)
+		return setup(env)
+	}
+	p.Cmds["schema"] = cmdSchema
 	testscript.Run(t, p)
 }
 

@@ -148,14 +148,24 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 	c := res.Checks
 	switch opts.Output {
 	case "json":
-		err = report.WriteJSON(opts.IO.Out, report.NewChecksumsJSONNumbered(c, opts.Numbering))
+		out := report.NewChecksumsJSONNumbered(c, opts.Numbering)
+		out.Repeated = report.NewRepeatedBlocksJSON(res.Repeated)
+		err = report.WriteJSON(opts.IO.Out, out)
 	case "payload":
 		err = writePayloads(opts.IO.Out, c, opts.PayloadForm)
 	default:
-		err = opts.IO.renderTables(opts.Output, report.ChecksumsTableNumbered(c, opts.Numbering))
+		tables := []*report.Table{report.ChecksumsTableNumbered(c, opts.Numbering)}
+		if len(res.Repeated) > 0 {
+			tables = append(tables, report.RepeatedTable(res.Repeated))
+		}
+		err = opts.IO.renderTables(opts.Output, tables...)
 	}
 	if err != nil {
 		return err
+	}
+	if err := res.Failed(); err != nil {
+		// An audit finding: a block given at two positions of a request.
+		return &ResultError{Code: ExitMismatch, Msg: err.Error()}
 	}
 	if err := res.Unchecked(); err != nil {
 		return &ResultError{Code: ExitUnverified, Msg: err.Error()}
