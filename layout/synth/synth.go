@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/memlimit"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -65,6 +66,11 @@ type Config struct {
 	// Force lets Write replace existing rank files (kvaudit synth
 	// --force); without it an existing file is an error.
 	Force bool `json:"-"`
+	// MaxBytes bounds the memory Write may use for one rank, which it
+	// builds whole before writing it; 0 means what this process may use
+	// (the machine's memory, its cgroup's limit, GOMEMLIMIT). Normalize
+	// refuses a configuration past it.
+	MaxBytes int64 `json:"-"`
 }
 
 // Cache is one cache of a model preset.
@@ -272,13 +278,74 @@ func (c Config) Normalize() (Config, error) {
 		}
 	}
 	need := c.Requests * ceilDiv(c.Tokens, c.BlockSize)
-	if c.NumBlocks == 0 {
+	given := c.NumBlocks != 0
+	if !given {
 		c.NumBlocks = 2*need + 3
 	}
 	if c.NumBlocks < need {
 		return c, fieldErrorf("NumBlocks", c.NumBlocks, "cannot hold %d requests of %d tokens (%d blocks)", c.Requests, c.Tokens, need)
 	}
+	if c.NumBlocks > 1<<40 {
+		return c, fieldErrorf("NumBlocks", c.NumBlocks, "is not in 1..2^40")
+	}
+	if err := c.checkMemory(m, given); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// checkMemory refuses a configuration whose largest rank would not fit in
+// c.MaxBytes (or memlimit.Bytes()): Write builds a rank in memory (twice
+// over for the raw format) beside its block tables, and a Go runtime
+// out-of-memory crash cannot be caught. The error blames NumBlocks when it
+// was given (given), else Requests, and says what the rank would take.
+func (c *Config) checkMemory(m *Model, given bool) error {
+	limit := c.MaxBytes
+	if limit <= 0 {
+		limit = memlimit.Bytes()
+	}
+	if limit <= 0 {
+		return nil
+	}
+	// One block's bytes on the largest rank, from a placement of one
+	// block (so nothing overflows), in float64.
+	one := *c
+	one.NumBlocks = 1
+	var perBlock float64
+	for pp := range c.PP {
+		lo, hi := stageLayers(c.Layers, pp, c.PP)
+		var stage float64
+		for _, g := range m.Groups {
+			for _, ca := range g.Caches {
+				if ca.Layer < lo || ca.Layer >= hi {
+					continue
+				}
+				if ca.States != nil {
+					stage += float64(one.placeState(ca).total)
+				} else {
+					stage += float64(one.place(ca, 0).total)
+				}
+			}
+		}
+		perBlock = max(perBlock, stage)
+	}
+	rank := perBlock * float64(c.NumBlocks)
+	total := rank
+	if c.Format == "raw" {
+		total *= 2 // the data file is assembled from the tensors
+	}
+	// The block tables: a permutation of the blocks per group, and the
+	// requests' tables.
+	total += 8 * float64(len(m.Groups)) * (float64(c.NumBlocks) + float64(c.Requests*ceilDiv(c.Tokens, c.BlockSize)))
+	if total <= float64(limit) {
+		return nil
+	}
+	size := fmt.Sprintf("a rank of %s (%s a block)", memlimit.Format(rank), memlimit.Format(perBlock))
+	where := fmt.Sprintf("more than the %s of memory this process may use: synth builds each rank in memory before writing it", memlimit.Format(float64(limit)))
+	if given {
+		return fieldErrorf("NumBlocks", c.NumBlocks, "makes %s, %s", size, where)
+	}
+	return fieldErrorf("Requests", c.Requests, "of %d tokens need %d blocks, %s, %s", c.Tokens, c.NumBlocks, size, where)
 }
 
 // FieldError is a Config field out of range: Field is its Go name
