@@ -51,6 +51,15 @@ func DecodeStrictJSON(data []byte, v any) error {
 }
 
 func decodeJSON(data []byte, v any) error {
+	if json.Valid(data) {
+		// In place: json.Unmarshal decodes data where it lies, where a
+		// Decoder would first copy it whole (a record or a manifest of
+		// hundreds of MB); unknown fields are found by a scan of their own.
+		if err := unknownField(data, reflect.TypeOf(v)); err != nil {
+			return err
+		}
+		return json.Unmarshal(data, v)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
@@ -130,7 +139,17 @@ func jsonError(err error) error {
 // jsonKeys follows the objects and arrays open at a point of a JSON
 // document and checks each object key as it comes: the rules of
 // checkJSONKeys, shared by its two scanners.
-type jsonKeys struct{ stack []jsonContainer }
+type jsonKeys struct {
+	stack []jsonContainer
+	// paths holds each container path made, by parent path and key, so
+	// that the millions of lists of a large record cost no string each.
+	paths map[jsonPathKey]string
+}
+
+type jsonPathKey struct {
+	parent, key string
+	list        bool
+}
 
 type jsonContainer struct {
 	object    bool
@@ -169,10 +188,24 @@ func (s *jsonKeys) open(object bool) error {
 	}
 	path := ""
 	if n := len(s.stack); n > 0 {
-		if top := &s.stack[n-1]; top.object {
-			path = joinPath(top.path, top.key)
-		} else {
-			path = top.path + "[]"
+		top := &s.stack[n-1]
+		k := jsonPathKey{parent: top.path, key: top.key, list: !top.object}
+		if k.list {
+			k.key = ""
+		}
+		var ok bool
+		if path, ok = s.paths[k]; !ok {
+			if k.list {
+				path = top.path + "[]"
+			} else {
+				path = joinPath(top.path, top.key)
+			}
+			if s.paths == nil {
+				s.paths = map[jsonPathKey]string{}
+			}
+			if len(s.paths) < 1<<16 {
+				s.paths[k] = path
+			}
 		}
 	}
 	c := jsonContainer{path: path, object: object}

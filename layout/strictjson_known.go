@@ -1,0 +1,135 @@
+package layout
+
+import (
+	"encoding"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+)
+
+var (
+	jsonUnmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// unknownField returns, for valid JSON data that will be decoded into a
+// value of type t, the first object key (in document order) that names no
+// field of the struct it would go into, as encoding/json's
+// DisallowUnknownFields reports it ("json: unknown field ..."), or nil. It
+// follows t as encoding/json does (json tags, case-insensitive names,
+// embedded structs, pointers, slices, arrays, maps) and stops at a type
+// that decodes itself (json.Unmarshaler, encoding.TextUnmarshaler) or an
+// interface. It scans data in place and allocates only for escaped keys.
+func unknownField(data []byte, t reflect.Type) error {
+	_, err := knownValue(data, skipJSONSpace(data, 0), t)
+	return err
+}
+
+// knownValue checks the value at data[i] against t and returns the index
+// just past it.
+func knownValue(data []byte, i int, t reflect.Type) (int, error) {
+	for t != nil && t.Kind() == reflect.Pointer && !decodesItself(t) {
+		t = t.Elem()
+	}
+	if t == nil || decodesItself(t) || t.Kind() == reflect.Interface || (data[i] != '{' && data[i] != '[') {
+		return skipJSONValue(data, i), nil
+	}
+	if data[i] == '[' {
+		var elem reflect.Type
+		if k := t.Kind(); k == reflect.Slice || k == reflect.Array {
+			elem = t.Elem()
+		}
+		i = skipJSONSpace(data, i+1)
+		for data[i] != ']' {
+			var err error
+			if i, err = knownValue(data, i, elem); err != nil {
+				return 0, err
+			}
+			i = skipJSONSpace(data, i)
+			if data[i] == ',' {
+				i = skipJSONSpace(data, i+1)
+			}
+		}
+		return i + 1, nil
+	}
+	i = skipJSONSpace(data, i+1)
+	for data[i] != '}' {
+		end, esc := skipJSONString(data, i)
+		key := string(data[i+1 : end-1])
+		if esc {
+			if err := json.Unmarshal(data[i:end], &key); err != nil {
+				return 0, err
+			}
+		}
+		i = skipJSONSpace(data, end)
+		i = skipJSONSpace(data, i+1) // the ':'
+		var field reflect.Type
+		switch t.Kind() {
+		case reflect.Map:
+			field = t.Elem()
+		case reflect.Struct:
+			var ok bool
+			if field, ok = structField(t, key); !ok {
+				return 0, fmt.Errorf("json: unknown field %q", key)
+			}
+		}
+		var err error
+		if i, err = knownValue(data, i, field); err != nil {
+			return 0, err
+		}
+		i = skipJSONSpace(data, i)
+		if data[i] == ',' {
+			i = skipJSONSpace(data, i+1)
+		}
+	}
+	return i + 1, nil
+}
+
+// decodesItself says whether encoding/json hands a value of type t its
+// JSON (or its text) to decode.
+func decodesItself(t reflect.Type) bool {
+	p := reflect.PointerTo(t)
+	return t.Implements(jsonUnmarshalerType) || p.Implements(jsonUnmarshalerType) ||
+		t.Implements(textUnmarshalerType) || p.Implements(textUnmarshalerType)
+}
+
+// structField returns the type of the field of struct t that key names,
+// as encoding/json matches it: the exact name first, else one that
+// differs only in case; the fields of embedded structs are t's.
+func structField(t reflect.Type, key string) (reflect.Type, bool) {
+	var fold reflect.Type
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			et := f.Type
+			if et.Kind() == reflect.Pointer {
+				et = et.Elem()
+			}
+			if et.Kind() == reflect.Struct {
+				if ft, ok := structField(et, key); ok {
+					return ft, true
+				}
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if name == key {
+			return f.Type, true
+		}
+		if fold == nil && strings.EqualFold(name, key) {
+			fold = f.Type
+		}
+	}
+	return fold, fold != nil
+}
