@@ -28,8 +28,8 @@ func ExampleRecords() {
 	}
 	g := recs[0].Requests[0].Groups[0]
 	fmt.Printf("%s group %d, replica keys %v\n", recs[0].Requests[0].ID, g.ID, g.ReplicaKeys)
-	for i := range g.Values {
-		fmt.Printf("position %d: %s (block numbering %s)\n", g.Start+i, g.Values[i][0], g.ValuesBlock[i][0])
+	for i, vals := range g.Values.All() {
+		fmt.Printf("position %d: %s (block numbering %s)\n", g.Start+i, layout.Hex64(vals[0]), layout.Hex64(g.ValuesBlock.At(i)[0]))
 	}
 	// Output:
 	// req-0 group 0, replica keys [[1 0]]

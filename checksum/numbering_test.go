@@ -54,18 +54,18 @@ func TestNumberingOnePass(t *testing.T) {
 				for gi, g := range rq.Groups {
 					for _, other := range got[1:] {
 						o := other[ri].Requests[qi].Groups[gi]
-						if !slices.EqualFunc(g.ValuesBlock, o.ValuesBlock, slices.Equal) || !slices.EqualFunc(g.Values, o.Values, slices.Equal) {
+						if !g.ValuesBlock.Equal(o.ValuesBlock) || !g.Values.Equal(o.Values) {
 							t.Errorf("%+v rank %d %s group %d: %v / %v, want %v / %v", cfg, ri, rq.ID, g.ID, o.Values, o.ValuesBlock, g.Values, g.ValuesBlock)
 						}
 					}
-					if len(g.ValuesBlock) != len(g.Values) {
-						t.Fatalf("%+v: %d block values for %d positions", cfg, len(g.ValuesBlock), len(g.Values))
+					if g.ValuesBlock.Len() != g.Values.Len() {
+						t.Fatalf("%+v: %d block values for %d positions", cfg, g.ValuesBlock.Len(), g.Values.Len())
 					}
-					for i := range g.Values {
-						if g.Start+i == 0 && !slices.Equal(g.Values[i], g.ValuesBlock[i]) {
+					for i, vals := range g.Values.All() {
+						if g.Start+i == 0 && !slices.Equal(vals, g.ValuesBlock.At(i)) {
 							t.Errorf("%+v %s group %d: numberings differ at position 0", cfg, rq.ID, g.ID)
 						}
-						if g.Start+i > 0 && !slices.Equal(g.Values[i], g.ValuesBlock[i]) {
+						if g.Start+i > 0 && !slices.Equal(vals, g.ValuesBlock.At(i)) {
 							differ = true
 						}
 					}

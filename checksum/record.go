@@ -92,10 +92,7 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 			// Output slot of (position i, key k): base + i*len(keys) + k.
 			base := plan.Outputs
 			plan.Outputs += len(span.Blocks) * len(keys)
-			rg.Values = make([][]layout.Hex64, len(span.Blocks))
-			for i := range rg.Values {
-				rg.Values[i] = make([]layout.Hex64, len(keys))
-			}
+			rg.Values = wire.NewValues(len(span.Blocks), len(keys))
 			S := g.Group.BlockSize
 			for _, c := range g.Caches {
 				k := slices.Index(keys, c.Key())
@@ -143,9 +140,9 @@ func fillRecord(rec *wire.Record, out []uint64) {
 	slot := 0
 	for ri := range rec.Requests {
 		for gi := range rec.Requests[ri].Groups {
-			for _, vals := range rec.Requests[ri].Groups[gi].Values {
+			for _, vals := range rec.Requests[ri].Groups[gi].Values.All() {
 				for k := range vals {
-					vals[k] = layout.Hex64(out[slot])
+					vals[k] = out[slot]
 					slot++
 				}
 			}
@@ -201,12 +198,11 @@ func fillBlock(rec *wire.Record, value func(slot int, first int64) uint64) {
 	for ri := range rec.Requests {
 		for gi := range rec.Requests[ri].Groups {
 			g := &rec.Requests[ri].Groups[gi]
-			g.ValuesBlock = make([][]layout.Hex64, len(g.Values))
-			for i, vals := range g.Values {
+			g.ValuesBlock = wire.NewValues(g.Values.Len(), g.Values.Keys())
+			for i, vals := range g.ValuesBlock.All() {
 				first := int64(g.Start+i) * int64(sizes[g.ID])
-				g.ValuesBlock[i] = make([]layout.Hex64, len(vals))
 				for k := range vals {
-					g.ValuesBlock[i][k] = layout.Hex64(value(slot, first))
+					vals[k] = value(slot, first)
 					slot++
 				}
 			}

@@ -179,7 +179,7 @@ func TestSpecDocEngines(t *testing.T) {
 			t.Fatal(err)
 		}
 		// One request, one group, one replica key: slot i is position i.
-		if n := len(rec.Requests[0].Groups[0].Values); n != plan.Outputs {
+		if n := rec.Requests[0].Groups[0].Values.Len(); n != plan.Outputs {
 			t.Fatalf("%d positions, %d output slots", n, plan.Outputs)
 		}
 		got := out

@@ -3,7 +3,6 @@ package kernels_test
 import (
 	"context"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
@@ -43,7 +42,7 @@ func TestModelBlockNumbering(t *testing.T) {
 				for qi, rq := range want[ri].Requests {
 					for gi, g := range rq.Groups {
 						o := got[ri].Requests[qi].Groups[gi]
-						if o.ValuesBlock == nil || !slices.EqualFunc(o.ValuesBlock, g.ValuesBlock, slices.Equal) || !slices.EqualFunc(o.Values, g.Values, slices.Equal) {
+						if o.ValuesBlock.IsZero() || !o.ValuesBlock.Equal(g.ValuesBlock) || !o.Values.Equal(g.Values) {
 							t.Errorf("%+v %+v rank %d %s group %d: %v / %v, want %v / %v", cfg, m, ri, rq.ID, g.ID, o.Values, o.ValuesBlock, g.Values, g.ValuesBlock)
 						}
 					}

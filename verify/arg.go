@@ -12,7 +12,6 @@ import (
 	"syscall"
 
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/wire"
 )
 
 // openArg resolves one argument: "-" (payload text or JSON on stdin), a
@@ -53,7 +52,7 @@ func openArg(arg string, stdin io.Reader) (*Source, error) {
 		return nil, err
 	}
 	if looksLikeRecord(data) {
-		recs, err := wire.ParseRecords(arg, data)
+		recs, err := parseRecordFile(arg, data)
 		if err != nil {
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -141,7 +142,7 @@ func openPaths(paths []string) (*Source, error) {
 		if !looksLikeRecord(data) {
 			return nil, fmt.Errorf("%q is neither a dump nor a record (a payload is given as a side of its own)", p)
 		}
-		recs, err := wire.ParseRecords(p, data)
+		recs, err := parseRecordFile(p, data)
 		if err != nil {
 			return nil, err
 		}
@@ -151,6 +152,26 @@ func openPaths(paths []string) (*Source, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// bigRecordFile is the size past which parseRecordFile lets go of the
+// bytes a record file was read into at once.
+const bigRecordFile = 16 << 20
+
+// parseRecordFile parses a record file read whole (wire.ParseRecords).
+// Past bigRecordFile bytes it then collects the garbage, the file's bytes
+// among it (the caller holds them no longer), before anything else is read
+// or allocated: a side of large records holds each once, as its values
+// (about the file's size at most), never the bytes of one beside the
+// values of the next. Records hold pointer-free arrays, so the collection
+// costs little.
+func parseRecordFile(path string, data []byte) ([]*wire.Record, error) {
+	big := len(data) > bigRecordFile
+	recs, err := wire.ParseRecords(path, data)
+	if big {
+		runtime.GC()
+	}
+	return recs, err
 }
 
 // looksLikeRecord says whether a file means to be a record (and so must be

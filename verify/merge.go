@@ -21,7 +21,9 @@ func (e *MergeError) Error() string { return "merging records: " + e.Msg }
 // records must come from one deployment (equal tp_size and pp_size, no rank
 // twice, agreeing on groups and on each request's tokens and blocks). With
 // fewer than tp_size*pp_size records every request is unverified
-// (ReasonNotEveryWorker).
+// (ReasonNotEveryWorker). The checks may share memory with the records'
+// values (a check that only one rank's one replica key makes up is that
+// record's Values.Flat, never copied): neither is changed afterwards.
 func Merge(records []*wire.Record) (*Checks, error) {
 	if len(records) == 0 {
 		return nil, &MergeError{"no records"}
@@ -148,12 +150,12 @@ func mergeRequests(recs []*wire.Record, c *Checks, info map[int]*GroupInfo) erro
 				}
 				s := p.groups[g.ID]
 				if s == nil {
-					s = &groupSum{start: g.Start, n: len(g.Values), sums: map[[2]int][]uint64{}}
+					s = &groupSum{start: g.Start, n: g.Values.Len(), sums: map[[2]int][]uint64{}, borrowed: map[[2]int]bool{}}
 					p.groups[g.ID] = s
 					p.ordered = append(p.ordered, g.ID)
 				}
-				if s.start != g.Start || s.n != len(g.Values) {
-					return &MergeError{fmt.Sprintf("request %q group %d: %q checksums positions %d..%d, other ranks %d..%d", rr.ID, g.ID, r.Source, g.Start, g.Start+len(g.Values)-1, s.start, s.start+s.n-1)}
+				if s.start != g.Start || s.n != g.Values.Len() {
+					return &MergeError{fmt.Sprintf("request %q group %d: %q checksums positions %d..%d, other ranks %d..%d", rr.ID, g.ID, r.Source, g.Start, g.Start+g.Values.Len()-1, s.start, s.start+s.n-1)}
 				}
 				s.add(g)
 			}
@@ -186,32 +188,47 @@ type groupSum struct {
 	// (noBlock).
 	block   map[[2]int][]uint64
 	noBlock bool
+	// borrowed and borrowedBlock are the sums of sums and block that are
+	// still one record's own values, copied before another rank adds to
+	// them.
+	borrowed, borrowedBlock map[[2]int]bool
 }
 
 func (s *groupSum) add(g wire.RecordRequestGroup) {
-	if g.ValuesBlock == nil {
+	if g.ValuesBlock.IsZero() {
 		s.noBlock, s.block = true, nil
 	} else if !s.noBlock && s.block == nil {
-		s.block = map[[2]int][]uint64{}
+		s.block, s.borrowedBlock = map[[2]int][]uint64{}, map[[2]int]bool{}
 	}
 	for k, key := range g.ReplicaKeys {
-		addColumn(s.sums, key, s.n, g.Values, k)
+		addColumn(s.sums, s.borrowed, s.n, key, g.Values, k)
 		if s.block != nil {
-			addColumn(s.block, key, s.n, g.ValuesBlock, k)
+			addColumn(s.block, s.borrowedBlock, s.n, key, g.ValuesBlock, k)
 		}
 	}
 }
 
 // addColumn adds column k of vals (one row per block position) to the n
-// sums under key.
-func addColumn(sums map[[2]int][]uint64, key [2]int, n int, vals [][]layout.Hex64, k int) {
+// sums under key. The first values under a key, when there is one replica
+// key per position, are kept as they are (their Flat, marked borrowed),
+// not copied: a record of millions of positions is not held twice. A
+// borrowed sum is copied before anything is added to it.
+func addColumn(sums map[[2]int][]uint64, borrowed map[[2]int]bool, n int, key [2]int, vals wire.Values, k int) {
 	v := sums[key]
-	if v == nil {
+	switch {
+	case v == nil && vals.Keys() == 1:
+		sums[key], borrowed[key] = vals.Flat(), true
+		return
+	case v == nil:
 		v = make([]uint64, n)
 		sums[key] = v
+	case borrowed[key]:
+		v = slices.Clone(v)
+		sums[key] = v
+		delete(borrowed, key)
 	}
 	for i := range v {
-		v[i] += uint64(vals[i][k])
+		v[i] += vals.At(i)[k]
 	}
 }
 
@@ -229,6 +246,14 @@ func (s *groupSum) checks() *GroupChecks {
 	slices.SortFunc(gc.Keys, func(a, b [2]int) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
 	form := func(sums map[[2]int][]uint64) [][]uint64 {
 		checks := make([][]uint64, maxR)
+		if len(counts) == 1 && len(sums) == maxR {
+			// One replica count R and all its keys (R, 0..R-1): check k
+			// is the sum under (R, k) as it is.
+			for k := range maxR {
+				checks[k] = sums[[2]int{maxR, k}]
+			}
+			return checks
+		}
 		for k := range maxR {
 			check := make([]uint64, s.n)
 			for R := range counts {

@@ -122,7 +122,7 @@ func TestStoredSums(t *testing.T) {
 					for _, rr := range rec.Requests {
 						for _, g := range rr.Groups {
 							if rr.ID == b.Request && g.ID == b.Group {
-								for _, v := range g.Values[b.Position-g.Start] {
+								for _, v := range g.Values.At(b.Position - g.Start) {
 									want += uint64(v)
 								}
 							}

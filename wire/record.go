@@ -53,17 +53,18 @@ type RecordRequest struct {
 }
 
 // RecordRequestGroup is one group's partial checksums for a request:
-// Values[i][k] is the sum of the rank's slices under ReplicaKeys[k] at block
-// position Start+i.
+// Values.At(i)[k] is the sum of the rank's slices under ReplicaKeys[k] at
+// block position Start+i.
 type RecordRequestGroup struct {
-	ID          int              `json:"id"`
-	Start       int              `json:"start"`
-	ReplicaKeys [][2]int         `json:"replica_keys"`
-	Values      [][]layout.Hex64 `json:"values"`
+	ID          int      `json:"id"`
+	Start       int      `json:"start"`
+	ReplicaKeys [][2]int `json:"replica_keys"`
+	Values      Values   `json:"values"`
 	// ValuesBlock are Values in block numbering (docs/spec.md §1), as vLLM's
-	// published code computes them; absent when the engine did not give
-	// them (checksum.Options.BlockValues asks for them).
-	ValuesBlock [][]layout.Hex64 `json:"values_block,omitempty"`
+	// published code computes them; absent (the zero Values) when the
+	// engine did not give them (checksum.Options.BlockValues asks for
+	// them).
+	ValuesBlock Values `json:"values_block,omitzero"`
 }
 
 // RecordError is a record file that is not valid.
@@ -229,11 +230,11 @@ func (rec *Record) Validate() *RecordError {
 			// Exactly the values start, num_tokens and the block size
 			// imply: the run ends at the request's last block (docs/spec.md §5, §9).
 			if gi.Kind == layout.KindMamba {
-				if g.Start != 0 || len(g.Values) != 1 {
-					return bad(gf+".values", "a state group has one value at position 0, got %d from position %d", len(g.Values), g.Start)
+				if g.Start != 0 || g.Values.Len() != 1 {
+					return bad(gf+".values", "a state group has one value at position 0, got %d from position %d", g.Values.Len(), g.Start)
 				}
-			} else if want := (r.NumTokens+gi.BlockSize-1)/gi.BlockSize - g.Start; want < 1 || len(g.Values) != want {
-				return bad(gf+".values", "%d values from position %d; num_tokens %d and block size %d imply %d", len(g.Values), g.Start, r.NumTokens, gi.BlockSize, max(want, 0))
+			} else if want := (r.NumTokens+gi.BlockSize-1)/gi.BlockSize - g.Start; want < 1 || g.Values.Len() != want {
+				return bad(gf+".values", "%d values from position %d; num_tokens %d and block size %d imply %d", g.Values.Len(), g.Start, r.NumTokens, gi.BlockSize, max(want, 0))
 			}
 			if len(g.ReplicaKeys) == 0 {
 				return bad(gf+".replica_keys", "empty")
@@ -248,19 +249,15 @@ func (rec *Record) Validate() *RecordError {
 					}
 				}
 			}
-			for k, vals := range g.Values {
-				if len(vals) != len(g.ReplicaKeys) {
-					return bad(fmt.Sprintf("%s.values[%d]", gf, k), "%d values for %d replica keys", len(vals), len(g.ReplicaKeys))
-				}
+			if k, n, ragged := g.Values.ragged(len(g.ReplicaKeys)); ragged {
+				return bad(fmt.Sprintf("%s.values[%d]", gf, k), "%d values for %d replica keys", n, len(g.ReplicaKeys))
 			}
-			if g.ValuesBlock != nil {
-				if len(g.ValuesBlock) != len(g.Values) {
-					return bad(gf+".values_block", "%d positions, values has %d", len(g.ValuesBlock), len(g.Values))
+			if !g.ValuesBlock.IsZero() {
+				if g.ValuesBlock.Len() != g.Values.Len() {
+					return bad(gf+".values_block", "%d positions, values has %d", g.ValuesBlock.Len(), g.Values.Len())
 				}
-				for k, vals := range g.ValuesBlock {
-					if len(vals) != len(g.ReplicaKeys) {
-						return bad(fmt.Sprintf("%s.values_block[%d]", gf, k), "%d values for %d replica keys", len(vals), len(g.ReplicaKeys))
-					}
+				if k, n, ragged := g.ValuesBlock.ragged(len(g.ReplicaKeys)); ragged {
+					return bad(fmt.Sprintf("%s.values_block[%d]", gf, k), "%d values for %d replica keys", n, len(g.ReplicaKeys))
 				}
 			}
 		}

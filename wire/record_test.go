@@ -102,8 +102,8 @@ func TestRecordExactValues(t *testing.T) {
 	}
 	defer layout.CloseAll(dumps)
 	for _, edit := range []func(g *wire.RecordRequestGroup){
-		func(g *wire.RecordRequestGroup) { g.Values = g.Values[:len(g.Values)-1] },
-		func(g *wire.RecordRequestGroup) { g.Values = append(g.Values, g.Values[0]) },
+		func(g *wire.RecordRequestGroup) { g.Values = wire.ValuesOf(g.Values.Rows()[:g.Values.Len()-1]...) },
+		func(g *wire.RecordRequestGroup) { g.Values = wire.ValuesOf(append(g.Values.Rows(), g.Values.At(0))...) },
 		func(g *wire.RecordRequestGroup) { g.Start++ },
 	} {
 		rec, err := checksum.RankRecord(context.Background(), dumps[0], checksum.Options{})
@@ -112,7 +112,7 @@ func TestRecordExactValues(t *testing.T) {
 		}
 		g := &rec.Requests[0].Groups[0]
 		edit(g)
-		g.ValuesBlock = nil
+		g.ValuesBlock = wire.Values{}
 		b, err := wire.MarshalRecord(rec)
 		if err != nil {
 			t.Fatal(err)
