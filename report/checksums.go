@@ -1,7 +1,6 @@
 package report
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -111,18 +110,14 @@ func skippedList(m map[int]string) []SkippedGroupJSON {
 	return out
 }
 
-// WriteJSON writes v as indented JSON with a final newline.
-func WriteJSON(w io.Writer, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(append(b, '\n'))
-	return err
-}
+// WriteJSON writes v as indented JSON with a final newline, streaming the
+// lists of checks (writeJSON): an output of millions of checks is never
+// held whole.
+func WriteJSON(w io.Writer, v any) error { return writeJSON(w, v) }
 
 // ChecksumsTableNumbered lays out a side's checks in numbering n: one row
-// per request, group and block position, every check in full.
+// per request, group and block position, every check in full. The rows
+// are made as the table is rendered (Table.Stream).
 func ChecksumsTableNumbered(c *verify.Checks, n checksum.Numbering) *Table {
 	maxChecks := 1
 	for _, r := range c.Requests {
@@ -142,29 +137,35 @@ func ChecksumsTableNumbered(c *verify.Checks, n checksum.Numbering) *Table {
 	for k := range maxChecks {
 		t.Header = append(t.Header, fmt.Sprintf("check %d", k))
 	}
-	for _, r := range c.Requests {
-		for _, g := range r.Groups {
-			checks := groupChecks(g, n)
-			for i := range g.Positions() {
-				pos := g.Start + i
-				tokens := C("%d", layout.ValidTokens(r.NumTokens, pos, g.BlockSize))
-				if g.Kind == layout.KindMamba {
-					tokens = C("state")
-				}
-				row := []Cell{C("%s", r.ID), C("%d", g.ID), C("%s", g.Kind), C("%d", pos), tokens}
-				for k := range maxChecks {
-					switch {
-					case k >= len(checks):
-						row = append(row, Cell{Text: "-", Tone: Dim})
-					case k > 0 && checks[k][i] != checks[0][i]:
-						row = append(row, Cell{Text: layout.Hex64(checks[k][i]).String(), Tone: Bad})
-					default:
-						row = append(row, C("%s", layout.Hex64(checks[k][i])))
+	t.Stream = func(add func(...Cell)) {
+		row := make([]Cell, 0, 5+maxChecks)
+		for _, r := range c.Requests {
+			for _, g := range r.Groups {
+				checks := groupChecks(g, n)
+				group := C("%d", g.ID)
+				for i := range g.Positions() {
+					pos := g.Start + i
+					tokens := C("%d", layout.ValidTokens(r.NumTokens, pos, g.BlockSize))
+					if g.Kind == layout.KindMamba {
+						tokens = C("state")
 					}
+					row = append(row[:0], Cell{Text: r.ID}, group, Cell{Text: g.Kind}, C("%d", pos), tokens)
+					for k := range maxChecks {
+						switch {
+						case k >= len(checks):
+							row = append(row, Cell{Text: "-", Tone: Dim})
+						case k > 0 && checks[k][i] != checks[0][i]:
+							row = append(row, Cell{Text: layout.Hex64(checks[k][i]).String(), Tone: Bad})
+						default:
+							row = append(row, Cell{Text: layout.Hex64(checks[k][i]).String()})
+						}
+					}
+					add(slices.Clone(row)...)
 				}
-				t.Add(row...)
 			}
 		}
+	}
+	for _, r := range c.Requests {
 		if len(r.Unverified) > 0 {
 			t.Notes = append(t.Notes, fmt.Sprintf("request %s: %s", r.ID, strings.Join(r.Unverified, "; ")))
 		}

@@ -1,8 +1,10 @@
 package report
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -87,6 +89,11 @@ type Table struct {
 	// leaves out, in this order, when it is wider than Style.Width; the
 	// verdicts and block maps are never in it.
 	Drop []string
+	// Stream, when set, gives the rows that follow Rows, one at a time
+	// (to add): a plain render writes each as it comes and holds none (a
+	// table of millions of checksums costs no more than a row), the
+	// other renders collect them first.
+	Stream func(add func(cells ...Cell))
 }
 
 // Add appends a row.
@@ -99,6 +106,15 @@ func (t *Table) Add(cells ...Cell) { t.Rows = append(t.Rows, cells) }
 // Every title, header, cell and note is escaped (Escape) first: the
 // strings come from dumps, records and payloads, which are untrusted.
 func (t *Table) Render(w io.Writer, f Format, style Style) error {
+	if t.Stream != nil {
+		if f != FormatMarkdown && !style.Color && !style.Aligned {
+			return t.streamPlain(w)
+		}
+		c := *t
+		c.Rows, c.Stream = slices.Clone(t.Rows), nil
+		t.Stream(c.Add)
+		t = &c
+	}
 	t = t.escaped()
 	var b strings.Builder
 	switch {
@@ -132,6 +148,45 @@ func (t *Table) plain(b *strings.Builder) {
 	for _, n := range t.Notes {
 		b.WriteString(n + "\n")
 	}
+}
+
+// streamPlain writes the table as plain does, escaping each string as it
+// writes it and each row of Stream as it comes.
+func (t *Table) streamPlain(w io.Writer) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	if t.Title != "" {
+		fmt.Fprintf(bw, "# %s\n", escapeText(t.Title))
+	}
+	if len(t.Header) > 0 {
+		for i, h := range t.Header {
+			if i > 0 {
+				bw.WriteByte('\t')
+			}
+			bw.WriteString(escapeText(h))
+		}
+		bw.WriteByte('\n')
+	}
+	row := func(cells ...Cell) {
+		for i, c := range cells {
+			if i > 0 {
+				bw.WriteByte('\t')
+			}
+			if c.Styled {
+				bw.WriteString(c.Text)
+			} else {
+				bw.WriteString(escapeText(c.Text))
+			}
+		}
+		bw.WriteByte('\n')
+	}
+	for _, r := range t.Rows {
+		row(r...)
+	}
+	t.Stream(row)
+	for _, n := range t.Notes {
+		bw.WriteString(escapeText(n) + "\n")
+	}
+	return bw.Flush()
 }
 
 // markdown writes a GitHub table (tablewriter's markdown renderer), each
