@@ -9,9 +9,12 @@ import (
 // The runner protocol, version 1.
 //
 // kvaudit starts `kvaudit-cuda serve` and talks to it over the runner's
-// stdin and stdout: one JSON object per line ('\n'-terminated, of any
-// length), uint64 values as "0x"-prefixed 16-digit hex strings (docs/spec.md
-// §8). The runner writes nothing else to stdout; its stderr is for
+// stdin and stdout: one JSON object per line ('\n'-terminated; kvaudit
+// cuts a runner's line at 1 MiB plus 64 bytes per output slot of the
+// request), uint64 values as "0x"-prefixed 16-digit hex strings
+// (docs/spec.md §8). Each request must be answered within kvaudit's
+// deadline (RunnerOptions.RequestTimeout), and kvaudit checks a sample of
+// every answer with the cpu engine. The runner writes nothing else to stdout; its stderr is for
 // people (kvaudit shows its end when the runner fails).
 //
 //  1. Handshake. Once it holds a CUDA context on its device and has loaded
