@@ -141,15 +141,17 @@ func (t *Table) markdown(b *strings.Builder) {
 		fmt.Fprintf(b, "### %s\n\n", t.Title)
 	}
 	esc := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
-	if len(t.Header) > 0 {
+	if header := t.header(); len(header) > 0 {
+		// A table without a header (name and value rows) gets an empty
+		// one: a markdown table needs a header row.
 		tb := newTableWriter(b, tablewriter.WithRenderer(renderer.NewMarkdown()))
-		hdr := make([]string, len(t.Header))
-		for i, h := range t.Header {
+		hdr := make([]string, len(header))
+		for i, h := range header {
 			hdr[i] = esc(h)
 		}
 		tb.Header(hdr)
 		for _, r := range t.Rows {
-			cols := make([]string, len(t.Header))
+			cols := make([]string, len(header))
 			for i, c := range r[:min(len(r), len(cols))] {
 				cols[i] = esc(c.Text)
 			}
@@ -161,6 +163,19 @@ func (t *Table) markdown(b *strings.Builder) {
 		fmt.Fprintf(b, "\n%s\n", n)
 	}
 	b.WriteString("\n")
+}
+
+// header is the table's header, one name per column: Header, padded with
+// empty names to the widest row (a table of name and value rows has no
+// Header at all).
+func (t *Table) header() []string {
+	n := len(t.Header)
+	for _, r := range t.Rows {
+		n = max(n, len(r))
+	}
+	h := make([]string, n)
+	copy(h, t.Header)
+	return h
 }
 
 // laidOut is a table fitted to a width: the columns kept, each cell's
@@ -211,7 +226,8 @@ func minWidth(header string, cells []Cell) int {
 // width, then narrows the widest columns one cell at a time, block maps
 // first.
 func (t *Table) layout(width int) *laidOut {
-	n := len(t.Header)
+	header := t.header()
+	n := len(header)
 	column := func(i int) []Cell {
 		var cs []Cell
 		for _, r := range t.Rows {
@@ -222,7 +238,7 @@ func (t *Table) layout(width int) *laidOut {
 		return cs
 	}
 	natural, least := make([]int, n), make([]int, n)
-	for i, h := range t.Header {
+	for i, h := range header {
 		natural[i] = ansi.StringWidth(h)
 		for _, c := range column(i) {
 			natural[i] = max(natural[i], cellWidth(c))
@@ -249,7 +265,7 @@ func (t *Table) layout(width int) *laidOut {
 			if sum(least) <= width && sum(natural) <= width+width/8 {
 				break
 			}
-			for i, h := range t.Header {
+			for i, h := range header {
 				if h == name && keep[i] {
 					keep[i] = false
 					dropped = append(dropped, name)
@@ -298,7 +314,7 @@ func (t *Table) layout(width int) *laidOut {
 	}
 	narrow(step)
 	narrow(least)
-	for i, h := range t.Header {
+	for i, h := range header {
 		least[i] = min(least[i], max(4, ansi.StringWidth(h)))
 	}
 	narrow(least)
@@ -306,7 +322,7 @@ func (t *Table) layout(width int) *laidOut {
 	for i := range n {
 		if keep[i] {
 			out.cols = append(out.cols, i)
-			out.header = append(out.header, t.Header[i])
+			out.header = append(out.header, header[i])
 			out.widths = append(out.widths, widths[i])
 		}
 	}
@@ -379,7 +395,9 @@ func (t *Table) aligned(b *strings.Builder, style Style) {
 	}
 	l, rows, notes := t.fit(style.Width, nil)
 	tb := newTableWriter(b)
-	tb.Header(l.header)
+	if len(t.Header) > 0 {
+		tb.Header(l.header)
+	}
 	for _, cells := range rows {
 		_ = tb.Append(cells)
 	}
@@ -428,7 +446,6 @@ func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 	tb := table.New().
 		Border(lipgloss.RoundedBorder()).
 		BorderStyle(r.NewStyle().Foreground(lipgloss.Color("8"))).
-		Headers(l.header...).
 		Rows(rows...).
 		StyleFunc(func(row, col int) lipgloss.Style {
 			if row == table.HeaderRow {
@@ -439,6 +456,9 @@ func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 			}
 			return tones[tone[row][col]]
 		})
+	if len(t.Header) > 0 {
+		tb.Headers(l.header...)
+	}
 	b.WriteString(tb.Render() + "\n")
 	faint := r.NewStyle().Faint(true)
 	for _, n := range notes {
