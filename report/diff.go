@@ -201,6 +201,7 @@ func diffTables(res *verify.DiffResult) []*Table {
 		Title:  "kvaudit diff: " + string(res.Verdict),
 		Header: []string{"request", "group", "kind", "verdict", "positions", "checks", "reason", "blocks"},
 		Drop:   []string{"kind", "checks", "positions"},
+		Whole:  []string{"request"},
 	}
 	counts := map[verify.Verdict]int{}
 	for _, rv := range res.Requests {
@@ -251,6 +252,7 @@ func diffTables(res *verify.DiffResult) []*Table {
 		Title:  "drill-down: what differs",
 		Header: []string{"request", "group", "position", "layer", "head", "replica", "tokens", "bytes", "hint"},
 		Drop:   []string{"bytes", "replica", "group"},
+		Whole:  []string{"request"},
 	}
 	for _, rv := range res.Requests {
 		for _, x := range rv.Details {

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -85,8 +86,14 @@ type Table struct {
 	Notes  []string
 	// Drop names the columns (by header) that a styled or aligned table
 	// leaves out, in this order, when it is wider than Style.Width; the
-	// verdicts and block maps are never in it.
+	// verdicts and block maps are never in it. Columns whose every cell
+	// is empty are left out before them.
 	Drop []string
+	// Whole names the columns (by header) whose words a narrow table never
+	// breaks: identifiers such as request ids, which wrap only after their
+	// hyphens and other breakpoints. Checksums (0x and 16 hex digits) are
+	// never broken in any column.
+	Whole []string
 }
 
 // Add appends a row.
@@ -199,11 +206,47 @@ func cellWidth(c Cell) int {
 	return w
 }
 
-// minWidth is the narrowest a column may wrap to: its header (one line),
-// its cells' longest word up to 20 cells (checksums stay whole), a map
-// of 16 cells.
-func minWidth(header string, cells []Cell) int {
-	w := ansi.StringWidth(header)
+// breakpoints are where a long cell wraps, besides spaces and after
+// hyphens (ansi.Wrap's).
+const breakpoints = " ,;./"
+
+// isChecksum says whether a word is a checksum as kvaudit prints them.
+func isChecksum(w string) bool {
+	if len(w) != 18 || !strings.HasPrefix(w, "0x") {
+		return false
+	}
+	return strings.Trim(w[2:], "0123456789abcdef") == ""
+}
+
+// pieces splits text where it may wrap: at spaces and after a hyphen or
+// a breakpoint, as ansi.Wrap wraps it, but not before the last 3
+// characters of a word (the "-0" of "chatcmpl-...-0" stays with the
+// piece before it).
+func pieces(text string) []string {
+	var out []string
+	for f := range strings.FieldsSeq(text) {
+		start := 0
+		for i, r := range f {
+			if (r == '-' || strings.ContainsRune(breakpoints, r)) && len(f)-i-1 > 3 {
+				out = append(out, f[start:i+1])
+				start = i + 1
+			}
+		}
+		if start < len(f) {
+			out = append(out, f[start:])
+		}
+	}
+	return out
+}
+
+// minWidth is the narrowest a column may wrap to, and whether its words
+// must stay whole even then: its header (one line), its cells' longest
+// piece (pieces) up to 20 cells, a map of 16 cells. A checksum, and any
+// piece of a whole column (Table.Whole), is never broken: it counts in
+// full.
+func minWidth(header string, cells []Cell, whole bool) (w int, unbreakable bool) {
+	w = ansi.StringWidth(header)
+	unbreakable = whole
 	for _, c := range cells {
 		if c.Map != nil {
 			w = max(w, min(len(c.Map), 16))
@@ -213,18 +256,27 @@ func minWidth(header string, cells []Cell) int {
 			w = max(w, cw) // a short cell ("184.0 KiB") stays on one line
 			continue
 		}
-		for f := range strings.FieldsSeq(c.Text) {
-			w = max(w, min(ansi.StringWidth(f), 20))
+		for _, f := range pieces(c.Text) {
+			pw := ansi.StringWidth(f)
+			switch {
+			case isChecksum(strings.TrimRight(f, breakpoints)):
+				w, unbreakable = max(w, pw), true
+			case whole:
+				w = max(w, pw)
+			default:
+				w = max(w, min(pw, 20))
+			}
 		}
 	}
-	return w
+	return w, unbreakable
 }
 
 // layout fits the table in width cells, 3 per column for the padding and
-// border and 1 for the last border: it leaves out the Drop columns in
-// order while the table would have to wrap more than an eighth of the
-// width, then narrows the widest columns one cell at a time, block maps
-// first.
+// border and 1 for the last border: it leaves out its empty columns, then
+// the Drop columns in order, while the table would have to wrap more than
+// an eighth of the width, then narrows the widest columns one cell at a
+// time, block maps first; words break last, and never a checksum or a
+// word of a Whole column.
 func (t *Table) layout(width int) *laidOut {
 	header := t.header()
 	n := len(header)
@@ -238,12 +290,19 @@ func (t *Table) layout(width int) *laidOut {
 		return cs
 	}
 	natural, least := make([]int, n), make([]int, n)
+	unbreakable, empty := make([]bool, n), make([]bool, n)
 	for i, h := range header {
 		natural[i] = ansi.StringWidth(h)
+		empty[i] = len(t.Rows) > 0
 		for _, c := range column(i) {
 			natural[i] = max(natural[i], cellWidth(c))
+			if c.Text != "" || c.Map != nil {
+				empty[i] = false
+			}
 		}
-		least[i] = min(natural[i], minWidth(h, column(i)))
+		var w int
+		w, unbreakable[i] = minWidth(h, column(i), slices.Contains(t.Whole, h))
+		least[i] = min(natural[i], w)
 	}
 	keep := make([]bool, n)
 	for i := range keep {
@@ -259,10 +318,17 @@ func (t *Table) layout(width int) *laidOut {
 		return s
 	}
 	var dropped []string
+	// wrap when that takes at most an eighth of the width
+	fits := func() bool { return sum(least) <= width && sum(natural) <= width+width/8 }
 	if width > 0 {
+		for i, h := range header {
+			if empty[i] && !fits() {
+				keep[i] = false
+				dropped = append(dropped, h+" (empty)")
+			}
+		}
 		for _, name := range t.Drop {
-			// wrap when that takes at most an eighth of the width
-			if sum(least) <= width && sum(natural) <= width+width/8 {
+			if fits() {
 				break
 			}
 			for i, h := range header {
@@ -315,7 +381,9 @@ func (t *Table) layout(width int) *laidOut {
 	narrow(step)
 	narrow(least)
 	for i, h := range header {
-		least[i] = min(least[i], max(4, ansi.StringWidth(h)))
+		if !unbreakable[i] {
+			least[i] = min(least[i], max(4, ansi.StringWidth(h)))
+		}
 	}
 	narrow(least)
 	out := &laidOut{}
@@ -349,7 +417,7 @@ func (l *laidOut) cells(row []Cell, r *lipgloss.Renderer) (out []string, per int
 			out = append(out, m)
 			continue
 		}
-		out = append(out, ansi.Wrap(c.Text, l.widths[k], " ,;./"))
+		out = append(out, ansi.Wrap(c.Text, l.widths[k], breakpoints))
 	}
 	return out, per
 }
@@ -470,7 +538,7 @@ func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 
 // escaped returns a copy of the table with every text escaped.
 func (t *Table) escaped() *Table {
-	e := &Table{Title: escapeText(t.Title), Header: make([]string, len(t.Header)), Rows: make([][]Cell, len(t.Rows)), Notes: make([]string, len(t.Notes)), Drop: t.Drop}
+	e := &Table{Title: escapeText(t.Title), Header: make([]string, len(t.Header)), Rows: make([][]Cell, len(t.Rows)), Notes: make([]string, len(t.Notes)), Drop: t.Drop, Whole: t.Whole}
 	for i, h := range t.Header {
 		e.Header[i] = escapeText(h)
 	}

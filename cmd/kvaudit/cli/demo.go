@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/charmbracelet/x/ansi"
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/internal/safeio"
@@ -86,7 +87,8 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 		dir = tmp
 	}
 	pc, cc := demoSides(opts.Seed)
-	fmt.Fprintf(w, "1. Synthesize a producer (%s, tp %d, %s layout) and a consumer that loaded the same KV (tp %d, %s layout, other block ids) in %s\n\n",
+	say := func(format string, args ...any) { demoSay(opts.IO, format, args...) }
+	say("1. Synthesize a producer (%s, tp %d, %s layout) and a consumer that loaded the same KV (tp %d, %s layout, other block ids) in %s\n\n",
 		pc.Preset, pc.TP, pc.Layout, cc.TP, cc.Layout, dir)
 	ppaths, err := synth.Write(dir, pc)
 	if err != nil {
@@ -111,7 +113,7 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "2. Checksum both sides: one value per (group, block position), whatever the TP split or layout\n\n")
+	say("2. Checksum both sides: one value per (group, block position), whatever the TP split or layout\n\n")
 	if err := demoTable(w, opts.IO, prod, cons, nil); err != nil {
 		return err
 	}
@@ -120,7 +122,7 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "3. Flip one bit of the consumer's KV: %s\n\n", target)
+	say("3. Flip one bit of the consumer's KV: %s\n\n", target)
 	flipped, err := side(cpaths)
 	if err != nil {
 		return err
@@ -128,18 +130,28 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 	if err := demoTable(w, opts.IO, prod, flipped, cons); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "4. Compare them as kvaudit diff does: the verdict per request and group, and the drill-down to layer, head, token and bit\n\n")
+	say("4. Compare them as kvaudit diff does: the verdict per request and group, and the drill-down to layer, head, token and bit\n\n")
 	if err := demoDiff(ctx, opts.IO, ppaths, cpaths); err != nil {
 		return err
 	}
 	if opts.Dir != "" {
-		fmt.Fprintf(w, "\nThe dumps are kept in %s: run it yourself with\n  kvaudit diff %s %s\n",
+		say("\nThe dumps are kept in %s: run it yourself with\n  kvaudit diff %s %s\n",
 			opts.Dir, filepath.Join(dir, pc.Role), filepath.Join(dir, cc.Role))
 	} else {
-		fmt.Fprintf(w, "\nThe dumps were temporary and are removed: kvaudit demo --out DIR keeps them, to run\n  kvaudit diff DIR/%s DIR/%s\n",
+		say("\nThe dumps were temporary and are removed: kvaudit demo --out DIR keeps them, to run\n  kvaudit diff DIR/%s DIR/%s\n",
 			pc.Role, cc.Role)
 	}
 	return nil
+}
+
+// demoSay prints a paragraph of the demo's story, wrapped to the
+// terminal's width on a terminal.
+func demoSay(s *Streams, format string, args ...any) {
+	text := fmt.Sprintf(format, args...)
+	if s.OutTerminal && s.Width > 0 {
+		text = ansi.Wrap(text, s.Width, " ")
+	}
+	fmt.Fprint(s.Out, text)
 }
 
 // demoDiff compares the demo's producer and consumer dumps as kvaudit
@@ -155,7 +167,11 @@ func demoDiff(ctx context.Context, s *Streams, ppaths, cpaths []string) error {
 // demoTable prints the producer's and consumer's check 0 side by side and
 // says whether they agree; before, when given, marks what changed.
 func demoTable(w io.Writer, s *Streams, prod, cons, before *verify.Checks) error {
-	t := &report.Table{Header: []string{"request", "group", "position", "producer check 0", "consumer check 0", "compared"}}
+	t := &report.Table{
+		Header: []string{"request", "group", "position", "producer check 0", "consumer check 0", "compared"},
+		Drop:   []string{"group"},
+		Whole:  []string{"request"},
+	}
 	changed := 0
 	for _, pr := range prod.Requests {
 		cr := cons.Requests[0]
