@@ -89,9 +89,10 @@ func (r *Result) Verdict() Verdict {
 	return v
 }
 
-// Summary says in one line why the result is not verified: the requests
-// that mismatch and the audits' findings, or what is unverified. It is ""
-// when the result is verified.
+// Summary says in one line why the result is not verified, starting
+// with its verdict (Verdict), as every verdict line does: "mismatch: " and
+// the requests that mismatch and the audits' findings, or "unverified: "
+// and what is unverified. It is "" when the result is verified.
 func (r *Result) Summary() string {
 	verdict := r.Verdict()
 	var ids []string
@@ -106,7 +107,7 @@ func (r *Result) Summary() string {
 	switch verdict {
 	case Mismatch:
 		if r.Diff != nil && r.Diff.Verdict == Mismatch {
-			msgs = append(msgs, "mismatch: request "+strings.Join(ids, ", "))
+			msgs = append(msgs, "request "+strings.Join(ids, ", "))
 		}
 		if a := r.Audits; a != nil {
 			if a.Tail != nil && len(a.Tail.Findings) > 0 {
@@ -120,14 +121,16 @@ func (r *Result) Summary() string {
 	case Unverified:
 		switch {
 		case r.Diff != nil && r.Diff.Verdict == Unverified && len(ids) == 0:
-			msgs = append(msgs, "unverified: the consumer holds no request")
+			msgs = append(msgs, "the consumer holds no request")
 		case r.Diff != nil && r.Diff.Verdict == Unverified:
-			msgs = append(msgs, "unverified: request "+strings.Join(ids, ", "))
+			msgs = append(msgs, "request "+strings.Join(ids, ", "))
 		default:
 			msgs = append(msgs, "stored checksums: no request lists stored_checksums for a full block")
 		}
+	default:
+		return ""
 	}
-	return strings.Join(msgs, "; ")
+	return string(verdict) + ": " + strings.Join(msgs, "; ")
 }
 
 // BarePayloadError is a producer given as one request's payload while the
