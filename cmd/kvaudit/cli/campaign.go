@@ -72,7 +72,7 @@ fault was missed or mislocalised or a control was flagged.
 				return err
 			}
 			if len(args)%2 != 0 {
-				return usageErrorf("give sides in pairs: PRODUCER CONSUMER (got %d arguments)", len(args))
+				return usageErrorf("campaign takes sides in pairs, PRODUCER CONSUMER...; got %s", givenArgs(args))
 			}
 			opts.Paths = args
 			if err := opts.resolve(cfg); err != nil {
