@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -179,7 +178,7 @@ func writeRecords(opts *ChecksumOptions, recs []*wire.Record) error {
 		if err := checkOutsideInputs(opts.OutDir, opts.Paths, false); err != nil {
 			return err
 		}
-		if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
+		if err := safeio.MkdirOut(opts.OutDir); err != nil {
 			return err
 		}
 		p := filepath.Join(opts.OutDir, fmt.Sprintf("rank-%d-%d.record.json", rec.PPRank, rec.TPRank))
