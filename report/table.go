@@ -5,7 +5,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/lipgloss/table"
@@ -15,6 +14,7 @@ import (
 	"github.com/olekukonko/tablewriter/renderer"
 	"github.com/olekukonko/tablewriter/tw"
 
+	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -557,69 +557,8 @@ func (t *Table) escaped() *Table {
 	return e
 }
 
-// escapeText makes an untrusted string safe to print on a terminal or in
-// markdown: control characters (C0 including tab, CR and LF, DEL, C1),
-// bidirectional overrides and isolates, and invalid UTF-8 are written as
-// Go escapes (\x1b, \r, \n, \u202e, ...), so a crafted request id or
-// layer name can neither move the cursor, clear the screen, start a new
-// line nor reorder what follows it. A backslash is doubled, so escaped
-// text cannot be forged either (a name spelling out `\x1b` prints as
-// `\\x1b`). Other text is unchanged.
-func escapeText(s string) string {
-	clean := true
-	for i, r := range s {
-		if needsEscape(r) || (r == utf8.RuneError && !validAt(s, i)) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\\':
-			b.WriteString(`\\`)
-		case r < 0x80 && needsEscape(r):
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case needsEscape(r):
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteString(s[i : i+n])
-		}
-		i += n
-	}
-	return b.String()
-}
-
-func validAt(s string, i int) bool {
-	_, n := utf8.DecodeRuneInString(s[i:])
-	return n == 3 // a literal U+FFFD, not a bad byte
-}
-
-func needsEscape(r rune) bool {
-	switch {
-	case r < 0x20, r == 0x7f, r >= 0x80 && r <= 0x9f:
-		return true
-	case r == '\\':
-		return true // so that an escape in the output is always one
-	case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
-		return true // bidi marks, embeddings, overrides, isolates
-	case r == 0x2028, r == 0x2029:
-		return true // line and paragraph separators
-	}
-	return false
-}
+// escapeText makes an untrusted string safe to print (termtext.Escape).
+func escapeText(s string) string { return termtext.Escape(s) }
 
 func renderTables(w io.Writer, tables []*Table, f Format, style Style) error {
 	for i, t := range tables {

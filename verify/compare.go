@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/verify/drill"
 )
@@ -92,14 +93,16 @@ func (r *Result) Verdict() Verdict {
 // Summary says in one line why the result is not verified, starting
 // with its verdict (Verdict), as every verdict line does: "mismatch: " and
 // the requests that mismatch and the audits' findings, or "unverified: "
-// and what is unverified. It is "" when the result is verified.
+// and what is unverified. It is "" when the result is verified. Request
+// ids are escaped (control characters, bidi marks: internal/termtext), so
+// a crafted id cannot rewrite the line on a terminal.
 func (r *Result) Summary() string {
 	verdict := r.Verdict()
 	var ids []string
 	if r.Diff != nil {
 		for _, rv := range r.Diff.Requests {
 			if rv.Verdict == r.Diff.Verdict {
-				ids = append(ids, rv.ID)
+				ids = append(ids, termtext.Escape(rv.ID))
 			}
 		}
 	}
@@ -112,7 +115,7 @@ func (r *Result) Summary() string {
 		if a := r.Audits; a != nil {
 			if a.Tail != nil && len(a.Tail.Findings) > 0 {
 				x := a.Tail.Findings[0]
-				msgs = append(msgs, fmt.Sprintf("tail audit: %d block(s) hold non-zero bytes past the transferred range (request %s group %d position %d, ...)", len(a.Tail.Findings), x.Request, x.Group, x.Position))
+				msgs = append(msgs, fmt.Sprintf("tail audit: %d block(s) hold non-zero bytes past the transferred range (request %s group %d position %d, ...)", len(a.Tail.Findings), termtext.Escape(x.Request), x.Group, x.Position))
 			}
 			if a.Stored != nil && StoredVerdict(a.Stored) == Mismatch {
 				msgs = append(msgs, "stored checksums: some block differs from the checksum stored with it")

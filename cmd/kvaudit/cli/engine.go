@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/kernels"
 )
 
@@ -30,7 +31,7 @@ func newEngine(name string, threads int, stderr io.Writer) (checksum.Engine, err
 		if name == "cuda" {
 			return nil, err
 		}
-		fmt.Fprintf(stderr, "kvaudit: note: %v; using the cpu engine\n", err)
+		fmt.Fprintf(stderr, "kvaudit: note: %s; using the cpu engine\n", termtext.Line(err.Error()))
 		return checksum.Fast{Threads: threads}, nil
 	}
 	return nil, usageErrorf("--engine %q: want cpu, ref, cuda or auto", name)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -65,6 +66,6 @@ func realPath(path string) (string, error) {
 // turns an unverified load into exit 0.
 func allowedNotice(opts *DiffOptions, res *verify.Result) {
 	if opts.AllowUnverified && opts.AllowedBy != "" && res.Verdict() == verify.Unverified {
-		fmt.Fprintf(opts.IO.Err, "kvaudit: note: an unverified load exits 0 because %s sets allow-unverified\n", opts.AllowedBy)
+		fmt.Fprintf(opts.IO.Err, "kvaudit: note: an unverified load exits 0 because %s sets allow-unverified\n", termtext.Line(opts.AllowedBy))
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/safeio"
+	"github.com/kvaudit/kvaudit/internal/termtext"
 )
 
 // interruptGrace is how long a command may take to stop after SIGINT or
@@ -95,7 +96,9 @@ func execute(root *cobra.Command, args []string, s *Streams) (code int) {
 	printed := s.quietVerdict(err)
 	if err != nil && !printed {
 		if _, silent := err.(*ResultError); !silent || err.Error() != "" {
-			fmt.Fprintf(s.Err, "kvaudit: %v\n", err)
+			// Messages hold untrusted strings (request ids, names from
+			// manifests): escaped, so none can rewrite the line.
+			fmt.Fprintf(s.Err, "kvaudit: %s\n", termtext.Line(err.Error()))
 		}
 		if ue := (*UsageError)(nil); errors.As(err, &ue) && cmd != nil {
 			fmt.Fprintf(s.Err, "usage: %s\n", cmd.UseLine())

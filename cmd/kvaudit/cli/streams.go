@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/report"
 )
 
@@ -48,8 +49,8 @@ func (s *Streams) beQuiet() {
 
 // quietVerdict prints, for -q, the command's verdict line on the output:
 // a result error's message (which Main then does not repeat on stderr),
-// or the verdict of a command that succeeded. It reports whether it
-// printed err.
+// or the verdict of a command that succeeded, escaped (termtext.Line). It
+// reports whether it printed err.
 func (s *Streams) quietVerdict(err error) bool {
 	if s.quiet == nil {
 		return false
@@ -57,10 +58,10 @@ func (s *Streams) quietVerdict(err error) bool {
 	var re *ResultError
 	switch {
 	case errors.As(err, &re) && re.Msg != "":
-		fmt.Fprintln(s.quiet, re.Msg)
+		fmt.Fprintln(s.quiet, termtext.Line(re.Msg))
 		return true
 	case err == nil && s.verdict != "":
-		fmt.Fprintln(s.quiet, s.verdict)
+		fmt.Fprintln(s.quiet, termtext.Line(s.verdict))
 	}
 	return false
 }
