@@ -331,6 +331,43 @@ func MkdirOut(dir string) error {
 	return notLink(dir)
 }
 
+// CheckOutDir says, before any work, whether dir can be an output
+// directory (MkdirOut): not a symlink, not a file; nothing there is fine.
+func CheckOutDir(dir string) error {
+	if err := notLink(dir); err != nil {
+		return err
+	}
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return fmt.Errorf("output %q exists and is not a directory", dir)
+	}
+	return nil
+}
+
+// CheckOutFile says, before any work, whether a file can be written at
+// path (Create, Write): its directory exists and takes a new file (a
+// temporary one is created and removed), and path is not a directory.
+func CheckOutFile(path string) error {
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%q: the directory %q does not exist", path, dir)
+	case err != nil:
+		return fmt.Errorf("%q: %w", path, err)
+	case !st.IsDir():
+		return fmt.Errorf("%q: %q is not a directory", path, dir)
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("%q is a directory: cannot write a file there", path)
+	}
+	f, err := createTemp(dir, "."+filepath.Base(path)+".kvaudit-check-")
+	if err != nil {
+		return fmt.Errorf("%q: cannot write in %q: %w", path, dir, errors.Unwrap(err))
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
 // PlaceDir renames the finished directory tmp (beside target) to target.
 // Nothing, or an empty directory, at target is replaced. Anything else is
 // refused unless force, and with force only a directory that replaceable

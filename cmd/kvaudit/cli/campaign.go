@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/report"
 )
 
@@ -112,6 +113,12 @@ func (o *CampaignOptions) resolve(cfg *config) error {
 	}
 	if o.Trials < 1 {
 		return usageErrorf("--trials %d: want at least 1", o.Trials)
+	}
+	if o.JUnit != "" {
+		// Before the campaign, not after it.
+		if err := safeio.CheckOutFile(o.JUnit); err != nil {
+			return usageErrorf("--junit %v", err)
+		}
 	}
 	for _, name := range append(cfg.Strings("fault"), cfg.Strings("faults")...) {
 		k, err := inject.ParseKind(strings.TrimSpace(name))

@@ -127,6 +127,15 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 		return bar.Callback(), bar.Finish
 	}
 	if opts.Output == "record" {
+		if opts.OutDir != "" {
+			// The output directory, before the work.
+			if err := checkOutsideInputs(opts.OutDir, opts.Paths, false); err != nil {
+				return err
+			}
+			if err := safeio.CheckOutDir(opts.OutDir); err != nil {
+				return err
+			}
+		}
 		recs, err := verify.Records(ctx, in, verify.RecordsOptions{Engine: opts.Engine, Requests: opts.Requests, Progress: progress})
 		if err != nil {
 			return err

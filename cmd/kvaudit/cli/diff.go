@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
@@ -87,6 +88,12 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 				return err
 			}
 			opts.AllowedBy, _ = cfg.FromFile("allow-unverified")
+			if opts.JUnit != "" {
+				// Before the comparison, not after it.
+				if err := safeio.CheckOutFile(opts.JUnit); err != nil {
+					return usageErrorf("--junit %v", err)
+				}
+			}
 			opts.started = time.Now()
 			if opts.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
 				return err
