@@ -169,7 +169,7 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 	if cside.payload {
 		if len(cside.notes) > 0 {
 			// Not even a payload (/etc/passwd): say what it is not.
-			return nil, fmt.Errorf("consumer %s is neither a dump nor a record: the consumer must be dumps (a .safetensors file, a directory with manifest.json, or a directory of them) or records", cside.name)
+			return nil, fmt.Errorf("consumer %s is neither a dump nor a record: the consumer must be dumps or records (a .safetensors file, a directory with manifest.json or of dumps, a record file)", cside.name)
 		}
 		return nil, fmt.Errorf("consumer %s is a payload: the consumer must be dumps or records (a payload is what a producer sends)", cside.name)
 	}
