@@ -27,6 +27,10 @@ type DiffJSON struct {
 	// the audits (verify.DiffResult.Verdict).
 	ComparisonVerdict string            `json:"comparison_verdict"`
 	Requests          []DiffRequestJSON `json:"requests"`
+	// Notes say what about the whole comparison looks like a mistake
+	// rather than a transfer fault (one side given twice, the sides
+	// swapped, every compared block differing).
+	Notes []string `json:"notes"`
 }
 
 // DiffRequestJSON is the verdict of one load (a consumer request).
@@ -95,7 +99,8 @@ type DiffDetailJSON struct {
 // NewDiffJSON converts a comparison to the JSON schema (without audits:
 // its verdict is the comparison's; RenderDiffAudits adds the audits').
 func NewDiffJSON(res *verify.DiffResult) *DiffJSON {
-	out := &DiffJSON{Format: DiffFormat, Verdict: string(res.Verdict), ComparisonVerdict: string(res.Verdict), Requests: []DiffRequestJSON{}}
+	out := &DiffJSON{Format: DiffFormat, Verdict: string(res.Verdict), ComparisonVerdict: string(res.Verdict), Requests: []DiffRequestJSON{},
+		Notes: append([]string{}, res.Notes...)}
 	for _, r := range res.Requests {
 		rj := DiffRequestJSON{
 			ID: r.ID, ProducerID: r.ProducerID, Verdict: string(r.Verdict),
@@ -253,6 +258,9 @@ func diffTables(res *verify.DiffResult, verdict verify.Verdict) []*Table {
 		if rv.Numbering != "" {
 			numberings[rv.Numbering] = true
 		}
+	}
+	for _, n := range res.Notes {
+		t.Notes = append(t.Notes, "note: "+n)
 	}
 	t.Notes = append(t.Notes, fmt.Sprintf("%d request(s): %d verified, %d mismatch, %d unverified",
 		len(res.Requests), counts[verify.Verified], counts[verify.Mismatch], counts[verify.Unverified]))

@@ -62,9 +62,13 @@ func openArg(arg string, stdin io.Reader) (*Source, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Source{Records: recs, name: fmt.Sprintf("%q", arg)}, nil
+		return &Source{Records: recs, name: fmt.Sprintf("%q", arg), files: []string{arg}}, nil
 	}
-	return payloadSide(fmt.Sprintf("%q", arg), data)
+	s, err := payloadSide(fmt.Sprintf("%q", arg), data)
+	if s != nil {
+		s.files = []string{arg}
+	}
+	return s, err
 }
 
 // NotPayloadError is an argument that names nothing on disk and is not

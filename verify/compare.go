@@ -200,12 +200,18 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
 	}
-	prod, err := producerChecks(ctx, pside, cons, opts)
+	pairing := map[string][]string{} // what pairing did, by consumer request id
+	pairByParams(cside, cons, pairing)
+	prod, err := producerChecks(ctx, pside, cons, opts, pairing)
 	if err != nil {
 		return nil, err
 	}
 
 	res := &Result{Diff: DiffWith(prod, cons, DiffOptions{Strict: opts.Strict})}
+	for _, rv := range res.Diff.Requests {
+		rv.Hints = append(rv.Hints, pairing[rv.ID]...)
+	}
+	notePairing(res.Diff, prod, cons, pside, cside)
 	refineFlatHints(res.Diff, prod, cside.Dumps)
 	for _, rv := range res.Diff.Requests {
 		note, ok := pside.notes[rv.ProducerID]
@@ -239,13 +245,26 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 // requests: a bare payload takes the consumer's only request's pairing
 // id, payloads pair by id, dumps and records are checksummed for the
 // requests the consumer pairs with.
-func producerChecks(ctx context.Context, pside *Source, cons *Checks, opts CompareOptions) (*Checks, error) {
+func producerChecks(ctx context.Context, pside *Source, cons *Checks, opts CompareOptions, pairing map[string][]string) (*Checks, error) {
 	switch {
 	case pside.bare != nil:
-		if len(cons.Requests) != 1 {
+		r := pairBare(pside, cons)
+		switch {
+		case r == nil && len(cons.Requests) != 1:
 			return nil, &BarePayloadError{Producer: pside.name, Requests: len(cons.Requests)}
+		case r == nil:
+			r = cons.Requests[0]
+			if pside.remoteID != "" && pside.remoteID != r.PairID() && pside.remoteID != r.ID {
+				pairing[r.ID] = append(pairing[r.ID], fmt.Sprintf("the producer's kv_transfer_params name remote_request_id %s, but this load pairs as %s: were they sent for it?", termtext.Escape(pside.remoteID), termtext.Escape(r.PairID())))
+			}
+		case len(cons.Requests) > 1:
+			// The one request the payload is for, as --request names it.
+			if err := cons.Select([]string{r.ID}); err != nil {
+				return nil, err
+			}
+			pairing[r.ID] = append(pairing[r.ID], fmt.Sprintf("paired with the producer's kv_transfer_params by their remote_request_id %s; the consumer's other requests are not compared", termtext.Escape(pside.remoteID)))
 		}
-		pside.bare.ID = cons.Requests[0].PairID()
+		pside.bare.ID = r.PairID()
 		return ProducerChecks(pside.bare), nil
 	case pside.payload:
 		return ProducerChecks(pside.byID...), nil

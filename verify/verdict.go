@@ -47,6 +47,11 @@ type DiffResult struct {
 	// any request is unverified (or there is no request), else verified.
 	Verdict  Verdict
 	Requests []*RequestVerdict
+	// Notes say, for a person, what about the whole comparison looks like
+	// a mistake rather than a transfer fault: one side given twice, the
+	// sides swapped, every compared block differing (Compare; docs/spec.md
+	// §9). They never change a verdict.
+	Notes []string
 }
 
 // RequestVerdict is the verdict of one load (a consumer request).
@@ -68,7 +73,9 @@ type RequestVerdict struct {
 	// what decoding the producer's payload let pass (docs/spec.md §8).
 	Notes []string
 	// Hints say, for a user, what likely caused an unverified reason
-	// (fixed reasons stay vLLM's; hints name the cause).
+	// (fixed reasons stay vLLM's; hints name the cause), and how the load
+	// was paired where that may be a mistake (another number of tokens, a
+	// remote_request_id): docs/spec.md §9.
 	Hints []string
 	// Numbering is the numbering the compared values use: "block" against
 	// a flat payload (vLLM's published form), else "request" (docs/spec.md §1).
