@@ -2,6 +2,7 @@ package drill
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -25,10 +26,11 @@ const (
 type Heat struct {
 	Group, Position int
 	State           bool
-	// Layers are the group's layer numbers, ascending, and LayerNames
-	// the consumer's names of them; Heads and Replicas are the most
-	// global heads (states) and replica copies a layer of the group has.
-	// A group's heats share these slices.
+	// Layers are the rows, the group's layer numbers ascending, and
+	// LayerNames the consumer's names of each (its caches' names, comma
+	// separated: a layer's indexer cache beside its attention); Heads and
+	// Replicas count the columns (global head indices, or states) and
+	// replica copies. A group's heats share these slices.
 	Layers     []int
 	LayerNames []string
 	Heads      int
@@ -40,11 +42,15 @@ type Heat struct {
 	Bytes []int
 }
 
-// At returns the bytes of the slice of layer index l (in Layers), global
-// head (state) h and replica r.
+// At returns the bytes of the slice of row l (in Layers), global head
+// (state) h and replica r.
 func (h *Heat) At(l, head, r int) int { return h.Bytes[(l*h.Heads+head)*h.Replicas+r] }
 
-// heatAxes are the axes of a group's heats, from the consumer's caches.
+// heatAxes are the axes of a group's heats, from the consumer's caches:
+// a row per layer number, a column per global head index a cache covers
+// (a layer's caches share the head indices of its factors, docs/spec.md
+// §3: an indexer's cache takes the index after the attention heads), a
+// replica per replica index.
 type heatAxes struct {
 	state           bool
 	layers          []int
@@ -61,34 +67,38 @@ func newHeatAxes(caches []cache) *heatAxes {
 		if !slices.Contains(a.layers, v.Number) {
 			a.layers = append(a.layers, v.Number)
 		}
-		a.heads = max(a.heads, a.width(v))
-		a.replicas = max(a.replicas, v.Replicas)
+		_, hi := a.span(v)
+		a.heads = max(a.heads, hi)
+		a.replicas = max(a.replicas, v.ReplicaIndex+1)
 	}
 	slices.Sort(a.layers)
-	a.names = make([]string, len(a.layers))
+	names := make([][]string, len(a.layers))
+	for _, c := range caches {
+		l := slices.Index(a.layers, c.View.Number)
+		if !slices.Contains(names[l], c.View.Layer.Name) {
+			names[l] = append(names[l], c.View.Layer.Name)
+		}
+	}
+	for _, n := range names {
+		a.names = append(a.names, strings.Join(n, ", "))
+	}
 	a.present = make([]bool, len(a.layers)*a.heads*a.replicas)
 	for _, c := range caches {
-		v := c.View
-		l := slices.Index(a.layers, v.Number)
-		if a.names[l] == "" {
-			a.names[l] = v.Layer.Name
-		}
-		for h := range a.width(v) {
-			for r := range v.Replicas {
-				a.present[a.index(l, h, r)] = true
-			}
+		lo, hi := a.span(c.View)
+		for h := lo; h < hi; h++ {
+			a.present[a.slot(c.View, h)] = true
 		}
 	}
 	return a
 }
 
-// width is the heads of a view's layer on the heat's head axis: its
-// global heads, or for a state view its states.
-func (a *heatAxes) width(v *layout.LayerView) int {
+// span is the head columns [lo, hi) a view covers: its heads, or for a
+// state view its state.
+func (a *heatAxes) span(v *layout.LayerView) (lo, hi int) {
 	if v.State {
-		return v.StateIndex + 1
+		return v.StateIndex, v.StateIndex + 1
 	}
-	return v.GlobalHeads
+	return v.HeadBase, v.HeadBase + v.Heads
 }
 
 func (a *heatAxes) index(l, h, r int) int { return (l*a.heads+h)*a.replicas + r }

@@ -170,3 +170,22 @@ func TestHeatState(t *testing.T) {
 		t.Errorf("hot slices %q", got)
 	}
 }
+
+// TestHeatIndexer: a layer's indexer cache takes the head index after its
+// attention heads (the layer's factors), so a row holds both and the
+// column of a flipped indexer cell is that index.
+func TestHeatIndexer(t *testing.T) {
+	prod := write(t, synth.Config{Preset: "indexer", Seed: 8})
+	c := write(t, synth.Config{Preset: "indexer", Seed: 8, Role: "consumer", TP: 2})
+	ref := drill.CellRef{Request: "req-0", Group: 0, Layer: "model.layers.1.self_attn.indexer.k_cache", Head: 4, Token: 9}
+	b := c.read(ref)
+	b[3] ^= 1
+	c.write(ref, b)
+	h := heatOf(t, explain(t, prod, c, drill.Options{}).Requests[0].Heat, 0, 0)
+	if h.Heads != 5 || h.LayerNames[1] != "model.layers.1.self_attn.attn, model.layers.1.self_attn.indexer.k_cache" {
+		t.Fatalf("%d heads, names %q", h.Heads, h.LayerNames)
+	}
+	if got := hot(h); !slices.Equal(got, []string{"L1 h4 r0=1"}) {
+		t.Errorf("hot slices %q", got)
+	}
+}
