@@ -69,6 +69,8 @@ type Result struct {
 	Diff *DiffResult
 	// Audits are the consumer audits that ran; nil when none did.
 	Audits *Audits
+	// Producer and Consumer say what the sides were (Compare fills them).
+	Producer, Consumer SideInfo
 }
 
 // Verdict combines the comparison's verdict with the audits': a mismatch
@@ -207,7 +209,7 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 		return nil, err
 	}
 
-	res := &Result{Diff: DiffWith(prod, cons, DiffOptions{Strict: opts.Strict})}
+	res := &Result{Diff: DiffWith(prod, cons, DiffOptions{Strict: opts.Strict}), Producer: pside.info(), Consumer: cside.info()}
 	for _, rv := range res.Diff.Requests {
 		rv.Hints = append(rv.Hints, pairing[rv.ID]...)
 	}
@@ -314,6 +316,7 @@ func Explain(ctx context.Context, producer, consumer []*layout.Dump, res *DiffRe
 	for i, x := range xs {
 		rvs[i].Details = append(rvs[i].Details, x.Details...)
 		rvs[i].Notes = append(rvs[i].Notes, x.Notes...)
+		rvs[i].Heat = append(rvs[i].Heat, x.Heat...)
 	}
 	return nil
 }

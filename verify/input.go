@@ -46,6 +46,8 @@ type Input struct {
 type Source struct {
 	Dumps   []*layout.Dump
 	Records []*wire.Record
+	// recordFiles are the files Records were read from.
+	recordFiles []string
 
 	// A producer given as what it sent: one bare payload (it pairs with
 	// one consumer request) or payloads by producer request id.
@@ -164,6 +166,7 @@ func openPaths(paths []string) (*Source, error) {
 			return nil, err
 		}
 		s.Records = append(s.Records, recs...)
+		s.recordFiles = append(s.recordFiles, p)
 	}
 	if s.Dumps, err = layout.OpenSide(dumpPaths); err != nil {
 		return nil, err

@@ -24,8 +24,12 @@ type CampaignOptions struct {
 	// synthesized pairs).
 	Paths  []string
 	Output string
-	// JUnit, when set, is a file to write the JUnit report to as well.
+	// JUnit, when set, is a file to write the JUnit report to as well;
+	// HTML the HTML report (--html FILE).
 	JUnit string
+	HTML  string
+	// command is the command line, for the HTML report.
+	command string
 	inject.CampaignOptions
 }
 
@@ -79,6 +83,10 @@ fault was missed or mislocalised or a control was flagged.
 			if err := opts.resolve(cfg); err != nil {
 				return err
 			}
+			opts.command = commandLine(cmd, args)
+			if err := checkOutputFile("--html", opts.HTML, args); err != nil {
+				return err
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -91,6 +99,7 @@ fault was missed or mislocalised or a control was flagged.
 	f.StringSlice("fault", nil, "fault kind to run (repeatable, or comma-separated; default every kind)")
 	addOutputFlag(cmd, "")
 	f.StringVar(&opts.JUnit, "junit", "", "also write the JUnit XML report to this file (the table, or -o, still printed)")
+	f.StringVar(&opts.HTML, "html", "", htmlFlagHelp)
 	f.IntVar(&opts.Workers, "threads", 0, "trials run at once (default GOMAXPROCS)")
 	f.StringSlice("faults", nil, "")
 	_ = f.MarkDeprecated("faults", "use --fault")
@@ -163,6 +172,7 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 			})
 		}
 	}
+	started := time.Now()
 	res, err := inject.Campaign(ctx, c)
 	if err != nil {
 		mu.Lock()
@@ -181,6 +191,7 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 		}
 	}
 	opts.IO.verdict = "campaign: pass"
+	var exit error
 	if !res.Pass {
 		var failed []string
 		for _, k := range res.Kinds {
@@ -193,7 +204,13 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 				failed = append(failed, "clean "+p.Name)
 			}
 		}
-		return &ResultError{Code: ExitMismatch, Msg: "campaign failed: " + strings.Join(failed, ", ")}
+		exit = &ResultError{Code: ExitMismatch, Msg: "campaign failed: " + strings.Join(failed, ", ")}
 	}
-	return nil
+	if opts.HTML != "" {
+		info := report.HTMLInfo{Command: opts.command, Exit: exitCode(exit), Version: versionString(), Time: started}
+		if err := writeHTML(opts.HTML, func(w io.Writer) error { return report.RenderCampaignHTML(w, res, info) }); err != nil {
+			return err
+		}
+	}
+	return exit
 }

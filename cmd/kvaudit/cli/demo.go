@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/charmbracelet/x/ansi"
 	"github.com/spf13/cobra"
@@ -24,6 +25,10 @@ type DemoOptions struct {
 	// directory that is removed afterwards.
 	Dir  string
 	Seed uint64
+	// HTML is the file the HTML report is written to (--html; default
+	// DIR/report.html with --out DIR, else kvaudit-demo.html here).
+	HTML    string
+	command string
 }
 
 // NewCmdDemo builds `kvaudit demo`.
@@ -37,11 +42,12 @@ and a consumer that loaded the same KV with another TP size, layout and
 block ids (TP2, HND), checksums both and shows they agree, then flips one
 bit of the consumer's KV and shows that exactly one block's value changes,
 and ends on the verdict kvaudit diff gives: a mismatch at that block,
-drilled down to the layer, head, token and bit.`,
+drilled down to the layer, head, token and bit. It writes the same verdict as
+an HTML report (kvaudit diff --html), for a browser, and says where.`,
 		Example: `  # run it
   $ kvaudit demo
 
-  # keep the dumps to play with
+  # keep the dumps to play with (and the report, as /tmp/kvdemo/report.html)
   $ kvaudit demo --out /tmp/kvdemo`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -54,6 +60,11 @@ drilled down to the layer, head, token and bit.`,
 				opts.Dir = cfg.String("dir")
 			}
 			opts.Seed = cfg.Uint64("seed")
+			opts.HTML = cfg.String("html")
+			opts.command = commandLine(cmd, args)
+			if err := checkOutputFile("--html", opts.HTML, nil); err != nil {
+				return err
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -64,6 +75,7 @@ drilled down to the layer, head, token and bit.`,
 	cmd.Flags().String("dir", "", "")
 	_ = cmd.Flags().MarkDeprecated("dir", "use --out")
 	cmd.Flags().Uint64("seed", 42, "seed of the synthetic KV")
+	cmd.Flags().String("html", "", "the HTML report's file (default DIR/report.html with --out DIR, else kvaudit-demo.html; replaced if it exists)")
 	return cmd
 }
 
@@ -131,9 +143,24 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 		return err
 	}
 	say("4. Compare them as kvaudit diff does: the verdict per request and group, and the drill-down to layer, head, token and bit\n\n")
-	if err := demoDiff(ctx, opts.IO, ppaths, cpaths); err != nil {
+	res, err := demoDiff(ctx, opts.IO, ppaths, cpaths)
+	if err != nil {
 		return err
 	}
+	html := opts.HTML
+	switch {
+	case html != "":
+	case opts.Dir != "":
+		html = filepath.Join(opts.Dir, "report.html")
+	default:
+		html = "kvaudit-demo.html"
+	}
+	info := report.HTMLInfo{Command: opts.command, Producer: filepath.Join(dir, pc.Role), Consumer: filepath.Join(dir, cc.Role),
+		Exit: exitCode(resultExit(res, false)), Version: versionString(), Time: time.Now()}
+	if err := writeHTML(html, func(w io.Writer) error { return report.RenderDiffHTML(w, res, info) }); err != nil {
+		return err
+	}
+	say("\n5. The same verdict for a browser (block maps, a heatmap of layers by heads, the drill-down): %s\n", html)
 	if opts.Dir != "" {
 		say("\nThe dumps are kept in %s: run it yourself with\n  kvaudit diff %s %s\n",
 			opts.Dir, filepath.Join(dir, pc.Role), filepath.Join(dir, cc.Role))
@@ -155,13 +182,14 @@ func demoSay(s *Streams, format string, args ...any) {
 }
 
 // demoDiff compares the demo's producer and consumer dumps as kvaudit
-// diff does (the mismatch drilled down) and prints the verdict table.
-func demoDiff(ctx context.Context, s *Streams, ppaths, cpaths []string) error {
+// diff does (the mismatch drilled down), prints the verdict table and
+// returns the result.
+func demoDiff(ctx context.Context, s *Streams, ppaths, cpaths []string) (*verify.Result, error) {
 	res, err := verify.Compare(ctx, verify.Input{Paths: ppaths}, verify.Input{Paths: cpaths}, verify.CompareOptions{})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return report.RenderDiff(s.Out, res.Diff, report.FormatTable, report.DiffOptions{Style: tableStyle(s)})
+	return res, report.RenderDiff(s.Out, res.Diff, report.FormatTable, report.DiffOptions{Style: tableStyle(s)})
 }
 
 // demoTable prints the producer's and consumer's check 0 side by side and

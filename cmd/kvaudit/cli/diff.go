@@ -31,7 +31,11 @@ type DiffOptions struct {
 	AllowedBy string
 	// JUnit, when set, is a file to write the JUnit report to as well
 	// (--junit FILE); started is when the command started (its time).
-	JUnit   string
+	JUnit string
+	// HTML, when set, is a file to write the HTML report to as well
+	// (--html FILE); command is the command line, for the report.
+	HTML    string
+	command string
 	started time.Time
 }
 
@@ -105,6 +109,10 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 				}
 			}
 			opts.started = time.Now()
+			opts.command = commandLine(cmd, args)
+			if err := checkOutputFile("--html", opts.HTML, args); err != nil {
+				return err
+			}
 			if opts.Engine, err = newEngine(cfg.String("engine"), cfg.Int("threads"), s.Err); err != nil {
 				return err
 			}
@@ -126,6 +134,7 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 	f.IntVar(&opts.MaxDetails, "max-details", drill.DefaultMaxDetails, "drill-down details per request at most (-1: no cap)")
 	f.BoolVar(&opts.AuditTail, "audit-tail", false, "also audit the consumer's dumps: every byte past the transferred range is zero")
 	f.StringVar(&opts.JUnit, "junit", "", "also write the JUnit XML report to this file (the table, or -o, still printed)")
+	f.StringVar(&opts.HTML, "html", "", htmlFlagHelp)
 	f.BoolVar(&opts.Stored, "stored", false, "also check the consumer's blocks against the stored checksums in its manifests")
 	f.BoolVar(&opts.Strict, "strict", false, "a loaded block the producer's checksums do not cover (a flat payload is judged on the overlap, as vLLM does) makes its group unverified")
 	return cmd
@@ -200,9 +209,17 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 	if err := writeDiffJUnit(opts, res); err != nil {
 		return err
 	}
+	exit := resultExit(res, opts.AllowUnverified)
+	if opts.HTML != "" {
+		info := report.HTMLInfo{Command: opts.command, Producer: strings.Join(opts.Producer, " "), Consumer: strings.Join(opts.Consumer, " "),
+			Exit: exitCode(exit), Version: versionString(), Time: opts.started}
+		if err := writeHTML(opts.HTML, func(w io.Writer) error { return report.RenderDiffHTML(w, res, info) }); err != nil {
+			return err
+		}
+	}
 	allowedNotice(opts, res)
 	opts.IO.verdict = string(res.Verdict())
-	return resultExit(res, opts.AllowUnverified)
+	return exit
 }
 
 // writeDiffJUnit writes --junit FILE, if given: the comparison and its

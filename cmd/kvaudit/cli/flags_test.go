@@ -35,6 +35,7 @@ var flagVocabulary = map[string]struct{ typ, meaning string }{
 	"threads":          {"int", "how many things run at once (engine threads, trials); the only parallelism flag"},
 	"output":           {"string", "-o: the output format"},
 	"junit":            {"string", "a file to write the JUnit report to, besides the output"},
+	"html":             {"string", "a file to write the HTML report to, besides the output"},
 	"out":              {"string", "the directory a command writes its results into, kept"},
 	"dir":              {"string", "the directory a command keeps its temporary files under, removed afterwards"},
 	"keep":             {"bool", "keep what would be removed"},
