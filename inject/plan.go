@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/ranges"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/verify"
 )
@@ -60,7 +62,84 @@ func (p *planner) checkTarget() error {
 	if p.opts.Bits < 0 {
 		return &OptionError{Option: "Bits", Value: strconv.Itoa(p.opts.Bits), Msg: "is negative"}
 	}
-	return nil
+	return p.checkRanges()
+}
+
+// checkRanges rejects a target layer, head or position that no cache or
+// request of the side (as narrowed by the other targets) has, naming the
+// range there is: a kind's own reasons (no second head, no checksummed
+// position) are for targets that exist.
+func (p *planner) checkRanges() error {
+	t := p.opts.Target
+	var layers, heads []int
+	state, attention := false, false
+	for _, gid := range p.ranks.GroupIDs() {
+		if t.Group != nil && *t.Group != gid {
+			continue
+		}
+		for _, c := range p.ranks.Caches(gid) {
+			layers = append(layers, c.View.Number)
+			if layerMatch(c.View, t.Layer) {
+				heads = append(heads, c.View.GlobalHeads)
+				if c.Group.Kind == layout.KindMamba {
+					state = true
+				} else {
+					attention = true
+				}
+			}
+		}
+	}
+	what := "global KV heads"
+	switch {
+	case state && attention:
+		what = "global KV heads (state rows of state layers)"
+	case state:
+		what = "global state rows"
+	}
+	if t.Layer != "" && len(heads) == 0 {
+		return &OptionError{Option: "Target.Layer", Value: strconv.Quote(t.Layer), Msg: fmt.Sprintf("no layer of the side has that name or number: its layers are %s", ranges.Format(slices.Compact(slices.Sorted(slices.Values(layers)))))}
+	}
+	if t.Head != nil && len(heads) > 0 && *t.Head >= slices.Max(heads) {
+		return &OptionError{Option: "Target.Head", Value: strconv.Itoa(*t.Head), Msg: fmt.Sprintf("out of range: the %s are 0-%d", what, slices.Max(heads)-1)}
+	}
+	if t.Position == nil {
+		return nil
+	}
+	// The positions each request's block table has in the groups allowed
+	// (blocks past the last token too: the tail faults' targets).
+	var have []string
+	for _, id := range p.ranks.ids {
+		if t.Request != "" && id != t.Request {
+			continue
+		}
+		r := p.ranks.Request(id)
+		for _, gid := range p.ranks.GroupIDs() {
+			g := p.ranks.Group(gid)
+			if t.Group != nil && *t.Group != gid || g == nil {
+				continue
+			}
+			key := strconv.Itoa(gid)
+			n := len(r.BlockTable[key])
+			if g.Kind == layout.KindMamba {
+				n = 0
+				if _, ok := r.StateBlock[key]; ok {
+					n = 1
+				}
+			}
+			if n == 0 {
+				continue
+			}
+			if *t.Position < n {
+				return nil
+			}
+			have = append(have, fmt.Sprintf("request %q group %d: 0-%d", id, gid, n-1))
+		}
+	}
+	msg := "no request holds that block position"
+	if len(have) > 0 {
+		msg += " (" + strings.Join(have, "; ") + ")"
+	}
+	return &OptionError{Option: "Target.Position", Value: strconv.Itoa(*t.Position), Msg: msg}
 }
 
 // run plans the kind's fault on the side.

@@ -40,7 +40,7 @@ func checkOut(out string, force bool) error {
 		return err
 	}
 	if st.Mode()&fs.ModeSymlink != 0 {
-		return fmt.Errorf("output %q is a symlink: kvaudit does not write through links", out)
+		return &safeio.LinkError{Path: out}
 	}
 	if !st.IsDir() {
 		return fmt.Errorf("output %q exists and is not a directory", out)

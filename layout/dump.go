@@ -423,9 +423,26 @@ func (d *Dump) GroupView(id int) *GroupView {
 // directory. A path that does not exist is a *NotFoundError, and a
 // directory holding neither dumps nor records a *NoDumpError (which names
 // its subdirectories that hold dumps).
+//
+// A path that does not exist and holds a glob metacharacter (*, ? or [)
+// is a pattern (filepath.Match): the paths it matches, in name order, are
+// read as if given one by one ('rec/*' for the records of every host); a
+// pattern that matches nothing is a *NotFoundError too.
 func FindDumps(paths []string) (dumps, rest []string, err error) {
 	for _, p := range paths {
 		st, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) && IsPattern(p) {
+			matches, gerr := filepath.Glob(p)
+			if gerr != nil || len(matches) == 0 {
+				return nil, nil, &NotFoundError{Path: p, Err: err, Pattern: true}
+			}
+			d, r, err := FindDumps(matches)
+			if err != nil {
+				return nil, nil, err
+			}
+			dumps, rest = append(dumps, d...), append(rest, r...)
+			continue
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, &NotFoundError{Path: p, Err: err}
 		}
@@ -522,15 +539,24 @@ func sidesBelow(dir string) []string {
 	return sides
 }
 
-// NotFoundError is a path given as (part of) a side that does not exist.
+// NotFoundError is a path given as (part of) a side that does not exist,
+// or a pattern (Pattern) that matches nothing.
 type NotFoundError struct {
-	Path string
-	Err  error // the error of os.Stat
+	Path    string
+	Err     error // the error of os.Stat
+	Pattern bool
 }
 
 func (e *NotFoundError) Error() string {
+	if e.Pattern {
+		return fmt.Sprintf("no file matches %q: want dumps (.safetensors files, or directories with manifest.json), directories of dumps, or record files", e.Path)
+	}
 	return fmt.Sprintf("%q does not exist: want a dump (a .safetensors file, or a directory with manifest.json), a directory of dumps, or a record file", e.Path)
 }
+
+// IsPattern says whether a side path is a glob pattern (FindDumps): it
+// holds *, ? or [.
+func IsPattern(path string) bool { return strings.ContainsAny(path, "*?[") }
 
 func (e *NotFoundError) Unwrap() error { return e.Err }
 

@@ -3,7 +3,6 @@ package layout
 import (
 	"encoding/json"
 	"io"
-	"os"
 	"path/filepath"
 
 	"github.com/kvaudit/kvaudit/internal/safeio"
@@ -41,7 +40,7 @@ func WriteDumpFile(path string, m *Manifest, tensors []TensorData, opts ...Write
 // not empty, data.safetensors holding them (the layers' default file). It
 // refuses to replace an existing directory's files unless opts say Force.
 func WriteDumpDir(dir string, m *Manifest, tensors []TensorData, opts ...WriteOptions) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := safeio.MkdirOut(dir); err != nil {
 		return err
 	}
 	text, err := MarshalManifest(m)

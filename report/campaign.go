@@ -18,8 +18,11 @@ const CampaignFormat = "kvaudit-campaign/1"
 // CampaignJSON is the stable schema of `kvaudit campaign -o json`.
 type CampaignJSON struct {
 	Format string `json:"format"`
-	// Pass is false when a detectable fault was missed or mislocalised,
-	// or a control was flagged (the command then exits 1).
+	// Verdict is "pass", or "fail" when a detectable fault was missed or
+	// mislocalised, or a control was flagged (the command then exits 1),
+	// as every schema's verdict says what the exit code reports.
+	Verdict string `json:"verdict"`
+	// Pass is Verdict == "pass" (kept in this version of the format).
 	Pass bool `json:"pass"`
 	// Seed reproduces the campaign (--seed takes it as written).
 	Seed           layout.Hex64       `json:"seed"`
@@ -73,7 +76,11 @@ type CampaignControlJSON struct {
 
 // NewCampaignJSON converts a campaign's result to the JSON schema.
 func NewCampaignJSON(r *inject.CampaignResult) *CampaignJSON {
-	out := &CampaignJSON{Format: CampaignFormat, Pass: r.Pass, Seed: layout.Hex64(r.Seed), TrialsPerKind: r.Trials,
+	verdict := "pass"
+	if !r.Pass {
+		verdict = "fail"
+	}
+	out := &CampaignJSON{Format: CampaignFormat, Verdict: verdict, Pass: r.Pass, Seed: layout.Hex64(r.Seed), TrialsPerKind: r.Trials,
 		ElapsedSeconds: r.Elapsed.Seconds(), Kinds: []CampaignKindJSON{}, Controls: []CampaignControlJSON{}, Stopped: r.Stopped}
 	for _, k := range r.Kinds {
 		kj := CampaignKindJSON{Kind: string(k.Kind), Detector: k.Detector, Control: k.Control, Trials: k.Trials,

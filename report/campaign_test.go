@@ -134,8 +134,10 @@ func TestCampaignJSONAndTable(t *testing.T) {
 }
 
 // TestDiffAudits: the comparison's output with the audits: JSON keeps
-// kvaudit-diff/1's fields and adds the audits'; JUnit stays one valid
-// document with a suite per audit.
+// kvaudit-diff/1's fields and adds the audits'; its verdict, and the
+// table's title, are the run's (an audit finding is a mismatch though the
+// checksums verified), the comparison's own kept as comparison_verdict;
+// JUnit stays one valid document with a suite per audit.
 func TestDiffAudits(t *testing.T) {
 	res := &verify.DiffResult{Verdict: verify.Verified, Requests: []*verify.RequestVerdict{{ID: "req-0", ProducerID: "req-0", Verdict: verify.Verified, Reasons: []string{},
 		Groups: []*verify.GroupVerdict{{ID: 0, Verdict: verify.Verified, Positions: []int{}, Checks: []int{}, Map: []verify.PositionState{verify.PosVerified}}}}}}
@@ -145,15 +147,17 @@ func TestDiffAudits(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got struct {
-		Format    string        `json:"format"`
-		Requests  []any         `json:"requests"`
-		TailAudit TailAuditJSON `json:"tail_audit"`
-		Stored    StoredJSON    `json:"stored"`
+		Format            string        `json:"format"`
+		Verdict           string        `json:"verdict"`
+		ComparisonVerdict string        `json:"comparison_verdict"`
+		Requests          []any         `json:"requests"`
+		TailAudit         TailAuditJSON `json:"tail_audit"`
+		Stored            StoredJSON    `json:"stored"`
 	}
 	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Format != DiffFormat || len(got.Requests) != 1 || got.TailAudit.Verdict != "not zeroed" || got.Stored.Verdict != "mismatch" {
+	if got.Format != DiffFormat || got.Verdict != "mismatch" || got.ComparisonVerdict != "verified" || len(got.Requests) != 1 || got.TailAudit.Verdict != "not zeroed" || got.Stored.Verdict != "mismatch" {
 		t.Errorf("JSON: %+v", got)
 	}
 	if sc := got.Stored.Ranks[0].Requests[0].StoredChecksums["0"]; len(sc) != 3 || sc[1] != 2 || sc[2] != 7 {
@@ -174,7 +178,7 @@ func TestDiffAudits(t *testing.T) {
 	if err := RenderDiffAudits(&b, res, a, FormatTable, DiffOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"kvaudit diff: verified", "transferred-or-zeroed audit: 1 block(s) not zeroed", "x.safetensors:123", "stored checksums: mismatch", "DIFFERS"} {
+	for _, want := range []string{"# kvaudit diff: mismatch (the comparison: verified; an audit below found a fault)\n", "transferred-or-zeroed audit: 1 block(s) not zeroed", "x.safetensors:123", "stored checksums: mismatch", "DIFFERS"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}

@@ -133,6 +133,7 @@ func ChecksumsTableNumbered(c *verify.Checks, n checksum.Numbering) *Table {
 		Title:  title,
 		Header: []string{"request", "group", "kind", "position", "tokens"},
 		Drop:   []string{"kind", "tokens"},
+		Whole:  []string{"request"},
 	}
 	for k := range maxChecks {
 		t.Header = append(t.Header, fmt.Sprintf("check %d", k))

@@ -19,9 +19,18 @@ const DiffFormat = "kvaudit-diff/1"
 // DiffJSON is the stable schema of `kvaudit diff -o json` (docs/spec.md §12). Fields are added, never renamed or removed.
 type DiffJSON struct {
 	Format string `json:"format"`
-	// Verdict is verified, mismatch or unverified.
-	Verdict  string            `json:"verdict"`
-	Requests []DiffRequestJSON `json:"requests"`
+	// Verdict is verified, mismatch or unverified: the whole run's, the
+	// one the exit code reports (the comparison's combined with the
+	// audits', verify.Result.Verdict).
+	Verdict string `json:"verdict"`
+	// ComparisonVerdict is the checksum comparison's own verdict, without
+	// the audits (verify.DiffResult.Verdict).
+	ComparisonVerdict string            `json:"comparison_verdict"`
+	Requests          []DiffRequestJSON `json:"requests"`
+	// Notes say what about the whole comparison looks like a mistake
+	// rather than a transfer fault (one side given twice, the sides
+	// swapped, every compared block differing).
+	Notes []string `json:"notes"`
 }
 
 // DiffRequestJSON is the verdict of one load (a consumer request).
@@ -87,9 +96,11 @@ type DiffDetailJSON struct {
 	State    *int `json:"state,omitempty"`
 }
 
-// NewDiffJSON converts a comparison to the JSON schema.
+// NewDiffJSON converts a comparison to the JSON schema (without audits:
+// its verdict is the comparison's; RenderDiffAudits adds the audits').
 func NewDiffJSON(res *verify.DiffResult) *DiffJSON {
-	out := &DiffJSON{Format: DiffFormat, Verdict: string(res.Verdict), Requests: []DiffRequestJSON{}}
+	out := &DiffJSON{Format: DiffFormat, Verdict: string(res.Verdict), ComparisonVerdict: string(res.Verdict), Requests: []DiffRequestJSON{},
+		Notes: append([]string{}, res.Notes...)}
 	for _, r := range res.Requests {
 		rj := DiffRequestJSON{
 			ID: r.ID, ProducerID: r.ProducerID, Verdict: string(r.Verdict),
@@ -196,11 +207,23 @@ const diffLegend = "blocks from position 0: . verified, X mismatch, - not compar
 // any, the drill-down's details. A styled or aligned table that does not
 // fit the terminal leaves out kind, checks and positions (the map shows
 // the positions), then the drill-down's bytes, replica and group.
-func diffTables(res *verify.DiffResult) []*Table {
+//
+// verdict is the run's (the comparison's combined with the audits'): the
+// title says it, and the comparison's own when it differs.
+func diffTables(res *verify.DiffResult, verdict verify.Verdict) []*Table {
+	title := "kvaudit diff: " + string(verdict)
+	switch {
+	case verdict == res.Verdict:
+	case verdict == verify.Mismatch:
+		title += fmt.Sprintf(" (the comparison: %s; an audit below found a fault)", res.Verdict)
+	default:
+		title += fmt.Sprintf(" (the comparison: %s; the audits below: %s)", res.Verdict, verdict)
+	}
 	t := &Table{
-		Title:  "kvaudit diff: " + string(res.Verdict),
+		Title:  title,
 		Header: []string{"request", "group", "kind", "verdict", "positions", "checks", "reason", "blocks"},
 		Drop:   []string{"kind", "checks", "positions"},
+		Whole:  []string{"request"},
 	}
 	counts := map[verify.Verdict]int{}
 	for _, rv := range res.Requests {
@@ -236,6 +259,9 @@ func diffTables(res *verify.DiffResult) []*Table {
 			numberings[rv.Numbering] = true
 		}
 	}
+	for _, n := range res.Notes {
+		t.Notes = append(t.Notes, "note: "+n)
+	}
 	t.Notes = append(t.Notes, fmt.Sprintf("%d request(s): %d verified, %d mismatch, %d unverified",
 		len(res.Requests), counts[verify.Verified], counts[verify.Mismatch], counts[verify.Unverified]))
 	switch {
@@ -251,6 +277,7 @@ func diffTables(res *verify.DiffResult) []*Table {
 		Title:  "drill-down: what differs",
 		Header: []string{"request", "group", "position", "layer", "head", "replica", "tokens", "bytes", "hint"},
 		Drop:   []string{"bytes", "replica", "group"},
+		Whole:  []string{"request"},
 	}
 	for _, rv := range res.Requests {
 		for _, x := range rv.Details {
@@ -300,7 +327,7 @@ func RenderDiff(w io.Writer, res *verify.DiffResult, f Format, opts DiffOptions)
 	case FormatJUnit:
 		return writeJUnit(w, diffJUnit(res, opts))
 	}
-	return renderTables(w, diffTables(res), f, opts.Style)
+	return renderTables(w, diffTables(res, res.Verdict), f, opts.Style)
 }
 
 // diffJUnit is a comparison as JUnit XML (RenderDiff's, and
@@ -377,10 +404,12 @@ type diffWithAuditsJSON struct {
 	Repeated []RepeatedBlockJSON `json:"repeated_blocks,omitempty"`
 }
 
-// RenderDiffAudits writes a comparison and the consumer audits beside it:
-// in a table or markdown, the audits' tables after the comparison's; in
-// JSON, kvaudit-diff/1 with "tail_audit", "stored" and "repeated_blocks"
-// fields added; in
+// RenderDiffAudits writes a comparison and the consumer audits beside it,
+// under the run's verdict (verify.Result.Verdict: an audit finding is a
+// mismatch): in a table or markdown, titled with it, the audits' tables
+// after the comparison's; in JSON, kvaudit-diff/1 with that "verdict",
+// the comparison's own as "comparison_verdict", and "tail_audit",
+// "stored" and "repeated_blocks" fields added; in
 // JUnit, a test suite per audit after the comparison's suites, each with
 // one test case per request and group of the comparison (the same cases
 // whatever the audit finds, so CI can follow a case from run to run), a
@@ -390,9 +419,11 @@ func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f F
 	if a == nil {
 		return RenderDiff(w, res, f, opts)
 	}
+	verdict := (&verify.Result{Diff: res, Audits: a}).Verdict()
 	switch f {
 	case FormatJSON:
 		out := diffWithAuditsJSON{DiffJSON: NewDiffJSON(res)}
+		out.Verdict = string(verdict)
 		if a.Tail != nil {
 			out.TailAudit = NewTailAuditJSON(a.Tail)
 		}
@@ -414,5 +445,5 @@ func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f F
 		}
 		return writeJUnit(w, doc)
 	}
-	return renderTables(w, append(diffTables(res), auditTables(a)...), f, opts.Style)
+	return renderTables(w, append(diffTables(res, verdict), auditTables(a)...), f, opts.Style)
 }

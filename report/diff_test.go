@@ -195,7 +195,7 @@ func TestDiffFitsWidth(t *testing.T) {
 		}
 		out := string(sgr.ReplaceAll(b.Bytes(), nil))
 		fits(t, []byte(out), 80)
-		for _, want := range []string{"verdict", "blocks", "mismatch", "X", strings.Repeat(".", 20), "blocks scaled to fit: one cell per", "left out to fit 80 columns: kind"} {
+		for _, want := range []string{"verdict", "blocks", "mismatch", "X", strings.Repeat(".", 20), "blocks scaled to fit: one cell per", "left out to fit 80 columns: reason (empty), kind"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("%+v: lacks %q:\n%s", style, want, out)
 			}

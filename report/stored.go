@@ -115,6 +115,7 @@ func StoredTable(ranks []*verify.StoredRank) *Table {
 		Title:  "stored checksums: " + string(verify.StoredVerdict(ranks)),
 		Header: []string{"rank", "request", "group", "position", "block", "block hash", "computed", "in manifest", "verdict"},
 		Drop:   []string{"block hash", "block", "rank", "group"},
+		Whole:  []string{"request"},
 	}
 	for _, r := range ranks {
 		for i := range r.Blocks {

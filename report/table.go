@@ -6,7 +6,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/lipgloss/table"
@@ -16,6 +15,7 @@ import (
 	"github.com/olekukonko/tablewriter/renderer"
 	"github.com/olekukonko/tablewriter/tw"
 
+	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -87,8 +87,14 @@ type Table struct {
 	Notes  []string
 	// Drop names the columns (by header) that a styled or aligned table
 	// leaves out, in this order, when it is wider than Style.Width; the
-	// verdicts and block maps are never in it.
+	// verdicts and block maps are never in it. Columns whose every cell
+	// is empty are left out before them.
 	Drop []string
+	// Whole names the columns (by header) whose words a narrow table never
+	// breaks: identifiers such as request ids, which wrap only after their
+	// hyphens and other breakpoints. Checksums (0x and 16 hex digits) are
+	// never broken in any column.
+	Whole []string
 	// Stream, when set, gives the rows that follow Rows, one at a time
 	// (to add): a plain render writes each as it comes and holds none (a
 	// table of millions of checksums costs no more than a row), the
@@ -196,15 +202,17 @@ func (t *Table) markdown(b *strings.Builder) {
 		fmt.Fprintf(b, "### %s\n\n", t.Title)
 	}
 	esc := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
-	if len(t.Header) > 0 {
+	if header := t.header(); len(header) > 0 {
+		// A table without a header (name and value rows) gets an empty
+		// one: a markdown table needs a header row.
 		tb := newTableWriter(b, tablewriter.WithRenderer(renderer.NewMarkdown()))
-		hdr := make([]string, len(t.Header))
-		for i, h := range t.Header {
+		hdr := make([]string, len(header))
+		for i, h := range header {
 			hdr[i] = esc(h)
 		}
 		tb.Header(hdr)
 		for _, r := range t.Rows {
-			cols := make([]string, len(t.Header))
+			cols := make([]string, len(header))
 			for i, c := range r[:min(len(r), len(cols))] {
 				cols[i] = esc(c.Text)
 			}
@@ -216,6 +224,19 @@ func (t *Table) markdown(b *strings.Builder) {
 		fmt.Fprintf(b, "\n%s\n", n)
 	}
 	b.WriteString("\n")
+}
+
+// header is the table's header, one name per column: Header, padded with
+// empty names to the widest row (a table of name and value rows has no
+// Header at all).
+func (t *Table) header() []string {
+	n := len(t.Header)
+	for _, r := range t.Rows {
+		n = max(n, len(r))
+	}
+	h := make([]string, n)
+	copy(h, t.Header)
+	return h
 }
 
 // laidOut is a table fitted to a width: the columns kept, each cell's
@@ -239,11 +260,47 @@ func cellWidth(c Cell) int {
 	return w
 }
 
-// minWidth is the narrowest a column may wrap to: its header (one line),
-// its cells' longest word up to 20 cells (checksums stay whole), a map
-// of 16 cells.
-func minWidth(header string, cells []Cell) int {
-	w := ansi.StringWidth(header)
+// breakpoints are where a long cell wraps, besides spaces and after
+// hyphens (ansi.Wrap's).
+const breakpoints = " ,;./"
+
+// isChecksum says whether a word is a checksum as kvaudit prints them.
+func isChecksum(w string) bool {
+	if len(w) != 18 || !strings.HasPrefix(w, "0x") {
+		return false
+	}
+	return strings.Trim(w[2:], "0123456789abcdef") == ""
+}
+
+// pieces splits text where it may wrap: at spaces and after a hyphen or
+// a breakpoint, as ansi.Wrap wraps it, but not before the last 3
+// characters of a word (the "-0" of "chatcmpl-...-0" stays with the
+// piece before it).
+func pieces(text string) []string {
+	var out []string
+	for f := range strings.FieldsSeq(text) {
+		start := 0
+		for i, r := range f {
+			if (r == '-' || strings.ContainsRune(breakpoints, r)) && len(f)-i-1 > 3 {
+				out = append(out, f[start:i+1])
+				start = i + 1
+			}
+		}
+		if start < len(f) {
+			out = append(out, f[start:])
+		}
+	}
+	return out
+}
+
+// minWidth is the narrowest a column may wrap to, and whether its words
+// must stay whole even then: its header (one line), its cells' longest
+// piece (pieces) up to 20 cells, a map of 16 cells. A checksum, and any
+// piece of a whole column (Table.Whole), is never broken: it counts in
+// full.
+func minWidth(header string, cells []Cell, whole bool) (w int, unbreakable bool) {
+	w = ansi.StringWidth(header)
+	unbreakable = whole
 	for _, c := range cells {
 		if c.Map != nil {
 			w = max(w, min(len(c.Map), 16))
@@ -253,20 +310,30 @@ func minWidth(header string, cells []Cell) int {
 			w = max(w, cw) // a short cell ("184.0 KiB") stays on one line
 			continue
 		}
-		for f := range strings.FieldsSeq(c.Text) {
-			w = max(w, min(ansi.StringWidth(f), 20))
+		for _, f := range pieces(c.Text) {
+			pw := ansi.StringWidth(f)
+			switch {
+			case isChecksum(strings.TrimRight(f, breakpoints)):
+				w, unbreakable = max(w, pw), true
+			case whole:
+				w = max(w, pw)
+			default:
+				w = max(w, min(pw, 20))
+			}
 		}
 	}
-	return w
+	return w, unbreakable
 }
 
 // layout fits the table in width cells, 3 per column for the padding and
-// border and 1 for the last border: it leaves out the Drop columns in
-// order while the table would have to wrap more than an eighth of the
-// width, then narrows the widest columns one cell at a time, block maps
-// first.
+// border and 1 for the last border: it leaves out its empty columns, then
+// the Drop columns in order, while the table would have to wrap more than
+// an eighth of the width, then narrows the widest columns one cell at a
+// time, block maps first; words break last, and never a checksum or a
+// word of a Whole column.
 func (t *Table) layout(width int) *laidOut {
-	n := len(t.Header)
+	header := t.header()
+	n := len(header)
 	column := func(i int) []Cell {
 		var cs []Cell
 		for _, r := range t.Rows {
@@ -277,12 +344,19 @@ func (t *Table) layout(width int) *laidOut {
 		return cs
 	}
 	natural, least := make([]int, n), make([]int, n)
-	for i, h := range t.Header {
+	unbreakable, empty := make([]bool, n), make([]bool, n)
+	for i, h := range header {
 		natural[i] = ansi.StringWidth(h)
+		empty[i] = len(t.Rows) > 0
 		for _, c := range column(i) {
 			natural[i] = max(natural[i], cellWidth(c))
+			if c.Text != "" || c.Map != nil {
+				empty[i] = false
+			}
 		}
-		least[i] = min(natural[i], minWidth(h, column(i)))
+		var w int
+		w, unbreakable[i] = minWidth(h, column(i), slices.Contains(t.Whole, h))
+		least[i] = min(natural[i], w)
 	}
 	keep := make([]bool, n)
 	for i := range keep {
@@ -298,13 +372,20 @@ func (t *Table) layout(width int) *laidOut {
 		return s
 	}
 	var dropped []string
+	// wrap when that takes at most an eighth of the width
+	fits := func() bool { return sum(least) <= width && sum(natural) <= width+width/8 }
 	if width > 0 {
+		for i, h := range header {
+			if empty[i] && !fits() {
+				keep[i] = false
+				dropped = append(dropped, h+" (empty)")
+			}
+		}
 		for _, name := range t.Drop {
-			// wrap when that takes at most an eighth of the width
-			if sum(least) <= width && sum(natural) <= width+width/8 {
+			if fits() {
 				break
 			}
-			for i, h := range t.Header {
+			for i, h := range header {
 				if h == name && keep[i] {
 					keep[i] = false
 					dropped = append(dropped, name)
@@ -353,15 +434,17 @@ func (t *Table) layout(width int) *laidOut {
 	}
 	narrow(step)
 	narrow(least)
-	for i, h := range t.Header {
-		least[i] = min(least[i], max(4, ansi.StringWidth(h)))
+	for i, h := range header {
+		if !unbreakable[i] {
+			least[i] = min(least[i], max(4, ansi.StringWidth(h)))
+		}
 	}
 	narrow(least)
 	out := &laidOut{}
 	for i := range n {
 		if keep[i] {
 			out.cols = append(out.cols, i)
-			out.header = append(out.header, t.Header[i])
+			out.header = append(out.header, header[i])
 			out.widths = append(out.widths, widths[i])
 		}
 	}
@@ -388,7 +471,7 @@ func (l *laidOut) cells(row []Cell, r *lipgloss.Renderer) (out []string, per int
 			out = append(out, m)
 			continue
 		}
-		out = append(out, ansi.Wrap(c.Text, l.widths[k], " ,;./"))
+		out = append(out, ansi.Wrap(c.Text, l.widths[k], breakpoints))
 	}
 	return out, per
 }
@@ -434,7 +517,9 @@ func (t *Table) aligned(b *strings.Builder, style Style) {
 	}
 	l, rows, notes := t.fit(style.Width, nil)
 	tb := newTableWriter(b)
-	tb.Header(l.header)
+	if len(t.Header) > 0 {
+		tb.Header(l.header)
+	}
 	for _, cells := range rows {
 		_ = tb.Append(cells)
 	}
@@ -483,7 +568,6 @@ func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 	tb := table.New().
 		Border(lipgloss.RoundedBorder()).
 		BorderStyle(r.NewStyle().Foreground(lipgloss.Color("8"))).
-		Headers(l.header...).
 		Rows(rows...).
 		StyleFunc(func(row, col int) lipgloss.Style {
 			if row == table.HeaderRow {
@@ -494,6 +578,9 @@ func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 			}
 			return tones[tone[row][col]]
 		})
+	if len(t.Header) > 0 {
+		tb.Headers(l.header...)
+	}
 	b.WriteString(tb.Render() + "\n")
 	faint := r.NewStyle().Faint(true)
 	for _, n := range notes {
@@ -505,7 +592,7 @@ func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 
 // escaped returns a copy of the table with every text escaped.
 func (t *Table) escaped() *Table {
-	e := &Table{Title: escapeText(t.Title), Header: make([]string, len(t.Header)), Rows: make([][]Cell, len(t.Rows)), Notes: make([]string, len(t.Notes)), Drop: t.Drop}
+	e := &Table{Title: escapeText(t.Title), Header: make([]string, len(t.Header)), Rows: make([][]Cell, len(t.Rows)), Notes: make([]string, len(t.Notes)), Drop: t.Drop, Whole: t.Whole}
 	for i, h := range t.Header {
 		e.Header[i] = escapeText(h)
 	}
@@ -524,69 +611,8 @@ func (t *Table) escaped() *Table {
 	return e
 }
 
-// escapeText makes an untrusted string safe to print on a terminal or in
-// markdown: control characters (C0 including tab, CR and LF, DEL, C1),
-// bidirectional overrides and isolates, and invalid UTF-8 are written as
-// Go escapes (\x1b, \r, \n, \u202e, ...), so a crafted request id or
-// layer name can neither move the cursor, clear the screen, start a new
-// line nor reorder what follows it. A backslash is doubled, so escaped
-// text cannot be forged either (a name spelling out `\x1b` prints as
-// `\\x1b`). Other text is unchanged.
-func escapeText(s string) string {
-	clean := true
-	for i, r := range s {
-		if needsEscape(r) || (r == utf8.RuneError && !validAt(s, i)) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\\':
-			b.WriteString(`\\`)
-		case r < 0x80 && needsEscape(r):
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case needsEscape(r):
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteString(s[i : i+n])
-		}
-		i += n
-	}
-	return b.String()
-}
-
-func validAt(s string, i int) bool {
-	_, n := utf8.DecodeRuneInString(s[i:])
-	return n == 3 // a literal U+FFFD, not a bad byte
-}
-
-func needsEscape(r rune) bool {
-	switch {
-	case r < 0x20, r == 0x7f, r >= 0x80 && r <= 0x9f:
-		return true
-	case r == '\\':
-		return true // so that an escape in the output is always one
-	case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
-		return true // bidi marks, embeddings, overrides, isolates
-	case r == 0x2028, r == 0x2029:
-		return true // line and paragraph separators
-	}
-	return false
-}
+// escapeText makes an untrusted string safe to print (termtext.Escape).
+func escapeText(s string) string { return termtext.Escape(s) }
 
 func renderTables(w io.Writer, tables []*Table, f Format, style Style) error {
 	for i, t := range tables {

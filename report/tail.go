@@ -62,6 +62,7 @@ func tailAuditTable(a *verify.TailAudit) *Table {
 		Title:  "transferred-or-zeroed audit: " + verdict,
 		Header: []string{"request", "group", "position", "block", "rank", "layer", "where", "tokens", "non-zero bytes", "first at"},
 		Drop:   []string{"first at", "block", "rank", "where", "group"},
+		Whole:  []string{"request"},
 	}
 	for _, f := range a.Findings {
 		where := "tail of the last block"

@@ -16,8 +16,9 @@ import (
 
 // openArg resolves one argument: "-" (payload text or JSON on stdin), a
 // dump or directory (dumps and records), a record file, a payload file,
-// or, when arg names nothing on disk, payload text (payloadText, or any
-// text that cannot be a path). An argument that names nothing and is not
+// a glob pattern of such paths (layout.FindDumps), or, when arg names
+// nothing on disk, payload text (payloadText, or any text that cannot be
+// a path). An argument that names nothing and is not
 // payload text is a missing path (a *layout.NotFoundError) when it was
 // meant as one (meantAsPath), else a *NotPayloadError.
 func openArg(arg string, stdin io.Reader) (*Source, error) {
@@ -37,6 +38,10 @@ func openArg(arg string, stdin io.Reader) (*Source, error) {
 			return nil, err
 		}
 		switch {
+		case errors.Is(err, fs.ErrNotExist) && layout.IsPattern(arg) && !strings.HasPrefix(strings.TrimSpace(arg), "{"):
+			// A glob (no payload text holds *, ? or [ outside JSON): the
+			// paths it matches are the side.
+			return openPaths([]string{arg})
 		case cannotBePath(arg, err) || payloadText(arg):
 			return payloadSide(fmt.Sprintf("%q", shortArg(arg)), []byte(arg))
 		case meantAsPath(arg):
@@ -56,9 +61,13 @@ func openArg(arg string, stdin io.Reader) (*Source, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Source{Records: recs, name: fmt.Sprintf("%q", arg)}, nil
+		return &Source{Records: recs, name: fmt.Sprintf("%q", arg), files: []string{arg}}, nil
 	}
-	return payloadSide(fmt.Sprintf("%q", arg), data)
+	s, err := payloadSide(fmt.Sprintf("%q", arg), data)
+	if s != nil {
+		s.files = []string{arg}
+	}
+	return s, err
 }
 
 // NotPayloadError is an argument that names nothing on disk and is not

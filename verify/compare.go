@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/verify/drill"
 )
@@ -68,6 +69,8 @@ type Result struct {
 	Diff *DiffResult
 	// Audits are the consumer audits that ran; nil when none did.
 	Audits *Audits
+	// Producer and Consumer say what the sides were (Compare fills them).
+	Producer, Consumer SideInfo
 }
 
 // Verdict combines the comparison's verdict with the audits': a mismatch
@@ -89,16 +92,19 @@ func (r *Result) Verdict() Verdict {
 	return v
 }
 
-// Summary says in one line why the result is not verified: the requests
-// that mismatch and the audits' findings, or what is unverified. It is ""
-// when the result is verified.
+// Summary says in one line why the result is not verified, starting
+// with its verdict (Verdict), as every verdict line does: "mismatch: " and
+// the requests that mismatch and the audits' findings, or "unverified: "
+// and what is unverified. It is "" when the result is verified. Request
+// ids are escaped (control characters, bidi marks: internal/termtext), so
+// a crafted id cannot rewrite the line on a terminal.
 func (r *Result) Summary() string {
 	verdict := r.Verdict()
 	var ids []string
 	if r.Diff != nil {
 		for _, rv := range r.Diff.Requests {
 			if rv.Verdict == r.Diff.Verdict {
-				ids = append(ids, rv.ID)
+				ids = append(ids, termtext.Escape(rv.ID))
 			}
 		}
 	}
@@ -106,12 +112,12 @@ func (r *Result) Summary() string {
 	switch verdict {
 	case Mismatch:
 		if r.Diff != nil && r.Diff.Verdict == Mismatch {
-			msgs = append(msgs, "mismatch: request "+strings.Join(ids, ", "))
+			msgs = append(msgs, "request "+strings.Join(ids, ", "))
 		}
 		if a := r.Audits; a != nil {
 			if a.Tail != nil && len(a.Tail.Findings) > 0 {
 				x := a.Tail.Findings[0]
-				msgs = append(msgs, fmt.Sprintf("tail audit: %d block(s) hold non-zero bytes past the transferred range (request %s group %d position %d, ...)", len(a.Tail.Findings), x.Request, x.Group, x.Position))
+				msgs = append(msgs, fmt.Sprintf("tail audit: %d block(s) hold non-zero bytes past the transferred range (request %s group %d position %d, ...)", len(a.Tail.Findings), termtext.Escape(x.Request), x.Group, x.Position))
 			}
 			if a.Stored != nil && StoredVerdict(a.Stored) == Mismatch {
 				msgs = append(msgs, "stored checksums: some block differs from the checksum stored with it")
@@ -123,14 +129,16 @@ func (r *Result) Summary() string {
 	case Unverified:
 		switch {
 		case r.Diff != nil && r.Diff.Verdict == Unverified && len(ids) == 0:
-			msgs = append(msgs, "unverified: the consumer holds no request")
+			msgs = append(msgs, "the consumer holds no request")
 		case r.Diff != nil && r.Diff.Verdict == Unverified:
-			msgs = append(msgs, "unverified: request "+strings.Join(ids, ", "))
+			msgs = append(msgs, "request "+strings.Join(ids, ", "))
 		default:
 			msgs = append(msgs, "stored checksums: no request lists stored_checksums for a full block")
 		}
+	default:
+		return ""
 	}
-	return strings.Join(msgs, "; ")
+	return string(verdict) + ": " + strings.Join(msgs, "; ")
 }
 
 // BarePayloadError is a producer given as one request's payload while the
@@ -164,6 +172,10 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 	}
 	defer cside.Close()
 	if cside.payload {
+		if len(cside.notes) > 0 {
+			// Not even a payload (/etc/passwd): say what it is not.
+			return nil, fmt.Errorf("consumer %s is neither a dump nor a record: the consumer must be dumps or records (a .safetensors file, a directory with manifest.json or of dumps, a record file)", cside.name)
+		}
 		return nil, fmt.Errorf("consumer %s is a payload: the consumer must be dumps or records (a payload is what a producer sends)", cside.name)
 	}
 	if (opts.AuditTail || opts.Stored) && !cside.dumpsOnly() {
@@ -193,12 +205,18 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
 	}
-	prod, err := producerChecks(ctx, pside, cons, opts)
+	pairing := map[string][]string{} // what pairing did, by consumer request id
+	pairByParams(cside, cons, pairing)
+	prod, err := producerChecks(ctx, pside, cons, opts, pairing)
 	if err != nil {
 		return nil, err
 	}
 
-	res := &Result{Diff: DiffWith(prod, cons, DiffOptions{Strict: opts.Strict})}
+	res := &Result{Diff: DiffWith(prod, cons, DiffOptions{Strict: opts.Strict}), Producer: pside.info(), Consumer: cside.info()}
+	for _, rv := range res.Diff.Requests {
+		rv.Hints = append(rv.Hints, pairing[rv.ID]...)
+	}
+	notePairing(res.Diff, prod, cons, pside, cside)
 	refineFlatHints(res.Diff, prod, cside.Dumps)
 	for _, rv := range res.Diff.Requests {
 		note, ok := pside.notes[rv.ProducerID]
@@ -238,13 +256,26 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 // requests: a bare payload takes the consumer's only request's pairing
 // id, payloads pair by id, dumps and records are checksummed for the
 // requests the consumer pairs with.
-func producerChecks(ctx context.Context, pside *Source, cons *Checks, opts CompareOptions) (*Checks, error) {
+func producerChecks(ctx context.Context, pside *Source, cons *Checks, opts CompareOptions, pairing map[string][]string) (*Checks, error) {
 	switch {
 	case pside.bare != nil:
-		if len(cons.Requests) != 1 {
+		r := pairBare(pside, cons)
+		switch {
+		case r == nil && len(cons.Requests) != 1:
 			return nil, &BarePayloadError{Producer: pside.name, Requests: len(cons.Requests)}
+		case r == nil:
+			r = cons.Requests[0]
+			if pside.remoteID != "" && pside.remoteID != r.PairID() && pside.remoteID != r.ID {
+				pairing[r.ID] = append(pairing[r.ID], fmt.Sprintf("the producer's kv_transfer_params name remote_request_id %s, but this load pairs as %s: were they sent for it?", termtext.Escape(pside.remoteID), termtext.Escape(r.PairID())))
+			}
+		case len(cons.Requests) > 1:
+			// The one request the payload is for, as --request names it.
+			if err := cons.Select([]string{r.ID}); err != nil {
+				return nil, err
+			}
+			pairing[r.ID] = append(pairing[r.ID], fmt.Sprintf("paired with the producer's kv_transfer_params by their remote_request_id %s; the consumer's other requests are not compared", termtext.Escape(pside.remoteID)))
 		}
-		pside.bare.ID = cons.Requests[0].PairID()
+		pside.bare.ID = r.PairID()
 		return ProducerChecks(pside.bare), nil
 	case pside.payload:
 		return ProducerChecks(pside.byID...), nil
@@ -301,6 +332,7 @@ func Explain(ctx context.Context, producer, consumer []*layout.Dump, res *DiffRe
 	for i, x := range xs {
 		rvs[i].Details = append(rvs[i].Details, x.Details...)
 		rvs[i].Notes = append(rvs[i].Notes, x.Notes...)
+		rvs[i].Heat = append(rvs[i].Heat, x.Heat...)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -46,6 +47,8 @@ type Input struct {
 type Source struct {
 	Dumps   []*layout.Dump
 	Records []*wire.Record
+	// recordFiles are the files Records were read from.
+	recordFiles []string
 
 	// A producer given as what it sent: one bare payload (it pairs with
 	// one consumer request) or payloads by producer request id.
@@ -56,6 +59,23 @@ type Source struct {
 	// ("" for a bare payload).
 	notes map[string]string
 	name  string
+	// files are the files the side was read from (dumps, records,
+	// payload files), to tell when two sides are one.
+	files []string
+	// remoteID is the remote_request_id of vLLM's kv_transfer_params
+	// given as the producer (the producer's request id), "" when none.
+	remoteID string
+	// params are the kv_transfer_params.json files beside the side's
+	// dumps (as vLLM's capture connector writes them), by directory: their
+	// remote_request_id names the producer request the dumps there load.
+	params map[string]transferParams
+}
+
+// transferParams is what a kv_transfer_params.json beside a consumer's
+// dumps says of the pairing.
+type transferParams struct {
+	file     string
+	remoteID string
 }
 
 // Close releases the side's dumps.
@@ -147,8 +167,14 @@ func openPaths(paths []string) (*Source, error) {
 			return nil, err
 		}
 		s.Records = append(s.Records, recs...)
+		s.recordFiles = append(s.recordFiles, p)
 	}
 	if s.Dumps, err = layout.OpenSide(dumpPaths); err != nil {
+		return nil, err
+	}
+	s.files = append(append(s.files, dumpPaths...), rest...)
+	if s.params, err = readTransferParams(dumpPaths); err != nil {
+		s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -172,6 +198,43 @@ func parseRecordFile(path string, data []byte) ([]*wire.Record, error) {
 		runtime.GC()
 	}
 	return recs, err
+}
+
+// paramsFile is the name vLLM's capture connector gives the
+// kv_transfer_params it writes beside a request's dumps.
+const paramsFile = "kv_transfer_params.json"
+
+// maxParamsFile bounds a kv_transfer_params.json read beside dumps.
+const maxParamsFile = 1 << 20
+
+// readTransferParams reads the kv_transfer_params.json in each directory
+// holding dumps, where there is one, for its remote_request_id. A file
+// that is not a JSON object, or has no string remote_request_id, says
+// nothing (it is the connector's, not kvaudit's input); one that cannot be
+// read as a regular file is an error.
+func readTransferParams(dumpPaths []string) (map[string]transferParams, error) {
+	out := map[string]transferParams{}
+	for _, p := range dumpPaths {
+		dir := filepath.Dir(p)
+		if _, seen := out[dir]; seen {
+			continue
+		}
+		file := filepath.Join(dir, paramsFile)
+		if st, err := os.Lstat(file); err != nil || !st.Mode().IsRegular() {
+			continue // none, or a link: not followed
+		}
+		data, err := layout.ReadRegularFile(file, maxParamsFile, "kv_transfer_params")
+		if err != nil {
+			return nil, err
+		}
+		var obj map[string]json.RawMessage
+		var id string
+		if json.Unmarshal(data, &obj) != nil || json.Unmarshal(obj["remote_request_id"], &id) != nil || id == "" {
+			continue
+		}
+		out[dir] = transferParams{file: file, remoteID: id}
+	}
+	return out, nil
 }
 
 // looksLikeRecord says whether a file means to be a record (and so must be
@@ -218,7 +281,9 @@ func payloadSide(what string, data []byte) (*Source, error) {
 		// Python's json.loads (what vLLM's consumer reads it with).
 		repeated := repeatedKeys(text)
 		if raw, ok := obj["kv_checksums"]; ok {
-			// vLLM's kv_transfer_params.
+			// vLLM's kv_transfer_params; its remote_request_id (a
+			// consumer's) names the producer request.
+			_ = json.Unmarshal(obj["remote_request_id"], &s.remoteID)
 			var t *string
 			switch err := json.Unmarshal(raw, &t); {
 			case err != nil:

@@ -42,7 +42,7 @@ func TestRepeatedBlocks(t *testing.T) {
 		t.Errorf("String: %s", s)
 	}
 	res := &Result{Diff: &DiffResult{Verdict: Verified}, Audits: &Audits{Repeated: want}}
-	if res.Verdict() != Mismatch || res.Summary() != "repeated blocks: "+want[0].String()+" (and 2 more)" {
+	if res.Verdict() != Mismatch || res.Summary() != "mismatch: repeated blocks: "+want[0].String()+" (and 2 more)" {
 		t.Errorf("verdict %s, summary %q", res.Verdict(), res.Summary())
 	}
 	c := &Checksums{Repeated: want[:1]}

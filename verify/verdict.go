@@ -47,6 +47,11 @@ type DiffResult struct {
 	// any request is unverified (or there is no request), else verified.
 	Verdict  Verdict
 	Requests []*RequestVerdict
+	// Notes say, for a person, what about the whole comparison looks like
+	// a mistake rather than a transfer fault: one side given twice, the
+	// sides swapped, every compared block differing (Compare; docs/spec.md
+	// §9). They never change a verdict.
+	Notes []string
 }
 
 // RequestVerdict is the verdict of one load (a consumer request).
@@ -62,17 +67,26 @@ type RequestVerdict struct {
 	Reasons []string
 	Groups  []*GroupVerdict
 	// Details localise mismatches to layers, heads and tokens; filled by
-	// the drill-down (package drill) when both sides are dumps.
+	// the drill-down (package drill) when both sides are dumps. Heat
+	// holds, per drilled (group, position), the differing bytes of every
+	// (layer, head, replica) slice, past the details' cap too (a heatmap's
+	// data); a mismatching position without one was not drilled.
 	Details []drill.Detail
+	Heat    []drill.Heat
 	// Notes say what the drill-down left out (caps, unreadable data) and
 	// what decoding the producer's payload let pass (docs/spec.md §8).
 	Notes []string
 	// Hints say, for a user, what likely caused an unverified reason
-	// (fixed reasons stay vLLM's; hints name the cause).
+	// (fixed reasons stay vLLM's; hints name the cause), and how the load
+	// was paired where that may be a mistake (another number of tokens, a
+	// remote_request_id): docs/spec.md §9.
 	Hints []string
 	// Numbering is the numbering the compared values use: "block" against
 	// a flat payload (vLLM's published form), else "request" (docs/spec.md §1).
 	Numbering string
+	// NumTokens is the consumer request's num_tokens (the tokens of
+	// block position p are p*BlockSize up to it).
+	NumTokens int
 }
 
 // GroupVerdict is the verdict of one KV cache group of a load.
@@ -177,7 +191,7 @@ func addReason(reasons []string, r string) []string {
 }
 
 func diffRequest(producer, consumer *Checks, cr *RequestChecks) *RequestVerdict {
-	rv := &RequestVerdict{ID: cr.ID, ProducerID: cr.PairID(), Reasons: []string{}}
+	rv := &RequestVerdict{ID: cr.ID, ProducerID: cr.PairID(), Reasons: []string{}, NumTokens: cr.NumTokens}
 	pr := producer.request(rv.ProducerID)
 	rv.Numbering = checksum.NumberRequest.String()
 	if pr == nil {

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // ExistsError is a target that exists and may not be replaced.
@@ -297,6 +298,76 @@ func Cleanup() {
 	}
 }
 
+// LinkError is an output directory that is a symbolic link: kvaudit
+// never writes through links, files or directories.
+type LinkError struct{ Path string }
+
+func (e *LinkError) Error() string {
+	return fmt.Sprintf("output %q is a symlink: kvaudit does not write through links (give the directory it points to)", e.Path)
+}
+
+// notLink refuses a symbolic link at path; nothing there is fine.
+func notLink(path string) error {
+	st, err := os.Lstat(path)
+	if err == nil && st.Mode()&fs.ModeSymlink != 0 {
+		return &LinkError{Path: path}
+	}
+	return nil
+}
+
+// MkdirOut makes sure the output directory dir exists, creating it and
+// its parents as needed, and refuses a symbolic link at dir (before and
+// after creating it): the one rule of every output directory kvaudit
+// writes files into (synth, man, checksum -o record --out; inject's --out
+// too, which it stages). A link among dir's parents is the user's own
+// path and is followed.
+func MkdirOut(dir string) error {
+	if err := notLink(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return notLink(dir)
+}
+
+// CheckOutDir says, before any work, whether dir can be an output
+// directory (MkdirOut): not a symlink, not a file; nothing there is fine.
+func CheckOutDir(dir string) error {
+	if err := notLink(dir); err != nil {
+		return err
+	}
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return fmt.Errorf("output %q exists and is not a directory", dir)
+	}
+	return nil
+}
+
+// CheckOutFile says, before any work, whether a file can be written at
+// path (Create, Write): its directory exists and takes a new file (a
+// temporary one is created and removed), and path is not a directory.
+func CheckOutFile(path string) error {
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%q: the directory %q does not exist", path, dir)
+	case err != nil:
+		return fmt.Errorf("%q: %w", path, err)
+	case !st.IsDir():
+		return fmt.Errorf("%q: %q is not a directory", path, dir)
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("%q is a directory: cannot write a file there", path)
+	}
+	f, err := createTemp(dir, "."+filepath.Base(path)+".kvaudit-check-")
+	if err != nil {
+		return fmt.Errorf("%q: cannot write in %q: %w", path, dir, errors.Unwrap(err))
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
 // PlaceDir renames the finished directory tmp (beside target) to target.
 // Nothing, or an empty directory, at target is replaced. Anything else is
 // refused unless force, and with force only a directory that replaceable
@@ -309,7 +380,7 @@ func PlaceDir(tmp, target string, force bool, replaceable func(dir string) error
 	case err != nil:
 		return err
 	case st.Mode()&fs.ModeSymlink != 0:
-		return fmt.Errorf("%q is a symlink: kvaudit does not write through links", target)
+		return &LinkError{Path: target}
 	case !st.IsDir():
 		return fmt.Errorf("%q exists and is not a directory", target)
 	default:
@@ -343,8 +414,14 @@ func PlaceDir(tmp, target string, force bool, replaceable func(dir string) error
 		unregister(tmp)
 		return syncDir(filepath.Dir(target))
 	}
-	if err := os.Rename(tmp, target); err != nil {
-		return err
+	// Nothing or an empty directory at target: rename(2) replaces an empty
+	// directory atomically (and fails if it is no longer empty); os.Rename
+	// refuses any directory at target, so the system call is made itself.
+	if err := syscall.Rename(tmp, target); err != nil {
+		if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
+			return fmt.Errorf("%q exists and is not empty: kvaudit does not overwrite it (--force replaces it)", target)
+		}
+		return &os.LinkError{Op: "rename", Old: tmp, New: target, Err: err}
 	}
 	unregister(tmp)
 	return syncDir(filepath.Dir(target))

@@ -179,3 +179,51 @@ func TestScratchWritesStillSafe(t *testing.T) {
 	}
 	assertOnly(t, dir, "f")
 }
+
+// TestPlaceDirOntoEmptyDirectory: an existing empty directory at the
+// target is replaced (os.Rename alone refuses any directory there); one
+// that gains a file is not.
+func TestPlaceDirOntoEmptyDirectory(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "out")
+	if err := os.Mkdir(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stage, err := StageDir(dir, ".out.tmp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(stage, "f"), []byte("1"), 0o644)
+	if err := PlaceDir(stage, target, false, nil); err != nil {
+		t.Fatalf("an empty directory at the target: %v", err)
+	}
+	if got := read(t, filepath.Join(target, "f")); got != "1" {
+		t.Errorf("target holds %q", got)
+	}
+	assertOnly(t, dir, "out")
+}
+
+// TestMkdirOut: an output directory is created with its parents, an
+// existing one is fine, and a symlink there (to a directory, or dangling)
+// is refused, before anything is created through it.
+func TestMkdirOut(t *testing.T) {
+	dir := t.TempDir()
+	if err := MkdirOut(filepath.Join(dir, "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := MkdirOut(filepath.Join(dir, "a", "b")); err != nil {
+		t.Fatalf("an existing directory: %v", err)
+	}
+	os.Mkdir(filepath.Join(dir, "elsewhere"), 0o755)
+	os.Symlink("elsewhere", filepath.Join(dir, "link"))
+	os.Symlink("nowhere", filepath.Join(dir, "dangling"))
+	for _, l := range []string{"link", "dangling"} {
+		var le *LinkError
+		if err := MkdirOut(filepath.Join(dir, l)); !errors.As(err, &le) || le.Path != filepath.Join(dir, l) {
+			t.Errorf("%s: %v, want a *LinkError", l, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "nowhere")); err == nil {
+		t.Error("a directory was created through the dangling link")
+	}
+}

@@ -19,12 +19,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/kvaudit/kvaudit/internal/memlimit"
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -453,8 +453,13 @@ func WriteContext(ctx context.Context, out string, cfg Config) ([]string, error)
 	if err != nil {
 		return nil, err
 	}
+	// out and out/<role> are output directories: never symlinks
+	// (internal/safeio).
 	dir := filepath.Join(out, c.Role)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := safeio.MkdirOut(out); err != nil {
+		return nil, err
+	}
+	if err := safeio.MkdirOut(dir); err != nil {
 		return nil, err
 	}
 	tables := c.BlockTables(m)

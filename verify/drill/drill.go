@@ -51,10 +51,13 @@ type Group struct {
 }
 
 // Explanation is what the drill-down found for one Request: the cells that
-// differ, and notes on what it left out (caps, unreadable data).
+// differ, and notes on what it left out (caps, unreadable data); Heat,
+// one per drilled (group, position), counts the differing bytes of every
+// slice, past the details' cap too.
 type Explanation struct {
 	Details []Detail
 	Notes   []string
+	Heat    []Heat
 }
 
 // Detail is one (group, consumer block position, layer, global head,
@@ -200,6 +203,7 @@ func (e *explainer) request() error {
 			continue
 		}
 		S := caches[0].Group.BlockSize
+		axes := newHeatAxes(caches)
 		var quiet []int // mismatching positions where no cell differs
 		found := false
 		for _, pos := range g.Positions {
@@ -211,19 +215,24 @@ func (e *explainer) request() error {
 			unreadable := false
 			var layers, heads []int
 			differ := 0
+			heat := axes.heat(g.ID, pos)
 			for _, c := range caches {
 				if c.View.Cells.Data == nil {
 					unreadable = true
 					continue
 				}
 				for lh := range c.View.Heads {
-					if e.compare(g.ID, pos, S, c, c.View.HeadBase+lh, lo, hi) {
+					head := c.View.HeadBase + lh
+					n := e.compare(g.ID, pos, S, c, head, lo, hi)
+					heat.add(axes.slot(c.View, head), n)
+					if n > 0 {
 						differ++
 						layers = appendUnique(layers, c.View.Number)
-						heads = appendUnique(heads, c.View.HeadBase+lh)
+						heads = appendUnique(heads, head)
 					}
 				}
 			}
+			e.x.Heat = append(e.x.Heat, heat)
 			switch {
 			case unreadable:
 				e.x.Notes = append(e.x.Notes, fmt.Sprintf("group %d position %d: some caches are in device memory and were not compared", g.ID, pos))
@@ -260,12 +269,13 @@ type diffCell struct {
 
 // compare compares the consumer's cells of one cache and global head at
 // tokens [lo, hi) with the producer's and adds a detail (or counts one past
-// the cap) if they differ, which it reports.
-func (e *explainer) compare(group, pos, S int, c cache, head, lo, hi int) bool {
+// the cap) if they differ. It returns the differing bytes, or -1 when the
+// producer holds no such slice (nothing was compared).
+func (e *explainer) compare(group, pos, S int, c cache, head, lo, hi int) int {
 	name := c.View.Layer.Name
 	pc, ok := e.p.find(group, name, head, -1)
 	if !ok {
-		return false
+		return -1
 	}
 	var diffs []diffCell
 	nbytes, nbits := 0, 0
@@ -284,11 +294,11 @@ func (e *explainer) compare(group, pos, S int, c cache, head, lo, hi int) bool {
 		diffs = append(diffs, diffCell{token: t, got: got, want: want})
 	}
 	if len(diffs) == 0 {
-		return false
+		return 0
 	}
 	if e.max >= 0 && len(e.x.Details) >= e.max {
 		e.skipped++
-		return true
+		return nbytes
 	}
 	e.x.Details = append(e.x.Details, Detail{
 		Group: group, Position: pos, Layer: c.View.Number, LayerName: name, Head: head,
@@ -296,7 +306,7 @@ func (e *explainer) compare(group, pos, S int, c cache, head, lo, hi int) bool {
 		Bytes: nbytes, Bits: nbits, Hint: e.classify(group, pos, S, c, pc, head, lo, hi, diffs, nbits),
 		LastHead: head,
 	})
-	return true
+	return nbytes
 }
 
 // row appends global row row of cache c's state block for request id.
@@ -315,21 +325,33 @@ func (s *cellIndex) row(dst []byte, c cache, id string, row int) ([]byte, bool) 
 func (e *explainer) stateGroup(group int, caches []cache) error {
 	pid, cid := e.req.ProducerID, e.req.ID
 	differ := 0
+	axes := newHeatAxes(caches)
+	heat := axes.heat(group, 0)
+	var unread []int // heat slots of views not compared
+	defer func() {
+		for _, i := range unread {
+			heat.Bytes[i] = HeatNotDrilled
+		}
+		e.x.Heat = append(e.x.Heat, heat)
+	}()
 	for _, c := range caches {
 		if err := e.ctx.Err(); err != nil {
 			return err
 		}
 		if c.View.Cells.Data == nil {
 			e.x.Notes = append(e.x.Notes, fmt.Sprintf("group %d: some state layers are in device memory and were not compared", group))
+			unread = append(unread, axes.slot(c.View, 0))
 			continue
 		}
 		var rows []int
 		var gots [][]byte
 		nbytes, nbits := 0, 0
+		missing := false // a row the producer does not hold
 		for lr := range c.View.Heads {
 			row := c.View.HeadBase + lr
 			pc, ok := e.p.find(group, c.View.Layer.Name, row, -1)
 			if !ok {
+				missing = true
 				continue
 			}
 			got, ok1 := e.c.row(nil, c, cid, row)
@@ -345,6 +367,10 @@ func (e *explainer) stateGroup(group int, caches []cache) error {
 			}
 			rows = append(rows, row)
 			gots = append(gots, got)
+		}
+		heat.add(axes.slot(c.View, 0), nbytes)
+		if missing {
+			unread = append(unread, axes.slot(c.View, 0))
 		}
 		if len(rows) == 0 {
 			continue

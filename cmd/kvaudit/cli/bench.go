@@ -96,6 +96,15 @@ measures side by side; absolute speeds depend on the machine and its load.`,
 				return usageErrorf("--engine %q: want cpu or cuda", opts.Engine)
 			}
 			opts.Dir, opts.Keep = cfg.String("dir"), cfg.Bool("keep")
+			if len(args) > 0 && opts.Engine == "cpu" {
+				// --size, --preset, --layout and --pp describe the side bench
+				// synthesizes; dumps given are measured as they are.
+				for _, name := range []string{"size", "preset", "layout", "pp"} {
+					if src, ok := cfg.Explicit(name); ok {
+						return usageErrorf("%s describes the side bench synthesizes when given no dump; the dumps given are measured as they are: drop one or the other", strings.TrimSuffix(src, " (default)"))
+					}
+				}
+			}
 			if len(args) == 0 {
 				if _, err := bench.InputConfig(opts.Size, opts.Preset, opts.Layout, opts.PP); err != nil {
 					return &UsageError{err}
@@ -166,7 +175,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 		} else {
 			defer safeio.RemoveTemp(dir)
 		}
-		status.line(fmt.Sprintf("synthesizing %.2f GB of %s KV (%s layout)", float64(opts.Size)/1e9, opts.Preset, opts.Layout))
+		status.line(fmt.Sprintf("synthesizing %s of %s KV (%s layout)", decimalBytes(opts.Size), opts.Preset, opts.Layout))
 		if paths, err = bench.WriteInput(dir, opts.Size, opts.Preset, opts.Layout, opts.PP); err != nil {
 			status.done()
 			return err
@@ -212,7 +221,7 @@ type benchCUDAJSON struct {
 func benchTable(r *bench.Result) *report.Table {
 	m := r.Machine
 	t := &report.Table{
-		Title:  fmt.Sprintf("bench: %.2f GB of KV in %d dump(s), %d caches, %d blocks", float64(r.Bytes)/1e9, r.Dumps, r.Caches, r.Rows),
+		Title:  fmt.Sprintf("bench: %s of KV in %d dump(s), %d caches, %d blocks", decimalBytes(r.Bytes), r.Dumps, r.Caches, r.Rows),
 		Header: []string{"threads", "method", "GB/s", "x read"},
 	}
 	for _, x := range r.Measurements {
@@ -255,6 +264,22 @@ func benchMethodName(m string) string {
 		return "ref engine (sample)"
 	}
 	return m
+}
+
+// decimalBytes writes a size as bench measures them, in powers of 1000
+// with the unit that keeps it readable: "1.05 MB", "4.29 GB".
+func decimalBytes(n int64) string {
+	v, unit := float64(n), "B"
+	for _, u := range []string{"kB", "MB", "GB", "TB"} {
+		if v < 1000 {
+			break
+		}
+		v, unit = v/1000, u
+	}
+	if unit == "B" {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.2f %s", v, unit)
 }
 
 func mb(b uint64) string {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/report"
 )
 
@@ -23,8 +24,12 @@ type CampaignOptions struct {
 	// synthesized pairs).
 	Paths  []string
 	Output string
-	// JUnit, when set, is a file to write the JUnit report to as well.
+	// JUnit, when set, is a file to write the JUnit report to as well;
+	// HTML the HTML report (--html FILE).
 	JUnit string
+	HTML  string
+	// command is the command line, for the HTML report.
+	command string
 	inject.CampaignOptions
 }
 
@@ -72,10 +77,14 @@ fault was missed or mislocalised or a control was flagged.
 				return err
 			}
 			if len(args)%2 != 0 {
-				return usageErrorf("give sides in pairs: PRODUCER CONSUMER (got %d arguments)", len(args))
+				return usageErrorf("campaign takes sides in pairs, PRODUCER CONSUMER...; got %s", givenArgs(args))
 			}
 			opts.Paths = args
 			if err := opts.resolve(cfg); err != nil {
+				return err
+			}
+			opts.command = commandLine(cmd, args)
+			if err := checkOutputFile("--html", opts.HTML, args); err != nil {
 				return err
 			}
 			if runF != nil {
@@ -90,6 +99,7 @@ fault was missed or mislocalised or a control was flagged.
 	f.StringSlice("fault", nil, "fault kind to run (repeatable, or comma-separated; default every kind)")
 	addOutputFlag(cmd, "")
 	f.StringVar(&opts.JUnit, "junit", "", "also write the JUnit XML report to this file (the table, or -o, still printed)")
+	f.StringVar(&opts.HTML, "html", "", htmlFlagHelp)
 	f.IntVar(&opts.Workers, "threads", 0, "trials run at once (default GOMAXPROCS)")
 	f.StringSlice("faults", nil, "")
 	_ = f.MarkDeprecated("faults", "use --fault")
@@ -112,6 +122,12 @@ func (o *CampaignOptions) resolve(cfg *config) error {
 	}
 	if o.Trials < 1 {
 		return usageErrorf("--trials %d: want at least 1", o.Trials)
+	}
+	if o.JUnit != "" {
+		// Before the campaign, not after it.
+		if err := safeio.CheckOutFile(o.JUnit); err != nil {
+			return usageErrorf("--junit %v", err)
+		}
 	}
 	for _, name := range append(cfg.Strings("fault"), cfg.Strings("faults")...) {
 		k, err := inject.ParseKind(strings.TrimSpace(name))
@@ -156,6 +172,7 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 			})
 		}
 	}
+	started := time.Now()
 	res, err := inject.Campaign(ctx, c)
 	if err != nil {
 		mu.Lock()
@@ -174,6 +191,7 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 		}
 	}
 	opts.IO.verdict = "campaign: pass"
+	var exit error
 	if !res.Pass {
 		var failed []string
 		for _, k := range res.Kinds {
@@ -186,7 +204,13 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 				failed = append(failed, "clean "+p.Name)
 			}
 		}
-		return &ResultError{Code: ExitMismatch, Msg: "campaign failed: " + strings.Join(failed, ", ")}
+		exit = &ResultError{Code: ExitMismatch, Msg: "campaign failed: " + strings.Join(failed, ", ")}
 	}
-	return nil
+	if opts.HTML != "" {
+		info := report.HTMLInfo{Command: opts.command, Exit: exitCode(exit), Version: versionString(), Time: started}
+		if err := writeHTML(opts.HTML, func(w io.Writer) error { return report.RenderCampaignHTML(w, res, info) }); err != nil {
+			return err
+		}
+	}
+	return exit
 }

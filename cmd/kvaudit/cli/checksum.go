@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -129,6 +128,15 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 		return bar.Callback(), bar.Finish
 	}
 	if opts.Output == "record" {
+		if opts.OutDir != "" {
+			// The output directory, before the work.
+			if err := checkOutsideInputs(opts.OutDir, opts.Paths, false); err != nil {
+				return err
+			}
+			if err := safeio.CheckOutDir(opts.OutDir); err != nil {
+				return err
+			}
+		}
 		recs, err := verify.Records(ctx, in, verify.RecordsOptions{Engine: opts.Engine, Requests: opts.Requests, Progress: progress})
 		if err != nil {
 			return err
@@ -165,7 +173,7 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 	}
 	if err := res.Failed(); err != nil {
 		// An audit finding: a block given at two positions of a request.
-		return &ResultError{Code: ExitMismatch, Msg: err.Error()}
+		return &ResultError{Code: ExitMismatch, Msg: string(verify.Mismatch) + ": " + err.Error()}
 	}
 	if err := res.Unchecked(); err != nil {
 		return &ResultError{Code: ExitUnverified, Msg: err.Error()}
@@ -190,7 +198,7 @@ func writeRecords(opts *ChecksumOptions, recs []*wire.Record) error {
 		if err := checkOutsideInputs(opts.OutDir, opts.Paths, false); err != nil {
 			return err
 		}
-		if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
+		if err := safeio.MkdirOut(opts.OutDir); err != nil {
 			return err
 		}
 		p := filepath.Join(opts.OutDir, fmt.Sprintf("rank-%d-%d.record.json", rec.PPRank, rec.TPRank))

@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
+	"github.com/charmbracelet/x/ansi"
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/internal/safeio"
@@ -23,6 +25,10 @@ type DemoOptions struct {
 	// directory that is removed afterwards.
 	Dir  string
 	Seed uint64
+	// HTML is the file the HTML report is written to (--html; default
+	// DIR/report.html with --out DIR, else kvaudit-demo.html here).
+	HTML    string
+	command string
 }
 
 // NewCmdDemo builds `kvaudit demo`.
@@ -36,11 +42,12 @@ and a consumer that loaded the same KV with another TP size, layout and
 block ids (TP2, HND), checksums both and shows they agree, then flips one
 bit of the consumer's KV and shows that exactly one block's value changes,
 and ends on the verdict kvaudit diff gives: a mismatch at that block,
-drilled down to the layer, head, token and bit.`,
+drilled down to the layer, head, token and bit. It writes the same verdict as
+an HTML report (kvaudit diff --html), for a browser, and says where.`,
 		Example: `  # run it
   $ kvaudit demo
 
-  # keep the dumps to play with
+  # keep the dumps to play with (and the report, as /tmp/kvdemo/report.html)
   $ kvaudit demo --out /tmp/kvdemo`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -53,6 +60,11 @@ drilled down to the layer, head, token and bit.`,
 				opts.Dir = cfg.String("dir")
 			}
 			opts.Seed = cfg.Uint64("seed")
+			opts.HTML = cfg.String("html")
+			opts.command = commandLine(cmd, args)
+			if err := checkOutputFile("--html", opts.HTML, nil); err != nil {
+				return err
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -63,6 +75,7 @@ drilled down to the layer, head, token and bit.`,
 	cmd.Flags().String("dir", "", "")
 	_ = cmd.Flags().MarkDeprecated("dir", "use --out")
 	cmd.Flags().Uint64("seed", 42, "seed of the synthetic KV")
+	cmd.Flags().String("html", "", "the HTML report's file (default DIR/report.html with --out DIR, else kvaudit-demo.html; replaced if it exists)")
 	return cmd
 }
 
@@ -86,7 +99,8 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 		dir = tmp
 	}
 	pc, cc := demoSides(opts.Seed)
-	fmt.Fprintf(w, "1. Synthesize a producer (%s, tp %d, %s layout) and a consumer that loaded the same KV (tp %d, %s layout, other block ids) in %s\n\n",
+	say := func(format string, args ...any) { demoSay(opts.IO, format, args...) }
+	say("1. Synthesize a producer (%s, tp %d, %s layout) and a consumer that loaded the same KV (tp %d, %s layout, other block ids) in %s\n\n",
 		pc.Preset, pc.TP, pc.Layout, cc.TP, cc.Layout, dir)
 	ppaths, err := synth.Write(dir, pc)
 	if err != nil {
@@ -111,7 +125,7 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "2. Checksum both sides: one value per (group, block position), whatever the TP split or layout\n\n")
+	say("2. Checksum both sides: one value per (group, block position), whatever the TP split or layout\n\n")
 	if err := demoTable(w, opts.IO, prod, cons, nil); err != nil {
 		return err
 	}
@@ -120,7 +134,7 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "3. Flip one bit of the consumer's KV: %s\n\n", target)
+	say("3. Flip one bit of the consumer's KV: %s\n\n", target)
 	flipped, err := side(cpaths)
 	if err != nil {
 		return err
@@ -128,34 +142,64 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 	if err := demoTable(w, opts.IO, prod, flipped, cons); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "4. Compare them as kvaudit diff does: the verdict per request and group, and the drill-down to layer, head, token and bit\n\n")
-	if err := demoDiff(ctx, opts.IO, ppaths, cpaths); err != nil {
+	say("4. Compare them as kvaudit diff does: the verdict per request and group, and the drill-down to layer, head, token and bit\n\n")
+	res, err := demoDiff(ctx, opts.IO, ppaths, cpaths)
+	if err != nil {
 		return err
 	}
+	html := opts.HTML
+	switch {
+	case html != "":
+	case opts.Dir != "":
+		html = filepath.Join(opts.Dir, "report.html")
+	default:
+		html = "kvaudit-demo.html"
+	}
+	info := report.HTMLInfo{Command: opts.command, Producer: filepath.Join(dir, pc.Role), Consumer: filepath.Join(dir, cc.Role),
+		Exit: exitCode(resultExit(res, false)), Version: versionString(), Time: time.Now()}
+	if err := writeHTML(html, func(w io.Writer) error { return report.RenderDiffHTML(w, res, info) }); err != nil {
+		return err
+	}
+	say("\n5. The same verdict for a browser (block maps, a heatmap of layers by heads, the drill-down): %s\n", html)
 	if opts.Dir != "" {
-		fmt.Fprintf(w, "\nThe dumps are kept in %s: run it yourself with\n  kvaudit diff %s %s\n",
+		say("\nThe dumps are kept in %s: run it yourself with\n  kvaudit diff %s %s\n",
 			opts.Dir, filepath.Join(dir, pc.Role), filepath.Join(dir, cc.Role))
 	} else {
-		fmt.Fprintf(w, "\nThe dumps were temporary and are removed: kvaudit demo --out DIR keeps them, to run\n  kvaudit diff DIR/%s DIR/%s\n",
+		say("\nThe dumps were temporary and are removed: kvaudit demo --out DIR keeps them, to run\n  kvaudit diff DIR/%s DIR/%s\n",
 			pc.Role, cc.Role)
 	}
 	return nil
 }
 
+// demoSay prints a paragraph of the demo's story, wrapped to the
+// terminal's width on a terminal.
+func demoSay(s *Streams, format string, args ...any) {
+	text := fmt.Sprintf(format, args...)
+	if s.OutTerminal && s.Width > 0 {
+		text = ansi.Wrap(text, s.Width, " ")
+	}
+	fmt.Fprint(s.Out, text)
+}
+
 // demoDiff compares the demo's producer and consumer dumps as kvaudit
-// diff does (the mismatch drilled down) and prints the verdict table.
-func demoDiff(ctx context.Context, s *Streams, ppaths, cpaths []string) error {
+// diff does (the mismatch drilled down), prints the verdict table and
+// returns the result.
+func demoDiff(ctx context.Context, s *Streams, ppaths, cpaths []string) (*verify.Result, error) {
 	res, err := verify.Compare(ctx, verify.Input{Paths: ppaths}, verify.Input{Paths: cpaths}, verify.CompareOptions{})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return report.RenderDiff(s.Out, res.Diff, report.FormatTable, report.DiffOptions{Style: tableStyle(s)})
+	return res, report.RenderDiff(s.Out, res.Diff, report.FormatTable, report.DiffOptions{Style: tableStyle(s)})
 }
 
 // demoTable prints the producer's and consumer's check 0 side by side and
 // says whether they agree; before, when given, marks what changed.
 func demoTable(w io.Writer, s *Streams, prod, cons, before *verify.Checks) error {
-	t := &report.Table{Header: []string{"request", "group", "position", "producer check 0", "consumer check 0", "compared"}}
+	t := &report.Table{
+		Header: []string{"request", "group", "position", "producer check 0", "consumer check 0", "compared"},
+		Drop:   []string{"group"},
+		Whole:  []string{"request"},
+	}
 	changed := 0
 	for _, pr := range prod.Requests {
 		cr := cons.Requests[0]

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
@@ -19,8 +21,9 @@ import (
 type DiffOptions struct {
 	verify.CompareOptions
 	IO *Streams
-	// Producer and Consumer are the two sides as given (see NewCmdDiff).
-	Producer, Consumer string
+	// Producer and Consumer are the two sides as given (see NewCmdDiff):
+	// one argument each, or the paths of --producer and --consumer.
+	Producer, Consumer []string
 	Output             string
 	AllowUnverified    bool
 	// AllowedBy is the configuration file and line that set
@@ -28,7 +31,11 @@ type DiffOptions struct {
 	AllowedBy string
 	// JUnit, when set, is a file to write the JUnit report to as well
 	// (--junit FILE); started is when the command started (its time).
-	JUnit   string
+	JUnit string
+	// HTML, when set, is a file to write the HTML report to as well
+	// (--html FILE); command is the command line, for the report.
+	HTML    string
+	command string
 	started time.Time
 }
 
@@ -47,14 +54,17 @@ block sizes that are not multiples, ...). Sides may differ in TP, PP, memory
 layout and block size.
 
 Each side is one argument: a dump, a directory of dumps (and/or records), a
-record file (checksum --partial -o record), or, for the producer, what it
-sent: a payload as base64 text (the argument itself, or a file holding it,
+record file (checksum --partial -o record), a quoted glob of them
+('rec/producer/*': the records every host wrote), or, for the producer,
+what it sent: a payload as base64 text (the argument itself, or a file holding it,
 or - for stdin), a JSON object with a "kv_checksums" key (vLLM's
 kv_transfer_params), or the JSON map of request id to payload that
 checksum -o payload prints. An argument that is not an existing path is read
 as payload text. A bare payload pairs with the consumer request --request
 names, or with the consumer's only request; otherwise requests pair by id, or
 by a consumer request's producer_id. The consumer must be dumps or records.
+A side gathered from several places is given with --producer and
+--consumer, each repeatable (paths or globs), in place of its argument.
 
 A flat payload (what vLLM's published KV checksum code sends) is compared in
 block numbering and judged on the positions both sides cover, as vLLM's
@@ -73,21 +83,36 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
   # what a producer sent (vLLM's kv_transfer_params) against a consumer's dump
   $ kvaudit diff kv_transfer_params.json out/consumer --request req-0
 
+  # the records each host wrote, gathered by globs (quoted: kvaudit expands them)
+  $ kvaudit diff 'rec/host-*/producer' 'rec/host-*/consumer'
+  $ kvaudit diff --producer hostA/rec --producer hostB/rec --consumer 'dec-*/rec'
+
   # payloads printed by checksum, a CI report, unverified loads accepted
   $ kvaudit checksum -o payload out/producer > payloads.json
   $ kvaudit diff payloads.json records/ -o junit --allow-unverified > diff.xml`,
-		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := newConfig(cmd)
 			if err != nil {
 				return err
 			}
-			opts.Producer, opts.Consumer = args[0], args[1]
+			if opts.Producer, opts.Consumer, err = diffSides(cmd, cfg, args); err != nil {
+				return err
+			}
 			if opts.Output, err = outputOf(cfg); err != nil {
 				return err
 			}
 			opts.AllowedBy, _ = cfg.FromFile("allow-unverified")
+			if opts.JUnit != "" {
+				// Before the comparison, not after it.
+				if err := safeio.CheckOutFile(opts.JUnit); err != nil {
+					return usageErrorf("--junit %v", err)
+				}
+			}
 			opts.started = time.Now()
+			opts.command = commandLine(cmd, args)
+			if err := checkOutputFile("--html", opts.HTML, args); err != nil {
+				return err
+			}
 			if opts.Engine, err = newEngine(cfg, s.Err); err != nil {
 				return err
 			}
@@ -99,6 +124,8 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 	}
 	f := cmd.Flags()
 	addOutputFlag(cmd, "")
+	f.StringSlice("producer", nil, "the producer as several paths (repeatable or comma-separated; dumps, directories, records or quoted globs), in place of PRODUCER")
+	f.StringSlice("consumer", nil, "the consumer as several paths (repeatable or comma-separated; dumps, directories, records or quoted globs), in place of CONSUMER")
 	f.StringSliceVar(&opts.Requests, "request", nil, "compare only this consumer request id (repeatable); names the request a bare payload is for")
 	f.BoolVar(&opts.AllowUnverified, "allow-unverified", false, "exit 0 when nothing mismatches, even if some load is unverified")
 	f.String("engine", "cpu", engineHelp)
@@ -108,17 +135,62 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 	f.IntVar(&opts.MaxDetails, "max-details", drill.DefaultMaxDetails, "drill-down details per request at most (-1: no cap)")
 	f.BoolVar(&opts.AuditTail, "audit-tail", false, "also audit the consumer's dumps: every byte past the transferred range is zero")
 	f.StringVar(&opts.JUnit, "junit", "", "also write the JUnit XML report to this file (the table, or -o, still printed)")
+	f.StringVar(&opts.HTML, "html", "", htmlFlagHelp)
 	f.BoolVar(&opts.Stored, "stored", false, "also check the consumer's blocks against the stored checksums in its manifests")
 	f.BoolVar(&opts.Strict, "strict", false, "a loaded block the producer's checksums do not cover (a flat payload is judged on the overlap, as vLLM does) makes its group unverified")
 	return cmd
+}
+
+// diffSides reads the two sides: --producer and --consumer (each
+// repeatable) where given, the positional PRODUCER and CONSUMER otherwise,
+// in that order.
+func diffSides(cmd *cobra.Command, cfg *config, args []string) (producer, consumer []string, err error) {
+	producer, consumer = cfg.Strings("producer"), cfg.Strings("consumer")
+	rest := args
+	if len(producer) == 0 && len(consumer) == 0 && len(args) != 2 {
+		hint := ""
+		if len(args) > 2 {
+			hint = " (a side of several paths: quote a glob, 'rec/*', for kvaudit to expand, or repeat --producer and --consumer)"
+		}
+		return nil, nil, usageErrorf("%s %s; got %s%s", cmd.Name(), wantedArgs(cmd), givenArgs(args), hint)
+	}
+	take := func(side *[]string, name string) error {
+		if len(*side) > 0 {
+			return nil
+		}
+		if len(rest) == 0 {
+			return usageErrorf("diff: no %s: give it as %s or --%s", name, strings.ToUpper(name), name)
+		}
+		*side, rest = rest[:1], rest[1:]
+		return nil
+	}
+	if err := take(&producer, "producer"); err != nil {
+		return nil, nil, err
+	}
+	if err := take(&consumer, "consumer"); err != nil {
+		return nil, nil, err
+	}
+	if len(rest) > 0 {
+		return nil, nil, usageErrorf("diff: %s: both sides are given already (--producer, --consumer or the arguments)", givenArgs(rest))
+	}
+	return producer, consumer, nil
+}
+
+// sideInput is a side as given: one argument (a path, a glob, payload
+// text, "-"), or several paths.
+func sideInput(values []string, stdin io.Reader) verify.Input {
+	if len(values) == 1 {
+		return verify.Input{Arg: values[0], Stdin: stdin}
+	}
+	return verify.Input{Paths: values}
 }
 
 func diffRun(ctx context.Context, opts *DiffOptions) error {
 	copts := opts.CompareOptions
 	copts.Progress, copts.Step = verifyProgress(opts.IO)
 	res, err := verify.Compare(ctx,
-		verify.Input{Arg: opts.Producer, Stdin: opts.IO.In},
-		verify.Input{Arg: opts.Consumer, Stdin: opts.IO.In},
+		sideInput(opts.Producer, opts.IO.In),
+		sideInput(opts.Consumer, opts.IO.In),
 		copts)
 	var bare *verify.BarePayloadError
 	switch {
@@ -138,9 +210,17 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 	if err := writeDiffJUnit(opts, res); err != nil {
 		return err
 	}
+	exit := resultExit(res, opts.AllowUnverified)
+	if opts.HTML != "" {
+		info := report.HTMLInfo{Command: opts.command, Producer: strings.Join(opts.Producer, " "), Consumer: strings.Join(opts.Consumer, " "),
+			Exit: exitCode(exit), Version: versionString(), Time: opts.started}
+		if err := writeHTML(opts.HTML, func(w io.Writer) error { return report.RenderDiffHTML(w, res, info) }); err != nil {
+			return err
+		}
+	}
 	allowedNotice(opts, res)
 	opts.IO.verdict = string(res.Verdict())
-	return resultExit(res, opts.AllowUnverified)
+	return exit
 }
 
 // writeDiffJUnit writes --junit FILE, if given: the comparison and its

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/kernels"
 )
 
@@ -66,7 +67,7 @@ func newEngine(cfg *config, stderr io.Writer) (checksum.Engine, error) {
 		if name == "cuda" {
 			return nil, err
 		}
-		fmt.Fprintf(stderr, "kvaudit: note: %v; using the cpu engine\n", err)
+		fmt.Fprintf(stderr, "kvaudit: note: %s; using the cpu engine\n", termtext.Line(err.Error()))
 		return checksum.Fast{Threads: threads}, nil
 	}
 	return nil, usageErrorf("--engine %q: want cpu, ref, cuda or auto", name)

@@ -102,3 +102,32 @@ func TestExitCodesInHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorLinesEscaped: whatever a command's error or verdict line
+// holds (names from an untrusted dump), the stderr line and the -q line
+// carry no control character: a CR and an erase-line cannot make the
+// terminal show another verdict.
+func TestErrorLinesEscaped(t *testing.T) {
+	run := func(args ...string) (code int, stdout, stderr string) {
+		var out, errb strings.Builder
+		s := &Streams{In: strings.NewReader(""), Out: &out, Err: &errb, NoColor: true}
+		root := NewRootCmd(s)
+		root.AddCommand(&cobra.Command{Use: "bad", RunE: func(*cobra.Command, []string) error {
+			return fmt.Errorf("layer %s of %q: broken", "evil\r\x1b[2Kverified", "q\x1b")
+		}}, &cobra.Command{Use: "verdict", RunE: func(*cobra.Command, []string) error {
+			return &ResultError{Code: ExitMismatch, Msg: "mismatch: request r\u202e\x1b]0;x\x07"}
+		}})
+		return execute(root, args, s), out.String(), errb.String()
+	}
+	code, _, stderr := run("bad")
+	if code != ExitInvalid || stderr != "kvaudit: layer evil\\r\\x1b[2Kverified of \"q\\x1b\": broken\n" {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+	for _, args := range [][]string{{"verdict"}, {"verdict", "-q"}} {
+		code, stdout, stderr := run(args...)
+		line := stderr + stdout
+		if code != ExitMismatch || !strings.Contains(line, `mismatch: request r\u202e\x1b]0;x\x07`) || strings.ContainsAny(line, "\x1b\x07\u202e") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+}

@@ -28,12 +28,15 @@ var flagVocabulary = map[string]struct{ typ, meaning string }{
 	"request":          {"stringSlice", "request ids, repeatable or comma-separated (KVAUDIT_REQUEST=a,b)"},
 	"fault":            {"stringSlice", "fault kinds, repeatable or comma-separated (inject takes one)"},
 	"partial":          {"bool", "a subset of a side's ranks is allowed"},
+	"producer":         {"stringSlice", "diff: the producer as several paths or globs, repeatable or comma-separated"},
+	"consumer":         {"stringSlice", "diff: the consumer as several paths or globs, repeatable or comma-separated"},
 	"seed":             {"uint64", "the seed of every random choice"},
 	"engine":           {"string", "the checksum engine"},
 	"cuda-timeout":     {"duration", "the deadline of one request to the kvaudit-cuda runner"},
 	"threads":          {"int", "how many things run at once (engine threads, trials); the only parallelism flag"},
 	"output":           {"string", "-o: the output format"},
 	"junit":            {"string", "a file to write the JUnit report to, besides the output"},
+	"html":             {"string", "a file to write the HTML report to, besides the output"},
 	"out":              {"string", "the directory a command writes its results into, kept"},
 	"dir":              {"string", "the directory a command keeps its temporary files under, removed afterwards"},
 	"keep":             {"bool", "keep what would be removed"},
@@ -278,7 +281,7 @@ func TestBoundOptions(t *testing.T) {
 	want := verify.CompareOptions{Requests: []string{"a", "b", "c"}, NoDrill: true, MaxDetails: 5, AuditTail: true, Stored: true, Strict: true}
 	c := got.CompareOptions
 	c.Engine = nil
-	if !reflect.DeepEqual(c, want) || got.JUnit != "d.xml" || got.AllowUnverified || got.Producer != "p" || got.Consumer != "c" {
+	if !reflect.DeepEqual(c, want) || got.JUnit != "d.xml" || got.AllowUnverified || !slices.Equal(got.Producer, []string{"p"}) || !slices.Equal(got.Consumer, []string{"c"}) {
 		t.Errorf("options %+v (junit %q, allow-unverified %v), want %+v", c, got.JUnit, got.AllowUnverified, want)
 	}
 }

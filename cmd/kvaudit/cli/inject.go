@@ -145,6 +145,13 @@ func (o *InjectOptions) resolve(cfg *config) error {
 		return err
 	}
 	faults := cfg.Strings("fault")
+	if len(faults) == 0 {
+		var kinds []string
+		for _, k := range inject.Kinds() {
+			kinds = append(kinds, string(k))
+		}
+		return usageErrorf("--fault is required: one of %s (or none, for a clean copy)", strings.Join(kinds, ", "))
+	}
 	if len(faults) > 1 {
 		return usageErrorf("--fault %s: inject writes one fault (kvaudit campaign runs several kinds)", strings.Join(faults, ","))
 	}
@@ -249,6 +256,7 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 // injectFlags are the flags of inject's options (inject.OptionError).
 var injectFlags = map[string]string{
 	"Target.Request": "--request", "Target.Group": "--group", "Target.Rank": "--rank",
+	"Target.Layer": "--layer", "Target.Head": "--head", "Target.Position": "--position",
 	"Bits": "--bits", "ExtraBlocks": "--extra-blocks",
 }
 

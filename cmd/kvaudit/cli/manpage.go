@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -66,7 +65,7 @@ func writeManPages(root *cobra.Command, dir string, force bool) ([]string, error
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := safeio.MkdirOut(dir); err != nil {
 		return nil, err
 	}
 	var files []string

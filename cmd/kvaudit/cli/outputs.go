@@ -6,14 +6,16 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
 // checkOutsideInputs refuses an output directory that is one of the input
 // paths, lies inside an input directory, or is the directory holding an
-// input file: kvaudit never writes among the files it reads. With
-// replacing (an output directory replaced whole, inject --force) an input
-// inside out is refused too.
+// input (a file, or a directory: --out s for the side s/producer, where
+// the outputs would read as part of a side): kvaudit never writes among
+// the files it reads. With replacing (an output directory replaced whole,
+// inject --force) an input anywhere inside out is refused too.
 func checkOutsideInputs(out string, inputs []string, replacing bool) error {
 	o, err := realPath(out)
 	if err != nil {
@@ -33,6 +35,9 @@ func checkOutsideInputs(out string, inputs []string, replacing bool) error {
 		}
 		if replacing && strings.HasPrefix(p, o+string(filepath.Separator)) {
 			return usageErrorf("the input %q is inside --out %q, which would be replaced: write outputs elsewhere", in, out)
+		}
+		if o == filepath.Dir(p) {
+			return usageErrorf("--out %q holds the input %q: write outputs elsewhere", out, in)
 		}
 	}
 	return nil
@@ -61,6 +66,6 @@ func realPath(path string) (string, error) {
 // turns an unverified load into exit 0.
 func allowedNotice(opts *DiffOptions, res *verify.Result) {
 	if opts.AllowUnverified && opts.AllowedBy != "" && res.Verdict() == verify.Unverified {
-		fmt.Fprintf(opts.IO.Err, "kvaudit: note: an unverified load exits 0 because %s sets allow-unverified\n", opts.AllowedBy)
+		fmt.Fprintf(opts.IO.Err, "kvaudit: note: an unverified load exits 0 because %s sets allow-unverified\n", termtext.Line(opts.AllowedBy))
 	}
 }

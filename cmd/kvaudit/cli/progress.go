@@ -69,17 +69,32 @@ func newProgress(s *Streams, total int64, desc string) *progress {
 		return nil
 	}
 	p := &progress{stop: make(chan struct{}), total: total}
+	// The bar is made now, drawing into a gate that opens after
+	// progressDelay: its rate counts from the start of the work. A bar made
+	// only when it appears took every byte done before as done at once
+	// (a 4 GB diff showed 1.2 TB/s).
+	g := &gate{w: s.Err}
+	bar := progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(g),
+		progressbar.OptionSetDescription(desc),
+		progressbar.OptionShowBytes(true),
+		progressbar.OptionShowTotalBytes(true),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+		progressbar.OptionEnableColorCodes(s.errColor()),
+	)
+	_ = bar.RenderBlank() // starts its clock
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		start := time.Now()
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
-		var bar *progressbar.ProgressBar
 		for {
 			select {
 			case <-p.stop:
-				if bar != nil {
+				if g.open.Load() {
 					draw(func() {
 						bar.Set64(min(p.done.Load(), total))
 						bar.Finish()
@@ -88,25 +103,31 @@ func newProgress(s *Streams, total int64, desc string) *progress {
 				return
 			case <-tick.C:
 			}
-			if bar == nil {
-				if time.Since(start) < progressDelay {
-					continue
-				}
-				bar = progressbar.NewOptions64(total,
-					progressbar.OptionSetWriter(s.Err),
-					progressbar.OptionSetDescription(desc),
-					progressbar.OptionShowBytes(true),
-					progressbar.OptionShowTotalBytes(true),
-					progressbar.OptionSetPredictTime(true),
-					progressbar.OptionThrottle(100*time.Millisecond),
-					progressbar.OptionClearOnFinish(),
-					progressbar.OptionEnableColorCodes(s.errColor()),
-				)
+			if time.Since(start) >= progressDelay {
+				g.open.Store(true)
 			}
-			draw(func() { bar.Set64(min(p.done.Load(), total)) })
+			draw(func() {
+				bar.Set64(min(p.done.Load(), total))
+				if g.open.Load() {
+					_ = bar.RenderBlank() // redrawn while it stands still too (throttled)
+				}
+			})
 		}
 	}()
 	return p
+}
+
+// gate passes writes on to w once open, and drops them before.
+type gate struct {
+	w    io.Writer
+	open atomic.Bool
+}
+
+func (g *gate) Write(b []byte) (int, error) {
+	if !g.open.Load() {
+		return len(b), nil
+	}
+	return g.w.Write(b)
 }
 
 // Add records n more bytes done. It matches checksum.Plan.Progress.

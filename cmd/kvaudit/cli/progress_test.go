@@ -2,6 +2,8 @@ package cli
 
 import (
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -110,5 +112,37 @@ func TestInterruptionClearsTheBar(t *testing.T) {
 	}
 	if after := out[at:]; after != "" {
 		t.Errorf("drawn after the interruption: %q", after)
+	}
+}
+
+// TestProgressRateCountsFromTheStart: the bar's rate is the bytes done
+// over the time since the work started, not since the bar appeared: work
+// that did 1 GB before a bar that appears after 300 ms shows at most
+// 1 GB / 300 ms (a bar that started its clock when it appeared showed
+// terabytes per second).
+func TestProgressRateCountsFromTheStart(t *testing.T) {
+	old := progressDelay
+	progressDelay = 300 * time.Millisecond
+	defer func() { progressDelay = old }()
+	var errb syncBuilder
+	p := newProgress(&Streams{Err: &errb, ErrTerminal: true, NoColor: true}, 2e9, "checksum")
+	p.Add(1e9)
+	deadline := time.Now().Add(10 * time.Second)
+	rate := regexp.MustCompile(`([0-9.]+) ([kMGTPE]?B)/s`)
+	for !rate.MatchString(errb.String()) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.Finish()
+	m := rate.FindStringSubmatch(errb.String())
+	if m == nil {
+		t.Fatalf("no rate drawn: %q", errb.String())
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v *= map[string]float64{"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "PB": 1e15, "EB": 1e18}[m[2]]
+	if max := 1e9 / progressDelay.Seconds() * 1.05; v > max {
+		t.Errorf("the bar shows %s %s/s, more than the %.2g B/s done since the start", m[1], m[2], max)
 	}
 }

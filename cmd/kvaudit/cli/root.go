@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/safeio"
+	"github.com/kvaudit/kvaudit/internal/termtext"
 )
 
 // interruptGrace is how long a command may take to stop after SIGINT or
@@ -80,12 +81,19 @@ func execute(root *cobra.Command, args []string, s *Streams) (code int) {
 			safeio.Cleanup()
 			fmt.Fprintf(s.Err, "kvaudit: internal error: %v\n%s\nkvaudit: this is a bug; please report it with the command line\n", r, debug.Stack())
 			code = ExitInternal
+			if wantsJSON(s, nil, args) {
+				writeErrorJSON(s.stdout(), fmt.Errorf("internal error: %v", r), code)
+			}
 		}
 	}()
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	if sig := received(); sig != nil {
-		return interrupted(s, sig)
+		code := interrupted(s, sig)
+		if wantsJSON(s, cmd, args) {
+			writeErrorJSON(s.stdout(), errors.New("interrupted"), code)
+		}
+		return code
 	}
 	var dm *checksum.DeviceMemoryError
 	if errors.As(err, &dm) {
@@ -93,15 +101,29 @@ func execute(root *cobra.Command, args []string, s *Streams) (code int) {
 	}
 	err = asUsage(err)
 	printed := s.quietVerdict(err)
+	var result *ResultError
+	isResult := errors.As(err, &result)
+	// -q with a document: the document says the verdict, nothing else.
+	if isResult && s.Quiet && s.Document {
+		printed = true
+	}
 	if err != nil && !printed {
-		if _, silent := err.(*ResultError); !silent || err.Error() != "" {
-			fmt.Fprintf(s.Err, "kvaudit: %v\n", err)
+		if !isResult || err.Error() != "" {
+			// Messages hold untrusted strings (request ids, names from
+			// manifests): escaped, so none can rewrite the line.
+			fmt.Fprintf(s.Err, "kvaudit: %s\n", termtext.Line(err.Error()))
 		}
 		if ue := (*UsageError)(nil); errors.As(err, &ue) && cmd != nil {
 			fmt.Fprintf(s.Err, "usage: %s\n", cmd.UseLine())
 		}
 	}
-	return exitCode(err)
+	code = exitCode(err)
+	// With -o json, an error the command printed no document for is a
+	// document too, so that a program reading stdout always parses it.
+	if err != nil && !isResult && wantsJSON(s, cmd, args) {
+		writeErrorJSON(s.stdout(), err, code)
+	}
+	return code
 }
 
 // interrupted ends a command stopped by sig: it removes the temporaries in
@@ -139,10 +161,13 @@ optional kvaudit.yaml (--config, the working directory or
 	root.SetOut(s.Out)
 	root.SetErr(s.Err)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if s := suggestFlag(c, err); s != "" {
+			return &UsageError{fmt.Errorf("%w (did you mean %s? see %s --help)", err, s, c.CommandPath())}
+		}
 		return &UsageError{fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
 	})
 	root.PersistentFlags().String("config", "", "configuration file (default ./kvaudit.yaml or ~/.config/kvaudit/kvaudit.yaml)")
-	root.PersistentFlags().BoolP("quiet", "q", false, "print only the verdict line (diff, campaign, checksum --stored) and set the exit code")
+	root.PersistentFlags().BoolP("quiet", "q", false, "print only the verdict line (diff, campaign, checksum --stored) and set the exit code; with -o json or junit, only that document")
 	root.PersistentFlags().String("color", "auto", "color in tables and progress bars: auto (on a terminal, unless NO_COLOR is set), always or never")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		// --color and --quiet, from the flag, KVAUDIT_COLOR and
@@ -157,6 +182,11 @@ optional kvaudit.yaml (--config, the working directory or
 			return usageErrorf("--color %q: want one of %s", mode, strings.Join(colorModes, ", "))
 		}
 		s.Color = mode
+		if cmd.Flags().Lookup("output") != nil {
+			out := cfg.String("output")
+			s.JSON = out == "json"
+			s.Document = out == "json" || out == "junit"
+		}
 		s.Quiet = cfg.Bool("quiet")
 		s.beQuiet()
 		return nil

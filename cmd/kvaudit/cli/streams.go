@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/report"
 )
 
@@ -31,25 +32,46 @@ type Streams struct {
 	Width int
 	// Quiet is -q: the command's output is discarded, no progress is
 	// drawn, and Main prints only the verdict line (quiet holds the
-	// output it goes to).
+	// output it goes to). With a document on stdout (Document: -o json
+	// or junit), -q keeps the document, whose verdict it is, and prints
+	// no verdict line.
 	Quiet bool
 	quiet io.Writer
+	// Document says the command writes a document on stdout (-o json or
+	// junit) that a program parses: -q keeps it, and with -o json an
+	// error is a kvaudit-error/1 document there too.
+	Document bool
+	// JSON says the command writes -o json.
+	JSON bool
 	// verdict is the verdict line of a command that succeeded (diff,
 	// campaign, checksum --stored), for -q.
 	verdict string
 }
 
-// beQuiet discards the command's output and progress for -q.
+// beQuiet discards the command's output and progress for -q; a document
+// (-o json, junit) is kept.
 func (s *Streams) beQuiet() {
-	if s.Quiet && s.quiet == nil {
+	switch {
+	case !s.Quiet || s.quiet != nil:
+	case s.Document:
+		s.ErrTerminal = false
+	default:
 		s.quiet, s.Out, s.ErrTerminal = s.Out, io.Discard, false
 	}
 }
 
+// stdout is the command's standard output, even under -q.
+func (s *Streams) stdout() io.Writer {
+	if s.quiet != nil {
+		return s.quiet
+	}
+	return s.Out
+}
+
 // quietVerdict prints, for -q, the command's verdict line on the output:
 // a result error's message (which Main then does not repeat on stderr),
-// or the verdict of a command that succeeded. It reports whether it
-// printed err.
+// or the verdict of a command that succeeded, escaped (termtext.Line). It
+// reports whether it printed err.
 func (s *Streams) quietVerdict(err error) bool {
 	if s.quiet == nil {
 		return false
@@ -57,10 +79,10 @@ func (s *Streams) quietVerdict(err error) bool {
 	var re *ResultError
 	switch {
 	case errors.As(err, &re) && re.Msg != "":
-		fmt.Fprintln(s.quiet, re.Msg)
+		fmt.Fprintln(s.quiet, termtext.Line(re.Msg))
 		return true
 	case err == nil && s.verdict != "":
-		fmt.Fprintln(s.quiet, s.verdict)
+		fmt.Fprintln(s.quiet, termtext.Line(s.verdict))
 	}
 	return false
 }

@@ -1,0 +1,86 @@
+package report
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestLayoutLeavesOutEmptyColumnsFirst: a table too wide for the
+// terminal leaves out a column whose every cell is empty before the
+// columns its Drop list names, and says so.
+func TestLayoutLeavesOutEmptyColumnsFirst(t *testing.T) {
+	tb := &Table{
+		Header: []string{"request", "kind", "verdict", "reason", "positions"},
+		Drop:   []string{"kind", "positions"},
+	}
+	for range 3 {
+		tb.Add(C("a-rather-long-request-id-000"), C("full_attention"), C("verified"), C(""), C("0-3"))
+	}
+	var b bytes.Buffer
+	if err := tb.Render(&b, FormatTable, Style{Aligned: true, Width: 70}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	fits(t, b.Bytes(), 70)
+	if !strings.Contains(out, "left out to fit 70 columns: reason (empty) (-o json") || !strings.Contains(out, "full_attention") || !strings.Contains(out, "positions") {
+		t.Errorf("the empty reason is not the only column left out:\n%s", out)
+	}
+	// with the room for every column, nothing is left out
+	b.Reset()
+	if err := tb.Render(&b, FormatTable, Style{Aligned: true, Width: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "left out") || !strings.Contains(b.String(), "reason") {
+		t.Errorf("at 100 columns:\n%s", b.String())
+	}
+}
+
+// TestLayoutKeepsWordsWhole: however narrow the terminal, a checksum is
+// never split over lines, nor is a word of a Whole column (a request id
+// wraps only after its hyphens); other words break.
+func TestLayoutKeepsWordsWhole(t *testing.T) {
+	tb := &Table{
+		Header: []string{"request", "check 0", "check 1", "note"},
+		Whole:  []string{"request"},
+	}
+	tb.Add(C("chatcmpl-9f2b6c1e4d8a4f3b9c7e2a1d5b6f8e0c-0"), C("0xbcc6295bacdf458f"), C("0x5dd337444c6578f5"), C("averyveryverylongwordthatmaybreak"))
+	for _, width := range []int{40, 60, 80} {
+		var b bytes.Buffer
+		if err := tb.Render(&b, FormatTable, Style{Aligned: true, Width: width}); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		for _, whole := range []string{"0xbcc6295bacdf458f", "0x5dd337444c6578f5", "│ chatcmpl-", "│ 9f2b6c1e4d8a4f3b9c7e2a1d5b6f8e0c-0 │"} {
+			if !strings.Contains(out, whole) {
+				t.Errorf("width %d: %q is broken:\n%s", width, whole, out)
+			}
+		}
+		if strings.Contains(out, "averyveryverylongwordthatmaybreak") {
+			t.Errorf("width %d: the note's long word does not break:\n%s", width, out)
+		}
+	}
+}
+
+// TestTableWithoutHeader: a table of name and value rows (no header) shows
+// its rows on a terminal, styled or not, and in markdown.
+func TestTableWithoutHeader(t *testing.T) {
+	tb := &Table{Title: "t"}
+	tb.Add(C("fault"), C("flipped 1 bit(s) of the cell of request req-0"))
+	tb.Add(C("detector"), C("checksum"))
+	for _, f := range []struct {
+		f     Format
+		style Style
+	}{{FormatTable, Style{Aligned: true, Width: 40}}, {FormatTable, Style{Color: true, Width: 200}}, {FormatMarkdown, Style{}}} {
+		var b bytes.Buffer
+		if err := tb.Render(&b, f.f, f.style); err != nil {
+			t.Fatal(err)
+		}
+		out := string(sgr.ReplaceAll(b.Bytes(), nil))
+		for _, want := range []string{"fault", "flipped 1 bit(s)", "detector", "checksum"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s %+v: lacks %q:\n%s", f.f, f.style, want, out)
+			}
+		}
+	}
+}
