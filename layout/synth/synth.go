@@ -500,12 +500,14 @@ func (c *Config) place(ca Cache, tpRank int) placement {
 
 // writeRank writes one rank's dump.
 func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockIDs, pp, tp int) (string, error) {
+	agent := AgentName(c.Role, pp, tp)
 	man := &layout.Manifest{
 		Format:    layout.ManifestFormat,
 		Model:     layout.Model{Name: m.Name, NumKVHeads: m.NumKVHeads},
-		Parallel:  layout.Parallel{TPRank: tp, TPSize: c.TP, PPRank: pp, PPSize: c.PP},
+		Parallel:  layout.Parallel{TPRank: tp, TPSize: c.TP, PPRank: pp, PPSize: c.PP, Agent: &agent},
 		NumBlocks: c.NumBlocks,
 	}
+	next := c.baseAddress(pp, tp)
 	lo, hi := stageLayers(c.Layers, pp, c.PP)
 	var tensors []layout.TensorData
 	var raw []byte
@@ -525,6 +527,11 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockID
 				fillNoise(noise, data)
 				c.fillState(data, ca, pl, tables[g.ID], tp)
 				layer = layout.Layer{Name: ca.Name, Dtype: ca.States[0].Dtype, Layout: pl.axes, States: c.manifestStates(ca)}
+				var off uint64
+				for i := range layer.States {
+					layer.States[i].Address = hexAddress(next + off)
+					off += uint64(stateBytes(layer.States[i]))
+				}
 			} else {
 				pl = c.place(ca, tp)
 				data = make([]byte, pl.total)
@@ -538,6 +545,8 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockID
 					layer.NumKVHeads = pl.heads
 				}
 			}
+			layer.Address = hexAddress(next)
+			next += (uint64(pl.total) + addressAlign - 1) / addressAlign * addressAlign
 			if c.Format == "raw" {
 				strides := slices.Clone(pl.strides)
 				layer.Source = &layout.Source{File: "kv.bin", Offset: int64(len(raw)), Dtype: pl.dtype, Shape: pl.sizes, Strides: strides}
@@ -582,6 +591,32 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockID
 		}
 		return p, layout.WriteRawFile(filepath.Join(p, "kv.bin"), raw, wo)
 	}
+}
+
+// addressAlign is the alignment of a synthesized cache's device address
+// (CUDA's caching allocator hands out 2 MiB segments).
+const addressAlign = 2 << 20
+
+// AgentName is the NIXL agent name synth gives a rank of a role.
+func AgentName(role string, pp, tp int) string { return fmt.Sprintf("%s-pp%d-tp%d", role, pp, tp) }
+
+// baseAddress is where a rank's first cache lies: deterministic from the
+// seed, the role and the rank, in the user half of a 48-bit address space,
+// 256 MiB aligned; the rank's caches follow one another from it.
+func (c *Config) baseAddress(pp, tp int) uint64 {
+	h := mix(c.Seed ^ strHash(fmt.Sprintf("address|%s|%d|%d", c.Role, pp, tp)))
+	return 0x7f0000000000 - (h%0x4000)<<28
+}
+
+func hexAddress(a uint64) string { return fmt.Sprintf("0x%x", a) }
+
+// stateBytes is the bytes of a manifest state.
+func stateBytes(s layout.State) int64 {
+	n := int64(dtypeSize(s.Dtype))
+	for _, d := range s.Shape {
+		n *= d
+	}
+	return n
 }
 
 func fillNoise(rng *rand.Rand, b []byte) {
