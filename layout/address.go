@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // Metadata keys kvaudit_export writes beside the manifest of a dump whose
@@ -58,6 +59,7 @@ type Region struct {
 	StateSizes   []int64
 
 	axes  []axis // by stride, outermost first; only axes of 2 or more
+	order []axis // every axis of the layout, by stride
 	elem  int64
 	span  int64
 	heads int
@@ -380,8 +382,10 @@ func (r *Region) placeAttention(l *Layer, geo tensorGeometry, v *LayerView) erro
 		if a.n > 1 {
 			r.axes = append(r.axes, a)
 		}
+		r.order = append(r.order, a)
 	}
 	slices.SortStableFunc(r.axes, func(a, b axis) int { return cmp.Compare(b.stride, a.stride) })
+	slices.SortStableFunc(r.order, func(a, b axis) int { return cmp.Compare(b.stride, a.stride) })
 	end, ok := tensorEnd(geo)
 	if !ok {
 		return fmt.Errorf("the tensor spans more than 2^62 bytes")
@@ -840,6 +844,46 @@ func mergeDims(dims []Dim) []Dim {
 	return out
 }
 
+// PageOrder names what a page holds, in memory order: its axes inside the
+// block axis (K and V apart or together, heads, tokens, cell bytes). Two
+// regions of one order and kernel block size hold a kernel row's cells in
+// the same byte order, so a byte copy of a page moves whole cells.
+func (r *Region) PageOrder() string {
+	var names []string
+	seenBlock := false
+	for _, a := range r.order {
+		switch {
+		case a.name == "block":
+			seenBlock = true
+			continue
+		case a.name == "kv" && !seenBlock:
+			names = append(names, "kv-apart")
+			continue
+		case a.name == "dim" || a.name == "cell":
+			if len(names) > 0 && names[len(names)-1] == "cell" {
+				continue
+			}
+			names = append(names, "cell")
+			continue
+		}
+		names = append(names, a.name)
+	}
+	if r.State {
+		return "state"
+	}
+	if len(r.pages) > 0 && r.pages[0].Part >= 0 && !slices.Contains(names, "kv-apart") {
+		names = slices.DeleteFunc(names, func(s string) bool { return s == "kv" })
+		names = append([]string{"kv-apart"}, names...)
+	}
+	return strings.Join(names, ",")
+}
+
+// EngineBlocks is the engine's block count of the cache.
+func (r *Region) EngineBlocks() int { return r.engineBlocks }
+
+// DumpBlock maps an engine block id to the dump's (NoBlock: not dumped).
+func (r *Region) DumpBlock(engine int) int { return r.dumpBlock(engine) }
+
 // dumpBlock maps an engine block id to the dump's.
 func (r *Region) dumpBlock(engine int) int {
 	if r.blockOf == nil {
@@ -864,6 +908,12 @@ func (r *Region) EngineBlockOf(dump int) int {
 // and V), in address order, adjacent ranges merged. A block the engine
 // does not hold (not in the dump) has none.
 func (r *Region) Intervals(block, k int, tokens [2]int, fn func(lo, hi uint64)) {
+	r.PartIntervals(block, k, tokens, -1, fn)
+}
+
+// PartIntervals is Intervals for one part of the cells (0 K, 1 V; -1
+// both). A part is only apart from the other with a kv axis.
+func (r *Region) PartIntervals(block, k int, tokens [2]int, part int, fn func(lo, hi uint64)) {
 	eng := r.EngineBlockOf(block)
 	if eng == NoBlock || r.State || tokens[0] >= tokens[1] {
 		return
@@ -877,6 +927,10 @@ func (r *Region) Intervals(block, k int, tokens [2]int, fn func(lo, hi uint64)) 
 			idx[j], cnt[j] = int64(eng*r.KernelBlocks+k), 1
 		case "token":
 			idx[j], cnt[j] = int64(tokens[0]), int64(tokens[1]-tokens[0])
+		case "kv":
+			if part >= 0 {
+				idx[j], cnt[j] = int64(part), 1
+			}
 		}
 	}
 	r.runs(idx, cnt, fn)

@@ -58,6 +58,10 @@ type Config struct {
 	ConvLayout   string
 	ConvDtype    string
 	NoStateSplit bool
+	// ZeroTails zeroes the slots of a request's blocks past its last
+	// token, as a consumer's connector that keeps the transferred-or-
+	// zeroed invariant leaves them (it does not change block tables).
+	ZeroTails bool
 	// Values, when set, replaces the logical KV: the 8-byte piece p of the
 	// cell of global head h at token position t of layer number L. (The
 	// docs/spec.md's worked example uses it.)
@@ -661,12 +665,18 @@ func (c *Config) fillCache(data []byte, ca Cache, pl placement, tables []layout.
 			for t := range c.BlockSize {
 				tok := pos*c.BlockSize + t
 				if tok >= c.Tokens {
-					break
+					if !c.ZeroTails {
+						break
+					}
+					clear(cell)
 				}
 				for lh := range pl.heads {
 					gh := pl.firstHead + lh
 					seed := cellSeed(c.Seed, req, ca.Name, gh, tok)
 					for p := range P {
+						if tok >= c.Tokens {
+							break
+						}
 						var v uint64
 						if c.Values != nil {
 							v = c.Values(ca.Layer, gh, tok, p)
