@@ -1277,3 +1277,24 @@ func (a *auditor) summarize() {
 		a.res.Verdict = Clean
 	}
 }
+
+// AuditPaths opens the producer's and the consumer's dumps (dumps or
+// directories of dumps, as layout.OpenPaths reads them) and the logs
+// (FindLogs), and audits them (Audit).
+func AuditPaths(ctx context.Context, logs, producer, consumer []string, opts Options) (*Result, error) {
+	files, err := FindLogs(logs)
+	if err != nil {
+		return nil, err
+	}
+	prod, err := layout.OpenPaths(producer)
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	defer layout.CloseAll(prod)
+	cons, err := layout.OpenPaths(consumer)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	defer layout.CloseAll(cons)
+	return Audit(ctx, files, prod, cons, opts)
+}

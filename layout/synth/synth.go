@@ -16,6 +16,7 @@ package synth
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -25,6 +26,7 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/transfer"
 )
 
 // Layouts lists the --layout names.
@@ -62,6 +64,11 @@ type Config struct {
 	// token, as a consumer's connector that keeps the transferred-or-
 	// zeroed invariant leaves them (it does not change block tables).
 	ZeroTails bool
+	// Transfers, for a consumer, also writes its ranks' NIXL logs of a
+	// correct pull from the producer synthesized into the same output
+	// (out/producer) as out/nixl/AGENT.jsonl (WriteSide); it implies
+	// ZeroTails, since vLLM zeroes what the pull leaves.
+	Transfers bool
 	// Values, when set, replaces the logical KV: the 8-byte piece p of the
 	// cell of global head h at token position t of layer number L. (The
 	// docs/spec.md's worked example uses it.)
@@ -256,6 +263,11 @@ func (c Config) Normalize() (Config, error) {
 		return c, fieldErrorf("PrefixTokens", c.PrefixTokens, "is not in 0..tokens (%d)", c.Tokens)
 	case c.PrefixTokens > 0 && c.Role != "consumer":
 		return c, fieldErrorf("PrefixTokens", c.PrefixTokens, "is a consumer's local prefix hit: the role must be consumer")
+	case c.Transfers && c.Role != "consumer":
+		return c, errors.New("transfers are a consumer's pull from its producer: the role must be consumer")
+	}
+	if c.Transfers {
+		c.ZeroTails = true
 	}
 	m, err := BuildModel(c)
 	if err != nil {
@@ -409,6 +421,46 @@ func WriteContext(ctx context.Context, out string, cfg Config) ([]string, error)
 		}
 	}
 	return paths, nil
+}
+
+// Written is what WriteSide wrote: the dumps of every rank and, with
+// Config.Transfers, the consumer ranks' NIXL logs.
+type Written struct {
+	Dumps, Logs []string
+}
+
+// WriteSide is WriteContext, and, with c.Transfers, the consumer ranks'
+// logs of a correct pull from out/producer (transfer.Plan) written into
+// out/nixl. The producer must have been synthesized into out first.
+func WriteSide(ctx context.Context, out string, cfg Config) (*Written, error) {
+	c, err := cfg.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	var w Written
+	if c.Transfers {
+		// The producer first, so that nothing is written without it.
+		if _, err := os.Stat(filepath.Join(out, "producer")); err != nil {
+			return nil, fmt.Errorf("transfers: no producer in %q: synthesize it into the same --out first (%w)", filepath.Join(out, "producer"), err)
+		}
+	}
+	if w.Dumps, err = WriteContext(ctx, out, c); err != nil || !c.Transfers {
+		return &w, err
+	}
+	prod, err := layout.OpenPaths([]string{filepath.Join(out, "producer")})
+	if err != nil {
+		return nil, fmt.Errorf("transfers: the producer: %w", err)
+	}
+	defer layout.CloseAll(prod)
+	cons, err := layout.OpenSide(w.Dumps)
+	if err != nil {
+		return nil, err
+	}
+	defer layout.CloseAll(cons)
+	if w.Logs, err = transfer.WritePlan(filepath.Join(out, "nixl"), prod, cons, c.Force); err != nil {
+		return nil, fmt.Errorf("transfers: %w", err)
+	}
+	return &w, nil
 }
 
 // stageLayers returns the layer numbers [lo, hi) PP stage pp holds.
