@@ -17,6 +17,9 @@ func auditTables(a *verify.Audits) []*Table {
 	if a.Stored != nil {
 		out = append(out, StoredTable(a.Stored))
 	}
+	if a.Transfers != nil {
+		out = append(out, transfersTables(a.Transfers, false)...)
+	}
 	return out
 }
 

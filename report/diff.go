@@ -10,6 +10,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 
 	"github.com/kvaudit/kvaudit/internal/ranges"
+	"github.com/kvaudit/kvaudit/transfer"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -43,6 +44,9 @@ type DiffRequestJSON struct {
 	Numbering string `json:"numbering"`
 	// Hints name the likely cause of the load's unverified reasons.
 	Hints []string `json:"hints"`
+	// Causes are, with --transfers, the transfer audit's findings at the
+	// mismatching positions.
+	Causes []verify.Cause `json:"causes,omitempty"`
 }
 
 // DiffGroupJSON is the verdict of one group of a load.
@@ -95,7 +99,7 @@ func NewDiffJSON(res *verify.DiffResult) *DiffJSON {
 			ID: r.ID, ProducerID: r.ProducerID, Verdict: string(r.Verdict),
 			Reasons: append([]string{}, r.Reasons...), Groups: []DiffGroupJSON{},
 			Details: []DiffDetailJSON{}, Notes: append([]string{}, r.Notes...),
-			Numbering: r.Numbering, Hints: append([]string{}, r.Hints...),
+			Numbering: r.Numbering, Hints: append([]string{}, r.Hints...), Causes: r.Causes,
 		}
 		for _, g := range r.Groups {
 			rj.Groups = append(rj.Groups, DiffGroupJSON{
@@ -277,6 +281,9 @@ func diffTables(res *verify.DiffResult) []*Table {
 	if len(d.Rows) > 0 || len(d.Notes) > 0 {
 		tables = append(tables, d)
 	}
+	if c := causesTable(res); c != nil {
+		tables = append(tables, c)
+	}
 	return tables
 }
 
@@ -370,8 +377,9 @@ func diffJUnit(res *verify.DiffResult, opts DiffOptions) junitSuites {
 // diffWithAuditsJSON is kvaudit-diff/1 with the audits' fields added.
 type diffWithAuditsJSON struct {
 	*DiffJSON
-	TailAudit *TailAuditJSON `json:"tail_audit,omitempty"`
-	Stored    *StoredJSON    `json:"stored,omitempty"`
+	TailAudit *TailAuditJSON   `json:"tail_audit,omitempty"`
+	Stored    *StoredJSON      `json:"stored,omitempty"`
+	Transfers *transfer.Result `json:"transfers,omitempty"`
 }
 
 // RenderDiffAudits writes a comparison and the consumer audits beside it:
@@ -395,6 +403,7 @@ func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f F
 		if a.Stored != nil {
 			out.Stored = NewStoredJSON(a.Stored)
 		}
+		out.Transfers = a.Transfers
 		return WriteJSON(w, out)
 	case FormatJUnit:
 		doc := diffJUnit(res, opts)
@@ -403,6 +412,9 @@ func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f F
 		}
 		if a.Stored != nil {
 			doc.add(storedSuite(res, a.Stored, opts.AllowUnverified))
+		}
+		if a.Transfers != nil {
+			doc.add(transfersSuite(a.Transfers))
 		}
 		return writeJUnit(w, doc)
 	}

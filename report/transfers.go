@@ -8,11 +8,11 @@ package report
 import (
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/kvaudit/kvaudit/transfer"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // RenderTransfers writes a transfer audit as tables (the requests, then
@@ -93,6 +93,16 @@ func transfersTables(res *transfer.Result, requests bool) []*Table {
 			Header: []string{"invariant", "request", "transfer", "descriptor", "rank", "position", "layer", "part", "heads", "tokens", "bytes", "what"},
 			Drop:   []string{"bytes", "part", "heads", "rank", "descriptor"},
 		}
+		if !requests {
+			xfers := 0
+			for _, l := range res.Logs {
+				xfers += l.Xfers
+			}
+			ft.Title = fmt.Sprintf("transfer audit: %s (%d log(s), %d transfer(s), %d finding(s))", res.Verdict, len(res.Logs), xfers, len(res.Findings))
+			if len(res.Findings) == 0 {
+				ft.Header = nil
+			}
+		}
 		for _, f := range res.Findings {
 			desc, xfer := "-", "-"
 			if f.Descriptor >= 0 {
@@ -154,13 +164,26 @@ func transfersSuite(res *transfer.Result) junitSuite {
 	return s
 }
 
-// sortedInvariants lists the invariants of findings, in spec order.
-func sortedInvariants(fs []transfer.Finding) []string {
-	var out []string
-	for _, inv := range transfer.Invariants {
-		if slices.ContainsFunc(fs, func(f transfer.Finding) bool { return f.Invariant == inv }) {
-			out = append(out, inv)
+// causesTable lays out, with --transfers, what explains each mismatch:
+// the transfer audit's findings at its position (nil when none does).
+func causesTable(res *verify.DiffResult) *Table {
+	t := &Table{
+		Title:  "causes: the transfer audit's findings at the mismatches",
+		Header: []string{"request", "group", "position", "transfer", "descriptor", "invariant", "cause"},
+		Drop:   []string{"descriptor", "group"},
+	}
+	for _, rv := range res.Requests {
+		for _, c := range rv.Causes {
+			desc := "-"
+			if c.Descriptor >= 0 {
+				desc = fmt.Sprint(c.Descriptor)
+			}
+			t.Add(C("%s", rv.ID), C("%d", c.Group), C("%d", c.Position), C("%d", c.Transfer), C("%s", desc),
+				Cell{Text: c.Invariant, Tone: Bad}, C("position %d: %s", c.Position, c.Message))
 		}
 	}
-	return out
+	if len(t.Rows) == 0 {
+		return nil
+	}
+	return t
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/transfer"
 	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
@@ -56,9 +57,14 @@ type CompareOptions struct {
 	AuditTail, Stored bool
 	// Strict makes any loaded block that was not compared unverified
 	// (DiffOptions.Strict).
-	Strict   bool
-	Progress Progress
-	Step     Step
+	Strict bool
+	// Transfers are NIXL logs (files or directories, transfer.FindLogs)
+	// of the transfer the comparison checks: their audit runs beside it
+	// (Audits.Transfers), and each mismatch an audit finding explains gets
+	// its cause (RequestVerdict.Causes). Both sides must be dumps.
+	Transfers []string
+	Progress  Progress
+	Step      Step
 }
 
 // Result is what a comparison found.
@@ -83,6 +89,9 @@ func (r *Result) Verdict() Verdict {
 			return Mismatch
 		}
 		if v == Verified && a.Stored != nil && StoredVerdict(a.Stored) == Unverified {
+			v = Unverified
+		}
+		if v == Verified && a.Transfers != nil && a.Transfers.Verdict == transfer.Unresolved {
 			v = Unverified
 		}
 	}
@@ -116,6 +125,9 @@ func (r *Result) Summary() string {
 			if a.Stored != nil && StoredVerdict(a.Stored) == Mismatch {
 				msgs = append(msgs, "stored checksums: some block differs from the checksum stored with it")
 			}
+			if a.Transfers != nil && a.Transfers.Violated() {
+				msgs = append(msgs, a.Transfers.Summary())
+			}
 		}
 	case Unverified:
 		switch {
@@ -123,6 +135,8 @@ func (r *Result) Summary() string {
 			msgs = append(msgs, "unverified: the consumer holds no request")
 		case r.Diff != nil && r.Diff.Verdict == Unverified:
 			msgs = append(msgs, "unverified: request "+strings.Join(ids, ", "))
+		case r.Audits != nil && r.Audits.Transfers != nil && r.Audits.Transfers.Verdict == transfer.Unresolved:
+			msgs = append(msgs, r.Audits.Transfers.Summary())
 		default:
 			msgs = append(msgs, "stored checksums: no request lists stored_checksums for a full block")
 		}
@@ -163,7 +177,7 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 	if cside.payload {
 		return nil, fmt.Errorf("consumer %s is a payload: the consumer must be dumps or records (a payload is what a producer sends)", cside.name)
 	}
-	if (opts.AuditTail || opts.Stored) && !cside.dumpsOnly() {
+	if (opts.AuditTail || opts.Stored || len(opts.Transfers) > 0) && !cside.dumpsOnly() {
 		return nil, ErrAuditRecords
 	}
 	pside, err := Open(producer)
@@ -220,6 +234,17 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 		done()
 		if err != nil {
 			return nil, fmt.Errorf("consumer: %w", err)
+		}
+	}
+	if len(opts.Transfers) > 0 {
+		if !pside.dumpsOnly() {
+			return nil, ErrTransfersDumps
+		}
+		done := opts.Step.start("auditing the transfers")
+		err := auditTransfers(ctx, res, opts.Transfers, pside.Dumps, cside.Dumps, opts.Requests)
+		done()
+		if err != nil {
+			return nil, err
 		}
 	}
 	return res, nil

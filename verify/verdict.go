@@ -73,6 +73,9 @@ type RequestVerdict struct {
 	// Numbering is the numbering the compared values use: "block" against
 	// a flat payload (vLLM's published form), else "request" (docs/spec.md §1).
 	Numbering string
+	// Causes are the transfer audit's findings at the mismatching
+	// positions (CompareOptions.Transfers), in position order.
+	Causes []Cause
 }
 
 // GroupVerdict is the verdict of one KV cache group of a load.
