@@ -104,6 +104,9 @@ type auditor struct {
 	dropped    int
 	dcells     []layout.Cells
 	scells     []layout.Cells
+	// ch is the current pair's destination read as a chunk of a page,
+	// where the consumer converts what it receives (nil otherwise).
+	ch *chunk
 	summaries  map[*request]int
 }
 
@@ -591,27 +594,33 @@ func (a *auditor) pair(x *xfer, i int, d, s Desc) bool {
 	if x.prodReq == "" {
 		x.prodReq = x.req.pairID()
 	}
+	a.ch = nil
+	if len(a.dcells) > 0 && len(a.scells) > 0 && !a.dcells[0].Region.State && converted(a.dcells[0].Region, a.scells[0].Region) {
+		if ch, ok := chunkOf(a.dcells[0].Region, d); ok {
+			a.ch = &ch
+		}
+	}
 	dside, sside := sideNames(x.kind)
 	base := Finding{Descriptor: i, Group: -1, Position: -1, Block: -1}
 	if d.Len != s.Len {
 		f := base
 		f.Invariant, f.Bytes = Aligned, d.Len
 		f.Message = fmt.Sprintf("transfer %d descriptor %d: the %s descriptor has %d bytes, the %s %d", x.id, i, dside, d.Len, sside, s.Len)
-		a.place(&f, x, a.dcells)
+		a.placeDst(&f, x)
 		a.add(x, f)
 	}
 	if dOut > 0 {
 		f := base
 		f.Invariant, f.Side, f.Bytes = Confined, dside, dOut
 		f.Message = fmt.Sprintf("transfer %d descriptor %d writes %d bytes at 0x%x.. outside every cache of the consumer's rank %s", x.id, i, dOut, d.Addr, x.dst.r)
-		a.place(&f, x, a.dcells)
+		a.placeDst(&f, x)
 		a.add(x, f)
 	}
 	if sOut > 0 {
 		f := base
 		f.Invariant, f.Side, f.Bytes = Confined, sside, sOut
 		f.Message = fmt.Sprintf("transfer %d descriptor %d reads %d bytes at 0x%x.. outside every cache of the producer's rank %s", x.id, i, sOut, s.Addr, x.src.r)
-		a.place(&f, x, a.dcells)
+		a.placeDst(&f, x)
 		a.add(x, f)
 	}
 	x.bytes += d.Len
@@ -622,6 +631,36 @@ func (a *auditor) pair(x *xfer, i int, d, s Desc) bool {
 	}
 	a.deliver(x, i, d, s)
 	return true
+}
+
+// placeDst places a finding of the current pair at its destination: the
+// chunk's cells where the consumer converts, else the bytes' cells.
+func (a *auditor) placeDst(f *Finding, x *xfer) {
+	ch := a.ch
+	if ch == nil {
+		a.place(f, x, a.dcells)
+		return
+	}
+	v := ch.region.Views[0]
+	f.Group, f.Block = ch.region.Group.Group.ID, ch.block
+	f.Layer, f.LayerName = v.Number, ch.region.Layer.Name
+	f.Heads = [2]int{v.HeadBase, v.HeadBase + v.Heads - 1}
+	switch {
+	case ch.region.Parts == 1:
+		f.Part = ""
+	case ch.part == 0:
+		f.Part = "K"
+	case ch.part == 1:
+		f.Part = "V"
+	default:
+		f.Part = "K+V"
+	}
+	f.Tokens = [2]int{-1, -1}
+	if pos, ok := x.req.groups[f.Group].all[ch.block]; ok {
+		f.Position = pos
+		t0 := pos*ch.region.Group.Group.BlockSize + ch.k*ch.region.KernelTokens
+		f.Tokens = [2]int{t0 + ch.tokens[0], t0 + ch.tokens[1] - 1}
+	}
 }
 
 // place fills a finding's place in the consumer request from the first
@@ -731,6 +770,15 @@ func (a *auditor) confinedDst(x *xfer, i int, dside string) bool {
 		}
 		f.Bytes = bytes
 		a.describeCells(&f, a.dcells[ci:ci+1], x.req, true)
+		if a.ch != nil {
+			a.placeDst(&f, x)
+		}
+		// The tokens the bytes carry: the producer request's, read.
+		if preq := x.src.request(x.prodReq); preq != nil && len(a.scells) > 0 {
+			var sf Finding
+			a.describeCells(&sf, a.scells, preq, false)
+			f.Tokens = sf.Tokens
+		}
 		into := fmt.Sprintf("block %d", c.Block)
 		switch pos, own := rg.all[c.Block]; {
 		case c.Block == layout.NoBlock:
@@ -775,7 +823,7 @@ func (a *auditor) confinedSrc(x *xfer, i int, sside string) bool {
 		f := Finding{Invariant: Confined, Side: sside, Descriptor: i, Group: -1, Position: -1, Block: -1,
 			Layer: c.Region.Views[0].Number, LayerName: c.Region.Layer.Name}
 		if len(a.dcells) > 0 {
-			a.place(&f, x, a.dcells)
+			a.placeDst(&f, x)
 		}
 		f.Invariant, f.Side = Confined, sside
 		for _, o := range a.scells[ci:] {
@@ -853,7 +901,7 @@ func (a *auditor) aligned(x *xfer, i int, d, s Desc) {
 	dside, sside := sideNames(x.kind)
 	mismatch := func(detail string) {
 		f := Finding{Invariant: Aligned, Descriptor: i, Bytes: d.Len}
-		a.place(&f, x, a.dcells)
+		a.placeDst(&f, x)
 		sf := Finding{Layer: sr.Views[0].Number}
 		a.describeCells(&sf, a.scells, preq, false)
 		f.Source = a.source(x, &a.scells[0], preq)
@@ -1099,23 +1147,6 @@ func subtract(lo, hi uint64, covered []ival, fn func(lo, hi uint64)) {
 // finishRequest checks that a request's loaded tokens were delivered and
 // that the bytes of its loaded blocks nothing delivered are zero.
 func (a *auditor) finishRequest(rk *rank, r *request, covered []ival) {
-	// The transfer a gap of a layer is laid to: the request's transfer
-	// that delivered other bytes of that layer, or its only one.
-	blame := func(region *layout.Region) *xfer {
-		for _, x := range r.xfers {
-			if x.src != nil && x.src.am != nil {
-				for _, reg := range x.src.am.Regions {
-					if reg.Views[0].Number == region.Views[0].Number && reg.Group.Group.ID == region.Group.Group.ID {
-						return x
-					}
-				}
-			}
-		}
-		if len(r.xfers) > 0 {
-			return r.xfers[0]
-		}
-		return nil
-	}
 	for _, gv := range rk.dump.Groups {
 		if gv.Skip != "" {
 			continue
@@ -1162,20 +1193,40 @@ func (a *auditor) finishRequest(rk *rank, r *request, covered []ival) {
 					expect([2]int{lo, hi}, &missing)
 				}
 				expect([2]int{0, reg.KernelBlocks * reg.KernelTokens}, &holes)
-				x := blame(reg)
 				if len(missing) > 0 {
-					a.gap(x, r, reg, gv, pos, blk, missing, rk)
+					a.gap(r, reg, gv, pos, blk, missing, rk)
 				}
 				if len(holes) > 0 {
-					a.stale(x, r, reg, gv, pos, blk, holes, rk)
+					a.stale(r, reg, gv, pos, blk, holes, rk)
 				}
 			}
 		}
 	}
 }
 
+// blame is the transfer a request's gap is laid to: the request's
+// transfer from the producer rank that holds the gap's layer and heads,
+// else its first (nil: none).
+func blame(r *request, reg *layout.Region, heads [2]int) *xfer {
+	for _, x := range r.xfers {
+		if x.src == nil || x.src.am == nil {
+			continue
+		}
+		for _, sr := range x.src.am.Regions {
+			v := sr.Views[0]
+			if sr.Layer.Name == reg.Layer.Name && (heads[0] < 0 || (heads[0] < v.HeadBase+v.Heads && v.HeadBase <= heads[1])) {
+				return x
+			}
+		}
+	}
+	if len(r.xfers) > 0 {
+		return r.xfers[0]
+	}
+	return nil
+}
+
 // gap reports tokens of a request's block no transfer delivered.
-func (a *auditor) gap(x *xfer, r *request, reg *layout.Region, gv *layout.GroupView, pos, blk int, missing []ival, rk *rank) {
+func (a *auditor) gap(r *request, reg *layout.Region, gv *layout.GroupView, pos, blk int, missing []ival, rk *rank) {
 	f := Finding{Invariant: Covered, Request: r.req.ID, Descriptor: -1, Group: gv.Group.ID, Position: pos, Block: blk,
 		Layer: reg.Views[0].Number, LayerName: reg.Layer.Name, Rank: rk.r}
 	var cells []layout.Cells
@@ -1184,6 +1235,7 @@ func (a *auditor) gap(x *xfer, r *request, reg *layout.Region, gv *layout.GroupV
 		rk.am.Resolve(m.lo, m.hi-m.lo, func(c layout.Cells) error { cells = append(cells, c); return nil })
 	}
 	a.describeCells(&f, cells, r, true)
+	x := blame(r, reg, f.Heads)
 	by := "by no transfer that reached DONE"
 	if x == nil {
 		by = "by no transfer in the logs"
@@ -1194,7 +1246,7 @@ func (a *auditor) gap(x *xfer, r *request, reg *layout.Region, gv *layout.GroupV
 
 // stale reports non-zero bytes of a request's block that nothing
 // delivered.
-func (a *auditor) stale(x *xfer, r *request, reg *layout.Region, gv *layout.GroupView, pos, blk int, holes []ival, rk *rank) {
+func (a *auditor) stale(r *request, reg *layout.Region, gv *layout.GroupView, pos, blk int, holes []ival, rk *rank) {
 	var nonZero, first uint64
 	for _, h := range holes {
 		n, at := reg.NonZero(h.lo, h.hi)
@@ -1213,6 +1265,7 @@ func (a *auditor) stale(x *xfer, r *request, reg *layout.Region, gv *layout.Grou
 		rk.am.Resolve(h.lo, h.hi-h.lo, func(c layout.Cells) error { cells = append(cells, c); return nil })
 	}
 	a.describeCells(&f, cells, r, true)
+	x := blame(r, reg, f.Heads)
 	var at []layout.Cells
 	rk.am.Resolve(first, 1, func(c layout.Cells) error { at = append(at, c); return nil })
 	from := ""
