@@ -104,8 +104,8 @@ type auditor struct {
 	scells     []layout.Cells
 	// ch is the current pair's destination read as a chunk of a page,
 	// where the consumer converts what it receives (nil otherwise).
-	ch *chunk
-	summaries  map[*request]int
+	ch        *chunk
+	summaries map[*request]int
 }
 
 // side is the dumps of a producer or a consumer, by agent name.

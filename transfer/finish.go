@@ -328,4 +328,3 @@ func (a *auditor) summarize() {
 		a.res.Verdict = Clean
 	}
 }
-

@@ -493,4 +493,3 @@ func (a *auditor) deliver(x *xfer, i int, d, s Desc) {
 	dl.lo, dl.hi = d.Addr, d.Addr+d.Len
 	x.dst.deliveries = append(x.dst.deliveries, dl)
 }
-
