@@ -56,7 +56,9 @@ func (a *auditor) finishRank(rk *rank) {
 		}
 	}
 	rk.deliveries = nil
-	slices.SortFunc(done, func(p, q delivery) int { return cmp.Or(cmp.Compare(p.lo, q.lo), cmp.Compare(p.x, q.x)) })
+	slices.SortFunc(done, func(p, q delivery) int {
+		return cmp.Or(cmp.Compare(p.lo, q.lo), cmp.Compare(p.x, q.x), cmp.Compare(p.desc, q.desc))
+	})
 	a.twice(rk, done)
 	var covered []ival
 	for _, d := range done {
@@ -91,16 +93,37 @@ func (a *auditor) twice(rk *rank, done []delivery) {
 				Other: &Ref{Log: px.log.path, Transfer: px.id, Descriptor: int(prev.desc)}}
 			var cells []layout.Cells
 			rk.am.Resolve(d.lo, f.Bytes, func(c layout.Cells) error { cells = append(cells, c); return nil })
+			// The finding is the request's whose block the bytes are
+			// in (the writer's, unless it wrote into another's).
+			owner := x.req
 			if len(cells) > 0 {
-				a.place(&f, x, cells)
+				c := cells[0]
+				if rg := x.req.groups[c.Region.Group.Group.ID]; rg == nil || !hasBlock(rg, c.Block) {
+					if own := rk.ownersOf(c.Region.Group.Group.ID, c.Block); len(own) > 0 {
+						if r := rk.request(own[0].req); r != nil {
+							owner = r
+						}
+					}
+				}
+				a.place(&f, &xfer{req: owner}, cells)
 			}
-			f.Message = fmt.Sprintf("transfer %d descriptor %d wrote %s, which transfer %d descriptor %d (log %q) also wrote, from another source", x.id, d.desc, what(&f), px.id, prev.desc, px.log.path)
+			f.Request = owner.req.ID
+			into := ""
+			if owner != x.req {
+				into = fmt.Sprintf(" (request %s's block, written by request %s's transfer)", owner.req.ID, x.req.req.ID)
+			}
+			f.Message = fmt.Sprintf("transfer %d descriptor %d wrote %s%s, which transfer %d descriptor %d (log %q) also wrote, from another source", x.id, d.desc, what(&f), into, px.id, prev.desc, px.log.path)
 			a.add(x, f)
 		}
 		if prev == nil || d.hi > prev.hi {
 			prev = d
 		}
 	}
+}
+
+func hasBlock(rg *reqGroup, block int) bool {
+	_, ok := rg.all[block]
+	return ok
 }
 
 // subtract calls fn with the parts of [lo, hi) no interval of covered
