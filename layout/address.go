@@ -60,9 +60,11 @@ type Region struct {
 
 	axes  []axis // by stride, outermost first; only axes of 2 or more
 	order []axis // every axis of the layout, by stride
-	elem  int64
-	span  int64
-	heads int
+	// pageOrder is PageOrder, computed once.
+	pageOrder string
+	elem      int64
+	span      int64
+	heads     int
 	// blockOf maps an engine block id to the dump's, engineOf a dump
 	// block id to the engine's (nil: the same).
 	blockOf  map[int]int
@@ -849,6 +851,13 @@ func mergeDims(dims []Dim) []Dim {
 // regions of one order and kernel block size hold a kernel row's cells in
 // the same byte order, so a byte copy of a page moves whole cells.
 func (r *Region) PageOrder() string {
+	if r.pageOrder == "" {
+		r.pageOrder = r.computePageOrder()
+	}
+	return r.pageOrder
+}
+
+func (r *Region) computePageOrder() string {
 	var names []string
 	seenBlock := false
 	for _, a := range r.order {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -26,8 +27,9 @@ type Options struct {
 // DefaultMaxFindings is the findings an audit keeps by default.
 const DefaultMaxFindings = 10000
 
-// MaxHeld bounds the descriptors of prepared lists an audit holds at once
-// (over every log): a log preparing more is refused.
+// MaxHeld bounds the runs of descriptors (descriptors whose addresses step
+// by one stride) of the prepared lists an audit holds (over every log): a
+// log preparing more is refused.
 const MaxHeld = 1 << 24
 
 // LogExt is the extension of a log file in a directory of logs.
@@ -167,10 +169,17 @@ type xfer struct {
 // the order of address ranges of its cells).
 type delivery struct {
 	lo, hi uint64
-	key    uint64 // source - destination address: the same source moves bytes alike
-	src    int32
-	x      int32
-	desc   int32
+	// source identifies where the bytes came from: the source rank and
+	// the source address minus the destination's (two deliveries of one
+	// source move the same bytes to the same place).
+	source uint64
+	x      uint32
+	desc   uint32
+}
+
+// sourceKey identifies a pair's source (delivery.source).
+func sourceKey(rank int, s, d uint64) uint64 {
+	return (s - d) ^ uint64(rank+1)*0x9e3779b97f4a7c15
 }
 
 type logFile struct {
@@ -181,9 +190,47 @@ type logFile struct {
 	side    string
 }
 
+// dlist is a prepared list, held as runs of descriptors whose addresses
+// step by one stride at one length (vLLM's lists are a few runs: a
+// region's blocks), so that a list of millions costs a few runs.
 type dlist struct {
 	agent string
-	descs []Desc
+	n     int
+	runs  []descRun
+}
+
+// descRun is descriptors first..first+count-1: addr + k*stride, len each.
+type descRun struct {
+	first, count int
+	addr         uint64
+	stride       int64
+	len          uint64
+}
+
+// add appends a descriptor to the list.
+func (d *dlist) add(x Desc) {
+	if k := len(d.runs); k > 0 {
+		r := &d.runs[k-1]
+		switch {
+		case r.count == 1 && x.Len == r.len:
+			r.stride, r.count = int64(x.Addr-r.addr), 2
+			d.n++
+			return
+		case x.Len == r.len && x.Addr == uint64(int64(r.addr)+int64(r.count)*r.stride):
+			r.count++
+			d.n++
+			return
+		}
+	}
+	d.runs = append(d.runs, descRun{first: d.n, count: 1, addr: x.Addr, len: x.Len})
+	d.n++
+}
+
+// at returns descriptor i (i < d.n).
+func (d *dlist) at(i int) Desc {
+	k := sort.Search(len(d.runs), func(k int) bool { return d.runs[k].first > i }) - 1
+	r := &d.runs[k]
+	return Desc{Addr: uint64(int64(r.addr) + int64(i-r.first)*r.stride), Len: r.len}
 }
 
 func newAuditor(producer, consumer []*layout.Dump, opts Options) *auditor {
@@ -362,6 +409,16 @@ func (a *auditor) readLog(ctx context.Context, path string) error {
 		a.unresolve("log %q: agent %q names no dump of the consumer or the producer (their manifests' parallel.agent)", path, h.Agent)
 	}
 	lf.summary.Side = lf.side
+	// A prepared list's descriptors go straight into its runs.
+	var building *dlist
+	lr.SetDescSink(func(op Op, d Desc) {
+		if op == OpDList {
+			if building == nil {
+				building = &dlist{}
+			}
+			building.add(d)
+		}
+	})
 	var rec Record
 	for n := 0; ; n++ {
 		if n%4096 == 0 {
@@ -376,6 +433,17 @@ func (a *auditor) readLog(ctx context.Context, path string) error {
 		if err != nil {
 			return err
 		}
+		if rec.Op == OpDList {
+			dl := building
+			if dl == nil {
+				dl = &dlist{}
+			}
+			building = nil
+			if err := a.dlist(lf, &rec, dl); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := a.record(lf, &rec); err != nil {
 			return err
 		}
@@ -384,20 +452,25 @@ func (a *auditor) readLog(ctx context.Context, path string) error {
 	return nil
 }
 
+// dlist keeps a prepared list.
+func (a *auditor) dlist(lf *logFile, rec *Record, dl *dlist) error {
+	if _, dup := lf.dlists[rec.Handle]; dup {
+		return &LogError{File: lf.path, Line: rec.Line, Field: "handle", Msg: fmt.Sprintf("list %d is prepared twice", rec.Handle)}
+	}
+	a.held += len(dl.runs)
+	if a.held > MaxHeld {
+		return &LogError{File: lf.path, Line: rec.Line, Field: "descs", Msg: fmt.Sprintf("the logs' prepared lists hold more than %d runs of descriptors", MaxHeld)}
+	}
+	dl.agent = rec.Agent
+	lf.dlists[rec.Handle] = dl
+	lf.summary.Lists++
+	return nil
+}
+
 // record handles one record of a log.
 func (a *auditor) record(lf *logFile, rec *Record) error {
 	sum := &a.res.Logs[len(a.res.Logs)-1]
 	switch rec.Op {
-	case OpDList:
-		if _, dup := lf.dlists[rec.Handle]; dup {
-			return &LogError{File: lf.path, Line: rec.Line, Field: "handle", Msg: fmt.Sprintf("list %d is prepared twice", rec.Handle)}
-		}
-		a.held += len(rec.Descs)
-		if a.held > MaxHeld {
-			return &LogError{File: lf.path, Line: rec.Line, Field: "descs", Msg: fmt.Sprintf("the logs prepare more than %d descriptors", MaxHeld)}
-		}
-		lf.dlists[rec.Handle] = &dlist{agent: rec.Agent, descs: slices.Clone(rec.Descs)}
-		sum.Lists++
 	case OpXfer:
 		sum.Xfers++
 		return a.xfer(lf, rec, sum)
@@ -440,20 +513,18 @@ func (a *auditor) xfer(lf *logFile, rec *Record, sum *LogSummary) error {
 	}
 	x := &xfer{log: lf, id: rec.ID, line: rec.Line, kind: rec.Kind}
 	a.xfers = append(a.xfers, x)
-	local, remote, remoteAgent, err := a.descriptors(lf, rec)
+	ps, err := a.descriptors(lf, rec)
 	if err != nil {
 		return err
 	}
-	if local == nil {
+	if ps == nil {
 		x.skip = true
 		return nil
 	}
-	sum.Pairs += min(len(local), len(remote))
-	dstAgent, srcAgent := lf.header.Agent, remoteAgent
-	dst, src := local, remote
+	sum.Pairs += min(ps.nl, ps.nr)
+	dstAgent, srcAgent := lf.header.Agent, ps.remoteAgent
 	if rec.Kind == Write {
-		dstAgent, srcAgent = remoteAgent, lf.header.Agent
-		dst, src = remote, local
+		dstAgent, srcAgent = ps.remoteAgent, lf.header.Agent
 	}
 	x.dst, x.src = a.cons.byAgent[dstAgent], a.prod.byAgent[srcAgent]
 	switch {
@@ -479,61 +550,76 @@ func (a *auditor) xfer(lf *logFile, rec *Record, sum *LogSummary) error {
 			a.note("log %q line %d: transfer %d names request %q, which the consumer's dump %q does not hold: its request is the owner of the first block it writes", lf.path, rec.Line, rec.ID, rec.Request, x.dst.dump.Path)
 		}
 	}
-	if len(local) != len(remote) {
+	if ps.nl != ps.nr {
 		a.add(x, Finding{Invariant: Aligned, Descriptor: -1, Position: -1, Block: -1, Group: -1,
-			Message: fmt.Sprintf("transfer %d pairs %d local descriptors with %d remote", x.id, len(local), len(remote))})
+			Message: fmt.Sprintf("transfer %d pairs %d local descriptors with %d remote", x.id, ps.nl, ps.nr)})
 	}
-	for i := range min(len(local), len(remote)) {
-		if !a.pair(x, i, dst[i], src[i]) {
+	for i := range min(ps.nl, ps.nr) {
+		l, r := ps.local(i), ps.remote(i)
+		d, s := l, r
+		if rec.Kind == Write {
+			d, s = r, l
+		}
+		if !a.pair(x, i, d, s) {
 			x.skip = true
 			return nil
 		}
 	}
-	x.pairs = min(len(local), len(remote))
+	x.pairs = min(ps.nl, ps.nr)
 	if x.req != nil {
 		x.req.xfers = append(x.req.xfers, x)
 	}
 	return nil
 }
 
-// descriptors returns a transfer's local and remote descriptors and the
-// remote agent; nil local for a transfer that cannot be resolved.
-func (a *auditor) descriptors(lf *logFile, rec *Record) (local, remote []Desc, remoteAgent string, err error) {
+// pairs are a transfer's descriptors: by index into its prepared lists,
+// or as the record gives them.
+type pairs struct {
+	nl, nr        int
+	local, remote func(i int) Desc
+	remoteAgent   string
+}
+
+// descriptors returns a transfer's descriptors and the remote agent; nil
+// for a transfer that cannot be resolved. Indices past a list are bad
+// input.
+func (a *auditor) descriptors(lf *logFile, rec *Record) (*pairs, error) {
 	if !rec.Prepped {
-		return slices.Clone(rec.LocalDescs), slices.Clone(rec.RemoteDescs), rec.RemoteAgent, nil
+		ld, rd := rec.LocalDescs, rec.RemoteDescs
+		return &pairs{nl: len(ld), nr: len(rd), local: func(i int) Desc { return ld[i] }, remote: func(i int) Desc { return rd[i] }, remoteAgent: rec.RemoteAgent}, nil
 	}
-	pick := func(field string, handle int, ids []int) ([]Desc, *dlist, error) {
+	list := func(field string, handle int, ids []int) (*dlist, error) {
 		dl := lf.dlists[handle]
 		if handle == 0 || dl == nil {
 			a.unresolve("log %q line %d: transfer %d names a prepared list the log does not hold (%s %d: prepared before the recorder was installed?)", lf.path, rec.Line, rec.ID, field, handle)
-			return nil, nil, nil
+			return nil, nil
 		}
-		out := make([]Desc, len(ids))
 		for i, id := range ids {
-			if id >= len(dl.descs) {
-				return nil, nil, &LogError{File: lf.path, Line: rec.Line, Field: fmt.Sprintf("%s_ids[%d]", field, i), Msg: fmt.Sprintf("index %d past the %d descriptors of list %d", id, len(dl.descs), handle)}
+			if id >= dl.n {
+				return nil, &LogError{File: lf.path, Line: rec.Line, Field: fmt.Sprintf("%s_ids[%d]", field, i), Msg: fmt.Sprintf("index %d past the %d descriptors of list %d", id, dl.n, handle)}
 			}
-			out[i] = dl.descs[id]
 		}
-		return out, dl, nil
+		return dl, nil
 	}
-	local, ldl, err := pick("local", rec.Local, rec.LocalIDs)
-	if err != nil || local == nil && ldl == nil {
-		return nil, nil, "", err
+	ldl, err := list("local", rec.Local, rec.LocalIDs)
+	if err != nil || ldl == nil {
+		return nil, err
 	}
-	remote, rdl, err := pick("remote", rec.Remote, rec.RemoteIDs)
+	rdl, err := list("remote", rec.Remote, rec.RemoteIDs)
 	if err != nil || rdl == nil {
-		return nil, nil, "", err
+		return nil, err
 	}
 	if !isLocal(ldl.agent, lf.header) && ldl.agent != lf.header.Agent {
 		a.unresolve("log %q line %d: transfer %d's local list %d was prepared for agent %q", lf.path, rec.Line, rec.ID, rec.Local, ldl.agent)
-		return nil, nil, "", nil
+		return nil, nil
 	}
 	if isLocal(rdl.agent, lf.header) {
 		a.unresolve("log %q line %d: transfer %d's remote list %d was prepared for the local agent", lf.path, rec.Line, rec.ID, rec.Remote)
-		return nil, nil, "", nil
+		return nil, nil
 	}
-	return local, remote, rdl.agent, nil
+	lids, rids := rec.LocalIDs, rec.RemoteIDs
+	return &pairs{nl: len(lids), nr: len(rids), remoteAgent: rdl.agent,
+		local: func(i int) Desc { return ldl.at(lids[i]) }, remote: func(i int) Desc { return rdl.at(rids[i]) }}, nil
 }
 
 // add records a finding of a transfer (or of a request, x nil).

@@ -49,7 +49,7 @@ type ival struct{ lo, hi uint64 }
 
 // finishRank checks a consumer rank's requests.
 func (a *auditor) finishRank(rk *rank) {
-	var done []delivery
+	done := rk.deliveries[:0] // filtered in place
 	for _, d := range rk.deliveries {
 		if a.xfers[d.x].state == Done {
 			done = append(done, d)
@@ -87,7 +87,7 @@ func (a *auditor) twice(rk *rank, done []delivery) {
 	var prev *delivery
 	for i := range done {
 		d := &done[i]
-		if prev != nil && d.lo < prev.hi && (d.key != prev.key || d.src != prev.src) {
+		if prev != nil && d.lo < prev.hi && d.source != prev.source {
 			x, px := a.xfers[d.x], a.xfers[prev.x]
 			f := Finding{Invariant: Twice, Descriptor: int(d.desc), Group: -1, Position: -1, Block: -1, Bytes: min(d.hi, prev.hi) - d.lo,
 				Other: &Ref{Log: px.log.path, Transfer: px.id, Descriptor: int(prev.desc)}}

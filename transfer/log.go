@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -131,6 +132,7 @@ type Reader struct {
 	line   int
 	header Header
 	eof    bool
+	sink   func(Op, Desc)
 }
 
 // NewReader reads a log's header from r; name names the log in errors.
@@ -195,6 +197,11 @@ func (r *Reader) str(field string) (string, error) {
 	if err := r.expect('"', field); err != nil {
 		return "", err
 	}
+	return r.strBody(field)
+}
+
+// strBody reads the rest of a JSON string after its opening quote.
+func (r *Reader) strBody(field string) (string, error) {
 	var b []byte
 	for {
 		c, err := r.byteAt(field)
@@ -400,53 +407,100 @@ func (r *Reader) array(field string, elem func(i int, first byte) error) error {
 	}
 }
 
-// descs reads an array of [ADDR, LEN, DEV] descriptors into dst.
-func (r *Reader) descs(field string, dst []Desc) ([]Desc, error) {
-	dst = dst[:0]
-	err := r.array(field, func(i int, first byte) error {
-		f := fmt.Sprintf("%s[%d]", field, i)
-		if first != '[' {
-			return r.errf(f, "want a descriptor [ADDR, LEN, DEV], got %q", first)
+// descs reads an array of [ADDR, LEN, DEV] descriptors, handing each to
+// add. Its elements' field names are built only for an error.
+func (r *Reader) descs(field string, add func(Desc)) error {
+	return r.array(field, func(i int, first byte) error {
+		err := r.desc(first, add)
+		var le *LogError
+		if errors.As(err, &le) {
+			le.Field = field + fmt.Sprintf("[%d]", i) + strings.TrimPrefix(le.Field, "[]")
 		}
-		s, err := r.str(f + "[0]")
-		if err != nil {
-			return err
-		}
-		addr, err := layout.ParseHex64(s)
-		if err != nil {
-			return r.errf(f+"[0]", "address %v", err)
-		}
-		if err := r.expect(',', f); err != nil {
-			return err
-		}
-		n, err := r.int(f+"[1]", 1<<62)
-		if err != nil {
-			return err
-		}
-		if err := r.expect(',', f); err != nil {
-			return err
-		}
-		dev, err := r.int(f+"[2]", 1<<31)
-		if err != nil {
-			return err
-		}
-		if err := r.expect(']', f); err != nil {
-			return err
-		}
-		if uint64(n) > ^uint64(0)-addr {
-			return r.errf(f, "address %q and length %d pass the end of the address space", s, n)
-		}
-		dst = append(dst, Desc{Addr: addr, Len: uint64(n), Dev: uint32(dev)})
-		return nil
+		return err
 	})
-	return dst, err
+}
+
+// desc reads one descriptor; errors name its field "[]..." (descs fills
+// in the index).
+func (r *Reader) desc(first byte, add func(Desc)) error {
+	if first != '[' {
+		return r.errf("[]", "want a descriptor [ADDR, LEN, DEV], got %q", first)
+	}
+	addr, s, err := r.hexAddr("[][0]")
+	if err != nil {
+		return err
+	}
+	if err := r.expect(',', "[]"); err != nil {
+		return err
+	}
+	n, err := r.int("[][1]", 1<<62)
+	if err != nil {
+		return err
+	}
+	if err := r.expect(',', "[]"); err != nil {
+		return err
+	}
+	dev, err := r.int("[][2]", 1<<31)
+	if err != nil {
+		return err
+	}
+	if err := r.expect(']', "[]"); err != nil {
+		return err
+	}
+	if uint64(n) > ^uint64(0)-addr {
+		if s == "" {
+			s = "0x" + strconv.FormatUint(addr, 16)
+		}
+		return r.errf("[]", "address %q and length %d pass the end of the address space", s, n)
+	}
+	add(Desc{Addr: addr, Len: uint64(n), Dev: uint32(dev)})
+	return nil
+}
+
+// hexAddr reads an address string: "0x" and 1 to 16 hex digits, on a fast
+// path when the bytes are there; otherwise as a string, for the error to
+// quote it (s, "" on the fast path).
+func (r *Reader) hexAddr(field string) (addr uint64, s string, err error) {
+	c, err := r.ws(field)
+	if err != nil {
+		return 0, "", err
+	}
+	if c == '"' {
+		if p, _ := r.r.Peek(19); len(p) >= 4 && p[0] == '0' && p[1] == 'x' {
+			var v uint64
+			for i := 2; i < len(p) && i < 19; i++ {
+				if p[i] == '"' && i > 2 {
+					r.r.Discard(i + 1)
+					return v, "", nil
+				}
+				d, ok := hexDigit(p[i])
+				if !ok || i == 18 {
+					break
+				}
+				v = v<<4 | uint64(d)
+			}
+		}
+	} else {
+		return 0, "", r.errf(field, "want '\"', got %q", c)
+	}
+	if s, err = r.strBody(field); err != nil {
+		return 0, "", err
+	}
+	if addr, err = layout.ParseHex64(s); err != nil {
+		return 0, "", r.errf(field, "address %v", err)
+	}
+	return addr, s, nil
 }
 
 // ids reads an array of indices into dst.
 func (r *Reader) ids(field string, dst []int) ([]int, error) {
 	dst = dst[:0]
 	err := r.array(field, func(i int, first byte) error {
-		v, err := r.uintFrom(first, fmt.Sprintf("%s[%d]", field, i), MaxArray*64)
+		v, err := r.uintFrom(first, field+"[]", MaxArray*64)
+		var le *LogError
+		if errors.As(err, &le) {
+			le.Field = fmt.Sprintf("%s[%d]", field, i)
+		}
 		dst = append(dst, int(v))
 		return err
 	})
@@ -586,6 +640,22 @@ func (r *Reader) Next(rec *Record) error {
 	return r.complete(rec, got)
 }
 
+// SetDescSink streams the descriptors of register and dlist records to fn
+// (with the record's op) instead of collecting them in Record.Descs,
+// which then stays empty: a reader of huge prepared lists keeps them in a
+// form of its own. nil restores Record.Descs.
+func (r *Reader) SetDescSink(fn func(op Op, d Desc)) { r.sink = fn }
+
+// addTo is where a register or dlist record's descriptors go: the sink,
+// or the record.
+func (r *Reader) addTo(rec *Record, dst *[]Desc) func(Desc) {
+	if r.sink != nil {
+		op, sink := rec.Op, r.sink
+		return func(d Desc) { sink(op, d) }
+	}
+	return func(d Desc) { *dst = append(*dst, d) }
+}
+
 // field reads the value of key for rec's op.
 func (r *Reader) field(rec *Record, key string) error {
 	var err error
@@ -596,7 +666,7 @@ func (r *Reader) field(rec *Record, key string) error {
 		case "mem":
 			rec.Mem, err = r.str(key)
 		case "descs":
-			rec.Descs, err = r.descs(key, rec.Descs)
+			err = r.descs(key, r.addTo(rec, &rec.Descs))
 		default:
 			return unknown()
 		}
@@ -610,7 +680,7 @@ func (r *Reader) field(rec *Record, key string) error {
 		case "agent":
 			rec.Agent, err = r.str(key)
 		case "descs":
-			rec.Descs, err = r.descs(key, rec.Descs)
+			err = r.descs(key, r.addTo(rec, &rec.Descs))
 		default:
 			return unknown()
 		}
@@ -633,9 +703,9 @@ func (r *Reader) field(rec *Record, key string) error {
 		case "remote_ids":
 			rec.RemoteIDs, err = r.ids(key, rec.RemoteIDs)
 		case "local_descs":
-			rec.LocalDescs, err = r.descs(key, rec.LocalDescs)
+			err = r.descs(key, func(d Desc) { rec.LocalDescs = append(rec.LocalDescs, d) })
 		case "remote_descs":
-			rec.RemoteDescs, err = r.descs(key, rec.RemoteDescs)
+			err = r.descs(key, func(d Desc) { rec.RemoteDescs = append(rec.RemoteDescs, d) })
 		case "remote_agent":
 			rec.RemoteAgent, err = r.str(key)
 		case "notif":

@@ -477,7 +477,7 @@ func (a *auditor) chunkMatches(x *xfer, ch chunk, preq *request) bool {
 // deliver records what a pair delivers into the consumer: its bytes, or,
 // where the consumer converts what it receives, the chunk's cells.
 func (a *auditor) deliver(x *xfer, i int, d, s Desc) {
-	dl := delivery{key: s.Addr - d.Addr, src: int32(x.src.idx), x: int32(len(a.xfers) - 1), desc: int32(i)}
+	dl := delivery{source: sourceKey(x.src.idx, s.Addr, d.Addr), x: uint32(len(a.xfers) - 1), desc: uint32(i)}
 	if len(a.dcells) > 0 && len(a.scells) > 0 && !a.dcells[0].Region.State && converted(a.dcells[0].Region, a.scells[0].Region) {
 		if ch, ok := chunkOf(a.dcells[0].Region, d); ok {
 			ch.region.PartIntervals(ch.block, ch.k, ch.tokens, ch.part, func(lo, hi uint64) {
