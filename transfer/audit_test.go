@@ -298,3 +298,23 @@ func recordsOf(t testing.TB, prod, cons []*layout.Dump, path string) (transfer.H
 	t.Fatalf("no planned log for %s", path)
 	return transfer.Header{}, nil
 }
+
+// TestRequestNotDumped: a transfer of a request the consumer's dumps do
+// not hold (a capture connector dumps a sample) is left out with a note;
+// the rest is audited.
+func TestRequestNotDumped(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	recs[x+2].Request = "req-9"
+	recs[x].RemoteIDs[0]++ // and a finding in the first, which is audited
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	if len(res.Requests) != 1 || res.Requests[0].ID != "req-0" || len(res.Unresolved) != 0 ||
+		!slices.ContainsFunc(res.Notes, func(n string) bool { return strings.Contains(n, "1 transfer(s) of requests the consumer's dumps do not hold") }) {
+		t.Fatalf("requests %+v, unresolved %v, notes %v", res.Requests, res.Unresolved, res.Notes)
+	}
+	if res.Verdict != transfer.Violated {
+		t.Fatalf("verdict %s", res.Verdict)
+	}
+}
