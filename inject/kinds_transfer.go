@@ -385,7 +385,8 @@ func readCell(b box, tok, h int) []byte {
 	return v.Cells.ReadCell(nil, b.block, tok, h-v.HeadBase)
 }
 
-// writeCell replaces a consumer cell's logical bytes in the copy.
+// writeCell replaces the logical bytes [b.b0, b.b1) of a consumer cell in
+// the copy (only those: another pair may write the cell's other part).
 func (t *logTamper) writeCell(b box, tok, h int, data []byte) {
 	v := b.view()
 	cv := &v.Cells
@@ -402,7 +403,10 @@ func (t *logTamper) writeCell(b box, tok, h int, data []byte) {
 	}
 	i := 0
 	for _, r := range cv.Runs {
-		t.edits = append(t.edits, edit{file: file, off: cv.FileOffset + a + r.Offset, data: slices.Clone(data[i : i+r.Len]), tensor: v.Layer.Name})
+		lo, hi := max(i, b.b0), min(i+r.Len, b.b1)
+		if lo < hi {
+			t.edits = append(t.edits, edit{file: file, off: cv.FileOffset + a + r.Offset + int64(lo-i), data: slices.Clone(data[lo:hi]), tensor: v.Layer.Name})
+		}
 		i += r.Len
 	}
 }
@@ -533,8 +537,9 @@ func (t *logTamper) drop() error {
 	return nil
 }
 
-// lapsedLease makes a pair read the block another producer request holds
-// at the same position: a lease that lapsed, the block freed and reused.
+// lapsedLease makes the pairs reading one producer block read the block
+// another producer request holds at the same position: a lease that
+// lapsed, the block freed and reused by that request.
 func (t *logTamper) lapsedLease() error {
 	x, p, err := t.pick(func(x *xref, p xpair) bool {
 		_, _, ok := t.otherRequests(x, p)
@@ -543,15 +548,25 @@ func (t *logTamper) lapsedLease() error {
 	if err != nil {
 		return err
 	}
-	other, newRID, _ := t.otherRequests(x, p)
+	other, _, _ := t.otherRequests(x, p)
 	rec := &x.log.recs[x.rec]
 	rec.RemoteIDs = slices.Clone(rec.RemoteIDs)
-	rec.RemoteIDs[p.i] = newRID
-	t.deliver(p.dst, other)
-	t.expect(transfer.Confined, x, p.i, p.dst, p.dst.tokens())
-	owner := t.ownerOf(other)
-	t.describe(x, []int{p.i}, "descriptor pair %d of transfer %d of request %q reads producer block %d, which holds request %q's KV (a lapsed lease), instead of block %d",
-		p.i, rec.ID, x.req.ID, other.block, owner, p.src.block)
+	var descs []int
+	for _, q := range x.pairs {
+		if q.state || q.src.region.Group != p.src.region.Group || q.src.block != p.src.block || !t.allowed(x, q) {
+			continue
+		}
+		b, rid, ok := t.otherRequests(x, q)
+		if !ok || b.block != other.block {
+			continue
+		}
+		rec.RemoteIDs[q.i] = rid
+		descs = append(descs, q.i)
+		t.deliver(q.dst, b)
+		t.expect(transfer.Confined, x, q.i, q.dst, q.dst.tokens())
+	}
+	t.describe(x, descs, "%d descriptor pair(s) of transfer %d of request %q read producer block %d, which holds request %q's KV (a lapsed lease), instead of block %d",
+		len(descs), rec.ID, x.req.ID, other.block, t.ownerOf(other), p.src.block)
 	return nil
 }
 
