@@ -311,7 +311,9 @@ func TestRequestNotDumped(t *testing.T) {
 	rewrite(t, logs[0], h, recs)
 	res := audit(t, logs, prod, cons)
 	if len(res.Requests) != 1 || res.Requests[0].ID != "req-0" || len(res.Unresolved) != 0 ||
-		!slices.ContainsFunc(res.Notes, func(n string) bool { return strings.Contains(n, "1 transfer(s) of requests the consumer's dumps do not hold") }) {
+		!slices.ContainsFunc(res.Notes, func(n string) bool {
+			return strings.Contains(n, "1 transfer(s) of requests the consumer's dumps do not hold")
+		}) {
 		t.Fatalf("requests %+v, unresolved %v, notes %v", res.Requests, res.Unresolved, res.Notes)
 	}
 	if res.Verdict != transfer.Violated {
