@@ -107,11 +107,11 @@ type faultLog struct {
 
 // xpair is one descriptor pair of a transfer, resolved on both sides.
 type xpair struct {
-	i          int
-	lid, rid   int
-	d, s       transfer.Desc
-	dst, src   box
-	state, bad bool
+	i        int
+	lid, rid int
+	d, s     transfer.Desc
+	dst, src box
+	state    bool
 }
 
 // box is the cells a descriptor moves on one side: tokens [t0, t1) of a
