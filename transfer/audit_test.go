@@ -320,3 +320,48 @@ func TestRequestNotDumped(t *testing.T) {
 		t.Fatalf("verdict %s", res.Verdict)
 	}
 }
+
+// TestPushWrite: a push (WRITEs in the producer's log, the consumer's
+// memory the remote side) is audited as the pull is: clean, and a pair
+// whose destination moved into another request's block is confined.
+func TestPushWrite(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	_, recs := records(t, logs[0])
+	// The producer's view of the same transfers: its list is local, the
+	// consumer's remote.
+	h := transfer.Header{Agent: *prod[0].Manifest.Parallel.Agent}
+	var push []transfer.Record
+	for _, r := range recs {
+		switch r.Op {
+		case transfer.OpDList:
+			if r.Agent == transfer.LocalAgent {
+				r.Agent = *cons[0].Manifest.Parallel.Agent
+			} else {
+				r.Agent = transfer.LocalAgent
+			}
+		case transfer.OpXfer:
+			r.Kind = transfer.Write
+			r.Local, r.Remote = r.Remote, r.Local
+			r.LocalIDs, r.RemoteIDs = r.RemoteIDs, r.LocalIDs
+		case transfer.OpRegister:
+			continue
+		}
+		push = append(push, r)
+	}
+	path := filepath.Join(t.TempDir(), "producer.jsonl")
+	rewrite(t, path, h, push)
+	if res := audit(t, []string{path}, prod, cons); res.Verdict != transfer.Clean || len(res.Requests) != 2 || res.Logs[0].Side != "producer" {
+		t.Fatalf("push: verdict %s, %d requests, side %q, %v", res.Verdict, len(res.Requests), res.Logs[0].Side, res.Findings)
+	}
+	x := firstXfer(push)
+	push[x].RemoteIDs[0] = push[x+2].RemoteIDs[0]
+	rewrite(t, path, h, push)
+	res := audit(t, []string{path}, prod, cons)
+	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Confined })
+	if i < 0 {
+		t.Fatalf("push: no confined finding: %v", invariants(res))
+	}
+	if f := res.Findings[i]; f.Side != "remote" || f.Request != "req-0" || f.Descriptor != 0 || f.Owner == nil || f.Owner.Request != "req-1" {
+		t.Fatalf("push: %+v", f)
+	}
+}
