@@ -174,3 +174,46 @@ func FuzzLog(f *testing.F) {
 		roundTrip(t, "fuzz", h, recs)
 	})
 }
+
+// TestLogValues: what the reader returns, value by value: escapes and
+// surrogates as Python writes them, numbers and strings at their bounds.
+func TestLogValues(t *testing.T) {
+	header := `{"format":"kvaudit-nixl-log/1","agent":"a","tp_rank":65536,"pp_rank":0}` + "\n"
+	notif := func(text string) (string, error) {
+		_, recs, err := readAll("v.jsonl", []byte(header+`{"op":"xfer","id":1,"kind":"READ","local_descs":[],"remote_descs":[],"remote_agent":"p","notif":"`+text+`"}`+"\n"))
+		if err != nil {
+			return "", err
+		}
+		return recs[0].Notif, nil
+	}
+	for text, want := range map[string]string{
+		`\u00e9\ud83d\ude00\n\"q\"\\\/\b\f\r\t`: "é😀\n\"q\"\\/\b\f\r\t",
+		`\udc80x`:                               "\ufffdx",
+		`\ud83dx`:                               "\ufffdx",
+		`\ud83d\u0041`:                          "\ufffdA",
+		`\ud83d\ud83d`:                          "\ufffd\ufffd",
+		strings.Repeat("a", transfer.MaxString): strings.Repeat("a", transfer.MaxString),
+	} {
+		got, err := notif(text)
+		if err != nil || got != want {
+			t.Errorf("notif %.40q: got %.40q, %v; want %.40q", text, got, err, want)
+		}
+	}
+	if _, err := notif(strings.Repeat("a", transfer.MaxString+1)); err == nil {
+		t.Errorf("a string of MaxString+1 bytes is accepted")
+	}
+	h, _, err := readAll("v.jsonl", []byte(header))
+	if err != nil || h.TPRank != 65536 {
+		t.Fatalf("tp_rank 65536: %+v, %v", h, err)
+	}
+	if _, _, err := readAll("v.jsonl", []byte(strings.Replace(header, "65536", "65537", 1))); err == nil {
+		t.Errorf("tp_rank 65537 is accepted")
+	}
+	// An address of 16 hex digits and a length up to the last byte of the
+	// address space are the largest a descriptor holds (one byte more
+	// would wrap: the corpus's desc-overflow).
+	_, recs, err := readAll("v.jsonl", []byte(header+`{"op":"register","mem":"VRAM","descs":[["0xfffffffffffffff0",15,7],["0xF",1,0]]}`+"\n"))
+	if err != nil || len(recs) != 1 || recs[0].Descs[0] != (transfer.Desc{Addr: 0xfffffffffffffff0, Len: 15, Dev: 7}) || recs[0].Descs[1].Addr != 15 {
+		t.Fatalf("descs: %+v, %v", recs, err)
+	}
+}
