@@ -28,6 +28,10 @@ const (
 	// DetectPayload: the consumer's comparison with a tampered or broken
 	// producer payload is a mismatch or unverified, never verified.
 	DetectPayload = "payload"
+	// DetectTransfers: the transfer audit of the NIXL logs (kvaudit
+	// transfers, kvaudit diff --transfers) finds it, at its request,
+	// transfer, descriptor, layer and tokens.
+	DetectTransfers = "transfers"
 	// DetectNone: nothing may report it (a control).
 	DetectNone = "none"
 )
@@ -38,6 +42,9 @@ const (
 	InputDumps = "dumps"
 	// InputPayload: the producer's payloads (positions are the producer's).
 	InputPayload = "payload"
+	// InputLogs: a transfer's NIXL logs, and the consumer's dumps as the
+	// transfer leaves them (positions are the consumer's).
+	InputLogs = "transfer-log"
 )
 
 // Rank is a (pp_rank, tp_rank): layout.Rank.
@@ -72,6 +79,20 @@ type Fault struct {
 	Expect   Expect `json:"expect"`
 	// Payload describes a payload fault.
 	Payload *PayloadChange `json:"payload,omitempty"`
+	// Transfer describes a transfer-log fault: the log and the
+	// transfer changed.
+	Transfer *TransferChange `json:"transfer,omitempty"`
+}
+
+// TransferChange is the change of a transfer-log fault: the log (relative
+// to the output directory), its agent, the transfer (its id and line) and
+// the indices of its descriptor pairs changed, dropped or added.
+type TransferChange struct {
+	Log         string `json:"log"`
+	Agent       string `json:"agent"`
+	Transfer    int    `json:"transfer"`
+	Line        int    `json:"line"`
+	Descriptors []int  `json:"descriptors"`
 }
 
 // Change is a range of bytes that differ from the input.
@@ -111,6 +132,23 @@ type Expect struct {
 	// Stored are the blocks whose stored checksum must fail (null: not
 	// judged).
 	Stored []AuditPlace `json:"stored"`
+	// Transfers are the findings the transfer audit must report (null:
+	// not judged); any other it reports must lie at an affected place.
+	Transfers []TransferExpect `json:"transfers,omitempty"`
+}
+
+// TransferExpect is one finding the transfer audit must report: its
+// invariant, the consumer request, the transfer (its id in the log named
+// by its file name), the descriptor pair (-1: none, a gap of the
+// request), the layer number and the first and last request token.
+type TransferExpect struct {
+	Invariant  string `json:"invariant"`
+	Request    string `json:"request"`
+	Transfer   int    `json:"transfer"`
+	Descriptor int    `json:"descriptor"`
+	Log        string `json:"log"`
+	Layer      int    `json:"layer"`
+	Tokens     [2]int `json:"tokens"`
 }
 
 // RequestExpect is the expected verdict of one load.

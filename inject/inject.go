@@ -50,6 +50,11 @@ type Options struct {
 	// Step, when set, is told of each long step (preparing, injecting)
 	// and returns the function that says it is done.
 	Step func(what string) (done func())
+	// Transfers are the NIXL logs (files or directories) of the pull into
+	// the side, and Producer the producer's dumps: the input of the
+	// transfer-log kinds.
+	Transfers []string
+	Producer  []*layout.Dump
 }
 
 // step starts opts.Step, if set.
@@ -122,6 +127,8 @@ func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options)
 		return injectPayload(ctx, dumps, out, def, plan, opts)
 	case dumpPlan:
 		return injectDumps(ctx, dumps, out, def, plan, opts)
+	case logPlan:
+		return injectLogs(ctx, dumps, out, def, plan, opts)
 	}
 	return nil, checksum.Internalf("fault %s: no injector for input %q", opts.Kind, def.plan.input())
 }
@@ -289,4 +296,47 @@ func planDumps(dumps []*layout.Dump, def *kindDef, plan dumpPlan, opts Options) 
 	}
 	p.finish()
 	return p.f, p.edits, nil
+}
+
+// injectLogs writes a transfer-log fault (Inject): a copy of the
+// consumer's dumps as the changed transfer leaves them, the logs under
+// out/nixl, fault.json.
+func injectLogs(ctx context.Context, dumps []*layout.Dump, out string, def *kindDef, plan logPlan, opts Options) (*Fault, error) {
+	if err := refuseDevice(dumps); err != nil {
+		return nil, err
+	}
+	info := def.info()
+	f := &Fault{Format: faultFormat, Kind: opts.Kind, Seed: opts.Seed, Input: info.Input, Detector: info.Detector,
+		Affected: []Place{}, Expect: Expect{Verdict: string(verify.Verified), Requests: []RequestExpect{}, Transfers: []TransferExpect{}}}
+	t, err := newLogTamper(dumps, opts, f, rand.New(rand.NewPCG(opts.Seed, kindSeed(opts.Kind))))
+	if err != nil {
+		return nil, err
+	}
+	if err := layout.Guard("dump data while planning a fault", func() error { return plan(t) }); err != nil {
+		return nil, err
+	}
+	t.finish()
+	write := func(dir string, changedOnly bool) error {
+		changes, err := materialize(ctx, dumps, dir, t.edits, changedOnly)
+		if err != nil {
+			return err
+		}
+		if err := t.writeLogs(filepath.Join(dir, transferDir)); err != nil {
+			return err
+		}
+		return finishFault(dir, f, changes)
+	}
+	if opts.ChangedOnly {
+		if err := prepareOut(out); err != nil {
+			return nil, err
+		}
+		return f, write(out, true)
+	}
+	if err := checkOut(out, opts.Force); err != nil {
+		return nil, err
+	}
+	if err := staged(out, opts.Force, func(stage string) error { return write(stage, false) }); err != nil {
+		return nil, err
+	}
+	return f, nil
 }

@@ -2,9 +2,11 @@ package inject
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/transfer"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -40,6 +42,8 @@ type observed struct {
 	Tail []verify.TailFinding
 	// Stored is the faulted consumer's stored-checksum results.
 	Stored []*verify.StoredRank
+	// Transfers are the transfer audit's findings on the faulted logs.
+	Transfers []transfer.Finding
 }
 
 // judge compares what was observed of a faulted side with the fault's
@@ -72,6 +76,12 @@ func judge(f *Fault, o observed) judgement {
 		}
 		found := judgePlaces("stored checksums", f.Expect.Stored, got, j.problem)
 		if info.Detector == DetectStored && found {
+			j.Detected = true
+		}
+	}
+	if f.Expect.Transfers != nil {
+		found := judgeTransfers(f, o.Transfers, j.problem)
+		if info.Detector == DetectTransfers && found {
 			j.Detected = true
 		}
 	}
@@ -227,6 +237,34 @@ func judgePlaces(what string, want, got []AuditPlace, problem func(bool, string,
 	return found
 }
 
+// judgeTransfers compares the transfer audit's findings with the
+// expected ones: each must be reported at its request, transfer,
+// descriptor, layer and tokens; any other finding must lie at a place the
+// fault changed (a consequence, such as the gap a misplaced write
+// leaves). found says whether any expected one was reported.
+func judgeTransfers(f *Fault, got []transfer.Finding, problem func(bool, string, ...any)) (found bool) {
+	matches := func(w TransferExpect, g transfer.Finding) bool {
+		return w.Invariant == g.Invariant && w.Request == g.Request && w.Transfer == g.Transfer && w.Descriptor == g.Descriptor &&
+			w.Layer == g.Layer && w.Tokens == g.Tokens && w.Log == filepath.Base(g.Log)
+	}
+	for _, w := range f.Expect.Transfers {
+		if slices.ContainsFunc(got, func(g transfer.Finding) bool { return matches(w, g) }) {
+			found = true
+		} else {
+			problem(false, "transfer audit: %s at request %s transfer %d descriptor %d layer %d tokens %d-%d not reported", w.Invariant, w.Request, w.Transfer, w.Descriptor, w.Layer, w.Tokens[0], w.Tokens[1])
+		}
+	}
+	for _, g := range got {
+		if slices.ContainsFunc(f.Expect.Transfers, func(w TransferExpect) bool { return matches(w, g) }) {
+			continue
+		}
+		if !slices.Contains(f.Affected, Place{Request: g.Request, Group: g.Group, Position: g.Position}) {
+			problem(true, "transfer audit: %s, where the fault changed nothing: %s", g.Invariant, g.Message)
+		}
+	}
+	return found
+}
+
 // judgeDetails compares the drill-down's details with the expected ones at
 // the positions the comparison covers.
 func judgeDetails(f *Fault, res *verify.DiffResult, reported map[string]map[int][]int, problem func(bool, string, ...any)) {
@@ -268,8 +306,8 @@ func judgeDetails(f *Fault, res *verify.DiffResult, reported map[string]map[int]
 }
 
 // judge records a trial's judgement in o.
-func (s *pairState) judge(f *Fault, res, clean *verify.DiffResult, tail []verify.TailFinding, stored []*verify.StoredRank, o *trialOutcome) {
-	j := judge(f, observed{Diff: res, Clean: clean, CleanConsumer: s.consChecks, Tail: tail, Stored: stored})
+func (s *pairState) judge(f *Fault, res, clean *verify.DiffResult, tail []verify.TailFinding, stored []*verify.StoredRank, transfers []transfer.Finding, o *trialOutcome) {
+	j := judge(f, observed{Diff: res, Clean: clean, CleanConsumer: s.consChecks, Tail: tail, Stored: stored, Transfers: transfers})
 	o.detected, o.localised, o.falsePositive, o.problems = j.Detected, j.Localised, j.FalsePositive, j.Problems
 	if f.Request != "" {
 		for _, rv := range res.Requests {

@@ -10,7 +10,7 @@ import (
 // the table but parses and describes itself; the campaign table's order
 // is the registry's.
 func TestRegistry(t *testing.T) {
-	detectors := []string{DetectChecksum, DetectCoResident, DetectTail, DetectStored, DetectPayload, DetectNone}
+	detectors := []string{DetectChecksum, DetectCoResident, DetectTail, DetectStored, DetectPayload, DetectTransfers, DetectNone}
 	seen := map[Kind]bool{}
 	for _, d := range append(slices.Clone(registry), &none) {
 		if seen[d.kind] {
@@ -28,6 +28,10 @@ func TestRegistry(t *testing.T) {
 		case payloadPlan:
 			if p == nil {
 				t.Errorf("%s: no plan", d.kind)
+			}
+		case logPlan:
+			if p == nil || d.detector != DetectTransfers {
+				t.Errorf("%s: no plan, or detector %q (a transfer-log fault is the transfer audit's)", d.kind, d.detector)
 			}
 		default:
 			t.Errorf("%s: plan %T of no input Inject writes", d.kind, d.plan)

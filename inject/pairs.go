@@ -2,6 +2,7 @@ package inject
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/transfer"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/wire"
 )
@@ -24,6 +26,10 @@ type Pair struct {
 	// Producer and Consumer are the sides' dumps (or directories holding
 	// them), used as they are.
 	Producer, Consumer []string
+	// Logs are the NIXL logs of the pull from Producer into Consumer
+	// (files or directories), for the transfer-log kinds; a synthesized
+	// pair gets the logs of a correct pull where one can be planned.
+	Logs []string
 	// synth, when set, synthesizes both sides and prepares the consumer
 	// as a connector that keeps its invariants leaves it: tails zeroed,
 	// one block allocated past each request's last token, stored
@@ -40,8 +46,9 @@ type synthPair struct {
 // defaultPairs are the synthesized pairs of a campaign without arguments:
 // every preset, TP 1->2 and 2->1 (and 1->4), PP splits, every layout,
 // dir/raw/safetensors formats, kernel blocks, a prefix hit, and producer
-// and consumer block sizes that differ (16/32, 2/4). Every pair has two
-// requests, so faults between requests have a second one.
+// and consumer block sizes that differ (16/32, 2/4); the pairs whose pull
+// vLLM's NIXL connector makes get the logs of a correct one. Every pair
+// has two requests, so faults between requests have a second one.
 func defaultPairs(seed uint64) []Pair {
 	type sideConfig struct {
 		tp, pp   int
@@ -93,6 +100,13 @@ func defaultPairs(seed uint64) []Pair {
 		mk("gdn-hybrid", 40, sideConfig{tp: 1, bs: 16, convType: "float32"}, sideConfig{tp: 2, bs: 32, convType: "float32", conv: "channels-last"}),
 		mk("mamba1", 40, sideConfig{tp: 1, bs: 16}, sideConfig{tp: 2, bs: 16, conv: "channels-last", format: "dir"}),
 		mk("mamba1", 40, sideConfig{tp: 2, bs: 16, noSplit: true}, sideConfig{tp: 2, bs: 16, noSplit: true}),
+		// Pulls vLLM's NIXL connector makes, whose logs the transfer-log
+		// kinds change: a head split, producer blocks of two kernel
+		// blocks with a prefix hit, consumer blocks of two producer
+		// blocks with state blocks.
+		mk("llama", 40, sideConfig{tp: 1, layout: "hnd", bs: 16}, sideConfig{tp: 2, layout: "hnd", bs: 16}),
+		mk("llama", 40, sideConfig{tp: 1, layout: "nhd", bs: 32, kb: 16}, sideConfig{tp: 1, layout: "nhd", bs: 16, prefix: 32}),
+		mk("mamba2-hybrid", 40, sideConfig{tp: 1, layout: "hnd", bs: 16}, sideConfig{tp: 1, layout: "hnd", bs: 32, format: "dir"}),
 	}
 }
 
@@ -110,8 +124,10 @@ type pairState struct {
 	payloadClean *verify.DiffResult
 	tailClean    bool
 	stored       []*verify.StoredRank
-	control      PairResult
-	err          error
+	// logs are the pull's NIXL logs (none: no transfer-log trials).
+	logs    []string
+	control PairResult
+	err     error
 }
 
 func (s *pairState) close() {
@@ -140,7 +156,10 @@ func preparePair(ctx context.Context, p Pair, dir string) *pairState {
 			return s
 		}
 	}
-	if s.err = s.open(ctx, prodPaths, consPaths); s.err == nil {
+	if s.err = s.open(ctx, prodPaths, consPaths); s.err != nil {
+		return s
+	}
+	if s.err = s.planLogs(p, dir); s.err == nil {
 		s.err = s.runControl(ctx, p.synth != nil)
 	}
 	return s
@@ -248,7 +267,46 @@ func (s *pairState) runControl(ctx context.Context, synthesized bool) error {
 			c.Problems = append(c.Problems, fmt.Sprintf("stored checksum of request %s group %d position %d on rank %d:%d differs", b.Request, b.Group, b.Position, st.PPRank, st.TPRank))
 		}
 	}
+	if err := s.auditLogs(ctx); err != nil {
+		return err
+	}
 	c.Verified = len(c.Problems) == 0
+	return nil
+}
+
+// planLogs gives the pair its NIXL logs: the given ones, or, for a
+// synthesized pair, those of a correct pull where vLLM's connector makes
+// one (transfer.Plan).
+func (s *pairState) planLogs(p Pair, dir string) error {
+	if p.synth == nil {
+		if len(p.Logs) > 0 {
+			var err error
+			s.logs, err = transfer.FindLogs(p.Logs)
+			return err
+		}
+		return nil
+	}
+	logs, err := transfer.WritePlan(filepath.Join(dir, transferDir), s.producer, s.consumer, false)
+	var np *transfer.NotPlannableError
+	if errors.As(err, &np) {
+		return nil
+	}
+	s.logs = logs
+	return err
+}
+
+// auditLogs audits the untouched pair's logs: a correct pull is clean.
+func (s *pairState) auditLogs(ctx context.Context) error {
+	if len(s.logs) == 0 {
+		return nil
+	}
+	a, err := transfer.Audit(ctx, s.logs, s.producer, s.consumer, transfer.Options{})
+	if err != nil {
+		return err
+	}
+	if a.Verdict != transfer.Clean {
+		s.control.Problems = append(s.control.Problems, "the transfer audit of its logs: "+a.Summary())
+	}
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/transfer"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
 	"github.com/kvaudit/kvaudit/wire"
@@ -52,6 +53,9 @@ func runTrial(ctx context.Context, states []*pairState, k Kind, trial int, campa
 		if info.Detector == DetectTail && !s.tailClean {
 			continue // the tail audit already reports the pair's consumer
 		}
+		if info.Input == InputLogs && len(s.logs) == 0 {
+			continue // no log of the pair's transfer
+		}
 		o := trialOutcome{pair: s.name, seed: seed}
 		var err error
 		if info.Input == InputPayload {
@@ -84,13 +88,17 @@ func (s *pairState) payloadTrial(k Kind, seed uint64, o *trialOutcome) error {
 	}
 	res := verify.Diff(verify.ProducerChecks(reqs...), s.consChecks)
 	o.description = f.Description
-	s.judge(f, res, s.payloadClean, nil, nil, o)
+	s.judge(f, res, s.payloadClean, nil, nil, nil, o)
 	return nil
 }
 
 func (s *pairState) dumpTrial(ctx context.Context, k Kind, seed uint64, dir string, o *trialOutcome) error {
 	defer os.RemoveAll(dir)
-	f, err := Inject(ctx, s.consumer, dir, Options{Kind: k, Seed: seed, Positions: s.allowConsumer, ChangedOnly: true})
+	opts := Options{Kind: k, Seed: seed, Positions: s.allowConsumer, ChangedOnly: true}
+	if lookup(k).plan.input() == InputLogs {
+		opts.Transfers, opts.Producer = s.logs, s.producer
+	}
+	f, err := Inject(ctx, s.consumer, dir, opts)
 	if err != nil {
 		return err
 	}
@@ -136,7 +144,19 @@ func (s *pairState) dumpTrial(ctx context.Context, k Kind, seed uint64, dir stri
 	if err != nil {
 		return err
 	}
-	s.judge(f, res, s.clean, tail.Findings, stored, o)
+	var transfers []transfer.Finding
+	if f.Input == InputLogs {
+		logs, err := transfer.FindLogs([]string{filepath.Join(dir, transferDir)})
+		if err != nil {
+			return err
+		}
+		a, err := transfer.Audit(ctx, logs, s.producer, dumps, transfer.Options{MaxFindings: -1})
+		if err != nil {
+			return err
+		}
+		transfers = a.Findings
+	}
+	s.judge(f, res, s.clean, tail.Findings, stored, transfers, o)
 	return nil
 }
 

@@ -24,6 +24,12 @@ type Dump struct {
 	Manifest *Manifest
 	Groups   []*GroupView // in manifest order
 	closers  []io.Closer
+	// geometry is each layer's tensor as it was opened (shape and byte
+	// strides), for the address map.
+	geometry map[*Layer]tensorGeometry
+	// metadata is a .safetensors dump's __metadata__ (nil for a dump
+	// directory): an exporter's engine geometry, for the address map.
+	metadata map[string]string
 }
 
 // DumpError is a dump that cannot be opened: the file, the field and what is
@@ -148,6 +154,7 @@ func (o *opener) readEmbeddedManifest(path string) error {
 	o.d.closers = append(o.d.closers, embedded)
 	o.files[""] = embedded
 	o.files[filepath.Base(path)] = embedded
+	o.d.metadata = embedded.Metadata
 	text, ok := embedded.Metadata[MetadataKey]
 	if !ok {
 		return &DumpError{File: path, Field: "__metadata__", Err: fmt.Errorf("no %q key: not a kvaudit dump (a dump directory holds manifest.json)", MetadataKey)}
@@ -280,6 +287,10 @@ func (o *opener) tensor(gf string, g *Group, l *Layer) (opened, string, error) {
 		v := &op.views[i]
 		v.Data, v.File, v.FileOffset, v.Device = t.data, t.file, t.fileOffset, t.device
 	}
+	if o.d.geometry == nil {
+		o.d.geometry = map[*Layer]tensorGeometry{}
+	}
+	o.d.geometry[l] = t.geo
 	return op, reason, nil
 }
 

@@ -20,6 +20,9 @@ func auditTables(a *verify.Audits) []*Table {
 	if len(a.Repeated) > 0 {
 		out = append(out, RepeatedTable(a.Repeated))
 	}
+	if a.Transfers != nil {
+		out = append(out, transfersTables(a.Transfers, false)...)
+	}
 	return out
 }
 

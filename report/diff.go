@@ -10,6 +10,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 
 	"github.com/kvaudit/kvaudit/internal/ranges"
+	"github.com/kvaudit/kvaudit/transfer"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -52,6 +53,9 @@ type DiffRequestJSON struct {
 	Numbering string `json:"numbering"`
 	// Hints name the likely cause of the load's unverified reasons.
 	Hints []string `json:"hints"`
+	// Causes are, with --transfers, the transfer audit's findings at the
+	// mismatching positions.
+	Causes []verify.Cause `json:"causes,omitempty"`
 }
 
 // DiffGroupJSON is the verdict of one group of a load.
@@ -106,7 +110,7 @@ func NewDiffJSON(res *verify.DiffResult) *DiffJSON {
 			ID: r.ID, ProducerID: r.ProducerID, Verdict: string(r.Verdict),
 			Reasons: append([]string{}, r.Reasons...), Groups: []DiffGroupJSON{},
 			Details: []DiffDetailJSON{}, Notes: append([]string{}, r.Notes...),
-			Numbering: r.Numbering, Hints: append([]string{}, r.Hints...),
+			Numbering: r.Numbering, Hints: append([]string{}, r.Hints...), Causes: r.Causes,
 		}
 		for _, g := range r.Groups {
 			rj.Groups = append(rj.Groups, DiffGroupJSON{
@@ -304,6 +308,9 @@ func diffTables(res *verify.DiffResult, verdict verify.Verdict) []*Table {
 	if len(d.Rows) > 0 || len(d.Notes) > 0 {
 		tables = append(tables, d)
 	}
+	if c := causesTable(res); c != nil {
+		tables = append(tables, c)
+	}
 	return tables
 }
 
@@ -402,6 +409,9 @@ type diffWithAuditsJSON struct {
 	// Repeated are the blocks given at several positions of one request
 	// (either side), when there are some.
 	Repeated []RepeatedBlockJSON `json:"repeated_blocks,omitempty"`
+	// Transfers is, with --transfers, the transfer audit (kvaudit-transfers/1's
+	// document as it is).
+	Transfers *transfer.Result `json:"transfers,omitempty"`
 }
 
 // RenderDiffAudits writes a comparison and the consumer audits beside it,
@@ -409,7 +419,7 @@ type diffWithAuditsJSON struct {
 // mismatch): in a table or markdown, titled with it, the audits' tables
 // after the comparison's; in JSON, kvaudit-diff/1 with that "verdict",
 // the comparison's own as "comparison_verdict", and "tail_audit",
-// "stored" and "repeated_blocks" fields added; in
+// "stored", "repeated_blocks" and "transfers" fields added; in
 // JUnit, a test suite per audit after the comparison's suites, each with
 // one test case per request and group of the comparison (the same cases
 // whatever the audit finds, so CI can follow a case from run to run), a
@@ -431,6 +441,7 @@ func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f F
 			out.Stored = NewStoredJSON(a.Stored)
 		}
 		out.Repeated = NewRepeatedBlocksJSON(a.Repeated)
+		out.Transfers = a.Transfers
 		return WriteJSON(w, out)
 	case FormatJUnit:
 		doc := diffJUnit(res, opts)
@@ -442,6 +453,9 @@ func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f F
 		}
 		if len(a.Repeated) > 0 {
 			doc.add(repeatedSuite(res, a.Repeated))
+		}
+		if a.Transfers != nil {
+			doc.add(transfersSuite(a.Transfers))
 		}
 		return writeJUnit(w, doc)
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/transfer"
 )
 
 // Audits are the consumer audits run beside a comparison; a nil field was
@@ -18,16 +20,21 @@ type Audits struct {
 	// positions, on either side (RepeatedBlocks): checked on every
 	// comparison of dumps, without a flag; nil when there are none.
 	Repeated []RepeatedBlock
+	// Transfers is the audit of the transfer's NIXL logs.
+	Transfers *transfer.Result
 }
 
 // Failed reports whether an audit found something: a non-zero byte past
-// the transferred range, a stored checksum that differs, or a block given
-// at two positions of one request.
+// the transferred range, a stored checksum that differs, a block given
+// at two positions of one request, or a violated transfer invariant.
 func (a *Audits) Failed() bool {
 	if a.Tail != nil && len(a.Tail.Findings) > 0 {
 		return true
 	}
 	if len(a.Repeated) > 0 {
+		return true
+	}
+	if a.Transfers != nil && a.Transfers.Violated() {
 		return true
 	}
 	return a.Stored != nil && StoredVerdict(a.Stored) == Mismatch
@@ -107,4 +114,51 @@ func audit(ctx context.Context, side *Source, engine checksum.Engine, requests [
 		}
 	}
 	return a, nil
+}
+
+// ErrTransfersDumps is a transfer audit asked of a producer that is not
+// dumps: the logs' descriptors resolve to both sides' cells.
+var ErrTransfersDumps = errors.New("the transfer audit resolves the logs to both sides' dumps: give the producer's dumps, not records or payloads")
+
+// Cause is what explains a mismatch: a transfer audit's finding at the
+// consumer request's group and block position.
+type Cause struct {
+	Group      int    `json:"group"`
+	Position   int    `json:"position"`
+	Invariant  string `json:"invariant"`
+	Transfer   int    `json:"transfer"`
+	Descriptor int    `json:"descriptor"`
+	Log        string `json:"log,omitempty"`
+	Message    string `json:"message"`
+}
+
+// auditTransfers audits the logs beside a comparison and gives each
+// mismatching position the findings at it as its causes.
+func auditTransfers(ctx context.Context, res *Result, logs []string, producer, consumer []*layout.Dump, requests []string) error {
+	files, err := transfer.FindLogs(logs)
+	if err != nil {
+		return err
+	}
+	t, err := transfer.Audit(ctx, files, producer, consumer, transfer.Options{Requests: requests})
+	if err != nil {
+		return err
+	}
+	if res.Audits == nil {
+		res.Audits = &Audits{}
+	}
+	res.Audits.Transfers = t
+	for _, rv := range res.Diff.Requests {
+		for _, g := range rv.Groups {
+			if g.Verdict != Mismatch {
+				continue
+			}
+			for _, p := range g.Positions {
+				for _, f := range t.At(rv.ID, g.ID, p) {
+					rv.Causes = append(rv.Causes, Cause{Group: g.ID, Position: p, Invariant: f.Invariant, Transfer: f.Transfer,
+						Descriptor: f.Descriptor, Log: f.Log, Message: f.Message})
+				}
+			}
+		}
+	}
+	return nil
 }

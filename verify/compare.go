@@ -10,6 +10,7 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/transfer"
 	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
@@ -57,9 +58,14 @@ type CompareOptions struct {
 	AuditTail, Stored bool
 	// Strict makes any loaded block that was not compared unverified
 	// (DiffOptions.Strict).
-	Strict   bool
-	Progress Progress
-	Step     Step
+	Strict bool
+	// Transfers are NIXL logs (files or directories, transfer.FindLogs)
+	// of the transfer the comparison checks: their audit runs beside it
+	// (Audits.Transfers), and each mismatch an audit finding explains gets
+	// its cause (RequestVerdict.Causes). Both sides must be dumps.
+	Transfers []string
+	Progress  Progress
+	Step      Step
 }
 
 // Result is what a comparison found.
@@ -86,6 +92,9 @@ func (r *Result) Verdict() Verdict {
 			return Mismatch
 		}
 		if v == Verified && a.Stored != nil && StoredVerdict(a.Stored) == Unverified {
+			v = Unverified
+		}
+		if v == Verified && a.Transfers != nil && a.Transfers.Verdict == transfer.Unresolved {
 			v = Unverified
 		}
 	}
@@ -125,6 +134,9 @@ func (r *Result) Summary() string {
 			if len(a.Repeated) > 0 {
 				msgs = append(msgs, repeatedSummary(a.Repeated))
 			}
+			if a.Transfers != nil && a.Transfers.Violated() {
+				msgs = append(msgs, a.Transfers.Summary())
+			}
 		}
 	case Unverified:
 		switch {
@@ -132,6 +144,8 @@ func (r *Result) Summary() string {
 			msgs = append(msgs, "the consumer holds no request")
 		case r.Diff != nil && r.Diff.Verdict == Unverified:
 			msgs = append(msgs, "request "+strings.Join(ids, ", "))
+		case r.Audits != nil && r.Audits.Transfers != nil && r.Audits.Transfers.Verdict == transfer.Unresolved:
+			msgs = append(msgs, r.Audits.Transfers.Summary())
 		default:
 			msgs = append(msgs, "stored checksums: no request lists stored_checksums for a full block")
 		}
@@ -178,7 +192,7 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 		}
 		return nil, fmt.Errorf("consumer %s is a payload: the consumer must be dumps or records (a payload is what a producer sends)", cside.name)
 	}
-	if (opts.AuditTail || opts.Stored) && !cside.dumpsOnly() {
+	if (opts.AuditTail || opts.Stored || len(opts.Transfers) > 0) && !cside.dumpsOnly() {
 		return nil, ErrAuditRecords
 	}
 	pside, err := Open(producer)
@@ -248,6 +262,17 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 			res.Audits = &Audits{}
 		}
 		res.Audits.Repeated = rep
+	}
+	if len(opts.Transfers) > 0 {
+		if !pside.dumpsOnly() {
+			return nil, ErrTransfersDumps
+		}
+		done := opts.Step.start("auditing the transfers")
+		err := auditTransfers(ctx, res, opts.Transfers, pside.Dumps, cside.Dumps, opts.Requests)
+		done()
+		if err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
 }

@@ -87,6 +87,9 @@ type RequestVerdict struct {
 	// NumTokens is the consumer request's num_tokens (the tokens of
 	// block position p are p*BlockSize up to it).
 	NumTokens int
+	// Causes are the transfer audit's findings at the mismatching
+	// positions (CompareOptions.Transfers), in position order.
+	Causes []Cause
 }
 
 // GroupVerdict is the verdict of one KV cache group of a load.

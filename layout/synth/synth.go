@@ -16,9 +16,11 @@ package synth
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -26,6 +28,7 @@ import (
 	"github.com/kvaudit/kvaudit/internal/memlimit"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/transfer"
 )
 
 // Layouts lists the --layout names.
@@ -59,6 +62,15 @@ type Config struct {
 	ConvLayout   string
 	ConvDtype    string
 	NoStateSplit bool
+	// ZeroTails zeroes the slots of a request's blocks past its last
+	// token, as a consumer's connector that keeps the transferred-or-
+	// zeroed invariant leaves them (it does not change block tables).
+	ZeroTails bool
+	// Transfers, for a consumer, also writes its ranks' NIXL logs of a
+	// correct pull from the producer synthesized into the same output
+	// (out/producer) as out/nixl/AGENT.jsonl (WriteSide); it implies
+	// ZeroTails, since vLLM zeroes what the pull leaves.
+	Transfers bool
 	// Values, when set, replaces the logical KV: the 8-byte piece p of the
 	// cell of global head h at token position t of layer number L. (The
 	// docs/spec.md's worked example uses it.)
@@ -258,6 +270,11 @@ func (c Config) Normalize() (Config, error) {
 		return c, fieldErrorf("PrefixTokens", c.PrefixTokens, "is not in 0..tokens (%d)", c.Tokens)
 	case c.PrefixTokens > 0 && c.Role != "consumer":
 		return c, fieldErrorf("PrefixTokens", c.PrefixTokens, "is a consumer's local prefix hit: the role must be consumer")
+	case c.Transfers && c.Role != "consumer":
+		return c, errors.New("transfers are a consumer's pull from its producer: the role must be consumer")
+	}
+	if c.Transfers {
+		c.ZeroTails = true
 	}
 	m, err := BuildModel(c)
 	if err != nil {
@@ -479,6 +496,46 @@ func WriteContext(ctx context.Context, out string, cfg Config) ([]string, error)
 	return paths, nil
 }
 
+// Written is what WriteSide wrote: the dumps of every rank and, with
+// Config.Transfers, the consumer ranks' NIXL logs.
+type Written struct {
+	Dumps, Logs []string
+}
+
+// WriteSide is WriteContext, and, with c.Transfers, the consumer ranks'
+// logs of a correct pull from out/producer (transfer.Plan) written into
+// out/nixl. The producer must have been synthesized into out first.
+func WriteSide(ctx context.Context, out string, cfg Config) (*Written, error) {
+	c, err := cfg.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	var w Written
+	if c.Transfers {
+		// The producer first, so that nothing is written without it.
+		if _, err := os.Stat(filepath.Join(out, "producer")); err != nil {
+			return nil, fmt.Errorf("transfers: no producer in %q: synthesize it into the same --out first (%w)", filepath.Join(out, "producer"), err)
+		}
+	}
+	if w.Dumps, err = WriteContext(ctx, out, c); err != nil || !c.Transfers {
+		return &w, err
+	}
+	prod, err := layout.OpenPaths([]string{filepath.Join(out, "producer")})
+	if err != nil {
+		return nil, fmt.Errorf("transfers: the producer: %w", err)
+	}
+	defer layout.CloseAll(prod)
+	cons, err := layout.OpenSide(w.Dumps)
+	if err != nil {
+		return nil, err
+	}
+	defer layout.CloseAll(cons)
+	if w.Logs, err = transfer.WritePlan(filepath.Join(out, "nixl"), prod, cons, c.Force); err != nil {
+		return nil, fmt.Errorf("transfers: %w", err)
+	}
+	return &w, nil
+}
+
 // stageLayers returns the layer numbers [lo, hi) PP stage pp holds.
 func stageLayers(layers, pp, stages int) (lo, hi int) {
 	return pp * layers / stages, (pp + 1) * layers / stages
@@ -572,12 +629,14 @@ func (c *Config) place(ca Cache, tpRank int) placement {
 
 // writeRank writes one rank's dump.
 func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockIDs, pp, tp int) (string, error) {
+	agent := AgentName(c.Role, pp, tp)
 	man := &layout.Manifest{
 		Format:    layout.ManifestFormat,
 		Model:     layout.Model{Name: m.Name, NumKVHeads: m.NumKVHeads},
-		Parallel:  layout.Parallel{TPRank: tp, TPSize: c.TP, PPRank: pp, PPSize: c.PP},
+		Parallel:  layout.Parallel{TPRank: tp, TPSize: c.TP, PPRank: pp, PPSize: c.PP, Agent: &agent},
 		NumBlocks: c.NumBlocks,
 	}
+	next := c.baseAddress(pp, tp)
 	lo, hi := stageLayers(c.Layers, pp, c.PP)
 	var tensors []layout.TensorData
 	var raw []byte
@@ -597,6 +656,11 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockID
 				fillNoise(noise, data)
 				c.fillState(data, ca, pl, tables[g.ID], tp)
 				layer = layout.Layer{Name: ca.Name, Dtype: ca.States[0].Dtype, Layout: pl.axes, States: c.manifestStates(ca)}
+				var off uint64
+				for i := range layer.States {
+					layer.States[i].Address = hexAddress(next + off)
+					off += uint64(stateBytes(layer.States[i]))
+				}
 			} else {
 				pl = c.place(ca, tp)
 				data = make([]byte, pl.total)
@@ -610,6 +674,8 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockID
 					layer.NumKVHeads = pl.heads
 				}
 			}
+			layer.Address = hexAddress(next)
+			next += (uint64(pl.total) + addressAlign - 1) / addressAlign * addressAlign
 			if c.Format == "raw" {
 				strides := slices.Clone(pl.strides)
 				layer.Source = &layout.Source{File: "kv.bin", Offset: int64(len(raw)), Dtype: pl.dtype, Shape: pl.sizes, Strides: strides}
@@ -656,6 +722,32 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockID
 	}
 }
 
+// addressAlign is the alignment of a synthesized cache's device address
+// (CUDA's caching allocator hands out 2 MiB segments).
+const addressAlign = 2 << 20
+
+// AgentName is the NIXL agent name synth gives a rank of a role.
+func AgentName(role string, pp, tp int) string { return fmt.Sprintf("%s-pp%d-tp%d", role, pp, tp) }
+
+// baseAddress is where a rank's first cache lies: deterministic from the
+// seed, the role and the rank, in the user half of a 48-bit address space,
+// 256 MiB aligned; the rank's caches follow one another from it.
+func (c *Config) baseAddress(pp, tp int) uint64 {
+	h := mix(c.Seed ^ strHash(fmt.Sprintf("address|%s|%d|%d", c.Role, pp, tp)))
+	return 0x7f0000000000 - (h%0x4000)<<28
+}
+
+func hexAddress(a uint64) string { return fmt.Sprintf("0x%x", a) }
+
+// stateBytes is the bytes of a manifest state.
+func stateBytes(s layout.State) int64 {
+	n := int64(dtypeSize(s.Dtype))
+	for _, d := range s.Shape {
+		n *= d
+	}
+	return n
+}
+
 func fillNoise(rng *rand.Rand, b []byte) {
 	for i := 0; i+8 <= len(b); i += 8 {
 		v := rng.Uint64()
@@ -698,12 +790,18 @@ func (c *Config) fillCache(data []byte, ca Cache, pl placement, tables []layout.
 			for t := range c.BlockSize {
 				tok := pos*c.BlockSize + t
 				if tok >= c.Tokens {
-					break
+					if !c.ZeroTails {
+						break
+					}
+					clear(cell)
 				}
 				for lh := range pl.heads {
 					gh := pl.firstHead + lh
 					seed := cellSeed(c.Seed, req, ca.Name, gh, tok)
 					for p := range P {
+						if tok >= c.Tokens {
+							break
+						}
 						var v uint64
 						if c.Values != nil {
 							v = c.Values(ca.Layer, gh, tok, p)

@@ -76,6 +76,11 @@ layers, global heads, replica copies and tokens whose cells differ, with a
 hint of what it looks like (1 bit flipped, zeroed, heads 2<->5 swapped, holds
 the block of position 3, holds KV of request req-4, random bytes, ...).
 
+--transfers LOG... also audits the NIXL logs of the transfer (see kvaudit
+transfers): a violated invariant is an audit finding (exit 1), and each
+mismatch a finding explains gets its cause ("position 3: transfer 7 read
+producer block 12, which holds request req-1's KV (position 0)").
+
 ` + exitCodeHelp("diff"),
 		Example: `  # compare a producer's and a consumer's dumps
   $ kvaudit diff out/producer out/consumer
@@ -86,6 +91,9 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
   # the records each host wrote, gathered by globs (quoted: kvaudit expands them)
   $ kvaudit diff 'rec/host-*/producer' 'rec/host-*/consumer'
   $ kvaudit diff --producer hostA/rec --producer hostB/rec --consumer 'dec-*/rec'
+
+  # the comparison, with the causes the NIXL logs of the pull give
+  $ kvaudit diff kv/producer kv/consumer --transfers kv/nixl
 
   # payloads printed by checksum, a CI report, unverified loads accepted
   $ kvaudit checksum -o payload out/producer > payloads.json
@@ -137,6 +145,7 @@ the block of position 3, holds KV of request req-4, random bytes, ...).
 	f.StringVar(&opts.JUnit, "junit", "", "also write the JUnit XML report to this file (the table, or -o, still printed)")
 	f.StringVar(&opts.HTML, "html", "", htmlFlagHelp)
 	f.BoolVar(&opts.Stored, "stored", false, "also check the consumer's blocks against the stored checksums in its manifests")
+	f.StringSliceVar(&opts.Transfers, "transfers", nil, "also audit these NIXL logs (kvaudit-nixl-log/1 files or directories) against both sides' dumps, and name the cause of each mismatch they explain")
 	f.BoolVar(&opts.Strict, "strict", false, "a loaded block the producer's checksums do not cover (a flat payload is judged on the overlap, as vLLM does) makes its group unverified")
 	return cmd
 }
@@ -197,7 +206,9 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 	case errors.As(err, &bare):
 		return usageErrorf("producer %s is one request's payload: name the consumer request it is for with --request (the consumer holds %d requests)", bare.Producer, bare.Requests)
 	case errors.Is(err, verify.ErrAuditRecords):
-		return usageErrorf("--audit-tail and --stored: %v", err)
+		return usageErrorf("--audit-tail, --stored and --transfers: %v", err)
+	case errors.Is(err, verify.ErrTransfersDumps):
+		return usageErrorf("--transfers: %v", err)
 	case err != nil:
 		return err
 	}

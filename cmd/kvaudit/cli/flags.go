@@ -19,12 +19,13 @@ import (
 // markdown wherever there is a table, junit wherever there is a verdict;
 // the first is the default.
 var outputFormats = map[string][]string{
-	"checksum": {"table", "json", "record", "payload", "markdown"},
-	"inspect":  {"table", "json", "markdown"},
-	"diff":     {"table", "json", "markdown", "junit"},
-	"inject":   {"table", "json", "markdown"},
-	"campaign": {"table", "json", "markdown", "junit"},
-	"bench":    {"table", "json", "markdown"},
+	"checksum":  {"table", "json", "record", "payload", "markdown"},
+	"inspect":   {"table", "json", "markdown"},
+	"diff":      {"table", "json", "markdown", "junit"},
+	"transfers": {"table", "json", "markdown", "junit"},
+	"inject":    {"table", "json", "markdown"},
+	"campaign":  {"table", "json", "markdown", "junit"},
+	"bench":     {"table", "json", "markdown"},
 }
 
 // orList writes values as "a, b or c".

@@ -22,6 +22,9 @@ type InjectOptions struct {
 	IO    *Streams
 	Paths []string
 	Out   string
+	// ProducerPaths are the producer's dumps (--producer), which the
+	// transfer-log kinds read.
+	ProducerPaths []string
 	// Output is table or markdown (a summary) or json (fault.json).
 	Output string
 	inject.Options
@@ -48,7 +51,11 @@ func NewCmdInject(s *Streams, runF func(context.Context, *InjectOptions) error) 
 
   # a tampered payload
   $ kvaudit inject out/producer --fault payload-flip --out bad
-  $ kvaudit diff bad/payloads.json out/consumer`,
+  $ kvaudit diff bad/payloads.json out/consumer
+
+  # a lapsed lease in a NIXL log of the pull (bad holds the consumer as the READ left it, and bad/nixl)
+  $ kvaudit inject kv/consumer --fault xfer-lapsed-lease --transfers kv/nixl --producer kv/producer --out bad
+  $ kvaudit diff kv/producer bad --transfers bad/nixl`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := newConfig(cmd)
@@ -127,6 +134,8 @@ func addInjectFlags(cmd *cobra.Command, o *InjectOptions) {
 	f.Bool("stored", false, "")
 	_ = f.MarkDeprecated("stored", "use --add-stored (--stored checks stored checksums in checksum and diff)")
 	f.String("payload-form", "nested", "form of the payloads payload faults write: nested or flat")
+	f.StringSliceVar(&o.Transfers, "transfers", nil, "transfer-log faults: the NIXL logs of the pull into the side (files or directories)")
+	f.StringSliceVar(&o.ProducerPaths, "producer", nil, "transfer-log faults: the producer's dumps the logs read from")
 	addOutputFlag(cmd, "table and markdown: a summary; json: fault.json")
 	f.String("engine", "cpu", engineHelp)
 	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
@@ -236,7 +245,16 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 		return err
 	}
 	defer layout.CloseAll(dumps)
-	if err := checkOutsideInputs(opts.Out, opts.Paths, opts.Force); err != nil {
+	if len(opts.ProducerPaths) > 0 {
+		prod, err := layout.OpenPaths(opts.ProducerPaths)
+		if err != nil {
+			return fmt.Errorf("producer: %w", err)
+		}
+		defer layout.CloseAll(prod)
+		opts.Producer = prod
+	}
+	inputs := append(append(slices.Clone(opts.Paths), opts.ProducerPaths...), opts.Transfers...)
+	if err := checkOutsideInputs(opts.Out, inputs, opts.Force); err != nil {
 		return err
 	}
 	f, err := inject.Inject(ctx, dumps, opts.Out, opts.Options)

@@ -107,6 +107,11 @@ var manExits = map[string][][2]string{
 		{"1", "with --stored: some block differs from the checksum stored with it"},
 		{"2", "nothing could be checksummed (the side holds no request, or every group is skipped; -o table, markdown, json or payload), or with --stored no request lists stored_checksums for a full block: nothing stored to compare"},
 	},
+	"transfers": {
+		{"0", "every invariant holds for every transfer and request the logs name"},
+		{"1", "an invariant is violated (confined, aligned, covered, zeroed, written-twice, failed)"},
+		{"2", "some of the logs cannot be resolved to the dumps (no addresses in a dump, an agent no dump names, a list the recorder did not know)"},
+	},
 	"campaign": {
 		{"0", "every detectable fault was detected by the expected detector and localised, and no clean control was flagged"},
 		{"1", "a fault was missed or mislocalised, or a clean control was flagged"},

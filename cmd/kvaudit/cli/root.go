@@ -195,6 +195,7 @@ optional kvaudit.yaml (--config, the working directory or
 	root.AddCommand(
 		NewCmdChecksum(s, nil),
 		NewCmdDiff(s, nil),
+		NewCmdTransfers(s, nil),
 		NewCmdInspect(s, nil),
 		NewCmdInject(s, nil),
 		NewCmdCampaign(s, nil),

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/transfer"
 )
 
 // SynthOptions are the settings of `kvaudit synth`.
@@ -36,6 +37,15 @@ Presets: ` + strings.Join(synth.Presets, ", ") + `. The state presets
 (Mamba2 and gated delta net hybrids, Mamba1) write state layers whose
 conv state is dim-first or channels-last, in bfloat16 or float32.
 
+With --transfers, a consumer synthesized beside a producer in the same
+DIR also gets its ranks' NIXL logs of a correct pull from that producer,
+DIR/nixl/AGENT.jsonl (kvaudit-nixl-log/1), with the descriptors vLLM's
+NIXL connector builds: per layer and K/V page, per kernel block, head
+slices across TP sizes, pages cut into chunks of the producer's blocks; the
+consumer's slots past the last token are zeroed, as vLLM leaves them.
+Every dump gets device addresses and an agent name, so that the logs
+resolve to its cells (kvaudit transfers).
+
 Each file is written under a temporary name and renamed into place when
 complete; existing files are replaced only with --force.
 Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
@@ -46,7 +56,11 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
   $ kvaudit synth --out out --preset mamba2-hybrid --tp 4 --conv-layout channels-last --conv-dtype float32
 
   # a TP2 consumer in the HND layout with 32-token blocks and a 16-token prefix hit
-  $ kvaudit synth --out out --preset llama --role consumer --tp 2 --layout hnd --block-size 32 --prefix-tokens 16`,
+  $ kvaudit synth --out out --preset llama --role consumer --tp 2 --layout hnd --block-size 32 --prefix-tokens 16
+
+  # a producer, then a TP2 consumer and the NIXL logs of its pull from it
+  $ kvaudit synth --out kv --preset llama --layout hnd
+  $ kvaudit synth --out kv --preset llama --layout hnd --role consumer --tp 2 --transfers`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := newConfig(cmd)
@@ -63,7 +77,7 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 				NumBlocks: cfg.Int("num-blocks"), Requests: cfg.Int("requests"), Tokens: cfg.Int("tokens"),
 				PrefixTokens: cfg.Int("prefix-tokens"), Seed: cfg.Uint64("seed"), Role: cfg.String("role"),
 				Format: cfg.String("format"), ConvLayout: cfg.String("conv-layout"), ConvDtype: cfg.String("conv-dtype"),
-				NoStateSplit: cfg.Bool("no-state-split"), Force: cfg.Bool("force"),
+				NoStateSplit: cfg.Bool("no-state-split"), Force: cfg.Bool("force"), Transfers: cfg.Bool("transfers"),
 			}
 			if opts.Config, err = opts.Config.Normalize(); err != nil {
 				return synthFlagError(err)
@@ -94,21 +108,33 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 	f.String("conv-dtype", "bfloat16", "state presets: conv state dtype, bfloat16 or float32")
 	f.Bool("force", false, "replace existing rank files under DIR/<role> (never through a symlink)")
 	f.Bool("no-state-split", false, "state presets: write state layers without their TP split (one slice per rank)")
+	f.Bool("transfers", false, "consumer: also write DIR/nixl/AGENT.jsonl, its ranks' NIXL logs of a correct pull from DIR/producer")
 	return cmd
 }
 
 func synthRun(_ context.Context, opts *SynthOptions) error {
 	done := longStep(opts.IO, fmt.Sprintf("synthesizing %s (%s, tp %d, pp %d) into %s", opts.Config.Role, opts.Config.Preset, opts.Config.TP, opts.Config.PP, opts.Out))
-	paths, err := synth.Write(opts.Out, opts.Config)
+	w, err := synth.WriteSide(context.Background(), opts.Out, opts.Config)
 	done()
 	if err != nil {
+		var np *transfer.NotPlannableError
+		if errors.As(err, &np) {
+			return &UsageError{err}
+		}
 		return err
 	}
+	paths := w.Dumps
 	c := opts.Config
 	fmt.Fprintf(opts.IO.Err, "wrote %d rank(s) of %s (%s, tp %d, pp %d, layout %s, block size %d, %d request(s) of %d tokens):\n",
 		len(paths), c.Role, c.Preset, c.TP, c.PP, c.Layout, c.BlockSize, c.Requests, c.Tokens)
 	for _, p := range paths {
 		fmt.Fprintf(opts.IO.Err, "  %s\n", p)
+	}
+	if len(w.Logs) > 0 {
+		fmt.Fprintf(opts.IO.Err, "wrote %d NIXL log(s) of the pull from the producer:\n", len(w.Logs))
+		for _, p := range w.Logs {
+			fmt.Fprintf(opts.IO.Err, "  %s\n", p)
+		}
 	}
 	return nil
 }

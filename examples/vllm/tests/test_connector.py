@@ -169,6 +169,31 @@ class TestProducerConsumer(unittest.TestCase):
         self.assertEqual(len(xfer["local_ids"]), 2 * 2)  # 2 layers x 2 loaded blocks
         self.assertIn({"op": "state", "id": xfer["id"], "state": "DONE"}, log)
 
+        # kvaudit resolves every descriptor of the logs through the dumps'
+        # addresses (the exporter's engine geometry: it renumbered the
+        # blocks it dumped) and finds every invariant kept.
+        t = json.loads(kvaudit("transfers", logs, "--producer", pdir, "--consumer", cdir, "-o", "json"))
+        self.assertEqual((t["verdict"], t["findings"], t["unresolved"]), ("clean", [], []), t)
+        self.assertEqual(sorted((r["id"], r["producer_id"], r["rank"]["tp"]) for r in t["requests"]),
+                         [("cmpl-R-0", "R", 0), ("cmpl-R-0", "R", 1)])
+        # A descriptor pair dropped from rank 1's READ: the tokens it
+        # carried are not covered, and the block holds bytes no transfer
+        # delivered (here, what the stand-in did move).
+        bad = os.path.join(self.dir, "bad-nixl")
+        os.makedirs(bad)
+        for name in os.listdir(logs):
+            with open(os.path.join(logs, name)) as f:
+                lines = [json.loads(line) for line in f]
+            for x in lines:
+                if x.get("op") == "xfer" and name == "decode-engine-tp1.jsonl":
+                    x["local_ids"], x["remote_ids"] = x["local_ids"][1:], x["remote_ids"][1:]
+            with open(os.path.join(bad, name), "w") as f:
+                f.writelines(json.dumps(x, separators=(",", ":")) + "\n" for x in lines)
+        t = json.loads(kvaudit("transfers", bad, "--producer", pdir, "--consumer", cdir, "-o", "json", ok=(1,)))
+        self.assertEqual(sorted({f["invariant"] for f in t["findings"]}), ["covered", "zeroed"])
+        f = t["findings"][0]
+        self.assertEqual((f["request"], f["rank"]["tp"], f["position"], f["layer"], f["tokens"]), ("cmpl-R-0", 1, 1, 0, [16, 31]))
+
     def test_byte_flipped_in_transit(self):
         # Rank 1, layer 0, the second loaded block (block position 2), a byte
         # of token 3's K.

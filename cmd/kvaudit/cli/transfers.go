@@ -1,0 +1,127 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/transfer"
+)
+
+// TransfersOptions are the settings of `kvaudit transfers`: the audit's
+// own (transfer.Options, its flags bound to the fields) and the
+// command's.
+type TransfersOptions struct {
+	transfer.Options
+	IO *Streams
+	// Logs are the logs (files or directories) as given; Producer and
+	// Consumer the sides' dumps.
+	Logs               []string
+	Producer, Consumer []string
+	Output             string
+	// JUnit, when set, is a file to write the JUnit report to as well.
+	JUnit   string
+	started time.Time
+}
+
+// NewCmdTransfers builds `kvaudit transfers`. runF replaces the run
+// function in tests.
+func NewCmdTransfers(s *Streams, runF func(context.Context, *TransfersOptions) error) *cobra.Command {
+	opts := &TransfersOptions{IO: s}
+	cmd := &cobra.Command{
+		Use:   "transfers LOG... --producer P --consumer C",
+		Short: "Audit NIXL transfers recorded in kvaudit-nixl-log/1 logs against the producer's and the consumer's dumps",
+		Long: `Transfers reads the NIXL descriptor logs a deployment recorded (the
+kvaudit_export recorder's kvaudit-nixl-log/1: the logs of the consumer's
+ranks for a pull, of the producer's for a push; a directory gives its
+*.jsonl files), resolves every transfer's descriptors through the dumps'
+device addresses to the cells they name (layer, K or V, heads, block,
+request and tokens), and checks, per request and transfer:
+
+  confined   every byte written lies in a block the request loads, every
+             byte read in a block of the producer's request
+  aligned    the two descriptors of a pair have one length and hold the same
+             KV: byte for byte, or, where the consumer converts what it
+             receives (other block sizes, another page order), per chunk of
+             tokens, heads and K/V
+  covered    every loaded token of every layer and head the consumer rank
+             holds was delivered by a transfer that reached DONE
+  zeroed     every byte of the request's loaded blocks that no transfer
+             delivered is zero
+  written-twice  no byte written by transfers from different sources
+  failed     no transfer ended in ERR for a request that was loaded anyway
+
+Every finding names its request, transfer, descriptor, layer and tokens,
+and what lies where the bytes went or came from ("transfer 7 read producer
+block 12, which holds request B's KV"). Dumps need device addresses and
+agent names (kvaudit_export and kvaudit synth write them).
+
+` + exitCodeHelp("transfers"),
+		Example: `  # a producer, a TP2 consumer and the logs of its correct pull
+  $ kvaudit synth --out kv --preset llama --layout hnd
+  $ kvaudit synth --out kv --preset llama --layout hnd --role consumer --tp 2 --transfers
+  $ kvaudit transfers kv/nixl --producer kv/producer --consumer kv/consumer
+
+  # what a vLLM deployment recorded, as JSON
+  $ kvaudit transfers /data/kvaudit/nixl --producer /data/kvaudit/producer/R --consumer /data/kvaudit/consumer/R -o json`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := newConfig(cmd)
+			if err != nil {
+				return err
+			}
+			opts.Logs = args
+			if opts.Output, err = outputOf(cfg); err != nil {
+				return err
+			}
+			if len(opts.Producer) == 0 || len(opts.Consumer) == 0 {
+				return usageErrorf("--producer and --consumer are required: the dumps the logs' descriptors resolve to")
+			}
+			opts.started = time.Now()
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return transfersRun(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	addOutputFlag(cmd, "")
+	f.StringSliceVar(&opts.Producer, "producer", nil, "the producer's dumps (a dump or a directory of dumps; repeatable)")
+	f.StringSliceVar(&opts.Consumer, "consumer", nil, "the consumer's dumps (a dump or a directory of dumps; repeatable)")
+	f.StringSliceVar(&opts.Requests, "request", nil, "audit only this consumer (or producer) request id (repeatable)")
+	f.IntVar(&opts.MaxFindings, "max-findings", transfer.DefaultMaxFindings, "findings kept at most (-1: no cap)")
+	f.StringVar(&opts.JUnit, "junit", "", "also write the JUnit XML report to this file (the table, or -o, still printed)")
+	return cmd
+}
+
+func transfersRun(ctx context.Context, opts *TransfersOptions) error {
+	done := longStep(opts.IO, "auditing the transfers")
+	res, err := transfer.AuditPaths(ctx, opts.Logs, opts.Producer, opts.Consumer, opts.Options)
+	done()
+	if err != nil {
+		return err
+	}
+	style := tableStyle(opts.IO)
+	if err := report.RenderTransfers(opts.IO.Out, res, report.Format(opts.Output), style, time.Since(opts.started)); err != nil {
+		return err
+	}
+	if opts.JUnit != "" {
+		err := report.WriteFile(opts.JUnit, func(w io.Writer) error {
+			return report.RenderTransfers(w, res, report.FormatJUnit, style, time.Since(opts.started))
+		})
+		if err != nil {
+			return err
+		}
+	}
+	opts.IO.verdict = res.Verdict
+	switch res.Verdict {
+	case transfer.Violated:
+		return &ResultError{Code: ExitMismatch, Msg: res.Summary()}
+	case transfer.Unresolved:
+		return &ResultError{Code: ExitUnverified, Msg: res.Summary()}
+	}
+	return nil
+}

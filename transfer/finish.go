@@ -1,0 +1,353 @@
+package transfer
+
+// This file checks what needs every log: coverage, zeroes, bytes written
+// twice, failed transfers; and sums up.
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/kvaudit/kvaudit/layout"
+)
+
+// finish checks what needs every log: coverage, zeroes, bytes written
+// twice, failed transfers; and sums up.
+func (a *auditor) finish(ctx context.Context) error {
+	for _, x := range a.xfers {
+		if x.skip || x.req == nil {
+			continue
+		}
+		if x.state == "" {
+			a.note("log %q: transfer %d (line %d) never reached DONE or ERR in the log: its bytes count as not delivered", x.log.path, x.id, x.line)
+		}
+		if x.state == Err && x.req.loadedTokens() > 0 {
+			f := Finding{Invariant: Failed, Descriptor: -1, Group: -1, Position: -1, Block: -1, Heads: [2]int{-1, -1}, Tokens: [2]int{-1, -1}}
+			f.Message = fmt.Sprintf("transfer %d ended in ERR, but request %s was loaded anyway (its dump on rank %s holds tokens %d-%d as loaded)",
+				x.id, x.req.req.ID, x.dst.r, x.req.req.NumLocalComputedTokens, x.req.req.NumTokens-1)
+			a.add(x, f)
+		}
+	}
+	for _, rk := range a.cons.ranks {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		a.finishRank(rk)
+	}
+	if a.dropped > 0 {
+		a.note("%d more finding(s) left out (--max-findings)", a.dropped)
+	}
+	a.summarize()
+	return nil
+}
+
+func (r *request) loadedTokens() int { return r.req.NumTokens - r.req.NumLocalComputedTokens }
+
+type ival struct{ lo, hi uint64 }
+
+// finishRank checks a consumer rank's requests.
+func (a *auditor) finishRank(rk *rank) {
+	done := rk.deliveries[:0] // filtered in place
+	for _, d := range rk.deliveries {
+		if a.xfers[d.x].state == Done {
+			done = append(done, d)
+		}
+	}
+	rk.deliveries = nil
+	slices.SortFunc(done, func(p, q delivery) int {
+		return cmp.Or(cmp.Compare(p.lo, q.lo), cmp.Compare(p.x, q.x), cmp.Compare(p.desc, q.desc))
+	})
+	a.twice(rk, done)
+	var covered []ival
+	for _, d := range done {
+		if n := len(covered); n > 0 && d.lo <= covered[n-1].hi {
+			covered[n-1].hi = max(covered[n-1].hi, d.hi)
+			continue
+		}
+		covered = append(covered, ival{d.lo, d.hi})
+	}
+	var ids []string
+	seen := map[*request]bool{}
+	for _, r := range rk.reqs {
+		if !seen[r] && len(r.xfers) > 0 {
+			seen[r] = true
+			ids = append(ids, r.req.ID)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		a.finishRequest(rk, rk.reqs[id], covered)
+	}
+}
+
+// twice reports bytes delivered by transfers from different sources.
+func (a *auditor) twice(rk *rank, done []delivery) {
+	var prev *delivery
+	for i := range done {
+		d := &done[i]
+		if prev != nil && d.lo < prev.hi && d.source != prev.source {
+			x, px := a.xfers[d.x], a.xfers[prev.x]
+			f := Finding{Invariant: Twice, Descriptor: int(d.desc), Group: -1, Position: -1, Block: -1, Bytes: min(d.hi, prev.hi) - d.lo,
+				Other: &Ref{Log: px.log.path, Transfer: px.id, Descriptor: int(prev.desc)}}
+			var cells []layout.Cells
+			rk.am.Resolve(d.lo, f.Bytes, func(c layout.Cells) error { cells = append(cells, c); return nil })
+			// The finding is the request's whose block the bytes are
+			// in (the writer's, unless it wrote into another's).
+			owner := x.req
+			if len(cells) > 0 {
+				c := cells[0]
+				if rg := x.req.groups[c.Region.Group.Group.ID]; rg == nil || !hasBlock(rg, c.Block) {
+					if own := rk.ownersOf(c.Region.Group.Group.ID, c.Block); len(own) > 0 {
+						if r := rk.request(own[0].req); r != nil {
+							owner = r
+						}
+					}
+				}
+				a.place(&f, &xfer{req: owner}, cells)
+			}
+			f.Request = owner.req.ID
+			into := ""
+			if owner != x.req {
+				into = fmt.Sprintf(" (request %s's block, written by request %s's transfer)", owner.req.ID, x.req.req.ID)
+			}
+			f.Message = fmt.Sprintf("transfer %d descriptor %d wrote %s%s, which transfer %d descriptor %d (log %q) also wrote, from another source", x.id, d.desc, what(&f), into, px.id, prev.desc, px.log.path)
+			a.add(x, f)
+		}
+		if prev == nil || d.hi > prev.hi {
+			prev = d
+		}
+	}
+}
+
+func hasBlock(rg *reqGroup, block int) bool {
+	_, ok := rg.all[block]
+	return ok
+}
+
+// subtract calls fn with the parts of [lo, hi) no interval of covered
+// (sorted, disjoint) holds.
+func subtract(lo, hi uint64, covered []ival, fn func(lo, hi uint64)) {
+	i := sort.Search(len(covered), func(i int) bool { return covered[i].hi > lo })
+	for ; lo < hi && i < len(covered) && covered[i].lo < hi; i++ {
+		if covered[i].lo > lo {
+			fn(lo, covered[i].lo)
+		}
+		lo = max(lo, covered[i].hi)
+	}
+	if lo < hi {
+		fn(lo, hi)
+	}
+}
+
+// finishRequest checks that a request's loaded tokens were delivered and
+// that the bytes of its loaded blocks nothing delivered are zero.
+func (a *auditor) finishRequest(rk *rank, r *request, covered []ival) {
+	for _, gv := range rk.dump.Groups {
+		if gv.Skip != "" {
+			continue
+		}
+		span, st, err := layout.RequestSpan(r.req, gv.Group)
+		if err != nil || st != layout.SpanOK {
+			continue
+		}
+		var regions []*layout.Region
+		for _, reg := range rk.am.Regions {
+			if reg.Group == gv {
+				regions = append(regions, reg)
+			}
+		}
+		S := gv.Group.BlockSize
+		for bi, blk := range span.Blocks {
+			pos := span.Start + bi
+			lo := max(0, r.req.NumLocalComputedTokens-pos*S)
+			hi := layout.ValidTokens(r.req.NumTokens, pos, S)
+			if gv.Group.Kind == layout.KindMamba {
+				lo, hi = 0, 1
+			}
+			for _, reg := range regions {
+				var missing, holes []ival
+				expect := func(tokens [2]int, into *[]ival) {
+					add := func(l, h uint64) {
+						subtract(l, h, covered, func(l, h uint64) { *into = append(*into, ival{l, h}) })
+					}
+					if reg.State {
+						if l, h, ok := reg.StateInterval(blk); ok {
+							add(l, h)
+						}
+						return
+					}
+					KT := reg.KernelTokens
+					for k := range reg.KernelBlocks {
+						t0, t1 := max(tokens[0], k*KT), min(tokens[1], (k+1)*KT)
+						if t0 < t1 {
+							reg.Intervals(blk, k, [2]int{t0 - k*KT, t1 - k*KT}, add)
+						}
+					}
+				}
+				if lo < hi {
+					expect([2]int{lo, hi}, &missing)
+				}
+				expect([2]int{0, reg.KernelBlocks * reg.KernelTokens}, &holes)
+				if len(missing) > 0 {
+					a.gap(r, reg, gv, pos, blk, missing, rk)
+				}
+				if len(holes) > 0 {
+					a.stale(r, reg, gv, pos, blk, holes, rk)
+				}
+			}
+		}
+	}
+}
+
+// blame is the transfer a request's gap is laid to: the request's
+// transfer from the producer rank that holds the gap's layer and heads,
+// else its first (nil: none).
+func blame(r *request, reg *layout.Region, heads [2]int) *xfer {
+	for _, x := range r.xfers {
+		if x.src == nil || x.src.am == nil {
+			continue
+		}
+		for _, sr := range x.src.am.Regions {
+			v := sr.Views[0]
+			if sr.Layer.Name == reg.Layer.Name && (heads[0] < 0 || (heads[0] < v.HeadBase+v.Heads && v.HeadBase <= heads[1])) {
+				return x
+			}
+		}
+	}
+	if len(r.xfers) > 0 {
+		return r.xfers[0]
+	}
+	return nil
+}
+
+// gap reports tokens of a request's block no transfer delivered.
+func (a *auditor) gap(r *request, reg *layout.Region, gv *layout.GroupView, pos, blk int, missing []ival, rk *rank) {
+	f := Finding{Invariant: Covered, Request: r.req.ID, Descriptor: -1, Group: gv.Group.ID, Position: pos, Block: blk,
+		Layer: reg.Views[0].Number, LayerName: reg.Layer.Name, Rank: rk.r}
+	var cells []layout.Cells
+	for _, m := range missing {
+		f.Bytes += m.hi - m.lo
+		rk.am.Resolve(m.lo, m.hi-m.lo, func(c layout.Cells) error { cells = append(cells, c); return nil })
+	}
+	a.describeCells(&f, cells, r, true)
+	x := blame(r, reg, f.Heads)
+	by := "by no transfer that reached DONE"
+	if x == nil {
+		by = "by no transfer in the logs"
+	}
+	f.Message = fmt.Sprintf("request %s %s (position %d, block %d, rank %s): %d bytes delivered %s", r.req.ID, what(&f), pos, blk, rk.r, f.Bytes, by)
+	a.addRequest(x, f)
+}
+
+// stale reports non-zero bytes of a request's block that nothing
+// delivered.
+func (a *auditor) stale(r *request, reg *layout.Region, gv *layout.GroupView, pos, blk int, holes []ival, rk *rank) {
+	var nonZero, first uint64
+	for _, h := range holes {
+		n, at := reg.NonZero(h.lo, h.hi)
+		if n > 0 && nonZero == 0 {
+			first = at
+		}
+		nonZero += n
+	}
+	if nonZero == 0 {
+		return
+	}
+	f := Finding{Invariant: Zeroed, Request: r.req.ID, Descriptor: -1, Group: gv.Group.ID, Position: pos, Block: blk,
+		Layer: reg.Views[0].Number, LayerName: reg.Layer.Name, Rank: rk.r, Bytes: nonZero}
+	// Describe the cells that hold the non-zero bytes, token by token.
+	var cells []layout.Cells
+	var cell []byte
+	for _, h := range holes {
+		rk.am.Resolve(h.lo, h.hi-h.lo, func(c layout.Cells) error {
+			if c.Block == layout.NoBlock || c.View == nil || c.View.Cells.Data == nil {
+				return nil
+			}
+			if reg.State {
+				cells = append(cells, c)
+				return nil
+			}
+			v := &c.View.Cells
+			for k := c.Kernels[0]; k < c.Kernels[1]; k++ {
+				for t := c.Tokens[0]; t < c.Tokens[1]; t++ {
+					for hd := c.Heads[0]; hd < c.Heads[1]; hd++ {
+						cell = v.ReadCell(cell[:0], c.Block, k*reg.KernelTokens+t, hd)
+						if slices.ContainsFunc(cell[c.Bytes[0]:c.Bytes[1]], func(b byte) bool { return b != 0 }) {
+							x := c
+							x.Kernels, x.Tokens, x.Heads = [2]int{k, k + 1}, [2]int{t, t + 1}, [2]int{hd, hd + 1}
+							cells = append(cells, x)
+						}
+					}
+				}
+			}
+			return nil
+		})
+	}
+	a.describeCells(&f, cells, r, true)
+	x := blame(r, reg, f.Heads)
+	var at []layout.Cells
+	rk.am.Resolve(first, 1, func(c layout.Cells) error { at = append(at, c); return nil })
+	from := ""
+	if len(at) > 0 && !reg.State {
+		from = fmt.Sprintf(", the first at token %d", pos*gv.Group.BlockSize+at[0].FirstToken())
+	}
+	f.Message = fmt.Sprintf("request %s %s (position %d, block %d, rank %s): %d bytes no transfer delivered are not zero%s", r.req.ID, what(&f), pos, blk, rk.r, nonZero, from)
+	a.addRequest(x, f)
+}
+
+// addRequest records a finding of a request, laid to a transfer (its
+// descriptor unknown) when one is known.
+func (a *auditor) addRequest(x *xfer, f Finding) {
+	if x != nil {
+		f.Transfer, f.Log, f.Line = x.id, x.log.path, x.line
+	}
+	if a.opts.MaxFindings > 0 && len(a.res.Findings) >= a.opts.MaxFindings {
+		a.dropped++
+		return
+	}
+	a.res.Findings = append(a.res.Findings, f)
+}
+
+// summarize fills the requests' summaries and the verdict.
+func (a *auditor) summarize() {
+	type key struct {
+		rank layout.Rank
+		id   string
+	}
+	index := map[key]int{}
+	for _, x := range a.xfers {
+		if x.skip || x.req == nil {
+			continue
+		}
+		k := key{x.dst.r, x.req.req.ID}
+		i, ok := index[k]
+		if !ok {
+			i = len(a.res.Requests)
+			index[k] = i
+			a.res.Requests = append(a.res.Requests, RequestSummary{ID: x.req.req.ID, ProducerID: x.req.pairID(), Rank: x.dst.r, Transfers: []int{}, Findings: map[string]int{}})
+		}
+		s := &a.res.Requests[i]
+		s.Transfers = append(s.Transfers, x.id)
+		s.Pairs += x.pairs
+		s.Bytes += x.bytes
+	}
+	for _, f := range a.res.Findings {
+		if i, ok := index[key{f.Rank, f.Request}]; ok {
+			a.res.Requests[i].Findings[f.Invariant]++
+		}
+	}
+	slices.SortStableFunc(a.res.Findings, func(p, q Finding) int {
+		return cmp.Or(cmp.Compare(p.Rank.PP, q.Rank.PP), cmp.Compare(p.Rank.TP, q.Rank.TP), cmp.Compare(p.Request, q.Request),
+			cmp.Compare(p.Transfer, q.Transfer), cmp.Compare(p.Descriptor, q.Descriptor))
+	})
+	switch {
+	case len(a.res.Findings) > 0:
+		a.res.Verdict = Violated
+	case len(a.res.Unresolved) > 0:
+		a.res.Verdict = Unresolved
+	default:
+		a.res.Verdict = Clean
+	}
+}
