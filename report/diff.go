@@ -455,7 +455,7 @@ func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f F
 			doc.add(repeatedSuite(res, a.Repeated))
 		}
 		if a.Transfers != nil {
-			doc.add(transfersSuite(a.Transfers))
+			doc.add(transfersSuite(a.Transfers, opts.AllowUnverified))
 		}
 		return writeJUnit(w, doc)
 	}

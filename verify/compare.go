@@ -169,7 +169,7 @@ func (e *BarePayloadError) Error() string {
 
 // ErrAuditRecords is an audit asked of a consumer given as records: the
 // audits read the consumer's dumps.
-var ErrAuditRecords = errors.New("the tail audit and the stored-checksum check read the consumer's dumps: give dumps, not records")
+var ErrAuditRecords = errors.New("the tail audit, the stored-checksum check and the transfer audit read the consumer's dumps: give dumps, not records")
 
 // Compare answers whether the consumer holds what the producer sent. It
 // opens both sides (see Input), checksums their dumps, merges the ranks,
