@@ -471,9 +471,32 @@ func (l *laidOut) cells(row []Cell, r *lipgloss.Renderer) (out []string, per int
 			out = append(out, m)
 			continue
 		}
-		out = append(out, ansi.Wrap(c.Text, l.widths[k], breakpoints))
+		out = append(out, wrapCell(c.Text, l.widths[k]))
 	}
 	return out, per
+}
+
+// wrapCell wraps a cell's text to width cells at spaces, after hyphens
+// and after breakpoints. ansi.Wrap may end a line with a breakpoint one
+// cell past the width (a line ending "(position 0)," where the comma is
+// the 95th cell of 94), so such a line is wrapped again at spaces and
+// hyphens only.
+func wrapCell(text string, width int) string {
+	out := ansi.Wrap(text, width, breakpoints)
+	if width <= 0 {
+		return out
+	}
+	lines := strings.Split(out, "\n")
+	over := false
+	for i, l := range lines {
+		if ansi.StringWidth(l) > width {
+			lines[i], over = ansi.Wrap(l, width, ""), true
+		}
+	}
+	if !over {
+		return out
+	}
+	return strings.Join(lines, "\n")
 }
 
 // scaledNote says how many positions a map cell stands for.

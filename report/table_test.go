@@ -84,3 +84,27 @@ func TestTableWithoutHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestWrapCellFits: a wrapped cell's every line fits its width, where
+// ansi.Wrap alone leaves a breakpoint one cell past it (the comma after
+// "(position 0)" at 94 cells), and the words are all there, in order.
+func TestWrapCellFits(t *testing.T) {
+	texts := []string{
+		"transfer 1 read producer block 4 (rank pp 0 tp 0), which holds request req-1's KV (position 0), not request req-0's",
+		"a,b,c,d,e,f;g;h;i.j.k/l/m/n,o,p",
+		"request chatcmpl-9f2b6c1e4d8a4f3b9c7e2a1d5b6f8e0c-0: group 0 position 3, layer 2",
+	}
+	for _, text := range texts {
+		for width := 4; width <= len(text)+1; width++ {
+			out := wrapCell(text, width)
+			for _, l := range strings.Split(out, "\n") {
+				if w := len([]rune(l)); w > width {
+					t.Fatalf("width %d: the line %q is %d cells:\n%s", width, l, w, out)
+				}
+			}
+			if got := strings.Join(strings.Fields(strings.ReplaceAll(out, "\n", "")), ""); got != strings.Join(strings.Fields(text), "") {
+				t.Fatalf("width %d: %q lost or reordered characters: %q", width, text, out)
+			}
+		}
+	}
+}
