@@ -88,8 +88,9 @@ var htmlTemplate = template.Must(template.New("report").Parse(htmlTemplateText))
 type HTMLInfo struct {
 	// Command is the command line that made the report.
 	Command string
-	// Producer and Consumer are the sides as given (diff).
-	Producer, Consumer string
+	// Producer and Consumer are the sides as given (diff, transfers);
+	// Logs the NIXL logs as given (transfers).
+	Producer, Consumer, Logs string
 	// Exit is the exit code the command returns for the result.
 	Exit int
 	// Version is kvaudit's version; Time when the report was made (the
@@ -715,8 +716,9 @@ func (info HTMLInfo) fill(p *htmlPage) {
 // HTML page: the verdict as the exit code reports it, the inputs, each
 // request's and group's block map, a heatmap of layers by global heads
 // (and replicas) for each distinct pattern of differing bytes, the
-// drill-down's details and the audits' findings. It reads nothing and
-// fetches nothing; its size is bounded (see the page's last paragraph).
+// drill-down's details, the causes the transfer audit names and the
+// audits' findings. It reads nothing and fetches nothing; its size is
+// bounded (see the page's last paragraph).
 func RenderDiffHTML(w io.Writer, res *verify.Result, info HTMLInfo) error {
 	v := res.Verdict()
 	p := &htmlPage{Title: "kvaudit diff: " + string(v), Verdict: verdictBadge(v), Summary: clipTo(res.Summary(), htmlMaxNote)}
@@ -728,8 +730,10 @@ func RenderDiffHTML(w io.Writer, res *verify.Result, info HTMLInfo) error {
 	if res.Diff != nil {
 		p.Rows, p.RowsLeft = mapRows(res.Diff)
 		p.Heat = newHeatSection(res.Diff)
-		if tables := diffTables(res.Diff, v); len(tables) > 1 {
-			p.Tables = append(p.Tables, newHTMLTable(tables[1]))
+		// The first table is the block maps above; then the drill-down
+		// and, with the transfer audit, the causes it names.
+		for _, t := range diffTables(res.Diff, v)[1:] {
+			p.Tables = append(p.Tables, newHTMLTable(t))
 		}
 	}
 	if res.Audits != nil {

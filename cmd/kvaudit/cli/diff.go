@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -118,7 +119,7 @@ producer block 12, which holds request req-1's KV (position 0)").
 			}
 			opts.started = time.Now()
 			opts.command = commandLine(cmd, args)
-			if err := checkOutputFile("--html", opts.HTML, args); err != nil {
+			if err := checkOutputFile("--html", opts.HTML, slices.Concat(opts.Producer, opts.Consumer, opts.Transfers)); err != nil {
 				return err
 			}
 			if opts.Engine, err = newEngine(cfg, s.Err); err != nil {

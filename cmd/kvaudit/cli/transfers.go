@@ -3,10 +3,13 @@ package cli
 import (
 	"context"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/transfer"
 )
@@ -23,7 +26,11 @@ type TransfersOptions struct {
 	Producer, Consumer []string
 	Output             string
 	// JUnit, when set, is a file to write the JUnit report to as well.
-	JUnit   string
+	JUnit string
+	// HTML, when set, is a file to write the HTML report to as well
+	// (--html FILE); command is the command line, for the report.
+	HTML    string
+	command string
 	started time.Time
 }
 
@@ -65,8 +72,9 @@ agent names (kvaudit_export and kvaudit synth write them).
   $ kvaudit synth --out kv --preset llama --layout hnd --role consumer --tp 2 --transfers
   $ kvaudit transfers kv/nixl --producer kv/producer --consumer kv/consumer
 
-  # what a vLLM deployment recorded, as JSON
-  $ kvaudit transfers /data/kvaudit/nixl --producer /data/kvaudit/producer/R --consumer /data/kvaudit/consumer/R -o json`,
+  # what a vLLM deployment recorded, as JSON, and as an HTML report
+  $ kvaudit transfers /data/kvaudit/nixl --producer /data/kvaudit/producer/R --consumer /data/kvaudit/consumer/R -o json
+  $ kvaudit transfers kv/nixl --producer kv/producer --consumer kv/consumer --html transfers.html`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := newConfig(cmd)
@@ -80,7 +88,18 @@ agent names (kvaudit_export and kvaudit synth write them).
 			if len(opts.Producer) == 0 || len(opts.Consumer) == 0 {
 				return usageErrorf("--producer and --consumer are required: the dumps the logs' descriptors resolve to")
 			}
+			if opts.JUnit != "" {
+				// Before the audit, not after it.
+				if err := safeio.CheckOutFile(opts.JUnit); err != nil {
+					return usageErrorf("--junit %v", err)
+				}
+			}
+			inputs := append(append(slices.Clone(opts.Logs), opts.Producer...), opts.Consumer...)
+			if err := checkOutputFile("--html", opts.HTML, inputs); err != nil {
+				return err
+			}
 			opts.started = time.Now()
+			opts.command = commandLine(cmd, args)
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -89,11 +108,12 @@ agent names (kvaudit_export and kvaudit synth write them).
 	}
 	f := cmd.Flags()
 	addOutputFlag(cmd, "")
-	f.StringSliceVar(&opts.Producer, "producer", nil, "the producer's dumps (a dump or a directory of dumps; repeatable)")
-	f.StringSliceVar(&opts.Consumer, "consumer", nil, "the consumer's dumps (a dump or a directory of dumps; repeatable)")
+	f.StringSliceVar(&opts.Producer, "producer", nil, "the producer's dumps (a dump, a directory of dumps or a quoted glob; repeatable)")
+	f.StringSliceVar(&opts.Consumer, "consumer", nil, "the consumer's dumps (a dump, a directory of dumps or a quoted glob; repeatable)")
 	f.StringSliceVar(&opts.Requests, "request", nil, "audit only this consumer (or producer) request id (repeatable)")
 	f.IntVar(&opts.MaxFindings, "max-findings", transfer.DefaultMaxFindings, "findings kept at most (-1: no cap)")
 	f.StringVar(&opts.JUnit, "junit", "", "also write the JUnit XML report to this file (the table, or -o, still printed)")
+	f.StringVar(&opts.HTML, "html", "", htmlFlagHelp)
 	return cmd
 }
 
@@ -116,7 +136,22 @@ func transfersRun(ctx context.Context, opts *TransfersOptions) error {
 			return err
 		}
 	}
+	exit := transfersExit(res)
+	if opts.HTML != "" {
+		info := report.HTMLInfo{Command: opts.command, Producer: strings.Join(opts.Producer, " "), Consumer: strings.Join(opts.Consumer, " "),
+			Logs: strings.Join(opts.Logs, " "), Exit: exitCode(exit), Version: versionString(), Time: opts.started}
+		if err := writeHTML(opts.HTML, func(w io.Writer) error { return report.RenderTransfersHTML(w, res, info) }); err != nil {
+			return err
+		}
+	}
 	opts.IO.verdict = res.Verdict
+	return exit
+}
+
+// transfersExit maps an audit to the command's exit: ExitMismatch when an
+// invariant is violated, ExitUnverified when the logs could not be
+// resolved, else nil.
+func transfersExit(res *transfer.Result) error {
 	switch res.Verdict {
 	case transfer.Violated:
 		return &ResultError{Code: ExitMismatch, Msg: res.Summary()}
