@@ -2,8 +2,10 @@ package transfer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,11 +39,30 @@ const LogExt = ".jsonl"
 
 // FindLogs expands the logs given as paths: a file is a log; a directory
 // holds logs (its *.jsonl files, in name order; a .jsonl.partial file, a
-// log the recorder has not closed, is refused).
+// log the recorder has not closed, is refused). A path that does not
+// exist and holds a glob metacharacter is a pattern, as a side's path is
+// (layout.FindDumps): the paths it matches, in name order. A path that
+// does not exist, or a pattern that matches nothing, is a
+// *layout.ReadError naming it.
 func FindLogs(paths []string) ([]string, error) {
 	var out []string
 	for _, p := range paths {
 		st, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) && layout.IsPattern(p) {
+			matches, gerr := filepath.Glob(p)
+			if gerr != nil || len(matches) == 0 {
+				return nil, &layout.ReadError{Path: p, Msg: "no file matches: want NIXL logs (kvaudit-nixl-log/1 files) or directories of them"}
+			}
+			logs, err := FindLogs(matches)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, logs...)
+			continue
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, &layout.ReadError{Path: p, Msg: "does not exist: want a NIXL log (a kvaudit-nixl-log/1 file) or a directory of them"}
+		}
 		if err != nil {
 			return nil, err
 		}

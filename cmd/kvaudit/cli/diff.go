@@ -146,7 +146,7 @@ producer block 12, which holds request req-1's KV (position 0)").
 	f.StringVar(&opts.JUnit, "junit", "", "also write the JUnit XML report to this file (the table, or -o, still printed)")
 	f.StringVar(&opts.HTML, "html", "", htmlFlagHelp)
 	f.BoolVar(&opts.Stored, "stored", false, "also check the consumer's blocks against the stored checksums in its manifests")
-	f.StringSliceVar(&opts.Transfers, "transfers", nil, "also audit these NIXL logs (kvaudit-nixl-log/1 files or directories) against both sides' dumps, and name the cause of each mismatch they explain")
+	f.StringSliceVar(&opts.Transfers, "transfers", nil, "also audit these NIXL logs (kvaudit-nixl-log/1 files, directories of them or quoted globs) against both sides' dumps, and name the cause of each mismatch they explain")
 	f.BoolVar(&opts.Strict, "strict", false, "a loaded block the producer's checksums do not cover (a flat payload is judged on the overlap, as vLLM does) makes its group unverified")
 	return cmd
 }

@@ -44,7 +44,7 @@ func NewCmdTransfers(s *Streams, runF func(context.Context, *TransfersOptions) e
 		Long: `Transfers reads the NIXL descriptor logs a deployment recorded (the
 kvaudit_export recorder's kvaudit-nixl-log/1: the logs of the consumer's
 ranks for a pull, of the producer's for a push; a directory gives its
-*.jsonl files), resolves every transfer's descriptors through the dumps'
+*.jsonl files, a quoted glob the paths it matches), resolves every transfer's descriptors through the dumps'
 device addresses to the cells they name (layer, K or V, heads, block,
 request and tokens), and checks, per request and transfer:
 
