@@ -35,6 +35,10 @@ func (Fast) Name() string { return "cpu" }
 // anyway (the slope is P times the weighted plain sum X of block).
 func (Fast) Slopes() bool { return true }
 
+// Mixes returns true: Fast fills Plan.Mix in the same pass (the mix check
+// of docs/spec.md §13, fused with the A/B sums in the SIMD kernel).
+func (Fast) Mixes() bool { return true }
+
 const (
 	minChunk = 256 << 10
 	maxChunk = 4 << 20

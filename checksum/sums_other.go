@@ -9,3 +9,8 @@ var simdAvailable = false
 func accumSIMD(data []byte, off, stride int64, n, count, group, heads int, state []uint64) {
 	panic("checksum: no SIMD kernel in this build")
 }
+
+// accumMixSIMD is never called without simdAvailable.
+func accumMixSIMD(data []byte, off, stride int64, n, count, group, heads int, state []uint64, consts *[mixConsts]uint64, hsum *[4]uint64) {
+	panic("checksum: no SIMD kernel in this build")
+}

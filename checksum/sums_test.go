@@ -1,6 +1,7 @@
 package checksum
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"testing"
 )
@@ -17,7 +18,7 @@ func TestSIMDMatchesGeneric(t *testing.T) {
 	for i := range data {
 		data[i] = byte(rng.Uint32())
 	}
-	s := newScratch(5)
+	s := newScratch(6)
 	for n := 32; n <= 2048; n += 32 {
 		for _, H := range []int{1, 2, 5} {
 			for _, R := range []int{1, 3} {
@@ -29,25 +30,37 @@ func TestSIMDMatchesGeneric(t *testing.T) {
 					}
 					P := uint64(n/8) * uint64(1+rng.IntN(3)) // pieces per token
 					j0 := uint64(rng.IntN(1000))
-					k := &walk{simd: true, w: 8, P: P}
-					xa, ya := make([]uint64, H), make([]uint64, H)
-					if !s.simdAccum(k, data, off, stride, n, R, headsInner, j0, xa, ya) {
-						t.Fatalf("n %d: the kernel declined", n)
+					k := &walk{simd: true, w: 8, P: P, W: P, mixInRuns: true, keys: make([]uint64, H+1)}
+					for h := range k.keys {
+						k.keys[h] = rng.Uint64()
 					}
-					for h := range H {
-						var A, Y uint64
-						for r := range R {
-							i := r*H + h
-							if !headsInner {
-								i = h*R + r
-							}
-							a := off + int64(i)*stride
-							x, b := sumAB(data[a : a+int64(n)])
-							A += x
-							Y += (j0+uint64(r)*P)*x + b
+					h0 := rng.IntN(2) // the first head's index in k.keys
+					for _, mix := range []bool{false, true} {
+						s.mixOn, s.mix, s.jbase = mix, 0, uint64(rng.IntN(100))
+						xa, ya := make([]uint64, H), make([]uint64, H)
+						if !s.simdAccum(k, data, off, stride, n, R, headsInner, j0, h0, xa, ya) {
+							t.Fatalf("n %d: the kernel declined", n)
 						}
-						if xa[h] != A || ya[h] != Y {
-							t.Fatalf("n %d H %d R %d heads inner %v head %d: simd (%x, %x), generic (%x, %x)", n, H, R, headsInner, h, xa[h], ya[h], A, Y)
+						var M uint64
+						for h := range H {
+							var A, Y uint64
+							for r := range R {
+								i := r*H + h
+								if !headsInner {
+									i = h*R + r
+								}
+								a := off + int64(i)*stride
+								x, b, m := sumABMix(data[a:a+int64(n)], s.key(k, h0+h, j0+uint64(r)*P))
+								A += x
+								Y += (j0+uint64(r)*P)*x + b
+								M += m
+							}
+							if xa[h] != A || ya[h] != Y {
+								t.Fatalf("n %d H %d R %d heads inner %v mix %v head %d: simd (%x, %x), generic (%x, %x)", n, H, R, headsInner, mix, h, xa[h], ya[h], A, Y)
+							}
+						}
+						if mix && s.mix != M {
+							t.Fatalf("n %d H %d R %d heads inner %v: simd mix %x, generic %x", n, H, R, headsInner, s.mix, M)
 						}
 					}
 				}
@@ -56,8 +69,8 @@ func TestSIMDMatchesGeneric(t *testing.T) {
 	}
 }
 
-// TestSumsMatchDefinition checks sumAB, sumAB32, sumAB16 and partialAB
-// against the definition on every length up to 300 bytes and every start
+// TestSumsMatchDefinition checks sumAB, sumAB32, sumAB16, partialAB,
+// sumABMix and mixWords against the definition on every length up to 300 bytes and every start
 // within a piece.
 func TestSumsMatchDefinition(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -95,6 +108,20 @@ func TestSumsMatchDefinition(t *testing.T) {
 				}
 				if a, b := sum(p); a != A || b != B {
 					t.Fatalf("sum w %d n %d: (%x, %x), want (%x, %x)", w, n, a, b, A, B)
+				}
+				if w != 8 {
+					continue
+				}
+				key := rng.Uint64()
+				var H uint64
+				for k := range n / 8 {
+					H += Mix(binary.LittleEndian.Uint64(p[8*k:]) ^ (key + uint64(k)*MixGamma))
+				}
+				if a, b, h := sumABMix(p, key); a != A || b != B || h != H {
+					t.Fatalf("sumABMix n %d: (%x, %x, %x), want (%x, %x, %x)", n, a, b, h, A, B, H)
+				}
+				if h := mixWords(p, key); h != H {
+					t.Fatalf("mixWords n %d: %x, want %x", n, h, H)
 				}
 			}
 		}
