@@ -182,22 +182,29 @@ func mergeRequests(recs []*wire.Record, c *Checks, info map[int]*GroupInfo) erro
 type groupSum struct {
 	start, n int
 	sums     map[[2]int][]uint64
-	// block sums ValuesBlock alike; nil once a rank did not give it
-	// (noBlock).
-	block   map[[2]int][]uint64
-	noBlock bool
+	// block sums ValuesBlock alike, and mix the mix check (Mix); each is
+	// nil once a rank did not give it (noBlock, noMix).
+	block, mix     map[[2]int][]uint64
+	noBlock, noMix bool
 }
 
 func (s *groupSum) add(g wire.RecordRequestGroup) {
-	if g.ValuesBlock == nil {
-		s.noBlock, s.block = true, nil
-	} else if !s.noBlock && s.block == nil {
-		s.block = map[[2]int][]uint64{}
+	optional := func(sums *map[[2]int][]uint64, none *bool, have bool) {
+		if !have {
+			*none, *sums = true, nil
+		} else if !*none && *sums == nil {
+			*sums = map[[2]int][]uint64{}
+		}
 	}
+	optional(&s.block, &s.noBlock, g.ValuesBlock != nil)
+	optional(&s.mix, &s.noMix, g.Mix != nil)
 	for k, key := range g.ReplicaKeys {
 		addColumn(s.sums, key, s.n, g.Values, k)
 		if s.block != nil {
 			addColumn(s.block, key, s.n, g.ValuesBlock, k)
+		}
+		if s.mix != nil {
+			addColumn(s.mix, key, s.n, g.Mix, k)
 		}
 	}
 }
@@ -248,6 +255,9 @@ func (s *groupSum) checks() *GroupChecks {
 	gc.Checks = form(s.sums)
 	if s.block != nil {
 		gc.ChecksBlock = form(s.block)
+	}
+	if s.mix != nil {
+		gc.ChecksMix = form(s.mix)
 	}
 	return gc
 }

@@ -98,6 +98,69 @@ type GroupVerdict struct {
 	// end of the consumer's checksummed run (empty when the consumer does
 	// not checksum the group).
 	Map []PositionState
+	// Strength says which checks the compared positions were judged by:
+	// StrengthMix when both sides carried kvaudit's mix check (docs/spec.md
+	// §13) beside vLLM's checksum, StrengthVLLM when vLLM's checksum alone
+	// (a flat payload, vLLM's kv_transfer_params, records without the mix
+	// check), "" when nothing was compared.
+	Strength Strength
+	// MixOnly are the mismatching positions (of Positions) where vLLM's
+	// checksums agree and only the mix check differs: vLLM's checksum
+	// alone would have verified them.
+	MixOnly []int
+
+	// mixCompared: both sides' mix checks are compared; vllmOnly says
+	// why not.
+	mixCompared bool
+	vllmOnly    string
+}
+
+// Strength is what a comparison judged by (GroupVerdict.Strength).
+type Strength string
+
+// Strengths.
+const (
+	// StrengthMix: vLLM's checksum and kvaudit's mix check, both.
+	StrengthMix Strength = "vllm+mix"
+	// StrengthVLLM: vLLM's checksum alone, blind to what it cancels
+	// (MissedByVLLM).
+	StrengthVLLM Strength = "vllm"
+)
+
+// MissedByVLLM says what a comparison by vLLM's checksum alone lets
+// pass: the changes whose weighted sum cancels modulo 2^64.
+const MissedByVLLM = "an even number of top-bit flips in one block position (every fourth bf16 sign, every eighth fp8 sign), and any other change whose weighted sum cancels, passes unseen"
+
+// vllmOnlyNotes are the notes on a request some of whose groups were
+// compared by vLLM's checksum alone: one per cause (the mix check missing
+// on a side), naming the groups.
+func vllmOnlyNotes(groups []*GroupVerdict) []string {
+	var whys []string
+	ids := map[string][]int{}
+	for _, g := range groups {
+		if g.Strength != StrengthVLLM {
+			continue
+		}
+		if ids[g.vllmOnly] == nil {
+			whys = append(whys, g.vllmOnly)
+		}
+		ids[g.vllmOnly] = append(ids[g.vllmOnly], g.ID)
+	}
+	var notes []string
+	for _, why := range whys {
+		word := "group"
+		if len(ids[why]) > 1 {
+			word = "groups"
+		}
+		notes = append(notes, fmt.Sprintf("%s %s: compared by vLLM's checksum only (%s): %s", word, ranges.Format(ids[why]), why, MissedByVLLM))
+	}
+	return notes
+}
+
+// mixOnlyNote is the note on a request of which group g mismatched at
+// positions by kvaudit's mix check alone.
+func mixOnlyNote(g int, positions []int) string {
+	return fmt.Sprintf("group %d: block position(s) %s differ in kvaudit's mix check only: vLLM's checksum alone would have verified them", g, ranges.Format(positions))
 }
 
 // Diff compares each consumer request with its producer request (the
@@ -237,8 +300,12 @@ func diffRequest(producer, consumer *Checks, cr *RequestChecks) *RequestVerdict 
 		if gv.Verdict == LeftOut && gv.Reason == LeftOutProducerOnly {
 			rv.Notes = append(rv.Notes, fmt.Sprintf("group %d: %s", id, LeftOutProducerOnly))
 		}
+		if len(gv.MixOnly) > 0 {
+			rv.Notes = append(rv.Notes, mixOnlyNote(id, gv.MixOnly))
+		}
 		rv.Groups = append(rv.Groups, gv)
 	}
+	rv.Notes = append(rv.Notes, vllmOnlyNotes(rv.Groups)...)
 	// Nothing to verify the load by: the consumer checksummed no group,
 	// or every group is left out (a pure state model without a TP split
 	// across TP sizes, or groups skipped on both sides).

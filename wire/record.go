@@ -64,6 +64,11 @@ type RecordRequestGroup struct {
 	// published code computes them; absent when the engine did not give
 	// them (checksum.Options.BlockValues asks for them).
 	ValuesBlock [][]layout.Hex64 `json:"values_block,omitempty"`
+	// Mix is kvaudit's mix check (docs/spec.md §13), Mix[i][k] beside
+	// Values[i][k]; absent in records of engines that do not compute it
+	// (the cuda engine) and of kvaudit before it, which then compare by
+	// vLLM's checksum alone.
+	Mix [][]layout.Hex64 `json:"mix,omitempty"`
 }
 
 // RecordError is a record file that is not valid.
@@ -253,13 +258,19 @@ func (rec *Record) Validate() *RecordError {
 					return bad(fmt.Sprintf("%s.values[%d]", gf, k), "%d values for %d replica keys", len(vals), len(g.ReplicaKeys))
 				}
 			}
-			if g.ValuesBlock != nil {
-				if len(g.ValuesBlock) != len(g.Values) {
-					return bad(gf+".values_block", "%d positions, values has %d", len(g.ValuesBlock), len(g.Values))
+			for _, extra := range []struct {
+				name string
+				vals [][]layout.Hex64
+			}{{"values_block", g.ValuesBlock}, {"mix", g.Mix}} {
+				if extra.vals == nil {
+					continue
 				}
-				for k, vals := range g.ValuesBlock {
+				if len(extra.vals) != len(g.Values) {
+					return bad(gf+"."+extra.name, "%d positions, values has %d", len(extra.vals), len(g.Values))
+				}
+				for k, vals := range extra.vals {
 					if len(vals) != len(g.ReplicaKeys) {
-						return bad(fmt.Sprintf("%s.values_block[%d]", gf, k), "%d values for %d replica keys", len(vals), len(g.ReplicaKeys))
+						return bad(fmt.Sprintf("%s.%s[%d]", gf, extra.name, k), "%d values for %d replica keys", len(vals), len(g.ReplicaKeys))
 					}
 				}
 			}
