@@ -65,6 +65,14 @@ type DiffGroupJSON struct {
 	Map string `json:"map"`
 	// Hint names the likely cause of Reason, "" when none.
 	Hint string `json:"hint,omitempty"`
+	// Strength is what the compared positions were judged by: "vllm+mix"
+	// (vLLM's checksum and kvaudit's mix check, docs/spec.md §13) or
+	// "vllm" (vLLM's checksum alone: a side without the mix check, e.g. a
+	// flat payload); absent when nothing was compared.
+	Strength string `json:"strength,omitempty"`
+	// MixOnly are the positions that differ in the mix check only: vLLM's
+	// checksum alone would have verified them. Absent when none.
+	MixOnly []int `json:"mix_only,omitempty"`
 }
 
 // DiffDetailJSON is one differing (group, position, layer, head, replica).
@@ -102,7 +110,7 @@ func NewDiffJSON(res *verify.DiffResult) *DiffJSON {
 				ID: g.ID, Verdict: string(g.Verdict), Positions: append([]int{}, g.Positions...),
 				Reason: g.Reason, Kind: g.Kind, Checks: append([]int{}, g.Checks...),
 				BlockSize: g.BlockSize, ProducerBlockSize: g.ProducerBlockSize, Map: mapChars(g.Map),
-				Hint: g.Hint,
+				Hint: g.Hint, Strength: string(g.Strength), MixOnly: g.MixOnly,
 			})
 		}
 		for _, d := range r.Details {
@@ -345,10 +353,11 @@ func diffJUnit(res *verify.DiffResult, opts DiffOptions) junitSuites {
 							d.Position, d.Layer, d.LayerName, d.Head, d.Replica, d.FirstToken, d.LastToken, d.Bytes, d.Hint)
 					}
 				}
-				c.Failure = &junitOutcome{
-					Message: fmt.Sprintf("mismatch at consumer block positions %s (checks %s)", ranges.Format(g.Positions), ranges.Format(g.Checks)),
-					Type:    "mismatch", Text: text.String(),
+				msg := fmt.Sprintf("mismatch at consumer block positions %s (checks %s)", ranges.Format(g.Positions), ranges.Format(g.Checks))
+				if len(g.MixOnly) > 0 {
+					msg += fmt.Sprintf("; positions %s by kvaudit's mix check only (vLLM's checksum agrees)", ranges.Format(g.MixOnly))
 				}
+				c.Failure = &junitOutcome{Message: msg, Type: "mismatch", Text: text.String()}
 			case verify.Unverified:
 				c.Error, c.Skipped = unverified(g.Reason, "")
 			case verify.LeftOut:
