@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -246,6 +247,7 @@ func diffTables(res *verify.DiffResult) []*Table {
 	}
 	t.Notes = append(t.Notes, fmt.Sprintf("%d request(s): %d verified, %d mismatch, %d unverified",
 		len(res.Requests), counts[verify.Verified], counts[verify.Mismatch], counts[verify.Unverified]))
+	t.Notes = append(t.Notes, strengthNotes(res)...)
 	switch {
 	case numberings["block"] && numberings["request"]:
 		t.Notes = append(t.Notes, "numbering: block against flat payloads (vLLM's published form), request otherwise")
@@ -278,14 +280,43 @@ func diffTables(res *verify.DiffResult) []*Table {
 			d.Add(C("%s", rv.ID), C("%d", x.Group), C("%d", x.Position), C("%d (%s)", x.Layer, x.LayerName),
 				C("%s", head), C("%d", x.Replica), C("%s", tokens), C("%d", x.Bytes), Cell{Text: x.Hint, Tone: Bad})
 		}
+		summarised := verify.VLLMOnlyNotes(rv.Groups) // in the first table, once
 		for _, n := range rv.Notes {
-			d.Notes = append(d.Notes, fmt.Sprintf("request %s: %s", rv.ID, n))
+			if !slices.Contains(summarised, n) {
+				d.Notes = append(d.Notes, fmt.Sprintf("request %s: %s", rv.ID, n))
+			}
 		}
 	}
 	if len(d.Rows) > 0 || len(d.Notes) > 0 {
 		tables = append(tables, d)
 	}
 	return tables
+}
+
+// strengthNotes say, once per cause, which requests were compared by
+// vLLM's checksum alone and what that misses (docs/spec.md §13).
+func strengthNotes(res *verify.DiffResult) []string {
+	var whys []string
+	reqs := map[string][]string{}
+	for _, rv := range res.Requests {
+		for _, g := range rv.Groups {
+			if g.Strength != verify.StrengthVLLM {
+				continue
+			}
+			if reqs[g.VLLMOnly] == nil {
+				whys = append(whys, g.VLLMOnly)
+			}
+			if !slices.Contains(reqs[g.VLLMOnly], rv.ID) {
+				reqs[g.VLLMOnly] = append(reqs[g.VLLMOnly], rv.ID)
+			}
+		}
+	}
+	var notes []string
+	for _, why := range whys {
+		notes = append(notes, fmt.Sprintf("compared by vLLM's checksum only (%s) for %s: %s; kvaudit's nested payload, records and dumps add its mix check",
+			why, strings.Join(reqs[why], ", "), verify.MissedByVLLM))
+	}
+	return notes
 }
 
 // DiffOptions control RenderDiff.

@@ -65,11 +65,11 @@ func (gv *GroupVerdict) mixComparable(pg, cg *GroupChecks, cchecks [][]uint64) b
 	if !ok {
 		switch {
 		case pg.ChecksMix == nil && pg.FromPayload:
-			gv.vllmOnly = "the producer's payload carries vLLM's values only"
+			gv.VLLMOnly = "the producer's payload carries vLLM's values only"
 		case pg.ChecksMix == nil:
-			gv.vllmOnly = "the producer's records have no mix check"
+			gv.VLLMOnly = "the producer's records have no mix check"
 		default:
-			gv.vllmOnly = "the consumer's records have no mix check"
+			gv.VLLMOnly = "the consumer's records have no mix check"
 		}
 	}
 	return ok

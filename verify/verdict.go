@@ -109,10 +109,12 @@ type GroupVerdict struct {
 	// alone would have verified them.
 	MixOnly []int
 
-	// mixCompared: both sides' mix checks are compared; vllmOnly says
-	// why not.
+	// VLLMOnly says why a group of Strength StrengthVLLM was not compared
+	// by the mix check too (the side that lacks it), "" otherwise.
+	VLLMOnly string
+
+	// mixCompared: both sides' mix checks are compared.
 	mixCompared bool
-	vllmOnly    string
 }
 
 // Strength is what a comparison judged by (GroupVerdict.Strength).
@@ -129,22 +131,22 @@ const (
 
 // MissedByVLLM says what a comparison by vLLM's checksum alone lets
 // pass: the changes whose weighted sum cancels modulo 2^64.
-const MissedByVLLM = "an even number of top-bit flips in one block position (every fourth bf16 sign, every eighth fp8 sign), and any other change whose weighted sum cancels, passes unseen"
+const MissedByVLLM = "an even number of top-bit flips in one block position (every fourth bf16 sign, every eighth fp8 sign), or any other change whose weighted sum cancels, passes unseen"
 
-// vllmOnlyNotes are the notes on a request some of whose groups were
-// compared by vLLM's checksum alone: one per cause (the mix check missing
-// on a side), naming the groups.
-func vllmOnlyNotes(groups []*GroupVerdict) []string {
+// VLLMOnlyNotes are the notes on a request some of whose groups were
+// compared by vLLM's checksum alone (RequestVerdict.Notes holds them):
+// one per cause (the mix check missing on a side), naming the groups.
+func VLLMOnlyNotes(groups []*GroupVerdict) []string {
 	var whys []string
 	ids := map[string][]int{}
 	for _, g := range groups {
 		if g.Strength != StrengthVLLM {
 			continue
 		}
-		if ids[g.vllmOnly] == nil {
-			whys = append(whys, g.vllmOnly)
+		if ids[g.VLLMOnly] == nil {
+			whys = append(whys, g.VLLMOnly)
 		}
-		ids[g.vllmOnly] = append(ids[g.vllmOnly], g.ID)
+		ids[g.VLLMOnly] = append(ids[g.VLLMOnly], g.ID)
 	}
 	var notes []string
 	for _, why := range whys {
@@ -305,7 +307,7 @@ func diffRequest(producer, consumer *Checks, cr *RequestChecks) *RequestVerdict 
 		}
 		rv.Groups = append(rv.Groups, gv)
 	}
-	rv.Notes = append(rv.Notes, vllmOnlyNotes(rv.Groups)...)
+	rv.Notes = append(rv.Notes, VLLMOnlyNotes(rv.Groups)...)
 	// Nothing to verify the load by: the consumer checksummed no group,
 	// or every group is left out (a pure state model without a TP split
 	// across TP sizes, or groups skipped on both sides).
