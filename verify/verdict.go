@@ -159,6 +159,31 @@ func VLLMOnlyNotes(groups []*GroupVerdict) []string {
 	return notes
 }
 
+// VLLMVerdict is the verdict the comparison would have reached by vLLM's
+// checksum alone, kvaudit's mix check left out: a mismatch only where
+// vLLM's values differ (positions not all in MixOnly); a load whose only
+// mismatches are the mix check's is otherwise judged by its other groups
+// and reasons, as Diff judges.
+func (rv *RequestVerdict) VLLMVerdict() Verdict {
+	if rv.Verdict != Mismatch {
+		return rv.Verdict
+	}
+	return combine(false, func(yield func(Verdict) bool) {
+		if len(rv.Reasons) > 0 && !yield(Unverified) {
+			return
+		}
+		for _, g := range rv.Groups {
+			v := g.Verdict
+			if v == Mismatch && len(g.MixOnly) == len(g.Positions) {
+				v = Verified // every differing position is the mix check's
+			}
+			if !yield(v) {
+				return
+			}
+		}
+	})
+}
+
 // mixOnlyNote is the note on a request of which group g mismatched at
 // positions by kvaudit's mix check alone.
 func mixOnlyNote(g int, positions []int) string {
