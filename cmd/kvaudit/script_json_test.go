@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
 	"reflect"
 	"strings"
 
@@ -51,4 +53,25 @@ func dropKeys(v any, drop []string) any {
 		}
 	}
 	return v
+}
+
+// cmdJSONDrop rewrites a JSON file without the object key KEY, at any
+// depth (numbers kept exact): jsondrop FILE KEY. It makes a record of an
+// older kvaudit (jsondrop R mix).
+func cmdJSONDrop(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: jsondrop FILE KEY")
+	}
+	dec := json.NewDecoder(strings.NewReader(ts.ReadFile(args[0])))
+	dec.UseNumber()
+	var v any
+	ts.Check(dec.Decode(&v))
+	if !strings.Contains(ts.ReadFile(args[0]), `"`+args[1]+`"`) {
+		ts.Fatalf("%s has no key %q", args[0], args[1])
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", " ")
+	ts.Check(enc.Encode(dropKeys(v, []string{args[1]})))
+	ts.Check(os.WriteFile(ts.MkAbs(args[0]), b.Bytes(), 0o644))
 }

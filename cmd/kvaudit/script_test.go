@@ -47,6 +47,7 @@ func scriptParams(p testscript.Params) testscript.Params {
 		"scribble":     cmdScribble,
 		"samefile":     cmdSameFile,
 		"samejson":     cmdSameJSON,
+		"jsondrop":     cmdJSONDrop,
 	}
 	return p
 }
