@@ -189,7 +189,7 @@ func (p *planner) zeroBlock() error {
 }
 
 // cancellingFlips flips bit 63 of one 8-byte piece in each of 2 or 4
-// (Options.Bits, when set: an even number) distinct (cache, head) slices
+// (Options.Bits, when above 1: an even number) distinct (cache, head) slices
 // of one attention block position, all under one replica key (on a
 // replicated head, one replica), taking the slices round-robin over the
 // ranks that hold them. Each flip changes that key's partial vLLM
@@ -197,7 +197,7 @@ func (p *planner) zeroBlock() error {
 // every check: only kvaudit's mix check sees them.
 func (p *planner) cancellingFlips() error {
 	n := 2 * (1 + p.rng.IntN(2))
-	if p.opts.Bits > 0 {
+	if p.opts.Bits > 1 {
 		if p.opts.Bits%2 != 0 {
 			return &OptionError{Option: "Bits", Value: strconv.Itoa(p.opts.Bits), Msg: "cancelling flips are an even number of top bits"}
 		}
