@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
@@ -18,6 +19,8 @@ type benchShape struct {
 	// cfg, for a synthesized dump; else view builds a cache in memory.
 	cfg  synth.Config
 	view func() (*layout.LayerView, []checksum.Row)
+	// stateOnly keeps the state caches of a synthesized hybrid.
+	stateOnly bool
 }
 
 // benchBytes is about how much each shape reads: more than the last level
@@ -52,6 +55,14 @@ func benchShapes() []benchShape {
 			return memView(layout.CellView{KernelBlocks: 1, KernelTokens: 1, Heads: 4096, CellBytes: 8, PieceBytes: 2,
 				HeadStride: 2, RowStride: 4 * 8192, Runs: runs})
 		}},
+	}
+	// The state presets, each conv layout: their state caches only (a
+	// request's one state block per layer), 8 layers, 512 requests.
+	for _, preset := range []string{"mamba1", "mamba2-hybrid", "gdn-hybrid"} {
+		for _, conv := range synth.ConvLayouts {
+			shapes = append(shapes, benchShape{name: "state-" + preset + "-" + conv, stateOnly: true,
+				cfg: synth.Config{Preset: preset, Layers: 8, ConvLayout: conv, Requests: 512, Tokens: 16, Seed: 1}})
+		}
 	}
 	return shapes
 }
@@ -94,6 +105,9 @@ func benchPlan(b *testing.B, s benchShape, dir string) []*checksum.Plan {
 		plan, _, err := checksum.NewPlan(d, nil)
 		if err != nil {
 			b.Fatal(err)
+		}
+		if s.stateOnly {
+			plan.Tasks = slices.DeleteFunc(plan.Tasks, func(t checksum.Task) bool { return !t.Cache.State })
 		}
 		plans = append(plans, plan)
 	}

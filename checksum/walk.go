@@ -33,6 +33,9 @@ type walk struct {
 	// simd: runs of whole 8-byte pieces, a multiple of 32 bytes long, go
 	// through the SIMD kernel (accumSIMD) when the machine has one.
 	simd bool
+	// stateSIMD: pieces of 2 or 4 bytes (state rows) go through the state
+	// rows' SIMD kernels (stateRows) when the machine has them.
+	stateSIMD bool
 	// m is the slice factor of each local head.
 	m []uint64
 	// keys is each local head's mix key of its word 0, MixKey(s, 0)
@@ -60,6 +63,7 @@ func newWalk(c *layout.LayerView) *walk {
 	v := &c.Cells
 	k := &walk{v: v, w: v.Width(), P: uint64(c.Pieces)}
 	k.simd = useSIMD && k.w == 8
+	k.stateSIMD = useSIMD && k.w != 8
 	q := 0
 	for _, r := range v.Runs {
 		k.runs = append(k.runs, walkRun{off: r.Offset, n: r.Len, q: q, aligned: q%k.w == 0 && r.Len%k.w == 0})
@@ -133,6 +137,18 @@ type scratch struct {
 	constsP, constsN uint64
 	// cell is a cell assembled for mixRow.
 	cell []byte
+	// stateConsts are the state rows' kernel's constants for pieces of
+	// stateW bytes.
+	stateConsts [stateConsts]uint64
+	stateW      int
+	// rowConsts are the short rows' kernel's constants for pieces of rowW
+	// bytes, offs its element offsets.
+	rowConsts [rowConsts]uint64
+	rowW      int
+	offs      []int64
+	// adjConsts are the adjacent rows' kernel's constants (adjW: set up).
+	adjConsts [adjConsts]uint64
+	adjW      int
 }
 
 // mixConsts is the size of the mix kernel's constants: six 4-lane
@@ -282,13 +298,19 @@ func (s *scratch) chunk(j *job, c *chunk, out []uint64, p *Plan) {
 // walked the way the cache's memory order allows (newWalk).
 func (s *scratch) block(k *walk, row *Row) (uint64, uint64) {
 	v := k.v
+	s.mix = 0
+	s.jbase = uint64(row.FirstToken) * k.W
+	if k.w != 8 {
+		// State rows: vLLM's sums and the mix check from their words.
+		if X, Y, ok := s.stateRows(k, int64(row.Block)*v.RowStride); ok {
+			return (2*uint64(row.FirstToken)*k.P+1)*X + 2*Y, X
+		}
+	}
 	H := v.Heads
 	xa := s.xa[:H]
 	ya := s.ya[:len(xa)]
 	clear(xa)
 	clear(ya)
-	s.mix = 0
-	s.jbase = uint64(row.FirstToken) * k.W
 	for kr := 0; kr < v.KernelBlocks; kr++ {
 		tok0 := kr * v.KernelTokens
 		n := min(v.KernelTokens, row.Valid-tok0)
