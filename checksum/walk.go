@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/binary"
 	"slices"
-	"sync/atomic"
 
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -273,19 +272,19 @@ func (s *scratch) simdAccum(k *walk, data []byte, off, stride int64, n, R int, h
 	return true
 }
 
-// chunk adds the rows of one chunk to out.
+// chunk adds the rows of one chunk to out (the worker's own sums).
 func (s *scratch) chunk(j *job, c *chunk, out []uint64, p *Plan) {
 	rows := j.task.Rows
 	s.mixOn = p.Mix
 	for _, ri := range j.order[c.begin:c.end] {
 		r := &rows[ri]
 		v, X := s.block(j.walk, r)
-		atomic.AddUint64(&out[r.Out], v)
+		out[r.Out] += v
 		if p.Slopes {
-			atomic.AddUint64(&out[p.Outputs+r.Out], j.walk.P*X)
+			out[p.Outputs+r.Out] += j.walk.P * X
 		}
 		if p.Mix {
-			atomic.AddUint64(&out[2*p.Outputs+r.Out], s.mix)
+			out[2*p.Outputs+r.Out] += s.mix
 		}
 	}
 }
