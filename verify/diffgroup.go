@@ -67,9 +67,9 @@ func (gv *GroupVerdict) mixComparable(pg, cg *GroupChecks, cchecks [][]uint64) b
 		case pg.ChecksMix == nil && pg.FromPayload:
 			gv.VLLMOnly = "the producer's payload carries vLLM's values only"
 		case pg.ChecksMix == nil:
-			gv.VLLMOnly = "the producer's records have no mix check"
+			gv.VLLMOnly = "the producer's checks have no mix check: the cuda engine's, or records from before it"
 		default:
-			gv.VLLMOnly = "the consumer's records have no mix check"
+			gv.VLLMOnly = "the consumer's checks have no mix check: the cuda engine's, or records from before it"
 		}
 	}
 	return ok

@@ -77,8 +77,8 @@ func TestDiffVLLMStrength(t *testing.T) {
 		groups             string
 		why                string
 	}{
-		{"producer records", plain, withMixSide, "groups 0-1", "the producer's records have no mix check"},
-		{"consumer records", withMixSide, plain, "groups 0-1", "the consumer's records have no mix check"},
+		{"producer records", plain, withMixSide, "groups 0-1", "the producer's checks have no mix check: the cuda engine's, or records from before it"},
+		{"consumer records", withMixSide, plain, "groups 0-1", "the consumer's checks have no mix check: the cuda engine's, or records from before it"},
 		{"payload", payload, oneGroup, "group 0", "the producer's payload carries vLLM's values only"},
 	} {
 		res := verify.Diff(c.producer, c.consumer)
