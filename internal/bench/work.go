@@ -26,6 +26,8 @@ type Work struct {
 	// Bytes is the number of bytes the checksum covers: every valid
 	// token's cells.
 	Bytes int64
+	// rings are Copy's destinations, one per worker, outside the heap.
+	rings [][]byte
 }
 
 // unit is a range of rows of one task, in block order.
@@ -273,20 +275,21 @@ func (w *Work) ReadScalar(ctx context.Context, threads int) (uint64, error) {
 const copyRing = 32 << 20
 
 // Copy copies every covered extent into a buffer of its worker's
-// (memmove, wrapping around a 32 MiB ring): what memory bandwidth allows,
-// reading the bytes and writing them once. It returns the number of bytes
-// copied.
+// (memmove, wrapping around a 32 MiB ring, larger than a last-level cache
+// and outside the Go heap, kept from one call to the next): what memory
+// bandwidth allows, reading the bytes and writing them once. It returns
+// the number of bytes copied. It is not safe for concurrent calls.
 func (w *Work) Copy(ctx context.Context, threads int) (uint64, error) {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	rings := make([][]byte, threads)
+	for len(w.rings) < threads {
+		w.rings = append(w.rings, offHeap(copyRing))
+	}
+	rings := w.rings
 	at := make([]int, threads)
 	acc := newLanes(threads)
 	err := w.Each(ctx, threads, func(worker int, b []byte) {
-		if rings[worker] == nil {
-			rings[worker] = make([]byte, copyRing)
-		}
 		for len(b) > 0 {
 			if at[worker] == copyRing {
 				at[worker] = 0
