@@ -110,15 +110,17 @@ func stateRowWords(p []byte, w int, key uint64, mix bool) (A, B, H uint64) {
 	return A, B, H
 }
 
-// stateRows adds a state view's rows (its heads; one kernel row of one
-// token) to the heads' sums xa, ya and, with the mix check on, to the
-// row's mix check, for rows of one contiguous run or rows adjacent in
-// runs of one element each (a state split on its last axis): long
-// contiguous rows through the SIMD kernel of sums_state_amd64.s, short
-// ones and adjacent ones four at a time through its short rows' kernel,
-// the rest word by word. It reports false, doing nothing, for any other
-// view (pieces of 8 bytes, several tokens, other runs), which the general
-// walk takes.
+// stateRows returns, for a state view's block at base (its heads are rows;
+// one kernel row of one token), X = sum over rows of m*A and Y = sum of
+// m*B (A a row's plain sum, B its sum of element index * element, m its
+// factor) and, with the mix check on, adds the rows' mix check to the
+// row's. It takes rows of one contiguous run and rows adjacent in runs of
+// one element each (a state split on its last axis): long contiguous rows
+// through the SIMD kernel of sums_state_amd64.s, short ones and adjacent
+// ones four (or sixteen) at a time through its short rows' kernels, the
+// rest word by word. ok is false, and nothing done, for any other view
+// (pieces of 8 bytes, several tokens, other runs), which the general walk
+// takes.
 func (s *scratch) stateRows(k *walk, base int64) (X, Y uint64, ok bool) {
 	v := k.v
 	w := k.w
