@@ -55,20 +55,16 @@ func Mix(z uint64) uint64 {
 	return z ^ (z&0xffffffff)*mixD[3]
 }
 
-// mixSlice returns the slice index s of MixKey for a cache's global head
-// (or state row): layer*65536 + head.
-func mixSlice(c *layout.LayerView, head int) uint64 {
+// MixSlice returns the slice index s of MixKey for global head (or state
+// row) head of the cache: layer*65536 + head.
+func MixSlice(c *layout.LayerView, head int) uint64 {
 	return uint64(c.Number)*layout.MaxHeadsPerLayer + uint64(head)
 }
 
-// MixSlice returns the slice index of MixKey for global head (or state
-// row) head of the cache: layer*65536 + head.
-func MixSlice(c *layout.LayerView, head int) uint64 { return mixSlice(c, head) }
-
-// MixWords returns the 8-byte words of one cell in the mix check: the
+// cellWords returns the 8-byte words of one cell in the mix check: the
 // cell's bytes in logical order, the last word zero-padded (a state row
 // of 2- or 4-byte elements packs them; an attention cell is its pieces).
-func MixWords(c *layout.LayerView) int { return (c.Cells.CellBytes + 7) / 8 }
+func cellWords(c *layout.LayerView) int { return (c.Cells.CellBytes + 7) / 8 }
 
 // A MixEngine is an Engine that honours Plan.Mix: in the same pass over
 // the bytes it also adds each row's mix check. Engines that do not (the

@@ -63,16 +63,6 @@ func ReferenceBlock(c *layout.LayerView, row Row) uint64 {
 	return v
 }
 
-// ReferenceMix returns one cache's part of a block's mix check
-// (docs/spec.md §13): the sum over heads, valid tokens and 8-byte words x
-// of each cell (its bytes in logical order, the last word zero-padded) of
-// Mix(x ^ MixKey(layer*65536 + head, j)), j = t*W + p for word p of the
-// token at request position t, W the words of a cell.
-func ReferenceMix(c *layout.LayerView, row Row) uint64 {
-	_, _, mix := referenceRow(c, row)
-	return mix
-}
-
 // referenceRow returns ReferenceBlock's value and, from the same reads,
 // the row's slope (the sum over heads of m*P*A, A the plain sum of the
 // head's pieces over the row's valid tokens: docs/spec.md §1, the
@@ -80,7 +70,7 @@ func ReferenceMix(c *layout.LayerView, row Row) uint64 {
 func referenceRow(c *layout.LayerView, row Row) (block, slope, mix uint64) {
 	P := uint64(c.Pieces)
 	w := uint64(c.Cells.Width())
-	W := uint64(MixWords(c))
+	W := uint64(cellWords(c))
 	var cell []byte
 	for h := 0; h < c.Heads; h++ {
 		var s, a uint64
@@ -98,7 +88,7 @@ func referenceRow(c *layout.LayerView, row Row) (block, slope, mix uint64) {
 			for p := uint64(0); p < W; p++ {
 				x := binary.LittleEndian.Uint64(cell[8*p:])
 				j := uint64(row.FirstToken+int64(t))*W + p
-				mix += Mix(x ^ MixKey(mixSlice(c, c.HeadBase+h), j))
+				mix += Mix(x ^ MixKey(MixSlice(c, c.HeadBase+h), j))
 			}
 		}
 		m := c.Factor(c.HeadBase + h)

@@ -98,9 +98,9 @@ func newWalk(c *layout.LayerView) *walk {
 	k.keys = make([]uint64, H)
 	for h := range H {
 		k.m[h] = c.Factor(c.HeadBase + h)
-		k.keys[h] = MixKey(mixSlice(c, c.HeadBase+h), 0)
+		k.keys[h] = MixKey(MixSlice(c, c.HeadBase+h), 0)
 	}
-	k.W = uint64(MixWords(c))
+	k.W = uint64(cellWords(c))
 	k.mixInRuns = k.w == 8
 	for _, r := range k.runs {
 		k.mixInRuns = k.mixInRuns && r.aligned
