@@ -66,7 +66,11 @@ func ReferenceBlock(c *layout.LayerView, row Row) uint64 {
 // referenceRow returns ReferenceBlock's value and, from the same reads,
 // the row's slope (the sum over heads of m*P*A, A the plain sum of the
 // head's pieces over the row's valid tokens: docs/spec.md §1, the
-// conversion between numberings) and its mix check (ReferenceMix).
+// conversion between numberings) and its mix check (docs/spec.md §13):
+// the sum over heads, valid tokens and 8-byte words x of each cell (its
+// bytes in logical order, the last word zero-padded) of
+// Mix(x ^ MixKey(layer*65536 + head, j)), j = t*W + p for word p of the
+// token at request position t, W the words of a cell.
 func referenceRow(c *layout.LayerView, row Row) (block, slope, mix uint64) {
 	P := uint64(c.Pieces)
 	w := uint64(c.Cells.Width())
