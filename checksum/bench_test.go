@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
@@ -18,6 +19,8 @@ type benchShape struct {
 	// cfg, for a synthesized dump; else view builds a cache in memory.
 	cfg  synth.Config
 	view func() (*layout.LayerView, []checksum.Row)
+	// stateOnly keeps the state caches of a synthesized hybrid.
+	stateOnly bool
 }
 
 // benchBytes is about how much each shape reads: more than the last level
@@ -52,6 +55,14 @@ func benchShapes() []benchShape {
 			return memView(layout.CellView{KernelBlocks: 1, KernelTokens: 1, Heads: 4096, CellBytes: 8, PieceBytes: 2,
 				HeadStride: 2, RowStride: 4 * 8192, Runs: runs})
 		}},
+	}
+	// The state presets, each conv layout: their state caches only (a
+	// request's one state block per layer), 8 layers, 512 requests.
+	for _, preset := range []string{"mamba1", "mamba2-hybrid", "gdn-hybrid"} {
+		for _, conv := range synth.ConvLayouts {
+			shapes = append(shapes, benchShape{name: "state-" + preset + "-" + conv, stateOnly: true,
+				cfg: synth.Config{Preset: preset, Layers: 8, ConvLayout: conv, Requests: 512, Tokens: 16, Seed: 1}})
+		}
 	}
 	return shapes
 }
@@ -95,16 +106,21 @@ func benchPlan(b *testing.B, s benchShape, dir string) []*checksum.Plan {
 		if err != nil {
 			b.Fatal(err)
 		}
+		if s.stateOnly {
+			plan.Tasks = slices.DeleteFunc(plan.Tasks, func(t checksum.Task) bool { return !t.Cache.State })
+		}
 		plans = append(plans, plan)
 	}
 	return plans
 }
 
 // BenchmarkHotLoop measures, for every layout shape, the plain read of the
-// bytes the checksum covers (read: the practical limit) and the fast
-// engine over the same bytes, on one thread and on GOMAXPROCS; the ratio of
-// their MB/s is the engine's efficiency. cpu+slopes is the fast engine
-// giving both numberings in its one pass (Plan.Slopes).
+// bytes the checksum covers (read: a vectorised sum, the practical limit;
+// read-scalar: the same sum in a scalar loop) and the fast engine over the
+// same bytes, on one thread and on GOMAXPROCS; the ratio of their MB/s is
+// the engine's efficiency. cpu+slopes is the fast engine giving both
+// numberings in its one pass (Plan.Slopes), cpu+mix both numberings and
+// kvaudit's mix check (Plan.Mix, docs/spec.md §14): what records hold.
 func BenchmarkHotLoop(b *testing.B) {
 	ctx := context.Background()
 	for _, s := range benchShapes() {
@@ -118,29 +134,38 @@ func BenchmarkHotLoop(b *testing.B) {
 			work := bench.NewWork(plans, 0)
 			outs := make([][]uint64, len(plans))
 			slopePlans := make([]*checksum.Plan, len(plans))
+			mixPlans := make([]*checksum.Plan, len(plans))
 			for i, p := range plans {
-				outs[i] = make([]uint64, 2*p.Outputs)
+				outs[i] = make([]uint64, 3*p.Outputs)
 				q := *p
 				q.Slopes = true
 				slopePlans[i] = &q
+				m := q
+				m.Mix = true
+				mixPlans[i] = &m
 			}
 			for _, threads := range []int{1, 0} {
 				suffix := fmt.Sprintf("threads=%d", threads)
 				if threads == 0 {
 					suffix = "threads=max"
 				}
-				b.Run("read/"+suffix, func(b *testing.B) {
-					b.SetBytes(work.Bytes)
-					for b.Loop() {
-						if _, err := work.Read(ctx, threads); err != nil {
-							b.Fatal(err)
+				for _, r := range []struct {
+					name string
+					read func(context.Context, int) (uint64, error)
+				}{{"read", work.Read}, {"read-scalar", work.ReadScalar}} {
+					b.Run(r.name+"/"+suffix, func(b *testing.B) {
+						b.SetBytes(work.Bytes)
+						for b.Loop() {
+							if _, err := r.read(ctx, threads); err != nil {
+								b.Fatal(err)
+							}
 						}
-					}
-				})
+					})
+				}
 				for _, e := range []struct {
 					name  string
 					plans []*checksum.Plan
-				}{{"cpu", plans}, {"cpu+slopes", slopePlans}} {
+				}{{"cpu", plans}, {"cpu+slopes", slopePlans}, {"cpu+mix", mixPlans}} {
 					b.Run(e.name+"/"+suffix, func(b *testing.B) {
 						b.SetBytes(work.Bytes)
 						f := checksum.Fast{Threads: threads}

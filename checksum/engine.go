@@ -35,6 +35,10 @@ type Plan struct {
 	// the block's first token f (docs/spec.md §1). out then holds
 	// 2*Outputs values.
 	Slopes bool
+	// Mix asks a MixEngine for each output slot's mix check (docs/spec.md
+	// §14) in out[2*Outputs+slot], in the same pass. out then holds
+	// 3*Outputs values (the slopes' third unused without Slopes).
+	Mix bool
 	// Progress, when set, is called with the cell bytes done since its
 	// last call. It may be called from several goroutines at once.
 	Progress func(bytes int64)
@@ -58,7 +62,7 @@ type Engine interface {
 	// Run adds, for every task and row, the cache's contribution to the
 	// block checksum, sum over its heads of m*s, to out[row.Out] (mod
 	// 2^64). len(out) >= p.Outputs (2*p.Outputs with p.Slopes, see
-	// SlopeEngine). A fault on mapped memory (a file
+	// SlopeEngine; 3*p.Outputs with p.Mix, see MixEngine). A fault on mapped memory (a file
 	// truncated while mapped) is an error, not a crash.
 	Run(ctx context.Context, p *Plan, out []uint64) error
 }

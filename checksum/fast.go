@@ -35,6 +35,10 @@ func (Fast) Name() string { return "cpu" }
 // anyway (the slope is P times the weighted plain sum X of block).
 func (Fast) Slopes() bool { return true }
 
+// Mixes returns true: Fast fills Plan.Mix in the same pass (the mix check
+// of docs/spec.md §14, fused with the A/B sums in the SIMD kernel).
+func (Fast) Mixes() bool { return true }
+
 const (
 	minChunk = 256 << 10
 	maxChunk = 4 << 20
@@ -108,6 +112,16 @@ func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
 				}
 			}()
 			s := newScratch(maxHeads)
+			// The worker's sums, added to out once it is done: no atomic
+			// add per row (a state block's row is a few hundred bytes).
+			local := make([]uint64, len(out))
+			defer func() {
+				for i, v := range local {
+					if v != 0 {
+						atomic.AddUint64(&out[i], v)
+					}
+				}
+			}()
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(cs) || ctx.Err() != nil {
@@ -116,7 +130,7 @@ func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
 				c := &cs[i]
 				j := &jobs[c.task]
 				err := layout.Guard(j.task.Cache.Cells.File, func() error {
-					s.chunk(j, c, out, p)
+					s.chunk(j, c, local, p)
 					return nil
 				})
 				if err != nil {

@@ -53,23 +53,32 @@ var fastVariants = []Fast{
 }
 
 // checkAgainstReference runs the reference and every Fast variant, with
-// each kernel, on the plan and fails on the first difference.
+// each kernel, on the plan and fails on the first difference: vLLM's
+// checksum alone, and with the slopes and the mix check in the same pass.
 func checkAgainstReference(t testing.TB, p *Plan, what string) {
 	t.Helper()
-	want := make([]uint64, p.Outputs)
-	if err := (Reference{}).Run(context.Background(), p, want); err != nil {
-		t.Fatalf("%s: reference: %v", what, err)
-	}
-	for _, simd := range kernels() {
-		for _, f := range fastVariants {
-			got := make([]uint64, p.Outputs)
-			var err error
-			withSIMD(simd, func() { err = f.Run(context.Background(), p, got) })
-			if err != nil {
-				t.Fatalf("%s: fast %+v %s: %v", what, f, kernelName(simd), err)
-			}
-			if !slices.Equal(got, want) {
-				t.Fatalf("%s: fast %+v %s:\n got %x\nwant %x", what, f, kernelName(simd), got, want)
+	for _, extra := range []bool{false, true} {
+		q := *p
+		q.Slopes, q.Mix = extra, extra
+		n := q.Outputs
+		if extra {
+			n = 3 * q.Outputs
+		}
+		want := make([]uint64, n)
+		if err := (Reference{}).Run(context.Background(), &q, want); err != nil {
+			t.Fatalf("%s: reference: %v", what, err)
+		}
+		for _, simd := range kernels() {
+			for _, f := range fastVariants {
+				got := make([]uint64, n)
+				var err error
+				withSIMD(simd, func() { err = f.Run(context.Background(), &q, got) })
+				if err != nil {
+					t.Fatalf("%s: fast %+v %s: %v", what, f, kernelName(simd), err)
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("%s: fast %+v %s, slopes and mix %v:\n got %x\nwant %x", what, f, kernelName(simd), extra, got, want)
+				}
 			}
 		}
 	}

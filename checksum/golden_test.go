@@ -19,7 +19,7 @@ import (
 )
 
 // goldenVector is testdata/golden/spec1.txt: the worked example of docs/spec.md
-// §1, as key: value lines.
+// §1 (and its mix check, §14), as key: value lines.
 type goldenVector struct {
 	layers    []string
 	heads     int
@@ -29,6 +29,8 @@ type goldenVector struct {
 	// slices: position, layer, head, factor, slice sum
 	slices    [][5]uint64
 	checksums []uint64
+	// mix is kvaudit's mix check by position.
+	mix []uint64
 }
 
 func readGolden(t *testing.T) goldenVector {
@@ -78,20 +80,24 @@ func readGolden(t *testing.T) goldenVector {
 				}
 				v.slices = append(v.slices, s)
 			}
-		case "checksums":
+		case "checksums", "mix":
 			for _, f := range fields {
 				x, err := layout.ParseHex64(f)
 				if err != nil {
 					t.Fatal(err)
 				}
-				v.checksums = append(v.checksums, x)
+				if key == "mix" {
+					v.mix = append(v.mix, x)
+				} else {
+					v.checksums = append(v.checksums, x)
+				}
 			}
 		default:
 			t.Fatalf("unknown key %q", key)
 		}
 	}
-	if len(seen) != 7 {
-		t.Fatalf("golden vector has %d keys, want 7", len(seen))
+	if len(seen) != 8 {
+		t.Fatalf("golden vector has %d keys, want 8", len(seen))
 	}
 	return v
 }
@@ -207,6 +213,9 @@ func TestGoldenDump(t *testing.T) {
 		if g.Start != 0 || len(g.Checks) != 1 || !slices.Equal(g.Checks[0], v.checksums) {
 			t.Errorf("%s engine: start %d, checks %x, want %x", e.Name(), g.Start, g.Checks, v.checksums)
 		}
+		if len(g.ChecksMix) != 1 || !slices.Equal(g.ChecksMix[0], v.mix) {
+			t.Errorf("%s engine: mix check %x, want %x", e.Name(), g.ChecksMix, v.mix)
+		}
 	}
 }
 
@@ -224,6 +233,9 @@ func TestGoldenSynth(t *testing.T) {
 						g := c.Requests[0].Groups[0]
 						if !slices.Equal(g.Checks[0], v.checksums) {
 							t.Errorf("%s engine: %x, want %x", e.Name(), g.Checks[0], v.checksums)
+						}
+						if !slices.Equal(g.ChecksMix[0], v.mix) {
+							t.Errorf("%s engine: mix check %x, want %x", e.Name(), g.ChecksMix[0], v.mix)
 						}
 					}
 				})

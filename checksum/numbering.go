@@ -72,10 +72,11 @@ func engineSlopes(e Engine) bool {
 // BlockRows returns a copy of the plan whose rows count pieces from each
 // block's first token (FirstToken 0: a row is one whole logical block, its
 // kernel blocks included), so that any engine computes block-numbered
-// values with it.
+// values with it. It asks for neither slopes nor the mix check (which is
+// request-numbered only).
 func (p *Plan) BlockRows() *Plan {
 	q := *p
-	q.Slopes = false
+	q.Slopes, q.Mix = false, false
 	q.Tasks = make([]Task, len(p.Tasks))
 	for i, t := range p.Tasks {
 		rows := make([]Row, len(t.Rows))

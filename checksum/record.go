@@ -158,38 +158,44 @@ func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*wire.Record
 	}
 	plan.Progress = opts.Progress
 	eng := opts.engine()
-	if engineSlopes(eng) {
-		// One pass gives both numberings (docs/spec.md §1).
-		plan.Slopes = true
-		out := make([]uint64, 2*plan.Outputs)
-		if err := eng.Run(ctx, plan, out); err != nil {
-			return nil, err
-		}
-		fillRecord(rec, out[:plan.Outputs])
-		fillBlock(rec, func(slot int, first int64) uint64 {
+	// One pass gives both numberings (docs/spec.md §1) and the mix check
+	// (§14), from the engines that can.
+	plan.Slopes = engineSlopes(eng)
+	plan.Mix = EngineMixes(eng)
+	out := make([]uint64, plan.Outputs)
+	if plan.Slopes || plan.Mix {
+		out = make([]uint64, 3*plan.Outputs)
+	}
+	if err := eng.Run(ctx, plan, out); err != nil {
+		return nil, err
+	}
+	fillRecord(rec, out[:plan.Outputs])
+	if plan.Mix {
+		fillValues(rec, func(g *wire.RecordRequestGroup) *wire.Values { return &g.Mix }, func(slot int, _ int64) uint64 {
+			return out[2*plan.Outputs+slot]
+		})
+	}
+	if plan.Slopes {
+		fillValues(rec, func(g *wire.RecordRequestGroup) *wire.Values { return &g.ValuesBlock }, func(slot int, first int64) uint64 {
 			return BlockNumbered(out[slot], out[plan.Outputs+slot], first)
 		})
 		return rec, nil
 	}
-	out := make([]uint64, plan.Outputs)
-	if err := eng.Run(ctx, plan, out); err != nil {
-		return nil, err
-	}
-	fillRecord(rec, out)
 	if opts.BlockValues {
 		bp := plan.BlockRows()
 		bout := make([]uint64, bp.Outputs)
 		if err := eng.Run(ctx, bp, bout); err != nil {
 			return nil, err
 		}
-		fillBlock(rec, func(slot int, _ int64) uint64 { return bout[slot] })
+		fillValues(rec, func(g *wire.RecordRequestGroup) *wire.Values { return &g.ValuesBlock }, func(slot int, _ int64) uint64 { return bout[slot] })
 	}
 	return rec, nil
 }
 
-// fillBlock sets every group's ValuesBlock, slot by slot in fillRecord's order,
-// from value(slot, first token of the slot's block position).
-func fillBlock(rec *wire.Record, value func(slot int, first int64) uint64) {
+// fillValues sets every group's list field(g) (ValuesBlock, Mix), slot by
+// slot in fillRecord's order, from value(slot, first token of the slot's
+// block position).
+func fillValues(rec *wire.Record, field func(g *wire.RecordRequestGroup) *wire.Values, value func(slot int, first int64) uint64) {
 	sizes := map[int]int{}
 	for _, g := range rec.Groups {
 		sizes[g.ID] = g.BlockSize
@@ -198,8 +204,9 @@ func fillBlock(rec *wire.Record, value func(slot int, first int64) uint64) {
 	for ri := range rec.Requests {
 		for gi := range rec.Requests[ri].Groups {
 			g := &rec.Requests[ri].Groups[gi]
-			g.ValuesBlock = wire.NewValues(g.Values.Len(), g.Values.Keys())
-			for i, vals := range g.ValuesBlock.All() {
+			f := field(g)
+			*f = wire.NewValues(g.Values.Len(), g.Values.Keys())
+			for i, vals := range f.All() {
 				first := int64(g.Start+i) * int64(sizes[g.ID])
 				for k := range vals {
 					vals[k] = value(slot, first)

@@ -15,6 +15,9 @@ type Reference struct{}
 // Slopes returns true: Reference fills Plan.Slopes.
 func (Reference) Slopes() bool { return true }
 
+// Mixes returns true: Reference fills Plan.Mix.
+func (Reference) Mixes() bool { return true }
+
 // Name returns "ref".
 func (Reference) Name() string { return "ref" }
 
@@ -30,10 +33,13 @@ func (Reference) Run(ctx context.Context, p *Plan, out []uint64) error {
 		c := task.Cache
 		err := layout.Guard(c.Cells.File, func() error {
 			for _, row := range task.Rows {
-				v, slope := referenceRow(c, row)
+				v, slope, mix := referenceRow(c, row)
 				out[row.Out] += v
 				if p.Slopes {
 					out[p.Outputs+row.Out] += slope
+				}
+				if p.Mix {
+					out[2*p.Outputs+row.Out] += mix
 				}
 				if p.Progress != nil {
 					p.Progress(int64(row.Valid*c.Heads) * int64(c.Cells.CellBytes))
@@ -53,17 +59,22 @@ func (Reference) Run(ctx context.Context, p *Plan, out []uint64) error {
 // of the token at request position t. Pieces are little-endian unsigned
 // integers of the view's piece width, zero-extended.
 func ReferenceBlock(c *layout.LayerView, row Row) uint64 {
-	v, _ := referenceRow(c, row)
+	v, _, _ := referenceRow(c, row)
 	return v
 }
 
 // referenceRow returns ReferenceBlock's value and, from the same reads,
-// the row's slope: the sum over heads of m*P*A, A the plain sum of the
-// head's pieces over the row's valid tokens (docs/spec.md §1, the
-// conversion between numberings).
-func referenceRow(c *layout.LayerView, row Row) (block, slope uint64) {
+// the row's slope (the sum over heads of m*P*A, A the plain sum of the
+// head's pieces over the row's valid tokens: docs/spec.md §1, the
+// conversion between numberings) and its mix check (docs/spec.md §14):
+// the sum over heads, valid tokens and 8-byte words x of each cell (its
+// bytes in logical order, the last word zero-padded) of
+// Mix(x ^ MixKey(layer*65536 + head, j)), j = t*W + p for word p of the
+// token at request position t, W the words of a cell.
+func referenceRow(c *layout.LayerView, row Row) (block, slope, mix uint64) {
 	P := uint64(c.Pieces)
 	w := uint64(c.Cells.Width())
+	W := uint64(cellWords(c))
 	var cell []byte
 	for h := 0; h < c.Heads; h++ {
 		var s, a uint64
@@ -75,12 +86,20 @@ func referenceRow(c *layout.LayerView, row Row) (block, slope uint64) {
 				s += x * (2*j + 1)
 				a += x
 			}
+			for len(cell)%8 != 0 {
+				cell = append(cell, 0)
+			}
+			for p := uint64(0); p < W; p++ {
+				x := binary.LittleEndian.Uint64(cell[8*p:])
+				j := uint64(row.FirstToken+int64(t))*W + p
+				mix += Mix(x ^ MixKey(MixSlice(c, c.HeadBase+h), j))
+			}
 		}
 		m := c.Factor(c.HeadBase + h)
 		block += m * s
 		slope += m * P * a
 	}
-	return block, slope
+	return block, slope, mix
 }
 
 // piece reads a little-endian unsigned integer of len(b) bytes (2, 4 or 8).

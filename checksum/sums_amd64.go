@@ -4,6 +4,8 @@ package checksum
 
 import "golang.org/x/sys/cpu"
 
+//go:generate go run ./internal/mixgen -o sums_mix_amd64.s
+
 // simdAvailable says whether this machine runs the AVX2 kernel.
 var simdAvailable = cpu.X86.HasAVX2
 
@@ -18,4 +20,65 @@ func accumAVX2(p *byte, n int, stride int, count int, group int, heads int, stat
 // a positive multiple of 32 and that state holds 12*heads lanes.
 func accumSIMD(data []byte, off, stride int64, n, count, group, heads int, state []uint64) {
 	accumAVX2(&data[off], n, int(stride), count, group, heads, &state[0])
+}
+
+// accumMixAVX2 is implemented in sums_mix_amd64.s.
+//
+//go:noescape
+func accumMixAVX2(p *byte, n, stride, count, group, heads int, state, consts, hsum *uint64)
+
+// accumMixSIMD is accumSIMD with kvaudit's mix check in the same pass
+// (sums_mix_amd64.s): state holds 16 lanes per head (a, b, c as
+// accumSIMD's, then the keys of the head's next four pieces, seeded with
+// seedMixKeys), consts are mixKernelConsts and hsum the mix check's four
+// lanes, shared by all heads.
+func accumMixSIMD(data []byte, off, stride int64, n, count, group, heads int, state []uint64, consts *[mixConsts]uint64, hsum *[4]uint64) {
+	accumMixAVX2(&data[off], n, int(stride), count, group, heads, &state[0], &consts[0], &hsum[0])
+}
+
+// stateRowsAVX2 is implemented in sums_state_amd64.s.
+//
+//go:noescape
+func stateRowsAVX2(p *byte, n, stride, count int, out, keys, consts, hsum *uint64)
+
+// stateRowsSIMD runs the state rows' kernel of sums_state_amd64.s: count
+// rows of n bytes (a positive multiple of 32), row r at data[off+r*stride:],
+// its A and B (of its 2- or 4-byte elements, as consts say) into out[2r],
+// out[2r+1], the mix check of every word (row r's first key keys[r]) into
+// hsum. The caller checks the bounds.
+func stateRowsSIMD(data []byte, off, stride int64, n, count int, out, keys []uint64, consts *[stateConsts]uint64, hsum *[4]uint64) {
+	stateRowsAVX2(&data[off], n, int(stride), count, &out[0], &keys[0], &consts[0], &hsum[0])
+}
+
+// rowWordsAVX2 is implemented in sums_state_amd64.s.
+//
+//go:noescape
+func rowWordsAVX2(p *byte, mode, wide, count, words, stride int, offs *int64, tail uint64, out, keys, consts, hsum *uint64)
+
+// rowWordsSIMD runs the short state rows' kernel of sums_state_amd64.s
+// from data[off:] (see rowWordsAVX2 for the modes); count is a multiple of
+// 4, out holds 2*count values, keys count. The caller checks the bounds.
+func rowWordsSIMD(data []byte, off int64, mode, w, count, words int, stride int64, offs []int64, tail uint64, out, keys []uint64, consts *[rowConsts]uint64, hsum *[4]uint64) {
+	wide := 0
+	if w == 4 {
+		wide = 1
+	}
+	var po *int64
+	if len(offs) > 0 {
+		po = &offs[0]
+	}
+	rowWordsAVX2(&data[off], mode, wide, count, words, int(stride), po, tail, &out[0], &keys[0], &consts[0], &hsum[0])
+}
+
+// adjacent16AVX2 is implemented in sums_state_amd64.s.
+//
+//go:noescape
+func adjacent16AVX2(p *byte, count int, out, keys, consts, hsum *uint64)
+
+// adjacent16SIMD runs the kernel for rows of at most four 2-byte elements
+// in runs of one element each (rows adjacent) from data[off:], count rows
+// (a multiple of 16); consts holds the run offsets and masks after the
+// short rows' constants. The caller checks the bounds.
+func adjacent16SIMD(data []byte, off int64, count int, out, keys []uint64, consts *[adjConsts]uint64, hsum *[4]uint64) {
+	adjacent16AVX2(&data[off], count, &out[0], &keys[0], &consts[0], &hsum[0])
 }

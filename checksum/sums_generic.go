@@ -235,3 +235,53 @@ func sumAB16(p []byte) (A, B uint64) {
 	}
 	return A, B
 }
+
+// sumABMix is sumAB (len(p) a multiple of 8) plus the mix check of the
+// pieces: H = sum over k of Mix(x_k ^ (key + k*MixGamma)), key being the
+// first piece's (docs/spec.md §14).
+func sumABMix(p []byte, key uint64) (A, B, H uint64) {
+	g := MixGamma
+	var a0, a1, a2, a3, b0, b1, b2, b3 uint64
+	i := 0
+	for ; i+32 <= len(p); i += 32 {
+		q := (*[32]byte)(p[i : i+32])
+		x0 := binary.LittleEndian.Uint64(q[0:8])
+		x1 := binary.LittleEndian.Uint64(q[8:16])
+		x2 := binary.LittleEndian.Uint64(q[16:24])
+		x3 := binary.LittleEndian.Uint64(q[24:32])
+		a0 += x0
+		a1 += x1
+		a2 += x2
+		a3 += x3
+		b0 += a0
+		b1 += a1
+		b2 += a2
+		b3 += a3
+		H += Mix(x0^key) + Mix(x1^(key+g)) + Mix(x2^(key+2*g)) + Mix(x3^(key+3*g))
+		key += 4 * g
+	}
+	m := uint64(i / 32)
+	A = a0 + a1 + a2 + a3
+	B = 4*(m*A-(b0+b1+b2+b3)) + a1 + 2*a2 + 3*a3
+	k := 4 * m
+	for ; i+8 <= len(p); i += 8 {
+		x := binary.LittleEndian.Uint64(p[i:])
+		A += x
+		B += k * x
+		H += Mix(x ^ key)
+		key += g
+		k++
+	}
+	return A, B, H
+}
+
+// mixWords returns the mix check of the 8-byte words of p (len(p) a
+// multiple of 8), the first word's key being key: sum over k of
+// Mix(x_k ^ (key + k*MixGamma)).
+func mixWords(p []byte, key uint64) (H uint64) {
+	for i := 0; i+8 <= len(p); i += 8 {
+		H += Mix(binary.LittleEndian.Uint64(p[i:]) ^ key)
+		key += MixGamma
+	}
+	return H
+}

@@ -65,6 +65,12 @@ type KindResult struct {
 	// FalsePositives: a detector reported what the fault did not touch
 	// (for a control: anything).
 	Detected, Localised, Missed, FalsePositives int
+	// CaughtByVLLM counts the trials vLLM's checksum alone (kvaudit's mix
+	// check left out, no tail or stored audit) would have caught: a load
+	// the clean comparison verifies is not verified by it. What a
+	// connector's production check lets through shows as Trials minus
+	// CaughtByVLLM.
+	CaughtByVLLM int
 	// Pairs are the pairs the kind ran on, with their trial counts.
 	Pairs map[string]int
 	// Failures are the first failing trials.
@@ -277,6 +283,9 @@ func tally(k Kind, outcomes []trialOutcome) (KindResult, error) {
 		}
 		if o.falsePositive {
 			kr.FalsePositives++
+		}
+		if o.caughtByVLLM {
+			kr.CaughtByVLLM++
 		}
 		failed := len(o.problems) > 0 || (!info.Control && !o.detected)
 		if failed && len(kr.Failures) < maxFailures {

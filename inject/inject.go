@@ -24,7 +24,9 @@ type Options struct {
 	Seed   uint64
 	Target Target
 	// Bits is the number of bits bit-flip, replica-diverge and state-flip
-	// flip in one cell or state row (0 means 1).
+	// flip in one cell or state row (0 means 1), and, when above 1, the
+	// even number of pieces whose top bit cancelling-flips flips (2 or 4
+	// at random otherwise).
 	Bits int
 	// Positions, when set, says which checksummed block positions a fault
 	// may change (the campaign passes those the clean comparison covers;

@@ -309,6 +309,7 @@ func judgeDetails(f *Fault, res *verify.DiffResult, reported map[string]map[int]
 func (s *pairState) judge(f *Fault, res, clean *verify.DiffResult, tail []verify.TailFinding, stored []*verify.StoredRank, transfers []transfer.Finding, o *trialOutcome) {
 	j := judge(f, observed{Diff: res, Clean: clean, CleanConsumer: s.consChecks, Tail: tail, Stored: stored, Transfers: transfers})
 	o.detected, o.localised, o.falsePositive, o.problems = j.Detected, j.Localised, j.FalsePositive, j.Problems
+	o.caughtByVLLM = caughtByVLLM(res, clean)
 	if f.Request != "" {
 		for _, rv := range res.Requests {
 			for _, gv := range rv.Groups {
@@ -318,6 +319,35 @@ func (s *pairState) judge(f *Fault, res, clean *verify.DiffResult, tail []verify
 			}
 		}
 	}
+}
+
+// caughtByVLLM says whether vLLM's checksum alone (kvaudit's mix check
+// left out: RequestVerdict.VLLMVerdict) fails to verify some load of res
+// that the clean comparison verifies: what a connector's production check
+// would have seen of the fault.
+func caughtByVLLM(res, clean *verify.DiffResult) bool {
+	for _, rv := range res.Requests {
+		if rv.VLLMVerdict() == verify.Verified {
+			continue
+		}
+		if c := cleanRequest(clean, rv.ID); c == nil || c.VLLMVerdict() == verify.Verified {
+			return true
+		}
+	}
+	return false
+}
+
+// cleanRequest returns the clean comparison's verdict of request id, or nil.
+func cleanRequest(clean *verify.DiffResult, id string) *verify.RequestVerdict {
+	if clean == nil {
+		return nil
+	}
+	for _, rv := range clean.Requests {
+		if rv.ID == id {
+			return rv
+		}
+	}
+	return nil
 }
 
 // blockMap draws a block map as report does: . verified, X mismatch, -

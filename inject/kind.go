@@ -56,7 +56,7 @@ func (d *kindDef) info() Info {
 // registry lists every kind but None, in the order of the campaign table.
 // A kind's place in it also picks the pair its trials start on.
 var registry = []*kindDef{
-	&bitFlip, &byteNoise, &zeroBlock,
+	&bitFlip, &byteNoise, &zeroBlock, &cancellingFlips,
 	&swapTokens, &swapHeads, &swapLayers,
 	&misplaceBlock, &shiftBlocks, &staleBlock,
 	&replicaDiverge, &stateFlip,

@@ -5,7 +5,9 @@ import (
 	"math/bits"
 	"slices"
 	"strconv"
+	"strings"
 
+	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
@@ -17,6 +19,11 @@ const (
 	BitFlip   Kind = "bit-flip"
 	ByteNoise Kind = "byte-noise"
 	ZeroBlock Kind = "zero-block"
+	// CancellingFlips flips the top bit of an even number of 8-byte pieces
+	// of one block position: vLLM's checksum provably misses it (each flip
+	// changes it by 2^63 whatever the piece's odd weight), kvaudit's mix
+	// check does not (docs/spec.md §14).
+	CancellingFlips Kind = "cancelling-flips"
 )
 
 var bitFlip = kindDef{
@@ -35,6 +42,13 @@ var byteNoise = kindDef{
 	detector:    DetectChecksum,
 	everyReader: true,
 	plan:        dumpPlan((*planner).byteNoise),
+}
+
+var cancellingFlips = kindDef{
+	kind:     CancellingFlips,
+	models:   "sign flips that cancel: bit 63 of an even number of 8-byte pieces (bf16 signs) in one block position, over layers, heads and ranks, which vLLM's checksum misses",
+	detector: DetectChecksum,
+	plan:     dumpPlan((*planner).cancellingFlips),
 }
 
 var zeroBlock = kindDef{
@@ -171,5 +185,93 @@ func (p *planner) zeroBlock() error {
 	p.f.Request = pl.id
 	p.f.Description = fmt.Sprintf("zeroed block id %d (request %q group %d position %d) in %d cache(s) of rank %s",
 		block, pl.id, pl.g.ID, pl.pos, len(cs), p.ranks.rankOf(di))
+	return nil
+}
+
+// cancellingFlips flips bit 63 of one 8-byte piece in each of 2 or 4
+// (Options.Bits, when above 1: an even number) distinct (cache, head) slices
+// of one attention block position, all under one replica key (on a
+// replicated head, one replica), taking the slices round-robin over the
+// ranks that hold them. Each flip changes that key's partial vLLM
+// checksum by exactly 2^63 (odd weights), so an even number cancel in
+// every check: only kvaudit's mix check sees them.
+func (p *planner) cancellingFlips() error {
+	n := 2 * (1 + p.rng.IntN(2))
+	if p.opts.Bits > 1 {
+		if p.opts.Bits%2 != 0 {
+			return &OptionError{Option: "Bits", Value: strconv.Itoa(p.opts.Bits), Msg: "cancelling flips are an even number of top bits"}
+		}
+		n = p.opts.Bits
+	}
+	type slice struct {
+		c  cache
+		lh int
+	}
+	// The slices of each place, by replica key, in rank order.
+	var pls []place
+	var choices [][]slice
+	for _, pl := range p.places(false, true, nil) {
+		byKey := map[layout.ReplicaKey][]slice{}
+		var keys []layout.ReplicaKey
+		for _, c := range p.filterCaches(pl.g.ID, func(c cache) bool { return p.hasBlocks(c.Dump, pl.id, pl.g, pl.pos) }) {
+			if c.View.Cells.CellBytes%8 != 0 {
+				continue
+			}
+			for _, lh := range p.heads(c.View) {
+				k := c.View.Key()
+				if byKey[k] == nil {
+					keys = append(keys, k)
+				}
+				byKey[k] = append(byKey[k], slice{c, lh})
+			}
+		}
+		for _, k := range keys {
+			if len(byKey[k]) >= n {
+				pls = append(pls, pl)
+				choices = append(choices, byKey[k])
+			}
+		}
+	}
+	if len(pls) == 0 {
+		return p.na("no block position holds %d slices under one replica key", n)
+	}
+	i := p.rng.IntN(len(pls))
+	pl, cands := pls[i], choices[i]
+	// Round-robin over the ranks, each rank's slices shuffled: the flips
+	// spread over ranks first, then over layers and heads.
+	byRank := map[int][]slice{}
+	var rankOrder []int
+	for _, k := range p.rng.Perm(len(cands)) {
+		s := cands[k]
+		if byRank[s.c.Dump] == nil {
+			rankOrder = append(rankOrder, s.c.Dump)
+		}
+		byRank[s.c.Dump] = append(byRank[s.c.Dump], s)
+	}
+	var picked []slice
+	for len(picked) < n {
+		for _, di := range rankOrder {
+			if len(picked) < n && len(byRank[di]) > 0 {
+				picked = append(picked, byRank[di][0])
+				byRank[di] = byRank[di][1:]
+			}
+		}
+	}
+	var what []string
+	for _, s := range picked {
+		slot := p.rng.IntN(pl.valid)
+		block := p.blockOf(s.c.Dump, pl.id, pl.g, pl.pos)
+		b := p.cell(s.c, block, slot, s.lh)
+		piece := p.rng.IntN(len(b) / 8)
+		b[8*piece+7] ^= 0x80
+		p.write(s.c, block, slot, s.lh, b)
+		p.cellChanged(s.c, block, slot, s.lh, hintBits(1))
+		what = append(what, fmt.Sprintf("layer %d (%s) global head %d token %d piece %d on rank %s",
+			s.c.View.Number, s.c.View.Layer.Name, s.c.View.HeadBase+s.lh, pl.pos*pl.S()+slot, piece, p.ranks.rankOf(s.c.Dump)))
+	}
+	key := picked[0].c.View.Key()
+	p.f.Request = pl.id
+	p.f.Description = fmt.Sprintf("flipped bit 63 of %d pieces of request %q group %d position %d, replica %d of %d (vLLM's checksum cancels them): %s",
+		n, pl.id, pl.g.ID, pl.pos, key.Index, key.Replicas, strings.Join(what, "; "))
 	return nil
 }

@@ -37,9 +37,13 @@ type trialOutcome struct {
 	detected      bool
 	localised     bool
 	falsePositive bool
-	problems      []string
-	example       string
-	err           error
+	// caughtByVLLM: vLLM's checksum alone (kvaudit's mix check left out,
+	// no audit) would not have verified a load the clean comparison
+	// verifies.
+	caughtByVLLM bool
+	problems     []string
+	example      string
+	err          error
 }
 
 // runTrial injects one fault and judges what the detectors report.

@@ -63,7 +63,7 @@ func (r *Runner) checkResults(ctx context.Context, p *checksum.Plan, got []uint6
 		}
 	}
 	q := *p
-	q.Slopes, q.Progress, q.Tasks = false, nil, nil
+	q.Slopes, q.Mix, q.Progress, q.Tasks = false, false, nil, nil
 	for _, t := range p.Tasks {
 		var rows []checksum.Row
 		for _, row := range t.Rows {

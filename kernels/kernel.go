@@ -139,6 +139,13 @@ type Job struct {
 	// Offsets holds, from a cell's address in the data read, the offset of
 	// each piece (or, with Kernel.Gather, of each byte) in logical order.
 	Offsets []int64
+	// MixKeys holds the mix check's key of word 0 of each local head's
+	// slice, checksum.MixKey(s, 0) (docs/spec.md §14), and ByteOffsets the
+	// offset of each byte of a cell in logical order (what the mix check's
+	// word pass of 2- and 4-byte pieces reads). The CUDA kernel does not
+	// use them yet (kernels/README.md); the model does.
+	MixKeys     []uint64
+	ByteOffsets []int64
 }
 
 // NewJob prepares a cache's rows. It fails for a geometry the kernel cannot
@@ -179,8 +186,10 @@ func NewJob(c *layout.LayerView, rows []checksum.Row, o JobOptions) (*Job, error
 	}
 	j := &Job{Cache: c, Rows: rows, InPlace: o.InPlace}
 	j.Factors = make([]uint64, v.Heads)
+	j.MixKeys = make([]uint64, v.Heads)
 	for h := range v.Heads {
 		j.Factors[h] = c.Factor(c.HeadBase + h)
+		j.MixKeys[h] = checksum.MixKey(checksum.MixSlice(c, c.HeadBase+h), 0)
 	}
 	// Byte b of a cell's logical bytes lies at byteOff[b] from its address,
 	// in run runOf[b].
@@ -217,6 +226,7 @@ func NewJob(c *layout.LayerView, rows []checksum.Row, o JobOptions) (*Job, error
 		}
 		return true
 	}
+	j.ByteOffsets = byteOff
 	switch {
 	case o.Mode == ModeGather || !v.Contiguous() || !aligned(w, 1):
 		k.Gather = 1

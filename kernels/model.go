@@ -36,6 +36,11 @@ type Model struct {
 // Name returns "model".
 func (Model) Name() string { return "model" }
 
+// Mixes returns true: the model computes kvaudit's mix check (Plan.Mix) as
+// the kernel would with its mix step (ThreadMix, WordMix), which
+// checksum.cu does not have yet (kernels/README.md).
+func (Model) Mixes() bool { return true }
+
 // Run implements checksum.Engine.
 func (m Model) Run(ctx context.Context, p *checksum.Plan, out []uint64) error {
 	for _, t := range p.Tasks {
@@ -54,7 +59,11 @@ func (m Model) Run(ctx context.Context, p *checksum.Plan, out []uint64) error {
 		if err != nil {
 			return err
 		}
-		err = layout.Guard(c.Cells.File, func() error { return m.run(j, out, p.Progress) })
+		mixBase := -1
+		if p.Mix {
+			mixBase = 2 * p.Outputs
+		}
+		err = layout.Guard(c.Cells.File, func() error { return m.run(j, out, mixBase, p.Progress) })
 		if err != nil {
 			return err
 		}
@@ -62,7 +71,7 @@ func (m Model) Run(ctx context.Context, p *checksum.Plan, out []uint64) error {
 	return nil
 }
 
-func (m Model) run(j *Job, out []uint64, progress func(int64)) error {
+func (m Model) run(j *Job, out []uint64, mixBase int, progress func(int64)) error {
 	batchBytes := m.BatchBytes
 	if batchBytes <= 0 {
 		batchBytes = DefaultBatchBytes
@@ -95,6 +104,11 @@ func (m Model) run(j *Job, out []uint64, progress func(int64)) error {
 		}
 		if err := j.Kernel.Exec(data, table, out, j.Factors, j.Offsets); err != nil {
 			return fmt.Errorf("layer %q: %w", j.Cache.Layer.Name, err)
+		}
+		if mixBase >= 0 {
+			if err := j.Kernel.ExecMix(data, table, out[mixBase:], j.MixKeys, j.Offsets, j.ByteOffsets); err != nil {
+				return fmt.Errorf("layer %q: mix check: %w", j.Cache.Layer.Name, err)
+			}
 		}
 		if progress != nil {
 			progress(j.ReadBytes(rows))
@@ -220,4 +234,118 @@ func (k *Kernel) load(data []byte, offsets []int64, at, p int64) (x, y uint64) {
 		y = binary.LittleEndian.Uint64(data[at+8:])
 	}
 	return x, y
+}
+
+// ExecMix runs the mix check's step of a launch over the rows of table:
+// for 8-byte pieces every thread of the grid mixes the pieces it loaded
+// (ThreadMix), for 2- and 4-byte pieces (state rows, whose words pack
+// several pieces) one thread per (row, head, word) mixes a word
+// (WordMix); each row's sum is added to out[slot]. It is the kernel's
+// design for kvaudit's mix check (docs/spec.md §14), which checksum.cu
+// does not have yet.
+func (k *Kernel) ExecMix(data []byte, table []int64, out []uint64, mixKeys []uint64, offsets, byteOffsets []int64) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("model kernel: %v", r)
+		}
+	}()
+	nrows := len(table) / RowWords
+	if k.Width == 8 {
+		for bid := int64(0); bid < k.Grid(nrows); bid++ {
+			var sum uint64
+			for tid := int64(0); tid < k.Threads; tid++ {
+				sum += k.ThreadMix(data, table, mixKeys, offsets, bid, tid)
+			}
+			out[table[(bid/(k.Chunks*k.Tiles))*RowWords+3]] += sum
+		}
+		return nil
+	}
+	words := (int64(len(byteOffsets)) + 7) / 8
+	heads := int64(len(mixKeys))
+	for row := int64(0); row < int64(nrows); row++ {
+		var sum uint64
+		for t := int64(0); t < table[row*RowWords+2]; t++ {
+			for h := range heads {
+				for w := range words {
+					sum += k.WordMix(data, table, mixKeys, byteOffsets, row, t, h, w)
+				}
+			}
+		}
+		out[table[row*RowWords+3]] += sum
+	}
+	return nil
+}
+
+// ThreadMix is the mix step of thread tid of thread block bid, for 8-byte
+// pieces: the same lane, tokens and loads as Thread ([decompose], [lane],
+// [tokens], [address]), and for each piece x at index j =
+// (first+t)*P + p, Mix(x ^ key) with key = MixKeys[h] + j*MixGamma,
+// advanced by TL*P*MixGamma from one of the thread's tokens to the next
+// (an addition: no multiply per piece but the mix's own).
+func (k *Kernel) ThreadMix(data []byte, rows []int64, mixKeys []uint64, offsets []int64, bid, tid int64) uint64 {
+	tile := bid % k.Tiles
+	rest := bid / k.Tiles
+	chunk := rest % k.Chunks
+	row := rest / k.Chunks
+	rowBase := rows[row*RowWords+0]
+	first := rows[row*RowWords+1]
+	valid := rows[row*RowWords+2]
+	tokenLane := tid / k.TileLanes
+	lane := tile*k.TileLanes + tid%k.TileLanes
+	if tokenLane >= k.TokenLanes || lane >= k.Lanes {
+		return 0
+	}
+	perCell := k.Pieces / k.Vec
+	h := lane / perCell
+	p := (lane % perCell) * k.Vec
+	t0 := chunk*k.ChunkTokens + tokenLane
+	end := min(chunk*k.ChunkTokens+k.ChunkTokens, valid)
+	if t0 >= end {
+		return 0
+	}
+	n := (end - t0 + k.TokenLanes - 1) / k.TokenLanes
+	tk := t0 % k.KernelTokens
+	at := rowBase + (t0/k.KernelTokens)*k.RowStride + tk*k.TokenStride + h*k.HeadStride
+	if k.Gather == 0 {
+		at += offsets[p]
+	}
+	stepTK := k.TokenLanes % k.KernelTokens
+	stepAddr := (k.TokenLanes/k.KernelTokens)*k.RowStride + stepTK*k.TokenStride
+	wrapAddr := k.RowStride - k.KernelTokens*k.TokenStride
+
+	// [mix] the key of piece p of token first+t0, and its step.
+	key := mixKeys[h] + (uint64(first+t0)*uint64(k.Pieces)+uint64(p))*checksum.MixGamma
+	keyStep := uint64(k.TokenLanes) * uint64(k.Pieces) * checksum.MixGamma
+	var mix uint64
+	for i := int64(0); i < n; i++ {
+		x, y := k.load(data, offsets, at, p)
+		mix += checksum.Mix(x ^ key)
+		if k.Vec == 2 {
+			mix += checksum.Mix(y ^ (key + checksum.MixGamma))
+		}
+		key += keyStep
+		tk += stepTK
+		at += stepAddr
+		if tk >= k.KernelTokens {
+			tk -= k.KernelTokens
+			at += wrapAddr
+		}
+	}
+	return mix
+}
+
+// WordMix is the mix check's word pass for 2- and 4-byte pieces (state
+// rows): word w of the cell of token t of row row, head h, assembled
+// little-endian from its 8 logical bytes (past the cell's last byte, zero:
+// docs/spec.md §14), at index j = (first+t)*W + w.
+func (k *Kernel) WordMix(data []byte, rows []int64, mixKeys []uint64, byteOffsets []int64, row, t, h, w int64) uint64 {
+	rowBase := rows[row*RowWords+0]
+	first := rows[row*RowWords+1]
+	at := rowBase + (t/k.KernelTokens)*k.RowStride + (t%k.KernelTokens)*k.TokenStride + h*k.HeadStride
+	var x uint64
+	for b := int64(0); b < 8 && 8*w+b < int64(len(byteOffsets)); b++ {
+		x |= uint64(data[at+byteOffsets[8*w+b]]) << (8 * b)
+	}
+	W := (int64(len(byteOffsets)) + 7) / 8
+	return checksum.Mix(x ^ (mixKeys[h] + uint64((first+t)*W+w)*checksum.MixGamma))
 }

@@ -39,15 +39,36 @@ func run(t testing.TB, e checksum.Engine, p *checksum.Plan) []uint64 {
 	return out
 }
 
+// runMix runs a copy of the plan that asks for kvaudit's mix check too
+// (Plan.Mix): vLLM's checksums, then the unused slopes, then the mix
+// checks.
+func runMix(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, e checksum.Engine, p *checksum.Plan) []uint64 {
+	t.Helper()
+	q := *p
+	q.Mix = true
+	out := make([]uint64, 3*p.Outputs)
+	if err := e.Run(context.Background(), &q, out); err != nil {
+		t.Fatalf("%s: %v", e.Name(), err)
+	}
+	return out
+}
+
 // TestModelOddCases runs the hand-built geometries through every variant
 // and checks that each exercises the corner it was built for.
 func TestModelOddCases(t *testing.T) {
 	for _, c := range kerneltest.OddCases() {
 		t.Run(c.Name, func(t *testing.T) {
 			want := c.Reference()
+			wantMix := runMix(t, checksum.Reference{}, c.Plan())
 			for _, m := range variants {
 				if got := run(t, m, c.Plan()); !slices.Equal(got, want) {
 					t.Errorf("%+v:\n got %x\nwant %x", m, got, want)
+				}
+				if got := runMix(t, m, c.Plan()); !slices.Equal(got, wantMix) {
+					t.Errorf("%+v, with the mix check:\n got %x\nwant %x", m, got, wantMix)
 				}
 			}
 		})
@@ -123,6 +144,9 @@ func TestModelRandomGeometry(t *testing.T) {
 		if want := c.Reference(); !slices.Equal(out, want) {
 			rt.Fatalf("%+v:\n got %x\nwant %x", m, out, want)
 		}
+		if got, want := runMix(rt, m, c.Plan()), runMix(rt, checksum.Reference{}, c.Plan()); !slices.Equal(got, want) {
+			rt.Fatalf("%+v, with the mix check:\n got %x\nwant %x", m, got, want)
+		}
 	})
 }
 
@@ -151,10 +175,10 @@ func TestModelMatchesReferenceOnSynth(t *testing.T) {
 				if len(plan.Tasks) == 0 {
 					t.Fatalf("%s: nothing to checksum", p)
 				}
-				want := run(t, checksum.Reference{}, plan)
+				want := runMix(t, checksum.Reference{}, plan)
 				m := variants[i%len(variants)]
 				for _, m := range []kernels.Model{{}, m} {
-					if got := run(t, m, plan); !slices.Equal(got, want) {
+					if got := runMix(t, m, plan); !slices.Equal(got, want) {
 						t.Errorf("%s, %+v:\n got %x\nwant %x", p, m, got, want)
 					}
 				}
@@ -163,7 +187,7 @@ func TestModelMatchesReferenceOnSynth(t *testing.T) {
 	}
 }
 
-// TestModelGolden runs the worked example of docs/spec.md §1
+// TestModelGolden runs the worked example of docs/spec.md §1 and §14
 // (checksum/testdata/golden/spec1.txt) through the model.
 func TestModelGolden(t *testing.T) {
 	f, err := os.Open(filepath.Join("..", "checksum", "testdata", "golden", "spec1.txt"))
@@ -171,15 +195,18 @@ func TestModelGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var want []string
+	var want, wantMix []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "checksums: "); ok {
 			want = strings.Fields(v)
 		}
+		if v, ok := strings.CutPrefix(sc.Text(), "mix: "); ok {
+			wantMix = strings.Fields(v)
+		}
 	}
-	if len(want) != 2 {
-		t.Fatalf("spec1.txt: want 2 checksums, got %q", want)
+	if len(want) != 2 || len(wantMix) != 2 {
+		t.Fatalf("spec1.txt: want 2 checksums and 2 mix checks, got %q, %q", want, wantMix)
 	}
 	cfg := synth.Config{Preset: "tiny", Tokens: 3, Requests: 1, Format: "dir",
 		Values: func(L, h, t, p int) uint64 { return uint64((L+1)*1000 + (h+1)*100 + t*10 + p) }}
@@ -192,6 +219,13 @@ func TestModelGolden(t *testing.T) {
 		}
 		if !slices.Equal(got, want) {
 			t.Errorf("%+v: got %v, want %v", m, got, want)
+		}
+		got = nil
+		for _, v := range g.ChecksMix[0] {
+			got = append(got, fmt.Sprintf("0x%016x", v))
+		}
+		if !slices.Equal(got, wantMix) {
+			t.Errorf("%+v: mix check %v, want %v", m, got, wantMix)
 		}
 	}
 }

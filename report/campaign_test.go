@@ -19,7 +19,8 @@ import (
 func campaignResult(pass bool) *inject.CampaignResult {
 	r := &inject.CampaignResult{Seed: 7, Trials: 4, Pass: pass, Elapsed: 1500 * time.Millisecond,
 		Kinds: []inject.KindResult{
-			{Kind: inject.BitFlip, Detector: inject.DetectChecksum, Trials: 4, Detected: 4, Localised: 4, Pairs: map[string]int{"a<b": 4}, Example: "req-0 g0 .X"},
+			{Kind: inject.BitFlip, Detector: inject.DetectChecksum, Trials: 4, Detected: 4, Localised: 4, CaughtByVLLM: 4, Pairs: map[string]int{"a<b": 4}, Example: "req-0 g0 .X"},
+			{Kind: inject.CancellingFlips, Detector: inject.DetectChecksum, Trials: 4, Detected: 4, Localised: 4, Pairs: map[string]int{"a<b": 4}, Example: "req-0 g0 X."},
 			{Kind: inject.StaleTail, Detector: inject.DetectTail, Trials: 3, NotApplicable: 1, Detected: 3, Localised: 3, Pairs: map[string]int{"a<b": 3}},
 			{Kind: inject.PastNumTokens, Detector: inject.DetectNone, Control: true, Trials: 4, Pairs: map[string]int{"a<b": 4}},
 			{Kind: inject.WrongPrefix, Detector: inject.DetectStored, NotApplicable: 4, Pairs: map[string]int{}},
@@ -29,7 +30,8 @@ func campaignResult(pass bool) *inject.CampaignResult {
 	if !pass {
 		r.Kinds[0].Localised, r.Kinds[0].Missed, r.Kinds[0].Detected = 2, 1, 3
 		r.Kinds[0].Failures = []inject.TrialFailure{{Trial: 1, Pair: "a<b", Seed: 9, Fault: `flipped "x" & y`}, {Trial: 2, Pair: "a<b", Seed: 10, Fault: "f", Problems: []string{"positions [1], want [2] <&>"}}}
-		r.Kinds[2].FalsePositives = 1
+		r.Kinds[0].CaughtByVLLM = 3
+		r.Kinds[3].FalsePositives = 1
 		r.Pairs = append(r.Pairs, inject.PairResult{Name: "c&d", Problems: []string{"request req-0: mismatch"}})
 	}
 	return r
@@ -110,15 +112,18 @@ func TestCampaignJSONAndTable(t *testing.T) {
 	}
 	kinds := got["kinds"].([]any)
 	first := kinds[0].(map[string]any)
-	if first["failed"] != true || first["missed"] != 1.0 || len(first["failures"].([]any)) != 2 {
+	if first["failed"] != true || first["missed"] != 1.0 || len(first["failures"].([]any)) != 2 || first["caught_by_vllm_checksum"] != 3.0 {
 		t.Errorf("bit-flip row: %v", first)
+	}
+	if second := kinds[1].(map[string]any); second["kind"] != "cancelling-flips" || second["caught_by_vllm_checksum"] != 0.0 || second["failed"] != false {
+		t.Errorf("cancelling-flips row: %v", second)
 	}
 	b.Reset()
 	if err := RenderCampaign(&b, campaignResult(false), FormatTable, Style{}); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"kvaudit campaign: FAIL", "bit-flip\tchecksum\t4\t3\t2\t1\t0\t1/2", "stale-tail\ttail-audit\t3 (+1 n/a)",
+	for _, want := range []string{"kvaudit campaign: FAIL", "bit-flip\tchecksum\t4\t3\t2\t1\t0\t3\t1/2", "cancelling-flips\tchecksum\t4\t4\t4\t0\t0\t0\t1/2", "stale-tail\ttail-audit\t3 (+1 n/a)",
 		"past-num-tokens\tnone (control)\t4\t-\t-\t-\t1", "clean\tnone (control)\t2\t-\t-\t-\t1", "failing trials", "positions [1], want [2]"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
@@ -128,7 +133,7 @@ func TestCampaignJSONAndTable(t *testing.T) {
 	if err := RenderCampaign(&b, campaignResult(true), FormatMarkdown, Style{}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(squeeze(b.String()), "| bit-flip | checksum | 4 | 4 | 4 | 0 | 0 | 1/1 | req-0 g0 .X |") || strings.Contains(b.String(), "failing trials") {
+	if !strings.Contains(squeeze(b.String()), "| bit-flip | checksum | 4 | 4 | 4 | 0 | 0 | 4 | 1/1 | req-0 g0 .X |") || strings.Contains(b.String(), "failing trials") {
 		t.Errorf("markdown:\n%s", b.String())
 	}
 }

@@ -53,6 +53,10 @@ type ChecksumGroupJSON struct {
 	Checks          [][]layout.Hex64 `json:"checks"`
 	ReplicaKeys     [][2]int         `json:"replica_keys"`
 	MissingReplica  bool             `json:"missing_replica,omitempty"`
+	// Mix is kvaudit's mix check (docs/spec.md §14) beside Checks,
+	// Mix[k][i] beside Checks[k][i], in either numbering (the mix check
+	// has one); absent when an engine or record did not give it.
+	Mix [][]layout.Hex64 `json:"mix,omitempty"`
 }
 
 // SkippedGroupJSON is a group that is not checksummed and why.
@@ -88,15 +92,25 @@ func NewChecksumsJSONNumbered(c *verify.Checks, n checksum.Numbering) *Checksums
 				Fingerprint: layout.Hex64(g.Fingerprint), FingerprintFlat: layout.Hex64(g.FingerprintFlat),
 				Checks: make([][]layout.Hex64, len(groupChecks(g, n))), ReplicaKeys: g.Keys, MissingReplica: g.MissingReplica,
 			}
-			for k, check := range groupChecks(g, n) {
-				gj.Checks[k] = make([]layout.Hex64, len(check))
-				for i, v := range check {
-					gj.Checks[k][i] = layout.Hex64(v)
-				}
+			gj.Checks = hexLists(groupChecks(g, n))
+			if g.ChecksMix != nil {
+				gj.Mix = hexLists(g.ChecksMix)
 			}
 			rj.Groups = append(rj.Groups, gj)
 		}
 		out.Requests = append(out.Requests, rj)
+	}
+	return out
+}
+
+// hexLists writes lists of uint64s as hex.
+func hexLists(lists [][]uint64) [][]layout.Hex64 {
+	out := make([][]layout.Hex64, len(lists))
+	for k, l := range lists {
+		out[k] = make([]layout.Hex64, len(l))
+		for i, v := range l {
+			out[k][i] = layout.Hex64(v)
+		}
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -78,6 +79,14 @@ type DiffGroupJSON struct {
 	Map string `json:"map"`
 	// Hint names the likely cause of Reason, "" when none.
 	Hint string `json:"hint,omitempty"`
+	// Strength is what the compared positions were judged by: "vllm+mix"
+	// (vLLM's checksum and kvaudit's mix check, docs/spec.md §14) or
+	// "vllm" (vLLM's checksum alone: a side without the mix check, e.g. a
+	// flat payload); absent when nothing was compared.
+	Strength string `json:"strength,omitempty"`
+	// MixOnly are the positions that differ in the mix check only: vLLM's
+	// checksum alone would have verified them. Absent when none.
+	MixOnly []int `json:"mix_only,omitempty"`
 }
 
 // DiffDetailJSON is one differing (group, position, layer, head, replica).
@@ -117,7 +126,7 @@ func NewDiffJSON(res *verify.DiffResult) *DiffJSON {
 				ID: g.ID, Verdict: string(g.Verdict), Positions: append([]int{}, g.Positions...),
 				Reason: g.Reason, Kind: g.Kind, Checks: append([]int{}, g.Checks...),
 				BlockSize: g.BlockSize, ProducerBlockSize: g.ProducerBlockSize, Map: mapChars(g.Map),
-				Hint: g.Hint,
+				Hint: g.Hint, Strength: string(g.Strength), MixOnly: g.MixOnly,
 			})
 		}
 		for _, d := range r.Details {
@@ -268,6 +277,7 @@ func diffTables(res *verify.DiffResult, verdict verify.Verdict) []*Table {
 	}
 	t.Notes = append(t.Notes, fmt.Sprintf("%d request(s): %d verified, %d mismatch, %d unverified",
 		len(res.Requests), counts[verify.Verified], counts[verify.Mismatch], counts[verify.Unverified]))
+	t.Notes = append(t.Notes, strengthNotes(res)...)
 	switch {
 	case numberings["block"] && numberings["request"]:
 		t.Notes = append(t.Notes, "numbering: block against flat payloads (vLLM's published form), request otherwise")
@@ -301,8 +311,11 @@ func diffTables(res *verify.DiffResult, verdict verify.Verdict) []*Table {
 			d.Add(C("%s", rv.ID), C("%d", x.Group), C("%d", x.Position), C("%d (%s)", x.Layer, x.LayerName),
 				C("%s", head), C("%d", x.Replica), C("%s", tokens), C("%d", x.Bytes), Cell{Text: x.Hint, Tone: Bad})
 		}
+		summarised := verify.VLLMOnlyNotes(rv.Groups) // in the first table, once
 		for _, n := range rv.Notes {
-			d.Notes = append(d.Notes, fmt.Sprintf("request %s: %s", rv.ID, n))
+			if !slices.Contains(summarised, n) {
+				d.Notes = append(d.Notes, fmt.Sprintf("request %s: %s", rv.ID, n))
+			}
 		}
 	}
 	if len(d.Rows) > 0 || len(d.Notes) > 0 {
@@ -312,6 +325,32 @@ func diffTables(res *verify.DiffResult, verdict verify.Verdict) []*Table {
 		tables = append(tables, c)
 	}
 	return tables
+}
+
+// strengthNotes say, once per cause, which requests were compared by
+// vLLM's checksum alone and what that misses (docs/spec.md §14).
+func strengthNotes(res *verify.DiffResult) []string {
+	var whys []string
+	reqs := map[string][]string{}
+	for _, rv := range res.Requests {
+		for _, g := range rv.Groups {
+			if g.Strength != verify.StrengthVLLM {
+				continue
+			}
+			if reqs[g.VLLMOnly] == nil {
+				whys = append(whys, g.VLLMOnly)
+			}
+			if !slices.Contains(reqs[g.VLLMOnly], rv.ID) {
+				reqs[g.VLLMOnly] = append(reqs[g.VLLMOnly], rv.ID)
+			}
+		}
+	}
+	var notes []string
+	for _, why := range whys {
+		notes = append(notes, fmt.Sprintf("compared by vLLM's checksum only (%s) for %s: %s; kvaudit's nested payload, records and dumps add its mix check",
+			why, strings.Join(reqs[why], ", "), verify.MissedByVLLM))
+	}
+	return notes
 }
 
 // DiffOptions control RenderDiff.
@@ -379,10 +418,11 @@ func diffJUnit(res *verify.DiffResult, opts DiffOptions) junitSuites {
 							d.Position, d.Layer, d.LayerName, d.Head, d.Replica, d.FirstToken, d.LastToken, d.Bytes, d.Hint)
 					}
 				}
-				c.Failure = &junitOutcome{
-					Message: fmt.Sprintf("mismatch at consumer block positions %s (checks %s)", ranges.Format(g.Positions), ranges.Format(g.Checks)),
-					Type:    "mismatch", Text: text.String(),
+				msg := fmt.Sprintf("mismatch at consumer block positions %s (checks %s)", ranges.Format(g.Positions), ranges.Format(g.Checks))
+				if len(g.MixOnly) > 0 {
+					msg += fmt.Sprintf("; positions %s by kvaudit's mix check only (vLLM's checksum agrees)", ranges.Format(g.MixOnly))
 				}
+				c.Failure = &junitOutcome{Message: msg, Type: "mismatch", Text: text.String()}
 			case verify.Unverified:
 				c.Error, c.Skipped = unverified(g.Reason, "")
 			case verify.LeftOut:

@@ -21,14 +21,21 @@ func diffFixture() *verify.DiffResult {
 	req := func(id string, groups ...*verify.GroupChecks) *verify.RequestChecks {
 		return &verify.RequestChecks{ID: id, NumTokens: 40, TPSize: 1, Groups: groups}
 	}
+	// mixed gives a group kvaudit's mix check (docs/spec.md §14).
+	mixed := func(g *verify.GroupChecks, mix ...uint64) *verify.GroupChecks {
+		g.ChecksMix = [][]uint64{mix}
+		return g
+	}
 	prod := &verify.Checks{TPSize: 1, Complete: true, Skipped: map[int]string{2: "host-resident KV"}, Requests: []*verify.RequestChecks{
 		req("req-0", g(0, 0, 1, 2, 3)),
 		req("req-1", g(0, 0, 1, 2, 3)),
+		req("req-3", mixed(g(0, 0, 1, 2, 3), 7, 8, 9)),
 	}}
 	cons := &verify.Checks{TPSize: 1, Complete: true, Skipped: map[int]string{2: "host-resident KV"}, Requests: []*verify.RequestChecks{
 		req("req-0", g(0, 1, 2, 9), g(1, 0, 4, 5, 6)),
 		req("req-1", g(0, 0, 1, 2, 3)),
 		req("req-2", g(0, 0, 1, 2, 3)),
+		req("req-3", mixed(g(0, 0, 1, 2, 3), 7, 0, 9)), // vLLM's checksum agrees
 	}}
 	cons.Requests[0].NumLocalComputedTokens = 16
 	res := verify.Diff(prod, cons)
@@ -73,6 +80,11 @@ func TestDiffJSON(t *testing.T) {
 	}
 	r2 := doc["requests"].([]any)[2].(map[string]any)
 	check("requests[2]", []any{r2["verdict"], r2["reasons"], r2["details"]}, []any{"unverified", []string{"the producer sent no checksums"}, []any{}})
+	r1g := doc["requests"].([]any)[1].(map[string]any)["groups"].([]any)[0].(map[string]any)
+	check("requests[1].groups[0]", []any{r1g["strength"], r1g["mix_only"]}, []any{"vllm", nil})
+	r3 := doc["requests"].([]any)[3].(map[string]any)
+	r3g := r3["groups"].([]any)[0].(map[string]any)
+	check("requests[3].groups[0]", []any{r3g["verdict"], r3g["positions"], r3g["strength"], r3g["mix_only"]}, []any{"mismatch", []int{1}, "vllm+mix", []int{1}})
 }
 
 func TestDiffJUnit(t *testing.T) {
@@ -106,12 +118,13 @@ func TestDiffJUnit(t *testing.T) {
 			t.Fatalf("not valid XML: %v\n%s", err, b.String())
 		}
 		// req-0: load, group 0 (failure), 1 (unverified), 2 (left out);
-		// req-1: load, groups 0 and 2; req-2: load (no checksums).
-		wantErrors, wantSkipped := 2, 2
+		// req-1: load, groups 0 and 2; req-2: load (no checksums); req-3:
+		// load, group 0 (failure: the mix check), group 2.
+		wantErrors, wantSkipped := 2, 3
 		if allow {
-			wantErrors, wantSkipped = 0, 4
+			wantErrors, wantSkipped = 0, 5
 		}
-		if len(doc.Suites) != 3 || doc.Tests != 8 || doc.Failures != 1 || doc.Errors != wantErrors || doc.Skipped != wantSkipped {
+		if len(doc.Suites) != 4 || doc.Tests != 11 || doc.Failures != 2 || doc.Errors != wantErrors || doc.Skipped != wantSkipped {
 			t.Errorf("allow %v: %d suites, tests %d failures %d errors %d skipped %d", allow, len(doc.Suites), doc.Tests, doc.Failures, doc.Errors, doc.Skipped)
 		}
 		f := doc.Suites[0].Cases[1].Failure
@@ -133,7 +146,9 @@ func TestDiffTable(t *testing.T) {
 		"req-0\t1\tfull_attention\tunverified\t\t\ta group is checksummed by one side only\t---\n",
 		"req-0\t2\t\tleft out\t\t\tskipped on both sides\t\n",
 		"req-2\t-\t\tunverified\t\t\tthe producer sent no checksums\t\n",
-		"3 request(s): 1 verified, 1 mismatch, 1 unverified\n",
+		"4 request(s): 1 verified, 2 mismatch, 1 unverified\n",
+		"req-3\t0\tfull_attention\tmismatch\t1\t0\t\t.X.\n",
+		"request req-3: group 0: block position(s) 1 differ in kvaudit's mix check only: vLLM's checksum alone would have verified them\n",
 		"req-0\t0\t2\t1 (model.layers.1.self_attn.attn)\t0\t0\t33\t1\t1 bit flipped\n",
 		"request req-0: a note\n",
 	} {

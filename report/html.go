@@ -111,6 +111,10 @@ type htmlPage struct {
 	Inputs   []inputRow
 	Rows     []mapRow
 	RowsLeft int
+	// MapNotes are said under the block maps: which requests were
+	// compared by vLLM's checksum alone and what that misses, as the
+	// table's notes say.
+	MapNotes []string
 	Heat     *heatSection
 	Tables   []htmlTable
 	Campaign *campaignView
@@ -168,8 +172,11 @@ type mapRow struct {
 	Checks    string
 	Reason    string
 	Hint      string
-	Cells     []stripCell
-	Per       int
+	// MixOnly are the positions that differ in kvaudit's mix check only
+	// (vLLM's checksum agrees), "" when none.
+	MixOnly string
+	Cells   []stripCell
+	Per     int
 }
 
 // stripCell is one cell of a block map strip.
@@ -300,7 +307,8 @@ func mapRows(res *verify.DiffResult) (rows []mapRow, left int) {
 		}
 		for _, g := range rv.Groups {
 			r := mapRow{Group: strconv.Itoa(g.ID), Kind: clip(g.Kind), Numbering: rv.Numbering, Verdict: verdictBadge(g.Verdict),
-				Positions: clip(ranges.Format(g.Positions)), Checks: clip(ranges.Format(g.Checks)), Reason: clip(g.Reason), Hint: clip(g.Hint)}
+				Positions: clip(ranges.Format(g.Positions)), Checks: clip(ranges.Format(g.Checks)), Reason: clip(g.Reason), Hint: clip(g.Hint),
+				MixOnly: clip(ranges.Format(g.MixOnly))}
 			switch {
 			case g.BlockSize == 0:
 			case g.ProducerBlockSize != 0 && g.ProducerBlockSize != g.BlockSize:
@@ -729,6 +737,10 @@ func RenderDiffHTML(w io.Writer, res *verify.Result, info HTMLInfo) error {
 	}
 	if res.Diff != nil {
 		p.Rows, p.RowsLeft = mapRows(res.Diff)
+		for _, n := range strengthNotes(res.Diff) {
+			p.MapNotes = append(p.MapNotes, escapeText(n))
+		}
+		p.MapNotes = capList(clipNotes(p.MapNotes), htmlMaxNotes)
 		p.Heat = newHeatSection(res.Diff)
 		// The first table is the block maps above; then the drill-down
 		// and, with the transfer audit, the causes it names.

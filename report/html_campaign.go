@@ -53,6 +53,18 @@ func outcome(n int, of int, wantAll bool) htmlCell {
 
 var dashCell = htmlCell{Text: "–", Tone: "dim"}
 
+// caughtByVLLM is the cell of the trials of a kind vLLM's checksum alone
+// would have caught, of trials: a warning where it lets some through
+// (what only kvaudit's mix check or an audit finds), as the table's
+// column is.
+func caughtByVLLM(n, trials int) htmlCell {
+	c := htmlCell{Text: fmt.Sprintf("%d/%d", n, trials)}
+	if n < trials {
+		c.Tone, c.Sym = "warn", "!"
+	}
+	return c
+}
+
 // exampleMap splits a kind's example ("req-1 g0 X.") into where it was
 // and its block map.
 func exampleMap(ex string) (at string, cells []stripCell, text string) {
@@ -73,7 +85,7 @@ func exampleMap(ex string) (at string, cells []stripCell, text string) {
 
 func newCampaignView(r *inject.CampaignResult) *campaignView {
 	v := &campaignView{Seed: fmt.Sprint(r.Seed), Trials: fmt.Sprint(r.Trials), Elapsed: fmt.Sprintf("%.1fs", r.Elapsed.Seconds()), Stopped: r.Stopped,
-		Columns: []string{"trials", "detected", "localised exactly", "missed", "false positives"}}
+		Columns: []string{"trials", "detected", "localised exactly", "missed", "false positives", "caught by vLLM's checksum alone"}}
 	for _, k := range r.Kinds {
 		row := kindRow{Kind: badge{Text: string(k.Kind), Sym: "✓", Tone: "good"}, Detector: k.Detector}
 		if k.Failed() {
@@ -89,12 +101,12 @@ func newCampaignView(r *inject.CampaignResult) *campaignView {
 		switch {
 		case k.Trials == 0:
 			row.Kind.Sym, row.Kind.Tone = "–", "dim"
-			row.Outcomes = []htmlCell{trials, dashCell, dashCell, dashCell, dashCell}
+			row.Outcomes = []htmlCell{trials, dashCell, dashCell, dashCell, dashCell, dashCell}
 		case k.Control:
-			row.Outcomes = []htmlCell{trials, dashCell, dashCell, dashCell, outcome(k.FalsePositives, -1, false)}
+			row.Outcomes = []htmlCell{trials, dashCell, dashCell, dashCell, outcome(k.FalsePositives, -1, false), {Text: fmt.Sprint(k.CaughtByVLLM)}}
 		default:
 			row.Outcomes = []htmlCell{trials, outcome(k.Detected, k.Trials, true), outcome(k.Localised, k.Trials, true),
-				outcome(k.Missed, -1, false), outcome(k.FalsePositives, -1, false)}
+				outcome(k.Missed, -1, false), outcome(k.FalsePositives, -1, false), caughtByVLLM(k.CaughtByVLLM, k.Trials)}
 		}
 		row.ExampleAt, row.Example, row.ExampleText = exampleMap(clip(k.Example))
 		v.Kinds = append(v.Kinds, row)
@@ -106,7 +118,7 @@ func newCampaignView(r *inject.CampaignResult) *campaignView {
 		}
 	}
 	clean := kindRow{Kind: badge{Text: "clean", Sym: "✓", Tone: "good"}, Detector: "none (control)",
-		Outcomes: []htmlCell{{Text: fmt.Sprint(len(r.Pairs))}, dashCell, dashCell, dashCell, outcome(flagged, -1, false)}}
+		Outcomes: []htmlCell{{Text: fmt.Sprint(len(r.Pairs))}, dashCell, dashCell, dashCell, outcome(flagged, -1, false), dashCell}}
 	if flagged > 0 {
 		clean.Kind.Sym, clean.Kind.Tone = "✗", "bad"
 	}
@@ -120,7 +132,8 @@ func newCampaignView(r *inject.CampaignResult) *campaignView {
 
 // RenderCampaignHTML writes a campaign as one self-contained HTML page:
 // the verdict as the exit code reports it, the matrix of fault kinds by
-// outcomes (detected, localised exactly, missed, false positives) with
+// outcomes (detected, localised exactly, missed, false positives, caught
+// by vLLM's checksum alone) with
 // each kind's example block map, the clean controls and the failing
 // trials.
 func RenderCampaignHTML(w io.Writer, r *inject.CampaignResult, info HTMLInfo) error {

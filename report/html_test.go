@@ -256,3 +256,40 @@ func TestHTMLBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestHTMLStrength: the diff page says what the table says of the
+// comparison's strength: which requests vLLM's checksum alone judged and
+// what that misses, and the positions only kvaudit's mix check caught; a
+// load whose one mismatch is the mix check's is a mismatch in the title
+// and verdict, as everywhere (docs/spec.md §9).
+func TestHTMLStrength(t *testing.T) {
+	g := func(mix ...uint64) *verify.GroupChecks {
+		gc := &verify.GroupChecks{ID: 0, Kind: "full_attention", BlockSize: 16, Start: 0, Fingerprint: 1, FingerprintFlat: 2, HasFlat: true,
+			Checks: [][]uint64{{1, 2, 3}}}
+		if mix != nil {
+			gc.ChecksMix = [][]uint64{mix}
+		}
+		return gc
+	}
+	req := func(id string, gc *verify.GroupChecks) *verify.RequestChecks {
+		return &verify.RequestChecks{ID: id, NumTokens: 40, TPSize: 1, Groups: []*verify.GroupChecks{gc}}
+	}
+	prod := &verify.Checks{TPSize: 1, Complete: true, Requests: []*verify.RequestChecks{req("mixed", g(7, 8, 9)), req("plain", g())}}
+	cons := &verify.Checks{TPSize: 1, Complete: true, Requests: []*verify.RequestChecks{req("mixed", g(7, 0, 9)), req("plain", g(7, 8, 9))}}
+	res := verify.Diff(prod, cons)
+	out := renderHTML(t, &verify.Result{Diff: res})
+	for _, want := range []string{
+		"<title>kvaudit diff: mismatch</title>",
+		`<b id="verdict">mismatch</b>`,
+		"position(s) 1 differ in kvaudit&#39;s mix check only: vLLM&#39;s checksum alone would have verified them",
+		"<li>compared by vLLM&#39;s checksum only (the producer&#39;s checks have no mix check: the cuda engine&#39;s, or records from before it) for plain: " +
+			strings.ReplaceAll(verify.MissedByVLLM, "'", "&#39;"),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if n := strings.Count(out, "differ in kvaudit&#39;s mix check only"); n != 1 {
+		t.Errorf("%d mix-only lines, want 1 (request mixed alone)", n)
+	}
+}

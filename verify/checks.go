@@ -75,6 +75,13 @@ type GroupChecks struct {
 	// when some rank did not give them (a record without values_block).
 	// A flat payload is compared with them.
 	ChecksBlock [][]uint64
+	// ChecksMix are kvaudit's mix check (docs/spec.md §14) beside Checks,
+	// check by check and position by position; nil when some rank did not
+	// give it (records of the cuda engine or of an older kvaudit) or the
+	// producer sent vLLM's values only (a flat payload, a nested one
+	// without the sixth element). Both sides' are compared when both have
+	// them.
+	ChecksMix [][]uint64
 	// Keys are the replica keys summed, (replicas, index).
 	Keys [][2]int
 	// MissingReplica is set when some check lacks a replica key's sum.

@@ -38,10 +38,48 @@ func diffGroup(pr, cr *RequestChecks, pg, cg *GroupChecks, id int, consumer *Che
 		if pg.Start != 0 || pg.Positions() == 0 || cg.Start != 0 || cg.Positions() == 0 {
 			return gv.unverified(ReasonNoBlockInCommon)
 		}
-		gv.record([]int{0}, pg.Checks[0][0], func(k int) uint64 { return cchecks[k][0] }, len(cchecks))
+		got := make([]uint64, len(cchecks))
+		for k := range got {
+			got[k] = cchecks[k][0]
+		}
+		var mix *unitMix
+		if gv.mixComparable(pg, cg, cchecks) {
+			mix = &unitMix{want: pg.ChecksMix[0][0], got: make([]uint64, len(cchecks))}
+			for k := range mix.got {
+				mix.got[k] = cg.ChecksMix[k][0]
+			}
+		}
+		gv.record([]int{0}, pg.Checks[0][0], got, mix)
 		return gv.finish("")
 	}
 	return gv.compareUnits(pr, cr, pg, cg, cchecks)
+}
+
+// mixComparable says whether both sides carry kvaudit's mix check
+// (docs/spec.md §14) in the shape of the compared checks, so that it is
+// compared beside vLLM's, and records which strength the comparison has
+// (GroupVerdict.Strength, set by finish when anything was compared).
+func (gv *GroupVerdict) mixComparable(pg, cg *GroupChecks, cchecks [][]uint64) bool {
+	ok := len(pg.ChecksMix) > 0 && len(cg.ChecksMix) == len(cchecks) && len(pg.ChecksMix[0]) == pg.Positions()
+	gv.mixCompared = ok
+	if !ok {
+		switch {
+		case pg.ChecksMix == nil && pg.FromPayload:
+			gv.VLLMOnly = "the producer's payload carries vLLM's values only"
+		case pg.ChecksMix == nil:
+			gv.VLLMOnly = "the producer's checks have no mix check: the cuda engine's, or records from before it"
+		default:
+			gv.VLLMOnly = "the consumer's checks have no mix check: the cuda engine's, or records from before it"
+		}
+	}
+	return ok
+}
+
+// unitMix is the mix check of one compared unit: the producer's check 0
+// and each consumer check.
+type unitMix struct {
+	want uint64
+	got  []uint64
 }
 
 // newGroupVerdict starts the verdict of group id: its kind (the
@@ -150,6 +188,15 @@ func (gv *GroupVerdict) compareUnits(pr, cr *RequestChecks, pg, cg *GroupChecks,
 	hi := min(punits.endUnit(), cunits.endUnit())
 	pv := make([]uint64, 1)
 	cv := make([]uint64, len(cchecks))
+	// kvaudit's mix check adds up over consecutive blocks as vLLM's
+	// request-numbered checksum does (docs/spec.md §14): the same units.
+	var mix *unitMix
+	var pmix, cmix groupUnits
+	if gv.mixComparable(pg, cg, cchecks) {
+		mix = &unitMix{got: make([]uint64, len(cchecks))}
+		pmix, cmix = punits, cunits
+		pmix.checks, cmix.checks = pg.ChecksMix, cg.ChecksMix
+	}
 	for u := lo; u < hi; u++ {
 		pt, ok := punits.chunk(u, pv)
 		if !ok || pt == 0 {
@@ -159,7 +206,13 @@ func (gv *GroupVerdict) compareUnits(pr, cr *RequestChecks, pg, cg *GroupChecks,
 		if !ok || ct != pt {
 			continue
 		}
-		gv.record(cunits.positions(u), pv[0], func(k int) uint64 { return cv[k] }, len(cv))
+		if mix != nil {
+			w := []uint64{0}
+			pmix.chunk(u, w)
+			cmix.chunk(u, mix.got)
+			mix.want = w[0]
+		}
+		gv.record(cunits.positions(u), pv[0], cv, mix)
 	}
 	reason := ""
 	if inside {
@@ -179,11 +232,21 @@ func (gv *GroupVerdict) notCompared() []int {
 	return out
 }
 
-// record marks the consumer positions of one compared unit.
-func (gv *GroupVerdict) record(positions []int, want uint64, got func(k int) uint64, checks int) {
+// record marks the consumer positions of one compared unit: vLLM's
+// checksum, the producer's check 0 (want) against each consumer check
+// (got[k]), and, when both sides carry it (mix not nil), kvaudit's mix
+// check alike. A unit where vLLM's values agree and the mix check differs
+// is a mismatch too, listed in MixOnly.
+func (gv *GroupVerdict) record(positions []int, want uint64, got []uint64, mix *unitMix) {
 	state := PosVerified
-	for k := range checks {
-		if got(k) != want {
+	vllm := false
+	for k := range got {
+		differs := got[k] != want
+		vllm = vllm || differs
+		if mix != nil && mix.got[k] != mix.want {
+			differs = true
+		}
+		if differs {
 			state = PosMismatch
 			if !slices.Contains(gv.Checks, k) {
 				gv.Checks = append(gv.Checks, k)
@@ -196,6 +259,9 @@ func (gv *GroupVerdict) record(positions []int, want uint64, got func(k int) uin
 		}
 		if state == PosMismatch {
 			gv.Positions = append(gv.Positions, p)
+			if !vllm {
+				gv.MixOnly = append(gv.MixOnly, p)
+			}
 		}
 	}
 }
@@ -207,7 +273,15 @@ func (gv *GroupVerdict) finish(reason string) *GroupVerdict {
 	slices.Sort(gv.Checks)
 	slices.Sort(gv.Positions)
 	gv.Positions = slices.Compact(gv.Positions)
+	slices.Sort(gv.MixOnly)
+	gv.MixOnly = slices.Compact(gv.MixOnly)
 	compared := slices.ContainsFunc(gv.Map, func(s PositionState) bool { return s == PosVerified || s == PosMismatch })
+	if compared {
+		gv.Strength = StrengthVLLM
+		if gv.mixCompared {
+			gv.Strength = StrengthMix
+		}
+	}
 	switch {
 	case len(gv.Positions) > 0:
 		gv.Verdict = Mismatch

@@ -184,26 +184,33 @@ func mergeRequests(recs []*wire.Record, c *Checks, info map[int]*GroupInfo) erro
 type groupSum struct {
 	start, n int
 	sums     map[[2]int][]uint64
-	// block sums ValuesBlock alike; nil once a rank did not give it
-	// (noBlock).
-	block   map[[2]int][]uint64
-	noBlock bool
-	// borrowed and borrowedBlock are the sums of sums and block that are
-	// still one record's own values, copied before another rank adds to
-	// them.
-	borrowed, borrowedBlock map[[2]int]bool
+	// block sums ValuesBlock alike, and mix the mix check (Mix); each is
+	// nil once a rank did not give it (noBlock, noMix).
+	block, mix     map[[2]int][]uint64
+	noBlock, noMix bool
+	// borrowed, borrowedBlock and borrowedMix are the sums of sums, block
+	// and mix that are still one record's own values, copied before
+	// another rank adds to them.
+	borrowed, borrowedBlock, borrowedMix map[[2]int]bool
 }
 
 func (s *groupSum) add(g wire.RecordRequestGroup) {
-	if g.ValuesBlock.IsZero() {
-		s.noBlock, s.block = true, nil
-	} else if !s.noBlock && s.block == nil {
-		s.block, s.borrowedBlock = map[[2]int][]uint64{}, map[[2]int]bool{}
+	optional := func(sums *map[[2]int][]uint64, borrowed *map[[2]int]bool, none *bool, have bool) {
+		if !have {
+			*none, *sums, *borrowed = true, nil, nil
+		} else if !*none && *sums == nil {
+			*sums, *borrowed = map[[2]int][]uint64{}, map[[2]int]bool{}
+		}
 	}
+	optional(&s.block, &s.borrowedBlock, &s.noBlock, !g.ValuesBlock.IsZero())
+	optional(&s.mix, &s.borrowedMix, &s.noMix, !g.Mix.IsZero())
 	for k, key := range g.ReplicaKeys {
 		addColumn(s.sums, s.borrowed, s.n, key, g.Values, k)
 		if s.block != nil {
 			addColumn(s.block, s.borrowedBlock, s.n, key, g.ValuesBlock, k)
+		}
+		if s.mix != nil {
+			addColumn(s.mix, s.borrowedMix, s.n, key, g.Mix, k)
 		}
 	}
 }
@@ -273,6 +280,9 @@ func (s *groupSum) checks() *GroupChecks {
 	gc.Checks = form(s.sums)
 	if s.block != nil {
 		gc.ChecksBlock = form(s.block)
+	}
+	if s.mix != nil {
+		gc.ChecksMix = form(s.mix)
 	}
 	return gc
 }

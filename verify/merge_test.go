@@ -252,3 +252,40 @@ func TestMergeLeavesRecords(t *testing.T) {
 		checkExpected(t, cfg, first)
 	}
 }
+
+// TestMergeMixWithoutCopies: a one-rank record's mix check becomes the
+// checks' ChecksMix as it is, sharing its memory as Checks shares Values'
+// (docs/spec.md §8: a record is held once), and a second rank's is added
+// to a copy, the first record left as it was.
+func TestMergeMixWithoutCopies(t *testing.T) {
+	rec := func(tp, tps int, mix uint64) *wire.Record {
+		return &wire.Record{Format: wire.RecordFormat, TPRank: tp, TPSize: tps, PPSize: 1, SkippedGroups: map[string]string{},
+			Groups: []wire.RecordGroup{{ID: 0, Kind: layout.KindFullAttention, BlockSize: 16, Layers: 1}},
+			Requests: []wire.RecordRequest{{ID: "r", NumTokens: 32, Groups: []wire.RecordRequestGroup{{
+				ID: 0, ReplicaKeys: [][2]int{{1, 0}}, Values: wire.ValuesOf([]uint64{1}, []uint64{2}), Mix: wire.ValuesOf([]uint64{mix}, []uint64{mix + 1}),
+			}}}}}
+	}
+	one := rec(0, 1, 10)
+	c, err := verify.Merge([]*wire.Record{one})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Requests[0].Groups[0].ChecksMix
+	if len(got) != 1 || !slices.Equal(got[0], []uint64{10, 11}) {
+		t.Fatalf("ChecksMix %v, want [[10 11]]", got)
+	}
+	if &got[0][0] != &one.Requests[0].Groups[0].Mix.Flat()[0] {
+		t.Error("a one-rank record's mix check was copied")
+	}
+	a, b := rec(0, 2, 10), rec(1, 2, 100)
+	c, err = verify.Merge([]*wire.Record{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Requests[0].Groups[0].ChecksMix; len(got) != 1 || !slices.Equal(got[0], []uint64{110, 112}) {
+		t.Fatalf("two ranks' ChecksMix %v, want [[110 112]]", got)
+	}
+	if !slices.Equal(a.Requests[0].Groups[0].Mix.Flat(), []uint64{10, 11}) {
+		t.Errorf("merging changed the first record's mix check: %v", a.Requests[0].Groups[0].Mix)
+	}
+}

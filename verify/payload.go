@@ -41,6 +41,13 @@ func payloadRequest(id string, p *wire.Payload, clone bool) *RequestChecks {
 		if gc.Checks[0] == nil {
 			gc.Checks[0] = []uint64{}
 		}
+		if g.Mix != nil {
+			mix := g.Mix
+			if clone {
+				mix = slices.Clone(mix)
+			}
+			gc.ChecksMix = [][]uint64{mix}
+		}
 		if p.Form == wire.FormFlat {
 			gc.FingerprintFlat, gc.HasFlat, gc.FlatOnly = g.Fingerprint, true, true
 		} else {
@@ -86,7 +93,8 @@ func ProducerChecks(reqs ...*RequestChecks) *Checks {
 
 // NewPayload returns what a producer sends for request r of side c: check
 // 0 of each group, in form (wire.FormNested with the nested fingerprint, block
-// size, the side's TP size and request-numbered values; wire.FormFlat with the
+// size, the side's TP size, request-numbered values and, when the side has
+// it, kvaudit's mix check; wire.FormFlat with the
 // flat fingerprint and block-numbered values, byte for byte what vLLM's
 // published producer encodes). A request with load-level unverified
 // reasons (not every rank reported) has no payload: vLLM's producer sends
@@ -106,6 +114,9 @@ func NewPayload(c *Checks, r *RequestChecks, form wire.PayloadForm) (*wire.Paylo
 			pg.BlockSize = g.BlockSize
 			if len(g.Checks) > 0 {
 				pg.Values = g.Checks[0]
+			}
+			if len(g.ChecksMix) > 0 {
+				pg.Mix = g.ChecksMix[0] // the sixth element (docs/spec.md §8)
 			}
 		} else {
 			pg.Fingerprint = g.FingerprintFlat

@@ -115,6 +115,96 @@ type GroupVerdict struct {
 	// end of the consumer's checksummed run (empty when the consumer does
 	// not checksum the group).
 	Map []PositionState
+	// Strength says which checks the compared positions were judged by:
+	// StrengthMix when both sides carried kvaudit's mix check (docs/spec.md
+	// §14) beside vLLM's checksum, StrengthVLLM when vLLM's checksum alone
+	// (a flat payload, vLLM's kv_transfer_params, records without the mix
+	// check), "" when nothing was compared.
+	Strength Strength
+	// MixOnly are the mismatching positions (of Positions) where vLLM's
+	// checksums agree and only the mix check differs: vLLM's checksum
+	// alone would have verified them.
+	MixOnly []int
+
+	// VLLMOnly says why a group of Strength StrengthVLLM was not compared
+	// by the mix check too (the side that lacks it), "" otherwise.
+	VLLMOnly string
+
+	// mixCompared: both sides' mix checks are compared.
+	mixCompared bool
+}
+
+// Strength is what a comparison judged by (GroupVerdict.Strength).
+type Strength string
+
+// Strengths.
+const (
+	// StrengthMix: vLLM's checksum and kvaudit's mix check, both.
+	StrengthMix Strength = "vllm+mix"
+	// StrengthVLLM: vLLM's checksum alone, blind to what it cancels
+	// (MissedByVLLM).
+	StrengthVLLM Strength = "vllm"
+)
+
+// MissedByVLLM says what a comparison by vLLM's checksum alone lets
+// pass: the changes whose weighted sum cancels modulo 2^64.
+const MissedByVLLM = "an even number of top-bit flips in one block position (every fourth bf16 sign, every eighth fp8 sign), or any other change whose weighted sum cancels, passes unseen"
+
+// VLLMOnlyNotes are the notes on a request some of whose groups were
+// compared by vLLM's checksum alone (RequestVerdict.Notes holds them):
+// one per cause (the mix check missing on a side), naming the groups.
+func VLLMOnlyNotes(groups []*GroupVerdict) []string {
+	var whys []string
+	ids := map[string][]int{}
+	for _, g := range groups {
+		if g.Strength != StrengthVLLM {
+			continue
+		}
+		if ids[g.VLLMOnly] == nil {
+			whys = append(whys, g.VLLMOnly)
+		}
+		ids[g.VLLMOnly] = append(ids[g.VLLMOnly], g.ID)
+	}
+	var notes []string
+	for _, why := range whys {
+		word := "group"
+		if len(ids[why]) > 1 {
+			word = "groups"
+		}
+		notes = append(notes, fmt.Sprintf("%s %s: compared by vLLM's checksum only (%s): %s", word, ranges.Format(ids[why]), why, MissedByVLLM))
+	}
+	return notes
+}
+
+// VLLMVerdict is the verdict the comparison would have reached by vLLM's
+// checksum alone, kvaudit's mix check left out: a mismatch only where
+// vLLM's values differ (positions not all in MixOnly); a load whose only
+// mismatches are the mix check's is otherwise judged by its other groups
+// and reasons, as Diff judges.
+func (rv *RequestVerdict) VLLMVerdict() Verdict {
+	if rv.Verdict != Mismatch {
+		return rv.Verdict
+	}
+	return combine(false, func(yield func(Verdict) bool) {
+		if len(rv.Reasons) > 0 && !yield(Unverified) {
+			return
+		}
+		for _, g := range rv.Groups {
+			v := g.Verdict
+			if v == Mismatch && len(g.MixOnly) == len(g.Positions) {
+				v = Verified // every differing position is the mix check's
+			}
+			if !yield(v) {
+				return
+			}
+		}
+	})
+}
+
+// mixOnlyNote is the note on a request of which group g mismatched at
+// positions by kvaudit's mix check alone.
+func mixOnlyNote(g int, positions []int) string {
+	return fmt.Sprintf("group %d: block position(s) %s differ in kvaudit's mix check only: vLLM's checksum alone would have verified them", g, ranges.Format(positions))
 }
 
 // Diff compares each consumer request with its producer request (the
@@ -254,8 +344,12 @@ func diffRequest(producer, consumer *Checks, cr *RequestChecks) *RequestVerdict 
 		if gv.Verdict == LeftOut && gv.Reason == LeftOutProducerOnly {
 			rv.Notes = append(rv.Notes, fmt.Sprintf("group %d: %s", id, LeftOutProducerOnly))
 		}
+		if len(gv.MixOnly) > 0 {
+			rv.Notes = append(rv.Notes, mixOnlyNote(id, gv.MixOnly))
+		}
 		rv.Groups = append(rv.Groups, gv)
 	}
+	rv.Notes = append(rv.Notes, VLLMOnlyNotes(rv.Groups)...)
 	// Nothing to verify the load by: the consumer checksummed no group,
 	// or every group is left out (a pure state model without a TP split
 	// across TP sizes, or groups skipped on both sides).

@@ -515,7 +515,8 @@ func TestDiffStrict(t *testing.T) {
 		t.Errorf("strict with a mismatch: %q", res.Verdict)
 	}
 	res = verify.DiffWith(flat(10, 20, 30), cons, verify.DiffOptions{Strict: true})
-	if res.Verdict != verify.Verified || len(res.Requests[0].Notes) != 0 {
+	// A flat payload is vLLM's values only: the one note says so.
+	if res.Verdict != verify.Verified || len(res.Requests[0].Notes) != 1 || res.Requests[0].Groups[0].Strength != verify.StrengthVLLM {
 		t.Errorf("strict, all covered: %q %q", res.Verdict, res.Requests[0].Notes)
 	}
 }

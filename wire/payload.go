@@ -10,8 +10,9 @@ type PayloadForm int
 
 const (
 	// FormNested is
-	// [1, [num_tokens, tp_size, [[group_id, fingerprint, start, block_size, values], ...]]].
-	// kvaudit writes it by default.
+	// [1, [num_tokens, tp_size, [[group_id, fingerprint, start, block_size, values(, mix)], ...]]].
+	// kvaudit writes it by default, with the optional sixth element mix
+	// (kvaudit's mix check, docs/spec.md §14) when it has it.
 	FormNested PayloadForm = iota
 	// FormFlat is [1, num_tokens, [[group_id, fingerprint, start, values], ...]],
 	// the form without tp_size and block sizes.
@@ -83,6 +84,10 @@ type PayloadGroup struct {
 	Start       int
 	BlockSize   int      // 0 in the flat form
 	Values      []uint64 // one per block position start, start+1, ...
+	// Mix is kvaudit's mix check (docs/spec.md §14) at the same positions,
+	// the nested form's optional sixth element; nil when not carried (the
+	// flat form never carries it).
+	Mix []uint64
 	// NegativeFingerprint marks a fingerprint sent as a negative integer:
 	// vLLM's consumer decodes it and it equals no fingerprint (those are
 	// taken mod 2^64), so the group is unverified.

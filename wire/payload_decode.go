@@ -263,7 +263,13 @@ func (r *payloadReader) groups(form PayloadForm, notes *[]string) ([]PayloadGrou
 		if err != nil {
 			return nil, err
 		}
-		if m != want {
+		// The nested form's sixth element is kvaudit's mix check
+		// (docs/spec.md §14), optional: five-element groups decode as
+		// before it existed.
+		if m != want && (form != FormNested || m != want+1) {
+			if form == FormNested {
+				return nil, payloadErrorf(fieldRef{i, ""}, "array length %d, want 5 or 6 (%s form)", m, form)
+			}
 			return nil, payloadErrorf(fieldRef{i, ""}, "array length %d, want %d (%s form)", m, want, form)
 		}
 		// Any integer, as msgspec decodes it: an id no consumer group has
@@ -287,36 +293,57 @@ func (r *payloadReader) groups(form PayloadForm, notes *[]string) ([]PayloadGrou
 				return nil, err
 			}
 		}
-		vf := fieldRef{i, "values"}
-		bin, err := r.bin(vf)
-		if err != nil {
+		if g.Values, err = r.uint64s(fieldRef{i, "values"}); err != nil {
 			return nil, err
 		}
-		if len(bin)%8 != 0 {
-			return nil, payloadErrorf(vf, "bin length %d is not a multiple of 8", len(bin))
-		}
-		switch {
-		case len(bin) == 0:
-		case r.inPlace:
-			// Everything before the bin's end is read: its bytes may be
-			// overwritten. placed stays a multiple of 8.
-			dst := r.b[r.placed : r.placed+len(bin)]
-			copy(dst, bin)
-			g.Values = unsafe.Slice((*uint64)(unsafe.Pointer(&dst[0])), len(bin)/8)
-			if !nativeLittleEndian {
-				for k := range g.Values {
-					g.Values[k] = binary.LittleEndian.Uint64(dst[8*k:])
-				}
+		if m == want+1 {
+			mf := fieldRef{i, "mix"}
+			if g.Mix, err = r.uint64s(mf); err != nil {
+				return nil, err
 			}
-			r.placed += len(bin)
-		default:
-			g.Values = make([]uint64, len(bin)/8)
-			for k := range g.Values {
-				g.Values[k] = binary.LittleEndian.Uint64(bin[8*k:])
+			if g.Mix == nil {
+				g.Mix = []uint64{}
+			}
+			if len(g.Mix) != len(g.Values) {
+				return nil, payloadErrorf(mf, "%d values, values has %d", len(g.Mix), len(g.Values))
 			}
 		}
 	}
 	return groups, nil
+}
+
+// uint64s reads a bin of little-endian uint64s (nil when empty): in place
+// when the reader decodes in place, else into a new slice.
+func (r *payloadReader) uint64s(f fieldRef) ([]uint64, error) {
+	bin, err := r.bin(f)
+	if err != nil {
+		return nil, err
+	}
+	if len(bin)%8 != 0 {
+		return nil, payloadErrorf(f, "bin length %d is not a multiple of 8", len(bin))
+	}
+	var vals []uint64
+	switch {
+	case len(bin) == 0:
+	case r.inPlace:
+		// Everything before the bin's end is read: its bytes may be
+		// overwritten. placed stays a multiple of 8.
+		dst := r.b[r.placed : r.placed+len(bin)]
+		copy(dst, bin)
+		vals = unsafe.Slice((*uint64)(unsafe.Pointer(&dst[0])), len(bin)/8)
+		if !nativeLittleEndian {
+			for k := range vals {
+				vals[k] = binary.LittleEndian.Uint64(dst[8*k:])
+			}
+		}
+		r.placed += len(bin)
+	default:
+		vals = make([]uint64, len(bin)/8)
+		for k := range vals {
+			vals[k] = binary.LittleEndian.Uint64(bin[8*k:])
+		}
+	}
+	return vals, nil
 }
 
 func (r *payloadReader) peek(f fieldRef) (byte, error) {

@@ -20,15 +20,18 @@ func EncodePayloadBase64(p *Payload) (string, error) {
 // EncodePayload returns the msgpack bytes exactly as Python msgspec encodes
 // the same tuple structure: arrays, the smallest encoding of each integer
 // (positive fixint, uint8, uint16, uint32, uint64), and bin8/16/32 holding
-// the little-endian values. Values nil and empty encode alike.
+// the little-endian values. Values nil and empty encode alike; a Mix that
+// is not nil adds the nested form's sixth element (kvaudit's mix check),
+// and must hold len(Values) values.
 //
 // It returns a *PayloadError, and no bytes, for a payload that a producer
 // does not send (DecodePayload lets some of these pass, as vLLM's consumer
 // does): a nil payload, an unknown form, a value
 // out of the documented bounds (group_id <= 2^31-1; num_tokens and start
 // <= 2^40; in the nested form tp_size in [1, 65536] and block_size in
-// [1, 2^20]), a non-zero TPSize or BlockSize in the flat form, which cannot
-// carry them, or a duplicate group id. So DecodePayload(EncodePayload(p))
+// [1, 2^20]), a non-zero TPSize, BlockSize or Mix in the flat form, which
+// cannot carry them, a Mix of another length than Values, or a duplicate
+// group id. So DecodePayload(EncodePayload(p))
 // equals p, up to nil versus empty Values.
 func EncodePayload(p *Payload) ([]byte, error) {
 	if err := checkPayload(p); err != nil {
@@ -49,6 +52,9 @@ func EncodePayload(p *Payload) ([]byte, error) {
 		}
 		n := 8 * len(g.Values)
 		size += binHeaderSize(n) + n
+		if g.Mix != nil {
+			size += binHeaderSize(n) + n
+		}
 	}
 
 	b := make([]byte, 0, size)
@@ -67,9 +73,12 @@ func EncodePayload(p *Payload) ([]byte, error) {
 	b = appendArrayHeader(b, len(p.Groups))
 	for i := range p.Groups {
 		g := &p.Groups[i]
-		if p.Form == FormNested {
+		switch {
+		case p.Form == FormNested && g.Mix != nil:
+			b = appendArrayHeader(b, 6)
+		case p.Form == FormNested:
 			b = appendArrayHeader(b, 5)
-		} else {
+		default:
 			b = appendArrayHeader(b, 4)
 		}
 		b = appendUint(b, uint64(g.ID))
@@ -81,6 +90,12 @@ func EncodePayload(p *Payload) ([]byte, error) {
 		b = appendBinHeader(b, 8*len(g.Values))
 		for _, v := range g.Values {
 			b = binary.LittleEndian.AppendUint64(b, v)
+		}
+		if g.Mix != nil {
+			b = appendBinHeader(b, 8*len(g.Mix))
+			for _, v := range g.Mix {
+				b = binary.LittleEndian.AppendUint64(b, v)
+			}
 		}
 	}
 	return b, nil
@@ -127,6 +142,12 @@ func checkPayload(p *Payload) error {
 			}
 		} else if g.BlockSize != 0 {
 			return payloadErrorf(fieldRef{i, "block_size"}, "block_size %d is not carried by the flat form (want 0)", g.BlockSize)
+		}
+		if g.Mix != nil && !nested {
+			return payloadErrorf(fieldRef{i, "mix"}, "the flat form does not carry the mix check (want nil)")
+		}
+		if g.Mix != nil && len(g.Mix) != len(g.Values) {
+			return payloadErrorf(fieldRef{i, "mix"}, "%d values, values has %d", len(g.Mix), len(g.Values))
 		}
 		if uint64(len(g.Values)) > payloadMaxBin/8 {
 			return payloadErrorf(fieldRef{i, "values"}, "%d values do not fit a msgpack bin", len(g.Values))

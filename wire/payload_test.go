@@ -160,9 +160,12 @@ func referenceEncoding(p *Payload) []byte {
 	}
 	must(e.EncodeArrayLen(len(p.Groups)))
 	for _, g := range p.Groups {
-		if p.Form == FormNested {
+		switch {
+		case p.Form == FormNested && g.Mix != nil:
+			must(e.EncodeArrayLen(6))
+		case p.Form == FormNested:
 			must(e.EncodeArrayLen(5))
-		} else {
+		default:
 			must(e.EncodeArrayLen(4))
 		}
 		must(e.EncodeUint(uint64(g.ID)))
@@ -172,6 +175,9 @@ func referenceEncoding(p *Payload) []byte {
 			must(e.EncodeUint(uint64(g.BlockSize)))
 		}
 		must(e.EncodeBytes(append([]byte{}, leValues(g.Values...)...)))
+		if g.Mix != nil {
+			must(e.EncodeBytes(append([]byte{}, leValues(g.Mix...)...)))
+		}
 	}
 	if err != nil {
 		panic(err) // writing to a bytes.Buffer does not fail
@@ -193,6 +199,9 @@ func payloadsEqual(a, b *Payload) bool {
 			if x.Values[k] != y.Values[k] {
 				return false
 			}
+		}
+		if (x.Mix == nil) != (y.Mix == nil) || !slices.Equal(x.Mix, y.Mix) {
+			return false
 		}
 	}
 	return true
@@ -259,6 +268,14 @@ func TestEncodePayloadRejects(t *testing.T) {
 		{"start", nested(func(p *Payload) { p.Groups[0].Start = -3 }), "groups[0].start: value -3"},
 		{"block_size", nested(func(p *Payload) { p.Groups[1].BlockSize = 1<<20 + 1 }), "groups[1].block_size: value 1048577"},
 		{"duplicate", nested(func(p *Payload) { p.Groups[1].ID = 0 }), "groups[1].id: duplicate group id 0 (also groups[0])"},
+		{"flat mix", nested(func(p *Payload) {
+			p.Form, p.TPSize = FormFlat, 0
+			for i := range p.Groups {
+				p.Groups[i].BlockSize = 0
+			}
+			p.Groups[1].Mix = []uint64{9}
+		}), "groups[1].mix: the flat form does not carry the mix check"},
+		{"mix length", nested(func(p *Payload) { p.Groups[0].Mix = []uint64{7, 8} }), "groups[0].mix: 2 values, values has 3"},
 		{"duplicate sorted path", manyGroups(70, 20), "groups[70].id: duplicate group id 980 (also groups[20])"},
 		{"earliest duplicate", manyGroups(99, 98), "groups[99].id: duplicate group id 902 (also groups[98])"},
 	}
@@ -298,6 +315,12 @@ func genPayload(t *rapid.T) *Payload {
 		}
 		if form == FormNested {
 			g.BlockSize = int(rapid.Uint64Range(1, payloadMaxBlockSize).Draw(t, "block_size"))
+			if rapid.Bool().Draw(t, "mix") {
+				g.Mix = make([]uint64, len(g.Values))
+				for k := range g.Mix {
+					g.Mix[k] = rapid.Uint64().Draw(t, "mix value")
+				}
+			}
 		}
 		p.Groups = append(p.Groups, g)
 	}
@@ -355,8 +378,15 @@ func TestPayloadRoundTrip(t *testing.T) {
 			if toUint(fields[1]) != p.Groups[i].Fingerprint {
 				t.Fatalf("msgpack/v5 reads fingerprint %v, want %d", fields[1], p.Groups[i].Fingerprint)
 			}
-			if !bytes.Equal(fields[len(fields)-1].([]byte), leValues(p.Groups[i].Values...)) {
-				t.Fatalf("msgpack/v5 reads values %x", fields[len(fields)-1])
+			values := fields[len(fields)-1]
+			if p.Groups[i].Mix != nil {
+				values = fields[4]
+				if !bytes.Equal(fields[5].([]byte), leValues(p.Groups[i].Mix...)) {
+					t.Fatalf("msgpack/v5 reads mix %x", fields[5])
+				}
+			}
+			if !bytes.Equal(values.([]byte), leValues(p.Groups[i].Values...)) {
+				t.Fatalf("msgpack/v5 reads values %x", values)
 			}
 		}
 	})

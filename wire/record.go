@@ -65,6 +65,11 @@ type RecordRequestGroup struct {
 	// engine did not give them (checksum.Options.BlockValues asks for
 	// them).
 	ValuesBlock Values `json:"values_block,omitzero"`
+	// Mix is kvaudit's mix check (docs/spec.md §14), Mix.At(i)[k] beside
+	// Values.At(i)[k]; absent (the zero Values) in records of engines that
+	// do not compute it (the cuda engine) and of kvaudit before it, which
+	// then compare by vLLM's checksum alone.
+	Mix Values `json:"mix,omitzero"`
 }
 
 // RecordError is a record file that is not valid.
@@ -252,12 +257,18 @@ func (rec *Record) Validate() *RecordError {
 			if k, n, ragged := g.Values.ragged(len(g.ReplicaKeys)); ragged {
 				return bad(fmt.Sprintf("%s.values[%d]", gf, k), "%d values for %d replica keys", n, len(g.ReplicaKeys))
 			}
-			if !g.ValuesBlock.IsZero() {
-				if g.ValuesBlock.Len() != g.Values.Len() {
-					return bad(gf+".values_block", "%d positions, values has %d", g.ValuesBlock.Len(), g.Values.Len())
+			for _, extra := range []struct {
+				name string
+				vals Values
+			}{{"values_block", g.ValuesBlock}, {"mix", g.Mix}} {
+				if extra.vals.IsZero() {
+					continue
 				}
-				if k, n, ragged := g.ValuesBlock.ragged(len(g.ReplicaKeys)); ragged {
-					return bad(fmt.Sprintf("%s.values_block[%d]", gf, k), "%d values for %d replica keys", n, len(g.ReplicaKeys))
+				if extra.vals.Len() != g.Values.Len() {
+					return bad(gf+"."+extra.name, "%d positions, values has %d", extra.vals.Len(), g.Values.Len())
+				}
+				if k, n, ragged := extra.vals.ragged(len(g.ReplicaKeys)); ragged {
+					return bad(fmt.Sprintf("%s.%s[%d]", gf, extra.name, k), "%d values for %d replica keys", n, len(g.ReplicaKeys))
 				}
 			}
 		}

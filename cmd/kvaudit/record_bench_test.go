@@ -20,18 +20,19 @@ import (
 
 // bigRecord returns a valid record of about size bytes as MarshalRecord
 // writes it: one request of one group whose positions each hold one value
-// in both numberings (about 90 bytes of JSON a position), the shape that
-// makes a record large.
+// in both numberings and its mix check (about 135 bytes of JSON a
+// position), the shape that makes a record large.
 func bigRecord(size int64) *wire.Record {
-	positions := int(size / 90)
+	positions := int(size / 135)
 	rec := &wire.Record{
 		Format: wire.RecordFormat, TPSize: 1, PPSize: 1, SkippedGroups: map[string]string{},
 		Groups: []wire.RecordGroup{{ID: 0, Kind: layout.KindFullAttention, BlockSize: 16, Fingerprint: 0x1234, FingerprintFlat: 0x5678, Layers: 32}},
 	}
-	g := wire.RecordRequestGroup{ID: 0, ReplicaKeys: [][2]int{{1, 0}}, Values: wire.NewValues(positions, 1), ValuesBlock: wire.NewValues(positions, 1)}
+	g := wire.RecordRequestGroup{ID: 0, ReplicaKeys: [][2]int{{1, 0}}, Values: wire.NewValues(positions, 1), ValuesBlock: wire.NewValues(positions, 1),
+		Mix: wire.NewValues(positions, 1)}
 	for i := range positions {
 		v := uint64(i)*0x9e3779b97f4a7c15 + 1
-		g.Values.At(i)[0], g.ValuesBlock.At(i)[0] = v, ^v
+		g.Values.At(i)[0], g.ValuesBlock.At(i)[0], g.Mix.At(i)[0] = v, ^v, v*0xbf58476d1ce4e5b9
 	}
 	rec.Requests = []wire.RecordRequest{{ID: "req-0", NumTokens: positions * 16, Groups: []wire.RecordRequestGroup{g}}}
 	return rec
@@ -42,10 +43,10 @@ func bigRecord(size int64) *wire.Record {
 // replica key, every value the shortest hex string ("0x0"), so that a value
 // takes 8 bytes of JSON (and 8 bytes decoded).
 func compactRecord(size int64) []byte {
-	positions := int(size / 16)
+	positions := int(size / 24) // 8 bytes a value, three lists
 	var b strings.Builder
 	fmt.Fprintf(&b, `{"format":"kvaudit-record/1","tp_rank":0,"tp_size":1,"pp_rank":0,"pp_size":1,"groups":[{"id":0,"kind":"full_attention","block_size":16,"fingerprint":"0x1","fingerprint_flat":"0x2","layers":1}],"skipped_groups":{},"requests":[{"id":"r","num_tokens":%d,"num_local_computed_tokens":0,"groups":[{"id":0,"start":0,"replica_keys":[[1,0]]`, positions*16)
-	for _, key := range []string{"values", "values_block"} {
+	for _, key := range []string{"values", "values_block", "mix"} {
 		fmt.Fprintf(&b, `,"%s":[`, key)
 		for i := range positions {
 			if i > 0 {

@@ -48,6 +48,8 @@ func scriptParams(p testscript.Params) testscript.Params {
 		"setenvfile":   cmdSetenvFile,
 		"scribble":     cmdScribble,
 		"samefile":     cmdSameFile,
+		"samejson":     cmdSameJSON,
+		"jsondrop":     cmdJSONDrop,
 		// script_transfers_test.go
 		"transferexpect": cmdTransferExpect,
 	}

@@ -1,9 +1,12 @@
 // Package bench measures the checksum engines next to their limits. Over
 // the same mapped bytes of a side's dumps, and for each thread count, it
-// times a plain read of every byte the checksum covers (the practical limit
-// of any checksum), the fast engine, the reference engine on a sample,
-// CRC32C and xxh3, and reports each one's throughput relative to the plain
-// read, with the peak heap and resident set of the process.
+// times a plain read of every byte the checksum covers (a vectorised sum:
+// the practical limit of any checksum), the same sum as a scalar loop, a
+// copy of the bytes (memory bandwidth), the fast engine alone and computing
+// both numberings and kvaudit's mix check in its pass, the reference engine
+// on a sample, CRC32C and xxh3, and reports each one's throughput relative
+// to the vectorised read, with the peak heap and resident set of the
+// process.
 //
 // The data are expected to be in the page cache: the numbers are the CPU
 // cost of reading mapped memory, not the speed of a disk.
@@ -28,15 +31,26 @@ import (
 
 // Method names, in the order they are reported.
 const (
-	MethodRead   = "read"   // plain read: uint64 sum of the covered bytes
-	MethodFast   = "cpu"    // checksum.Fast
-	MethodCRC32C = "crc32c" // hash/crc32 Castagnoli over the same extents
-	MethodXXH3   = "xxh3"   // github.com/zeebo/xxh3 over the same extents
-	MethodRef    = "ref"    // checksum.ReferenceBlock, on a sample
+	// MethodRead is the plain read: the uint64 sum of the covered bytes,
+	// vectorised (AVX2 on amd64), the baseline of every ratio.
+	MethodRead = "read"
+	// MethodReadScalar is the same sum with a scalar Go loop.
+	MethodReadScalar = "read-scalar"
+	// MethodCopy copies the covered bytes (memmove): memory bandwidth.
+	MethodCopy = "copy"
+	// MethodFast is checksum.Fast alone: vLLM's checksum, one numbering.
+	MethodFast = "cpu"
+	// MethodFastMix is checksum.Fast computing what records hold in its
+	// one pass: both numberings (Plan.Slopes) and kvaudit's mix check
+	// (Plan.Mix, docs/spec.md §14).
+	MethodFastMix = "cpu+mix"
+	MethodCRC32C  = "crc32c" // hash/crc32 Castagnoli over the same extents
+	MethodXXH3    = "xxh3"   // github.com/zeebo/xxh3 over the same extents
+	MethodRef     = "ref"    // checksum.ReferenceBlock, on a sample
 )
 
 // Methods lists the methods in report order.
-var Methods = []string{MethodRead, MethodFast, MethodCRC32C, MethodXXH3, MethodRef}
+var Methods = []string{MethodRead, MethodReadScalar, MethodCopy, MethodFast, MethodFastMix, MethodCRC32C, MethodXXH3, MethodRef}
 
 // Options say what to measure.
 type Options struct {
@@ -245,10 +259,12 @@ func (opts Options) settled() (Options, error) {
 // subject is what is measured: the side's dumps, opened, each rank's plan
 // and output, and the counts the result reports.
 type subject struct {
-	dumps        []*layout.Dump
-	plans        []*checksum.Plan
-	outs         [][]uint64
-	caches, rows int
+	dumps []*layout.Dump
+	// plans ask for vLLM's checksum alone, mixPlans for what records hold
+	// (both numberings and the mix check); outs have room for either.
+	plans, mixPlans []*checksum.Plan
+	outs            [][]uint64
+	caches, rows    int
 }
 
 // openSubject opens the side at paths and plans every rank. A layer in
@@ -258,7 +274,7 @@ func openSubject(paths []string) (*subject, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &subject{dumps: dumps, plans: make([]*checksum.Plan, len(dumps)), outs: make([][]uint64, len(dumps))}
+	s := &subject{dumps: dumps, plans: make([]*checksum.Plan, len(dumps)), mixPlans: make([]*checksum.Plan, len(dumps)), outs: make([][]uint64, len(dumps))}
 	for i, d := range dumps {
 		if s.plans[i], _, err = checksum.NewPlan(d, nil); err != nil {
 			closeAll(dumps)
@@ -272,7 +288,10 @@ func openSubject(paths []string) (*subject, error) {
 			s.rows += len(t.Rows)
 		}
 		s.caches += len(s.plans[i].Tasks)
-		s.outs[i] = make([]uint64, s.plans[i].Outputs)
+		s.outs[i] = make([]uint64, 3*s.plans[i].Outputs)
+		q := *s.plans[i]
+		q.Slopes, q.Mix = true, true
+		s.mixPlans[i] = &q
 	}
 	return s, nil
 }
@@ -282,15 +301,17 @@ func openSubject(paths []string) (*subject, error) {
 // each method's median time and median ratio to the plain read of the
 // same repetition.
 func measure(ctx context.Context, t int, s *subject, work, sample *Work, o Options, logf func(string, ...any), peak *heapSampler) ([]Measurement, error) {
-	fast := func() error {
-		f := checksum.Fast{Threads: t}
-		for i, p := range s.plans {
-			clear(s.outs[i])
-			if err := f.Run(ctx, p, s.outs[i]); err != nil {
-				return err
+	fast := func(plans []*checksum.Plan) func() error {
+		return func() error {
+			f := checksum.Fast{Threads: t}
+			for i, p := range plans {
+				clear(s.outs[i])
+				if err := f.Run(ctx, p, s.outs[i]); err != nil {
+					return err
+				}
 			}
+			return nil
 		}
-		return nil
 	}
 	baseline := func(fn func(context.Context, int) (uint64, error)) func() error {
 		return func() error {
@@ -299,11 +320,14 @@ func measure(ctx context.Context, t int, s *subject, work, sample *Work, o Optio
 		}
 	}
 	runs := map[string]func() error{
-		MethodRead:   baseline(work.Read),
-		MethodFast:   fast,
-		MethodCRC32C: baseline(work.CRC32C),
-		MethodXXH3:   baseline(work.XXH3),
-		MethodRef:    baseline(sample.Reference),
+		MethodRead:       baseline(work.Read),
+		MethodReadScalar: baseline(work.ReadScalar),
+		MethodCopy:       baseline(work.Copy),
+		MethodFast:       fast(s.plans),
+		MethodFastMix:    fast(s.mixPlans),
+		MethodCRC32C:     baseline(work.CRC32C),
+		MethodXXH3:       baseline(work.XXH3),
+		MethodRef:        baseline(sample.Reference),
 	}
 	bytes := map[string]int64{MethodRef: sample.Bytes}
 	times := map[string][]float64{}
@@ -346,11 +370,13 @@ func measure(ctx context.Context, t int, s *subject, work, sample *Work, o Optio
 }
 
 // crossCheck runs the fast and reference engines on every unit of the
-// sample and fails when they differ.
+// sample, with both numberings and the mix check, and fails when they
+// differ.
 func crossCheck(ctx context.Context, sample *Work) error {
 	for _, p := range sample.Plans() {
-		a := make([]uint64, p.Outputs)
-		b := make([]uint64, p.Outputs)
+		p.Slopes, p.Mix = true, true
+		a := make([]uint64, 3*p.Outputs)
+		b := make([]uint64, 3*p.Outputs)
 		if err := (checksum.Fast{}).Run(ctx, p, a); err != nil {
 			return err
 		}

@@ -108,10 +108,11 @@ func TestWorkMethodsAgree(t *testing.T) {
 	}
 	w := NewWork(plans, 3000)
 	ctx := context.Background()
+	sums := map[string]uint64{}
 	for _, fn := range []struct {
 		name string
 		f    func(context.Context, int) (uint64, error)
-	}{{"read", w.Read}, {"crc32c", w.CRC32C}, {"xxh3", w.XXH3}, {"ref", w.Reference}} {
+	}{{"read", w.Read}, {"read-scalar", w.ReadScalar}, {"copy", w.Copy}, {"crc32c", w.CRC32C}, {"xxh3", w.XXH3}, {"ref", w.Reference}} {
 		var got []uint64
 		for _, threads := range []int{1, 2, 3} {
 			v, err := fn.f(ctx, threads)
@@ -126,6 +127,10 @@ func TestWorkMethodsAgree(t *testing.T) {
 		if fn.name == "ref" && got[0] != want {
 			t.Errorf("ref over the work = %x, sum of ReferenceBlock = %x", got[0], want)
 		}
+		sums[fn.name] = got[0]
+	}
+	if sums["read"] != sums["read-scalar"] || sums["copy"] != uint64(w.Bytes) {
+		t.Errorf("read %x, read-scalar %x (the same sum); copy %d bytes of %d", sums["read"], sums["read-scalar"], sums["copy"], w.Bytes)
 	}
 	s := w.Sample(w.Bytes / 4)
 	if s.Bytes == 0 || s.Bytes > w.Bytes/4+4000 || s.Units() == 0 {
@@ -136,8 +141,8 @@ func TestWorkMethodsAgree(t *testing.T) {
 	}
 }
 
-// TestReadSum checks the plain read against its definition: words, then
-// the remaining bytes one by one.
+// TestReadSum checks the plain read, scalar and vectorised, against its
+// definition: words, then the remaining bytes one by one.
 func TestReadSum(t *testing.T) {
 	b := make([]byte, 300)
 	for i := range b {
@@ -157,6 +162,9 @@ func TestReadSum(t *testing.T) {
 		}
 		if got := ReadSum(b[:n]); got != want {
 			t.Fatalf("ReadSum of %d bytes = %x, want %x", n, got, want)
+		}
+		if got := ReadSumVec(b[:n]); got != want {
+			t.Fatalf("ReadSumVec of %d bytes = %x, want %x", n, got, want)
 		}
 	}
 }

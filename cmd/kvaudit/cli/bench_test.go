@@ -49,7 +49,7 @@ func TestBenchTable(t *testing.T) {
 	}
 	out := regexp.MustCompile(" {2,}").ReplaceAllString(b.String(), " ") // markdown columns are padded
 	for _, want := range []string{
-		"| 1 | read (plain sum) | 20.00 | 1.00 |", "| 1 | cpu engine | 19.00 | 0.95 |",
+		"| 1 | read (vectorised sum) | 20.00 | 1.00 |", "| 1 | cpu engine | 19.00 | 0.95 |",
 		"Test CPU, 2 CPUs, GOMAXPROCS 2", "load average 0.50", "1.05x the time of opening and reading",
 		"peak Go heap 3.0 MB", "peak RSS 2100.0 MB", "page cache",
 	} {

@@ -127,7 +127,7 @@ func addInjectFlags(cmd *cobra.Command, o *InjectOptions) {
 	f.Int("head", -1, "target global KV head (a global state row for state faults)")
 	f.Int("position", -1, "target block position")
 	f.String("rank", "", "target rank: TP or PP:TP")
-	f.IntVar(&o.Bits, "bits", 1, "bits to flip (bit-flip, replica-diverge, state-flip, payload-flip)")
+	f.IntVar(&o.Bits, "bits", 1, "bits to flip (bit-flip, replica-diverge, state-flip, payload-flip; cancelling-flips: an even number of top bits, 2 or 4 at random below 2)")
 	f.BoolVar(&o.Prepare.ZeroTails, "zero-tails", false, "first zero every slot no request's tokens occupy (a connector that zeroes tails)")
 	f.IntVar(&o.Prepare.ExtraBlocks, "extra-blocks", 0, "first append N unused blocks past each request's last token")
 	f.BoolVar(&o.Prepare.Stored, "add-stored", false, "first give full blocks block hashes and stored checksums (an offload tier)")

@@ -1,0 +1,312 @@
+package checksum
+
+import "encoding/binary"
+
+// State rows (docs/spec.md §6): each "head" of a state view is a global row
+// of 2- or 4-byte elements, one block per request. vLLM's sums weigh the
+// elements by their index in the row; the mix check (§14) reads the row's
+// bytes as 8-byte words, the last zero-padded. Both come from the words:
+// word i's elements are its 2- or 4-byte fields l, at element index
+// i*(8/w) + l, so sums of each field over the words give A and the
+// weighted sum B exactly (a padded word's extra fields are zero).
+
+// stateConsts is the size of the state rows' kernel constants: step,
+// D0..D3 and mask (4 lanes each), the shift count, the lane offsets and the
+// lanes' first element indices (4 lanes each), wide.
+const stateConsts = 34
+
+// maxStateRow2 bounds a row of 2-byte elements in the SIMD kernel: the
+// weighted field sums of a row stay below 2^32 in the 32-bit halves of
+// its lanes while M*(M+1)/2 * 65535 < 2^32 for M 32-byte steps.
+const maxStateRow2 = 8 << 10
+
+// stateKernelConsts returns the state rows' kernel constants for pieces of
+// w bytes.
+func stateKernelConsts(w int) (c [stateConsts]uint64) {
+	mask, shift := uint64(0x0000ffff0000ffff), uint64(16)
+	if w == 4 {
+		mask, shift = 0x00000000ffffffff, 32
+	}
+	for i, x := range [6]uint64{4 * mixGamma, mixD[0], mixD[1], mixD[2], mixD[3], mask} {
+		for l := range 4 {
+			c[4*i+l] = x
+		}
+	}
+	c[24] = shift
+	per := uint64(8 / w)
+	for l := range 4 {
+		c[25+l] = uint64(l) * mixGamma
+		c[29+l] = per * uint64(l)
+	}
+	if w == 4 {
+		c[33] = 1
+	}
+	return c
+}
+
+// rowConsts is the size of the short rows' kernel constants: MixGamma,
+// D0..D3, the elements of a word, the 2-byte and the 4-byte field masks
+// and the key offset (4 lanes each).
+const rowConsts = 36
+
+// adjConsts is the size of the adjacent rows' kernel constants: the short
+// rows' (rowConsts), four run offsets and four run masks (4 lanes each).
+const adjConsts = rowConsts + 4 + 16
+
+// adjLanes maps the adjacent rows' kernel's output lanes to rows of its
+// group of 16: word vectors W0..W3 hold rows 0, 1, 8, 9; 2, 3, 10, 11;
+// 4, 5, 12, 13; 6, 7, 14, 15.
+var adjLanes = [16]int{0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15}
+
+// maxRowWords bounds the words of a row the short rows' kernel takes.
+const maxRowWords = 64
+
+// rowKernelConsts returns the short rows' kernel constants for pieces of
+// w bytes.
+func rowKernelConsts(w int) (c [rowConsts]uint64) {
+	for i, x := range [8]uint64{mixGamma, mixD[0], mixD[1], mixD[2], mixD[3], uint64(8 / w), 0xffff, 0xffffffff} {
+		for l := range 4 {
+			c[4*i+l] = x
+		}
+	}
+	return c
+}
+
+// stateRowsSIMDFits says whether the state rows' kernel takes rows of n
+// bytes of w-byte elements.
+func stateRowsSIMDFits(n, w int) bool {
+	return n >= 32 && n%32 == 0 && (w == 4 || n <= maxStateRow2)
+}
+
+// stateRowWords returns A and B (as sumAB16 or sumAB32 of the row) and,
+// when mix, the mix check of a state row's logical bytes p (key: of its
+// word 0), the generic loop: word by word, the last one zero-padded.
+func stateRowWords(p []byte, w int, key uint64, mix bool) (A, B, H uint64) {
+	n := uint64(0)
+	per := uint64(8 / w)
+	for len(p) > 0 {
+		var x uint64
+		if len(p) >= 8 {
+			x = binary.LittleEndian.Uint64(p)
+			p = p[8:]
+		} else {
+			var b [8]byte
+			copy(b[:], p)
+			x = binary.LittleEndian.Uint64(b[:])
+			p = nil
+		}
+		if mix {
+			H += Mix(x ^ key)
+			key += mixGamma
+		}
+		// Fields of word n at element indices n*per + l.
+		for l := range per {
+			f := (x >> (8 * uint(w) * uint(l))) & (1<<(8*uint(w)) - 1)
+			A += f
+			B += (n*per + l) * f
+		}
+		n++
+	}
+	return A, B, H
+}
+
+// stateRows returns, for a state view's block at base (its heads are rows;
+// one kernel row of one token), X = sum over rows of m*A and Y = sum of
+// m*B (A a row's plain sum, B its sum of element index * element, m its
+// factor) and, with the mix check on, adds the rows' mix check to the
+// row's. It takes rows of one contiguous run and rows adjacent in runs of
+// one element each (a state split on its last axis): long contiguous rows
+// through the SIMD kernel of sums_state_amd64.s, short ones and adjacent
+// ones four (or sixteen) at a time through its short rows' kernels, the
+// rest word by word. ok is false, and nothing done, for any other view
+// (pieces of 8 bytes, several tokens, other runs), which the general walk
+// takes.
+func (s *scratch) stateRows(k *walk, base int64) (X, Y uint64, ok bool) {
+	v := k.v
+	w := k.w
+	if w == 8 || v.KernelTokens != 1 || v.KernelBlocks != 1 {
+		return 0, 0, false
+	}
+	contiguous := len(k.runs) == 1 && k.runs[0].n == v.CellBytes
+	if !contiguous {
+		if !k.pieceRun {
+			return 0, 0, false
+		}
+		X, Y = s.adjacentRows(k, base)
+		return X, Y, true
+	}
+	n := v.CellBytes
+	a := base + k.runs[0].off
+	if k.stateSIMD && stateRowsSIMDFits(n, w) && v.HeadStride >= 0 {
+		H := len(k.m)
+		_ = v.Data[a+int64(H-1)*v.HeadStride+int64(n)-1]
+		if s.stateW != w {
+			s.stateConsts = stateKernelConsts(w)
+			s.stateW = w
+		}
+		out := s.state[:2*H]
+		var hsum [4]uint64
+		for l := range 4 {
+			s.stateConsts[25+l] = uint64(l)*mixGamma + s.jbase*mixGamma
+		}
+		stateRowsSIMD(v.Data, a, v.HeadStride, n, H, out, k.keys, &s.stateConsts, &hsum)
+		for h, m := range k.m {
+			X += m * out[2*h]
+			Y += m * out[2*h+1]
+		}
+		if s.mixOn {
+			s.mix += hsum[0] + hsum[1] + hsum[2] + hsum[3]
+		}
+		return X, Y, true
+	}
+	h0 := 0
+	words := (n + 7) / 8
+	if k.stateSIMD && words <= maxRowWords && v.HeadStride >= 0 {
+		// Rows four at a time while their last word's 8 bytes lie in
+		// the tensor.
+		rows := len(k.m) &^ 3
+		for rows > 0 && a+int64(rows-1)*v.HeadStride+int64(8*words) > int64(len(v.Data)) {
+			rows -= 4
+		}
+		if rows > 0 {
+			tail := ^uint64(0)
+			if n%8 != 0 {
+				tail = 1<<(8*uint(n%8)) - 1
+			}
+			X, Y = s.rowWords(k, a, 0, rows, words, v.HeadStride, nil, tail, 0)
+			h0 = rows
+			a += int64(rows) * v.HeadStride
+		}
+	}
+	for h := h0; h < len(k.m); h++ {
+		A, B, H := stateRowWords(v.Data[a:a+int64(n)], w, s.key(k, h, 0), s.mixOn)
+		X += k.m[h] * A
+		Y += k.m[h] * B
+		s.mix += H
+		a += v.HeadStride
+	}
+	return X, Y, true
+}
+
+// adjacentRows is stateRows for rows adjacent in runs of one element each:
+// run e holds element e of every row (k.pieceRun; v.Runs in the rows'
+// logical order). Rows go four at a time through the short rows' kernel,
+// the rest are assembled one by one.
+func (s *scratch) adjacentRows(k *walk, base int64) (X, Y uint64) {
+	v := k.v
+	w := k.w
+	E := len(v.Runs) // elements of a row
+	words := (E*w + 7) / 8
+	h0 := 0
+	if k.stateSIMD && w == 2 && E <= 4 {
+		// One word per row: sixteen rows at a time.
+		if rows := len(k.m) &^ 15; rows > 0 {
+			X, Y = s.adjacent16(k, base, rows)
+			h0 = rows
+		}
+	}
+	if k.stateSIMD && words <= maxRowWords && len(k.m)-h0 >= 4 {
+		per := 8 / w
+		offs := s.offs[:0]
+		for e := range words * per {
+			off := int64(-1)
+			if e < E {
+				off = v.Runs[e].Offset
+			}
+			offs = append(offs, off)
+		}
+		s.offs = offs
+		mode := 1
+		if w == 4 {
+			mode = 2
+		}
+		rows := (len(k.m) - h0) &^ 3
+		x, y := s.rowWords(k, base+int64(h0*w), mode, rows, words, 0, offs, ^uint64(0), h0)
+		X, Y = X+x, Y+y
+		h0 += rows
+	}
+	for h := h0; h < len(k.m); h++ {
+		cell := s.cell[:0]
+		for _, r := range v.Runs {
+			a := base + r.Offset + int64(h)*int64(w)
+			cell = append(cell, v.Data[a:a+int64(w)]...)
+		}
+		s.cell = cell
+		A, B, H := stateRowWords(cell, w, s.key(k, h, 0), s.mixOn)
+		X += k.m[h] * A
+		Y += k.m[h] * B
+		s.mix += H
+	}
+	return X, Y
+}
+
+// rowWords runs the short rows' kernel over the first rows rows (a
+// multiple of 4) of a state view from data[off:], adds their mix check to
+// the row's and returns X = sum of m*A and Y = sum of m*B over them.
+func (s *scratch) rowWords(k *walk, off int64, mode, rows, words int, stride int64, offs []int64, tail uint64, h0 int) (X, Y uint64) {
+	if s.rowW != k.w {
+		s.rowConsts = rowKernelConsts(k.w)
+		s.rowW = k.w
+	}
+	out := s.state[:2*rows]
+	var hsum [4]uint64
+	for l := range 4 {
+		s.rowConsts[32+l] = s.jbase * mixGamma
+	}
+	rowWordsSIMD(k.v.Data, off, mode, k.w, rows, words, stride, offs, tail, out, k.keys[h0:h0+rows], &s.rowConsts, &hsum)
+	m := k.m[h0 : h0+rows]
+	for g := 0; g+4 <= len(m); g += 4 {
+		o := (*[8]uint64)(out[2*g : 2*g+8])
+		X += m[g]*o[0] + m[g+1]*o[1] + m[g+2]*o[2] + m[g+3]*o[3]
+		Y += m[g]*o[4] + m[g+1]*o[5] + m[g+2]*o[6] + m[g+3]*o[7]
+	}
+	if s.mixOn {
+		s.mix += hsum[0] + hsum[1] + hsum[2] + hsum[3]
+	}
+	return X, Y
+}
+
+// adjacent16 runs the adjacent rows' kernel over the first rows rows (a
+// multiple of 16) of a view of adjacent rows of at most four 2-byte
+// elements, adds their mix check to the row's and returns X = sum of m*A
+// and Y = sum of m*B over them.
+func (s *scratch) adjacent16(k *walk, base int64, rows int) (X, Y uint64) {
+	v := k.v
+	c := &s.adjConsts
+	if s.adjW != 2 {
+		rc := rowKernelConsts(2)
+		copy(c[:rowConsts], rc[:])
+		s.adjW = 2
+	}
+	for l := range 4 {
+		c[32+l] = s.jbase * mixGamma
+	}
+	for e := range 4 {
+		off, mask := v.Runs[0].Offset, uint64(0)
+		if e < len(v.Runs) {
+			off, mask = v.Runs[e].Offset, ^uint64(0)
+		}
+		c[rowConsts+e] = uint64(off)
+		for l := range 4 {
+			c[rowConsts+4+4*e+l] = mask
+		}
+	}
+	out := s.state[:2*rows]
+	var hsum [4]uint64
+	adjacent16SIMD(v.Data, base, rows, out, k.keys[:rows], c, &hsum)
+	for g := 0; g < rows; g += 16 {
+		m := (*[16]uint64)(k.m[g : g+16])
+		o := (*[32]uint64)(out[2*g : 2*g+32])
+		for w := range 4 {
+			for l := range 4 {
+				r := adjLanes[4*w+l]
+				X += m[r] * o[8*w+l]
+				Y += m[r] * o[8*w+4+l]
+			}
+		}
+	}
+	if s.mixOn {
+		s.mix += hsum[0] + hsum[1] + hsum[2] + hsum[3]
+	}
+	return X, Y
+}

@@ -1,0 +1,496 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// func stateRowsAVX2(p *byte, n, stride, count int, out, keys, consts, hsum *uint64)
+//
+// The state rows' kernel (docs/spec.md §6 and §14): count rows of n bytes
+// (n a positive multiple of 32), row r at p + r*stride, each read as
+// 8-byte words, four per 32-byte step (lane q of step m: word 4m+q). For
+// each row it sums the words' even and odd fields (e: x & mask, o:
+// (x >> shift) & mask: the 2-byte elements 0, 2 and 1, 3 of a word in the
+// 32-bit halves of a lane, or the 4-byte elements 0 and 1), and be, bo:
+// e and o summed after each step (b += a), and writes the row's plain sum
+// A of its elements and its sum B of element index * element to
+// out[2r], out[2r+1]. hsum (4 lanes, shared by the rows) gains
+// Mix(x ^ k) of every word, k starting at keys[r] + koff + q*MixGamma in
+// lane q and stepping by 4*MixGamma.
+//
+// consts (uint64 offsets): 0 step (4*MixGamma), 4 D0, 8 D1, 12 D2, 16
+// D3, 20 mask, 24 the shift count (16 or 32) and 25 the lane offsets
+// (koff + q*MixGamma), 29 the lanes' first element index, (0, 4, 8, 12) or
+// (0, 2, 4, 6), 33 wide (0: 2-byte elements, 1: 4-byte), each vector in 4
+// lanes.
+//
+// For a row of M steps, element l of word 4m+q has the index
+// per*(4m+q) + l (per = 8/w), so with L the sum of a field over the steps
+// and Bm = sum over steps of (M - m) * field:
+//   B = 4*per*(M*A - sum of Bm) + sum over lanes and fields of (per*q + l)*L.
+//
+// Registers: Y0 e, Y1 o, Y2 be, Y3 bo, Y4 k, Y5 hsum, Y6 mask, X15 shift,
+// Y7 x, Y8 odd fields, Y9 z, Y10 t; at a row's end Y7-Y14 hold its sums.
+TEXT ·stateRowsAVX2(SB), NOSPLIT, $0-64
+	MOVQ    p+0(FP), SI
+	MOVQ    n+8(FP), BX
+	MOVQ    stride+16(FP), DX
+	MOVQ    count+24(FP), CX
+	MOVQ    out+32(FP), DI
+	MOVQ    keys+40(FP), R10
+	MOVQ    consts+48(FP), R13
+	MOVQ    hsum+56(FP), AX
+	VMOVDQU (AX), Y5
+	VMOVDQU 160(R13), Y6
+	VMOVQ   192(R13), X15
+	MOVQ    264(R13), R14 // wide
+	MOVQ    BX, R15
+	SHRQ    $5, R15       // M, the steps of a row
+
+row:
+	TESTQ        CX, CX
+	JZ           done
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+	VPBROADCASTQ (R10), Y4
+	VPADDQ       200(R13), Y4, Y4
+	MOVQ         SI, AX
+	MOVQ         BX, R8
+
+step:
+	VMOVDQU  (AX), Y7
+	VPAND    Y6, Y7, Y9
+	VPSRLQ   X15, Y7, Y8
+	VPAND    Y6, Y8, Y8
+	VPADDQ   Y9, Y0, Y0
+	VPADDQ   Y8, Y1, Y1
+	VPADDQ   Y0, Y2, Y2
+	VPADDQ   Y1, Y3, Y3
+	VPXOR    Y4, Y7, Y9
+	VPADDQ   0(R13), Y4, Y4
+	VPMULUDQ 32(R13), Y9, Y10
+	VPXOR    Y10, Y9, Y9
+	VPSHUFD  $0xb1, Y9, Y9
+	VPMULUDQ 64(R13), Y9, Y10
+	VPXOR    Y10, Y9, Y9
+	VPSRLQ   $32, Y9, Y10
+	VPXOR    Y10, Y9, Y9
+	VPMULUDQ 96(R13), Y9, Y10
+	VPXOR    Y10, Y9, Y9
+	VPSHUFD  $0xb1, Y9, Y9
+	VPMULUDQ 128(R13), Y9, Y10
+	VPXOR    Y10, Y9, Y9
+	VPADDQ   Y9, Y5, Y5
+	ADDQ     $32, AX
+	SUBQ     $32, R8
+	JNZ      step
+
+	// The row's A and B from its lanes: S (Y11) the lanes' field sums,
+	// C (Y12) their (per*q + l)-weighted sums, Bs (Y13) the step-weighted
+	// ones.
+	TESTQ  R14, R14
+	JNZ    wide4
+	// 2-byte elements: l = 0, 2 in e's halves, l = 1, 3 in o's.
+	VPSLLQ $32, Y0, Y7
+	VPSRLQ $32, Y7, Y7   // el
+	VPSRLQ $32, Y0, Y8   // eh
+	VPSLLQ $32, Y1, Y9
+	VPSRLQ $32, Y9, Y9   // ol
+	VPSRLQ $32, Y1, Y10  // oh
+	VPADDQ Y7, Y8, Y11
+	VPADDQ Y9, Y10, Y12
+	VPADDQ Y12, Y11, Y11 // S
+	VPADDQ Y8, Y10, Y12  // eh + oh
+	VPADDQ Y12, Y12, Y12 // 2 eh + 2 oh
+	VPADDQ Y10, Y12, Y12 // 2 eh + 3 oh
+	VPADDQ Y9, Y12, Y12  // + ol: sum of l * L
+	VPSLLQ $32, Y2, Y7
+	VPSRLQ $32, Y7, Y7
+	VPSRLQ $32, Y2, Y8
+	VPADDQ Y8, Y7, Y7
+	VPSLLQ $32, Y3, Y8
+	VPSRLQ $32, Y8, Y8
+	VPADDQ Y8, Y7, Y7
+	VPSRLQ $32, Y3, Y8
+	VPADDQ Y8, Y7, Y13   // Bs
+	JMP    finish
+
+wide4:
+	// 4-byte elements: l = 0 in e, l = 1 in o.
+	VPADDQ  Y0, Y1, Y11 // S
+	VMOVDQA Y1, Y12     // sum of l * L
+	VPADDQ  Y2, Y3, Y13 // Bs
+
+finish:
+	// C = Q*S + sum of l*L, Q = per*q, S in halves for 32-bit products.
+	VMOVDQU  232(R13), Y7
+	VPMULUDQ Y7, Y11, Y8
+	VPSRLQ   $32, Y11, Y9
+	VPMULUDQ Y7, Y9, Y9
+	VPSLLQ   $32, Y9, Y9
+	VPADDQ   Y9, Y8, Y8
+	VPADDQ   Y8, Y12, Y12
+	// Across the lanes: A = sum of S (R8), C (R9), Bs (R11).
+	VEXTRACTI128 $1, Y11, X7
+	VPADDQ       X7, X11, X7
+	VPSHUFD      $0x4e, X7, X8
+	VPADDQ       X8, X7, X7
+	VMOVQ        X7, R8
+	VEXTRACTI128 $1, Y12, X7
+	VPADDQ       X7, X12, X7
+	VPSHUFD      $0x4e, X7, X8
+	VPADDQ       X8, X7, X7
+	VMOVQ        X7, R9
+	VEXTRACTI128 $1, Y13, X7
+	VPADDQ       X7, X13, X7
+	VPSHUFD      $0x4e, X7, X8
+	VPADDQ       X8, X7, X7
+	VMOVQ        X7, R11
+	// B = 4*per*(M*A - Bs) + C: 4*per is 16 (2-byte), 8 (4-byte).
+	MOVQ  R8, R12
+	IMULQ R15, R12
+	SUBQ  R11, R12
+	SHLQ  $3, R12
+	TESTQ R14, R14
+	JNZ   store
+	SHLQ  $1, R12
+
+store:
+	ADDQ R9, R12
+	MOVQ R8, 0(DI)
+	MOVQ R12, 8(DI)
+
+rowend:
+	ADDQ $16, DI
+	ADDQ $8, R10
+	ADDQ DX, SI
+	DECQ CX
+	JMP  row
+
+done:
+	MOVQ    hsum+56(FP), AX
+	VMOVDQU Y5, (AX)
+	VZEROUPPER
+	RET
+
+// func rowWordsAVX2(p *byte, mode, wide, count, words, stride int, offs *int64, tail uint64, out, keys, consts, hsum *uint64)
+//
+// Short state rows, four at a time, one row per 64-bit lane: count rows
+// (a multiple of 4), each of words 8-byte words, word i of row r
+//
+//   mode 0: the 8 bytes at p + r*stride + 8*i (the last word ANDed with
+//           tail: a row of contiguous bytes, zero-padded);
+//   mode 1: the 2-byte elements 4i..4i+3 of the row, element e at
+//           p + offs[e] + 2*r (a run of every row's element e; offs[e] < 0:
+//           no such element, zero);
+//   mode 2: the 4-byte elements 2i, 2i+1, element e at p + offs[e] + 4*r.
+//
+// Per group of 4 rows, out receives 8 uint64: each row's plain sum A of
+// its elements (wide 0: 2-byte, 1: 4-byte fields of the words) and its
+// sum B of element index * element; hsum (4 lanes) gains Mix(x ^ k) of
+// every word, k = keys[r] + koff + i*MixGamma. consts: G (MixGamma, 4
+// lanes), D0..D3, per (the elements of a word, 4 lanes), the 0xffff mask,
+// the low-32-bit mask, koff (4 lanes).
+//
+// Registers: Y0 x, Y1-Y4 fields, Y5 S (the word's part of A), Y6 its part
+// of B, Y7 A, Y8 B, Y9 k, Y10 hsum, Y11 jb (the word's first element
+// index), Y12 z, Y13 t, Y14 mask.
+TEXT ·rowWordsAVX2(SB), NOSPLIT, $0-96
+	MOVQ    p+0(FP), SI
+	MOVQ    mode+8(FP), R14
+	MOVQ    wide+16(FP), R15
+	MOVQ    count+24(FP), CX
+	MOVQ    stride+40(FP), DX
+	MOVQ    offs+48(FP), R11
+	MOVQ    out+64(FP), DI
+	MOVQ    keys+72(FP), R10
+	MOVQ    consts+80(FP), R13
+	MOVQ    hsum+88(FP), AX
+	VMOVDQU (AX), Y10
+	VMOVDQU 192(R13), Y14
+	TESTQ   R15, R15
+	JZ      group
+	VMOVDQU 224(R13), Y14
+
+group:
+	CMPQ    CX, $4
+	JB      done
+	VPXOR   Y7, Y7, Y7
+	VPXOR   Y8, Y8, Y8
+	VPXOR   Y11, Y11, Y11
+	VMOVDQU (R10), Y9
+	VPADDQ  256(R13), Y9, Y9 // the row's first word's index, times MixGamma
+	XORQ    R9, R9 // word index i
+	MOVQ    words+32(FP), R12
+
+word:
+	CMPQ R14, $1
+	JEQ  loadruns2
+	CMPQ R14, $2
+	JEQ  loadruns4
+
+	// mode 0: four rows' word i
+	LEAQ        (SI)(R9*8), AX
+	VMOVQ       (AX), X0
+	ADDQ        DX, AX
+	VPINSRQ     $1, (AX), X0, X0
+	ADDQ        DX, AX
+	VMOVQ       (AX), X1
+	ADDQ        DX, AX
+	VPINSRQ     $1, (AX), X1, X1
+	VINSERTI128 $1, X1, Y0, Y0
+	CMPQ        R12, $1
+	JNE         fields
+	VPBROADCASTQ tail+56(FP), Y1
+	VPAND       Y1, Y0, Y0
+	JMP         fields
+
+loadruns2:
+	// elements 4i .. 4i+3 of four rows: 8 bytes of each run
+	MOVQ  R9, BX
+	SHLQ  $2, BX
+	LEAQ  (R11)(BX*8), BX // &offs[4i]
+	VPXOR X1, X1, X1
+	VPXOR X2, X2, X2
+	VPXOR X3, X3, X3
+	VPXOR X4, X4, X4
+	MOVQ  0(BX), R8
+	TESTQ R8, R8
+	JS    r2a
+	VMOVQ (SI)(R8*1), X1
+r2a:
+	MOVQ  8(BX), R8
+	TESTQ R8, R8
+	JS    r2b
+	VMOVQ (SI)(R8*1), X2
+r2b:
+	MOVQ  16(BX), R8
+	TESTQ R8, R8
+	JS    r2c
+	VMOVQ (SI)(R8*1), X3
+r2c:
+	MOVQ  24(BX), R8
+	TESTQ R8, R8
+	JS    r2d
+	VMOVQ (SI)(R8*1), X4
+r2d:
+	VPUNPCKLWD  X2, X1, X1 // rows 0..3: (e0, e1) pairs
+	VPUNPCKLWD  X4, X3, X3 // rows 0..3: (e2, e3) pairs
+	VPUNPCKLDQ  X3, X1, X0 // rows 0, 1
+	VPUNPCKHDQ  X3, X1, X1 // rows 2, 3
+	VINSERTI128 $1, X1, Y0, Y0
+	JMP         fields
+
+loadruns4:
+	// elements 2i, 2i+1 of four rows: 16 bytes of each run
+	MOVQ    R9, BX
+	SHLQ    $1, BX
+	LEAQ    (R11)(BX*8), BX // &offs[2i]
+	VPXOR   X1, X1, X1
+	VPXOR   X2, X2, X2
+	MOVQ    0(BX), R8
+	TESTQ   R8, R8
+	JS      r4a
+	VMOVDQU (SI)(R8*1), X1
+r4a:
+	MOVQ    8(BX), R8
+	TESTQ   R8, R8
+	JS      r4b
+	VMOVDQU (SI)(R8*1), X2
+r4b:
+	VPUNPCKLDQ  X2, X1, X0 // rows 0, 1
+	VPUNPCKHDQ  X2, X1, X1 // rows 2, 3
+	VINSERTI128 $1, X1, Y0, Y0
+
+fields:
+	// S = sum of the word's fields, T = sum of field index * field.
+	CMPQ   R14, $2
+	JEQ    fields4
+	CMPQ   R14, $1
+	JEQ    fields2
+	TESTQ  R15, R15
+	JNZ    fields4
+
+fields2:
+	VPAND  Y14, Y0, Y1
+	VPSRLQ $16, Y0, Y2
+	VPAND  Y14, Y2, Y2
+	VPSRLQ $32, Y0, Y3
+	VPAND  Y14, Y3, Y3
+	VPSRLQ $48, Y0, Y4
+	VPADDQ Y1, Y2, Y5
+	VPADDQ Y3, Y4, Y6
+	VPADDQ Y6, Y5, Y5 // S = f0 + f1 + f2 + f3 (below 2^18)
+	VPADDQ Y4, Y3, Y6 // f2 + f3
+	VPADDQ Y4, Y6, Y6 // f2 + 2 f3
+	VPADDQ Y3, Y6, Y6 // 2 f2 + 2 f3
+	VPADDQ Y4, Y6, Y6 // 2 f2 + 3 f3
+	VPADDQ Y2, Y6, Y6 // T = f1 + 2 f2 + 3 f3
+	VPMULUDQ Y11, Y5, Y1
+	VPADDQ Y1, Y6, Y6 // the word's part of B: jb*S + T
+	JMP    weigh
+
+fields4:
+	VPAND    Y14, Y0, Y1       // f0
+	VPSRLQ   $32, Y0, Y2       // f1
+	VPADDQ   Y2, Y1, Y5        // S (up to 2^33: no 32-bit product of it)
+	VPMULUDQ Y11, Y1, Y3
+	VPMULUDQ Y11, Y2, Y4
+	VPADDQ   Y4, Y3, Y6
+	VPADDQ   Y2, Y6, Y6        // the word's part of B: jb*f0 + (jb+1)*f1
+
+weigh:
+	VPADDQ Y5, Y7, Y7
+	VPADDQ Y6, Y8, Y8
+	VPADDQ 160(R13), Y11, Y11
+
+	// the mix check of the word
+	VPXOR    Y9, Y0, Y12
+	VPADDQ   0(R13), Y9, Y9
+	VPMULUDQ 32(R13), Y12, Y13
+	VPXOR    Y13, Y12, Y12
+	VPSHUFD  $0xb1, Y12, Y12
+	VPMULUDQ 64(R13), Y12, Y13
+	VPXOR    Y13, Y12, Y12
+	VPSRLQ   $32, Y12, Y13
+	VPXOR    Y13, Y12, Y12
+	VPMULUDQ 96(R13), Y12, Y13
+	VPXOR    Y13, Y12, Y12
+	VPSHUFD  $0xb1, Y12, Y12
+	VPMULUDQ 128(R13), Y12, Y13
+	VPXOR    Y13, Y12, Y12
+	VPADDQ   Y12, Y10, Y10
+
+	INCQ R9
+	DECQ R12
+	JNZ  word
+
+	VMOVDQU Y7, 0(DI)
+	VMOVDQU Y8, 32(DI)
+	ADDQ    $64, DI
+	ADDQ    $32, R10
+	SUBQ    $4, CX
+	// the next four rows
+	MOVQ    DX, AX
+	SHLQ    $2, AX
+	CMPQ    R14, $0
+	JEQ     next
+	MOVQ    $8, AX
+	CMPQ    R14, $1
+	JEQ     next
+	MOVQ    $16, AX
+
+next:
+	ADDQ AX, SI
+	JMP  group
+
+done:
+	MOVQ    hsum+88(FP), AX
+	VMOVDQU Y10, (AX)
+	VZEROUPPER
+	RET
+
+// func adjacent16AVX2(p *byte, count int, out, keys, consts, hsum *uint64)
+//
+// Rows of at most four 2-byte elements in runs of one element each, rows
+// adjacent (a state split on its last axis, one word per row), sixteen at a
+// time: count rows (a multiple of 16); element e of row r at
+// p + run[e] + 2*r, run[e] the offsets at consts+288 (4 of them; a run
+// ANDed with the mask at consts+320+32*e, zero for an element the rows do
+// not have). Each group of 16 rows writes 32 uint64 to out: for its word
+// vectors W0..W3 (rows 0, 1, 8, 9; 2, 3, 10, 11; 4, 5, 12, 13; 6, 7, 14,
+// 15), the rows' A then B. hsum gains Mix(x ^ (keys[r] + koff)) of every
+// row's word. consts as rowWordsAVX2's (G, D0..D3, per, the 0xffff mask,
+// koff), then the run offsets and masks.
+TEXT ·adjacent16AVX2(SB), NOSPLIT, $0-48
+	MOVQ    p+0(FP), SI
+	MOVQ    count+8(FP), CX
+	MOVQ    out+16(FP), DI
+	MOVQ    keys+24(FP), R10
+	MOVQ    consts+32(FP), R13
+	MOVQ    hsum+40(FP), AX
+	VMOVDQU (AX), Y14
+	VMOVDQU 192(R13), Y15
+	MOVQ    288(R13), R8
+	MOVQ    296(R13), R9
+	MOVQ    304(R13), R11
+	MOVQ    312(R13), R12
+
+group16:
+	CMPQ CX, $16
+	JB   done16
+	VMOVDQU (SI)(R8*1), Y0
+	VPAND   320(R13), Y0, Y0
+	VMOVDQU (SI)(R9*1), Y1
+	VPAND   352(R13), Y1, Y1
+	VMOVDQU (SI)(R11*1), Y2
+	VPAND   384(R13), Y2, Y2
+	VMOVDQU (SI)(R12*1), Y3
+	VPAND   416(R13), Y3, Y3
+	VPUNPCKLWD Y1, Y0, Y4 // rows 0-3 | 8-11: (e0, e1)
+	VPUNPCKHWD Y1, Y0, Y5 // rows 4-7 | 12-15
+	VPUNPCKLWD Y3, Y2, Y6 // (e2, e3)
+	VPUNPCKHWD Y3, Y2, Y7
+	VPUNPCKLDQ Y6, Y4, Y0 // W0: rows 0, 1 | 8, 9
+	VPUNPCKHDQ Y6, Y4, Y1 // W1: rows 2, 3 | 10, 11
+	VPUNPCKLDQ Y7, Y5, Y2 // W2: rows 4, 5 | 12, 13
+	VPUNPCKHDQ Y7, Y5, Y3 // W3: rows 6, 7 | 14, 15
+	// keys in the words' row order
+	VMOVDQU    0(R10), Y4
+	VMOVDQU    64(R10), Y5
+	VPERM2I128 $0x20, Y5, Y4, Y10 // rows 0, 1, 8, 9
+	VPERM2I128 $0x31, Y5, Y4, Y11 // rows 2, 3, 10, 11
+	VMOVDQU    32(R10), Y4
+	VMOVDQU    96(R10), Y5
+	VPERM2I128 $0x20, Y5, Y4, Y12 // rows 4, 5, 12, 13
+	VPERM2I128 $0x31, Y5, Y4, Y13 // rows 6, 7, 14, 15
+
+#define ADJWORD(W, K, OFF) \
+	VPAND    Y15, W, Y4;      \
+	VPSRLQ   $16, W, Y5;      \
+	VPAND    Y15, Y5, Y5;     \
+	VPSRLQ   $32, W, Y6;      \
+	VPAND    Y15, Y6, Y6;     \
+	VPSRLQ   $48, W, Y7;      \
+	VPADDQ   Y4, Y5, Y8;      \
+	VPADDQ   Y6, Y7, Y9;      \
+	VPADDQ   Y9, Y8, Y8;      \
+	VPADDQ   Y7, Y6, Y9;      \
+	VPADDQ   Y7, Y9, Y9;      \
+	VPADDQ   Y6, Y9, Y9;      \
+	VPADDQ   Y7, Y9, Y9;      \
+	VPADDQ   Y5, Y9, Y9;      \
+	VMOVDQU  Y8, OFF(DI);     \
+	VMOVDQU  Y9, OFF+32(DI);  \
+	VPADDQ   256(R13), K, K;  \
+	VPXOR    K, W, W;         \
+	VPMULUDQ 32(R13), W, Y4;  \
+	VPXOR    Y4, W, W;        \
+	VPSHUFD  $0xb1, W, W;     \
+	VPMULUDQ 64(R13), W, Y4;  \
+	VPXOR    Y4, W, W;        \
+	VPSRLQ   $32, W, Y4;      \
+	VPXOR    Y4, W, W;        \
+	VPMULUDQ 96(R13), W, Y4;  \
+	VPXOR    Y4, W, W;        \
+	VPSHUFD  $0xb1, W, W;     \
+	VPMULUDQ 128(R13), W, Y4; \
+	VPXOR    Y4, W, W;        \
+	VPADDQ   W, Y14, Y14
+
+	ADJWORD(Y0, Y10, 0)
+	ADJWORD(Y1, Y11, 64)
+	ADJWORD(Y2, Y12, 128)
+	ADJWORD(Y3, Y13, 192)
+
+	ADDQ $256, DI
+	ADDQ $128, R10
+	ADDQ $32, SI
+	SUBQ $16, CX
+	JMP  group16
+
+done16:
+	MOVQ    hsum+40(FP), AX
+	VMOVDQU Y14, (AX)
+	VZEROUPPER
+	RET
