@@ -38,6 +38,25 @@ type Plan struct {
 	// Progress, when set, is called with the cell bytes done since its
 	// last call. It may be called from several goroutines at once.
 	Progress func(bytes int64)
+	// Copies are output slots that no row fills: a block that several
+	// requests read at the same position is read once (NewPlan), and
+	// Spread copies its values to the other requests' slots once an
+	// engine has run.
+	Copies []SlotCopy
+}
+
+// SlotCopy copies the N output slots from Src to the N from Dst.
+type SlotCopy struct{ Dst, Src, N int }
+
+// Spread applies p.Copies to an engine's output (and to the slopes in
+// out[p.Outputs:], when out holds them).
+func (p *Plan) Spread(out []uint64) {
+	for _, c := range p.Copies {
+		copy(out[c.Dst:c.Dst+c.N], out[c.Src:c.Src+c.N])
+		if len(out) >= 2*p.Outputs {
+			copy(out[p.Outputs+c.Dst:p.Outputs+c.Dst+c.N], out[p.Outputs+c.Src:p.Outputs+c.Src+c.N])
+		}
+	}
 }
 
 // Bytes returns the cell bytes the plan reads (a measure of work).

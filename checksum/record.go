@@ -38,6 +38,17 @@ func (o Options) engine() Engine {
 // follow the record: its requests and their groups in order, each group's
 // values position by position and, within a position, by replica key
 // (RankRecord fills the record).
+//
+// The caches of a group that share a replica key read the same blocks
+// into the same slots, so their tasks share one Rows slice: the plan
+// holds one row per (group, replica key, block position read), whatever
+// the number of layers. A block read at the same position with the same
+// valid tokens by several requests (a shared prefix) adds the same values
+// (request numbering depends only on the position), so it is read once:
+// the later requests' slots are listed in Plan.Copies instead of getting
+// rows. A plan that would still read more than MaxReadFactor times the
+// cell bytes its caches hold is refused with a *layout.DumpError naming
+// the dump (docs/spec.md §10).
 func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 	m := d.Manifest
 	rec := &wire.Record{
@@ -58,15 +69,40 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 		}
 	}
 	plan := &Plan{Dump: d}
-	taskOf := map[*layout.LayerView]int{}
+	// Per group: its replica keys (sorted), the rows of each key (shared
+	// by the key's caches) and the first slot of each (position, block,
+	// valid tokens) read.
+	type groupRows struct {
+		keys []layout.ReplicaKey
+		rows [][]Row
+		read map[[3]int]int
+	}
+	groups := make([]*groupRows, len(d.Groups))
+	for gi, g := range d.Groups {
+		if g.Skip != "" || len(g.Caches) == 0 {
+			continue
+		}
+		gr := &groupRows{read: map[[3]int]int{}}
+		for _, c := range g.Caches {
+			if !slices.Contains(gr.keys, c.Key()) {
+				gr.keys = append(gr.keys, c.Key())
+			}
+		}
+		slices.SortFunc(gr.keys, func(a, b layout.ReplicaKey) int {
+			return cmp.Or(cmp.Compare(a.Replicas, b.Replicas), cmp.Compare(a.Index, b.Index))
+		})
+		gr.rows = make([][]Row, len(gr.keys))
+		groups[gi] = gr
+	}
 	for ri := range m.Requests {
 		r := &m.Requests[ri]
 		if len(ids) > 0 && !slices.Contains(ids, r.ID) {
 			continue
 		}
 		rr := wire.RecordRequest{ID: r.ID, ProducerID: r.ProducerID, NumTokens: r.NumTokens, NumLocalComputedTokens: r.NumLocalComputedTokens}
-		for _, g := range d.Groups {
-			if g.Skip != "" || len(g.Caches) == 0 {
+		for gi, g := range d.Groups {
+			gr := groups[gi]
+			if gr == nil {
 				continue
 			}
 			span, status, err := layout.RequestSpan(r, g.Group)
@@ -76,55 +112,99 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 			if status != layout.SpanOK {
 				continue
 			}
-			var keys []layout.ReplicaKey
-			for _, c := range g.Caches {
-				if !slices.Contains(keys, c.Key()) {
-					keys = append(keys, c.Key())
-				}
+			K := len(gr.keys)
+			rg := wire.RecordRequestGroup{ID: g.Group.ID, Start: span.Start, ReplicaKeys: make([][2]int, K)}
+			for k, key := range gr.keys {
+				rg.ReplicaKeys[k] = [2]int{key.Replicas, key.Index}
 			}
-			slices.SortFunc(keys, func(a, b layout.ReplicaKey) int {
-				return cmp.Or(cmp.Compare(a.Replicas, b.Replicas), cmp.Compare(a.Index, b.Index))
-			})
-			rg := wire.RecordRequestGroup{ID: g.Group.ID, Start: span.Start}
-			for _, k := range keys {
-				rg.ReplicaKeys = append(rg.ReplicaKeys, [2]int{k.Replicas, k.Index})
-			}
-			// Output slot of (position i, key k): base + i*len(keys) + k.
+			// Output slot of (position i, key k): base + i*K + k.
 			base := plan.Outputs
-			plan.Outputs += len(span.Blocks) * len(keys)
-			rg.Values = make([][]layout.Hex64, len(span.Blocks))
-			for i := range rg.Values {
-				rg.Values[i] = make([]layout.Hex64, len(keys))
-			}
+			plan.Outputs += len(span.Blocks) * K
+			rg.Values = hexRows(len(span.Blocks), K)
 			S := g.Group.BlockSize
-			for _, c := range g.Caches {
-				k := slices.Index(keys, c.Key())
-				ti, ok := taskOf[c]
-				if !ok {
-					ti = len(plan.Tasks)
-					taskOf[c] = ti
-					plan.Tasks = append(plan.Tasks, Task{Cache: c})
+			for i, b := range span.Blocks {
+				pos := span.Start + i
+				valid := layout.ValidTokens(r.NumTokens, pos, S)
+				if g.Group.Kind == layout.KindMamba {
+					valid = 1 // a state row is one "token": its whole state
 				}
-				for i, b := range span.Blocks {
-					pos := span.Start + i
-					valid := layout.ValidTokens(r.NumTokens, pos, S)
-					if c.State {
-						valid = 1 // a state row is one "token": its whole state
-					}
-					if valid == 0 {
-						continue
-					}
-					plan.Tasks[ti].Rows = append(plan.Tasks[ti].Rows, Row{
-						Block: b, FirstToken: int64(pos) * int64(S), Valid: valid,
-						Out: base + i*len(keys) + k,
-					})
+				if valid == 0 {
+					continue
+				}
+				slot := base + i*K
+				if first, ok := gr.read[[3]int{pos, b, valid}]; ok {
+					plan.Copies = append(plan.Copies, SlotCopy{Dst: slot, Src: first, N: K})
+					continue
+				}
+				gr.read[[3]int{pos, b, valid}] = slot
+				for k := range K {
+					gr.rows[k] = append(gr.rows[k], Row{Block: b, FirstToken: int64(pos) * int64(S), Valid: valid, Out: slot + k})
 				}
 			}
 			rr.Groups = append(rr.Groups, rg)
 		}
 		rec.Requests = append(rec.Requests, rr)
 	}
+	for gi, g := range d.Groups {
+		gr := groups[gi]
+		if gr == nil {
+			continue
+		}
+		for _, c := range g.Caches {
+			rows := gr.rows[slices.Index(gr.keys, c.Key())]
+			if len(rows) > 0 {
+				plan.Tasks = append(plan.Tasks, Task{Cache: c, Rows: rows})
+			}
+		}
+	}
+	if err := plan.checkReads(); err != nil {
+		return nil, nil, err
+	}
 	return plan, rec, nil
+}
+
+// hexRows returns n rows of k values backed by one array.
+func hexRows(n, k int) [][]layout.Hex64 {
+	flat := make([]layout.Hex64, n*k)
+	rows := make([][]layout.Hex64, n)
+	for i := range rows {
+		rows[i] = flat[i*k : (i+1)*k : (i+1)*k]
+	}
+	return rows
+}
+
+// MaxReadFactor caps the work one manifest can ask for (docs/spec.md
+// §10): a rank's plan may read at most this many times the cell bytes of
+// its checksummed caches (num_blocks blocks each), once shared prefix
+// blocks are read once. A block read at the same position by any number
+// of requests counts once; only a block read at many different positions
+// (or with many different token counts) can reach the cap, which no
+// prefix cache does.
+const MaxReadFactor = 4
+
+// ReadCapError is a manifest whose block tables would make kvaudit read
+// more than MaxReadFactor times the cells its caches hold.
+type ReadCapError struct {
+	// Read is the cell bytes the plan would read; Held the cell bytes of
+	// the caches.
+	Read, Held int64
+}
+
+func (e *ReadCapError) Error() string {
+	return fmt.Sprintf("the block tables make kvaudit read %d bytes of cells, more than %d times the %d bytes the caches hold (blocks read at many different positions)", e.Read, MaxReadFactor, e.Held)
+}
+
+// checkReads refuses a plan that reads more than MaxReadFactor times the
+// cell bytes of its caches.
+func (p *Plan) checkReads() error {
+	var held int64
+	for _, t := range p.Tasks {
+		held += int64(p.Dump.Manifest.NumBlocks) * t.Cache.Cells.BlockBytes()
+	}
+	if read := p.Bytes(); read > MaxReadFactor*held {
+		return &layout.DumpError{File: p.Dump.Path, Field: "requests", Err: &ReadCapError{Read: read, Held: held}}
+	}
+	return nil
 }
 
 // splitLess says whether a group is a state group whose layers have no TP
@@ -168,6 +248,7 @@ func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*wire.Record
 		if err := eng.Run(ctx, plan, out); err != nil {
 			return nil, err
 		}
+		plan.Spread(out)
 		fillRecord(rec, out[:plan.Outputs])
 		fillBlock(rec, func(slot int, first int64) uint64 {
 			return BlockNumbered(out[slot], out[plan.Outputs+slot], first)
@@ -178,6 +259,7 @@ func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*wire.Record
 	if err := eng.Run(ctx, plan, out); err != nil {
 		return nil, err
 	}
+	plan.Spread(out)
 	fillRecord(rec, out)
 	if opts.BlockValues {
 		bp := plan.BlockRows()
@@ -185,6 +267,7 @@ func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*wire.Record
 		if err := eng.Run(ctx, bp, bout); err != nil {
 			return nil, err
 		}
+		bp.Spread(bout)
 		fillBlock(rec, func(slot int, _ int64) uint64 { return bout[slot] })
 	}
 	return rec, nil
@@ -201,10 +284,9 @@ func fillBlock(rec *wire.Record, value func(slot int, first int64) uint64) {
 	for ri := range rec.Requests {
 		for gi := range rec.Requests[ri].Groups {
 			g := &rec.Requests[ri].Groups[gi]
-			g.ValuesBlock = make([][]layout.Hex64, len(g.Values))
+			g.ValuesBlock = hexRows(len(g.Values), len(g.ReplicaKeys))
 			for i, vals := range g.Values {
 				first := int64(g.Start+i) * int64(sizes[g.ID])
-				g.ValuesBlock[i] = make([]layout.Hex64, len(vals))
 				for k := range vals {
 					g.ValuesBlock[i][k] = layout.Hex64(value(slot, first))
 					slot++
@@ -214,8 +296,13 @@ func fillBlock(rec *wire.Record, value func(slot int, first int64) uint64) {
 	}
 }
 
-// Records computes the record of every dump.
+// Records computes the record of every dump. With the cpu engine (Fast)
+// the ranks are checksummed in one pass, their chunks shared among the
+// threads.
 func Records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*wire.Record, error) {
+	if f, ok := opts.engine().(Fast); ok && len(dumps) > 1 {
+		return f.records(ctx, dumps, opts)
+	}
 	recs := make([]*wire.Record, 0, len(dumps))
 	for _, d := range dumps {
 		rec, err := RankRecord(ctx, d, opts)
@@ -223,6 +310,33 @@ func Records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*wire.R
 			return nil, err
 		}
 		recs = append(recs, rec)
+	}
+	return recs, nil
+}
+
+// records is Records for the cpu engine: every rank's plan in one run.
+func (f Fast) records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*wire.Record, error) {
+	plans := make([]*Plan, len(dumps))
+	recs := make([]*wire.Record, len(dumps))
+	outs := make([][]uint64, len(dumps))
+	for i, d := range dumps {
+		var err error
+		if plans[i], recs[i], err = NewPlan(d, opts.Requests); err != nil {
+			return nil, err
+		}
+		plans[i].Progress, plans[i].Slopes = opts.Progress, true
+		outs[i] = make([]uint64, 2*plans[i].Outputs)
+	}
+	if err := f.runPlans(ctx, plans, outs); err != nil {
+		return nil, err
+	}
+	for i, p := range plans {
+		out := outs[i]
+		p.Spread(out)
+		fillRecord(recs[i], out[:p.Outputs])
+		fillBlock(recs[i], func(slot int, first int64) uint64 {
+			return BlockNumbered(out[slot], out[p.Outputs+slot], first)
+		})
 	}
 	return recs, nil
 }
