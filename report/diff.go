@@ -85,6 +85,22 @@ type DiffDetailJSON struct {
 	// (absent for attention, whose details have tokens instead).
 	LastHead int  `json:"last_head"`
 	State    *int `json:"state,omitempty"`
+	// LastLayer, Layers and Heads say which (layer, head) slices the
+	// detail folds: every one of Layers x Heads (Heads is absent for a
+	// state group, whose rows are head to last_head); Slices counts
+	// them.
+	LastLayer int   `json:"last_layer"`
+	Layers    []int `json:"layers"`
+	Heads     []int `json:"heads,omitempty"`
+	Slices    int   `json:"slices"`
+	// TPRank and PPRank are the consumer rank, File the file holding its
+	// cells, Block the consumer block id at Position, Offset the byte
+	// offset in File of the first differing byte.
+	TPRank int    `json:"tp_rank"`
+	PPRank int    `json:"pp_rank"`
+	File   string `json:"file"`
+	Block  int    `json:"block"`
+	Offset int64  `json:"offset"`
 }
 
 // NewDiffJSON converts a comparison to the JSON schema.
@@ -110,6 +126,8 @@ func NewDiffJSON(res *verify.DiffResult) *DiffJSON {
 				Group: d.Group, Position: d.Position, Layer: d.Layer, Head: d.Head, Replica: d.Replica,
 				FirstToken: d.FirstToken, LastToken: d.LastToken, Bytes: d.Bytes, Hint: d.Hint,
 				LayerName: d.LayerName, Bits: d.Bits, LastHead: d.LastHead,
+				LastLayer: d.LastLayer, Layers: append([]int{}, d.Layers...), Heads: d.Heads, Slices: d.Slices,
+				TPRank: d.TPRank, PPRank: d.PPRank, File: d.File, Block: d.Block, Offset: d.Offset,
 			}
 			if d.State {
 				dj.State = &d.StateIndex
@@ -249,33 +267,48 @@ func diffTables(res *verify.DiffResult) []*Table {
 
 	d := &Table{
 		Title:  "drill-down: what differs",
-		Header: []string{"request", "group", "position", "layer", "head", "replica", "tokens", "bytes", "hint"},
-		Drop:   []string{"bytes", "replica", "group"},
+		Header: []string{"request", "group", "position", "layer", "name", "head", "replica", "rank", "tokens", "bytes", "block", "file", "offset", "hint"},
+		Drop:   []string{"name", "file", "offset", "bytes", "block", "replica", "group"},
 	}
+	var notes []string
 	for _, rv := range res.Requests {
 		for _, x := range rv.Details {
 			tokens := strconv.Itoa(x.FirstToken)
 			if x.LastToken != x.FirstToken {
 				tokens += "-" + strconv.Itoa(x.LastToken)
 			}
+			layer := strconv.Itoa(x.Layer)
+			if len(x.Layers) > 1 {
+				layer = ranges.Format(x.Layers)
+			}
 			head := strconv.Itoa(x.Head)
+			if len(x.Heads) > 0 {
+				head = ranges.Format(x.Heads)
+			}
 			if x.State {
 				// state rows: no tokens; the head column holds the rows
 				tokens = fmt.Sprintf("state %d", x.StateIndex)
-				head = "rows " + head
+				head = "rows " + strconv.Itoa(x.Head)
 				if x.LastHead != x.Head {
 					head += "-" + strconv.Itoa(x.LastHead)
 				}
 			}
-			d.Add(C("%s", rv.ID), C("%d", x.Group), C("%d", x.Position), C("%d (%s)", x.Layer, x.LayerName),
-				C("%s", head), C("%d", x.Replica), C("%s", tokens), C("%d", x.Bytes), Cell{Text: x.Hint, Tone: Bad})
+			d.Add(C("%s", rv.ID), C("%d", x.Group), C("%d", x.Position), C("%s", layer), C("%s", x.LayerName),
+				C("%s", head), C("%d", x.Replica), C("%d:%d", x.PPRank, x.TPRank), C("%s", tokens), C("%d", x.Bytes),
+				C("%d", x.Block), C("%s", x.File), C("%d", x.Offset), Cell{Text: x.Hint, Tone: Bad})
 		}
 		for _, n := range rv.Notes {
-			d.Notes = append(d.Notes, fmt.Sprintf("request %s: %s", rv.ID, n))
+			notes = append(notes, fmt.Sprintf("request %s: %s", rv.ID, n))
 		}
 	}
-	if len(d.Rows) > 0 || len(d.Notes) > 0 {
+	if len(d.Rows) > 0 {
+		d.Notes = append(d.Notes, "rank is pp:tp of the consumer; offset is the first differing byte in file")
+		d.Notes = append(d.Notes, notes...)
 		tables = append(tables, d)
+	} else {
+		// Nothing differs: the requests' notes go under the verdicts, with
+		// no drill-down table.
+		t.Notes = append(t.Notes, notes...)
 	}
 	return tables
 }
@@ -338,11 +371,11 @@ func diffJUnit(res *verify.DiffResult, opts DiffOptions) junitSuites {
 					switch {
 					case d.Group != g.ID:
 					case d.State:
-						fmt.Fprintf(&text, "layer %d (%s) state %d rows %d-%d replica %d, %d differing bytes: %s\n",
-							d.Layer, d.LayerName, d.StateIndex, d.Head, d.LastHead, d.Replica, d.Bytes, d.Hint)
+						fmt.Fprintf(&text, "layers %s (%s) state %d rows %d-%d replica %d, %d differing bytes, rank pp %d tp %d block %d, %s at %d: %s\n",
+							ranges.Format(d.Layers), d.LayerName, d.StateIndex, d.Head, d.LastHead, d.Replica, d.Bytes, d.PPRank, d.TPRank, d.Block, d.File, d.Offset, d.Hint)
 					default:
-						fmt.Fprintf(&text, "position %d layer %d (%s) head %d replica %d tokens %d-%d, %d differing bytes: %s\n",
-							d.Position, d.Layer, d.LayerName, d.Head, d.Replica, d.FirstToken, d.LastToken, d.Bytes, d.Hint)
+						fmt.Fprintf(&text, "position %d layers %s (%s) heads %s replica %d tokens %d-%d, %d differing bytes, rank pp %d tp %d block %d, %s at %d: %s\n",
+							d.Position, ranges.Format(d.Layers), d.LayerName, ranges.Format(d.Heads), d.Replica, d.FirstToken, d.LastToken, d.Bytes, d.PPRank, d.TPRank, d.Block, d.File, d.Offset, d.Hint)
 					}
 				}
 				c.Failure = &junitOutcome{

@@ -1,0 +1,190 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Nibble popcounts, for both 128-bit lanes.
+DATA popLUT<>+0x00(SB)/8, $0x0302020102010100
+DATA popLUT<>+0x08(SB)/8, $0x0403030203020201
+DATA popLUT<>+0x10(SB)/8, $0x0302020102010100
+DATA popLUT<>+0x18(SB)/8, $0x0403030203020201
+GLOBL popLUT<>(SB), RODATA|NOPTR, $32
+
+DATA lowNibbles<>+0x00(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA lowNibbles<>+0x08(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA lowNibbles<>+0x10(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA lowNibbles<>+0x18(SB)/8, $0x0f0f0f0f0f0f0f0f
+GLOBL lowNibbles<>(SB), RODATA|NOPTR, $32
+
+// func diffAVX2(a, b *byte, n int, acc *diffAcc)
+//
+// Compares n bytes (n a positive multiple of 32) of a and b, 32 at a
+// time, adding to the accumulators in acc (see diffAcc): the OR of a's
+// words, the sums of a's and of b's words and the popcount of a^b, by
+// lane; the equal bytes; and, while first is unset (-1), the offset of the
+// first differing byte, counted from acc.at.
+TEXT ·diffAVX2(SB), NOSPLIT, $0-32
+	MOVQ    a+0(FP), SI
+	MOVQ    b+8(FP), DI
+	MOVQ    n+16(FP), CX
+	MOVQ    acc+24(FP), DX
+	VMOVDQU (DX), Y8
+	VMOVDQU 32(DX), Y9
+	VMOVDQU 64(DX), Y10
+	VMOVDQU 96(DX), Y11
+	MOVQ    128(DX), R8  // equal bytes
+	MOVQ    136(DX), R9  // first differing byte, -1 while none
+	MOVQ    144(DX), R10 // the offset of a[0]
+	VPXOR   Y15, Y15, Y15
+	VMOVDQU popLUT<>(SB), Y13
+	VMOVDQU lowNibbles<>(SB), Y14
+
+loop:
+	VMOVDQU   (SI), Y0
+	VMOVDQU   (DI), Y1
+	VPXOR     Y0, Y1, Y2
+	VPOR      Y0, Y8, Y8
+	VPADDQ    Y0, Y9, Y9
+	VPADDQ    Y1, Y10, Y10
+	VPCMPEQB  Y15, Y2, Y3
+	VPMOVMSKB Y3, AX
+	CMPL      AX, $0xffffffff
+	JEQ       counted
+	TESTQ     R9, R9
+	JNS       counted
+	MOVL      AX, BX
+	NOTL      BX
+	TZCNTL    BX, BX
+	LEAQ      (R10)(BX*1), R9
+
+counted:
+	POPCNTL   AX, AX
+	ADDQ      AX, R8
+	VPAND     Y14, Y2, Y4
+	VPSRLW    $4, Y2, Y5
+	VPAND     Y14, Y5, Y5
+	VPSHUFB   Y4, Y13, Y4
+	VPSHUFB   Y5, Y13, Y5
+	VPADDB    Y4, Y5, Y4
+	VPSADBW   Y15, Y4, Y4
+	VPADDQ    Y4, Y11, Y11
+	ADDQ      $32, SI
+	ADDQ      $32, DI
+	ADDQ      $32, R10
+	SUBQ      $32, CX
+	JNZ       loop
+
+	VMOVDQU Y8, (DX)
+	VMOVDQU Y9, 32(DX)
+	VMOVDQU Y10, 64(DX)
+	VMOVDQU Y11, 96(DX)
+	MOVQ    R8, 128(DX)
+	MOVQ    R9, 136(DX)
+	MOVQ    R10, 144(DX)
+	VZEROUPPER
+	RET
+
+// func diffTokensAVX2(a, b *byte, n, sa, sb, count int, acc *diffAcc, out *tokDiff)
+//
+// Compares, for each of count tokens i (1 <= count <= 32), the n bytes
+// (n a positive multiple of 32) at a + i*sa with those at b + i*sb,
+// adding to the lanes and the equal bytes of acc as diffAVX2 does, and
+// sets in out bit i of differs when they differ and bit i of nonzero when
+// a's bytes are not all zero; the first time a byte differs while
+// out.firstTok is -1, it sets firstTok to i and firstOff to the byte's
+// offset in the run.
+TEXT ·diffTokensAVX2(SB), NOSPLIT, $0-64
+	MOVQ    a+0(FP), R10
+	MOVQ    b+8(FP), R11
+	MOVQ    acc+48(FP), DX
+	VMOVDQU (DX), Y8
+	VMOVDQU 32(DX), Y9
+	VMOVDQU 64(DX), Y10
+	VMOVDQU 96(DX), Y11
+	MOVQ    128(DX), R8 // equal bytes
+	MOVQ    out+56(FP), DX
+	MOVQ    (DX), R12   // differs
+	MOVQ    8(DX), R13  // nonzero
+	MOVQ    16(DX), R9  // first token, -1 while none
+	VPXOR   Y15, Y15, Y15
+	VMOVDQU popLUT<>(SB), Y13
+	VMOVDQU lowNibbles<>(SB), Y14
+	MOVQ    $1, SI      // the token's bit
+	MOVQ    count+40(FP), CX
+	MOVQ    $1, DI
+	SHLQ    CX, DI      // the bit after the last token's
+
+token:
+	MOVQ  n+16(FP), CX
+	VPXOR Y12, Y12, Y12 // the OR of a's bytes
+	VPXOR Y6, Y6, Y6    // the OR of a^b
+
+step:
+	VMOVDQU   (R10), Y0
+	VMOVDQU   (R11), Y1
+	VPXOR     Y0, Y1, Y2
+	VPOR      Y0, Y8, Y8
+	VPOR      Y0, Y12, Y12
+	VPOR      Y2, Y6, Y6
+	VPADDQ    Y0, Y9, Y9
+	VPADDQ    Y1, Y10, Y10
+	VPCMPEQB  Y15, Y2, Y3
+	VPMOVMSKB Y3, AX
+	MOVL      AX, BX
+	POPCNTL   AX, AX
+	ADDQ      AX, R8
+	CMPL      BX, $0xffffffff
+	JEQ       same
+	TESTQ     R9, R9
+	JNS       same
+	NOTL      BX
+	TZCNTL    BX, BX
+	TZCNTQ    SI, R9     // the token's index
+	MOVQ      n+16(FP), AX
+	SUBQ      CX, AX
+	ADDQ      BX, AX
+	MOVQ      AX, 24(DX) // firstOff
+
+same:
+	VPAND     Y14, Y2, Y4
+	VPSRLW    $4, Y2, Y5
+	VPAND     Y14, Y5, Y5
+	VPSHUFB   Y4, Y13, Y4
+	VPSHUFB   Y5, Y13, Y5
+	VPADDB    Y4, Y5, Y4
+	VPSADBW   Y15, Y4, Y4
+	VPADDQ    Y4, Y11, Y11
+	ADDQ      $32, R10
+	ADDQ      $32, R11
+	SUBQ      $32, CX
+	JNZ       step
+
+	VPTEST Y6, Y6
+	JZ     equal
+	ORQ    SI, R12
+
+equal:
+	VPTEST Y12, Y12
+	JZ     zero
+	ORQ    SI, R13
+
+zero:
+	MOVQ n+16(FP), AX
+	SUBQ AX, R10
+	SUBQ AX, R11
+	ADDQ sa+24(FP), R10
+	ADDQ sb+32(FP), R11
+	SHLQ $1, SI
+	CMPQ SI, DI
+	JNE  token
+
+	MOVQ    acc+48(FP), AX
+	VMOVDQU Y8, (AX)
+	VMOVDQU Y9, 32(AX)
+	VMOVDQU Y10, 64(AX)
+	VMOVDQU Y11, 96(AX)
+	MOVQ    R8, 128(AX)
+	MOVQ    R12, (DX)
+	MOVQ    R13, 8(DX)
+	MOVQ    R9, 16(DX)
+	VZEROUPPER
+	RET
