@@ -61,7 +61,7 @@ func (m segCache) get(a, b *layout.CellView) segList {
 	if !ok {
 		s = segList{segs: segments(a, b), simd: useSIMD}
 		for _, x := range s.segs {
-			s.simd = s.simd && x.q%8 == 0 && x.n%32 == 0 && x.n > 0
+			s.simd = s.simd && x.q%8 == 0 && x.n%32 == 0 && x.n > 0 && x.n <= maxTokenRun
 		}
 		m[k] = s
 	}

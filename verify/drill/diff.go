@@ -55,6 +55,13 @@ func nonzeroBytes(x uint64) int {
 	return bits.OnesCount64(y &^ lo7)
 }
 
+// tokDiff is what the SIMD kernel found over a run of tokens of one
+// segment (see tokCells).
+type tokDiff struct {
+	differs, nonzero   uint64
+	firstTok, firstOff int64
+}
+
 // tokCells is what differs between the cells of a run of tokens (at most
 // 32) of one head on both sides: the differing tokens, those whose
 // consumer cell is not all zero, the first differing token and its first

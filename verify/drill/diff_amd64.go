@@ -64,18 +64,17 @@ func diffSegsSIMD(a []byte, x int64, b []byte, y int64, segs []seg, d *wordDiff)
 	acc.add(d, n)
 }
 
-// tokDiff is what diffTokensAVX2 found over a run of tokens.
-type tokDiff struct {
-	differs, nonzero   uint64
-	firstTok, firstOff int64
-}
-
 // diffTokensAVX2 is implemented in diff_amd64.s.
 //
 //go:noescape
 func diffTokensAVX2(a, b *byte, n, sa, sb, count int, acc *diffAcc, out *tokDiff)
 
-// diffTokensSIMD is diffTokens with the AVX2 kernel (segs.simd).
+// maxTokenRun is the longest run of one token diffTokensAVX2 takes (its
+// byte lanes count 8 bits and one equal byte a step, 248 steps at most).
+const maxTokenRun = 248 * 32
+
+// diffTokensSIMD is diffTokens with the AVX2 kernel (segs.simd, each
+// segment at most maxTokenRun bytes).
 func diffTokensSIMD(a []byte, x, sa int64, b []byte, y, sb int64, count int, segs []seg, d *tokCells) {
 	acc := diffAcc{}
 	n := 0

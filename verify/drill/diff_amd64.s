@@ -86,17 +86,18 @@ counted:
 // func diffTokensAVX2(a, b *byte, n, sa, sb, count int, acc *diffAcc, out *tokDiff)
 //
 // Compares, for each of count tokens i (1 <= count <= 32), the n bytes
-// (n a positive multiple of 32) at a + i*sa with those at b + i*sb,
-// adding to the lanes and the equal bytes of acc as diffAVX2 does, and
-// sets in out bit i of differs when they differ and bit i of nonzero when
-// a's bytes are not all zero; the first time a byte differs while
-// out.firstTok is -1, it sets firstTok to i and firstOff to the byte's
-// offset in the run.
+// (n a positive multiple of 32, at most 7936) at a + i*sa with those at
+// b + i*sb, adding to the sums, the popcount lanes and the equal bytes of
+// acc (its OR lanes are left alone), and sets in out bit i of differs when
+// they differ and bit i of nonzero when a's bytes are not all zero; the
+// first time a byte differs while out.firstTok is -1, it sets firstTok to
+// i and firstOff to the byte's offset in the run. Bit and equal-byte
+// counts gather in byte lanes over a token (at most 248 steps of 32
+// bytes, so that no byte lane overflows) and are added up at its end.
 TEXT ·diffTokensAVX2(SB), NOSPLIT, $0-64
 	MOVQ    a+0(FP), R10
 	MOVQ    b+8(FP), R11
 	MOVQ    acc+48(FP), DX
-	VMOVDQU (DX), Y8
 	VMOVDQU 32(DX), Y9
 	VMOVDQU 64(DX), Y10
 	VMOVDQU 96(DX), Y11
@@ -117,50 +118,60 @@ token:
 	MOVQ  n+16(FP), CX
 	VPXOR Y12, Y12, Y12 // the OR of a's bytes
 	VPXOR Y6, Y6, Y6    // the OR of a^b
+	VPXOR Y7, Y7, Y7    // equal bytes, by byte lane
+	VPXOR Y8, Y8, Y8    // popcount of a^b, by byte lane
 
 step:
-	VMOVDQU   (R10), Y0
-	VMOVDQU   (R11), Y1
-	VPXOR     Y0, Y1, Y2
-	VPOR      Y0, Y8, Y8
-	VPOR      Y0, Y12, Y12
-	VPOR      Y2, Y6, Y6
-	VPADDQ    Y0, Y9, Y9
-	VPADDQ    Y1, Y10, Y10
-	VPCMPEQB  Y15, Y2, Y3
+	VMOVDQU  (R10), Y0
+	VMOVDQU  (R11), Y1
+	VPXOR    Y0, Y1, Y2
+	VPOR     Y0, Y12, Y12
+	VPOR     Y2, Y6, Y6
+	VPADDQ   Y0, Y9, Y9
+	VPADDQ   Y1, Y10, Y10
+	VPCMPEQB Y15, Y2, Y3
+	VPSUBB   Y3, Y7, Y7
+	TESTQ    R9, R9
+	JNS      count
+
+	// No byte differed yet: look for the first.
 	VPMOVMSKB Y3, AX
-	MOVL      AX, BX
-	POPCNTL   AX, AX
-	ADDQ      AX, R8
-	CMPL      BX, $0xffffffff
-	JEQ       same
-	TESTQ     R9, R9
-	JNS       same
-	NOTL      BX
-	TZCNTL    BX, BX
+	CMPL      AX, $0xffffffff
+	JEQ       count
+	NOTL      AX
+	TZCNTL    AX, BX
 	TZCNTQ    SI, R9     // the token's index
 	MOVQ      n+16(FP), AX
 	SUBQ      CX, AX
 	ADDQ      BX, AX
 	MOVQ      AX, 24(DX) // firstOff
 
-same:
-	VPAND     Y14, Y2, Y4
-	VPSRLW    $4, Y2, Y5
-	VPAND     Y14, Y5, Y5
-	VPSHUFB   Y4, Y13, Y4
-	VPSHUFB   Y5, Y13, Y5
-	VPADDB    Y4, Y5, Y4
-	VPSADBW   Y15, Y4, Y4
-	VPADDQ    Y4, Y11, Y11
-	ADDQ      $32, R10
-	ADDQ      $32, R11
-	SUBQ      $32, CX
-	JNZ       step
+count:
+	VPAND   Y14, Y2, Y4
+	VPSRLW  $4, Y2, Y5
+	VPAND   Y14, Y5, Y5
+	VPSHUFB Y4, Y13, Y4
+	VPSHUFB Y5, Y13, Y5
+	VPADDB  Y4, Y5, Y4
+	VPADDB  Y4, Y8, Y8
+	ADDQ    $32, R10
+	ADDQ    $32, R11
+	SUBQ    $32, CX
+	JNZ     step
 
-	VPTEST Y6, Y6
-	JZ     equal
-	ORQ    SI, R12
+	// The token's counts: bytes lanes to words.
+	VPSADBW      Y15, Y8, Y8
+	VPADDQ       Y8, Y11, Y11
+	VPSADBW      Y15, Y7, Y7
+	VEXTRACTI128 $1, Y7, X4
+	VPADDQ       X4, X7, X7
+	VPSHUFD      $0x4e, X7, X4
+	VPADDQ       X4, X7, X7
+	VMOVQ        X7, AX
+	ADDQ         AX, R8
+	VPTEST       Y6, Y6
+	JZ           equal
+	ORQ          SI, R12
 
 equal:
 	VPTEST Y12, Y12
@@ -178,7 +189,6 @@ zero:
 	JNE  token
 
 	MOVQ    acc+48(FP), AX
-	VMOVDQU Y8, (AX)
 	VMOVDQU Y9, 32(AX)
 	VMOVDQU Y10, 64(AX)
 	VMOVDQU Y11, 96(AX)

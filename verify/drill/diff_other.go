@@ -15,3 +15,6 @@ func diffSegsSIMD(a []byte, x int64, b []byte, y int64, segs []seg, d *wordDiff)
 func diffTokensSIMD(a []byte, x, sa int64, b []byte, y, sb int64, count int, segs []seg, d *tokCells) {
 	panic("drill: no SIMD kernel in this build")
 }
+
+// maxTokenRun bounds the segments diffTokensSIMD takes (never called).
+const maxTokenRun = 0
