@@ -3,10 +3,12 @@ package checksum_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
@@ -172,11 +174,78 @@ func TestNewPlanReadCap(t *testing.T) {
 	_, _, err = checksum.NewPlan(open(), nil)
 	var de *layout.DumpError
 	var ce *checksum.ReadCapError
-	if !errors.As(err, &de) || !errors.As(err, &ce) || de.File != paths[0] || de.Field != "requests" {
-		t.Fatalf("12 requests reading block 1 at 12 positions: %v, want a *ReadCapError in a *layout.DumpError naming %q", err, paths[0])
+	if manifest := filepath.Join(paths[0], "manifest.json"); !errors.As(err, &de) || !errors.As(err, &ce) || de.File != manifest || de.Field != "requests" {
+		t.Fatalf("12 requests reading block 1 at 12 positions: %v, want a *ReadCapError in a *layout.DumpError naming %q", err, manifest)
 	}
 	// tiny: 2 layers, 2 heads, 16-byte cells, 2-token blocks, 2 blocks.
 	if held := int64(2 * 2 * 2 * 2 * 16); ce.Held != held || ce.Read != 12*held/2 {
 		t.Errorf("read %d held %d, want %d and %d", ce.Read, ce.Held, 12*held/2, held)
+	}
+}
+
+// sharedBlockDump writes a dump directory whose one cache (one bfloat16
+// head of 128) holds a single block of size bytes, read at position 0 by
+// each of n requests, and opens it.
+func sharedBlockDump(tb testing.TB, n, size int) *layout.Dump {
+	tb.Helper()
+	dir := tb.TempDir()
+	S := size / 512
+	m := &layout.Manifest{
+		Format: layout.ManifestFormat, Model: layout.Model{Name: "shared-block", NumKVHeads: 1},
+		Parallel: layout.Parallel{TPSize: 1, PPSize: 1}, NumBlocks: 1,
+		Groups: []layout.Group{{ID: 0, Kind: layout.KindFullAttention, BlockSize: S, Layers: []layout.Layer{{
+			Name: "model.layers.0.self_attn.attn", Dtype: "bfloat16", NumKVHeads: 1, HeadSize: 128,
+			Layout: []string{"kv", "block", "token", "head", "dim"},
+			Source: &layout.Source{File: "kv.bin", Dtype: "BF16", Shape: []int64{2, 1, int64(S), 1, 128}, Strides: []int64{int64(S) * 128, int64(S) * 128, 128, 128, 1}},
+		}}}},
+	}
+	for i := range n {
+		m.Requests = append(m.Requests, layout.Request{ID: "req-" + strconv.Itoa(i), NumTokens: S, BlockTable: map[string]layout.BlockIDs{"0": {0}}})
+	}
+	text, err := layout.MarshalManifest(m)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "manifest.json"), text, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i*131 + i>>9)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kv.bin"), data, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	d, err := layout.Open(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { d.Close() })
+	return d
+}
+
+// BenchmarkSharedPrefix checksums a rank whose one 256 MiB block is read
+// at position 0 by 1 request, then by 1000 (a 64 KB manifest, as a system
+// prompt shared by every request is): the block is read once either way,
+// so the two take about as long (x-one-request).
+func BenchmarkSharedPrefix(b *testing.B) {
+	ctx := context.Background()
+	var one time.Duration
+	for _, n := range []int{1, 1000} {
+		d := sharedBlockDump(b, n, 256<<20)
+		b.Run(fmt.Sprintf("requests=%d", n), func(b *testing.B) {
+			start := time.Now()
+			for b.Loop() {
+				if _, err := checksum.RankRecord(ctx, d, checksum.Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			per := time.Since(start) / time.Duration(b.N)
+			if n == 1 {
+				one = per
+			} else if one > 0 {
+				b.ReportMetric(float64(per)/float64(one), "x-one-request")
+			}
+		})
 	}
 }

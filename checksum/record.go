@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/wire"
@@ -183,7 +185,9 @@ func hexRows(n, k int) [][]layout.Hex64 {
 const MaxReadFactor = 4
 
 // ReadCapError is a manifest whose block tables would make kvaudit read
-// more than MaxReadFactor times the cells its caches hold.
+// more than MaxReadFactor times the cells its caches hold (NewPlan wraps
+// it in a *layout.DumpError naming the manifest's file and its
+// "requests").
 type ReadCapError struct {
 	// Read is the cell bytes the plan would read; Held the cell bytes of
 	// the caches.
@@ -191,7 +195,16 @@ type ReadCapError struct {
 }
 
 func (e *ReadCapError) Error() string {
-	return fmt.Sprintf("the block tables make kvaudit read %d bytes of cells, more than %d times the %d bytes the caches hold (blocks read at many different positions)", e.Read, MaxReadFactor, e.Held)
+	return fmt.Sprintf("the block tables ask kvaudit to read %d bytes of cells, more than %d times the %d bytes its caches hold: blocks read at many different positions (the cap of docs/spec.md §10)", e.Read, MaxReadFactor, e.Held)
+}
+
+// manifestFile names the file holding a dump's manifest: the
+// .safetensors file, or the directory's manifest.json.
+func manifestFile(d *layout.Dump) string {
+	if strings.HasSuffix(d.Path, ".safetensors") {
+		return d.Path
+	}
+	return filepath.Join(d.Path, "manifest.json")
 }
 
 // checkReads refuses a plan that reads more than MaxReadFactor times the
@@ -202,7 +215,7 @@ func (p *Plan) checkReads() error {
 		held += int64(p.Dump.Manifest.NumBlocks) * t.Cache.Cells.BlockBytes()
 	}
 	if read := p.Bytes(); read > MaxReadFactor*held {
-		return &layout.DumpError{File: p.Dump.Path, Field: "requests", Err: &ReadCapError{Read: read, Held: held}}
+		return &layout.DumpError{File: manifestFile(p.Dump), Field: "requests", Err: &ReadCapError{Read: read, Held: held}}
 	}
 	return nil
 }

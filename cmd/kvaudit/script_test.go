@@ -46,6 +46,7 @@ func scriptParams(p testscript.Params) testscript.Params {
 		"setenvfile":   cmdSetenvFile,
 		"scribble":     cmdScribble,
 		"samefile":     cmdSameFile,
+		"sharedblock":  cmdSharedBlock,
 	}
 	return p
 }
