@@ -15,13 +15,15 @@ import (
 // cmdSharedBlock writes a dump directory whose one cache holds a single
 // block of BYTES bytes (one bfloat16 KV head of 128, BYTES/512 tokens a
 // block) and whose REQUESTS requests all read it: at position 0 ("same",
-// a prefix every request shares, as a system prompt is) or request i at
+// a prefix every request shares, as a system prompt is; "token", the same
+// with one token each, the rest of the block a tail) or request i at
 // position i ("shifted", the work amplification a hostile manifest asks
 // for: leading null blocks put it there). The manifest stays small
-// whatever the block's size: sharedblock DIR REQUESTS BYTES same|shifted.
+// whatever the block's size: sharedblock DIR REQUESTS BYTES
+// same|token|shifted.
 func cmdSharedBlock(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 4 || (args[3] != "same" && args[3] != "shifted") {
-		ts.Fatalf("usage: sharedblock DIR REQUESTS BYTES same|shifted")
+	if neg || len(args) != 4 || (args[3] != "same" && args[3] != "token" && args[3] != "shifted") {
+		ts.Fatalf("usage: sharedblock DIR REQUESTS BYTES same|token|shifted")
 	}
 	n, err := strconv.Atoi(args[1])
 	ts.Check(err)
@@ -48,7 +50,11 @@ func cmdSharedBlock(ts *testscript.TestScript, neg bool, args []string) {
 			}
 			table[i] = 0
 		}
-		m.Requests = append(m.Requests, layout.Request{ID: "req-" + strconv.Itoa(i), NumTokens: len(table) * S, BlockTable: map[string]layout.BlockIDs{"0": table}})
+		tokens := len(table) * S
+		if args[3] == "token" {
+			tokens = 1
+		}
+		m.Requests = append(m.Requests, layout.Request{ID: "req-" + strconv.Itoa(i), NumTokens: tokens, BlockTable: map[string]layout.BlockIDs{"0": table}})
 	}
 	text, err := layout.MarshalManifest(m)
 	ts.Check(err)
