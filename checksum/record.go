@@ -71,20 +71,12 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 		}
 	}
 	plan := &Plan{Dump: d}
-	// Per group: its replica keys (sorted), the rows of each key (shared
-	// by the key's caches) and the first slot of each (position, block,
-	// valid tokens) read.
-	type groupRows struct {
-		keys []layout.ReplicaKey
-		rows [][]Row
-		read map[[3]int]int
-	}
-	groups := make([]*groupRows, len(d.Groups))
+	groups := make([]*planGroup, len(d.Groups))
 	for gi, g := range d.Groups {
 		if g.Skip != "" || len(g.Caches) == 0 {
 			continue
 		}
-		gr := &groupRows{read: map[[3]int]int{}}
+		gr := &planGroup{first: make([]firstRead, m.NumBlocks)}
 		for _, c := range g.Caches {
 			if !slices.Contains(gr.keys, c.Key()) {
 				gr.keys = append(gr.keys, c.Key())
@@ -96,12 +88,18 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 		gr.rows = make([][]Row, len(gr.keys))
 		groups[gi] = gr
 	}
+	n := len(m.Requests)
+	if len(ids) > 0 {
+		n = len(ids)
+	}
+	rec.Requests = make([]wire.RecordRequest, 0, n)
 	for ri := range m.Requests {
 		r := &m.Requests[ri]
 		if len(ids) > 0 && !slices.Contains(ids, r.ID) {
 			continue
 		}
-		rr := wire.RecordRequest{ID: r.ID, ProducerID: r.ProducerID, NumTokens: r.NumTokens, NumLocalComputedTokens: r.NumLocalComputedTokens}
+		rr := wire.RecordRequest{ID: r.ID, ProducerID: r.ProducerID, NumTokens: r.NumTokens, NumLocalComputedTokens: r.NumLocalComputedTokens,
+			Groups: make([]wire.RecordRequestGroup, 0, len(d.Groups))}
 		for gi, g := range d.Groups {
 			gr := groups[gi]
 			if gr == nil {
@@ -134,11 +132,10 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 					continue
 				}
 				slot := base + i*K
-				if first, ok := gr.read[[3]int{pos, b, valid}]; ok {
+				if first, ok := gr.read(b, pos, valid, slot); ok {
 					plan.Copies = append(plan.Copies, SlotCopy{Dst: slot, Src: first, N: K})
 					continue
 				}
-				gr.read[[3]int{pos, b, valid}] = slot
 				for k := range K {
 					gr.rows[k] = append(gr.rows[k], Row{Block: b, FirstToken: int64(pos) * int64(S), Valid: valid, Out: slot + k})
 				}
@@ -163,6 +160,45 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 		return nil, nil, err
 	}
 	return plan, rec, nil
+}
+
+// planGroup is what NewPlan gathers for one group of a rank: its replica
+// keys (sorted), the rows of each key (shared by the key's caches) and
+// the first slot of each (position, block, valid tokens) read.
+type planGroup struct {
+	keys []layout.ReplicaKey
+	rows [][]Row
+	// first[b] is block b's first read; its reads at other positions or
+	// token counts are in more.
+	first []firstRead
+	more  map[[3]int]int
+}
+
+// firstRead is a block's first read: its position, valid tokens and
+// output slot plus one (0: none yet).
+type firstRead struct{ pos, valid, slot int32 }
+
+// read returns the first slot of an earlier read of block b at position
+// pos with valid tokens, or records slot as that read's and returns
+// false.
+func (g *planGroup) read(b, pos, valid, slot int) (int, bool) {
+	f := &g.first[b]
+	switch {
+	case f.slot == 0:
+		*f = firstRead{int32(pos), int32(valid), int32(slot + 1)}
+		return 0, false
+	case int(f.pos) == pos && int(f.valid) == valid:
+		return int(f.slot) - 1, true
+	}
+	k := [3]int{pos, b, valid}
+	if first, ok := g.more[k]; ok {
+		return first, true
+	}
+	if g.more == nil {
+		g.more = map[[3]int]int{}
+	}
+	g.more[k] = slot
+	return 0, false
 }
 
 // hexRows returns n rows of k values backed by one array.

@@ -2,6 +2,7 @@ package verify_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -136,41 +137,107 @@ func peakHeap(fn func() error) (uint64, error) {
 	return p - min(p, base), err
 }
 
-// BenchmarkStateRowsHeap checksums a Mamba1 side at TP 8 whose requests
-// give a plan of about a million rows (4096 requests x 32 layers x 2
-// states x 8 ranks), and reports the peak Go heap over the open dumps
-// (peak-heap-MB) next to what the plans' rows alone take (rows-MB, 32
-// bytes a row were every cache's rows its own) and the rows per op.
+// BenchmarkStateRowsHeap checksums Mamba1 sides at TP 8 with 4096
+// requests and 8 or 32 layers (a plan of 0.5M or 2M rows: requests x
+// layers x 2 states x 8 ranks), and reports the peak Go heap over the
+// open dumps (peak-heap-MB), the rows and what 32-byte rows of their own
+// for every cache would take (rows-MB). The heap follows the requests and
+// ranks (the records and checks), not the rows.
 func BenchmarkStateRowsHeap(b *testing.B) {
-	paths := benchSide(b, synth.Config{Preset: "mamba1", Layers: 32, TP: 8, Requests: 4096, Tokens: 16, Seed: 1})
-	dumps, err := layout.OpenSide(paths)
+	for _, layers := range []int{8, 32} {
+		b.Run(fmt.Sprintf("layers=%d", layers), func(b *testing.B) {
+			paths := benchSide(b, synth.Config{Preset: "mamba1", Layers: layers, TP: 8, Requests: 4096, Tokens: 16, Seed: 1})
+			dumps, err := layout.OpenSide(paths)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer layout.CloseAll(dumps)
+			rows := 0
+			for _, d := range dumps {
+				p, _, err := checksum.NewPlan(d, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, t := range p.Tasks {
+					rows += len(t.Rows)
+				}
+			}
+			ctx := context.Background()
+			var peak uint64
+			for b.Loop() {
+				p, err := peakHeap(func() error {
+					_, err := verify.Compute(ctx, dumps, checksum.Options{})
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				peak = max(peak, p)
+			}
+			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+			b.ReportMetric(float64(rows), "rows")
+			b.ReportMetric(float64(rows)*32/(1<<20), "rows-MB")
+		})
+	}
+}
+
+// BenchmarkDrill compares a producer and a consumer of 2 GiB each (32
+// Llama layers, 4 requests of 4096 tokens) that differ in every block
+// (other seeds: random bytes everywhere, the drill-down's worst case: every
+// cell differs and no source is found), the three in turn in every
+// iteration: `diff --no-drill`, `diff` (the default cap) and `diff
+// --max-details -1`. It reports each one's ms per op and the drill-downs'
+// times, wall and CPU, relative to --no-drill (x-nodrill).
+func BenchmarkDrill(b *testing.B) {
+	cfg := synth.Config{Preset: "llama", Layers: 32, Requests: 4, Tokens: 4096, NumBlocks: 1030, Seed: 1}
+	dir := b.TempDir()
+	p, err := synth.Write(dir, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer layout.CloseAll(dumps)
-	rows := 0
-	for _, d := range dumps {
-		p, _, err := checksum.NewPlan(d, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, t := range p.Tasks {
-			rows += len(t.Rows)
-		}
+	cfg.Role, cfg.Seed = "consumer", 2
+	c, err := synth.Write(dir, cfg)
+	if err != nil {
+		b.Fatal(err)
 	}
 	ctx := context.Background()
-	var peak uint64
-	for b.Loop() {
-		p, err := peakHeap(func() error {
-			_, err := verify.Compute(ctx, dumps, checksum.Options{})
-			return err
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		peak = max(peak, p)
+	runs := []struct {
+		name string
+		opts verify.CompareOptions
+	}{
+		{"nodrill", verify.CompareOptions{NoDrill: true}},
+		{"drill", verify.CompareOptions{}},
+		{"drill-nocap", verify.CompareOptions{MaxDetails: -1}},
 	}
-	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
-	b.ReportMetric(float64(rows), "rows")
-	b.ReportMetric(float64(rows)*32/(1<<20), "rows-MB")
+	spent := make([]time.Duration, len(runs))
+	cpu := make([]time.Duration, len(runs))
+	details := 0
+	for b.Loop() {
+		for i, r := range runs {
+			start, cpu0 := time.Now(), cpuTime()
+			res, err := verify.Compare(ctx, verify.Input{Paths: p}, verify.Input{Paths: c}, r.opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			spent[i] += time.Since(start)
+			cpu[i] += cpuTime() - cpu0
+			if res.Diff.Verdict != verify.Mismatch {
+				b.Fatalf("%s: %s", r.name, res.Diff.Verdict)
+			}
+			if r.name == "drill-nocap" {
+				details = 0
+				for _, rv := range res.Diff.Requests {
+					details += len(rv.Details)
+				}
+			}
+		}
+	}
+	for i, r := range runs {
+		b.ReportMetric(float64(spent[i].Microseconds())/1e3/float64(b.N), r.name+"-ms/op")
+		if i > 0 {
+			b.ReportMetric(float64(spent[i])/float64(spent[0]), r.name+"-x-nodrill")
+			b.ReportMetric(float64(cpu[i])/float64(cpu[0]), r.name+"-cpu-x-nodrill")
+		}
+	}
+	b.ReportMetric(float64(details), "details")
 }
