@@ -140,3 +140,25 @@ func TestDiffTokensSIMD(t *testing.T) {
 		}
 	}
 }
+
+// TestFoldHint: flipped bits add up; other hints fold only with
+// themselves.
+func TestFoldHint(t *testing.T) {
+	for _, tc := range []struct {
+		hints []string
+		want  string
+	}{
+		{[]string{"1 bit flipped", "2 bits flipped"}, "3 bits flipped"},
+		{[]string{"1 bit flipped"}, "1 bit flipped"},
+		{[]string{"zeroed", "zeroed"}, "zeroed"},
+		{[]string{"zeroed", "1 bit flipped"}, ""},
+		{[]string{"1 bit flipped", "zeroed"}, ""},
+		{[]string{"holds the block of position 3", "holds the block of position 4"}, ""},
+		{[]string{"01 bit flipped", "01 bit flipped"}, "01 bit flipped"},
+		{nil, ""},
+	} {
+		if got := FoldHint(tc.hints...); got != tc.want {
+			t.Errorf("FoldHint(%q) = %q, want %q", tc.hints, got, tc.want)
+		}
+	}
+}

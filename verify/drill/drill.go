@@ -12,9 +12,9 @@ package drill
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"runtime"
 	"strconv"
+	"strings"
 
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -110,8 +110,19 @@ type Detail struct {
 	StateIndex int
 }
 
-// flipHint matches the hint of flipped bits.
-var flipHint = regexp.MustCompile(`^(\d+) bits? flipped$`)
+// flipBitsOf returns the number of bits of a hint of flipped bits ("1 bit
+// flipped", "N bits flipped"), and false for any other hint.
+func flipBitsOf(hint string) (int, bool) {
+	n, rest, ok := strings.Cut(hint, " ")
+	if !ok || (rest != "bit flipped" && rest != "bits flipped") {
+		return 0, false
+	}
+	bits, err := strconv.Atoi(n)
+	if err != nil || bits < 0 || strconv.Itoa(bits) != n {
+		return 0, false
+	}
+	return bits, true
+}
 
 // bitsHint says that n bits are flipped.
 func bitsHint(n int) string {
@@ -131,8 +142,7 @@ func FoldHint(hints ...string) string {
 	}
 	bits, flips := 0, 0
 	for _, h := range hints {
-		if m := flipHint.FindStringSubmatch(h); m != nil {
-			n, _ := strconv.Atoi(m[1])
+		if n, ok := flipBitsOf(h); ok {
 			bits += n
 			flips++
 		} else if h != hints[0] {

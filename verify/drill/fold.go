@@ -123,7 +123,7 @@ func (rs *reqState) explanation(maxDetails int, e *explainer) Explanation {
 			c := cg.caches[p.ci]
 			v := c.View
 			k := foldKey{group: sp.group, dump: c.Dump, replica: v.ReplicaIndex, block: p.block, file: v.Cells.File,
-				cause: cause{text: p.hint, isFlip: flipHint.MatchString(p.hint)}, state: true, stateIndex: v.StateIndex, head: p.first, lastHead: p.last}
+				cause: cause{text: p.hint, isFlip: isFlip(p.hint)}, state: true, stateIndex: v.StateIndex, head: p.first, lastHead: p.last}
 			l := layer(k, c.Dump, func() string { return p.hint }, v.Number, v.Layer.Name)
 			l.add(-1, 0, 0, int64(p.bytes), int64(p.bits), p.off)
 		}
@@ -215,4 +215,9 @@ func (f *fold) details() []Detail {
 		out = append(out, d)
 	}
 	return out
+}
+
+func isFlip(hint string) bool {
+	_, ok := flipBitsOf(hint)
+	return ok
 }
