@@ -185,8 +185,8 @@ func BenchmarkStateRowsHeap(b *testing.B) {
 // Llama layers, 4 requests of 4096 tokens) that differ in every block
 // (other seeds: random bytes everywhere, the drill-down's worst case: every
 // cell differs and no source is found), the three in turn in every
-// iteration: `diff --no-drill`, `diff` (the default cap) and `diff
-// --max-details -1`. It reports each one's ms per op and the drill-downs'
+// iteration (in turn forwards and backwards): `diff --no-drill`, `diff`
+// (the default cap) and `diff --max-details -1`. It reports each one's ms per op and the drill-downs'
 // times, wall and CPU, relative to --no-drill (x-nodrill).
 func BenchmarkDrill(b *testing.B) {
 	cfg := synth.Config{Preset: "llama", Layers: 32, Requests: 4, Tokens: 4096, NumBlocks: 1030, Seed: 1}
@@ -212,8 +212,17 @@ func BenchmarkDrill(b *testing.B) {
 	spent := make([]time.Duration, len(runs))
 	cpu := make([]time.Duration, len(runs))
 	details := 0
+	iter := 0
 	for b.Loop() {
-		for i, r := range runs {
+		iter++
+		for k := range runs {
+			// Every other iteration in the other order, so that none gains
+			// from running after another (page cache, frequency).
+			i := k
+			if iter%2 == 0 {
+				i = len(runs) - 1 - k
+			}
+			r := runs[i]
 			start, cpu0 := time.Now(), cpuTime()
 			res, err := verify.Compare(ctx, verify.Input{Paths: p}, verify.Input{Paths: c}, r.opts)
 			if err != nil {

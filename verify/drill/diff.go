@@ -55,59 +55,61 @@ func nonzeroBytes(x uint64) int {
 	return bits.OnesCount64(y &^ lo7)
 }
 
-// tokDiff is what the SIMD kernel found over a run of tokens of one
-// segment (see tokCells).
+// tokDiff is what the SIMD kernel found over a run of items of one
+// segment: the differing items and those whose consumer cell is not all
+// zero.
 type tokDiff struct {
-	differs, nonzero   uint64
-	firstTok, firstOff int64
+	differs, nonzero uint64
 }
 
-// tokCells is what differs between the cells of a run of tokens (at most
-// 32) of one head on both sides: the differing tokens, those whose
-// consumer cell is not all zero, the first differing token and its first
-// differing logical byte, and the counts and sums of diffCells.
-type tokCells struct {
-	differs, nonzero   uint64
-	firstTok, firstOff int
-	bytes, bits        int
-	sumC, sumP         uint64
+// itemDiff is what differs in one item (one cell) of a diffItems run:
+// the differing bits, the equal bytes, the sums of each side's 8-byte
+// words, and the logical offset of the first differing byte (-1 when
+// none).
+type itemDiff struct {
+	bits, equal, sumA, sumB uint64
+	first                   int64
 }
 
-// merge adds one segment's (at logical offset q) tokDiff-like result.
-func (d *tokCells) merge(t *tokDiff, q int) {
-	d.differs |= t.differs
-	d.nonzero |= t.nonzero
-	if t.firstTok >= 0 && (d.firstTok < 0 || int(t.firstTok) < d.firstTok) {
-		d.firstTok, d.firstOff = int(t.firstTok), q+int(t.firstOff)
+// itemsDiff is what differs between the cells of a run of items (at most
+// 32: the tokens of one head, or the heads of one token) on both sides:
+// the differing items, those whose consumer cell is not all zero, each
+// item's counts, sums and first differing byte, and the bytes of a cell
+// compared.
+type itemsDiff struct {
+	differs, nonzero uint64
+	items            [32]itemDiff
+	n                int
+}
+
+// reset readies d for a run of count items.
+func (d *itemsDiff) reset(count int) {
+	d.differs, d.nonzero, d.n = 0, 0, 0
+	for i := range count {
+		d.items[i] = itemDiff{first: -1}
 	}
 }
 
-// diffTokens compares count (1..32) tokens' cells: token i's consumer
-// cell at x + i*sa of a, its producer cell at y + i*sb of b, both cut by
-// segs.
-func diffTokens(a []byte, x, sa int64, b []byte, y, sb int64, count int, segs segList, d *tokCells) {
+// diffItems compares count (1..32) cells: item i's consumer cell at x +
+// i*sa of a, its producer cell at y + i*sb of b, both cut by segs (d
+// reset for count items).
+func diffItems(a []byte, x, sa int64, b []byte, y, sb int64, count int, segs segList, d *itemsDiff) {
+	for _, s := range segs.segs {
+		d.n += s.n
+	}
 	if segs.simd {
-		diffTokensSIMD(a, x, sa, b, y, sb, count, segs.segs, d)
+		diffItemsSIMD(a, x, sa, b, y, sb, count, segs.segs, d)
 		return
 	}
 	for i := range count {
 		var c cellDiff
-		if !diffCells(a, x+int64(i)*sa, b, y+int64(i)*sb, segs, &c) {
-			if c.nonzero {
-				d.nonzero |= 1 << i
-			}
-			continue
-		}
-		d.differs |= 1 << i
+		differs := diffCells(a, x+int64(i)*sa, b, y+int64(i)*sb, segs, &c)
+		d.items[i] = itemDiff{bits: uint64(c.bits), equal: uint64(d.n - c.bytes), sumA: c.sumC, sumB: c.sumP, first: int64(c.first)}
 		if c.nonzero {
 			d.nonzero |= 1 << i
 		}
-		if d.firstTok < 0 {
-			d.firstTok, d.firstOff = i, c.first
+		if differs {
+			d.differs |= 1 << i
 		}
-		d.bytes += c.bytes
-		d.bits += c.bits
-		d.sumC += c.sumC
-		d.sumP += c.sumP
 	}
 }

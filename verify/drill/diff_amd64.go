@@ -64,37 +64,26 @@ func diffSegsSIMD(a []byte, x int64, b []byte, y int64, segs []seg, d *wordDiff)
 	acc.add(d, n)
 }
 
-// diffTokensAVX2 is implemented in diff_amd64.s.
+// diffItemsAVX2 is implemented in diff_amd64.s.
 //
 //go:noescape
-func diffTokensAVX2(a, b *byte, n, sa, sb, count int, acc *diffAcc, out *tokDiff)
+func diffItemsAVX2(a, b *byte, n, sa, sb, count, q int, items *itemDiff, out *tokDiff)
 
-// maxTokenRun is the longest run of one token diffTokensAVX2 takes (its
+// maxTokenRun is the longest run of one item diffItemsAVX2 takes (its
 // byte lanes count 8 bits and one equal byte a step, 248 steps at most).
 const maxTokenRun = 248 * 32
 
-// diffTokensSIMD is diffTokens with the AVX2 kernel (segs.simd, each
-// segment at most maxTokenRun bytes).
-func diffTokensSIMD(a []byte, x, sa int64, b []byte, y, sb int64, count int, segs []seg, d *tokCells) {
-	acc := diffAcc{}
-	n := 0
+// diffItemsSIMD is diffItems with the AVX2 kernel (segs.simd, each
+// segment at most maxTokenRun bytes), adding to d.items[:count] (whose
+// first must be -1).
+func diffItemsSIMD(a []byte, x, sa int64, b []byte, y, sb int64, count int, segs []seg, d *itemsDiff) {
 	for _, s := range segs {
-		// The kernel reads up to the last token's bytes.
+		// The kernel reads up to the last item's bytes.
 		_ = a[x+s.a+int64(count-1)*sa+int64(s.n)-1]
 		_ = b[y+s.b+int64(count-1)*sb+int64(s.n)-1]
-		out := tokDiff{firstTok: -1}
-		diffTokensAVX2(&a[x+s.a], &b[y+s.b], s.n, int(sa), int(sb), count, &acc, &out)
-		d.merge(&out, s.q)
-		n += s.n
+		var out tokDiff
+		diffItemsAVX2(&a[x+s.a], &b[y+s.b], s.n, int(sa), int(sb), count, s.q, &d.items[0], &out)
+		d.differs |= out.differs
+		d.nonzero |= out.nonzero
 	}
-	d.addAcc(&acc, n*count)
-}
-
-func (d *tokCells) addAcc(acc *diffAcc, n int) {
-	w := wordDiff{first: -1}
-	acc.add(&w, n)
-	d.bytes += w.bytes
-	d.bits += w.bits
-	d.sumC += w.sumA
-	d.sumP += w.sumB
 }

@@ -83,43 +83,41 @@ counted:
 	VZEROUPPER
 	RET
 
-// func diffTokensAVX2(a, b *byte, n, sa, sb, count int, acc *diffAcc, out *tokDiff)
+// func diffItemsAVX2(a, b *byte, n, sa, sb, count, q int, items *itemDiff, out *tokDiff)
 //
-// Compares, for each of count tokens i (1 <= count <= 32), the n bytes
-// (n a positive multiple of 32, at most 7936) at a + i*sa with those at
-// b + i*sb, adding to the sums, the popcount lanes and the equal bytes of
-// acc (its OR lanes are left alone), and sets in out bit i of differs when
-// they differ and bit i of nonzero when a's bytes are not all zero; the
-// first time a byte differs while out.firstTok is -1, it sets firstTok to
-// i and firstOff to the byte's offset in the run. Bit and equal-byte
-// counts gather in byte lanes over a token (at most 248 steps of 32
-// bytes, so that no byte lane overflows) and are added up at its end.
-TEXT ·diffTokensAVX2(SB), NOSPLIT, $0-64
+// Compares, for each of count items i (1 <= count <= 32: the tokens of one
+// head, or the heads of one token), the n bytes (n a positive multiple of
+// 32, at most 7936, the logical bytes q.. of a cell) at a + i*sa with
+// those at b + i*sb. It adds to items[i] the popcount of a^b, the equal
+// bytes and the sums of a's and of b's 8-byte words, and sets its first
+// differing logical byte when it has none yet (-1); it sets in out bit i
+// of differs when they differ and bit i of nonzero when a's bytes are not
+// all zero. Bit and equal-byte counts gather in byte lanes over an item
+// (at most 248 steps of 32 bytes, so that no byte lane overflows).
+TEXT ·diffItemsAVX2(SB), NOSPLIT, $0-72
 	MOVQ    a+0(FP), R10
 	MOVQ    b+8(FP), R11
-	MOVQ    acc+48(FP), DX
-	VMOVDQU 32(DX), Y9
-	VMOVDQU 64(DX), Y10
-	VMOVDQU 96(DX), Y11
-	MOVQ    128(DX), R8 // equal bytes
-	MOVQ    out+56(FP), DX
+	MOVQ    items+56(FP), R8
+	MOVQ    out+64(FP), DX
 	MOVQ    (DX), R12   // differs
 	MOVQ    8(DX), R13  // nonzero
-	MOVQ    16(DX), R9  // first token, -1 while none
 	VPXOR   Y15, Y15, Y15
 	VMOVDQU popLUT<>(SB), Y13
 	VMOVDQU lowNibbles<>(SB), Y14
-	MOVQ    $1, SI      // the token's bit
+	MOVQ    $1, SI      // the item's bit
 	MOVQ    count+40(FP), CX
 	MOVQ    $1, DI
-	SHLQ    CX, DI      // the bit after the last token's
+	SHLQ    CX, DI      // the bit after the last item's
 
-token:
+item:
 	MOVQ  n+16(FP), CX
+	MOVQ  $-1, R9       // the item's first differing byte, -1 while none
 	VPXOR Y12, Y12, Y12 // the OR of a's bytes
 	VPXOR Y6, Y6, Y6    // the OR of a^b
 	VPXOR Y7, Y7, Y7    // equal bytes, by byte lane
 	VPXOR Y8, Y8, Y8    // popcount of a^b, by byte lane
+	VPXOR Y9, Y9, Y9    // sum of a's words, by lane
+	VPXOR Y10, Y10, Y10 // sum of b's words, by lane
 
 step:
 	VMOVDQU  (R10), Y0
@@ -134,17 +132,15 @@ step:
 	TESTQ    R9, R9
 	JNS      count
 
-	// No byte differed yet: look for the first.
+	// No byte of the item differed yet: look for the first.
 	VPMOVMSKB Y3, AX
 	CMPL      AX, $0xffffffff
 	JEQ       count
 	NOTL      AX
 	TZCNTL    AX, BX
-	TZCNTQ    SI, R9     // the token's index
-	MOVQ      n+16(FP), AX
-	SUBQ      CX, AX
-	ADDQ      BX, AX
-	MOVQ      AX, 24(DX) // firstOff
+	MOVQ      n+16(FP), R9
+	SUBQ      CX, R9
+	ADDQ      BX, R9
 
 count:
 	VPAND   Y14, Y2, Y4
@@ -159,16 +155,42 @@ count:
 	SUBQ    $32, CX
 	JNZ     step
 
-	// The token's counts: bytes lanes to words.
+	// The item's counts and sums, lanes added up, added to items[i].
 	VPSADBW      Y15, Y8, Y8
-	VPADDQ       Y8, Y11, Y11
+	VEXTRACTI128 $1, Y8, X4
+	VPADDQ       X4, X8, X8
+	VPSHUFD      $0x4e, X8, X4
+	VPADDQ       X4, X8, X8
+	VMOVQ        X8, AX
+	ADDQ         AX, 0(R8)
 	VPSADBW      Y15, Y7, Y7
 	VEXTRACTI128 $1, Y7, X4
 	VPADDQ       X4, X7, X7
 	VPSHUFD      $0x4e, X7, X4
 	VPADDQ       X4, X7, X7
 	VMOVQ        X7, AX
-	ADDQ         AX, R8
+	ADDQ         AX, 8(R8)
+	VEXTRACTI128 $1, Y9, X4
+	VPADDQ       X4, X9, X9
+	VPSHUFD      $0x4e, X9, X4
+	VPADDQ       X4, X9, X9
+	VMOVQ        X9, AX
+	ADDQ         AX, 16(R8)
+	VEXTRACTI128 $1, Y10, X4
+	VPADDQ       X4, X10, X10
+	VPSHUFD      $0x4e, X10, X4
+	VPADDQ       X4, X10, X10
+	VMOVQ        X10, AX
+	ADDQ         AX, 24(R8)
+	TESTQ        R9, R9
+	JS           recorded
+	CMPQ         32(R8), $0
+	JGE          recorded
+	ADDQ         q+48(FP), R9
+	MOVQ         R9, 32(R8)
+
+recorded:
+	ADDQ $40, R8
 	VPTEST       Y6, Y6
 	JZ           equal
 	ORQ          SI, R12
@@ -186,15 +208,9 @@ zero:
 	ADDQ sb+32(FP), R11
 	SHLQ $1, SI
 	CMPQ SI, DI
-	JNE  token
+	JNE  item
 
-	MOVQ    acc+48(FP), AX
-	VMOVDQU Y9, 32(AX)
-	VMOVDQU Y10, 64(AX)
-	VMOVDQU Y11, 96(AX)
-	MOVQ    R8, 128(AX)
-	MOVQ    R12, (DX)
-	MOVQ    R13, 8(DX)
-	MOVQ    R9, 16(DX)
+	MOVQ R12, (DX)
+	MOVQ R13, 8(DX)
 	VZEROUPPER
 	RET

@@ -12,7 +12,7 @@ func diffSegsSIMD(a []byte, x int64, b []byte, y int64, segs []seg, d *wordDiff)
 	panic("drill: no SIMD kernel in this build")
 }
 
-func diffTokensSIMD(a []byte, x, sa int64, b []byte, y, sb int64, count int, segs []seg, d *tokCells) {
+func diffItemsSIMD(a []byte, x, sa int64, b []byte, y, sb int64, count int, segs []seg, d *itemsDiff) {
 	panic("drill: no SIMD kernel in this build")
 }
 

@@ -88,11 +88,11 @@ func TestDiffWordsGeneric(t *testing.T) {
 	}
 }
 
-// TestDiffTokensSIMD compares the run-of-tokens kernel with the cell by
-// cell loop on random cells of two segments, with strides of either
-// sign of interleaving, equal and differing tokens, zero consumer cells,
-// and 1 to 32 tokens.
-func TestDiffTokensSIMD(t *testing.T) {
+// TestDiffItemsSIMD compares the run-of-cells kernel with the cell by cell
+// loop on random cells of two segments, with strides of either kind of
+// interleaving, equal and differing cells, zero consumer cells, and 1 to
+// 32 items.
+func TestDiffItemsSIMD(t *testing.T) {
 	if !useSIMD {
 		t.Skip("no SIMD kernel on this machine or build")
 	}
@@ -107,7 +107,7 @@ func TestDiffTokensSIMD(t *testing.T) {
 				a[i] = byte(rng.Uint32())
 			}
 			for i := range count {
-				// token i: equal, flipped, random or zero
+				// cell i: equal, flipped, random or zero
 				for _, s := range segs {
 					ca, cb := a[int64(i)*sa+s.a:][:s.n], b[int64(i)*sb+s.b:][:s.n]
 					switch (i + trial) % 4 {
@@ -128,14 +128,13 @@ func TestDiffTokensSIMD(t *testing.T) {
 					}
 				}
 			}
-			got, want := tokCells{firstTok: -1}, tokCells{firstTok: -1}
-			diffTokens(a, 0, sa, b, 0, sb, count, segList{segs: segs, simd: true}, &got)
-			diffTokens(a, 0, sa, b, 0, sb, count, segList{segs: segs}, &want)
-			// The cell by cell loop sums only the differing cells, which
-			// leaves their difference as the kernel's.
-			if got.differs != want.differs || got.nonzero != want.nonzero || got.firstTok != want.firstTok || got.firstOff != want.firstOff ||
-				got.bytes != want.bytes || got.bits != want.bits || got.sumC-got.sumP != want.sumC-want.sumP {
-				t.Fatalf("%d tokens, trial %d: simd %+v, cell by cell %+v", count, trial, got, want)
+			var got, want itemsDiff
+			got.reset(count)
+			want.reset(count)
+			diffItems(a, 0, sa, b, 0, sb, count, segList{segs: segs, simd: true}, &got)
+			diffItems(a, 0, sa, b, 0, sb, count, segList{segs: segs}, &want)
+			if got != want {
+				t.Fatalf("%d cells, trial %d: simd %+v, cell by cell %+v", count, trial, got, want)
 			}
 		}
 	}

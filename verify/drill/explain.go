@@ -1,9 +1,10 @@
 package drill
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	mathbits "math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -135,7 +136,15 @@ func (e *explainer) run() error {
 	for _, rs := range e.reqs {
 		units = append(units, e.plan(rs)...)
 	}
-	if err := e.parallel(len(units), func(w *worker, i int) { w.compare(units[i]) }); err != nil {
+	// Compare in the consumer's memory order (cache by cache, block by
+	// block) rather than position by position: the pages of a mapping
+	// are then walked in order.
+	order := slices.Clone(units)
+	slices.SortStableFunc(order, func(a, b *unit) int {
+		ca, cb := a.cg.caches[a.ci], b.cg.caches[b.ci]
+		return cmp.Or(cmp.Compare(ca.Dump, cb.Dump), cmp.Compare(a.group, b.group), cmp.Compare(a.ci, b.ci), cmp.Compare(a.block, b.block))
+	})
+	if err := e.parallel(len(order), func(w *worker, i int) { w.compare(order[i]) }); err != nil {
 		return err
 	}
 	n := 0
@@ -302,6 +311,12 @@ type worker struct {
 	segs     segCache
 	heads    []headCmp // compare's, and the consumer cache's first head
 	headBase int
+	diff     itemsDiff // diffItems' result
+	// headsOf is the consumer cache (unit's group and ci) w.heads was set
+	// up for.
+	headsOf *layout.LayerView
+	headsPG *sideGroup
+	strided bool
 }
 
 // parallel calls fn(w, i) for i in [0, n) on e.threads goroutines, each
@@ -356,152 +371,223 @@ func (e *explainer) parallel(n int, fn func(w *worker, i int)) error {
 }
 
 // headCmp is how one head of a unit is compared: the producer cache
-// holding it and the segments of a cell in both views.
+// holding it and the segments of a cell in both views; and what differs
+// so far.
 type headCmp struct {
 	ok   bool
 	pci  int
 	plh  int // the head in the producer cache
 	pv   *layout.CellView
 	segs segList
-	s    int // the head's slice in u.diffs, -1 while none differs
-	// firstOff is head's: the first differing logical byte of the first
-	// differing cell.
-	firstOff int
+	// The differing cells so far: how many, the first and last tokens,
+	// the first's address and first differing logical byte, the counts,
+	// whether every differing consumer cell is all zero, the sums of
+	// every compared cell (equal ones add the same to both) and the
+	// differing tokens (bit t-lo).
+	cells, first, last int
+	firstX             int64
+	firstOff           int
+	bytes, bits        int64
+	zero               bool
+	sumC, sumP         uint64
+	mask               []uint64
+	hashLo             uint64 // hashCell of the consumer's cell at lo
+}
+
+// add records that the cell of token t (at address x) differs.
+func (h *headCmp) add(u *unit, t int, x int64, firstOff int, bytes, bits int64, zero bool) {
+	if h.cells == 0 {
+		h.first, h.firstX, h.firstOff, h.zero = t, x, firstOff, true
+		h.mask = make([]uint64, (u.hi-u.lo+63)/64)
+	}
+	i := t - u.lo
+	h.mask[i/64] |= 1 << (i % 64)
+	h.cells++
+	h.last = t
+	h.bytes += bytes
+	h.bits += bits
+	h.zero = h.zero && zero
 }
 
 // compare compares every head of a unit's consumer cache, token by token
 // in place, with the producer's cells of the same layer and head, in the
-// consumer's memory order (heads inner where a token's heads are
-// nearer than a head's tokens).
+// consumer's memory order: a token's heads at a time where they are
+// nearer each other than a head's tokens (token-major layouts), else a
+// head's tokens at a time; runs of evenly spaced cells through the SIMD
+// kernel (diffItems), others cell by cell.
 func (w *worker) compare(u *unit) {
 	cg, pg := u.cg, u.pg
 	c := cg.caches[u.ci]
 	cv := &c.View.Cells
 	name := c.View.Layer.Name
-	hs := w.heads[:0]
-	for lh := range c.View.Heads {
-		head := c.View.HeadBase + lh
-		h := headCmp{s: -1}
-		if pci, ok := pg.find(name, head, -1); ok {
-			pc := pg.caches[pci]
-			if pv := &pc.View.Cells; pv.Data != nil {
-				h = headCmp{ok: true, pci: pci, plh: head - pc.View.HeadBase, pv: pv, segs: w.segs.get(cv, pv), s: -1}
+	// The heads' producer caches and segments, once for the units of one
+	// consumer cache (they come cache by cache).
+	if w.headsOf != c.View || w.headsPG != pg {
+		hs := w.heads[:0]
+		w.strided = cv.TokenStride >= 0 && cv.HeadStride >= 0
+		for lh := range c.View.Heads {
+			head := c.View.HeadBase + lh
+			h := headCmp{}
+			if pci, ok := pg.find(name, head, -1); ok {
+				pc := pg.caches[pci]
+				if pv := &pc.View.Cells; pv.Data != nil {
+					h = headCmp{ok: true, pci: pci, plh: head - pc.View.HeadBase, pv: pv, segs: w.segs.get(cv, pv)}
+					w.strided = w.strided && pv.TokenStride >= 0 && pv.HeadStride >= 0
+				}
 			}
+			hs = append(hs, h)
 		}
-		hs = append(hs, h)
+		w.heads, w.headBase, w.headsOf, w.headsPG = hs, c.View.HeadBase, c.View, pg
 	}
-	w.heads, w.headBase = hs, c.View.HeadBase
+	hs := w.heads
+	for lh := range hs {
+		h := &hs[lh]
+		h.cells, h.bytes, h.bits, h.sumC, h.sumP, h.mask = 0, 0, 0, 0, 0, nil
+	}
+	strided := w.strided
 	S := c.Group.BlockSize
 	// Hash the cells at lo, the index entries of offset 0 (classify's most
 	// needed), while they are at hand.
 	u.whole = true
-	for lh, h := range hs {
+	for lh := range hs {
+		h := &hs[lh]
 		if !h.ok {
 			u.whole = false
 			continue
 		}
 		x := cv.CellAddr(u.block, u.lo%S, lh)
-		u.early = append(u.early, entry{hash: hashCell(cv, x), side: 1, ri: int32(u.rs.cri), pos: int32(u.pos), ci: int32(u.ci), lh: int32(lh)})
+		h.hashLo = hashCell(cv, x)
+		u.early = append(u.early, entry{hash: h.hashLo, side: 1, ri: int32(u.rs.cri), pos: int32(u.pos), ci: int32(u.ci), lh: int32(lh)})
 		if y, ok := pg.addr(w.e.p, h.pci, u.rs.pri, h.plh, u.lo); ok {
 			u.early = append(u.early, entry{hash: hashCell(h.pv, y), side: 0, ri: int32(u.rs.pri), pos: int32(u.pos), ci: int32(h.pci), lh: int32(h.plh)})
 		}
 	}
-	if cv.TokenStride >= 0 {
-		for lh := range hs {
-			if h := &hs[lh]; h.ok && h.pv.TokenStride >= 0 {
-				w.head(u, c, lh)
-			}
-		}
-		return
-	}
-	if c.View.Heads == 1 || cv.TokenStride <= cv.HeadStride {
+	switch {
+	case !strided:
 		for lh := range hs {
 			for t := u.lo; t < u.hi; t++ {
 				w.cell(u, cv, S, lh, t)
 			}
 		}
-		return
-	}
-	for t := u.lo; t < u.hi; t++ {
-		for lh := range hs {
-			w.cell(u, cv, S, lh, t)
+	case c.View.Heads > 1 && cv.TokenStride > cv.HeadStride:
+		for t := u.lo; t < u.hi; t++ {
+			w.token(u, c, t)
 		}
+	default:
+		for lh := range hs {
+			if hs[lh].ok {
+				w.head(u, c, lh)
+			}
+		}
+	}
+	for lh := range hs {
+		h := &hs[lh]
+		if h.cells == 0 {
+			continue
+		}
+		if u.diffs == nil {
+			u.diffs = make([]slice, 0, len(hs))
+		}
+		k := len(u.masks)
+		u.masks = append(u.masks, h.mask...)
+		hash := h.hashLo
+		if h.first != u.lo {
+			hash = hashCell(cv, h.firstX)
+		}
+		u.diffs = append(u.diffs, slice{
+			lh: int32(lh), head: int32(w.headBase + lh), pci: int32(h.pci), first: int32(h.first), last: int32(h.last), cells: int32(h.cells),
+			mask: int32(k), zero: h.zero, bytes: h.bytes, bits: h.bits, sumC: h.sumC, sumP: h.sumP,
+			off: fileOffset(cv, h.firstX, h.firstOff), hash: hash,
+		})
 	}
 }
 
-// head compares the cells of local head lh of a unit, a run of tokens
-// at a time: the tokens of one kernel block on each side (whose cells are
+// items adds what diffItems found for count items starting at local head
+// lh0 and token t0 (lh advancing with the item for a token's heads, t
+// for a head's tokens), the first item's consumer cell at x, items
+// stride apart.
+func (w *worker) items(u *unit, d *itemsDiff, count, lh0, t0 int, x, stride int64, byHead bool) {
+	n := int64(d.n)
+	for i := range count {
+		lh, t := lh0, t0+i
+		if byHead {
+			lh, t = lh0+i, t0
+		}
+		h := &w.heads[lh]
+		it := &d.items[i]
+		h.sumC += it.sumA
+		h.sumP += it.sumB
+		if d.differs&(1<<i) == 0 {
+			continue
+		}
+		h.add(u, t, x+int64(i)*stride, int(it.first), n-int64(it.equal), int64(it.bits), d.nonzero&(1<<i) == 0)
+	}
+}
+
+// token compares the cells of token t of every head of a unit, the heads
+// that one producer cache holds one after the other at a time.
+func (w *worker) token(u *unit, c cache, t int) {
+	cv := &c.View.Cells
+	slot := t - u.lo
+	KT, KB := cv.KernelTokens, cv.KernelBlocks
+	for lh0 := 0; lh0 < len(w.heads); {
+		h0 := &w.heads[lh0]
+		if !h0.ok {
+			lh0++
+			continue
+		}
+		n := 1
+		for n < 32 && lh0+n < len(w.heads) {
+			h := &w.heads[lh0+n]
+			if !h.ok || h.pci != h0.pci || h.plh != h0.plh+n {
+				break
+			}
+			n++
+		}
+		y, ok := u.pg.addr(w.e.p, h0.pci, u.rs.pri, h0.plh, t)
+		if ok {
+			x := cv.Addr(u.block*KB+slot/KT, slot%KT, lh0)
+			d := &w.diff
+			d.reset(n)
+			diffItems(cv.Data, x, cv.HeadStride, h0.pv.Data, y, h0.pv.HeadStride, n, h0.segs, d)
+			w.items(u, d, n, lh0, t, x, cv.HeadStride, true)
+		}
+		lh0 += n
+	}
+}
+
+// head compares the cells of local head lh of a unit, a run of tokens at
+// a time: the tokens of one kernel block on each side (whose cells are
 // evenly spaced), at most 32.
 func (w *worker) head(u *unit, c cache, lh int) {
-	e := w.e
 	h := &w.heads[lh]
 	cv, pv := &c.View.Cells, h.pv
 	pc := u.pg.caches[h.pci]
 	KT, KB := cv.KernelTokens, cv.KernelBlocks
 	pKT, pS := pv.KernelTokens, pc.Group.BlockSize
-	var first, last, cells int
-	var firstX int64
-	var bytes, bits int
-	var sumC, sumP uint64
-	zero := true
-	words := (u.hi - u.lo + 63) / 64
-	var mask []uint64
 	for t0 := u.lo; t0 < u.hi; {
 		slot := t0 - u.lo
 		kr, ct := slot/KT, slot%KT
 		t1 := min(u.hi, t0+KT-ct, t0+pKT-(t0%pS)%pKT, t0+32)
-		y, ok := u.pg.addr(e.p, h.pci, u.rs.pri, h.plh, t0)
-		if !ok {
-			t0 = t1
-			continue
+		if y, ok := u.pg.addr(w.e.p, h.pci, u.rs.pri, h.plh, t0); ok {
+			x := cv.Addr(u.block*KB+kr, ct, lh)
+			d := &w.diff
+			d.reset(t1 - t0)
+			diffItems(cv.Data, x, cv.TokenStride, pv.Data, y, pv.TokenStride, t1-t0, h.segs, d)
+			w.items(u, d, t1-t0, lh, t0, x, cv.TokenStride, false)
 		}
-		x := cv.Addr(u.block*KB+kr, ct, lh)
-		tc := tokCells{firstTok: -1}
-		diffTokens(cv.Data, x, cv.TokenStride, pv.Data, y, pv.TokenStride, t1-t0, h.segs, &tc)
-		if tc.differs != 0 {
-			if mask == nil {
-				first, firstX = t0+tc.firstTok, x+int64(tc.firstTok)*cv.TokenStride
-				mask = make([]uint64, words)
-				h.firstOff = tc.firstOff
-			}
-			for m := tc.differs; m != 0; m &= m - 1 {
-				i := t0 - u.lo + mathbits.TrailingZeros64(m)
-				mask[i/64] |= 1 << (i % 64)
-				last = u.lo + i
-				cells++
-			}
-			zero = zero && tc.differs&tc.nonzero == 0
-			bytes += tc.bytes
-			bits += tc.bits
-		}
-		sumC += tc.sumC
-		sumP += tc.sumP
 		t0 = t1
 	}
-	if mask == nil {
-		return
-	}
-	if u.diffs == nil {
-		u.diffs = make([]slice, 0, len(w.heads))
-	}
-	k := len(u.masks)
-	u.masks = append(u.masks, mask...)
-	u.diffs = append(u.diffs, slice{
-		lh: int32(lh), head: int32(w.headBase + lh), pci: int32(h.pci), first: int32(first), last: int32(last), cells: int32(cells),
-		mask: int32(k), zero: zero, bytes: int64(bytes), bits: int64(bits), sumC: sumC, sumP: sumP,
-		off: fileOffset(cv, firstX, h.firstOff), hash: hashCell(cv, firstX),
-	})
 }
 
 // cell compares the consumer's cell of local head lh at token t with the
-// producer's, and adds it to the head's slice when it differs.
+// producer's, cell by cell.
 func (w *worker) cell(u *unit, cv *layout.CellView, S, lh, t int) {
 	h := &w.heads[lh]
 	if !h.ok {
 		return
 	}
-	e := w.e
-	y, ok := u.pg.addr(e.p, h.pci, u.rs.pri, h.plh, t)
+	y, ok := u.pg.addr(w.e.p, h.pci, u.rs.pri, h.plh, t)
 	if !ok {
 		return
 	}
@@ -510,24 +596,7 @@ func (w *worker) cell(u *unit, cv *layout.CellView, S, lh, t int) {
 	if !diffCells(cv.Data, x, h.pv.Data, y, h.segs, &d) {
 		return
 	}
-	words := (u.hi - u.lo + 63) / 64
-	if h.s < 0 {
-		if u.diffs == nil {
-			u.diffs = make([]slice, 0, len(w.heads))
-		}
-		k := len(u.diffs)
-		u.diffs = append(u.diffs, slice{lh: int32(lh), head: int32(w.headBase + lh), pci: int32(h.pci), first: int32(t), mask: int32(len(u.masks)), zero: true, off: fileOffset(cv, x, d.first), hash: hashCell(cv, x)})
-		u.masks = append(u.masks, make([]uint64, words)...)
-		h.s = k
-	}
-	s := &u.diffs[h.s]
-	i := t - u.lo
-	u.masks[int(s.mask)+i/64] |= 1 << (i % 64)
-	s.last = int32(t)
-	s.cells++
-	s.bytes += int64(d.bytes)
-	s.bits += int64(d.bits)
-	s.zero = s.zero && !d.nonzero
-	s.sumC += d.sumC
-	s.sumP += d.sumP
+	h.sumC += d.sumC
+	h.sumP += d.sumP
+	h.add(u, t, x, d.first, int64(d.bytes), int64(d.bits), !d.nonzero)
 }
