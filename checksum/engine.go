@@ -42,6 +42,30 @@ type Plan struct {
 	// Progress, when set, is called with the cell bytes done since its
 	// last call. It may be called from several goroutines at once.
 	Progress func(bytes int64)
+	// Copies are output slots that no row fills: a block that several
+	// requests read at the same position is read once (NewPlan), and
+	// Spread copies its values to the other requests' slots once an
+	// engine has run.
+	Copies []SlotCopy
+}
+
+// SlotCopy copies the N output slots from Src to the N from Dst.
+type SlotCopy struct{ Dst, Src, N int }
+
+// Spread applies p.Copies to an engine's output, and to the slopes in
+// out[p.Outputs:] and the mix checks in out[2*p.Outputs:] when out holds
+// them: a shared block's mix check is copied as its values are (both
+// depend only on the block's bytes, position and valid tokens).
+func (p *Plan) Spread(out []uint64) {
+	for part := range 3 {
+		base := part * p.Outputs
+		if base+p.Outputs > len(out) {
+			break
+		}
+		for _, c := range p.Copies {
+			copy(out[base+c.Dst:base+c.Dst+c.N], out[base+c.Src:base+c.Src+c.N])
+		}
+	}
 }
 
 // Bytes returns the cell bytes the plan reads (a measure of work).

@@ -57,31 +57,51 @@ type job struct {
 	task  *Task
 	order []int32 // row indices sorted by block id
 	walk  *walk
+	// plan is the task's plan, pi its index among runPlans' plans and
+	// out its output.
+	plan *Plan
+	pi   int
+	out  []uint64
 }
 
 // Run implements Engine.
 func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
-	if err := deviceCheck("cpu", p); err != nil {
-		return err
+	return f.runPlans(ctx, []*Plan{p}, [][]uint64{out})
+}
+
+// runPlans runs several plans (the ranks of a side) as one piece of work:
+// out[i] is plans[i]'s output. The threads take chunks of any plan, so
+// that no thread waits at the end of one rank while another finishes it.
+func (f Fast) runPlans(ctx context.Context, plans []*Plan, outs [][]uint64) error {
+	for _, p := range plans {
+		if err := deviceCheck("cpu", p); err != nil {
+			return err
+		}
 	}
 	threads := f.Threads
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	jobs := make([]job, len(p.Tasks))
+	n := 0
+	for _, p := range plans {
+		n += len(p.Tasks)
+	}
+	jobs := make([]job, 0, n)
 	var total int64
 	maxHeads := 0
-	for i := range p.Tasks {
-		t := &p.Tasks[i]
-		var order []int32
-		if i > 0 && sameBlocks(t.Rows, p.Tasks[i-1].Rows) {
-			order = jobs[i-1].order // the caches of a group share their rows' blocks
-		} else {
-			order = blockOrder(t.Rows)
+	for pi, p := range plans {
+		for i := range p.Tasks {
+			t := &p.Tasks[i]
+			var order []int32
+			if i > 0 && sameBlocks(t.Rows, p.Tasks[i-1].Rows) {
+				order = jobs[len(jobs)-1].order // the caches of a group share their rows' blocks
+			} else {
+				order = blockOrder(t.Rows)
+			}
+			jobs = append(jobs, job{task: t, order: order, walk: newWalk(t.Cache), plan: p, pi: pi, out: outs[pi]})
+			total += int64(len(t.Rows)) * jobs[len(jobs)-1].walk.rowBytes
+			maxHeads = max(maxHeads, t.Cache.Cells.Heads)
 		}
-		jobs[i] = job{task: t, order: order, walk: newWalk(t.Cache)}
-		total += int64(len(t.Rows)) * jobs[i].walk.rowBytes
-		maxHeads = max(maxHeads, t.Cache.Cells.Heads)
 	}
 	size := f.ChunkBytes
 	if size <= 0 {
@@ -112,13 +132,18 @@ func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
 				}
 			}()
 			s := newScratch(maxHeads)
-			// The worker's sums, added to out once it is done: no atomic
-			// add per row (a state block's row is a few hundred bytes).
-			local := make([]uint64, len(out))
+			// The worker's sums, plan by plan (made when the worker first
+			// takes a chunk of the plan), added to the plan's output once
+			// it is done: no atomic add per row (a state block's row is a
+			// few hundred bytes).
+			locals := make([][]uint64, len(plans))
 			defer func() {
-				for i, v := range local {
-					if v != 0 {
-						atomic.AddUint64(&out[i], v)
+				for pi, local := range locals {
+					out := outs[pi]
+					for i, v := range local {
+						if v != 0 {
+							atomic.AddUint64(&out[i], v)
+						}
 					}
 				}
 			}()
@@ -129,8 +154,13 @@ func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
 				}
 				c := &cs[i]
 				j := &jobs[c.task]
+				local := locals[j.pi]
+				if local == nil {
+					local = make([]uint64, len(j.out))
+					locals[j.pi] = local
+				}
 				err := layout.Guard(j.task.Cache.Cells.File, func() error {
-					s.chunk(j, c, local, p)
+					s.chunk(j, c, local, j.plan)
 					return nil
 				})
 				if err != nil {
@@ -138,8 +168,8 @@ func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
 					next.Store(int64(len(cs))) // stop the others
 					return
 				}
-				if p.Progress != nil {
-					p.Progress(c.bytes)
+				if j.plan.Progress != nil {
+					j.plan.Progress(c.bytes)
 				}
 			}
 		}()
@@ -170,7 +200,13 @@ func blockOrder(rows []Row) []int32 {
 // sameBlocks says whether two tasks' rows name the same blocks in the same
 // order (then they share one block order).
 func sameBlocks(a, b []Row) bool {
-	return slices.EqualFunc(a, b, func(x, y Row) bool { return x.Block == y.Block })
+	return sameRows(a, b) || slices.EqualFunc(a, b, func(x, y Row) bool { return x.Block == y.Block })
+}
+
+// sameRows says whether two tasks share one Rows slice (NewPlan gives the
+// caches of a group with one replica key the same rows).
+func sameRows(a, b []Row) bool {
+	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
 }
 
 // chunks cuts every job's ordered rows into ranges of about size bytes.

@@ -79,6 +79,10 @@ func (p *Plan) BlockRows() *Plan {
 	q.Slopes, q.Mix = false, false
 	q.Tasks = make([]Task, len(p.Tasks))
 	for i, t := range p.Tasks {
+		if i > 0 && sameRows(t.Rows, p.Tasks[i-1].Rows) {
+			q.Tasks[i] = Task{Cache: t.Cache, Rows: q.Tasks[i-1].Rows} // shared, as in p
+			continue
+		}
 		rows := make([]Row, len(t.Rows))
 		for k, r := range t.Rows {
 			r.FirstToken = 0

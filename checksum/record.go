@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/wire"
@@ -38,6 +40,17 @@ func (o Options) engine() Engine {
 // follow the record: its requests and their groups in order, each group's
 // values position by position and, within a position, by replica key
 // (RankRecord fills the record).
+//
+// The caches of a group that share a replica key read the same blocks
+// into the same slots, so their tasks share one Rows slice: the plan
+// holds one row per (group, replica key, block position read), whatever
+// the number of layers. A block read at the same position with the same
+// valid tokens by several requests (a shared prefix) adds the same values
+// (request numbering depends only on the position), so it is read once:
+// the later requests' slots are listed in Plan.Copies instead of getting
+// rows. A plan that would still read more than MaxReadFactor times the
+// cell bytes its caches hold is refused with a *layout.DumpError naming
+// the dump (docs/spec.md §10).
 func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 	m := d.Manifest
 	rec := &wire.Record{
@@ -58,15 +71,38 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 		}
 	}
 	plan := &Plan{Dump: d}
-	taskOf := map[*layout.LayerView]int{}
+	groups := make([]*planGroup, len(d.Groups))
+	for gi, g := range d.Groups {
+		if g.Skip != "" || len(g.Caches) == 0 {
+			continue
+		}
+		gr := &planGroup{first: make([]firstRead, m.NumBlocks)}
+		for _, c := range g.Caches {
+			if !slices.Contains(gr.keys, c.Key()) {
+				gr.keys = append(gr.keys, c.Key())
+			}
+		}
+		slices.SortFunc(gr.keys, func(a, b layout.ReplicaKey) int {
+			return cmp.Or(cmp.Compare(a.Replicas, b.Replicas), cmp.Compare(a.Index, b.Index))
+		})
+		gr.rows = make([][]Row, len(gr.keys))
+		groups[gi] = gr
+	}
+	n := len(m.Requests)
+	if len(ids) > 0 {
+		n = len(ids)
+	}
+	rec.Requests = make([]wire.RecordRequest, 0, n)
 	for ri := range m.Requests {
 		r := &m.Requests[ri]
 		if len(ids) > 0 && !slices.Contains(ids, r.ID) {
 			continue
 		}
-		rr := wire.RecordRequest{ID: r.ID, ProducerID: r.ProducerID, NumTokens: r.NumTokens, NumLocalComputedTokens: r.NumLocalComputedTokens}
-		for _, g := range d.Groups {
-			if g.Skip != "" || len(g.Caches) == 0 {
+		rr := wire.RecordRequest{ID: r.ID, ProducerID: r.ProducerID, NumTokens: r.NumTokens, NumLocalComputedTokens: r.NumLocalComputedTokens,
+			Groups: make([]wire.RecordRequestGroup, 0, len(d.Groups))}
+		for gi, g := range d.Groups {
+			gr := groups[gi]
+			if gr == nil {
 				continue
 			}
 			span, status, err := layout.RequestSpan(r, g.Group)
@@ -76,52 +112,138 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 			if status != layout.SpanOK {
 				continue
 			}
-			var keys []layout.ReplicaKey
-			for _, c := range g.Caches {
-				if !slices.Contains(keys, c.Key()) {
-					keys = append(keys, c.Key())
-				}
+			K := len(gr.keys)
+			rg := wire.RecordRequestGroup{ID: g.Group.ID, Start: span.Start, ReplicaKeys: make([][2]int, K)}
+			for k, key := range gr.keys {
+				rg.ReplicaKeys[k] = [2]int{key.Replicas, key.Index}
 			}
-			slices.SortFunc(keys, func(a, b layout.ReplicaKey) int {
-				return cmp.Or(cmp.Compare(a.Replicas, b.Replicas), cmp.Compare(a.Index, b.Index))
-			})
-			rg := wire.RecordRequestGroup{ID: g.Group.ID, Start: span.Start}
-			for _, k := range keys {
-				rg.ReplicaKeys = append(rg.ReplicaKeys, [2]int{k.Replicas, k.Index})
-			}
-			// Output slot of (position i, key k): base + i*len(keys) + k.
+			// Output slot of (position i, key k): base + i*K + k.
 			base := plan.Outputs
-			plan.Outputs += len(span.Blocks) * len(keys)
-			rg.Values = wire.NewValues(len(span.Blocks), len(keys))
+			plan.Outputs += len(span.Blocks) * K
+			rg.Values = wire.NewValues(len(span.Blocks), K)
 			S := g.Group.BlockSize
-			for _, c := range g.Caches {
-				k := slices.Index(keys, c.Key())
-				ti, ok := taskOf[c]
-				if !ok {
-					ti = len(plan.Tasks)
-					taskOf[c] = ti
-					plan.Tasks = append(plan.Tasks, Task{Cache: c})
+			for i, b := range span.Blocks {
+				pos := span.Start + i
+				valid := layout.ValidTokens(r.NumTokens, pos, S)
+				if g.Group.Kind == layout.KindMamba {
+					valid = 1 // a state row is one "token": its whole state
 				}
-				for i, b := range span.Blocks {
-					pos := span.Start + i
-					valid := layout.ValidTokens(r.NumTokens, pos, S)
-					if c.State {
-						valid = 1 // a state row is one "token": its whole state
-					}
-					if valid == 0 {
-						continue
-					}
-					plan.Tasks[ti].Rows = append(plan.Tasks[ti].Rows, Row{
-						Block: b, FirstToken: int64(pos) * int64(S), Valid: valid,
-						Out: base + i*len(keys) + k,
-					})
+				if valid == 0 {
+					continue
+				}
+				slot := base + i*K
+				if first, ok := gr.read(b, pos, valid, slot); ok {
+					plan.Copies = append(plan.Copies, SlotCopy{Dst: slot, Src: first, N: K})
+					continue
+				}
+				for k := range K {
+					gr.rows[k] = append(gr.rows[k], Row{Block: b, FirstToken: int64(pos) * int64(S), Valid: valid, Out: slot + k})
 				}
 			}
 			rr.Groups = append(rr.Groups, rg)
 		}
 		rec.Requests = append(rec.Requests, rr)
 	}
+	for gi, g := range d.Groups {
+		gr := groups[gi]
+		if gr == nil {
+			continue
+		}
+		for _, c := range g.Caches {
+			rows := gr.rows[slices.Index(gr.keys, c.Key())]
+			if len(rows) > 0 {
+				plan.Tasks = append(plan.Tasks, Task{Cache: c, Rows: rows})
+			}
+		}
+	}
+	if err := plan.checkReads(); err != nil {
+		return nil, nil, err
+	}
 	return plan, rec, nil
+}
+
+// planGroup is what NewPlan gathers for one group of a rank: its replica
+// keys (sorted), the rows of each key (shared by the key's caches) and
+// the first slot of each (position, block, valid tokens) read.
+type planGroup struct {
+	keys []layout.ReplicaKey
+	rows [][]Row
+	// first[b] is block b's first read; its reads at other positions or
+	// token counts are in more.
+	first []firstRead
+	more  map[[3]int]int
+}
+
+// firstRead is a block's first read: its position, valid tokens and
+// output slot plus one (0: none yet).
+type firstRead struct{ pos, valid, slot int32 }
+
+// read returns the first slot of an earlier read of block b at position
+// pos with valid tokens, or records slot as that read's and returns
+// false.
+func (g *planGroup) read(b, pos, valid, slot int) (int, bool) {
+	f := &g.first[b]
+	switch {
+	case f.slot == 0:
+		*f = firstRead{int32(pos), int32(valid), int32(slot + 1)}
+		return 0, false
+	case int(f.pos) == pos && int(f.valid) == valid:
+		return int(f.slot) - 1, true
+	}
+	k := [3]int{pos, b, valid}
+	if first, ok := g.more[k]; ok {
+		return first, true
+	}
+	if g.more == nil {
+		g.more = map[[3]int]int{}
+	}
+	g.more[k] = slot
+	return 0, false
+}
+
+// MaxReadFactor caps the work one manifest can ask for (docs/spec.md
+// §10): a rank's plan may read at most this many times the cell bytes of
+// its checksummed caches (num_blocks blocks each), once shared prefix
+// blocks are read once. A block read at the same position by any number
+// of requests counts once; only a block read at many different positions
+// (or with many different token counts) can reach the cap, which no
+// prefix cache does.
+const MaxReadFactor = 4
+
+// ReadCapError is a manifest whose block tables would make kvaudit read
+// more than MaxReadFactor times the cells its caches hold (NewPlan wraps
+// it in a *layout.DumpError naming the manifest's file and its
+// "requests").
+type ReadCapError struct {
+	// Read is the cell bytes the plan would read; Held the cell bytes of
+	// the caches.
+	Read, Held int64
+}
+
+func (e *ReadCapError) Error() string {
+	return fmt.Sprintf("the block tables ask kvaudit to read %d bytes of cells, more than %d times the %d bytes its caches hold: blocks read at many different positions (the cap of docs/spec.md §10)", e.Read, MaxReadFactor, e.Held)
+}
+
+// manifestFile names the file holding a dump's manifest: the
+// .safetensors file, or the directory's manifest.json.
+func manifestFile(d *layout.Dump) string {
+	if strings.HasSuffix(d.Path, ".safetensors") {
+		return d.Path
+	}
+	return filepath.Join(d.Path, "manifest.json")
+}
+
+// checkReads refuses a plan that reads more than MaxReadFactor times the
+// cell bytes of its caches.
+func (p *Plan) checkReads() error {
+	var held int64
+	for _, t := range p.Tasks {
+		held += int64(p.Dump.Manifest.NumBlocks) * t.Cache.Cells.BlockBytes()
+	}
+	if read := p.Bytes(); read > MaxReadFactor*held {
+		return &layout.DumpError{File: manifestFile(p.Dump), Field: "requests", Err: &ReadCapError{Read: read, Held: held}}
+	}
+	return nil
 }
 
 // splitLess says whether a group is a state group whose layers have no TP
@@ -169,27 +291,35 @@ func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*wire.Record
 	if err := eng.Run(ctx, plan, out); err != nil {
 		return nil, err
 	}
-	fillRecord(rec, out[:plan.Outputs])
-	if plan.Mix {
-		fillValues(rec, func(g *wire.RecordRequestGroup) *wire.Values { return &g.Mix }, func(slot int, _ int64) uint64 {
-			return out[2*plan.Outputs+slot]
-		})
-	}
-	if plan.Slopes {
-		fillValues(rec, func(g *wire.RecordRequestGroup) *wire.Values { return &g.ValuesBlock }, func(slot int, first int64) uint64 {
-			return BlockNumbered(out[slot], out[plan.Outputs+slot], first)
-		})
-		return rec, nil
-	}
-	if opts.BlockValues {
+	plan.Spread(out)
+	fillAll(rec, plan, out)
+	if !plan.Slopes && opts.BlockValues {
 		bp := plan.BlockRows()
 		bout := make([]uint64, bp.Outputs)
 		if err := eng.Run(ctx, bp, bout); err != nil {
 			return nil, err
 		}
+		bp.Spread(bout)
 		fillValues(rec, func(g *wire.RecordRequestGroup) *wire.Values { return &g.ValuesBlock }, func(slot int, _ int64) uint64 { return bout[slot] })
 	}
 	return rec, nil
+}
+
+// fillAll fills the record NewPlan returned from the output of a run of
+// its plan (Spread applied): the values, the mix check with p.Mix and the
+// block-numbered values with p.Slopes.
+func fillAll(rec *wire.Record, p *Plan, out []uint64) {
+	fillRecord(rec, out[:p.Outputs])
+	if p.Mix {
+		fillValues(rec, func(g *wire.RecordRequestGroup) *wire.Values { return &g.Mix }, func(slot int, _ int64) uint64 {
+			return out[2*p.Outputs+slot]
+		})
+	}
+	if p.Slopes {
+		fillValues(rec, func(g *wire.RecordRequestGroup) *wire.Values { return &g.ValuesBlock }, func(slot int, first int64) uint64 {
+			return BlockNumbered(out[slot], out[p.Outputs+slot], first)
+		})
+	}
 }
 
 // fillValues sets every group's list field(g) (ValuesBlock, Mix), slot by
@@ -217,8 +347,13 @@ func fillValues(rec *wire.Record, field func(g *wire.RecordRequestGroup) *wire.V
 	}
 }
 
-// Records computes the record of every dump.
+// Records computes the record of every dump. With the cpu engine (Fast)
+// the ranks are checksummed in one pass, their chunks shared among the
+// threads.
 func Records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*wire.Record, error) {
+	if f, ok := opts.engine().(Fast); ok && len(dumps) > 1 {
+		return f.records(ctx, dumps, opts)
+	}
 	recs := make([]*wire.Record, 0, len(dumps))
 	for _, d := range dumps {
 		rec, err := RankRecord(ctx, d, opts)
@@ -226,6 +361,30 @@ func Records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*wire.R
 			return nil, err
 		}
 		recs = append(recs, rec)
+	}
+	return recs, nil
+}
+
+// records is Records for the cpu engine: every rank's plan in one run.
+func (f Fast) records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*wire.Record, error) {
+	plans := make([]*Plan, len(dumps))
+	recs := make([]*wire.Record, len(dumps))
+	outs := make([][]uint64, len(dumps))
+	for i, d := range dumps {
+		var err error
+		if plans[i], recs[i], err = NewPlan(d, opts.Requests); err != nil {
+			return nil, err
+		}
+		plans[i].Progress, plans[i].Slopes, plans[i].Mix = opts.Progress, f.Slopes(), f.Mixes()
+		outs[i] = make([]uint64, 3*plans[i].Outputs)
+	}
+	if err := f.runPlans(ctx, plans, outs); err != nil {
+		return nil, err
+	}
+	for i, p := range plans {
+		out := outs[i]
+		p.Spread(out)
+		fillAll(recs[i], p, out)
 	}
 	return recs, nil
 }

@@ -6,8 +6,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/ranges"
 	"github.com/kvaudit/kvaudit/transfer"
 	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
 // judgement compares what the detectors reported for a faulted side with
@@ -266,7 +268,9 @@ func judgeTransfers(f *Fault, got []transfer.Finding, problem func(bool, string,
 }
 
 // judgeDetails compares the drill-down's details with the expected ones at
-// the positions the comparison covers.
+// the positions the comparison covers. A detail folds slices (drill.Detail):
+// each (layer, head) it covers must be expected, its hint must be the
+// fold of theirs (drill.FoldHint) and its tokens must span theirs.
 func judgeDetails(f *Fault, res *verify.DiffResult, reported map[string]map[int][]int, problem func(bool, string, ...any)) {
 	type key struct {
 		req                                   string
@@ -280,18 +284,44 @@ func judgeDetails(f *Fault, res *verify.DiffResult, reported map[string]map[int]
 	}
 	for _, rv := range res.Requests {
 		for _, d := range rv.Details {
-			k := key{rv.ID, d.Group, d.Position, d.Layer, d.Head, d.Replica}
-			w, ok := want[k]
-			if !ok {
-				problem(false, "drill-down: request %s group %d position %d layer %d head %d replica %d: %q, not expected", rv.ID, d.Group, d.Position, d.Layer, d.Head, d.Replica, d.Hint)
+			layers, heads := d.Layers, d.Heads
+			if len(layers) == 0 {
+				layers = []int{d.Layer}
+			}
+			if len(heads) == 0 || d.State {
+				heads = []int{d.Head}
+			}
+			var hints []string
+			first, last, tokens := 0, 0, false
+			for _, L := range layers {
+				for _, h := range heads {
+					k := key{rv.ID, d.Group, d.Position, L, h, d.Replica}
+					w, ok := want[k]
+					if !ok {
+						problem(false, "drill-down: request %s group %d position %d layer %d head %d replica %d: %q, not expected", rv.ID, d.Group, d.Position, L, h, d.Replica, d.Hint)
+						continue
+					}
+					delete(want, k)
+					hints = append(hints, w.Hint)
+					if w.Tokens != nil {
+						if !tokens || w.Tokens[0] < first {
+							first = w.Tokens[0]
+						}
+						if !tokens || w.Tokens[1] > last {
+							last = w.Tokens[1]
+						}
+						tokens = true
+					}
+				}
+			}
+			if len(hints) == 0 {
 				continue
 			}
-			delete(want, k)
-			if d.Hint != w.Hint {
-				problem(false, "drill-down: request %s group %d position %d layer %d head %d replica %d: hint %q, want %q", rv.ID, d.Group, d.Position, d.Layer, d.Head, d.Replica, d.Hint, w.Hint)
+			if h := drill.FoldHint(hints...); d.Hint != h {
+				problem(false, "drill-down: request %s group %d position %d layers %s heads %s replica %d: hint %q, want %q", rv.ID, d.Group, d.Position, ranges.Format(layers), ranges.Format(heads), d.Replica, d.Hint, h)
 			}
-			if w.Tokens != nil && (d.FirstToken != w.Tokens[0] || d.LastToken != w.Tokens[1]) {
-				problem(false, "drill-down: request %s group %d position %d layer %d head %d: tokens %d-%d, want %d-%d", rv.ID, d.Group, d.Position, d.Layer, d.Head, d.FirstToken, d.LastToken, w.Tokens[0], w.Tokens[1])
+			if tokens && (d.FirstToken != first || d.LastToken != last) {
+				problem(false, "drill-down: request %s group %d position %d layers %s heads %s: tokens %d-%d, want %d-%d", rv.ID, d.Group, d.Position, ranges.Format(layers), ranges.Format(heads), d.FirstToken, d.LastToken, first, last)
 			}
 		}
 	}

@@ -107,6 +107,22 @@ type DiffDetailJSON struct {
 	// (absent for attention, whose details have tokens instead).
 	LastHead int  `json:"last_head"`
 	State    *int `json:"state,omitempty"`
+	// LastLayer, Layers and Heads say which (layer, head) slices the
+	// detail folds: every one of Layers x Heads (Heads is absent for a
+	// state group, whose rows are head to last_head); Slices counts
+	// them.
+	LastLayer int   `json:"last_layer"`
+	Layers    []int `json:"layers"`
+	Heads     []int `json:"heads,omitempty"`
+	Slices    int   `json:"slices"`
+	// TPRank and PPRank are the consumer rank, File the file holding its
+	// cells, Block the consumer block id at Position, Offset the byte
+	// offset in File of the first differing byte.
+	TPRank int    `json:"tp_rank"`
+	PPRank int    `json:"pp_rank"`
+	File   string `json:"file"`
+	Block  int    `json:"block"`
+	Offset int64  `json:"offset"`
 }
 
 // NewDiffJSON converts a comparison to the JSON schema (without audits:
@@ -134,6 +150,8 @@ func NewDiffJSON(res *verify.DiffResult) *DiffJSON {
 				Group: d.Group, Position: d.Position, Layer: d.Layer, Head: d.Head, Replica: d.Replica,
 				FirstToken: d.FirstToken, LastToken: d.LastToken, Bytes: d.Bytes, Hint: d.Hint,
 				LayerName: d.LayerName, Bits: d.Bits, LastHead: d.LastHead,
+				LastLayer: d.LastLayer, Layers: append([]int{}, d.Layers...), Heads: d.Heads, Slices: d.Slices,
+				TPRank: d.TPRank, PPRank: d.PPRank, File: d.File, Block: d.Block, Offset: d.Offset,
 			}
 			if d.State {
 				dj.State = &d.StateIndex
@@ -215,11 +233,16 @@ func verdictTone(v verify.Verdict) Tone {
 // diffLegend explains the block map's characters.
 const diffLegend = "blocks from position 0: . verified, X mismatch, - not compared, _ not loaded"
 
+// drillTitle is the drill-down table's title.
+const drillTitle = "drill-down: what differs"
+
 // diffTables lays out a comparison: the verdict per request and group
 // (positions, differing checks, reason, block map) and, when there are
-// any, the drill-down's details. A styled or aligned table that does not
-// fit the terminal leaves out kind, checks and positions (the map shows
-// the positions), then the drill-down's bytes, replica and group.
+// any, the drill-down's details (with none, the requests' notes go under
+// the verdicts). A styled or aligned table that does not fit the terminal
+// leaves out kind, checks and positions (the map shows the positions),
+// then the drill-down's name, file, offset, bytes, block, replica and
+// group, and last (long request ids on 80 columns) its rank and tokens.
 //
 // verdict is the run's (the comparison's combined with the audits'): the
 // title says it, and the comparison's own when it differs.
@@ -288,9 +311,9 @@ func diffTables(res *verify.DiffResult, verdict verify.Verdict) []*Table {
 	tables := []*Table{t}
 
 	d := &Table{
-		Title:  "drill-down: what differs",
-		Header: []string{"request", "group", "position", "layer", "head", "replica", "tokens", "bytes", "hint"},
-		Drop:   []string{"bytes", "replica", "group"},
+		Title:  drillTitle,
+		Header: []string{"request", "group", "position", "layer", "name", "head", "replica", "rank", "tokens", "bytes", "block", "file", "offset", "hint"},
+		Drop:   []string{"name", "file", "offset", "bytes", "block", "replica", "group", "rank", "tokens"},
 		Whole:  []string{"request"},
 	}
 	for _, rv := range res.Requests {
@@ -299,32 +322,58 @@ func diffTables(res *verify.DiffResult, verdict verify.Verdict) []*Table {
 			if x.LastToken != x.FirstToken {
 				tokens += "-" + strconv.Itoa(x.LastToken)
 			}
+			layer := strconv.Itoa(x.Layer)
+			if len(x.Layers) > 1 {
+				layer = ranges.Format(x.Layers)
+			}
 			head := strconv.Itoa(x.Head)
+			if len(x.Heads) > 0 {
+				head = ranges.Format(x.Heads)
+			}
 			if x.State {
 				// state rows: no tokens; the head column holds the rows
 				tokens = fmt.Sprintf("state %d", x.StateIndex)
-				head = "rows " + head
+				head = "rows " + strconv.Itoa(x.Head)
 				if x.LastHead != x.Head {
 					head += "-" + strconv.Itoa(x.LastHead)
 				}
 			}
-			d.Add(C("%s", rv.ID), C("%d", x.Group), C("%d", x.Position), C("%d (%s)", x.Layer, x.LayerName),
-				C("%s", head), C("%d", x.Replica), C("%s", tokens), C("%d", x.Bytes), Cell{Text: x.Hint, Tone: Bad})
-		}
-		summarised := verify.VLLMOnlyNotes(rv.Groups) // in the first table, once
-		for _, n := range rv.Notes {
-			if !slices.Contains(summarised, n) {
-				d.Notes = append(d.Notes, fmt.Sprintf("request %s: %s", rv.ID, n))
-			}
+			d.Add(C("%s", rv.ID), C("%d", x.Group), C("%d", x.Position), C("%s", layer), C("%s", x.LayerName),
+				C("%s", head), C("%d", x.Replica), C("%d:%d", x.PPRank, x.TPRank), C("%s", tokens), C("%d", x.Bytes),
+				C("%d", x.Block), C("%s", x.File), C("%d", x.Offset), Cell{Text: x.Hint, Tone: Bad})
 		}
 	}
-	if len(d.Rows) > 0 || len(d.Notes) > 0 {
+	notes := requestNotes(res)
+	if len(d.Rows) > 0 {
+		d.Notes = append(d.Notes, "rank is pp:tp of the consumer; offset is the first differing byte in file")
+		d.Notes = append(d.Notes, notes...)
 		tables = append(tables, d)
+	} else {
+		// Nothing differs: the requests' notes go under the verdicts, with
+		// no drill-down table.
+		t.Notes = append(t.Notes, notes...)
 	}
 	if c := causesTable(res); c != nil {
 		tables = append(tables, c)
 	}
 	return tables
+}
+
+// requestNotes are the requests' notes, each naming its request, but
+// those that strengthNotes says once for all (docs/spec.md §14). They go
+// under the drill-down's details, or under the verdicts when there are
+// none.
+func requestNotes(res *verify.DiffResult) []string {
+	var notes []string
+	for _, rv := range res.Requests {
+		summarised := verify.VLLMOnlyNotes(rv.Groups) // in the first table, once
+		for _, n := range rv.Notes {
+			if !slices.Contains(summarised, n) {
+				notes = append(notes, fmt.Sprintf("request %s: %s", rv.ID, n))
+			}
+		}
+	}
+	return notes
 }
 
 // strengthNotes say, once per cause, which requests were compared by
@@ -411,11 +460,11 @@ func diffJUnit(res *verify.DiffResult, opts DiffOptions) junitSuites {
 					switch {
 					case d.Group != g.ID:
 					case d.State:
-						fmt.Fprintf(&text, "layer %d (%s) state %d rows %d-%d replica %d, %d differing bytes: %s\n",
-							d.Layer, d.LayerName, d.StateIndex, d.Head, d.LastHead, d.Replica, d.Bytes, d.Hint)
+						fmt.Fprintf(&text, "layers %s (%s) state %d rows %d-%d replica %d, %d differing bytes, rank pp %d tp %d block %d, %s at %d: %s\n",
+							ranges.Format(d.Layers), d.LayerName, d.StateIndex, d.Head, d.LastHead, d.Replica, d.Bytes, d.PPRank, d.TPRank, d.Block, d.File, d.Offset, d.Hint)
 					default:
-						fmt.Fprintf(&text, "position %d layer %d (%s) head %d replica %d tokens %d-%d, %d differing bytes: %s\n",
-							d.Position, d.Layer, d.LayerName, d.Head, d.Replica, d.FirstToken, d.LastToken, d.Bytes, d.Hint)
+						fmt.Fprintf(&text, "position %d layers %s (%s) heads %s replica %d tokens %d-%d, %d differing bytes, rank pp %d tp %d block %d, %s at %d: %s\n",
+							d.Position, ranges.Format(d.Layers), d.LayerName, ranges.Format(d.Heads), d.Replica, d.FirstToken, d.LastToken, d.Bytes, d.PPRank, d.TPRank, d.Block, d.File, d.Offset, d.Hint)
 					}
 				}
 				msg := fmt.Sprintf("mismatch at consumer block positions %s (checks %s)", ranges.Format(g.Positions), ranges.Format(g.Checks))

@@ -39,7 +39,14 @@ func diffFixture() *verify.DiffResult {
 	}}
 	cons.Requests[0].NumLocalComputedTokens = 16
 	res := verify.Diff(prod, cons)
-	res.Requests[0].Details = []drill.Detail{{Group: 0, Position: 2, Layer: 1, LayerName: "model.layers.1.self_attn.attn", Head: 0, Replica: 0, FirstToken: 33, LastToken: 33, Bytes: 1, Bits: 1, Hint: "1 bit flipped"}}
+	res.Requests[0].Details = []drill.Detail{
+		{Group: 0, Position: 2, Layer: 1, LayerName: "model.layers.1.self_attn.attn", LastLayer: 1, Layers: []int{1}, Head: 0, LastHead: 0, Heads: []int{0}, Slices: 1,
+			Replica: 0, FirstToken: 33, LastToken: 33, Bytes: 1, Bits: 1, Hint: "1 bit flipped",
+			TPRank: 1, PPRank: 0, File: "bad/rank-0-1.safetensors", Block: 7, Offset: 123456},
+		{Group: 0, Position: 2, Layer: 2, LayerName: "model.layers.2.self_attn.attn", LastLayer: 3, Layers: []int{2, 3}, Head: 4, LastHead: 7, Heads: []int{4, 5, 7}, Slices: 6,
+			Replica: 0, FirstToken: 32, LastToken: 39, Bytes: 6144, Bits: 24576, Hint: "holds the block of position 0",
+			TPRank: 1, PPRank: 0, File: "bad/rank-0-1.safetensors", Block: 7, Offset: 654321},
+	}
 	res.Requests[0].Notes = []string{"a note"}
 	return res
 }
@@ -75,8 +82,13 @@ func TestDiffJSON(t *testing.T) {
 		[]any{"unverified", []int{}, "a group is checksummed by one side only"})
 	check("groups[2]", []any{groups[2].(map[string]any)["verdict"], groups[2].(map[string]any)["reason"]}, []any{"left out", "skipped on both sides"})
 	d := r0["details"].([]any)[0].(map[string]any)
-	for k, v := range map[string]any{"group": 0, "position": 2, "layer": 1, "head": 0, "replica": 0, "first_token": 33, "last_token": 33, "bytes": 1, "hint": "1 bit flipped"} {
+	for k, v := range map[string]any{"group": 0, "position": 2, "layer": 1, "head": 0, "replica": 0, "first_token": 33, "last_token": 33, "bytes": 1, "hint": "1 bit flipped",
+		"last_layer": 1, "layers": []int{1}, "heads": []int{0}, "slices": 1, "tp_rank": 1, "pp_rank": 0, "file": "bad/rank-0-1.safetensors", "block": 7, "offset": 123456} {
 		check("details[0]."+k, d[k], v)
+	}
+	d1 := r0["details"].([]any)[1].(map[string]any)
+	for k, v := range map[string]any{"layer": 2, "last_layer": 3, "layers": []int{2, 3}, "head": 4, "last_head": 7, "heads": []int{4, 5, 7}, "slices": 6} {
+		check("details[1]."+k, d1[k], v)
 	}
 	r2 := doc["requests"].([]any)[2].(map[string]any)
 	check("requests[2]", []any{r2["verdict"], r2["reasons"], r2["details"]}, []any{"unverified", []string{"the producer sent no checksums"}, []any{}})
@@ -149,7 +161,8 @@ func TestDiffTable(t *testing.T) {
 		"4 request(s): 1 verified, 2 mismatch, 1 unverified\n",
 		"req-3\t0\tfull_attention\tmismatch\t1\t0\t\t.X.\n",
 		"request req-3: group 0: block position(s) 1 differ in kvaudit's mix check only: vLLM's checksum alone would have verified them\n",
-		"req-0\t0\t2\t1 (model.layers.1.self_attn.attn)\t0\t0\t33\t1\t1 bit flipped\n",
+		"req-0\t0\t2\t1\tmodel.layers.1.self_attn.attn\t0\t0\t0:1\t33\t1\t7\tbad/rank-0-1.safetensors\t123456\t1 bit flipped\n",
+		"req-0\t0\t2\t2-3\tmodel.layers.2.self_attn.attn\t4-5,7\t0\t0:1\t32-39\t6144\t7\tbad/rank-0-1.safetensors\t654321\tholds the block of position 0\n",
 		"request req-0: a note\n",
 	} {
 		if !strings.Contains(out, want) {
@@ -169,6 +182,22 @@ func TestDiffTable(t *testing.T) {
 	}
 	if !strings.Contains(squeeze(b.String()), "| req-0 | 0 | full_attention | mismatch | 2 | 0 | | _.X |") {
 		t.Errorf("markdown:\n%s", b.String())
+	}
+}
+
+// TestDiffTableNothingDiffers: with no detail, a request's notes go under
+// the verdicts and there is no drill-down table (no empty header).
+func TestDiffTableNothingDiffers(t *testing.T) {
+	res := diffFixture()
+	res.Requests[0].Details = nil
+	for _, st := range []Style{{}, {Color: true}, {Aligned: true, Width: 80}} {
+		var b bytes.Buffer
+		if err := RenderDiff(&b, res, FormatTable, DiffOptions{Style: st}); err != nil {
+			t.Fatal(err)
+		}
+		if out := b.String(); strings.Contains(out, "drill-down") || !strings.Contains(out, "request req-0: a note") {
+			t.Errorf("style %+v: a drill-down header, or the note is lost:\n%s", st, out)
+		}
 	}
 }
 

@@ -593,12 +593,15 @@ func drawHeat(places []heatPlace, most int) heatmap {
 		if d.Group != h.Group || (!h.State && d.Position != h.Position) {
 			continue
 		}
-		col := d.Head
-		if h.State {
-			col = d.StateIndex
-		}
-		if k := (slice{d.Layer, col, d.Replica}); details[k] == nil {
-			details[k] = d
+		// A detail folds the slices of Layers x Heads (drill.Detail):
+		// each of its cells is shaded with it.
+		layers, cols := detailSlices(d)
+		for _, layer := range layers {
+			for _, col := range cols {
+				if k := (slice{layer, col, d.Replica}); details[k] == nil {
+					details[k] = d
+				}
+			}
 		}
 	}
 	m.Hints = heatHints(rv, h)
@@ -637,8 +640,13 @@ func heatHints(rv *verify.RequestVerdict, h *drill.Heat) []string {
 	var out []string
 	for _, hint := range order {
 		ds := by[hint]
-		if len(ds) > 1 {
-			out = append(out, fmt.Sprintf("%s in %d slices", clip(hint), len(ds)))
+		n := 0
+		for _, d := range ds {
+			layers, cols := detailSlices(d)
+			n += len(layers) * len(cols)
+		}
+		if n > 1 {
+			out = append(out, fmt.Sprintf("%s in %d slices", clip(hint), n))
 			continue
 		}
 		d := ds[0]
@@ -688,10 +696,41 @@ func heatCellOf(h *drill.Heat, l, c, r, most int, d *drill.Detail) heatCell {
 	return cell
 }
 
+// detailSlices returns the layers and heatmap columns (global heads, or
+// for a state group its state) of the slices a detail folds: every one of
+// Layers x Heads, or its first layer and head where it names no others.
+func detailSlices(d *drill.Detail) (layers, cols []int) {
+	layers = d.Layers
+	if len(layers) == 0 {
+		layers = []int{d.Layer}
+	}
+	switch {
+	case d.State:
+		cols = []int{d.StateIndex}
+	case len(d.Heads) > 0:
+		cols = d.Heads
+	default:
+		cols = []int{d.Head}
+	}
+	return layers, cols
+}
+
 // detailTip is what a heatmap cell says of the drill-down's detail of its
-// slice. (Fields a detail gains, such as a rank, file, block id and
-// offset, belong here.)
-func detailTip(d *drill.Detail) string { return clip(d.Hint) + " · " + detailWhere(d) }
+// slice: the hint, tokens and bits, how many slices the detail folds,
+// and where its first differing byte is on the consumer (rank, block id,
+// file and offset).
+func detailTip(d *drill.Detail) string {
+	tip := clip(d.Hint) + " · " + detailWhere(d)
+	if layers, cols := detailSlices(d); len(layers)*len(cols) > 1 {
+		tip += fmt.Sprintf(" · one of %d slices (layers %s, %s %s)", len(layers)*len(cols), ranges.Format(layers),
+			map[bool]string{false: "heads", true: "state"}[d.State], ranges.Format(cols))
+	}
+	tip += fmt.Sprintf(" · rank %d:%d (pp:tp) · block %d", d.PPRank, d.TPRank, d.Block)
+	if d.File != "" {
+		tip += fmt.Sprintf(" · %s at offset %d", clip(d.File), d.Offset)
+	}
+	return tip
+}
 
 // detailWhere is a detail's tokens (or state rows) and bits.
 func detailWhere(d *drill.Detail) string {
@@ -740,11 +779,19 @@ func RenderDiffHTML(w io.Writer, res *verify.Result, info HTMLInfo) error {
 		for _, n := range strengthNotes(res.Diff) {
 			p.MapNotes = append(p.MapNotes, escapeText(n))
 		}
+		// The first table is the block maps above; then the drill-down
+		// and, with the transfer audit, the causes it names. Without a
+		// drill-down the requests' notes are said under the maps, as the
+		// table says them under the verdicts.
+		tables := diffTables(res.Diff, v)
+		if !slices.ContainsFunc(tables, func(t *Table) bool { return t.Title == drillTitle }) {
+			for _, n := range requestNotes(res.Diff) {
+				p.MapNotes = append(p.MapNotes, escapeText(n))
+			}
+		}
 		p.MapNotes = capList(clipNotes(p.MapNotes), htmlMaxNotes)
 		p.Heat = newHeatSection(res.Diff)
-		// The first table is the block maps above; then the drill-down
-		// and, with the transfer audit, the causes it names.
-		for _, t := range diffTables(res.Diff, v)[1:] {
+		for _, t := range tables[1:] {
 			p.Tables = append(p.Tables, newHTMLTable(t))
 		}
 	}

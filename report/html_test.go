@@ -33,8 +33,8 @@ func htmlFixture() *verify.Result {
 		{ID: hostileID, ProducerID: hostileID, Verdict: verify.Mismatch, Numbering: "request", NumTokens: 70,
 			Groups: []*verify.GroupVerdict{{ID: 0, Kind: "full_attention", Verdict: verify.Mismatch, Positions: []int{3}, Checks: []int{0},
 				BlockSize: 16, ProducerBlockSize: 16, Map: m}},
-			Details: []drill.Detail{{Group: 0, Position: 3, Layer: 2, LayerName: hostileLayer, Head: 6, LastHead: 6, FirstToken: 50, LastToken: 50,
-				Bytes: 1, Bits: 1, Hint: "1 bit flipped"}},
+			Details: []drill.Detail{{Group: 0, Position: 3, Layer: 2, LayerName: hostileLayer, LastLayer: 2, Layers: []int{2}, Head: 6, LastHead: 6, Heads: []int{6}, Slices: 1,
+				FirstToken: 50, LastToken: 50, Bytes: 1, Bits: 1, Hint: "1 bit flipped", TPRank: 1, File: "c/rank-0-1.safetensors", Block: 5, Offset: 4242}},
 			Heat:  []drill.Heat{heat},
 			Notes: []string{"a note on " + hostileID}},
 		{ID: "req-1", ProducerID: "req-1", Verdict: verify.Verified, Numbering: "request", NumTokens: 32,
@@ -122,7 +122,7 @@ func TestHTMLHeatmap(t *testing.T) {
 			t.Errorf("cell %d (layer %d head %d): marked %v, want %v: %s", i, i/8, i%8, marked, want, c[0])
 		}
 	}
-	if c := cells[2*8+6][0]; !strings.Contains(c, `title="layer 2 · head 6 · 1 byte(s) differ · 1 bit flipped · token 50 · 1 bit(s)"`) {
+	if c := cells[2*8+6][0]; !strings.Contains(c, `title="layer 2 · head 6 · 1 byte(s) differ · 1 bit flipped · token 50 · 1 bit(s) · rank 0:1 (pp:tp) · block 5 · c/rank-0-1.safetensors at offset 4242"`) {
 		t.Errorf("flipped cell %s", c)
 	}
 	strip := regexp.MustCompile(`<span class="b (s-[a-z]+)" tabindex="0" title="([^"]*)">`).FindAllStringSubmatch(out, -1)
@@ -137,6 +137,42 @@ func TestHTMLHeatmap(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("block map cells:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestHTMLHeatmapFolded: a detail that folds layers 1-2 x heads 5 and 7
+// (drill.Detail) shades each of its four slices with its hint, the hover
+// saying which fold it is and where; the hint counts the slices.
+func TestHTMLHeatmapFolded(t *testing.T) {
+	res := htmlFixture()
+	rv := res.Diff.Requests[0]
+	h := &rv.Heat[0]
+	clear(h.Bytes)
+	for _, l := range []int{1, 2} {
+		for _, head := range []int{5, 7} {
+			h.Bytes[l*8+head] = 512
+		}
+	}
+	rv.Details = []drill.Detail{{Group: 0, Position: 3, Layer: 1, LayerName: "model.layers.1.attn", LastLayer: 2, Layers: []int{1, 2},
+		Head: 5, LastHead: 7, Heads: []int{5, 7}, Slices: 4, FirstToken: 48, LastToken: 63, Bytes: 2048, Bits: 8000,
+		Hint: "holds the block of position 0", PPRank: 0, TPRank: 1, File: "c/rank-0-1.safetensors", Block: 5, Offset: 8192}}
+	out := renderHTML(t, res)
+	cells := heatCells.FindAllStringSubmatch(heatTables.FindString(out), -1)
+	if len(cells) != 32 {
+		t.Fatalf("%d heatmap cells, want 4 layers x 8 heads", len(cells))
+	}
+	for i, c := range cells {
+		l, head := i/8, i%8
+		want := (l == 1 || l == 2) && (head == 5 || head == 7)
+		if marked := strings.Contains(c[1], "k-held"); marked != want {
+			t.Errorf("cell layer %d head %d: marked %v, want %v: %s", l, head, marked, want, c[0])
+		}
+		if want && !strings.Contains(c[0], "holds the block of position 0 · tokens 48-63 · 8000 bit(s) · one of 4 slices (layers 1-2, heads 5,7) · rank 0:1 (pp:tp) · block 5 · c/rank-0-1.safetensors at offset 8192") {
+			t.Errorf("cell layer %d head %d: %s", l, head, c[0])
+		}
+	}
+	if !strings.Contains(out, "holds the block of position 0 in 4 slices") {
+		t.Error("the hint does not count the detail's 4 slices")
 	}
 }
 

@@ -95,6 +95,11 @@ func RankStored(ctx context.Context, d *layout.Dump, opts checksum.Options) (*St
 	}
 	plan := &checksum.Plan{Dump: d, Progress: opts.Progress}
 	taskOf := map[*layout.LayerView]int{}
+	// A block read at the same position (a shared prefix) sums the same
+	// for every request: one output slot and one read per (group,
+	// position, block), docs/spec.md §10.
+	slotOf := map[[3]int]int{}
+	var slots []int // the slot of each of res.Blocks
 	for ri := range m.Requests {
 		r := &m.Requests[ri]
 		if len(opts.Requests) > 0 && !slices.Contains(opts.Requests, r.ID) {
@@ -139,8 +144,15 @@ func RankStored(ctx context.Context, d *layout.Dump, opts checksum.Options) (*St
 				if p < len(stored) {
 					b.Stored, b.HasStored = stored[p], true
 				}
+				res.Blocks = append(res.Blocks, b)
+				if out, ok := slotOf[[3]int{id, p, b.Block}]; ok {
+					slots = append(slots, out)
+					continue
+				}
 				out := plan.Outputs
 				plan.Outputs++
+				slotOf[[3]int{id, p, b.Block}] = out
+				slots = append(slots, out)
 				for _, c := range gv.Caches {
 					ti, ok := taskOf[c]
 					if !ok {
@@ -150,7 +162,6 @@ func RankStored(ctx context.Context, d *layout.Dump, opts checksum.Options) (*St
 					}
 					plan.Tasks[ti].Rows = append(plan.Tasks[ti].Rows, checksum.Row{Block: b.Block, FirstToken: int64(p) * int64(S), Valid: S, Out: out})
 				}
-				res.Blocks = append(res.Blocks, b)
 			}
 		}
 	}
@@ -160,7 +171,7 @@ func RankStored(ctx context.Context, d *layout.Dump, opts checksum.Options) (*St
 	}
 	for i := range res.Blocks {
 		b := &res.Blocks[i]
-		b.Sum = sums[i]
+		b.Sum = sums[slots[i]]
 		b.Value ^= b.Sum // Value held the tag
 	}
 	return res, nil

@@ -94,6 +94,11 @@ func auditRank(a *TailAudit, d *layout.Dump, requests []string) {
 				}
 			}
 		}
+		// The tail of block b is the same for every position that reads
+		// it (from owned[b] on): each block's is read once (the work a
+		// manifest naming one block many times asks for stays bounded by
+		// the cache, docs/spec.md §10), keyed by block and cache.
+		tails := map[[2]int]TailFinding{}
 		for _, r := range m.Requests {
 			if len(requests) > 0 && !slices.Contains(requests, r.ID) {
 				continue
@@ -112,7 +117,7 @@ func auditRank(a *TailAudit, d *layout.Dump, requests []string) {
 				}
 				b := table[pos]
 				lo := max(0, r.NumTokens-pos*S, owned[b])
-				for _, c := range gv.Caches {
+				for ci, c := range gv.Caches {
 					cv := &c.Cells
 					if cv.Data == nil {
 						a.Notes = append(a.Notes, fmt.Sprintf("rank %s layer %q: not audited: in device memory", rank, c.Layer.Name))
@@ -121,6 +126,14 @@ func auditRank(a *TailAudit, d *layout.Dump, requests []string) {
 					a.Checked++
 					f := TailFinding{Request: r.ID, Group: g.ID, Position: pos, Block: b, Rank: rank, Layer: c.Layer.Name,
 						Whole: r.NumTokens <= pos*S, FirstToken: -1}
+					if t, ok := tails[[2]int{b, ci}]; ok && lo == owned[b] {
+						if t.Bytes > 0 {
+							f.File, f.Offset, f.Bytes = t.File, t.Offset, t.Bytes
+							f.FirstToken, f.LastToken = pos*S+t.FirstToken, pos*S+t.LastToken
+							a.Findings = append(a.Findings, f)
+						}
+						continue
+					}
 					for slot := lo; slot < S; slot++ {
 						for h := range cv.Heads {
 							addr := cv.CellAddr(b, slot, h)
@@ -138,6 +151,11 @@ func auditRank(a *TailAudit, d *layout.Dump, requests []string) {
 								}
 							}
 						}
+					}
+					if lo == owned[b] {
+						t := f // its tokens as slots of the block
+						t.FirstToken, t.LastToken = f.FirstToken-pos*S, f.LastToken-pos*S
+						tails[[2]int{b, ci}] = t
 					}
 					if f.Bytes > 0 {
 						a.Findings = append(a.Findings, f)

@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -17,7 +18,8 @@ import (
 // cmdFlipKV flips one bit of one logical cell of a side's dumps, in place:
 // flipkv SIDE REQUEST GROUP LAYER HEAD REPLICA TOKEN BYTE BIT, where SIDE
 // is a dump or a directory of dumps, HEAD the global KV head and BYTE the
-// byte of the cell's logical bytes (K then V). It prints what it changed.
+// byte of the cell's logical bytes (K then V). It prints what it changed
+// and where (the byte's offset in the file).
 func cmdFlipKV(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 9 {
 		ts.Fatalf("usage: flipkv SIDE REQUEST GROUP LAYER HEAD REPLICA TOKEN BYTE BIT")
@@ -47,7 +49,7 @@ func cmdFlipKV(ts *testscript.TestScript, neg bool, args []string) {
 	b[0] ^= 1 << n[5]
 	_, err = f.WriteAt(b, off)
 	ts.Check(err)
-	fmt.Fprintf(ts.Stdout(), "flipped bit %d of byte %d of %s\n", n[5], n[4], ref)
+	fmt.Fprintf(ts.Stdout(), "flipped bit %d of byte %d of %s: byte %d of %s\n", n[5], n[4], ref, off, filepath.Base(file))
 }
 
 // cmdJUnitXML reads a JUnit XML file with encoding/xml, as a CI would, and

@@ -50,6 +50,7 @@ func scriptParams(p testscript.Params) testscript.Params {
 		"samefile":     cmdSameFile,
 		"samejson":     cmdSameJSON,
 		"jsondrop":     cmdJSONDrop,
+		"sharedblock":  cmdSharedBlock,
 		// script_transfers_test.go
 		"transferexpect": cmdTransferExpect,
 	}

@@ -134,3 +134,63 @@ func (h *Heat) add(i, n int) {
 	}
 	h.Bytes[i] = max(h.Bytes[i], 0) + n
 }
+
+// heats returns the heat of every attention (group, position) that rs
+// compares (rs.positions, in order): 0 for each slice whose producer
+// slice the consumer's cache could be compared with, then its units'
+// differing bytes added, past the details' cap too.
+func (e *explainer) heats(rs *reqState) []Heat {
+	if len(rs.positions) == 0 {
+		return nil
+	}
+	type groupHeat struct {
+		axes *heatAxes
+		// compared[cg.flat(ci, lh)]: the consumer's local head lh of
+		// cache ci is in mapped memory and the producer holds that slice
+		// there too.
+		compared []bool
+	}
+	groups := map[int]*groupHeat{}
+	at := make(map[[2]int]int, len(rs.positions))
+	out := make([]Heat, 0, len(rs.positions))
+	for _, pp := range rs.positions {
+		cg := e.c.group(pp[0])
+		gh := groups[pp[0]]
+		if gh == nil {
+			pg := e.p.group(pp[0])
+			gh = &groupHeat{axes: newHeatAxes(cg.caches), compared: make([]bool, cg.flat(len(cg.caches), 0))}
+			for ci, c := range cg.caches {
+				if c.View.Cells.Data == nil {
+					continue
+				}
+				for lh := range c.View.Heads {
+					pci, ok := pg.find(c.View.Layer.Name, c.View.HeadBase+lh, -1)
+					gh.compared[cg.flat(ci, lh)] = ok && pg.caches[pci].View.Cells.Data != nil
+				}
+			}
+			groups[pp[0]] = gh
+		}
+		h := gh.axes.heat(pp[0], pp[1])
+		for ci, c := range cg.caches {
+			for lh := range c.View.Heads {
+				if gh.compared[cg.flat(ci, lh)] {
+					h.add(gh.axes.slot(c.View, c.View.HeadBase+lh), 0)
+				}
+			}
+		}
+		at[pp] = len(out)
+		out = append(out, h)
+	}
+	for _, u := range rs.units {
+		i, ok := at[[2]int{u.group, u.pos}]
+		if !ok {
+			continue
+		}
+		v := u.cg.caches[u.ci].View
+		axes := groups[u.group].axes
+		for _, s := range u.diffs {
+			out[i].add(axes.slot(v, int(s.head)), int(s.bytes))
+		}
+	}
+	return out
+}

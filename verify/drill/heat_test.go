@@ -68,10 +68,13 @@ func TestHeatOneBit(t *testing.T) {
 }
 
 // TestHeatPastCap: the details' cap leaves the heat whole: every
-// differing slice is counted, with its bytes.
+// differing slice is counted, with its bytes. The flipped bits of layer
+// 1's eight heads fold into one detail and layer 2's four into another
+// (other heads), of which the cap of 1 keeps the first.
 func TestHeatPastCap(t *testing.T) {
 	prod := write(t, llama("producer"))
 	c := write(t, llama("consumer"))
+	const layer2 = "model.layers.2.self_attn.attn"
 	for h := range 8 {
 		b := c.read(cell("req-0", layer1, h, 2))
 		b[0] ^= 1
@@ -79,13 +82,19 @@ func TestHeatPastCap(t *testing.T) {
 			b[1] ^= 1
 		}
 		c.write(cell("req-0", layer1, h, 2), b)
+		if h < 4 {
+			b := c.read(cell("req-0", layer2, h, 3))
+			b[5] ^= 2
+			c.write(cell("req-0", layer2, h, 3), b)
+		}
 	}
-	res := explain(t, prod, c, drill.Options{MaxDetails: 3})
+	res := explain(t, prod, c, drill.Options{MaxDetails: 1})
 	r := res.Requests[0]
-	if len(r.Details) != 3 {
-		t.Fatalf("details %d, want the cap's 3", len(r.Details))
+	if len(r.Details) != 1 || !slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, "1 more details not shown") }) {
+		t.Fatalf("details %d, notes %q; want the cap's 1 and a note of the other", len(r.Details), r.Notes)
 	}
-	want := []string{"L1 h0 r0=1", "L1 h1 r0=2", "L1 h2 r0=1", "L1 h3 r0=2", "L1 h4 r0=1", "L1 h5 r0=2", "L1 h6 r0=1", "L1 h7 r0=2"}
+	want := []string{"L1 h0 r0=1", "L1 h1 r0=2", "L1 h2 r0=1", "L1 h3 r0=2", "L1 h4 r0=1", "L1 h5 r0=2", "L1 h6 r0=1", "L1 h7 r0=2",
+		"L2 h0 r0=1", "L2 h1 r0=1", "L2 h2 r0=1", "L2 h3 r0=1"}
 	if got := hot(heatOf(t, r.Heat, 0, 0)); !slices.Equal(got, want) {
 		t.Errorf("hot slices %q, want %q", got, want)
 	}

@@ -2,6 +2,7 @@ package drill
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -28,8 +29,16 @@ func (r CellRef) String() string {
 // for a cell the side does not hold (no such request, layer, head or copy,
 // a null or missing block) or held in device memory.
 func Locate(dumps []*layout.Dump, ref CellRef, i int) (string, int64, error) {
-	s := newCellIndex(dumps)
-	c, ok := s.find(ref.Group, ref.Layer, ref.Head, ref.Replica)
+	s := layout.NewDumpIndex(dumps)
+	var c layout.RankCache
+	ok := false
+	for _, x := range s.Caches(ref.Group) {
+		v := x.View
+		if (v.Layer.Name == ref.Layer || slices.Contains(v.Aliases, ref.Layer)) && ref.Head >= v.HeadBase && ref.Head < v.HeadBase+v.Heads && v.ReplicaIndex == ref.Replica {
+			c, ok = x, true
+			break
+		}
+	}
 	if !ok {
 		return "", 0, fmt.Errorf("locating %s: no dump holds that layer, head and replica", ref)
 	}

@@ -141,7 +141,7 @@ producer block 12, which holds request req-1's KV (position 0)").
 	f.Int("threads", 0, "threads of the cpu engine (default GOMAXPROCS)")
 	addCUDATimeoutFlag(f)
 	f.BoolVar(&opts.NoDrill, "no-drill", false, "skip the drill-down of mismatches to layers, heads and tokens")
-	f.IntVar(&opts.MaxDetails, "max-details", drill.DefaultMaxDetails, "drill-down details per request at most (-1: no cap)")
+	f.IntVar(&opts.MaxDetails, "max-details", drill.DefaultMaxDetails, "drill-down details per request at most, each mismatching position keeping its first (-1: no cap)")
 	f.BoolVar(&opts.AuditTail, "audit-tail", false, "also audit the consumer's dumps: every byte past the transferred range is zero")
 	f.StringVar(&opts.JUnit, "junit", "", "also write the JUnit XML report to this file (the table, or -o, still printed)")
 	f.StringVar(&opts.HTML, "html", "", htmlFlagHelp)
