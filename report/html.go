@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kvaudit/kvaudit/internal/ranges"
@@ -82,7 +83,11 @@ func clipNotes(v []string) []string {
 //go:embed html.tmpl
 var htmlTemplateText string
 
-var htmlTemplate = template.Must(template.New("report").Parse(htmlTemplateText))
+// htmlTemplate is the page's template, parsed when a report is first
+// written, not at start-up (which every command pays).
+var htmlTemplate = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("report").Parse(htmlTemplateText))
+})
 
 // HTMLInfo is what an HTML report says about its run beside the result.
 type HTMLInfo struct {
@@ -800,5 +805,5 @@ func RenderDiffHTML(w io.Writer, res *verify.Result, info HTMLInfo) error {
 			p.Tables = append(p.Tables, newHTMLTable(t))
 		}
 	}
-	return htmlTemplate.Execute(w, p)
+	return htmlTemplate().Execute(w, p)
 }

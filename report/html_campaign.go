@@ -155,5 +155,5 @@ func RenderCampaignHTML(w io.Writer, r *inject.CampaignResult, info HTMLInfo) er
 	case len(tables) > 1:
 		p.Tables = append(p.Tables, newHTMLTable(tables[1]))
 	}
-	return htmlTemplate.Execute(w, p)
+	return htmlTemplate().Execute(w, p)
 }

@@ -48,5 +48,5 @@ func RenderTransfersHTML(w io.Writer, res *transfer.Result, info HTMLInfo) error
 	for _, t := range transfersTables(res, true) {
 		p.Tables = append(p.Tables, newHTMLTable(t))
 	}
-	return htmlTemplate.Execute(w, p)
+	return htmlTemplate().Execute(w, p)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 
@@ -43,11 +44,16 @@ func writeErrorJSON(w io.Writer, err error, code int) {
 	fmt.Fprintf(w, "%s\n", b)
 }
 
-var (
-	flagField = regexp.MustCompile(`^(?:unknown flag: )?(--[a-z0-9][a-z0-9-]*)\b`)
-	envField  = regexp.MustCompile(`^environment variable (KVAUDIT_[A-Z0-9_]+)`)
-	sideField = regexp.MustCompile(`^(producer|consumer)\b`)
-)
+// namedFields are the patterns of what an error message may start with: a
+// flag, a variable, a side. They are compiled when an error is written as
+// JSON, not at start-up (which every command pays).
+var namedFields = sync.OnceValue(func() []*regexp.Regexp {
+	return []*regexp.Regexp{
+		regexp.MustCompile(`^(?:unknown flag: )?(--[a-z0-9][a-z0-9-]*)\b`),
+		regexp.MustCompile(`^environment variable (KVAUDIT_[A-Z0-9_]+)`),
+		regexp.MustCompile(`^(producer|consumer)\b`),
+	}
+})
 
 // errorField finds what an error names: the field and file of a dump,
 // manifest, safetensors file or record, else a flag or variable its
@@ -81,7 +87,7 @@ func errorField(err error) (field, file string) {
 		return field, file
 	}
 	msg := err.Error()
-	for _, x := range []*regexp.Regexp{flagField, envField, sideField} {
+	for _, x := range namedFields() {
 		if m := x.FindStringSubmatch(msg); m != nil {
 			return m[1], file
 		}

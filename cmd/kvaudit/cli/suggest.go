@@ -3,13 +3,15 @@ package cli
 import (
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
-// unknownFlag finds the flag name in pflag's "unknown flag: --name".
-var unknownFlag = regexp.MustCompile(`^unknown flag: --([^\s=]+)`)
+// unknownFlag finds the flag name in pflag's "unknown flag: --name"
+// (compiled when a flag is mistyped, not at start-up).
+var unknownFlag = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^unknown flag: --([^\s=]+)`) })
 
 // suggestFlag names the flag of c a mistyped one (pflag's unknown flag
 // error err) was likely meant as, "--audit-tail" for --audit-tial, as
@@ -17,7 +19,7 @@ var unknownFlag = regexp.MustCompile(`^unknown flag: --([^\s=]+)`)
 // most 2, or a third of its length), or the only one it is a prefix of;
 // "" when none is close.
 func suggestFlag(c *cobra.Command, err error) string {
-	m := unknownFlag.FindStringSubmatch(err.Error())
+	m := unknownFlag().FindStringSubmatch(err.Error())
 	if m == nil {
 		return ""
 	}
