@@ -91,9 +91,12 @@ func mergeGroups(recs []*wire.Record, c *Checks) (map[int]*GroupInfo, error) {
 		for _, g := range r.Groups {
 			gi := info[g.ID]
 			if gi == nil {
-				gi = &GroupInfo{ID: g.ID, Kind: g.Kind, BlockSize: g.BlockSize, SplitLess: g.SplitLess}
+				gi = &GroupInfo{ID: g.ID, Kind: g.Kind, BlockSize: g.BlockSize}
 				info[g.ID] = gi
 			}
+			// A PP stage holding none of the group's layers cannot say
+			// whether its states are split: the stages that hold them do.
+			gi.SplitLess = gi.SplitLess || g.SplitLess
 			if gi.Kind != g.Kind || gi.BlockSize != g.BlockSize {
 				return nil, &MergeError{fmt.Sprintf("group %d is %s with block size %d in %q, %s with %d elsewhere", g.ID, g.Kind, g.BlockSize, r.Source, gi.Kind, gi.BlockSize)}
 			}

@@ -122,6 +122,10 @@ func TestDiffSynth(t *testing.T) {
 		{"mamba2-hybrid without a split, tp1 vs tp2 (state left out)", synth.Config{Preset: "mamba2-hybrid", Seed: 3, NoStateSplit: true}, synth.Config{Preset: "mamba2-hybrid", Seed: 3, TP: 2, NoStateSplit: true, Role: "consumer"}, verify.Verified, verify.LeftOutSplitLess},
 		{"mamba1 without a split, tp1 vs tp2 (nothing left to verify)", synth.Config{Preset: "mamba1", Seed: 3, NoStateSplit: true}, synth.Config{Preset: "mamba1", Seed: 3, TP: 2, NoStateSplit: true, Role: "consumer"}, verify.Unverified, verify.ReasonNoLoadedGroup},
 		{"mamba2-hybrid without a split, tp2 vs tp2", synth.Config{Preset: "mamba2-hybrid", Seed: 3, TP: 2, NoStateSplit: true}, synth.Config{Preset: "mamba2-hybrid", Seed: 3, TP: 2, NoStateSplit: true, Role: "consumer", Layout: "nhd"}, verify.Verified, ""},
+		// PP 2 of two layers: stage 0 holds the attention layer only, so
+		// its record lists the state group with no layers of it.
+		{"mamba2-hybrid without a split, pp2 (no state on stage 0) vs tp2 (state left out)", synth.Config{Preset: "mamba2-hybrid", Seed: 3, Layers: 2, PP: 2, NoStateSplit: true}, synth.Config{Preset: "mamba2-hybrid", Seed: 3, Layers: 2, TP: 2, NoStateSplit: true, Role: "consumer"}, verify.Verified, verify.LeftOutSplitLess},
+		{"mamba2-hybrid without a split, pp2 (no state on stage 0) vs pp1", synth.Config{Preset: "mamba2-hybrid", Seed: 3, Layers: 2, PP: 2, NoStateSplit: true}, synth.Config{Preset: "mamba2-hybrid", Seed: 3, Layers: 2, NoStateSplit: true, Role: "consumer"}, verify.Verified, ""},
 		{"gdn-hybrid 16 vs 32", synth.Config{Preset: "gdn-hybrid", Seed: 3}, synth.Config{Preset: "gdn-hybrid", Seed: 3, BlockSize: 32, Role: "consumer"}, verify.Verified, ""},
 		{"another seed", p16, consumerOf(p16, func(c *synth.Config) { c.Seed = 12 }), verify.Mismatch, ""},
 	}

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -188,6 +190,39 @@ func TestInputConfig(t *testing.T) {
 	}
 	if _, err := InputConfig(100, "llama", "flash", 1); err == nil {
 		t.Error("a side smaller than one token was accepted")
+	}
+}
+
+// TestInputPresets: every preset bench offers synthesizes, state presets
+// too (their caches have states, not a dtype of their own), and its files
+// hold about the size asked: within a block's worth of tokens of each
+// request below it, never more than twice it.
+func TestInputPresets(t *testing.T) {
+	const size = 8 << 20
+	for _, preset := range synth.Presets {
+		t.Run(preset, func(t *testing.T) {
+			dir := t.TempDir()
+			if _, err := WriteInput(dir, size, preset, "flash", 1); err != nil {
+				t.Fatal(err)
+			}
+			var got int64
+			err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+				if err != nil || d.IsDir() {
+					return err
+				}
+				info, err := d.Info()
+				if err == nil {
+					got += info.Size()
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got < size/2 || got > 2*size {
+				t.Errorf("%s: the side's files hold %d bytes, asked %d", preset, got, size)
+			}
+		})
 	}
 }
 

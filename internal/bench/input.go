@@ -29,9 +29,20 @@ func InputConfig(size int64, preset, lay string, pp int) (synth.Config, error) {
 	if err != nil {
 		return synth.Config{}, err
 	}
-	var perToken int64
+	// perToken is the bytes a token adds to the side: an attention
+	// cache's cells, a state cache's page (its states, its extra bytes,
+	// padded to 64 as synth lays it out) spread over its block's tokens.
+	var perToken, perBlock int64
 	for _, g := range m.Groups {
 		for _, c := range g.Caches {
+			if len(c.States) > 0 {
+				page, err := statePage(c)
+				if err != nil {
+					return synth.Config{}, err
+				}
+				perBlock += page
+				continue
+			}
 			dt, err := layout.TorchDtype(c.Dtype)
 			if err != nil {
 				return synth.Config{}, err
@@ -43,6 +54,7 @@ func InputConfig(size int64, preset, lay string, pp int) (synth.Config, error) {
 			perToken += cell
 		}
 	}
+	perToken += (perBlock + int64(base.BlockSize) - 1) / int64(base.BlockSize)
 	if size < perToken {
 		return synth.Config{}, fmt.Errorf("size %d bytes is less than one token of %s (%d bytes)", size, preset, perToken)
 	}
@@ -72,4 +84,26 @@ func WriteInput(dir string, size int64, preset, lay string, pp int) ([]string, e
 		return nil, err
 	}
 	return synth.Write(dir, cfg)
+}
+
+// statePage is the bytes of one block of a state cache at TP 1: its
+// covered states, then its extra bytes, padded to a multiple of 64.
+func statePage(c synth.Cache) (int64, error) {
+	covered := int64(c.Extra)
+	for _, st := range c.States {
+		dt, err := layout.TorchDtype(st.Dtype)
+		if err != nil {
+			return 0, fmt.Errorf("state %s of %s: %w", st.Name, c.Name, err)
+		}
+		n := int64(dt.Size())
+		for _, d := range st.Other {
+			n *= d
+		}
+		var rows int64
+		for _, seg := range st.Segments {
+			rows += int64(seg.Global)
+		}
+		covered += n * rows
+	}
+	return (covered + 63) / 64 * 64, nil
 }
