@@ -142,46 +142,15 @@ func (k *Kernel) Exec(data []byte, table []int64, out []uint64, factors []uint64
 
 // Thread returns what thread tid of thread block bid adds to its row's
 // output slot. It is kvaudit_checksum's per-thread code, statement by
-// statement (checksum.cu marks each with the same comment).
+// statement (checksum.cu marks each with the same comment; [decompose],
+// [lane], [tokens] and [address] are in threadAt).
 func (k *Kernel) Thread(data []byte, rows []int64, factors []uint64, offsets []int64, bid, tid int64) uint64 {
-	// [decompose] block -> row, chunk, tile.
-	tile := bid % k.Tiles
-	rest := bid / k.Tiles
-	chunk := rest % k.Chunks
-	row := rest / k.Chunks
-	rowBase := rows[row*RowWords+0]
-	first := rows[row*RowWords+1]
-	valid := rows[row*RowWords+2]
-
-	// [lane] thread -> token lane, lane -> head, piece.
-	tokenLane := tid / k.TileLanes
-	lane := tile*k.TileLanes + tid%k.TileLanes
-	if tokenLane >= k.TokenLanes || lane >= k.Lanes {
+	c, ok := k.threadAt(rows, offsets, bid, tid)
+	if !ok {
 		return 0
 	}
-	perCell := k.Pieces / k.Vec
-	h := lane / perCell
-	p := (lane % perCell) * k.Vec
-
-	// [tokens] this thread's tokens: t0, t0+TL, ... below the chunk's end
-	// and the row's valid tokens (the mask).
-	t0 := chunk*k.ChunkTokens + tokenLane
-	end := min(chunk*k.ChunkTokens+k.ChunkTokens, valid)
-	if t0 >= end {
-		return 0
-	}
-	n := (end - t0 + k.TokenLanes - 1) / k.TokenLanes
+	n := c.n
 	steps := (n + Unroll - 1) / Unroll * Unroll
-
-	// [address] the cell of token t0, and how it moves by TL tokens.
-	tk := t0 % k.KernelTokens
-	at := rowBase + (t0/k.KernelTokens)*k.RowStride + tk*k.TokenStride + h*k.HeadStride
-	if k.Gather == 0 {
-		at += offsets[p]
-	}
-	stepTK := k.TokenLanes % k.KernelTokens
-	stepAddr := (k.TokenLanes/k.KernelTokens)*k.RowStride + stepTK*k.TokenStride
-	wrapAddr := k.RowStride - k.KernelTokens*k.TokenStride
 
 	// [accumulate] a = sum of y_i, b = sum over steps of a (so that
 	// sum_i i*y_i = steps*a - b), e = sum of the second pieces of pairs.
@@ -190,13 +159,8 @@ func (k *Kernel) Thread(data []byte, rows []int64, factors []uint64, offsets []i
 		var x, y [Unroll]uint64
 		for u := int64(0); u < Unroll; u++ {
 			if i+u < n {
-				x[u], y[u] = k.load(data, offsets, at, p)
-				tk += stepTK
-				at += stepAddr
-				if tk >= k.KernelTokens {
-					tk -= k.KernelTokens
-					at += wrapAddr
-				}
+				x[u], y[u] = k.load(data, offsets, c.at, c.p)
+				c.step()
 			}
 		}
 		for u := 0; u < Unroll; u++ {
@@ -208,9 +172,75 @@ func (k *Kernel) Thread(data []byte, rows []int64, factors []uint64, offsets []i
 
 	// [weigh] piece p of token first+t0+i*TL has index
 	// j = (first+t0)*P + p + i*TL*P: sum_i y_i*(2j+1) + 2*e.
-	j0 := uint64(first+t0)*uint64(k.Pieces) + uint64(p)
+	j0 := uint64(c.first+c.t0)*uint64(k.Pieces) + uint64(c.p)
 	s := (2*j0+1)*a + 2*uint64(k.Pieces)*uint64(k.TokenLanes)*(uint64(steps)*a-b) + 2*e
-	return factors[h] * s
+	return factors[c.h] * s
+}
+
+// threadCursor is where a thread of the kernel reads: its row's first
+// token, its head h and piece p, its first token t0 and its n tokens (t0,
+// t0+TL, ...), and the cell of the token it is at (at, tk: its index in
+// its kernel block) with how that moves by TL tokens.
+type threadCursor struct {
+	first, h, p, t0, n         int64
+	at, tk                     int64
+	stepTK, stepAddr, wrapAddr int64
+	kernelTokens               int64
+}
+
+// threadAt decomposes thread tid of thread block bid as kvaudit_checksum
+// does (Thread and ThreadMix share it); ok is false for a thread with
+// nothing to read.
+func (k *Kernel) threadAt(rows []int64, offsets []int64, bid, tid int64) (c threadCursor, ok bool) {
+	// [decompose] block -> row, chunk, tile.
+	tile := bid % k.Tiles
+	rest := bid / k.Tiles
+	chunk := rest % k.Chunks
+	row := rest / k.Chunks
+	rowBase := rows[row*RowWords+0]
+	c.first = rows[row*RowWords+1]
+	valid := rows[row*RowWords+2]
+
+	// [lane] thread -> token lane, lane -> head, piece.
+	tokenLane := tid / k.TileLanes
+	lane := tile*k.TileLanes + tid%k.TileLanes
+	if tokenLane >= k.TokenLanes || lane >= k.Lanes {
+		return c, false
+	}
+	perCell := k.Pieces / k.Vec
+	c.h = lane / perCell
+	c.p = (lane % perCell) * k.Vec
+
+	// [tokens] this thread's tokens: t0, t0+TL, ... below the chunk's end
+	// and the row's valid tokens (the mask).
+	c.t0 = chunk*k.ChunkTokens + tokenLane
+	end := min(chunk*k.ChunkTokens+k.ChunkTokens, valid)
+	if c.t0 >= end {
+		return c, false
+	}
+	c.n = (end - c.t0 + k.TokenLanes - 1) / k.TokenLanes
+
+	// [address] the cell of token t0, and how it moves by TL tokens.
+	c.tk = c.t0 % k.KernelTokens
+	c.at = rowBase + (c.t0/k.KernelTokens)*k.RowStride + c.tk*k.TokenStride + c.h*k.HeadStride
+	if k.Gather == 0 {
+		c.at += offsets[c.p]
+	}
+	c.stepTK = k.TokenLanes % k.KernelTokens
+	c.stepAddr = (k.TokenLanes/k.KernelTokens)*k.RowStride + c.stepTK*k.TokenStride
+	c.wrapAddr = k.RowStride - k.KernelTokens*k.TokenStride
+	c.kernelTokens = k.KernelTokens
+	return c, true
+}
+
+// step moves the cursor to the cell TL tokens on.
+func (c *threadCursor) step() {
+	c.tk += c.stepTK
+	c.at += c.stepAddr
+	if c.tk >= c.kernelTokens {
+		c.tk -= c.kernelTokens
+		c.at += c.wrapAddr
+	}
 }
 
 // load reads piece p (and, for a pair, p+1) of the cell whose piece p lies
@@ -283,53 +313,23 @@ func (k *Kernel) ExecMix(data []byte, table []int64, out []uint64, mixKeys []uin
 // advanced by TL*P*MixGamma from one of the thread's tokens to the next
 // (an addition: no multiply per piece but the mix's own).
 func (k *Kernel) ThreadMix(data []byte, rows []int64, mixKeys []uint64, offsets []int64, bid, tid int64) uint64 {
-	tile := bid % k.Tiles
-	rest := bid / k.Tiles
-	chunk := rest % k.Chunks
-	row := rest / k.Chunks
-	rowBase := rows[row*RowWords+0]
-	first := rows[row*RowWords+1]
-	valid := rows[row*RowWords+2]
-	tokenLane := tid / k.TileLanes
-	lane := tile*k.TileLanes + tid%k.TileLanes
-	if tokenLane >= k.TokenLanes || lane >= k.Lanes {
+	c, ok := k.threadAt(rows, offsets, bid, tid)
+	if !ok {
 		return 0
 	}
-	perCell := k.Pieces / k.Vec
-	h := lane / perCell
-	p := (lane % perCell) * k.Vec
-	t0 := chunk*k.ChunkTokens + tokenLane
-	end := min(chunk*k.ChunkTokens+k.ChunkTokens, valid)
-	if t0 >= end {
-		return 0
-	}
-	n := (end - t0 + k.TokenLanes - 1) / k.TokenLanes
-	tk := t0 % k.KernelTokens
-	at := rowBase + (t0/k.KernelTokens)*k.RowStride + tk*k.TokenStride + h*k.HeadStride
-	if k.Gather == 0 {
-		at += offsets[p]
-	}
-	stepTK := k.TokenLanes % k.KernelTokens
-	stepAddr := (k.TokenLanes/k.KernelTokens)*k.RowStride + stepTK*k.TokenStride
-	wrapAddr := k.RowStride - k.KernelTokens*k.TokenStride
 
 	// [mix] the key of piece p of token first+t0, and its step.
-	key := mixKeys[h] + (uint64(first+t0)*uint64(k.Pieces)+uint64(p))*checksum.MixGamma
+	key := mixKeys[c.h] + (uint64(c.first+c.t0)*uint64(k.Pieces)+uint64(c.p))*checksum.MixGamma
 	keyStep := uint64(k.TokenLanes) * uint64(k.Pieces) * checksum.MixGamma
 	var mix uint64
-	for i := int64(0); i < n; i++ {
-		x, y := k.load(data, offsets, at, p)
+	for i := int64(0); i < c.n; i++ {
+		x, y := k.load(data, offsets, c.at, c.p)
 		mix += checksum.Mix(x ^ key)
 		if k.Vec == 2 {
 			mix += checksum.Mix(y ^ (key + checksum.MixGamma))
 		}
 		key += keyStep
-		tk += stepTK
-		at += stepAddr
-		if tk >= k.KernelTokens {
-			tk -= k.KernelTokens
-			at += wrapAddr
-		}
+		c.step()
 	}
 	return mix
 }
