@@ -198,6 +198,7 @@ func (e *explainer) plan(rs *reqState) []*unit {
 	}
 	rs.pri, rs.cri = pri, cri
 	var units []*unit
+	var arena []unit // units are allocated a group's worth at a time
 	for _, g := range rs.req.Groups {
 		cg := e.c.group(g.ID)
 		if len(cg.caches) > 0 && cg.caches[0].Group.Kind == layout.KindMamba {
@@ -208,7 +209,8 @@ func (e *explainer) plan(rs *reqState) []*unit {
 			continue
 		}
 		S := cg.caches[0].Group.BlockSize
-		ptokens := e.p.group(g.ID).tokens[pri]
+		pg := e.p.group(g.ID)
+		ptokens := pg.tokens[pri]
 		for _, pos := range g.Positions {
 			rs.positions = append(rs.positions, [2]int{g.ID, pos})
 			lo, hi := pos*S, min((pos+1)*S, cg.tokens[cri], ptokens)
@@ -222,7 +224,11 @@ func (e *explainer) plan(rs *reqState) []*unit {
 				if !ok || lo >= hi {
 					continue
 				}
-				u := &unit{rs: rs, cg: cg, pg: e.p.group(g.ID), S: S, group: g.ID, pos: pos, ci: ci, block: b, lo: lo, hi: hi}
+				if len(arena) == cap(arena) {
+					arena = make([]unit, 0, max(len(g.Positions)*len(cg.caches), 64))
+				}
+				arena = append(arena, unit{rs: rs, cg: cg, pg: pg, S: S, group: g.ID, pos: pos, ci: ci, block: b, lo: lo, hi: hi})
+				u := &arena[len(arena)-1]
 				rs.units = append(rs.units, u)
 				units = append(units, u)
 			}
