@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -158,25 +159,52 @@ func (x *index) once(h uint64) bool {
 	return min(x.count(a), x.count(b)) <= 1
 }
 
-// newIndex builds the index of entries.
-func newIndex(entries []entry) *index {
+// newIndex builds the index of entries on up to threads goroutines: each
+// counts a share of the entries in a filter of its own, the filters are
+// added up, and each picks the entries of its share for the table.
+func newIndex(entries []entry, threads int) *index {
 	cbits := uint(5)
 	for 1<<cbits < 16*len(entries) {
 		cbits++
 	}
-	x := &index{entries: entries, counts: make([]uint64, 1<<cbits/32), cshift: 64 - cbits}
-	for i := range entries {
-		p, q := x.probes(entries[i].hash)
-		x.bump(p)
-		x.bump(q)
+	x := &index{entries: entries, cshift: 64 - cbits}
+	parts := max(min(threads, len(entries)/(1<<16)), 1) // small indexes on one
+	share := func(p int) []entry { return entries[p*len(entries)/parts : (p+1)*len(entries)/parts] }
+	filters := make([]*index, parts)
+	at := make([][]int32, parts)
+	run := func(fn func(p int)) {
+		var wg sync.WaitGroup
+		for p := range parts {
+			wg.Go(func() { fn(p) })
+		}
+		wg.Wait()
+	}
+	run(func(p int) {
+		f := &index{counts: make([]uint64, 1<<cbits/32), cshift: x.cshift}
+		for _, en := range share(p) {
+			a, b := f.probes(en.hash)
+			f.bump(a)
+			f.bump(b)
+		}
+		filters[p] = f
+	})
+	x.counts = filters[0].counts
+	for _, f := range filters[1:] {
+		for i, w := range f.counts {
+			x.counts[i] = addCounters(x.counts[i], w)
+		}
 	}
 	// The table holds only the entries whose hash once cannot tell apart:
 	// any other hash looked up has no such entry.
-	for i := range entries {
-		if !x.once(entries[i].hash) {
-			x.at = append(x.at, int32(i))
+	run(func(p int) {
+		base := int32(p * len(entries) / parts)
+		for i, en := range share(p) {
+			if !x.once(en.hash) {
+				at[p] = append(at[p], base+int32(i))
+			}
 		}
-	}
+	})
+	x.at = slices.Concat(at...)
 	bits := uint(1)
 	for 1<<bits < 2*len(x.at) {
 		bits++
@@ -191,6 +219,18 @@ func newIndex(entries []entry) *index {
 		x.head[b] = int32(j)
 	}
 	return x
+}
+
+// addCounters adds the 32 2-bit counters of a and b, each saturating at
+// 3.
+func addCounters(a, b uint64) uint64 {
+	const lo = 0x5555555555555555
+	a0, b0 := a&lo, b&lo
+	a1, b1 := a>>1&lo, b>>1&lo
+	c0 := a0 & b0              // carry into the high bit
+	s0, s1 := a0^b0, a1^b1^c0  // the sum's bits
+	over := a1&b1 | c0&(a1^b1) // the sum is 4 or more
+	return (s0 | over) | (s1|over)<<1
 }
 
 // shared calls fn for each entry with hash h when more than one entry
@@ -257,14 +297,23 @@ func (e *explainer) indexes(rest []ref) (map[ikey]*index, error) {
 		at[t.key] += counts[i]
 	}
 	all := map[ikey][]entry{}
+	type fill struct {
+		sp  earlySpan
+		dst []entry
+	}
+	var fills []fill
 	for k, n := range at {
 		all[k] = make([]entry, n)
 		if k.k == 0 {
 			i := 0
 			for _, sp := range e.early[k.group] {
-				i += e.earlyEntries(sp, all[k][i:i+sp.n])
+				fills = append(fills, fill{sp, all[k][i : i+sp.n]})
+				i += sp.n
 			}
 		}
+	}
+	if err := e.parallel(len(fills), func(w *worker, i int) { w.marks.earlyEntries(fills[i].sp, fills[i].dst) }); err != nil {
+		return nil, err
 	}
 	if err := e.parallel(len(tasks), func(w *worker, i int) {
 		t := tasks[i]
@@ -274,7 +323,7 @@ func (e *explainer) indexes(rest []ref) (map[ikey]*index, error) {
 	}
 	out := map[ikey]*index{}
 	for k, entries := range all {
-		out[k] = newIndex(entries)
+		out[k] = newIndex(entries, e.threads)
 	}
 	return out, nil
 }

@@ -23,10 +23,6 @@ type explainer struct {
 	// by position).
 	early   map[int][]earlySpan
 	covered map[coverKey][]bool
-	// marks[g][g.flat(ci, lh)] == stamp: earlyEntries has the producer
-	// cell of (ci, lh) already.
-	marks map[*sideGroup][]int32
-	stamp int32
 }
 
 // coverKey names one side's request in a group.
@@ -248,6 +244,7 @@ func (e *explainer) plan(rs *reqState) []*unit {
 // consecutive.
 func (e *explainer) collectEarly(units []*unit) {
 	e.early, e.covered = map[int][]earlySpan{}, map[coverKey][]bool{}
+	var marks earlyMarks
 	for i := 0; i < len(units); {
 		u := units[i]
 		j := i + 1
@@ -260,7 +257,7 @@ func (e *explainer) collectEarly(units []*unit) {
 				g, ri = u.cg, u.rs.cri
 			}
 			sp := earlySpan{units: units[i:j], side: uint8(sd)}
-			sp.n = e.earlyEntries(sp, nil)
+			sp.n = marks.earlyEntries(sp, nil)
 			if sp.n == 0 || sp.n != e.indexable(s, g, ri, u.pos) {
 				continue
 			}
@@ -287,22 +284,29 @@ type earlySpan struct {
 	n     int
 }
 
+// earlyMarks is the scratch of earlyEntries: m[g][g.flat(ci, lh)] ==
+// stamp says the producer cell of (ci, lh) is taken already.
+type earlyMarks struct {
+	m     map[*sideGroup][]int32
+	stamp int32
+}
+
 // earlyEntries fills dst with the entries of sp (the producer's cells
 // once each: consumer caches may share one) or, with a nil dst, counts
-// them; it returns their number. It is not safe for concurrent use.
-func (e *explainer) earlyEntries(sp earlySpan, dst []entry) int {
+// them; it returns their number.
+func (em *earlyMarks) earlyEntries(sp earlySpan, dst []entry) int {
 	var marks []int32
 	pg := sp.units[0].pg
 	if sp.side == 0 {
-		if e.marks == nil {
-			e.marks = map[*sideGroup][]int32{}
+		if em.m == nil {
+			em.m = map[*sideGroup][]int32{}
 		}
-		marks = e.marks[pg]
+		marks = em.m[pg]
 		if marks == nil {
 			marks = make([]int32, pg.flat(len(pg.caches), 0))
-			e.marks[pg] = marks
+			em.m[pg] = marks
 		}
-		e.stamp++
+		em.stamp++
 	}
 	n := 0
 	for _, x := range sp.units {
@@ -312,10 +316,10 @@ func (e *explainer) earlyEntries(sp earlySpan, dst []entry) int {
 			}
 			if sp.side == 0 {
 				f := pg.flat(int(en.ci), int(en.lh))
-				if marks[f] == e.stamp {
+				if marks[f] == em.stamp {
 					continue
 				}
-				marks[f] = e.stamp
+				marks[f] = em.stamp
 			}
 			if dst != nil {
 				dst[n] = en
@@ -378,6 +382,7 @@ type worker struct {
 	headsOf *layout.LayerView
 	headsPG *sideGroup
 	strided bool
+	marks   earlyMarks
 }
 
 // parallel calls fn(w, i) for i in [0, n) on e.threads goroutines, each
