@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -29,21 +30,28 @@ func (rs *reqState) spend() bool { return rs.budget.Add(-1) >= 0 }
 // offset of a block position (indexes), then compared cell by cell.
 func (e *explainer) classify(diffs []ref) error {
 	rest := make([]ref, 0, len(diffs))
+	var swaps []ref // those whose differing cells add up the same on both sides
 	for _, r := range diffs {
-		if s := r.s(); s.zero {
+		s := r.s()
+		switch {
+		case s.zero:
 			s.hint = hint{kind: hintZeroed}
-		} else {
-			rest = append(rest, r)
+			continue
+		case s.cells >= 2 && s.sumC == s.sumP:
+			swaps = append(swaps, r)
 		}
+		rest = append(rest, r)
 	}
-	if err := e.parallel(len(rest), func(w *worker, i int) {
-		if r := rest[i]; w.tokensSwapped(r.u, r.s()) {
-			r.s().hint = hint{kind: hintTokens}
+	if len(swaps) > 0 {
+		if err := e.parallel(len(swaps), func(w *worker, i int) {
+			if r := swaps[i]; w.tokensSwapped(r.u, r.s()) {
+				r.s().hint = hint{kind: hintTokens}
+			}
+		}); err != nil {
+			return err
 		}
-	}); err != nil {
-		return err
+		rest = slices.DeleteFunc(rest, func(r ref) bool { return r.s().hint.kind != hintNone })
 	}
-	rest = slices.DeleteFunc(rest, func(r ref) bool { return r.s().hint.kind != hintNone })
 	idx, err := e.indexes(rest)
 	if err != nil {
 		return err
@@ -111,42 +119,130 @@ type entry struct {
 	lh          int32
 }
 
-// index is a hash table of entries: head[bucket] is the first entry of
-// the bucket, next[i] the one after entries[i] (-1 ends).
+// index is a hash table of entries: a counting Bloom filter of their
+// hashes (two 2-bit saturating counters per hash, 16 counters per
+// entry), so that most hashes held once are told apart at one read, and
+// a table of the entries the filter cannot tell apart so: head[bucket]
+// is the first such entry (an index in entries) of the bucket, next[i]
+// the one after the i-th entry of the table (-1 ends).
 type index struct {
 	entries    []entry
+	counts     []uint64
+	cshift     uint
 	head, next []int32
+	at         []int32 // the table's entries, by index in next
 	shift      uint
 }
 
 func (x *index) bucket(h uint64) uint64 { return (h * 0x9e3779b97f4a7c15) >> x.shift }
 
-// newIndex builds the table of entries.
-func newIndex(entries []entry) *index {
+// probes returns the two counters of hash h.
+func (x *index) probes(h uint64) (uint64, uint64) {
+	return (h * 0x9e3779b97f4a7c15) >> x.cshift, (h * 0xc2b2ae3d27d4eb4f) >> x.cshift
+}
+
+// count returns counter i.
+func (x *index) count(i uint64) uint64 { return x.counts[i/32] >> (2 * (i % 32)) & 3 }
+
+// bump adds one to counter i, saturating at 3.
+func (x *index) bump(i uint64) {
+	if x.count(i) < 3 {
+		x.counts[i/32] += 1 << (2 * (i % 32))
+	}
+}
+
+// once says whether at most one entry has hash h; false may also mean
+// that the filter cannot tell (1-2% of the hashes held once). Counters
+// never undercount, so true is always right.
+func (x *index) once(h uint64) bool {
+	a, b := x.probes(h)
+	return min(x.count(a), x.count(b)) <= 1
+}
+
+// newIndex builds the index of entries on up to threads goroutines: each
+// counts a share of the entries in a filter of its own, the filters are
+// added up, and each picks the entries of its share for the table.
+func newIndex(entries []entry, threads int) *index {
+	cbits := uint(5)
+	for 1<<cbits < 16*len(entries) {
+		cbits++
+	}
+	x := &index{entries: entries, cshift: 64 - cbits}
+	parts := max(min(threads, len(entries)/(1<<16)), 1) // small indexes on one
+	share := func(p int) []entry { return entries[p*len(entries)/parts : (p+1)*len(entries)/parts] }
+	filters := make([]*index, parts)
+	at := make([][]int32, parts)
+	run := func(fn func(p int)) {
+		var wg sync.WaitGroup
+		for p := range parts {
+			wg.Go(func() { fn(p) })
+		}
+		wg.Wait()
+	}
+	run(func(p int) {
+		f := &index{counts: make([]uint64, 1<<cbits/32), cshift: x.cshift}
+		for _, en := range share(p) {
+			a, b := f.probes(en.hash)
+			f.bump(a)
+			f.bump(b)
+		}
+		filters[p] = f
+	})
+	x.counts = filters[0].counts
+	for _, f := range filters[1:] {
+		for i, w := range f.counts {
+			x.counts[i] = addCounters(x.counts[i], w)
+		}
+	}
+	// The table holds only the entries whose hash once cannot tell apart:
+	// any other hash looked up has no such entry.
+	run(func(p int) {
+		base := int32(p * len(entries) / parts)
+		for i, en := range share(p) {
+			if !x.once(en.hash) {
+				at[p] = append(at[p], base+int32(i))
+			}
+		}
+	})
+	x.at = slices.Concat(at...)
 	bits := uint(1)
-	for 1<<bits < 2*len(entries) {
+	for 1<<bits < 2*len(x.at) {
 		bits++
 	}
-	x := &index{entries: entries, head: make([]int32, 1<<bits), next: make([]int32, len(entries)), shift: 64 - bits}
+	x.head, x.next, x.shift = make([]int32, 1<<bits), make([]int32, len(x.at)), 64-bits
 	for i := range x.head {
 		x.head[i] = -1
 	}
-	for i := range entries {
+	for j, i := range x.at {
 		b := x.bucket(entries[i].hash)
-		x.next[i] = x.head[b]
-		x.head[b] = int32(i)
+		x.next[j] = x.head[b]
+		x.head[b] = int32(j)
 	}
 	return x
 }
 
-// lookup calls fn for each entry with hash h.
-func (x *index) lookup(h uint64, fn func(en entry)) {
-	if x == nil {
+// addCounters adds the 32 2-bit counters of a and b, each saturating at
+// 3.
+func addCounters(a, b uint64) uint64 {
+	const lo = 0x5555555555555555
+	a0, b0 := a&lo, b&lo
+	a1, b1 := a>>1&lo, b>>1&lo
+	c0 := a0 & b0              // carry into the high bit
+	s0, s1 := a0^b0, a1^b1^c0  // the sum's bits
+	over := a1&b1 | c0&(a1^b1) // the sum is 4 or more
+	return (s0 | over) | (s1|over)<<1
+}
+
+// shared calls fn for each entry with hash h when more than one entry
+// may have it (once(h) is false), and does nothing when at most one has:
+// the table does not hold that one.
+func (x *index) shared(h uint64, fn func(en entry)) {
+	if x == nil || x.once(h) {
 		return
 	}
-	for i := x.head[x.bucket(h)]; i >= 0; i = x.next[i] {
-		if x.entries[i].hash == h {
-			fn(x.entries[i])
+	for j := x.head[x.bucket(h)]; j >= 0; j = x.next[j] {
+		if en := x.entries[x.at[j]]; en.hash == h {
+			fn(en)
 		}
 	}
 }
@@ -157,8 +253,13 @@ func (x *index) lookup(h uint64, fn func(en entry)) {
 // consumer cache.
 func (e *explainer) indexes(rest []ref) (map[ikey]*index, error) {
 	need := map[ikey]bool{}
+	last := ikey{-1, -1}
 	for _, r := range rest {
-		need[ikey{r.u.group, int(r.s().first) - r.u.lo}] = true
+		// Most slices differ from their first token on: one key for long
+		// runs of them.
+		if k := (ikey{r.u.group, int(r.s().first) - r.u.lo}); k != last {
+			need[k], last = true, k
+		}
 	}
 	type task struct {
 		key  ikey
@@ -185,8 +286,8 @@ func (e *explainer) indexes(rest []ref) (map[ikey]*index, error) {
 	at := map[ikey]int{}
 	for k := range need {
 		if k.k == 0 {
-			for _, ens := range e.early[k.group] {
-				at[k] += len(ens)
+			for _, sp := range e.early[k.group] {
+				at[k] += sp.n
 			}
 		}
 	}
@@ -196,14 +297,23 @@ func (e *explainer) indexes(rest []ref) (map[ikey]*index, error) {
 		at[t.key] += counts[i]
 	}
 	all := map[ikey][]entry{}
+	type fill struct {
+		sp  earlySpan
+		dst []entry
+	}
+	var fills []fill
 	for k, n := range at {
 		all[k] = make([]entry, n)
 		if k.k == 0 {
 			i := 0
-			for _, ens := range e.early[k.group] {
-				i += copy(all[k][i:], ens)
+			for _, sp := range e.early[k.group] {
+				fills = append(fills, fill{sp, all[k][i : i+sp.n]})
+				i += sp.n
 			}
 		}
+	}
+	if err := e.parallel(len(fills), func(w *worker, i int) { w.marks.earlyEntries(fills[i].sp, fills[i].dst) }); err != nil {
+		return nil, err
 	}
 	if err := e.parallel(len(tasks), func(w *worker, i int) {
 		t := tasks[i]
@@ -213,7 +323,7 @@ func (e *explainer) indexes(rest []ref) (map[ikey]*index, error) {
 	}
 	out := map[ikey]*index{}
 	for k, entries := range all {
-		out[k] = newIndex(entries)
+		out[k] = newIndex(entries, e.threads)
 	}
 	return out, nil
 }
@@ -231,12 +341,16 @@ func (w *worker) indexCells(key ikey, sd uint8, ri int, dst []entry) int {
 	S := e.blockSize(key.group)
 	positions := (g.tokens[ri] + S - 1) / S
 	n := 0
+	var covered []bool
+	if key.k == 0 {
+		covered = e.covered[coverKey{key.group, sd, int32(ri)}]
+	}
 	for ci, heads := range g.indexed {
 		v := g.caches[ci].View
 		// Position by position, the heads of a token are near each other
 		// in most layouts.
 		for x := range positions {
-			if key.k == 0 && e.covered[cover{key.group, sd, int32(ri), int32(x)}] {
+			if x < len(covered) && covered[x] {
 				continue // hashed by compare
 			}
 			for _, lh := range heads {
@@ -296,6 +410,11 @@ type candidate struct {
 // source returns the exact source of s's differing cells as a hint, or
 // the zero hint when none is found (within the request's budget).
 func (w *worker) source(u *unit, s *slice, x *index) hint {
+	// The index holds the consumer's own differing cell: a hash held once
+	// is that cell's, and there is no candidate (shared does nothing).
+	if x == nil || x.once(s.hash) {
+		return hint{}
+	}
 	e := w.e
 	rs := u.rs
 	cg, pg := u.cg, u.pg
@@ -313,7 +432,7 @@ func (w *worker) source(u *unit, s *slice, x *index) hint {
 		cidInP = int32(i)
 	}
 	var cands []candidate
-	x.lookup(s.hash, func(en entry) {
+	x.shared(s.hash, func(en entry) {
 		if en.side == 1 {
 			if int(en.ci) == u.ci && en.lh == s.lh && int(en.ri) != rs.cri && en.ri != pidInC {
 				cands = append(cands, candidate{5, [2]int{int(en.ri), int(en.pos)}, en})

@@ -18,18 +18,18 @@ type explainer struct {
 	p, c    *side
 	reqs    []*reqState
 	threads int
-	// early are the index entries at offset 0 that compare hashed, by
-	// group, for the block positions it covered whole (covered).
-	early   map[int][][]entry
-	covered map[cover]bool
+	// early are where the index entries at offset 0 that compare hashed
+	// are, by group, for the block positions it covered whole (covered,
+	// by position).
+	early   map[int][]earlySpan
+	covered map[coverKey][]bool
 }
 
-// cover names the cells of one side's request at one block position of a
-// group.
-type cover struct {
-	group   int
-	side    uint8
-	ri, pos int32
+// coverKey names one side's request in a group.
+type coverKey struct {
+	group int
+	side  uint8
+	ri    int32
 }
 
 // reqState is what the drill-down gathers for one request.
@@ -141,11 +141,18 @@ func (e *explainer) run() error {
 	// Compare in the consumer's memory order (cache by cache, block by
 	// block) rather than position by position: the pages of a mapping
 	// are then walked in order.
-	order := slices.Clone(units)
-	slices.SortStableFunc(order, func(a, b *unit) int {
-		ca, cb := a.cg.caches[a.ci], b.cg.caches[b.ci]
-		return cmp.Or(cmp.Compare(ca.Dump, cb.Dump), cmp.Compare(a.group, b.group), cmp.Compare(a.ci, b.ci), cmp.Compare(a.block, b.block))
+	type key struct{ dump, group, ci, block, i int }
+	keys := make([]key, len(units))
+	for i, u := range units {
+		keys[i] = key{u.cg.caches[u.ci].Dump, u.group, u.ci, u.block, i}
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		return cmp.Or(cmp.Compare(a.dump, b.dump), cmp.Compare(a.group, b.group), cmp.Compare(a.ci, b.ci), cmp.Compare(a.block, b.block), cmp.Compare(a.i, b.i))
 	})
+	order := make([]*unit, len(units))
+	for i, k := range keys {
+		order[i] = units[k.i]
+	}
 	if err := e.parallel(len(order), func(w *worker, i int) { w.compare(order[i]) }); err != nil {
 		return err
 	}
@@ -187,6 +194,7 @@ func (e *explainer) plan(rs *reqState) []*unit {
 	}
 	rs.pri, rs.cri = pri, cri
 	var units []*unit
+	var arena []unit // units are allocated a group's worth at a time
 	for _, g := range rs.req.Groups {
 		cg := e.c.group(g.ID)
 		if len(cg.caches) > 0 && cg.caches[0].Group.Kind == layout.KindMamba {
@@ -197,7 +205,8 @@ func (e *explainer) plan(rs *reqState) []*unit {
 			continue
 		}
 		S := cg.caches[0].Group.BlockSize
-		ptokens := e.p.group(g.ID).tokens[pri]
+		pg := e.p.group(g.ID)
+		ptokens := pg.tokens[pri]
 		for _, pos := range g.Positions {
 			rs.positions = append(rs.positions, [2]int{g.ID, pos})
 			lo, hi := pos*S, min((pos+1)*S, cg.tokens[cri], ptokens)
@@ -211,7 +220,11 @@ func (e *explainer) plan(rs *reqState) []*unit {
 				if !ok || lo >= hi {
 					continue
 				}
-				u := &unit{rs: rs, cg: cg, pg: e.p.group(g.ID), S: S, group: g.ID, pos: pos, ci: ci, block: b, lo: lo, hi: hi}
+				if len(arena) == cap(arena) {
+					arena = make([]unit, 0, max(len(g.Positions)*len(cg.caches), 64))
+				}
+				arena = append(arena, unit{rs: rs, cg: cg, pg: pg, S: S, group: g.ID, pos: pos, ci: ci, block: b, lo: lo, hi: hi})
+				u := &arena[len(arena)-1]
 				rs.units = append(rs.units, u)
 				units = append(units, u)
 			}
@@ -224,54 +237,97 @@ func (e *explainer) plan(rs *reqState) []*unit {
 	return units
 }
 
-// collectEarly keeps the entries compare hashed for the block positions
-// whose every index entry of offset 0 it hashed (each side's cells that
-// indexCells would index there). Units come by request, group and
-// position, so a position's units are consecutive.
+// collectEarly notes the block positions whose every index entry of
+// offset 0 compare hashed (each side's cells that indexCells would index
+// there), and where those entries are (e.early; indexes copies them).
+// Units come by request, group and position, so a position's units are
+// consecutive.
 func (e *explainer) collectEarly(units []*unit) {
-	e.early, e.covered = map[int][][]entry{}, map[cover]bool{}
-	seen := map[int][]int32{} // per producer group: stamp of each (cache, head)
-	stamp := int32(0)
+	e.early, e.covered = map[int][]earlySpan{}, map[coverKey][]bool{}
+	var marks earlyMarks
 	for i := 0; i < len(units); {
 		u := units[i]
 		j := i + 1
 		for j < len(units) && units[j].rs == u.rs && units[j].group == u.group && units[j].pos == u.pos {
 			j++
 		}
-		pg, cg := u.pg, u.cg
-		marks := seen[u.group]
-		if marks == nil {
-			marks = make([]int32, pg.flat(len(pg.caches), 0))
-			seen[u.group] = marks
-		}
-		stamp++
-		var pe, ce []entry
-		for _, x := range units[i:j] {
-			for _, en := range x.early {
-				if en.side == 1 {
-					ce = append(ce, en)
-				} else if f := pg.flat(int(en.ci), int(en.lh)); marks[f] != stamp {
-					marks[f] = stamp
-					pe = append(pe, en)
-				}
+		for sd, s := range []*side{e.p, e.c} {
+			g, ri := u.pg, u.rs.pri
+			if sd == 1 {
+				g, ri = u.cg, u.rs.cri
 			}
-		}
-		for sd, ens := range [][]entry{pe, ce} {
-			if len(ens) == 0 {
+			sp := earlySpan{units: units[i:j], side: uint8(sd)}
+			sp.n = marks.earlyEntries(sp, nil)
+			if sp.n == 0 || sp.n != e.indexable(s, g, ri, u.pos) {
 				continue
 			}
-			s, g := e.p, pg
-			if sd == 1 {
-				s, g = e.c, cg
+			k := coverKey{u.group, uint8(sd), int32(ri)}
+			cov := e.covered[k]
+			if cov == nil {
+				cov = make([]bool, (g.tokens[ri]+g.S-1)/max(g.S, 1)+1)
+				e.covered[k] = cov
 			}
-			k := cover{u.group, uint8(sd), ens[0].ri, int32(u.pos)}
-			if !e.covered[k] && len(ens) == e.indexable(s, g, int(k.ri), u.pos) {
-				e.covered[k] = true
-				e.early[u.group] = append(e.early[u.group], ens)
+			if u.pos < len(cov) && !cov[u.pos] {
+				cov[u.pos] = true
+				e.early[u.group] = append(e.early[u.group], sp)
 			}
 		}
 		i = j
 	}
+}
+
+// earlySpan is the entries of one side that the units of one block
+// position hashed: n of them.
+type earlySpan struct {
+	units []*unit
+	side  uint8
+	n     int
+}
+
+// earlyMarks is the scratch of earlyEntries: m[g][g.flat(ci, lh)] ==
+// stamp says the producer cell of (ci, lh) is taken already.
+type earlyMarks struct {
+	m     map[*sideGroup][]int32
+	stamp int32
+}
+
+// earlyEntries fills dst with the entries of sp (the producer's cells
+// once each: consumer caches may share one) or, with a nil dst, counts
+// them; it returns their number.
+func (em *earlyMarks) earlyEntries(sp earlySpan, dst []entry) int {
+	var marks []int32
+	pg := sp.units[0].pg
+	if sp.side == 0 {
+		if em.m == nil {
+			em.m = map[*sideGroup][]int32{}
+		}
+		marks = em.m[pg]
+		if marks == nil {
+			marks = make([]int32, pg.flat(len(pg.caches), 0))
+			em.m[pg] = marks
+		}
+		em.stamp++
+	}
+	n := 0
+	for _, x := range sp.units {
+		for _, en := range x.early {
+			if en.side != sp.side {
+				continue
+			}
+			if sp.side == 0 {
+				f := pg.flat(int(en.ci), int(en.lh))
+				if marks[f] == em.stamp {
+					continue
+				}
+				marks[f] = em.stamp
+			}
+			if dst != nil {
+				dst[n] = en
+			}
+			n++
+		}
+	}
+	return n
 }
 
 // indexable counts the cells indexCells indexes at offset 0 of block
@@ -314,11 +370,19 @@ type worker struct {
 	heads    []headCmp // compare's, and the consumer cache's first head
 	headBase int
 	diff     itemsDiff // diffItems' result
+	masks    []uint64  // the heads' differing tokens, compare's
+	// entries, slices and maskBuf are where compare carves its units'
+	// early, diffs and masks from (none holds a pointer).
+	entries []entry
+	slices  []slice
+	maskBuf []uint64
+
 	// headsOf is the consumer cache (unit's group and ci) w.heads was set
 	// up for.
 	headsOf *layout.LayerView
 	headsPG *sideGroup
 	strided bool
+	marks   earlyMarks
 }
 
 // parallel calls fn(w, i) for i in [0, n) on e.threads goroutines, each
@@ -372,6 +436,18 @@ func (e *explainer) parallel(n int, fn func(w *worker, i int)) error {
 	return e.ctx.Err()
 }
 
+// carve returns an empty slice of capacity n from the chunk at *buf,
+// taking a new chunk when it has less room: one allocation for many
+// units.
+func carve[T any](buf *[]T, n int) []T {
+	if cap(*buf)-len(*buf) < n {
+		*buf = make([]T, 0, max(n, 4096))
+	}
+	b := *buf
+	*buf = b[:len(b)+n]
+	return b[len(b) : len(b) : len(b)+n]
+}
+
 // headCmp is how one head of a unit is compared: the producer cache
 // holding it and the segments of a cell in both views; and what differs
 // so far.
@@ -400,7 +476,6 @@ type headCmp struct {
 func (h *headCmp) add(u *unit, t int, x int64, firstOff int, bytes, bits int64, zero bool) {
 	if h.cells == 0 {
 		h.first, h.firstX, h.firstOff, h.zero = t, x, firstOff, true
-		h.mask = make([]uint64, (u.hi-u.lo+63)/64)
 	}
 	i := t - u.lo
 	h.mask[i/64] |= 1 << (i % 64)
@@ -442,28 +517,16 @@ func (w *worker) compare(u *unit) {
 		w.heads, w.headBase, w.headsOf, w.headsPG = hs, c.View.HeadBase, c.View, pg
 	}
 	hs := w.heads
+	words := (u.hi - u.lo + 63) / 64
+	w.masks = slices.Grow(w.masks[:0], len(hs)*words)[:len(hs)*words]
+	clear(w.masks)
 	for lh := range hs {
 		h := &hs[lh]
-		h.cells, h.bytes, h.bits, h.sumC, h.sumP, h.mask = 0, 0, 0, 0, 0, nil
+		h.cells, h.bytes, h.bits, h.sumC, h.sumP = 0, 0, 0, 0, 0
+		h.mask = w.masks[lh*words : (lh+1)*words]
 	}
 	strided := w.strided
 	S := c.Group.BlockSize
-	// Hash the cells at lo, the index entries of offset 0 (classify's most
-	// needed), while they are at hand.
-	u.whole = true
-	for lh := range hs {
-		h := &hs[lh]
-		if !h.ok {
-			u.whole = false
-			continue
-		}
-		x := cv.CellAddr(u.block, u.lo%S, lh)
-		h.hashLo = hashCell(cv, x)
-		u.early = append(u.early, entry{hash: h.hashLo, side: 1, ri: int32(u.rs.cri), pos: int32(u.pos), ci: int32(u.ci), lh: int32(lh)})
-		if y, ok := pg.addr(w.e.p, h.pci, u.rs.pri, h.plh, u.lo); ok {
-			u.early = append(u.early, entry{hash: hashCell(h.pv, y), side: 0, ri: int32(u.rs.pri), pos: int32(u.pos), ci: int32(h.pci), lh: int32(h.plh)})
-		}
-	}
 	switch {
 	case !strided:
 		for lh := range hs {
@@ -482,13 +545,37 @@ func (w *worker) compare(u *unit) {
 			}
 		}
 	}
+	// Hash the cells at lo, the index entries of offset 0 (classify's most
+	// needed), while they are still in the processor's caches.
+	u.whole = true
+	ndiff := 0
+	for lh := range hs {
+		h := &hs[lh]
+		if !h.ok {
+			u.whole = false
+			continue
+		}
+		if h.cells > 0 {
+			ndiff++
+		}
+		if u.early == nil {
+			u.early = carve(&w.entries, 2*len(hs))
+		}
+		x := cv.CellAddr(u.block, u.lo%S, lh)
+		h.hashLo = hashCell(cv, x)
+		u.early = append(u.early, entry{hash: h.hashLo, side: 1, ri: int32(u.rs.cri), pos: int32(u.pos), ci: int32(u.ci), lh: int32(lh)})
+		if y, ok := pg.addr(w.e.p, h.pci, u.rs.pri, h.plh, u.lo); ok {
+			u.early = append(u.early, entry{hash: hashCell(h.pv, y), side: 0, ri: int32(u.rs.pri), pos: int32(u.pos), ci: int32(h.pci), lh: int32(h.plh)})
+		}
+	}
+	if ndiff > 0 {
+		u.diffs = carve(&w.slices, ndiff)
+		u.masks = carve(&w.maskBuf, ndiff*words)
+	}
 	for lh := range hs {
 		h := &hs[lh]
 		if h.cells == 0 {
 			continue
-		}
-		if u.diffs == nil {
-			u.diffs = make([]slice, 0, len(hs))
 		}
 		k := len(u.masks)
 		u.masks = append(u.masks, h.mask...)

@@ -3,7 +3,6 @@ package drill
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"slices"
 
 	"github.com/kvaudit/kvaudit/internal/ranges"
@@ -48,19 +47,31 @@ func causeOf(h hint, head, layer int) cause {
 // fold gathers the slices of one foldKey by layer.
 type fold struct {
 	key    foldKey
-	layers map[int]*foldLayer
+	layers []*foldLayer // in the order first seen
 	tp, pp int
 	text   string // the hint (flipped bits: recounted per detail)
 }
 
-// foldLayer is what a fold holds of one layer.
+// layer returns the fold's layer L, nil when it has none.
+func (f *fold) layer(L int) *foldLayer {
+	for i := len(f.layers) - 1; i >= 0; i-- { // the latest is the likeliest
+		if f.layers[i].L == L {
+			return f.layers[i]
+		}
+	}
+	return nil
+}
+
+// foldLayer is what a fold holds of layer L.
 type foldLayer struct {
+	L           int
 	name        string
 	heads       []int
 	slices      int
 	first, last int
 	bytes, bits int64
 	off         int64
+	done        bool // details took it
 }
 
 func (l *foldLayer) add(head, first, last int, bytes, bits, off int64) {
@@ -84,18 +95,19 @@ func (l *foldLayer) add(head, first, last int, bytes, bits, off int64) {
 func (rs *reqState) explanation(maxDetails int, e *explainer) Explanation {
 	folds := map[foldKey]*fold{}
 	var order []foldKey
-	layer := func(k foldKey, dump int, text func() string, L int, name string) *foldLayer {
+	var heads []int // where the layers' heads are carved from
+	layer := func(k foldKey, dump int, text func() string, L int, name string, n int) *foldLayer {
 		f := folds[k]
 		if f == nil {
 			m := e.c.Dumps[dump].Manifest.Parallel
-			f = &fold{key: k, layers: map[int]*foldLayer{}, tp: m.TPRank, pp: m.PPRank, text: text()}
+			f = &fold{key: k, tp: m.TPRank, pp: m.PPRank, text: text()}
 			folds[k] = f
 			order = append(order, k)
 		}
-		l := f.layers[L]
+		l := f.layer(L)
 		if l == nil {
-			l = &foldLayer{name: name}
-			f.layers[L] = l
+			l = &foldLayer{L: L, name: name, heads: carve(&heads, n)}
+			f.layers = append(f.layers, l)
 		}
 		return l
 	}
@@ -110,7 +122,7 @@ func (rs *reqState) explanation(maxDetails int, e *explainer) Explanation {
 			l := lastLayer
 			if l == nil || k != last {
 				// the slices of a unit mostly share one cause
-				l = layer(k, c.Dump, func() string { return e.text(s.hint, int(s.head), v.Number, s.bits) }, v.Number, v.Layer.Name)
+				l = layer(k, c.Dump, func() string { return e.text(s.hint, int(s.head), v.Number, s.bits) }, v.Number, v.Layer.Name, len(u.diffs)-i)
 				last, lastLayer = k, l
 			}
 			l.add(int(s.head), int(s.first), int(s.last), s.bytes, s.bits, s.off)
@@ -124,7 +136,7 @@ func (rs *reqState) explanation(maxDetails int, e *explainer) Explanation {
 			v := c.View
 			k := foldKey{group: sp.group, dump: c.Dump, replica: v.ReplicaIndex, block: p.block, file: v.Cells.File,
 				cause: cause{text: p.hint, isFlip: isFlip(p.hint)}, state: true, stateIndex: v.StateIndex, head: p.first, lastHead: p.last}
-			l := layer(k, c.Dump, func() string { return p.hint }, v.Number, v.Layer.Name)
+			l := layer(k, c.Dump, func() string { return p.hint }, v.Number, v.Layer.Name, 0)
 			l.add(-1, 0, 0, int64(p.bytes), int64(p.bits), p.off)
 		}
 	}
@@ -168,32 +180,30 @@ func (rs *reqState) explanation(maxDetails int, e *explainer) Explanation {
 // details turns a fold into details: the layers with the same heads make
 // one detail (so that each covers its Layers x Heads exactly).
 func (f *fold) details() []Detail {
-	layers := slices.Sorted(maps.Keys(f.layers))
-	for _, L := range layers {
-		l := f.layers[L]
+	layers := f.layers
+	slices.SortFunc(layers, func(a, b *foldLayer) int { return cmp.Compare(a.L, b.L) })
+	for _, l := range layers {
 		slices.Sort(l.heads)
 		l.heads = slices.Compact(l.heads)
 	}
 	var out []Detail
-	done := map[int]bool{}
-	for _, L := range layers {
-		if done[L] {
+	for _, first := range layers {
+		if first.done {
 			continue
 		}
-		heads := f.layers[L].heads
+		heads := first.heads
 		d := Detail{
-			Group: f.key.group, Position: f.key.pos, Layer: L, LayerName: f.layers[L].name,
+			Group: f.key.group, Position: f.key.pos, Layer: first.L, LayerName: first.name,
 			Replica: f.key.replica, Hint: f.text, FirstToken: -1, Offset: -1,
 			TPRank: f.tp, PPRank: f.pp, File: f.key.file, Block: f.key.block,
 		}
 		var bits int64
-		for _, M := range layers {
-			l := f.layers[M]
-			if done[M] || !slices.Equal(l.heads, heads) {
+		for _, l := range layers {
+			if l.done || !slices.Equal(l.heads, heads) {
 				continue
 			}
-			done[M] = true
-			d.Layers = append(d.Layers, M)
+			l.done = true
+			d.Layers = append(d.Layers, l.L)
 			d.Slices += l.slices
 			d.Bytes += int(l.bytes)
 			bits += l.bits
