@@ -5,9 +5,12 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/wire"
@@ -366,25 +369,74 @@ func Records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*wire.R
 }
 
 // records is Records for the cpu engine: every rank's plan in one run.
+// The ranks' plans are laid out, and their records filled, on up to
+// GOMAXPROCS goroutines (each is its own work: a TP 8 side has eight).
 func (f Fast) records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*wire.Record, error) {
 	plans := make([]*Plan, len(dumps))
 	recs := make([]*wire.Record, len(dumps))
 	outs := make([][]uint64, len(dumps))
-	for i, d := range dumps {
+	err := eachRank(len(dumps), func(i int) error {
 		var err error
-		if plans[i], recs[i], err = NewPlan(d, opts.Requests); err != nil {
-			return nil, err
+		if plans[i], recs[i], err = NewPlan(dumps[i], opts.Requests); err != nil {
+			return err
 		}
 		plans[i].Progress, plans[i].Slopes, plans[i].Mix = opts.Progress, f.Slopes(), f.Mixes()
 		outs[i] = make([]uint64, 3*plans[i].Outputs)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := f.runPlans(ctx, plans, outs); err != nil {
 		return nil, err
 	}
-	for i, p := range plans {
-		out := outs[i]
-		p.Spread(out)
-		fillAll(recs[i], p, out)
-	}
+	eachRank(len(plans), func(i int) error {
+		plans[i].Spread(outs[i])
+		fillAll(recs[i], plans[i], outs[i])
+		return nil
+	})
 	return recs, nil
+}
+
+// eachRank calls fn(i) for every rank i in [0, n) on up to GOMAXPROCS
+// goroutines and returns the error of the first rank (in rank order) that
+// failed, as a loop over the ranks in turn would (with one goroutine it is
+// that loop).
+func eachRank(n int, fn func(i int) error) error {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	if workers <= 1 {
+		for i := range n {
+			if err := fn(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errs := make([]error, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	panics := make([]any, workers)
+	for w := range workers {
+		wg.Go(func() {
+			// A panic is raised again on the caller's goroutine, where
+			// the caller may recover it (kvaudit reports an internal
+			// error), as it would in turn.
+			defer func() { panics[w] = recover() }()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				errs[i] = fn(i)
+			}
+		})
+	}
+	wg.Wait()
+	for _, r := range panics {
+		if r != nil {
+			panic(r)
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

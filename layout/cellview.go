@@ -238,8 +238,9 @@ func buildCellView(m *Manifest, g *Group, l *Layer, t tensorGeometry) (CellView,
 			}
 		}
 		elem = 1
+		cs := stride("cell")
 		for i := int64(0); i < n; i++ {
-			offsets = append(offsets, i*stride("cell"))
+			offsets = append(offsets, i*cs)
 		}
 	} else {
 		if d := size("dim"); d != int64(l.HeadSize) {
@@ -252,9 +253,11 @@ func buildCellView(m *Manifest, g *Group, l *Layer, t tensorGeometry) (CellView,
 			}
 			kvStride = stride("kv")
 		}
+		ds := stride("dim")
+		offsets = make([]int64, 0, min(kvN*int64(l.HeadSize), 4096)) // a cell's elements (capped: the shape is the dump's word)
 		for kv := int64(0); kv < kvN; kv++ {
 			for d := int64(0); d < int64(l.HeadSize); d++ {
-				offsets = append(offsets, kv*kvStride+d*stride("dim"))
+				offsets = append(offsets, kv*kvStride+d*ds)
 			}
 		}
 	}

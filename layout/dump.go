@@ -11,9 +11,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Dump is one rank's KV cache: its manifest, the resolved groups and the
@@ -625,25 +628,29 @@ func hasEmbeddedManifest(path string) (bool, error) {
 
 // OpenSide opens the dumps of one side (all ranks of a producer or
 // consumer), sorted by (pp_rank, tp_rank). All must agree on tp_size and
-// pp_size and no rank may appear twice. On error every dump opened so far is
-// closed.
+// pp_size and no rank may appear twice. The dumps are opened on up to
+// GOMAXPROCS goroutines (each rank's manifest and headers are parsed on
+// their own: a TP 8 side of a Llama model is 8 manifests); an error is
+// the one Open gives for the first failing path in the order given, as if
+// they were opened in turn. On error every dump opened is closed.
 func OpenSide(paths []string) ([]*Dump, error) {
-	var dumps []*Dump
-	closeAll := func() {
-		for _, d := range dumps {
-			d.Close()
-		}
+	if len(paths) == 0 {
+		return nil, nil
 	}
-	for _, p := range paths {
-		d, err := Open(p)
+	dumps := make([]*Dump, len(paths))
+	errs := make([]error, len(paths))
+	parallel(len(paths), func(i int) bool {
+		dumps[i], errs[i] = Open(paths[i])
+		return errs[i] == nil
+	})
+	for _, err := range errs {
 		if err != nil {
-			closeAll()
+			CloseAll(dumps)
 			return nil, err
 		}
-		dumps = append(dumps, d)
 	}
 	if err := checkRanks(dumps); err != nil {
-		closeAll()
+		CloseAll(dumps)
 		return nil, err
 	}
 	return dumps, nil
@@ -671,10 +678,50 @@ func checkRanks(dumps []*Dump) error {
 	return nil
 }
 
-// CloseAll closes every dump (of a side).
+// CloseAll closes every dump (of a side), on up to GOMAXPROCS goroutines:
+// unmapping a rank's files is the kernel's work on every page mapped, and
+// the ranks' mappings are apart.
 func CloseAll(dumps []*Dump) {
-	for _, d := range dumps {
-		d.Close()
+	parallel(len(dumps), func(i int) bool {
+		if dumps[i] != nil {
+			dumps[i].Close()
+		}
+		return true
+	})
+}
+
+// parallel calls fn(i) for i in [0, n) on up to GOMAXPROCS goroutines,
+// each taking the next i; with one, in turn, stopping at the first fn that
+// returns false.
+func parallel(n int, fn func(i int) bool) {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	if workers <= 1 {
+		for i := range n {
+			if !fn(i) {
+				return
+			}
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	panics := make([]any, workers)
+	for w := range workers {
+		wg.Go(func() {
+			// A panic is raised again on the caller's goroutine, where
+			// the caller may recover it (kvaudit reports an internal
+			// error), as it would in turn.
+			defer func() { panics[w] = recover() }()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
+	for _, r := range panics {
+		if r != nil {
+			panic(r)
+		}
 	}
 }
 

@@ -28,10 +28,11 @@ func DecodeStrictJSON(data []byte, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return errors.New("empty: no JSON value")
 	}
-	if err := checkJSONKeys(data); err != nil {
+	valid := json.Valid(data) // once for both scans below
+	if err := checkKeys(data, valid); err != nil {
 		return err
 	}
-	err := decodeJSON(data, v)
+	err := decodeJSON(data, v, valid)
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) && (te.Type == blockIDType || te.Type == blockIDsType) {
 		// BlockIDs stops the decoder at its error, where encoding/json
@@ -39,7 +40,7 @@ func DecodeStrictJSON(data []byte, v any) error {
 		// again with the block tables as plain []int, whose errors are
 		// the same, to name the first error.
 		if t := plainBlockIDs(reflect.TypeOf(v)); t != nil {
-			if err2 := decodeJSON(data, reflect.New(t.Elem()).Interface()); err2 != nil {
+			if err2 := decodeJSON(data, reflect.New(t.Elem()).Interface(), valid); err2 != nil {
 				err = err2
 			}
 		}
@@ -50,8 +51,9 @@ func DecodeStrictJSON(data []byte, v any) error {
 	return nil
 }
 
-func decodeJSON(data []byte, v any) error {
-	if json.Valid(data) {
+// decodeJSON decodes data into v; valid is json.Valid(data).
+func decodeJSON(data []byte, v any, valid bool) error {
+	if valid {
 		// In place: json.Unmarshal decodes data where it lies, where a
 		// Decoder would first copy it whole (a record or a manifest of
 		// hundreds of MB); unknown fields are found by a scan of their own.
@@ -238,7 +240,12 @@ func (s *jsonKeys) valueDone() {
 // syntax errors are encoding/json's. data is valid UTF-8 (DecodeStrictJSON
 // checks first).
 func checkJSONKeys(data []byte) error {
-	if !json.Valid(data) {
+	return checkKeys(data, json.Valid(data))
+}
+
+// checkKeys is checkJSONKeys for data that json.Valid says valid is.
+func checkKeys(data []byte, valid bool) error {
+	if !valid {
 		return checkJSONTokens(data)
 	}
 	var s jsonKeys

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 )
 
 var (
@@ -87,8 +88,21 @@ func knownValue(data []byte, i int, t reflect.Type) (int, error) {
 }
 
 // decodesItself says whether encoding/json hands a value of type t its
-// JSON (or its text) to decode.
+// JSON (or its text) to decode. The answer is kept per type (asked for
+// every value of a document: a manifest's every layer field).
 func decodesItself(t reflect.Type) bool {
+	if v, ok := decodesCache.Load(t); ok {
+		return v.(bool)
+	}
+	d := implementsUnmarshaler(t)
+	decodesCache.Store(t, d)
+	return d
+}
+
+// decodesCache holds decodesItself's answers (a reflect.Type: bool).
+var decodesCache sync.Map
+
+func implementsUnmarshaler(t reflect.Type) bool {
 	p := reflect.PointerTo(t)
 	return t.Implements(jsonUnmarshalerType) || p.Implements(jsonUnmarshalerType) ||
 		t.Implements(textUnmarshalerType) || p.Implements(textUnmarshalerType)
@@ -96,8 +110,34 @@ func decodesItself(t reflect.Type) bool {
 
 // structField returns the type of the field of struct t that key names,
 // as encoding/json matches it: the exact name first, else one that
-// differs only in case; the fields of embedded structs are t's.
+// differs only in case; the fields of embedded structs are t's. Exact
+// names found are kept per struct type (at most its fields, whatever the
+// input), so that a document's every object does not parse its type's
+// tags again.
 func structField(t reflect.Type, key string) (reflect.Type, bool) {
+	if ft, ok := exactFields.Load(fieldKey{t, key}); ok {
+		return ft.(reflect.Type), true
+	}
+	ft, exact, ok := findField(t, key)
+	if exact {
+		exactFields.Store(fieldKey{t, key}, ft)
+	}
+	return ft, ok
+}
+
+// fieldKey is a struct type and a key naming one of its fields exactly.
+type fieldKey struct {
+	t   reflect.Type
+	key string
+}
+
+// exactFields holds structField's exact matches (a fieldKey: the field's
+// reflect.Type).
+var exactFields sync.Map
+
+// findField is structField without the cache; exact says whether the
+// field's name is key itself (not one differing in case).
+func findField(t reflect.Type, key string) (ft reflect.Type, exact, ok bool) {
 	var fold reflect.Type
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -112,8 +152,8 @@ func structField(t reflect.Type, key string) (reflect.Type, bool) {
 				et = et.Elem()
 			}
 			if et.Kind() == reflect.Struct {
-				if ft, ok := structField(et, key); ok {
-					return ft, true
+				if ft, exact, ok := findField(et, key); ok {
+					return ft, exact, true
 				}
 				continue
 			}
@@ -125,11 +165,11 @@ func structField(t reflect.Type, key string) (reflect.Type, bool) {
 			name = f.Name
 		}
 		if name == key {
-			return f.Type, true
+			return f.Type, true, true
 		}
 		if fold == nil && strings.EqualFold(name, key) {
 			fold = f.Type
 		}
 	}
-	return fold, fold != nil
+	return fold, false, fold != nil
 }
