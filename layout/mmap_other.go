@@ -44,6 +44,3 @@ func (m *Mapping) Close() error {
 	}
 	return nil
 }
-
-// Advise does nothing on this system: the file is already in memory.
-func (m *Mapping) Advise(offset, length int64, sequential bool) {}

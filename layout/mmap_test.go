@@ -25,12 +25,6 @@ func TestMapFile(t *testing.T) {
 	if m.Path != path || !bytes.Equal(m.Data, want) {
 		t.Fatalf("mapFile(%q) = {%q, %d bytes}, want the file's %d bytes", path, m.Path, len(m.Data), len(want))
 	}
-	// Hints never fail or crash, whatever the range.
-	n := int64(len(want))
-	for _, r := range [][2]int64{{0, n}, {1, 1}, {5000, 100}, {n - 1, 1 << 62}, {0, 0}, {-1, 10}, {n, 1}, {1 << 62, 1 << 62}, {10, -5}} {
-		m.Advise(r[0], r[1], true)
-		m.Advise(r[0], r[1], false)
-	}
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +34,6 @@ func TestMapFile(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	m.Advise(0, 10, true) // after Close: nothing
 	var nilMapping *Mapping
 	if err := nilMapping.Close(); err != nil {
 		t.Errorf("nil Close: %v", err)

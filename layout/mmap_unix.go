@@ -58,25 +58,3 @@ func (m *Mapping) Close() error {
 	}
 	return nil
 }
-
-// Advise tells the kernel how the byte range [offset, offset+length) of the
-// mapping will be read: sequentially (MADV_SEQUENTIAL) or soon
-// (MADV_WILLNEED). The range is clamped to the mapping and its start rounded
-// down to a page boundary. It is a hint: errors are ignored, and an empty or
-// out-of-range request does nothing.
-func (m *Mapping) Advise(offset, length int64, sequential bool) {
-	if m == nil || offset < 0 || length <= 0 || offset >= int64(len(m.Data)) {
-		return
-	}
-	end := int64(len(m.Data))
-	if length < end-offset {
-		end = offset + length
-	}
-	page := int64(os.Getpagesize())
-	start := offset &^ (page - 1) // mmap returns a page-aligned base
-	advice := unix.MADV_WILLNEED
-	if sequential {
-		advice = unix.MADV_SEQUENTIAL
-	}
-	_ = unix.Madvise(m.Data[start:end], advice)
-}
