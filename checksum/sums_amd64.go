@@ -39,15 +39,19 @@ func accumMixSIMD(data []byte, off, stride int64, n, count, group, heads int, st
 // stateRowsAVX2 is implemented in sums_state_amd64.s.
 //
 //go:noescape
-func stateRowsAVX2(p *byte, n, stride, count int, out, keys, consts, hsum *uint64)
+func stateRowsAVX2(p *byte, n, stride, count, mix int, acc, keys, consts, hsum *uint64)
 
 // stateRowsSIMD runs the state rows' kernel of sums_state_amd64.s: count
 // rows of n bytes (a positive multiple of 32), row r at data[off+r*stride:],
-// its A and B (of its 2- or 4-byte elements, as consts say) into out[2r],
-// out[2r+1], the mix check of every word (row r's first key keys[r]) into
-// hsum. The caller checks the bounds.
-func stateRowsSIMD(data []byte, off, stride int64, n, count int, out, keys []uint64, consts *[stateConsts]uint64, hsum *[4]uint64) {
-	stateRowsAVX2(&data[off], n, int(stride), count, &out[0], &keys[0], &consts[0], &hsum[0])
+// their sums of 2- or 4-byte elements (as consts say) into acc (see
+// stateTotals), and with mix the mix check of every word (row r's first
+// key keys[r]) into hsum. The caller checks the bounds.
+func stateRowsSIMD(data []byte, off, stride int64, n, count int, mix bool, acc *[24]uint64, keys []uint64, consts *[stateConsts]uint64, hsum *[4]uint64) {
+	m := 0
+	if mix {
+		m = 1
+	}
+	stateRowsAVX2(&data[off], n, int(stride), count, m, &acc[0], &keys[0], &consts[0], &hsum[0])
 }
 
 // rowWordsAVX2 is implemented in sums_state_amd64.s.

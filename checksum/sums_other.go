@@ -16,7 +16,7 @@ func accumMixSIMD(data []byte, off, stride int64, n, count, group, heads int, st
 }
 
 // stateRowsSIMD is never called without simdAvailable.
-func stateRowsSIMD(data []byte, off, stride int64, n, count int, out, keys []uint64, consts *[stateConsts]uint64, hsum *[4]uint64) {
+func stateRowsSIMD(data []byte, off, stride int64, n, count int, mix bool, acc *[24]uint64, keys []uint64, consts *[stateConsts]uint64, hsum *[4]uint64) {
 	panic("checksum: no SIMD kernel in this build")
 }
 
