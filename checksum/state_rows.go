@@ -271,20 +271,28 @@ func (s *scratch) rowWords(k *walk, off int64, mode, rows, words int, stride int
 		s.rowConsts = rowKernelConsts(k.w)
 		s.rowW = k.w
 	}
-	out := s.state[:2*rows]
+	var acc [16]uint64
 	var hsum [4]uint64
 	for l := range 4 {
 		s.rowConsts[32+l] = s.jbase * mixGamma
 	}
-	rowWordsSIMD(k.v.Data, off, mode, k.w, rows, words, stride, offs, tail, out, k.keys[h0:h0+rows], &s.rowConsts, &hsum)
-	m := k.m[h0 : h0+rows]
-	for g := 0; g+4 <= len(m); g += 4 {
-		o := (*[8]uint64)(out[2*g : 2*g+8])
-		X += m[g]*o[0] + m[g+1]*o[1] + m[g+2]*o[2] + m[g+3]*o[3]
-		Y += m[g]*o[4] + m[g+1]*o[5] + m[g+2]*o[6] + m[g+3]*o[7]
-	}
+	rowWordsSIMD(k.v.Data, off, mode, k.w, rows, words, stride, offs, tail, s.mixOn, &acc, k.keys[h0:h0+rows], &s.rowConsts, &hsum)
+	X, Y = rowTotals(&acc, uint64(rows/4), k.m[h0])
 	if s.mixOn {
 		s.mix += hsum[0] + hsum[1] + hsum[2] + hsum[3]
+	}
+	return X, Y
+}
+
+// rowTotals returns, from the short rows' kernel's sums acc over G groups
+// of four rows, X = sum over rows r of m_r*A_r and Y = sum of m_r*B_r for
+// the factors m_r = m0 + 2r (consecutive local heads): row 4g+q is lane q
+// of group g, m_r = (m0 + 2q) + 8g, and with s a lane's sum over groups
+// and p its prefix sum (sum of (G - g)*v_g), sum of g*v_g = G*s - p.
+func rowTotals(acc *[16]uint64, G, m0 uint64) (X, Y uint64) {
+	for q := range uint64(4) {
+		X += (m0+2*q)*acc[q] + 8*(G*acc[q]-acc[4+q])
+		Y += (m0+2*q)*acc[8+q] + 8*(G*acc[8+q]-acc[12+q])
 	}
 	return X, Y
 }
@@ -314,22 +322,30 @@ func (s *scratch) adjacent16(k *walk, base int64, rows int) (X, Y uint64) {
 			c[rowConsts+4+4*e+l] = mask
 		}
 	}
-	out := s.state[:2*rows]
+	var acc [64]uint64
 	var hsum [4]uint64
-	adjacent16SIMD(v.Data, base, rows, out, k.keys[:rows], c, &hsum)
-	for g := 0; g < rows; g += 16 {
-		m := (*[16]uint64)(k.m[g : g+16])
-		o := (*[32]uint64)(out[2*g : 2*g+32])
-		for w := range 4 {
-			for l := range 4 {
-				r := adjLanes[4*w+l]
-				X += m[r] * o[8*w+l]
-				Y += m[r] * o[8*w+4+l]
-			}
-		}
-	}
+	adjacent16SIMD(v.Data, base, rows, s.mixOn, &acc, k.keys[:rows], c, &hsum)
+	X, Y = adjacentTotals(&acc, uint64(rows/16), k.m[0])
 	if s.mixOn {
 		s.mix += hsum[0] + hsum[1] + hsum[2] + hsum[3]
+	}
+	return X, Y
+}
+
+// adjacentTotals returns, from the adjacent rows' kernel's sums acc over G
+// groups of 16 rows, X = sum over rows r of m_r*A_r and Y = sum of
+// m_r*B_r for the factors m_r = m0 + 2r (consecutive local heads): lane
+// l of word vector w of group g is row 16g + adjLanes[4w+l], and with s a
+// lane's sum over groups and p its prefix sum (sum of (G - g)*v_g), sum
+// of g*v_g = G*s - p.
+func adjacentTotals(acc *[64]uint64, G, m0 uint64) (X, Y uint64) {
+	for w := range 4 {
+		for l := range 4 {
+			m := m0 + 2*uint64(adjLanes[4*w+l])
+			a, b := 8*w+l, 8*w+4+l
+			X += m*acc[a] + 32*(G*acc[a]-acc[32+a])
+			Y += m*acc[b] + 32*(G*acc[b]-acc[32+b])
+		}
 	}
 	return X, Y
 }

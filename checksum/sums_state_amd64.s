@@ -181,7 +181,7 @@ done:
 	VZEROUPPER
 	RET
 
-// func rowWordsAVX2(p *byte, mode, wide, count, words, stride int, offs *int64, tail uint64, out, keys, consts, hsum *uint64)
+// func rowWordsAVX2(p *byte, mode, wide, count, words, stride int, offs *int64, tail uint64, mix int, acc, keys, consts, hsum *uint64)
 //
 // Short state rows, four at a time, one row per 64-bit lane: count rows
 // (a multiple of 4), each of words 8-byte words, word i of row r
@@ -193,28 +193,35 @@ done:
 //           no such element, zero);
 //   mode 2: the 4-byte elements 2i, 2i+1, element e at p + offs[e] + 4*r.
 //
-// Per group of 4 rows, out receives 8 uint64: each row's plain sum A of
-// its elements (wide 0: 2-byte, 1: 4-byte fields of the words) and its
-// sum B of element index * element; hsum (4 lanes) gains Mix(x ^ k) of
-// every word, k = keys[r] + koff + i*MixGamma. consts: G (MixGamma, 4
+// Group g of 4 rows gives, in lane q, row 4g+q's plain sum A of its
+// elements (wide 0: 2-byte, 1: 4-byte fields of the words) and its sum B
+// of element index * element; acc receives four 4-lane vectors: the sum
+// over groups of A, of (groups - g)*A, and the same for B (see
+// rowTotals). With mix set, hsum (4 lanes) gains Mix(x ^ k) of every
+// word, k = keys[r] + koff + i*MixGamma. consts: G (MixGamma, 4
 // lanes), D0..D3, per (the elements of a word, 4 lanes), the 0xffff mask,
 // the low-32-bit mask, koff (4 lanes).
 //
 // Registers: Y0 x, Y1-Y4 fields, Y5 S (the word's part of A), Y6 its part
 // of B, Y7 A, Y8 B, Y9 k, Y10 hsum, Y11 jb (the word's first element
 // index), Y12 z, Y13 t, Y14 mask.
-TEXT ·rowWordsAVX2(SB), NOSPLIT, $0-96
+TEXT ·rowWordsAVX2(SB), NOSPLIT, $0-104
 	MOVQ    p+0(FP), SI
 	MOVQ    mode+8(FP), R14
 	MOVQ    wide+16(FP), R15
 	MOVQ    count+24(FP), CX
 	MOVQ    stride+40(FP), DX
 	MOVQ    offs+48(FP), R11
-	MOVQ    out+64(FP), DI
-	MOVQ    keys+72(FP), R10
-	MOVQ    consts+80(FP), R13
-	MOVQ    hsum+88(FP), AX
+	MOVQ    acc+72(FP), DI
+	MOVQ    keys+80(FP), R10
+	MOVQ    consts+88(FP), R13
+	MOVQ    hsum+96(FP), AX
 	VMOVDQU (AX), Y10
+	VPXOR   Y0, Y0, Y0
+	VMOVDQU Y0, 0(DI)
+	VMOVDQU Y0, 32(DI)
+	VMOVDQU Y0, 64(DI)
+	VMOVDQU Y0, 96(DI)
 	VMOVDQU 192(R13), Y14
 	TESTQ   R15, R15
 	JZ      group
@@ -353,6 +360,8 @@ weigh:
 	VPADDQ 160(R13), Y11, Y11
 
 	// the mix check of the word
+	CMPQ     mix+64(FP), $0
+	JEQ      nextword
 	VPXOR    Y9, Y0, Y12
 	VPADDQ   0(R13), Y9, Y9
 	VPMULUDQ 32(R13), Y12, Y13
@@ -369,13 +378,19 @@ weigh:
 	VPXOR    Y13, Y12, Y12
 	VPADDQ   Y12, Y10, Y10
 
+nextword:
 	INCQ R9
 	DECQ R12
 	JNZ  word
 
+	VPADDQ  0(DI), Y7, Y7
 	VMOVDQU Y7, 0(DI)
-	VMOVDQU Y8, 32(DI)
-	ADDQ    $64, DI
+	VPADDQ  32(DI), Y7, Y7
+	VMOVDQU Y7, 32(DI)
+	VPADDQ  64(DI), Y8, Y8
+	VMOVDQU Y8, 64(DI)
+	VPADDQ  96(DI), Y8, Y8
+	VMOVDQU Y8, 96(DI)
 	ADDQ    $32, R10
 	SUBQ    $4, CX
 	// the next four rows
@@ -393,31 +408,43 @@ next:
 	JMP  group
 
 done:
-	MOVQ    hsum+88(FP), AX
+	MOVQ    hsum+96(FP), AX
 	VMOVDQU Y10, (AX)
 	VZEROUPPER
 	RET
 
-// func adjacent16AVX2(p *byte, count int, out, keys, consts, hsum *uint64)
+// func adjacent16AVX2(p *byte, count, mix int, acc, keys, consts, hsum *uint64)
 //
 // Rows of at most four 2-byte elements in runs of one element each, rows
 // adjacent (a state split on its last axis, one word per row), sixteen at a
 // time: count rows (a multiple of 16); element e of row r at
 // p + run[e] + 2*r, run[e] the offsets at consts+288 (4 of them; a run
 // ANDed with the mask at consts+320+32*e, zero for an element the rows do
-// not have). Each group of 16 rows writes 32 uint64 to out: for its word
-// vectors W0..W3 (rows 0, 1, 8, 9; 2, 3, 10, 11; 4, 5, 12, 13; 6, 7, 14,
-// 15), the rows' A then B. hsum gains Mix(x ^ (keys[r] + koff)) of every
-// row's word. consts as rowWordsAVX2's (G, D0..D3, per, the 0xffff mask,
+// not have). Group g of 16 rows gives, in its word vectors W0..W3 (rows
+// 0, 1, 8, 9; 2, 3, 10, 11; 4, 5, 12, 13; 6, 7, 14, 15), the rows' A and
+// B; acc receives their sums over the groups (32 uint64: W0's A, B, W1's
+// ...) and then their prefix sums (sum of (groups - g)*v_g), see
+// adjacentTotals. With mix set, hsum gains Mix(x ^ (keys[r] + koff)) of
+// every row's word. consts as rowWordsAVX2's (G, D0..D3, per, the 0xffff mask,
 // koff), then the run offsets and masks.
-TEXT ·adjacent16AVX2(SB), NOSPLIT, $0-48
+TEXT ·adjacent16AVX2(SB), NOSPLIT, $0-56
 	MOVQ    p+0(FP), SI
 	MOVQ    count+8(FP), CX
-	MOVQ    out+16(FP), DI
-	MOVQ    keys+24(FP), R10
-	MOVQ    consts+32(FP), R13
-	MOVQ    hsum+40(FP), AX
+	MOVQ    mix+16(FP), BX
+	MOVQ    acc+24(FP), DI
+	MOVQ    keys+32(FP), R10
+	MOVQ    consts+40(FP), R13
+	MOVQ    hsum+48(FP), AX
 	VMOVDQU (AX), Y14
+	VPXOR   Y0, Y0, Y0
+	MOVQ    $16, AX
+
+zero16:
+	VMOVDQU Y0, (DI)
+	ADDQ    $32, DI
+	DECQ    AX
+	JNZ     zero16
+	SUBQ    $512, DI
 	VMOVDQU 192(R13), Y15
 	MOVQ    288(R13), R8
 	MOVQ    296(R13), R9
@@ -443,17 +470,7 @@ group16:
 	VPUNPCKHDQ Y6, Y4, Y1 // W1: rows 2, 3 | 10, 11
 	VPUNPCKLDQ Y7, Y5, Y2 // W2: rows 4, 5 | 12, 13
 	VPUNPCKHDQ Y7, Y5, Y3 // W3: rows 6, 7 | 14, 15
-	// keys in the words' row order
-	VMOVDQU    0(R10), Y4
-	VMOVDQU    64(R10), Y5
-	VPERM2I128 $0x20, Y5, Y4, Y10 // rows 0, 1, 8, 9
-	VPERM2I128 $0x31, Y5, Y4, Y11 // rows 2, 3, 10, 11
-	VMOVDQU    32(R10), Y4
-	VMOVDQU    96(R10), Y5
-	VPERM2I128 $0x20, Y5, Y4, Y12 // rows 4, 5, 12, 13
-	VPERM2I128 $0x31, Y5, Y4, Y13 // rows 6, 7, 14, 15
-
-#define ADJWORD(W, K, OFF) \
+#define ADJSUMS(W, OFF) \
 	VPAND    Y15, W, Y4;      \
 	VPSRLQ   $16, W, Y5;      \
 	VPAND    Y15, Y5, Y5;     \
@@ -468,8 +485,16 @@ group16:
 	VPADDQ   Y6, Y9, Y9;      \
 	VPADDQ   Y7, Y9, Y9;      \
 	VPADDQ   Y5, Y9, Y9;      \
+	VPADDQ   OFF(DI), Y8, Y8; \
 	VMOVDQU  Y8, OFF(DI);     \
+	VPADDQ   OFF+256(DI), Y8, Y8; \
+	VMOVDQU  Y8, OFF+256(DI); \
+	VPADDQ   OFF+32(DI), Y9, Y9; \
 	VMOVDQU  Y9, OFF+32(DI);  \
+	VPADDQ   OFF+288(DI), Y9, Y9; \
+	VMOVDQU  Y9, OFF+288(DI)
+
+#define ADJMIX(W, K) \
 	VPADDQ   256(R13), K, K;  \
 	VPXOR    K, W, W;         \
 	VPMULUDQ 32(R13), W, Y4;  \
@@ -486,19 +511,34 @@ group16:
 	VPXOR    Y4, W, W;        \
 	VPADDQ   W, Y14, Y14
 
-	ADJWORD(Y0, Y10, 0)
-	ADJWORD(Y1, Y11, 64)
-	ADJWORD(Y2, Y12, 128)
-	ADJWORD(Y3, Y13, 192)
+	ADJSUMS(Y0, 0)
+	ADJSUMS(Y1, 64)
+	ADJSUMS(Y2, 128)
+	ADJSUMS(Y3, 192)
+	TESTQ BX, BX
+	JZ    nomix16
+	// keys in the words' row order
+	VMOVDQU    0(R10), Y4
+	VMOVDQU    64(R10), Y5
+	VPERM2I128 $0x20, Y5, Y4, Y10 // rows 0, 1, 8, 9
+	VPERM2I128 $0x31, Y5, Y4, Y11 // rows 2, 3, 10, 11
+	VMOVDQU    32(R10), Y4
+	VMOVDQU    96(R10), Y5
+	VPERM2I128 $0x20, Y5, Y4, Y12 // rows 4, 5, 12, 13
+	VPERM2I128 $0x31, Y5, Y4, Y13 // rows 6, 7, 14, 15
+	ADJMIX(Y0, Y10)
+	ADJMIX(Y1, Y11)
+	ADJMIX(Y2, Y12)
+	ADJMIX(Y3, Y13)
 
-	ADDQ $256, DI
+nomix16:
 	ADDQ $128, R10
 	ADDQ $32, SI
 	SUBQ $16, CX
 	JMP  group16
 
 done16:
-	MOVQ    hsum+40(FP), AX
+	MOVQ    hsum+48(FP), AX
 	VMOVDQU Y14, (AX)
 	VZEROUPPER
 	RET
