@@ -11,9 +11,8 @@ import "encoding/binary"
 // weighted sum B exactly (a padded word's extra fields are zero).
 
 // stateConsts is the size of the state rows' kernel constants: step,
-// D0..D3 and mask (4 lanes each), the shift count, the lane offsets and the
-// lanes' first element indices (4 lanes each), wide.
-const stateConsts = 34
+// D0..D3, mask and the lane offsets (4 lanes each), then wide.
+const stateConsts = 29
 
 // maxStateRow2 bounds a row of 2-byte elements in the SIMD kernel: the
 // weighted field sums of a row stay below 2^32 in the 32-bit halves of
@@ -21,27 +20,56 @@ const stateConsts = 34
 const maxStateRow2 = 8 << 10
 
 // stateKernelConsts returns the state rows' kernel constants for pieces of
-// w bytes.
+// w bytes, the lane offsets for key offset 0.
 func stateKernelConsts(w int) (c [stateConsts]uint64) {
-	mask, shift := uint64(0x0000ffff0000ffff), uint64(16)
+	mask := uint64(0x0000ffff0000ffff)
 	if w == 4 {
-		mask, shift = 0x00000000ffffffff, 32
+		mask = 0x00000000ffffffff
 	}
 	for i, x := range [6]uint64{4 * mixGamma, mixD[0], mixD[1], mixD[2], mixD[3], mask} {
 		for l := range 4 {
 			c[4*i+l] = x
 		}
 	}
-	c[24] = shift
-	per := uint64(8 / w)
-	for l := range 4 {
-		c[25+l] = uint64(l) * mixGamma
-		c[29+l] = per * uint64(l)
-	}
+	setStateKeyOffset(&c, 0)
 	if w == 4 {
-		c[33] = 1
+		c[28] = 1
 	}
 	return c
+}
+
+// setStateKeyOffset sets the state rows' kernel's lane offsets for key
+// offset koff (the row's first word's index times MixGamma).
+func setStateKeyOffset(c *[stateConsts]uint64, koff uint64) {
+	for l := range 4 {
+		c[24+l] = koff + uint64(l)*mixGamma
+	}
+}
+
+// stateTotals returns, from the state rows' kernel's sums acc over R rows
+// of M 32-byte steps of w-byte elements, X = sum over rows r of m_r*A_r
+// and Y = sum of m_r*B_r for the factors m_r = m0 + 2r (a cache's
+// consecutive local heads, layout.LayerView.Factor). Per lane q, for each
+// of the kernel's sums v (S, C, Bs) with s = acc sum and p = its prefix
+// sum (sum of (R - r)*v_r), sum of m_r*v_r = m0*s + 2*(R*s - p); a row's
+// A is the sum over lanes of S and, word 4m+q holding element indices
+// per*(4m+q) + l, its B = 4*per*(M*A - sum of Bs) + sum over lanes of
+// (per*q*S + C): both linear in the row's sums, so weighing the sums
+// weighs A and B.
+func stateTotals(acc *[24]uint64, R, M uint64, w int, m0 uint64) (X, Y uint64) {
+	per := uint64(8 / w)
+	weigh := func(v, l int) uint64 {
+		s, p := acc[8*v+l], acc[8*v+4+l]
+		return m0*s + 2*(R*s-p)
+	}
+	var bs, c uint64
+	for l := range 4 {
+		S := weigh(0, l)
+		X += S
+		c += per*uint64(l)*S + weigh(1, l)
+		bs += weigh(2, l)
+	}
+	return X, 4*per*(M*X-bs) + c
 }
 
 // rowConsts is the size of the short rows' kernel constants: MixGamma,
@@ -144,16 +172,11 @@ func (s *scratch) stateRows(k *walk, base int64) (X, Y uint64, ok bool) {
 			s.stateConsts = stateKernelConsts(w)
 			s.stateW = w
 		}
-		out := s.state[:2*H]
+		setStateKeyOffset(&s.stateConsts, s.jbase*mixGamma)
+		var acc [24]uint64
 		var hsum [4]uint64
-		for l := range 4 {
-			s.stateConsts[25+l] = uint64(l)*mixGamma + s.jbase*mixGamma
-		}
-		stateRowsSIMD(v.Data, a, v.HeadStride, n, H, out, k.keys, &s.stateConsts, &hsum)
-		for h, m := range k.m {
-			X += m * out[2*h]
-			Y += m * out[2*h+1]
-		}
+		stateRowsSIMD(v.Data, a, v.HeadStride, n, H, s.mixOn, &acc, k.keys, &s.stateConsts, &hsum)
+		X, Y = stateTotals(&acc, uint64(H), uint64(n/32), w, k.m[0])
 		if s.mixOn {
 			s.mix += hsum[0] + hsum[1] + hsum[2] + hsum[3]
 		}
@@ -248,20 +271,28 @@ func (s *scratch) rowWords(k *walk, off int64, mode, rows, words int, stride int
 		s.rowConsts = rowKernelConsts(k.w)
 		s.rowW = k.w
 	}
-	out := s.state[:2*rows]
+	var acc [16]uint64
 	var hsum [4]uint64
 	for l := range 4 {
 		s.rowConsts[32+l] = s.jbase * mixGamma
 	}
-	rowWordsSIMD(k.v.Data, off, mode, k.w, rows, words, stride, offs, tail, out, k.keys[h0:h0+rows], &s.rowConsts, &hsum)
-	m := k.m[h0 : h0+rows]
-	for g := 0; g+4 <= len(m); g += 4 {
-		o := (*[8]uint64)(out[2*g : 2*g+8])
-		X += m[g]*o[0] + m[g+1]*o[1] + m[g+2]*o[2] + m[g+3]*o[3]
-		Y += m[g]*o[4] + m[g+1]*o[5] + m[g+2]*o[6] + m[g+3]*o[7]
-	}
+	rowWordsSIMD(k.v.Data, off, mode, k.w, rows, words, stride, offs, tail, s.mixOn, &acc, k.keys[h0:h0+rows], &s.rowConsts, &hsum)
+	X, Y = rowTotals(&acc, uint64(rows/4), k.m[h0])
 	if s.mixOn {
 		s.mix += hsum[0] + hsum[1] + hsum[2] + hsum[3]
+	}
+	return X, Y
+}
+
+// rowTotals returns, from the short rows' kernel's sums acc over G groups
+// of four rows, X = sum over rows r of m_r*A_r and Y = sum of m_r*B_r for
+// the factors m_r = m0 + 2r (consecutive local heads): row 4g+q is lane q
+// of group g, m_r = (m0 + 2q) + 8g, and with s a lane's sum over groups
+// and p its prefix sum (sum of (G - g)*v_g), sum of g*v_g = G*s - p.
+func rowTotals(acc *[16]uint64, G, m0 uint64) (X, Y uint64) {
+	for q := range uint64(4) {
+		X += (m0+2*q)*acc[q] + 8*(G*acc[q]-acc[4+q])
+		Y += (m0+2*q)*acc[8+q] + 8*(G*acc[8+q]-acc[12+q])
 	}
 	return X, Y
 }
@@ -291,22 +322,30 @@ func (s *scratch) adjacent16(k *walk, base int64, rows int) (X, Y uint64) {
 			c[rowConsts+4+4*e+l] = mask
 		}
 	}
-	out := s.state[:2*rows]
+	var acc [64]uint64
 	var hsum [4]uint64
-	adjacent16SIMD(v.Data, base, rows, out, k.keys[:rows], c, &hsum)
-	for g := 0; g < rows; g += 16 {
-		m := (*[16]uint64)(k.m[g : g+16])
-		o := (*[32]uint64)(out[2*g : 2*g+32])
-		for w := range 4 {
-			for l := range 4 {
-				r := adjLanes[4*w+l]
-				X += m[r] * o[8*w+l]
-				Y += m[r] * o[8*w+4+l]
-			}
-		}
-	}
+	adjacent16SIMD(v.Data, base, rows, s.mixOn, &acc, k.keys[:rows], c, &hsum)
+	X, Y = adjacentTotals(&acc, uint64(rows/16), k.m[0])
 	if s.mixOn {
 		s.mix += hsum[0] + hsum[1] + hsum[2] + hsum[3]
+	}
+	return X, Y
+}
+
+// adjacentTotals returns, from the adjacent rows' kernel's sums acc over G
+// groups of 16 rows, X = sum over rows r of m_r*A_r and Y = sum of
+// m_r*B_r for the factors m_r = m0 + 2r (consecutive local heads): lane
+// l of word vector w of group g is row 16g + adjLanes[4w+l], and with s a
+// lane's sum over groups and p its prefix sum (sum of (G - g)*v_g), sum
+// of g*v_g = G*s - p.
+func adjacentTotals(acc *[64]uint64, G, m0 uint64) (X, Y uint64) {
+	for w := range 4 {
+		for l := range 4 {
+			m := m0 + 2*uint64(adjLanes[4*w+l])
+			a, b := 8*w+l, 8*w+4+l
+			X += m*acc[a] + 32*(G*acc[a]-acc[32+a])
+			Y += m*acc[b] + 32*(G*acc[b]-acc[32+b])
+		}
 	}
 	return X, Y
 }
