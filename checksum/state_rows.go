@@ -184,7 +184,19 @@ func (s *scratch) stateRows(k *walk, base int64) (X, Y uint64, ok bool) {
 	}
 	h0 := 0
 	words := (n + 7) / 8
-	if k.stateSIMD && words <= maxRowWords && v.HeadStride >= 0 {
+	if k.stateSIMD && words == 1 && v.HeadStride >= 0 && v.HeadStride+int64(n) <= 16 {
+		// One word per row: rows four at a time while a group's two
+		// 16-byte loads lie in the tensor.
+		rows := len(k.m) &^ 3
+		for rows > 0 && a+int64(rows-2)*v.HeadStride+16 > int64(len(v.Data)) {
+			rows -= 4
+		}
+		if rows > 0 {
+			X, Y = s.wordRows(k, a, rows, n, v.HeadStride)
+			h0 = rows
+			a += int64(rows) * v.HeadStride
+		}
+	} else if k.stateSIMD && words <= maxRowWords && v.HeadStride >= 0 {
 		// Rows four at a time while their last word's 8 bytes lie in
 		// the tensor.
 		rows := len(k.m) &^ 3
@@ -346,6 +358,100 @@ func adjacentTotals(acc *[64]uint64, G, m0 uint64) (X, Y uint64) {
 			X += m*acc[a] + 32*(G*acc[a]-acc[32+a])
 			Y += m*acc[b] + 32*(G*acc[b]-acc[32+b])
 		}
+	}
+	return X, Y
+}
+
+// wordConsts is the size of the one-word rows' kernel constants: the key
+// offset, D0..D3 and the field mask (4 lanes each), the shuffle (32
+// bytes) and the field shift.
+const wordConsts = 29
+
+// maxWordGroups bounds the groups of four rows of one call of the
+// one-word rows' kernel: the prefix sums of 2-byte fields stay below 2^32
+// in the 32-bit halves of its lanes while G*(G+1)/2 * 65535 < 2^32.
+const maxWordGroups = 256
+
+// wordKernelConsts returns the one-word rows' kernel constants for rows
+// of n bytes (at most 8) of w-byte elements, stride bytes apart (stride +
+// n at most 16), the key offset 0.
+func wordKernelConsts(w, n int, stride int64) (c [wordConsts]uint64) {
+	mask, shift := uint64(0x0000ffff0000ffff), uint64(16)
+	if w == 4 {
+		mask, shift = 0x00000000ffffffff, 32
+	}
+	for i, x := range [4]uint64{mixD[0], mixD[1], mixD[2], mixD[3]} {
+		for l := range 4 {
+			c[4+4*i+l] = x
+		}
+	}
+	for l := range 4 {
+		c[20+l] = mask
+	}
+	// Each 16 bytes of a load hold two rows, at 0 and stride: lane bytes
+	// j < n of the first word take byte j, of the second byte stride + j;
+	// the others are zeroed (0x80).
+	var lo, hi uint64
+	for j := range 8 {
+		b0, b1 := uint64(0x80), uint64(0x80)
+		if j < n {
+			b0, b1 = uint64(j), uint64(stride)+uint64(j)
+		}
+		lo |= b0 << (8 * j)
+		hi |= b1 << (8 * j)
+	}
+	c[24], c[25], c[26], c[27] = lo, hi, lo, hi
+	c[28] = shift
+	return c
+}
+
+// wordRows runs the one-word rows' kernel over the first rows rows (a
+// multiple of 4) of n bytes, stride bytes apart, of a state view from
+// data[off:], at most maxWordGroups groups a call, adds their mix check
+// to the row's and returns X = sum of m*A and Y = sum of m*B over them.
+func (s *scratch) wordRows(k *walk, off int64, rows, n int, stride int64) (X, Y uint64) {
+	if s.wordW != k.w || s.wordN != n || s.wordStride != stride {
+		s.wordConsts = wordKernelConsts(k.w, n, stride)
+		s.wordW, s.wordN, s.wordStride = k.w, n, stride
+	}
+	for l := range 4 {
+		s.wordConsts[l] = s.jbase * mixGamma
+	}
+	var hsum [4]uint64
+	for h0 := 0; h0 < rows; h0 += 4 * maxWordGroups {
+		r := min(rows-h0, 4*maxWordGroups)
+		var acc [16]uint64
+		wordRowsSIMD(k.v.Data, off+int64(h0)*stride, r, stride, s.mixOn, &acc, k.keys[h0:h0+r], &s.wordConsts, &hsum)
+		x, y := wordTotals(&acc, uint64(r/4), k.m[h0], k.w)
+		X, Y = X+x, Y+y
+	}
+	if s.mixOn {
+		s.mix += hsum[0] + hsum[1] + hsum[2] + hsum[3]
+	}
+	return X, Y
+}
+
+// wordTotals returns, from the one-word rows' kernel's sums acc over G
+// groups of four rows (E, O and their prefix sums), X = sum over rows r
+// of m_r*A_r and Y = sum of m_r*B_r for the factors m_r = m0 + 2r: row
+// 4g+q is lane q of group g, m_r = (m0 + 2q) + 8g, and with s a field's
+// sum over groups and p its prefix sum, sum of g*v_g = G*s - p. Lane q of
+// E holds the sums of the row's element 0 (and, for 2-byte elements,
+// element 2 in its upper half), O of element 1 (and 3).
+func wordTotals(acc *[16]uint64, G, m0 uint64, w int) (X, Y uint64) {
+	for q := range uint64(4) {
+		weigh := func(s, p uint64) uint64 { return (m0+2*q)*s + 8*(G*s-p) }
+		E, O, PE, PO := acc[q], acc[4+q], acc[8+q], acc[12+q]
+		var f [4]uint64
+		if w == 4 {
+			f[0], f[1] = weigh(E, PE), weigh(O, PO)
+		} else {
+			const lo = 0xffffffff
+			f[0], f[2] = weigh(E&lo, PE&lo), weigh(E>>32, PE>>32)
+			f[1], f[3] = weigh(O&lo, PO&lo), weigh(O>>32, PO>>32)
+		}
+		X += f[0] + f[1] + f[2] + f[3]
+		Y += f[1] + 2*f[2] + 3*f[3]
 	}
 	return X, Y
 }

@@ -14,7 +14,8 @@ import (
 // 2- or 4-byte elements, short and odd-length rows, many rows, stored
 // contiguous with a random row stride or split on the last axis, one run
 // per element) with random rows and layer numbers, checksummed by every
-// kernel and Fast variant, with and without both numberings and the mix
+// kernel and Fast variant (rows of one word in more than one call of
+// its kernel too), with and without both numberings and the mix
 // check, equal the reference bit for bit: the state rows' kernels weigh
 // rows by their factors across rows, and that must be the definition.
 func TestStateRowsRapid(t *testing.T) {
@@ -24,6 +25,10 @@ func TestStateRowsRapid(t *testing.T) {
 		H := rapid.OneOf(rapid.IntRange(1, 9), rapid.IntRange(10, 140)).Draw(rt, "rows")
 		blocks := rapid.IntRange(1, 3).Draw(rt, "blocks")
 		C := E * w
+		if C <= 8 && rapid.IntRange(0, 3).Draw(rt, "many rows") == 0 {
+			// More than one call of the one-word rows' kernel.
+			H = rapid.IntRange(4*maxWordGroups-3, 8*maxWordGroups+9).Draw(rt, "many rows")
+		}
 		v := layout.CellView{KernelBlocks: 1, KernelTokens: 1, Heads: H, CellBytes: C, PieceBytes: w}
 		pad := int64(rapid.IntRange(0, 2).Draw(rt, "pad") * w)
 		if rapid.Bool().Draw(rt, "split on the last axis") {

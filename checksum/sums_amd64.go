@@ -96,3 +96,22 @@ func adjacent16SIMD(data []byte, off int64, count int, mix bool, acc *[64]uint64
 	}
 	adjacent16AVX2(&data[off], count, m, &acc[0], &keys[0], &consts[0], &hsum[0])
 }
+
+// wordRowsAVX2 is implemented in sums_state_amd64.s.
+//
+//go:noescape
+func wordRowsAVX2(p *byte, count, stride, mix int, acc, keys, consts, hsum *uint64)
+
+// wordRowsSIMD runs the one-word rows' kernel of sums_state_amd64.s from
+// data[off:]: count rows (a multiple of 4) of one word each, row r at
+// off + r*stride, their field sums into acc (see wordTotals) and with mix
+// their mix check into hsum; consts are wordKernelConsts with the key
+// offset set. The caller checks the bounds (a group reads 16 bytes from
+// its rows 0 and 2).
+func wordRowsSIMD(data []byte, off int64, count int, stride int64, mix bool, acc *[16]uint64, keys []uint64, consts *[wordConsts]uint64, hsum *[4]uint64) {
+	m := 0
+	if mix {
+		m = 1
+	}
+	wordRowsAVX2(&data[off], count, int(stride), m, &acc[0], &keys[0], &consts[0], &hsum[0])
+}

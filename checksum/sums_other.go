@@ -29,3 +29,8 @@ func rowWordsSIMD(data []byte, off int64, mode, w, count, words int, stride int6
 func adjacent16SIMD(data []byte, off int64, count int, mix bool, acc *[64]uint64, keys []uint64, consts *[adjConsts]uint64, hsum *[4]uint64) {
 	panic("checksum: no SIMD kernel in this build")
 }
+
+// wordRowsSIMD is never called without simdAvailable.
+func wordRowsSIMD(data []byte, off int64, count int, stride int64, mix bool, acc *[16]uint64, keys []uint64, consts *[wordConsts]uint64, hsum *[4]uint64) {
+	panic("checksum: no SIMD kernel in this build")
+}

@@ -542,3 +542,106 @@ done16:
 	VMOVDQU Y14, (AX)
 	VZEROUPPER
 	RET
+
+// func wordRowsAVX2(p *byte, count, stride, mix int, acc, keys, consts, hsum *uint64)
+//
+// State rows of one 8-byte word each (rows of at most 8 bytes, row r at
+// p + r*stride, stride + row bytes at most 16), four at a time, one row
+// per 64-bit lane: count rows (a multiple of 4). The rows of a group are
+// read as two 16-byte loads (rows 0, 1 and rows 2, 3) and shuffled into
+// their lanes, the bytes past a row zeroed, so that each lane is the
+// row's zero-padded word. Its even and odd fields (consts' mask and
+// shift: the 2-byte elements 0, 2 and 1, 3 in the 32-bit halves of a
+// lane, or the 4-byte elements 0 and 1) are added into E and O, and E
+// and O into their prefix sums after each group: acc receives E, O and
+// their prefix sums (sum of (groups - g)*v_g), 4 lanes each (see
+// wordTotals; the caller keeps the 2-byte halves below 2^32). With mix
+// set, hsum (4 lanes) gains Mix(x ^ (keys[r] + koff)) of every row's
+// word.
+//
+// consts (uint64 offsets): 0 koff (4 lanes), 4 D0, 8 D1, 12 D2, 16 D3,
+// 20 the field mask, 24 the shuffle (32 bytes), 28 the field shift.
+//
+// Registers: Y0 x, Y1 e, Y2 o, Y3 E, Y4 O, Y5 E's prefix, Y6 O's, Y7 k,
+// Y8 z, Y9 hsum, Y10 t, Y12 koff, Y13 the shuffle, Y14 the mask, X15 the
+// shift.
+TEXT ·wordRowsAVX2(SB), NOSPLIT, $0-64
+	MOVQ    p+0(FP), SI
+	MOVQ    count+8(FP), CX
+	MOVQ    stride+16(FP), DX
+	MOVQ    mix+24(FP), BX
+	MOVQ    acc+32(FP), DI
+	MOVQ    keys+40(FP), R10
+	MOVQ    consts+48(FP), R13
+	MOVQ    hsum+56(FP), AX
+	VMOVDQU (AX), Y9
+	VMOVDQU 0(R13), Y12
+	VMOVDQU 160(R13), Y14
+	VMOVDQU 192(R13), Y13
+	VMOVQ   224(R13), X15
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	LEAQ    (DX)(DX*1), R8 // 2*stride
+	LEAQ    (R8)(R8*1), R9 // 4*stride
+	TESTQ   CX, CX
+	JZ      wdone
+	TESTQ   BX, BX
+	JZ      wsums
+
+#define WORDLOAD \
+	VMOVDQU     (SI), X0;        \
+	VINSERTI128 $1, (SI)(R8*1), Y0, Y0; \
+	VPSHUFB     Y13, Y0, Y0
+
+#define WORDSUMS \
+	VPAND  Y14, Y0, Y1;  \
+	VPSRLQ X15, Y0, Y2;  \
+	VPAND  Y14, Y2, Y2;  \
+	VPADDQ Y1, Y3, Y3;   \
+	VPADDQ Y2, Y4, Y4;   \
+	VPADDQ Y3, Y5, Y5;   \
+	VPADDQ Y4, Y6, Y6
+
+wmix:
+	WORDLOAD
+	WORDSUMS
+	VMOVDQU  (R10), Y7
+	VPADDQ   Y12, Y7, Y7
+	VPXOR    Y7, Y0, Y8
+	VPMULUDQ 32(R13), Y8, Y10
+	VPXOR    Y10, Y8, Y8
+	VPSHUFD  $0xb1, Y8, Y8
+	VPMULUDQ 64(R13), Y8, Y10
+	VPXOR    Y10, Y8, Y8
+	VPSRLQ   $32, Y8, Y10
+	VPXOR    Y10, Y8, Y8
+	VPMULUDQ 96(R13), Y8, Y10
+	VPXOR    Y10, Y8, Y8
+	VPSHUFD  $0xb1, Y8, Y8
+	VPMULUDQ 128(R13), Y8, Y10
+	VPXOR    Y10, Y8, Y8
+	VPADDQ   Y8, Y9, Y9
+	ADDQ     R9, SI
+	ADDQ     $32, R10
+	SUBQ     $4, CX
+	JNZ      wmix
+	JMP      wdone
+
+wsums:
+	WORDLOAD
+	WORDSUMS
+	ADDQ R9, SI
+	SUBQ $4, CX
+	JNZ  wsums
+
+wdone:
+	VMOVDQU Y3, 0(DI)
+	VMOVDQU Y4, 32(DI)
+	VMOVDQU Y5, 64(DI)
+	VMOVDQU Y6, 96(DI)
+	MOVQ    hsum+56(FP), AX
+	VMOVDQU Y9, (AX)
+	VZEROUPPER
+	RET
