@@ -165,6 +165,32 @@ func (s *scratch) stateRows(k *walk, base int64) (X, Y uint64, ok bool) {
 	}
 	n := v.CellBytes
 	a := base + k.runs[0].off
+	if k.stateSIMD && w == 4 && n == 64 && v.HeadStride >= 0 {
+		// Rows of two 32-byte steps (mamba1's ssm rows): one row a loop.
+		H := len(k.m)
+		_ = v.Data[a+int64(H-1)*v.HeadStride+int64(n)-1]
+		koff := s.jbase * mixGamma
+		for l := range 4 {
+			s.pairConsts[l] = koff + uint64(l)*mixGamma
+			s.pairConsts[20+l] = koff + uint64(4+l)*mixGamma
+		}
+		if !s.pairSet {
+			for i, x := range mixD {
+				for l := range 4 {
+					s.pairConsts[4+4*i+l] = x
+				}
+			}
+			s.pairSet = true
+		}
+		var acc [32]uint64
+		var hsum [4]uint64
+		pairRowsSIMD(v.Data, a, H, v.HeadStride, s.mixOn, &acc, k.keys, &s.pairConsts, &hsum)
+		X, Y = pairTotals(&acc, uint64(H), k.m[0])
+		if s.mixOn {
+			s.mix += hsum[0] + hsum[1] + hsum[2] + hsum[3]
+		}
+		return X, Y, true
+	}
 	if k.stateSIMD && stateRowsSIMDFits(n, w) && v.HeadStride >= 0 {
 		H := len(k.m)
 		_ = v.Data[a+int64(H-1)*v.HeadStride+int64(n)-1]
@@ -452,6 +478,34 @@ func wordTotals(acc *[16]uint64, G, m0 uint64, w int) (X, Y uint64) {
 		}
 		X += f[0] + f[1] + f[2] + f[3]
 		Y += f[1] + 2*f[2] + 3*f[3]
+	}
+	return X, Y
+}
+
+// pairConsts is the size of the 64-byte rows' kernel constants: step 0's
+// key offsets, D0..D3 and step 1's key offsets (4 lanes each).
+const pairConsts = 24
+
+// pairTotals returns, from the 64-byte rows' kernel's sums acc over R
+// rows of 4-byte elements (R0, O0, R1, O1 and their prefix sums), X =
+// sum over rows r of m_r*A_r and Y = sum of m_r*B_r for the factors m_r
+// = m0 + 2r. With s a sum and p its prefix sum (sum of (R - r)*v_r), sum
+// of m_r*v_r = m0*s + 2*(R*s - p). Lane q of step m is word i = 4m+q,
+// elements 2i (its lower field, weighed: R's less O's shifted by 32,
+// modulo 2^64 as every sum here) and 2i+1 (its upper field, O's).
+func pairTotals(acc *[32]uint64, R, m0 uint64) (X, Y uint64) {
+	weigh := func(j int) uint64 {
+		s, p := acc[j], acc[16+j]
+		return m0*s + 2*(R*s-p)
+	}
+	for m := range 2 {
+		for q := range 4 {
+			hi := weigh(8*m + 4 + q)
+			lo := weigh(8*m+q) - hi<<32
+			i := uint64(4*m + q)
+			X += lo + hi
+			Y += 2*i*lo + (2*i+1)*hi
+		}
 	}
 	return X, Y
 }

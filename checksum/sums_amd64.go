@@ -115,3 +115,21 @@ func wordRowsSIMD(data []byte, off int64, count int, stride int64, mix bool, acc
 	}
 	wordRowsAVX2(&data[off], count, int(stride), m, &acc[0], &keys[0], &consts[0], &hsum[0])
 }
+
+// pairRowsAVX2 is implemented in sums_state_amd64.s.
+//
+//go:noescape
+func pairRowsAVX2(p *byte, count, stride, mix int, acc, keys, consts, hsum *uint64)
+
+// pairRowsSIMD runs the kernel for state rows of 64 bytes of 4-byte
+// elements of sums_state_amd64.s from data[off:]: count rows, row r at
+// off + r*stride, their sums into acc (see pairTotals) and with mix their
+// mix check into hsum; consts are pairKernelConsts. The caller checks the
+// bounds.
+func pairRowsSIMD(data []byte, off int64, count int, stride int64, mix bool, acc *[32]uint64, keys []uint64, consts *[pairConsts]uint64, hsum *[4]uint64) {
+	m := 0
+	if mix {
+		m = 1
+	}
+	pairRowsAVX2(&data[off], count, int(stride), m, &acc[0], &keys[0], &consts[0], &hsum[0])
+}

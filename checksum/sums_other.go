@@ -34,3 +34,8 @@ func adjacent16SIMD(data []byte, off int64, count int, mix bool, acc *[64]uint64
 func wordRowsSIMD(data []byte, off int64, count int, stride int64, mix bool, acc *[16]uint64, keys []uint64, consts *[wordConsts]uint64, hsum *[4]uint64) {
 	panic("checksum: no SIMD kernel in this build")
 }
+
+// pairRowsSIMD is never called without simdAvailable.
+func pairRowsSIMD(data []byte, off int64, count int, stride int64, mix bool, acc *[32]uint64, keys []uint64, consts *[pairConsts]uint64, hsum *[4]uint64) {
+	panic("checksum: no SIMD kernel in this build")
+}

@@ -645,3 +645,105 @@ wdone:
 	VMOVDQU Y9, (AX)
 	VZEROUPPER
 	RET
+
+// func pairRowsAVX2(p *byte, count, stride, mix int, acc, keys, consts, hsum *uint64)
+//
+// State rows of 64 bytes of 4-byte elements (two 32-byte steps, lane q of
+// step m: word 4m+q), one row a loop: count rows, row r at p + r*stride.
+// Each step's words are added, as they are, into R0 and R1, and their
+// upper fields (x >> 32) into O0 and O1, and the four into their prefix
+// sums after each row: acc receives R0, O0, R1, O1 and then their prefix
+// sums (sum of (count - r)*v_r), 4 lanes each; a word's lower field sums
+// are R - O<<32 modulo 2^64 (see pairTotals). With mix set, hsum (4
+// lanes) gains Mix(x ^ k) of every word, k = keys[r] + koff + (4m+q)*MixGamma.
+//
+// consts (uint64 offsets): 0 step 0's key offsets (koff + q*MixGamma),
+// 4 D0, 8 D1, 12 D2, 16 D3, 20 step 1's key offsets, 4 lanes each.
+//
+// Registers: Y0-Y3 R0, O0, R1, O1, Y4-Y7 their prefix sums, Y8 and Y9
+// the words, Y10 and Y11 their upper fields, then z and t, Y12 k, Y13
+// hsum.
+TEXT ·pairRowsAVX2(SB), NOSPLIT, $0-64
+	MOVQ    p+0(FP), SI
+	MOVQ    count+8(FP), CX
+	MOVQ    stride+16(FP), DX
+	MOVQ    mix+24(FP), BX
+	MOVQ    acc+32(FP), DI
+	MOVQ    keys+40(FP), R10
+	MOVQ    consts+48(FP), R13
+	MOVQ    hsum+56(FP), AX
+	VMOVDQU (AX), Y13
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+	TESTQ   CX, CX
+	JZ      pdone
+	TESTQ   BX, BX
+	JZ      psums
+
+#define PAIRSUMS \
+	VMOVDQU (SI), Y8;     \
+	VMOVDQU 32(SI), Y9;   \
+	VPSRLQ  $32, Y8, Y10; \
+	VPSRLQ  $32, Y9, Y11; \
+	VPADDQ  Y8, Y0, Y0;   \
+	VPADDQ  Y10, Y1, Y1;  \
+	VPADDQ  Y9, Y2, Y2;   \
+	VPADDQ  Y11, Y3, Y3;  \
+	VPADDQ  Y0, Y4, Y4;   \
+	VPADDQ  Y1, Y5, Y5;   \
+	VPADDQ  Y2, Y6, Y6;   \
+	VPADDQ  Y3, Y7, Y7
+
+#define PAIRMIX(X, KOFF) \
+	VPADDQ   KOFF(R13), Y12, Y10; \
+	VPXOR    Y10, X, Y10;     \
+	VPMULUDQ 32(R13), Y10, Y11; \
+	VPXOR    Y11, Y10, Y10;   \
+	VPSHUFD  $0xb1, Y10, Y10; \
+	VPMULUDQ 64(R13), Y10, Y11; \
+	VPXOR    Y11, Y10, Y10;   \
+	VPSRLQ   $32, Y10, Y11;   \
+	VPXOR    Y11, Y10, Y10;   \
+	VPMULUDQ 96(R13), Y10, Y11; \
+	VPXOR    Y11, Y10, Y10;   \
+	VPSHUFD  $0xb1, Y10, Y10; \
+	VPMULUDQ 128(R13), Y10, Y11; \
+	VPXOR    Y11, Y10, Y10;   \
+	VPADDQ   Y10, Y13, Y13
+
+pmix:
+	PAIRSUMS
+	VPBROADCASTQ (R10), Y12
+	PAIRMIX(Y8, 0)
+	PAIRMIX(Y9, 160)
+	ADDQ DX, SI
+	ADDQ $8, R10
+	DECQ CX
+	JNZ  pmix
+	JMP  pdone
+
+psums:
+	PAIRSUMS
+	ADDQ DX, SI
+	DECQ CX
+	JNZ  psums
+
+pdone:
+	VMOVDQU Y0, 0(DI)
+	VMOVDQU Y1, 32(DI)
+	VMOVDQU Y2, 64(DI)
+	VMOVDQU Y3, 96(DI)
+	VMOVDQU Y4, 128(DI)
+	VMOVDQU Y5, 160(DI)
+	VMOVDQU Y6, 192(DI)
+	VMOVDQU Y7, 224(DI)
+	MOVQ    hsum+56(FP), AX
+	VMOVDQU Y13, (AX)
+	VZEROUPPER
+	RET

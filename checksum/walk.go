@@ -153,6 +153,10 @@ type scratch struct {
 	wordConsts   [wordConsts]uint64
 	wordW, wordN int
 	wordStride   int64
+	// pairConsts are the 64-byte rows' kernel's constants (pairSet: its
+	// multipliers set).
+	pairConsts [pairConsts]uint64
+	pairSet    bool
 }
 
 // mixConsts is the size of the mix kernel's constants: six 4-lane
