@@ -55,7 +55,10 @@ var fastVariants = []Fast{
 // checkAgainstReference runs the reference and every Fast variant, with
 // each kernel, on the plan and fails on the first difference: vLLM's
 // checksum alone, and with the slopes and the mix check in the same pass.
-func checkAgainstReference(t testing.TB, p *Plan, what string) {
+func checkAgainstReference(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, p *Plan, what string) {
 	t.Helper()
 	for _, extra := range []bool{false, true} {
 		q := *p

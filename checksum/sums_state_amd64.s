@@ -2,48 +2,78 @@
 
 #include "textflag.h"
 
-// func stateRowsAVX2(p *byte, n, stride, count int, out, keys, consts, hsum *uint64)
+// func stateRowsAVX2(p *byte, n, stride, count, mix int, acc, keys, consts, hsum *uint64)
 //
 // The state rows' kernel (docs/spec.md §6 and §14): count rows of n bytes
 // (n a positive multiple of 32), row r at p + r*stride, each read as
 // 8-byte words, four per 32-byte step (lane q of step m: word 4m+q). For
 // each row it sums the words' even and odd fields (e: x & mask, o:
-// (x >> shift) & mask: the 2-byte elements 0, 2 and 1, 3 of a word in the
-// 32-bit halves of a lane, or the 4-byte elements 0 and 1), and be, bo:
-// e and o summed after each step (b += a), and writes the row's plain sum
-// A of its elements and its sum B of element index * element to
-// out[2r], out[2r+1]. hsum (4 lanes, shared by the rows) gains
-// Mix(x ^ k) of every word, k starting at keys[r] + koff + q*MixGamma in
-// lane q and stepping by 4*MixGamma.
+// (x >> 16 or 32) & mask: the 2-byte elements 0, 2 and 1, 3 of a word in
+// the 32-bit halves of a lane, or the 4-byte elements 0 and 1), and be,
+// bo: e and o summed after each step (b += a). From them, per lane, a
+// row's S (its field sums), C (sum of l * field l) and Bs (the
+// step-weighted field sums) are added into the rows' sums and those into
+// their prefix sums, so that acc receives six 4-lane vectors: sum over
+// rows of S, of (count - r)*S, and the same for C and Bs; the rows' A and
+// B (and any sum weighted linearly in r) follow from them (stateTotals).
+// With mix set, hsum (4 lanes, shared by the rows) gains Mix(x ^ k) of
+// every word, k starting at keys[r] + koff + q*MixGamma in lane q and
+// stepping by 4*MixGamma.
 //
 // consts (uint64 offsets): 0 step (4*MixGamma), 4 D0, 8 D1, 12 D2, 16
-// D3, 20 mask, 24 the shift count (16 or 32) and 25 the lane offsets
-// (koff + q*MixGamma), 29 the lanes' first element index, (0, 4, 8, 12) or
-// (0, 2, 4, 6), 33 wide (0: 2-byte elements, 1: 4-byte), each vector in 4
-// lanes.
+// D3, 20 mask, 24 the lane offsets (koff + q*MixGamma), each vector in 4
+// lanes, and 28 wide (0: 2-byte elements, 1: 4-byte).
 //
-// For a row of M steps, element l of word 4m+q has the index
-// per*(4m+q) + l (per = 8/w), so with L the sum of a field over the steps
-// and Bm = sum over steps of (M - m) * field:
-//   B = 4*per*(M*A - sum of Bm) + sum over lanes and fields of (per*q + l)*L.
-//
-// Registers: Y0 e, Y1 o, Y2 be, Y3 bo, Y4 k, Y5 hsum, Y6 mask, X15 shift,
-// Y7 x, Y8 odd fields, Y9 z, Y10 t; at a row's end Y7-Y14 hold its sums.
-TEXT ·stateRowsAVX2(SB), NOSPLIT, $0-64
+// Registers: Y0 e, Y1 o, Y2 be, Y3 bo, Y4 k, Y5 hsum, Y6 mask, Y7 x, Y8
+// odd fields, Y9 z, Y10 t; Y11 the sum of S, Y12 its prefix sum, Y13 and
+// Y14 C's, Y15 Bs' (its prefix sum kept in acc).
+
+#define STATESUMS(SH) \
+	VMOVDQU (AX), Y7;    \
+	VPAND   Y6, Y7, Y9;  \
+	VPSRLQ  $SH, Y7, Y8; \
+	VPAND   Y6, Y8, Y8;  \
+	VPADDQ  Y9, Y0, Y0;  \
+	VPADDQ  Y8, Y1, Y1;  \
+	VPADDQ  Y0, Y2, Y2;  \
+	VPADDQ  Y1, Y3, Y3
+
+#define STATEMIX \
+	VPXOR    Y4, Y7, Y9;   \
+	VPADDQ   0(R13), Y4, Y4; \
+	VPMULUDQ 32(R13), Y9, Y10; \
+	VPXOR    Y10, Y9, Y9;  \
+	VPSHUFD  $0xb1, Y9, Y9; \
+	VPMULUDQ 64(R13), Y9, Y10; \
+	VPXOR    Y10, Y9, Y9;  \
+	VPSRLQ   $32, Y9, Y10; \
+	VPXOR    Y10, Y9, Y9;  \
+	VPMULUDQ 96(R13), Y9, Y10; \
+	VPXOR    Y10, Y9, Y9;  \
+	VPSHUFD  $0xb1, Y9, Y9; \
+	VPMULUDQ 128(R13), Y9, Y10; \
+	VPXOR    Y10, Y9, Y9;  \
+	VPADDQ   Y9, Y5, Y5
+
+TEXT ·stateRowsAVX2(SB), NOSPLIT, $0-72
 	MOVQ    p+0(FP), SI
 	MOVQ    n+8(FP), BX
 	MOVQ    stride+16(FP), DX
 	MOVQ    count+24(FP), CX
-	MOVQ    out+32(FP), DI
-	MOVQ    keys+40(FP), R10
-	MOVQ    consts+48(FP), R13
-	MOVQ    hsum+56(FP), AX
+	MOVQ    mix+32(FP), R9
+	MOVQ    acc+40(FP), DI
+	MOVQ    keys+48(FP), R10
+	MOVQ    consts+56(FP), R13
+	MOVQ    hsum+64(FP), AX
 	VMOVDQU (AX), Y5
 	VMOVDQU 160(R13), Y6
-	VMOVQ   192(R13), X15
-	MOVQ    264(R13), R14 // wide
-	MOVQ    BX, R15
-	SHRQ    $5, R15       // M, the steps of a row
+	MOVQ    224(R13), R14 // wide
+	VPXOR   Y11, Y11, Y11
+	VPXOR   Y12, Y12, Y12
+	VPXOR   Y13, Y13, Y13
+	VPXOR   Y14, Y14, Y14
+	VPXOR   Y15, Y15, Y15
+	VMOVDQU Y15, 160(DI)
 
 row:
 	TESTQ        CX, CX
@@ -53,43 +83,29 @@ row:
 	VPXOR        Y2, Y2, Y2
 	VPXOR        Y3, Y3, Y3
 	VPBROADCASTQ (R10), Y4
-	VPADDQ       200(R13), Y4, Y4
+	VPADDQ       192(R13), Y4, Y4
 	MOVQ         SI, AX
 	MOVQ         BX, R8
+	TESTQ        R14, R14
+	JNZ          wide
+	TESTQ        R9, R9
+	JZ           step2
 
-step:
-	VMOVDQU  (AX), Y7
-	VPAND    Y6, Y7, Y9
-	VPSRLQ   X15, Y7, Y8
-	VPAND    Y6, Y8, Y8
-	VPADDQ   Y9, Y0, Y0
-	VPADDQ   Y8, Y1, Y1
-	VPADDQ   Y0, Y2, Y2
-	VPADDQ   Y1, Y3, Y3
-	VPXOR    Y4, Y7, Y9
-	VPADDQ   0(R13), Y4, Y4
-	VPMULUDQ 32(R13), Y9, Y10
-	VPXOR    Y10, Y9, Y9
-	VPSHUFD  $0xb1, Y9, Y9
-	VPMULUDQ 64(R13), Y9, Y10
-	VPXOR    Y10, Y9, Y9
-	VPSRLQ   $32, Y9, Y10
-	VPXOR    Y10, Y9, Y9
-	VPMULUDQ 96(R13), Y9, Y10
-	VPXOR    Y10, Y9, Y9
-	VPSHUFD  $0xb1, Y9, Y9
-	VPMULUDQ 128(R13), Y9, Y10
-	VPXOR    Y10, Y9, Y9
-	VPADDQ   Y9, Y5, Y5
-	ADDQ     $32, AX
-	SUBQ     $32, R8
-	JNZ      step
+step2mix:
+	STATESUMS(16)
+	STATEMIX
+	ADDQ $32, AX
+	SUBQ $32, R8
+	JNZ  step2mix
+	JMP  end2
 
-	// The row's A and B from its lanes: S (Y11) the lanes' field sums,
-	// C (Y12) their (per*q + l)-weighted sums, Bs (Y13) the step-weighted
-	// ones.
-	TESTQ  R14, R14
-	JNZ    wide4
+step2:
+	STATESUMS(16)
+	ADDQ $32, AX
+	SUBQ $32, R8
+	JNZ  step2
+
+end2:
 	// 2-byte elements: l = 0, 2 in e's halves, l = 1, 3 in o's.
 	VPSLLQ $32, Y0, Y7
 	VPSRLQ $32, Y7, Y7   // el
@@ -97,83 +113,75 @@ step:
 	VPSLLQ $32, Y1, Y9
 	VPSRLQ $32, Y9, Y9   // ol
 	VPSRLQ $32, Y1, Y10  // oh
-	VPADDQ Y7, Y8, Y11
-	VPADDQ Y9, Y10, Y12
-	VPADDQ Y12, Y11, Y11 // S
-	VPADDQ Y8, Y10, Y12  // eh + oh
-	VPADDQ Y12, Y12, Y12 // 2 eh + 2 oh
-	VPADDQ Y10, Y12, Y12 // 2 eh + 3 oh
-	VPADDQ Y9, Y12, Y12  // + ol: sum of l * L
+	VPADDQ Y7, Y11, Y11
+	VPADDQ Y8, Y11, Y11
+	VPADDQ Y9, Y11, Y11
+	VPADDQ Y10, Y11, Y11 // S
+	VPADDQ Y8, Y10, Y7   // eh + oh
+	VPADDQ Y7, Y7, Y7    // 2 eh + 2 oh
+	VPADDQ Y10, Y7, Y7   // 2 eh + 3 oh
+	VPADDQ Y9, Y7, Y7    // + ol: C
+	VPADDQ Y7, Y13, Y13
 	VPSLLQ $32, Y2, Y7
 	VPSRLQ $32, Y7, Y7
 	VPSRLQ $32, Y2, Y8
-	VPADDQ Y8, Y7, Y7
-	VPSLLQ $32, Y3, Y8
-	VPSRLQ $32, Y8, Y8
-	VPADDQ Y8, Y7, Y7
-	VPSRLQ $32, Y3, Y8
-	VPADDQ Y8, Y7, Y13   // Bs
-	JMP    finish
+	VPSLLQ $32, Y3, Y9
+	VPSRLQ $32, Y9, Y9
+	VPSRLQ $32, Y3, Y10
+	VPADDQ Y7, Y15, Y15
+	VPADDQ Y8, Y15, Y15
+	VPADDQ Y9, Y15, Y15
+	VPADDQ Y10, Y15, Y15 // Bs
+	JMP    prefix
 
-wide4:
+wide:
+	TESTQ R9, R9
+	JZ    step4
+
+step4mix:
+	STATESUMS(32)
+	STATEMIX
+	ADDQ $32, AX
+	SUBQ $32, R8
+	JNZ  step4mix
+	JMP  end4
+
+step4:
+	STATESUMS(32)
+	ADDQ $32, AX
+	SUBQ $32, R8
+	JNZ  step4
+
+end4:
 	// 4-byte elements: l = 0 in e, l = 1 in o.
-	VPADDQ  Y0, Y1, Y11 // S
-	VMOVDQA Y1, Y12     // sum of l * L
-	VPADDQ  Y2, Y3, Y13 // Bs
+	VPADDQ Y0, Y11, Y11
+	VPADDQ Y1, Y11, Y11 // S
+	VPADDQ Y1, Y13, Y13 // C
+	VPADDQ Y2, Y15, Y15
+	VPADDQ Y3, Y15, Y15 // Bs
 
-finish:
-	// C = Q*S + sum of l*L, Q = per*q, S in halves for 32-bit products.
-	VMOVDQU  232(R13), Y7
-	VPMULUDQ Y7, Y11, Y8
-	VPSRLQ   $32, Y11, Y9
-	VPMULUDQ Y7, Y9, Y9
-	VPSLLQ   $32, Y9, Y9
-	VPADDQ   Y9, Y8, Y8
-	VPADDQ   Y8, Y12, Y12
-	// Across the lanes: A = sum of S (R8), C (R9), Bs (R11).
-	VEXTRACTI128 $1, Y11, X7
-	VPADDQ       X7, X11, X7
-	VPSHUFD      $0x4e, X7, X8
-	VPADDQ       X8, X7, X7
-	VMOVQ        X7, R8
-	VEXTRACTI128 $1, Y12, X7
-	VPADDQ       X7, X12, X7
-	VPSHUFD      $0x4e, X7, X8
-	VPADDQ       X8, X7, X7
-	VMOVQ        X7, R9
-	VEXTRACTI128 $1, Y13, X7
-	VPADDQ       X7, X13, X7
-	VPSHUFD      $0x4e, X7, X8
-	VPADDQ       X8, X7, X7
-	VMOVQ        X7, R11
-	// B = 4*per*(M*A - Bs) + C: 4*per is 16 (2-byte), 8 (4-byte).
-	MOVQ  R8, R12
-	IMULQ R15, R12
-	SUBQ  R11, R12
-	SHLQ  $3, R12
-	TESTQ R14, R14
-	JNZ   store
-	SHLQ  $1, R12
-
-store:
-	ADDQ R9, R12
-	MOVQ R8, 0(DI)
-	MOVQ R12, 8(DI)
-
-rowend:
-	ADDQ $16, DI
-	ADDQ $8, R10
-	ADDQ DX, SI
-	DECQ CX
-	JMP  row
+prefix:
+	VPADDQ  Y11, Y12, Y12
+	VPADDQ  Y13, Y14, Y14
+	VPADDQ  160(DI), Y15, Y7
+	VMOVDQU Y7, 160(DI)
+	ADDQ    $8, R10
+	ADDQ    DX, SI
+	DECQ    CX
+	JMP     row
 
 done:
-	MOVQ    hsum+56(FP), AX
+	VMOVDQU Y11, 0(DI)
+	VMOVDQU Y12, 32(DI)
+	VMOVDQU Y13, 64(DI)
+	VMOVDQU Y14, 96(DI)
+	VMOVDQU Y15, 128(DI)
+	MOVQ    hsum+64(FP), AX
 	VMOVDQU Y5, (AX)
 	VZEROUPPER
 	RET
 
-// func rowWordsAVX2(p *byte, mode, wide, count, words, stride int, offs *int64, tail uint64, out, keys, consts, hsum *uint64)
+// func rowWordsAVX2(p *byte, mode, wide, count, words, stride int, offs *int64, tail uint64, mix int, acc, keys, consts, hsum *uint64)
 //
 // Short state rows, four at a time, one row per 64-bit lane: count rows
 // (a multiple of 4), each of words 8-byte words, word i of row r
@@ -185,28 +193,35 @@ done:
 //           no such element, zero);
 //   mode 2: the 4-byte elements 2i, 2i+1, element e at p + offs[e] + 4*r.
 //
-// Per group of 4 rows, out receives 8 uint64: each row's plain sum A of
-// its elements (wide 0: 2-byte, 1: 4-byte fields of the words) and its
-// sum B of element index * element; hsum (4 lanes) gains Mix(x ^ k) of
-// every word, k = keys[r] + koff + i*MixGamma. consts: G (MixGamma, 4
+// Group g of 4 rows gives, in lane q, row 4g+q's plain sum A of its
+// elements (wide 0: 2-byte, 1: 4-byte fields of the words) and its sum B
+// of element index * element; acc receives four 4-lane vectors: the sum
+// over groups of A, of (groups - g)*A, and the same for B (see
+// rowTotals). With mix set, hsum (4 lanes) gains Mix(x ^ k) of every
+// word, k = keys[r] + koff + i*MixGamma. consts: G (MixGamma, 4
 // lanes), D0..D3, per (the elements of a word, 4 lanes), the 0xffff mask,
 // the low-32-bit mask, koff (4 lanes).
 //
 // Registers: Y0 x, Y1-Y4 fields, Y5 S (the word's part of A), Y6 its part
 // of B, Y7 A, Y8 B, Y9 k, Y10 hsum, Y11 jb (the word's first element
 // index), Y12 z, Y13 t, Y14 mask.
-TEXT ·rowWordsAVX2(SB), NOSPLIT, $0-96
+TEXT ·rowWordsAVX2(SB), NOSPLIT, $0-104
 	MOVQ    p+0(FP), SI
 	MOVQ    mode+8(FP), R14
 	MOVQ    wide+16(FP), R15
 	MOVQ    count+24(FP), CX
 	MOVQ    stride+40(FP), DX
 	MOVQ    offs+48(FP), R11
-	MOVQ    out+64(FP), DI
-	MOVQ    keys+72(FP), R10
-	MOVQ    consts+80(FP), R13
-	MOVQ    hsum+88(FP), AX
+	MOVQ    acc+72(FP), DI
+	MOVQ    keys+80(FP), R10
+	MOVQ    consts+88(FP), R13
+	MOVQ    hsum+96(FP), AX
 	VMOVDQU (AX), Y10
+	VPXOR   Y0, Y0, Y0
+	VMOVDQU Y0, 0(DI)
+	VMOVDQU Y0, 32(DI)
+	VMOVDQU Y0, 64(DI)
+	VMOVDQU Y0, 96(DI)
 	VMOVDQU 192(R13), Y14
 	TESTQ   R15, R15
 	JZ      group
@@ -345,6 +360,8 @@ weigh:
 	VPADDQ 160(R13), Y11, Y11
 
 	// the mix check of the word
+	CMPQ     mix+64(FP), $0
+	JEQ      nextword
 	VPXOR    Y9, Y0, Y12
 	VPADDQ   0(R13), Y9, Y9
 	VPMULUDQ 32(R13), Y12, Y13
@@ -361,13 +378,19 @@ weigh:
 	VPXOR    Y13, Y12, Y12
 	VPADDQ   Y12, Y10, Y10
 
+nextword:
 	INCQ R9
 	DECQ R12
 	JNZ  word
 
+	VPADDQ  0(DI), Y7, Y7
 	VMOVDQU Y7, 0(DI)
-	VMOVDQU Y8, 32(DI)
-	ADDQ    $64, DI
+	VPADDQ  32(DI), Y7, Y7
+	VMOVDQU Y7, 32(DI)
+	VPADDQ  64(DI), Y8, Y8
+	VMOVDQU Y8, 64(DI)
+	VPADDQ  96(DI), Y8, Y8
+	VMOVDQU Y8, 96(DI)
 	ADDQ    $32, R10
 	SUBQ    $4, CX
 	// the next four rows
@@ -385,31 +408,43 @@ next:
 	JMP  group
 
 done:
-	MOVQ    hsum+88(FP), AX
+	MOVQ    hsum+96(FP), AX
 	VMOVDQU Y10, (AX)
 	VZEROUPPER
 	RET
 
-// func adjacent16AVX2(p *byte, count int, out, keys, consts, hsum *uint64)
+// func adjacent16AVX2(p *byte, count, mix int, acc, keys, consts, hsum *uint64)
 //
 // Rows of at most four 2-byte elements in runs of one element each, rows
 // adjacent (a state split on its last axis, one word per row), sixteen at a
 // time: count rows (a multiple of 16); element e of row r at
 // p + run[e] + 2*r, run[e] the offsets at consts+288 (4 of them; a run
 // ANDed with the mask at consts+320+32*e, zero for an element the rows do
-// not have). Each group of 16 rows writes 32 uint64 to out: for its word
-// vectors W0..W3 (rows 0, 1, 8, 9; 2, 3, 10, 11; 4, 5, 12, 13; 6, 7, 14,
-// 15), the rows' A then B. hsum gains Mix(x ^ (keys[r] + koff)) of every
-// row's word. consts as rowWordsAVX2's (G, D0..D3, per, the 0xffff mask,
+// not have). Group g of 16 rows gives, in its word vectors W0..W3 (rows
+// 0, 1, 8, 9; 2, 3, 10, 11; 4, 5, 12, 13; 6, 7, 14, 15), the rows' A and
+// B; acc receives their sums over the groups (32 uint64: W0's A, B, W1's
+// ...) and then their prefix sums (sum of (groups - g)*v_g), see
+// adjacentTotals. With mix set, hsum gains Mix(x ^ (keys[r] + koff)) of
+// every row's word. consts as rowWordsAVX2's (G, D0..D3, per, the 0xffff mask,
 // koff), then the run offsets and masks.
-TEXT ·adjacent16AVX2(SB), NOSPLIT, $0-48
+TEXT ·adjacent16AVX2(SB), NOSPLIT, $0-56
 	MOVQ    p+0(FP), SI
 	MOVQ    count+8(FP), CX
-	MOVQ    out+16(FP), DI
-	MOVQ    keys+24(FP), R10
-	MOVQ    consts+32(FP), R13
-	MOVQ    hsum+40(FP), AX
+	MOVQ    mix+16(FP), BX
+	MOVQ    acc+24(FP), DI
+	MOVQ    keys+32(FP), R10
+	MOVQ    consts+40(FP), R13
+	MOVQ    hsum+48(FP), AX
 	VMOVDQU (AX), Y14
+	VPXOR   Y0, Y0, Y0
+	MOVQ    $16, AX
+
+zero16:
+	VMOVDQU Y0, (DI)
+	ADDQ    $32, DI
+	DECQ    AX
+	JNZ     zero16
+	SUBQ    $512, DI
 	VMOVDQU 192(R13), Y15
 	MOVQ    288(R13), R8
 	MOVQ    296(R13), R9
@@ -435,17 +470,7 @@ group16:
 	VPUNPCKHDQ Y6, Y4, Y1 // W1: rows 2, 3 | 10, 11
 	VPUNPCKLDQ Y7, Y5, Y2 // W2: rows 4, 5 | 12, 13
 	VPUNPCKHDQ Y7, Y5, Y3 // W3: rows 6, 7 | 14, 15
-	// keys in the words' row order
-	VMOVDQU    0(R10), Y4
-	VMOVDQU    64(R10), Y5
-	VPERM2I128 $0x20, Y5, Y4, Y10 // rows 0, 1, 8, 9
-	VPERM2I128 $0x31, Y5, Y4, Y11 // rows 2, 3, 10, 11
-	VMOVDQU    32(R10), Y4
-	VMOVDQU    96(R10), Y5
-	VPERM2I128 $0x20, Y5, Y4, Y12 // rows 4, 5, 12, 13
-	VPERM2I128 $0x31, Y5, Y4, Y13 // rows 6, 7, 14, 15
-
-#define ADJWORD(W, K, OFF) \
+#define ADJSUMS(W, OFF) \
 	VPAND    Y15, W, Y4;      \
 	VPSRLQ   $16, W, Y5;      \
 	VPAND    Y15, Y5, Y5;     \
@@ -460,8 +485,16 @@ group16:
 	VPADDQ   Y6, Y9, Y9;      \
 	VPADDQ   Y7, Y9, Y9;      \
 	VPADDQ   Y5, Y9, Y9;      \
+	VPADDQ   OFF(DI), Y8, Y8; \
 	VMOVDQU  Y8, OFF(DI);     \
+	VPADDQ   OFF+256(DI), Y8, Y8; \
+	VMOVDQU  Y8, OFF+256(DI); \
+	VPADDQ   OFF+32(DI), Y9, Y9; \
 	VMOVDQU  Y9, OFF+32(DI);  \
+	VPADDQ   OFF+288(DI), Y9, Y9; \
+	VMOVDQU  Y9, OFF+288(DI)
+
+#define ADJMIX(W, K) \
 	VPADDQ   256(R13), K, K;  \
 	VPXOR    K, W, W;         \
 	VPMULUDQ 32(R13), W, Y4;  \
@@ -478,19 +511,239 @@ group16:
 	VPXOR    Y4, W, W;        \
 	VPADDQ   W, Y14, Y14
 
-	ADJWORD(Y0, Y10, 0)
-	ADJWORD(Y1, Y11, 64)
-	ADJWORD(Y2, Y12, 128)
-	ADJWORD(Y3, Y13, 192)
+	ADJSUMS(Y0, 0)
+	ADJSUMS(Y1, 64)
+	ADJSUMS(Y2, 128)
+	ADJSUMS(Y3, 192)
+	TESTQ BX, BX
+	JZ    nomix16
+	// keys in the words' row order
+	VMOVDQU    0(R10), Y4
+	VMOVDQU    64(R10), Y5
+	VPERM2I128 $0x20, Y5, Y4, Y10 // rows 0, 1, 8, 9
+	VPERM2I128 $0x31, Y5, Y4, Y11 // rows 2, 3, 10, 11
+	VMOVDQU    32(R10), Y4
+	VMOVDQU    96(R10), Y5
+	VPERM2I128 $0x20, Y5, Y4, Y12 // rows 4, 5, 12, 13
+	VPERM2I128 $0x31, Y5, Y4, Y13 // rows 6, 7, 14, 15
+	ADJMIX(Y0, Y10)
+	ADJMIX(Y1, Y11)
+	ADJMIX(Y2, Y12)
+	ADJMIX(Y3, Y13)
 
-	ADDQ $256, DI
+nomix16:
 	ADDQ $128, R10
 	ADDQ $32, SI
 	SUBQ $16, CX
 	JMP  group16
 
 done16:
-	MOVQ    hsum+40(FP), AX
+	MOVQ    hsum+48(FP), AX
 	VMOVDQU Y14, (AX)
+	VZEROUPPER
+	RET
+
+// func wordRowsAVX2(p *byte, count, stride, mix int, acc, keys, consts, hsum *uint64)
+//
+// State rows of one 8-byte word each (rows of at most 8 bytes, row r at
+// p + r*stride, stride + row bytes at most 16), four at a time, one row
+// per 64-bit lane: count rows (a multiple of 4). The rows of a group are
+// read as two 16-byte loads (rows 0, 1 and rows 2, 3) and shuffled into
+// their lanes, the bytes past a row zeroed, so that each lane is the
+// row's zero-padded word. Its even and odd fields (consts' mask and
+// shift: the 2-byte elements 0, 2 and 1, 3 in the 32-bit halves of a
+// lane, or the 4-byte elements 0 and 1) are added into E and O, and E
+// and O into their prefix sums after each group: acc receives E, O and
+// their prefix sums (sum of (groups - g)*v_g), 4 lanes each (see
+// wordTotals; the caller keeps the 2-byte halves below 2^32). With mix
+// set, hsum (4 lanes) gains Mix(x ^ (keys[r] + koff)) of every row's
+// word.
+//
+// consts (uint64 offsets): 0 koff (4 lanes), 4 D0, 8 D1, 12 D2, 16 D3,
+// 20 the field mask, 24 the shuffle (32 bytes), 28 the field shift.
+//
+// Registers: Y0 x, Y1 e, Y2 o, Y3 E, Y4 O, Y5 E's prefix, Y6 O's, Y7 k,
+// Y8 z, Y9 hsum, Y10 t, Y12 koff, Y13 the shuffle, Y14 the mask, X15 the
+// shift.
+TEXT ·wordRowsAVX2(SB), NOSPLIT, $0-64
+	MOVQ    p+0(FP), SI
+	MOVQ    count+8(FP), CX
+	MOVQ    stride+16(FP), DX
+	MOVQ    mix+24(FP), BX
+	MOVQ    acc+32(FP), DI
+	MOVQ    keys+40(FP), R10
+	MOVQ    consts+48(FP), R13
+	MOVQ    hsum+56(FP), AX
+	VMOVDQU (AX), Y9
+	VMOVDQU 0(R13), Y12
+	VMOVDQU 160(R13), Y14
+	VMOVDQU 192(R13), Y13
+	VMOVQ   224(R13), X15
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	LEAQ    (DX)(DX*1), R8 // 2*stride
+	LEAQ    (R8)(R8*1), R9 // 4*stride
+	TESTQ   CX, CX
+	JZ      wdone
+	TESTQ   BX, BX
+	JZ      wsums
+
+#define WORDLOAD \
+	VMOVDQU     (SI), X0;        \
+	VINSERTI128 $1, (SI)(R8*1), Y0, Y0; \
+	VPSHUFB     Y13, Y0, Y0
+
+#define WORDSUMS \
+	VPAND  Y14, Y0, Y1;  \
+	VPSRLQ X15, Y0, Y2;  \
+	VPAND  Y14, Y2, Y2;  \
+	VPADDQ Y1, Y3, Y3;   \
+	VPADDQ Y2, Y4, Y4;   \
+	VPADDQ Y3, Y5, Y5;   \
+	VPADDQ Y4, Y6, Y6
+
+wmix:
+	WORDLOAD
+	WORDSUMS
+	VMOVDQU  (R10), Y7
+	VPADDQ   Y12, Y7, Y7
+	VPXOR    Y7, Y0, Y8
+	VPMULUDQ 32(R13), Y8, Y10
+	VPXOR    Y10, Y8, Y8
+	VPSHUFD  $0xb1, Y8, Y8
+	VPMULUDQ 64(R13), Y8, Y10
+	VPXOR    Y10, Y8, Y8
+	VPSRLQ   $32, Y8, Y10
+	VPXOR    Y10, Y8, Y8
+	VPMULUDQ 96(R13), Y8, Y10
+	VPXOR    Y10, Y8, Y8
+	VPSHUFD  $0xb1, Y8, Y8
+	VPMULUDQ 128(R13), Y8, Y10
+	VPXOR    Y10, Y8, Y8
+	VPADDQ   Y8, Y9, Y9
+	ADDQ     R9, SI
+	ADDQ     $32, R10
+	SUBQ     $4, CX
+	JNZ      wmix
+	JMP      wdone
+
+wsums:
+	WORDLOAD
+	WORDSUMS
+	ADDQ R9, SI
+	SUBQ $4, CX
+	JNZ  wsums
+
+wdone:
+	VMOVDQU Y3, 0(DI)
+	VMOVDQU Y4, 32(DI)
+	VMOVDQU Y5, 64(DI)
+	VMOVDQU Y6, 96(DI)
+	MOVQ    hsum+56(FP), AX
+	VMOVDQU Y9, (AX)
+	VZEROUPPER
+	RET
+
+// func pairRowsAVX2(p *byte, count, stride, mix int, acc, keys, consts, hsum *uint64)
+//
+// State rows of 64 bytes of 4-byte elements (two 32-byte steps, lane q of
+// step m: word 4m+q), one row a loop: count rows, row r at p + r*stride.
+// Each step's words are added, as they are, into R0 and R1, and their
+// upper fields (x >> 32) into O0 and O1, and the four into their prefix
+// sums after each row: acc receives R0, O0, R1, O1 and then their prefix
+// sums (sum of (count - r)*v_r), 4 lanes each; a word's lower field sums
+// are R - O<<32 modulo 2^64 (see pairTotals). With mix set, hsum (4
+// lanes) gains Mix(x ^ k) of every word, k = keys[r] + koff + (4m+q)*MixGamma.
+//
+// consts (uint64 offsets): 0 step 0's key offsets (koff + q*MixGamma),
+// 4 D0, 8 D1, 12 D2, 16 D3, 20 step 1's key offsets, 4 lanes each.
+//
+// Registers: Y0-Y3 R0, O0, R1, O1, Y4-Y7 their prefix sums, Y8 and Y9
+// the words, Y10 and Y11 their upper fields, then z and t, Y12 k, Y13
+// hsum.
+TEXT ·pairRowsAVX2(SB), NOSPLIT, $0-64
+	MOVQ    p+0(FP), SI
+	MOVQ    count+8(FP), CX
+	MOVQ    stride+16(FP), DX
+	MOVQ    mix+24(FP), BX
+	MOVQ    acc+32(FP), DI
+	MOVQ    keys+40(FP), R10
+	MOVQ    consts+48(FP), R13
+	MOVQ    hsum+56(FP), AX
+	VMOVDQU (AX), Y13
+	VPXOR   Y0, Y0, Y0
+	VPXOR   Y1, Y1, Y1
+	VPXOR   Y2, Y2, Y2
+	VPXOR   Y3, Y3, Y3
+	VPXOR   Y4, Y4, Y4
+	VPXOR   Y5, Y5, Y5
+	VPXOR   Y6, Y6, Y6
+	VPXOR   Y7, Y7, Y7
+	TESTQ   CX, CX
+	JZ      pdone
+	TESTQ   BX, BX
+	JZ      psums
+
+#define PAIRSUMS \
+	VMOVDQU (SI), Y8;     \
+	VMOVDQU 32(SI), Y9;   \
+	VPSRLQ  $32, Y8, Y10; \
+	VPSRLQ  $32, Y9, Y11; \
+	VPADDQ  Y8, Y0, Y0;   \
+	VPADDQ  Y10, Y1, Y1;  \
+	VPADDQ  Y9, Y2, Y2;   \
+	VPADDQ  Y11, Y3, Y3;  \
+	VPADDQ  Y0, Y4, Y4;   \
+	VPADDQ  Y1, Y5, Y5;   \
+	VPADDQ  Y2, Y6, Y6;   \
+	VPADDQ  Y3, Y7, Y7
+
+#define PAIRMIX(X, KOFF) \
+	VPADDQ   KOFF(R13), Y12, Y10; \
+	VPXOR    Y10, X, Y10;     \
+	VPMULUDQ 32(R13), Y10, Y11; \
+	VPXOR    Y11, Y10, Y10;   \
+	VPSHUFD  $0xb1, Y10, Y10; \
+	VPMULUDQ 64(R13), Y10, Y11; \
+	VPXOR    Y11, Y10, Y10;   \
+	VPSRLQ   $32, Y10, Y11;   \
+	VPXOR    Y11, Y10, Y10;   \
+	VPMULUDQ 96(R13), Y10, Y11; \
+	VPXOR    Y11, Y10, Y10;   \
+	VPSHUFD  $0xb1, Y10, Y10; \
+	VPMULUDQ 128(R13), Y10, Y11; \
+	VPXOR    Y11, Y10, Y10;   \
+	VPADDQ   Y10, Y13, Y13
+
+pmix:
+	PAIRSUMS
+	VPBROADCASTQ (R10), Y12
+	PAIRMIX(Y8, 0)
+	PAIRMIX(Y9, 160)
+	ADDQ DX, SI
+	ADDQ $8, R10
+	DECQ CX
+	JNZ  pmix
+	JMP  pdone
+
+psums:
+	PAIRSUMS
+	ADDQ DX, SI
+	DECQ CX
+	JNZ  psums
+
+pdone:
+	VMOVDQU Y0, 0(DI)
+	VMOVDQU Y1, 32(DI)
+	VMOVDQU Y2, 64(DI)
+	VMOVDQU Y3, 96(DI)
+	VMOVDQU Y4, 128(DI)
+	VMOVDQU Y5, 160(DI)
+	VMOVDQU Y6, 192(DI)
+	VMOVDQU Y7, 224(DI)
+	MOVQ    hsum+56(FP), AX
+	VMOVDQU Y13, (AX)
 	VZEROUPPER
 	RET

@@ -165,7 +165,7 @@ func TestStateRowsMatchDefinition(t *testing.T) {
 		}
 		consts := stateKernelConsts(w)
 		for _, n := range []int{32, 64, 96, 512, 1024, 4096, maxStateRow2} {
-			for _, rows := range []int{1, 3, 4} {
+			for _, rows := range []int{1, 3, 4, 9} {
 				stride := int64(n + 8*rng.IntN(3))
 				if int64(rows)*stride > int64(len(data)) || !stateRowsSIMDFits(n, w) {
 					continue
@@ -174,17 +174,27 @@ func TestStateRowsMatchDefinition(t *testing.T) {
 				for i := range keys {
 					keys[i] = rng.Uint64()
 				}
-				out := make([]uint64, 2*rows)
+				m0 := rng.Uint64() | 1
+				var acc [24]uint64
 				var hsum [4]uint64
-				stateRowsSIMD(data, 0, stride, n, rows, out, keys, &consts, &hsum)
-				var H uint64
+				stateRowsSIMD(data, 0, stride, n, rows, true, &acc, keys, &consts, &hsum)
+				var X, Y, H uint64
 				for r := range rows {
 					p := data[int64(r)*stride : int64(r)*stride+int64(n)]
 					A, B, h := want(p, w, keys[r])
+					m := m0 + 2*uint64(r)
+					X += m * A
+					Y += m * B
 					H += h
-					if a, b := out[2*r], out[2*r+1]; a != A || b != B {
-						t.Fatalf("kernel w %d n %d rows %d row %d: (%x, %x), want (%x, %x)", w, n, rows, r, a, b, A, B)
-					}
+				}
+				if x, y := stateTotals(&acc, uint64(rows), uint64(n/32), w, m0); x != X || y != Y {
+					t.Fatalf("kernel w %d n %d rows %d: (%x, %x), want (%x, %x)", w, n, rows, x, y, X, Y)
+				}
+				var plain [24]uint64
+				var none [4]uint64
+				stateRowsSIMD(data, 0, stride, n, rows, false, &plain, keys, &consts, &none)
+				if plain != acc || none != [4]uint64{} {
+					t.Fatalf("kernel w %d n %d rows %d without the mix check: sums %x, mix %x; want %x, none", w, n, rows, plain, none, acc)
 				}
 				if got := hsum[0] + hsum[1] + hsum[2] + hsum[3]; got != H {
 					t.Fatalf("kernel w %d n %d rows %d: mix %x, want %x", w, n, rows, got, H)
@@ -220,17 +230,26 @@ func TestRowWordsModes(t *testing.T) {
 			}
 			check := func(what string, cells [][]byte, mode, words int, stride int64, offs []int64, tail uint64) {
 				t.Helper()
-				out := make([]uint64, 2*rows)
+				m0 := rng.Uint64() | 1
+				var acc [16]uint64
 				var hsum [4]uint64
-				rowWordsSIMD(data, 0, mode, w, rows, words, stride, offs, tail, out, keys, &consts, &hsum)
-				var H uint64
+				rowWordsSIMD(data, 0, mode, w, rows, words, stride, offs, tail, true, &acc, keys, &consts, &hsum)
+				var X, Y, H uint64
 				for r, cell := range cells {
 					A, B, h := stateRowWords(cell, w, keys[r]+koff, true)
+					m := m0 + 2*uint64(r)
+					X += m * A
+					Y += m * B
 					H += h
-					g, l := r&^3, r&3
-					if out[2*g+l] != A || out[2*g+4+l] != B {
-						t.Fatalf("%s w %d rows %d row %d: (%x, %x), want (%x, %x)", what, w, rows, r, out[2*g+l], out[2*g+4+l], A, B)
-					}
+				}
+				if x, y := rowTotals(&acc, uint64(rows/4), m0); x != X || y != Y {
+					t.Fatalf("%s w %d rows %d: (%x, %x), want (%x, %x)", what, w, rows, x, y, X, Y)
+				}
+				var plain [16]uint64
+				var none [4]uint64
+				rowWordsSIMD(data, 0, mode, w, rows, words, stride, offs, tail, false, &plain, keys, &consts, &none)
+				if plain != acc || none != [4]uint64{} {
+					t.Fatalf("%s w %d rows %d without the mix check: sums %x, mix %x; want %x, none", what, w, rows, plain, none, acc)
 				}
 				if got := hsum[0] + hsum[1] + hsum[2] + hsum[3]; got != H {
 					t.Fatalf("%s w %d rows %d: mix %x, want %x", what, w, rows, got, H)

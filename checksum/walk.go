@@ -148,6 +148,15 @@ type scratch struct {
 	// adjConsts are the adjacent rows' kernel's constants (adjW: set up).
 	adjConsts [adjConsts]uint64
 	adjW      int
+	// wordConsts are the one-word rows' kernel's constants for rows of
+	// wordN bytes of wordW-byte elements, wordStride apart.
+	wordConsts   [wordConsts]uint64
+	wordW, wordN int
+	wordStride   int64
+	// pairConsts are the 64-byte rows' kernel's constants (pairSet: its
+	// multipliers set).
+	pairConsts [pairConsts]uint64
+	pairSet    bool
 }
 
 // mixConsts is the size of the mix kernel's constants: six 4-lane
