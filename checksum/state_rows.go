@@ -46,6 +46,13 @@ func setStateKeyOffset(c *[stateConsts]uint64, koff uint64) {
 	}
 }
 
+// weighed is sum over r < n of (m + step*r)*v_r for sums of v_r whose
+// total is s and whose prefix sum is p = sum of (n - r)*v_r: m*s +
+// step*(n*s - p), since sum of r*v_r = n*s - p. Every state kernel's
+// totals weigh its sums so (the factors of consecutive rows, or groups of
+// rows, step evenly).
+func weighed(s, p, n, m, step uint64) uint64 { return m*s + step*(n*s-p) }
+
 // stateTotals returns, from the state rows' kernel's sums acc over R rows
 // of M 32-byte steps of w-byte elements, X = sum over rows r of m_r*A_r
 // and Y = sum of m_r*B_r for the factors m_r = m0 + 2r (a cache's
@@ -58,10 +65,7 @@ func setStateKeyOffset(c *[stateConsts]uint64, koff uint64) {
 // weighs A and B.
 func stateTotals(acc *[24]uint64, R, M uint64, w int, m0 uint64) (X, Y uint64) {
 	per := uint64(8 / w)
-	weigh := func(v, l int) uint64 {
-		s, p := acc[8*v+l], acc[8*v+4+l]
-		return m0*s + 2*(R*s-p)
-	}
+	weigh := func(v, l int) uint64 { return weighed(acc[8*v+l], acc[8*v+4+l], R, m0, 2) }
 	var bs, c uint64
 	for l := range 4 {
 		S := weigh(0, l)
@@ -329,8 +333,8 @@ func (s *scratch) rowWords(k *walk, off int64, mode, rows, words int, stride int
 // and p its prefix sum (sum of (G - g)*v_g), sum of g*v_g = G*s - p.
 func rowTotals(acc *[16]uint64, G, m0 uint64) (X, Y uint64) {
 	for q := range uint64(4) {
-		X += (m0+2*q)*acc[q] + 8*(G*acc[q]-acc[4+q])
-		Y += (m0+2*q)*acc[8+q] + 8*(G*acc[8+q]-acc[12+q])
+		X += weighed(acc[q], acc[4+q], G, m0+2*q, 8)
+		Y += weighed(acc[8+q], acc[12+q], G, m0+2*q, 8)
 	}
 	return X, Y
 }
@@ -381,8 +385,8 @@ func adjacentTotals(acc *[64]uint64, G, m0 uint64) (X, Y uint64) {
 		for l := range 4 {
 			m := m0 + 2*uint64(adjLanes[4*w+l])
 			a, b := 8*w+l, 8*w+4+l
-			X += m*acc[a] + 32*(G*acc[a]-acc[32+a])
-			Y += m*acc[b] + 32*(G*acc[b]-acc[32+b])
+			X += weighed(acc[a], acc[32+a], G, m, 32)
+			Y += weighed(acc[b], acc[32+b], G, m, 32)
 		}
 	}
 	return X, Y
@@ -466,7 +470,7 @@ func (s *scratch) wordRows(k *walk, off int64, rows, n int, stride int64) (X, Y 
 // element 2 in its upper half), O of element 1 (and 3).
 func wordTotals(acc *[16]uint64, G, m0 uint64, w int) (X, Y uint64) {
 	for q := range uint64(4) {
-		weigh := func(s, p uint64) uint64 { return (m0+2*q)*s + 8*(G*s-p) }
+		weigh := func(s, p uint64) uint64 { return weighed(s, p, G, m0+2*q, 8) }
 		E, O, PE, PO := acc[q], acc[4+q], acc[8+q], acc[12+q]
 		var f [4]uint64
 		if w == 4 {
@@ -494,10 +498,7 @@ const pairConsts = 24
 // elements 2i (its lower field, weighed: R's less O's shifted by 32,
 // modulo 2^64 as every sum here) and 2i+1 (its upper field, O's).
 func pairTotals(acc *[32]uint64, R, m0 uint64) (X, Y uint64) {
-	weigh := func(j int) uint64 {
-		s, p := acc[j], acc[16+j]
-		return m0*s + 2*(R*s-p)
-	}
+	weigh := func(j int) uint64 { return weighed(acc[j], acc[16+j], R, m0, 2) }
 	for m := range 2 {
 		for q := range 4 {
 			hi := weigh(8*m + 4 + q)
