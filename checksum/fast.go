@@ -59,11 +59,10 @@ type job struct {
 	task  *Task
 	order []int32 // row indices sorted by block id
 	walk  *walk
-	// plan is the task's plan, pi its index among runPlans' plans and
-	// out its output.
+	// plan is the task's plan and pi its index among runPlans' plans
+	// (and their outputs).
 	plan *Plan
 	pi   int
-	out  []uint64
 }
 
 // Run implements Engine.
@@ -100,7 +99,7 @@ func (f Fast) runPlans(ctx context.Context, plans []*Plan, outs [][]uint64) erro
 			} else {
 				order = blockOrder(t.Rows)
 			}
-			jobs = append(jobs, job{task: t, order: order, walk: newWalk(t.Cache), plan: p, pi: pi, out: outs[pi]})
+			jobs = append(jobs, job{task: t, order: order, walk: newWalk(t.Cache), plan: p, pi: pi})
 			total += int64(len(t.Rows)) * jobs[len(jobs)-1].walk.rowBytes
 			maxHeads = max(maxHeads, t.Cache.Cells.Heads)
 		}
@@ -155,7 +154,7 @@ func (f Fast) runPlans(ctx context.Context, plans []*Plan, outs [][]uint64) erro
 				j := &jobs[c.task]
 				local := locals[j.pi]
 				if local == nil {
-					local = make([]uint64, len(j.out))
+					local = make([]uint64, len(outs[j.pi]))
 					locals[j.pi] = local
 				}
 				err := layout.Guard(j.task.Cache.Cells.File, func() error {
