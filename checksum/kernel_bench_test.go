@@ -2,7 +2,10 @@ package checksum
 
 import (
 	"math/rand/v2"
+	"strconv"
 	"testing"
+
+	"github.com/kvaudit/kvaudit/layout"
 )
 
 // BenchmarkKernels times the SIMD kernels alone on a flash-shaped kernel
@@ -44,14 +47,48 @@ func BenchmarkKernels(b *testing.B) {
 
 func byteSize(n int) string {
 	if n >= 1<<20 {
-		return itoa(n>>20) + "MiB"
+		return strconv.Itoa(n>>20) + "MiB"
 	}
-	return itoa(n>>10) + "KiB"
+	return strconv.Itoa(n>>10) + "KiB"
 }
 
-func itoa(n int) string {
-	if n < 10 {
-		return string(rune('0' + n))
+// BenchmarkStateKernels times the state rows' path of the cpu engine alone
+// (scratch.block of each block: the kernel a row shape takes and its
+// totals, no scheduling and no files), with and without the mix check, on
+// the row shapes of the state presets: one-word conv rows (6 bytes: three
+// bfloat16), 64-byte ssm rows of float32 (mamba1) and 4 KiB rows, contiguous
+// rows of 128 heads per block, about 256 KiB of rows in all (in the
+// second-level cache).
+func BenchmarkStateKernels(b *testing.B) {
+	for _, shape := range []struct {
+		name        string
+		cell, piece int
+	}{{"rows-6B", 6, 2}, {"rows-64B", 64, 4}, {"rows-4KiB", 4096, 4}} {
+		const heads = 128
+		blocks := max(1, (256<<10)/(heads*shape.cell))
+		v := layout.CellView{KernelBlocks: 1, KernelTokens: 1, Heads: heads, CellBytes: shape.cell, PieceBytes: shape.piece,
+			HeadStride: int64(shape.cell), RowStride: int64(heads * shape.cell), Runs: []layout.CellRun{{Offset: 0, Len: shape.cell}}}
+		c := memCache(v, blocks, 1, 0, rand.New(rand.NewPCG(1, 2)))
+		rows := make([]Row, blocks)
+		for i := range rows {
+			rows[i] = Row{Block: i, FirstToken: int64(i), Valid: 1}
+		}
+		for _, mix := range []bool{false, true} {
+			name := shape.name + "/ab"
+			if mix {
+				name += "+mix"
+			}
+			b.Run(name, func(b *testing.B) {
+				k := newWalk(c)
+				s := newScratch(heads)
+				s.mixOn = mix
+				b.SetBytes(int64(blocks * heads * shape.cell))
+				for b.Loop() {
+					for i := range rows {
+						s.block(k, &rows[i])
+					}
+				}
+			})
+		}
 	}
-	return itoa(n/10) + string(rune('0'+n%10))
 }
