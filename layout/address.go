@@ -687,7 +687,7 @@ func (r *Region) cells(b box, fn func(Cells) error) error {
 	kb := int64(r.KernelBlocks)
 	for blk := rows[0] / kb; blk*kb < rows[1]; blk++ {
 		k0, k1 := max(rows[0], blk*kb)-blk*kb, min(rows[1], (blk+1)*kb)-blk*kb
-		c := Cells{Region: r, EngineBlock: int(blk), Block: r.dumpBlock(int(blk)), Kernels: [2]int{int(k0), int(k1)}}
+		c := Cells{Region: r, EngineBlock: int(blk), Block: r.DumpBlock(int(blk)), Kernels: [2]int{int(k0), int(k1)}}
 		var off int64
 		if bi >= 0 {
 			off = (blk*kb + k0) * r.axes[bi].stride
@@ -891,10 +891,7 @@ func (r *Region) computePageOrder() string {
 func (r *Region) EngineBlocks() int { return r.engineBlocks }
 
 // DumpBlock maps an engine block id to the dump's (NoBlock: not dumped).
-func (r *Region) DumpBlock(engine int) int { return r.dumpBlock(engine) }
-
-// dumpBlock maps an engine block id to the dump's.
-func (r *Region) dumpBlock(engine int) int {
+func (r *Region) DumpBlock(engine int) int {
 	if r.blockOf == nil {
 		return engine
 	}
