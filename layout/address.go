@@ -362,14 +362,10 @@ func (r *Region) placeAttention(l *Layer, geo tensorGeometry, v *LayerView) erro
 		switch name {
 		case "block":
 			a.kind, a.step = DimToken, int64(c.KernelTokens) // within a block; rows split per block
-			if r.identity {
-				r.engineBlocks = int(a.n) / c.KernelBlocks
-			} else {
-				if a.n%int64(c.KernelBlocks) != 0 {
-					return fmt.Errorf("engine block axis of %d rows is not whole blocks of %d kernel rows", a.n, c.KernelBlocks)
-				}
-				r.engineBlocks = int(a.n) / c.KernelBlocks
+			if !r.identity && a.n%int64(c.KernelBlocks) != 0 {
+				return fmt.Errorf("engine block axis of %d rows is not whole blocks of %d kernel rows", a.n, c.KernelBlocks)
 			}
+			r.engineBlocks = int(a.n) / c.KernelBlocks
 		case "token":
 			a.kind, a.step = DimToken, 1
 		case "head":
@@ -493,27 +489,22 @@ func (r *Region) placeState(d *Dump, l *Layer, geo tensorGeometry, blockIDs []in
 // another), else the whole state.
 func (r *Region) statePages(l *Layer, rowStride uint64) []Page {
 	var pages []Page
-	vi := 0
 	for si, s := range l.States {
 		base := r.Start + uint64(r.StateOffsets[si])
-		if s.Split == nil {
+		switch {
+		case s.Split == nil:
 			pages = append(pages, Page{Part: -1, Base: base, Stride: rowStride, Len: uint64(r.StateSizes[si]), View: r.viewOf(si, 0), State: si})
 			continue
+		case s.Split.Axis != 0:
+			pages = append(pages, Page{Part: -1, Base: base, Stride: rowStride, Len: uint64(r.StateSizes[si]), State: si})
+			continue
 		}
-		rowBytes := uint64(r.StateSizes[si] / s.Shape[s.Split.Axis])
+		rowBytes := uint64(r.StateSizes[si] / s.Shape[0])
 		var lo uint64
 		for k, seg := range s.Split.Segments {
-			v := r.viewOf(si, k)
-			if s.Split.Axis != 0 {
-				break
-			}
 			pages = append(pages, Page{Part: -1, Base: base + lo*rowBytes, Stride: rowStride, Len: uint64(seg[0]) * rowBytes,
-				HeadsOuter: true, HeadBytes: rowBytes, View: v, State: si})
+				HeadsOuter: true, HeadBytes: rowBytes, View: r.viewOf(si, k), State: si})
 			lo += uint64(seg[0])
-			vi++
-		}
-		if s.Split.Axis != 0 {
-			pages = append(pages, Page{Part: -1, Base: base, Stride: rowStride, Len: uint64(r.StateSizes[si]), State: si})
 		}
 	}
 	return pages
