@@ -1010,22 +1010,6 @@ func (r *Region) NonZero(lo, hi uint64) (n, first uint64) {
 	if hi <= lo {
 		return 0, 0
 	}
-	if r.identity {
-		data := r.Views[0].Cells.Data
-		if data == nil || hi-r.Start > uint64(len(data)) {
-			return 0, 0
-		}
-		for i, b := range data[lo-r.Start : hi-r.Start] {
-			if b != 0 {
-				if n == 0 {
-					first = lo + uint64(i)
-				}
-				n++
-			}
-		}
-		return n, first
-	}
-	var cell []byte
 	count := func(at uint64, b []byte) {
 		for i, x := range b {
 			if x != 0 {
@@ -1036,6 +1020,15 @@ func (r *Region) NonZero(lo, hi uint64) (n, first uint64) {
 			}
 		}
 	}
+	if r.identity {
+		data := r.Views[0].Cells.Data
+		if data == nil || hi-r.Start > uint64(len(data)) {
+			return 0, 0
+		}
+		count(lo, data[lo-r.Start:hi-r.Start])
+		return n, first
+	}
+	var cell []byte
 	m := &AddressMap{Regions: []*Region{r}}
 	m.Resolve(lo, hi-lo, func(c Cells) error {
 		if c.Block == NoBlock || c.View == nil {
