@@ -127,8 +127,7 @@ type auditor struct {
 	scells     []layout.Cells
 	// ch is the current pair's destination read as a chunk of a page,
 	// where the consumer converts what it receives (nil otherwise).
-	ch        *chunk
-	summaries map[*request]int
+	ch *chunk
 }
 
 // side is the dumps of a producer or a consumer, by agent name.
@@ -258,7 +257,7 @@ func (d *dlist) at(i int) Desc {
 }
 
 func newAuditor(producer, consumer []*layout.Dump, opts Options) *auditor {
-	a := &auditor{opts: opts, unresolved: map[string]bool{}, summaries: map[*request]int{},
+	a := &auditor{opts: opts, unresolved: map[string]bool{},
 		res: &Result{Format: ResultFormat, Logs: []LogSummary{}, Requests: []RequestSummary{}, Findings: []Finding{}, Unresolved: []string{}, Notes: []string{}}}
 	if a.opts.MaxFindings == 0 {
 		a.opts.MaxFindings = DefaultMaxFindings
