@@ -312,14 +312,18 @@ func (rk *rank) addressMap(a *auditor) *layout.AddressMap {
 func (rk *rank) ownersOf(group, block int) []owner {
 	if rk.owners == nil {
 		rk.owners = map[int]map[int][]owner{}
+		groupOf := func(key string) map[int][]owner {
+			g, _ := strconv.Atoi(key)
+			m := rk.owners[g]
+			if m == nil {
+				m = map[int][]owner{}
+				rk.owners[g] = m
+			}
+			return m
+		}
 		for _, r := range rk.dump.Manifest.Requests {
 			for key, table := range r.BlockTable {
-				g, _ := strconv.Atoi(key)
-				m := rk.owners[g]
-				if m == nil {
-					m = map[int][]owner{}
-					rk.owners[g] = m
-				}
+				m := groupOf(key)
 				for pos, b := range table {
 					if b != layout.NoBlock {
 						m[b] = append(m[b], owner{r.ID, pos})
@@ -327,12 +331,7 @@ func (rk *rank) ownersOf(group, block int) []owner {
 				}
 			}
 			for key, b := range r.StateBlock {
-				g, _ := strconv.Atoi(key)
-				m := rk.owners[g]
-				if m == nil {
-					m = map[int][]owner{}
-					rk.owners[g] = m
-				}
+				m := groupOf(key)
 				m[b] = append(m[b], owner{r.ID, 0})
 			}
 		}
