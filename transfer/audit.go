@@ -662,6 +662,11 @@ func (a *auditor) add(x *xfer, f Finding) {
 			f.Rank = x.dst.r
 		}
 	}
+	a.keep(f)
+}
+
+// keep records a finding, or counts it dropped past MaxFindings.
+func (a *auditor) keep(f Finding) {
 	if a.opts.MaxFindings > 0 && len(a.res.Findings) >= a.opts.MaxFindings {
 		a.dropped++
 		return
