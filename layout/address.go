@@ -675,6 +675,8 @@ func (r *Region) cells(b box, fn func(Cells) error) error {
 	if bi >= 0 {
 		rows = [2]int64{b.idx[bi], b.idx[bi] + b.cnt[bi]}
 	}
+	hasToken := slices.ContainsFunc(r.axes, func(a axis) bool { return a.name == "token" })
+	hasHead := slices.ContainsFunc(r.axes, func(a axis) bool { return a.name == "head" })
 	kb := int64(r.KernelBlocks)
 	for blk := rows[0] / kb; blk*kb < rows[1]; blk++ {
 		k0, k1 := max(rows[0], blk*kb)-blk*kb, min(rows[1], (blk+1)*kb)-blk*kb
@@ -724,10 +726,10 @@ func (r *Region) cells(b box, fn func(Cells) error) error {
 			bytes1 += r.elem - 1
 			dims = append(dims, Dim{Kind: DimByte, Count: int(r.elem), Step: 1})
 		}
-		if !slices.ContainsFunc(r.axes, func(a axis) bool { return a.name == "token" }) {
+		if !hasToken {
 			c.Tokens = [2]int{0, r.KernelTokens}
 		}
-		if !slices.ContainsFunc(r.axes, func(a axis) bool { return a.name == "head" }) {
+		if !hasHead {
 			c.Heads = [2]int{0, r.heads}
 		}
 		c.Bytes = [2]int{int(bytes0), int(bytes1)}
