@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -822,18 +823,13 @@ func (t *logTamper) writeLogs(dir string) error {
 	}
 	for _, l := range t.logs {
 		pl := &transfer.PlannedLog{Header: l.header, Records: l.recs}
-		var b []byte
-		w := &byteWriter{b: &b}
-		if err := pl.Write(w); err != nil {
+		var b bytes.Buffer
+		if err := pl.Write(&b); err != nil {
 			return err
 		}
-		if err := writeNew(filepath.Join(dir, filepath.Base(l.path)), b); err != nil {
+		if err := writeNew(filepath.Join(dir, filepath.Base(l.path)), b.Bytes()); err != nil {
 			return err
 		}
 	}
 	return nil
 }
-
-type byteWriter struct{ b *[]byte }
-
-func (w *byteWriter) Write(p []byte) (int, error) { *w.b = append(*w.b, p...); return len(p), nil }

@@ -362,14 +362,10 @@ func (r *Region) placeAttention(l *Layer, geo tensorGeometry, v *LayerView) erro
 		switch name {
 		case "block":
 			a.kind, a.step = DimToken, int64(c.KernelTokens) // within a block; rows split per block
-			if r.identity {
-				r.engineBlocks = int(a.n) / c.KernelBlocks
-			} else {
-				if a.n%int64(c.KernelBlocks) != 0 {
-					return fmt.Errorf("engine block axis of %d rows is not whole blocks of %d kernel rows", a.n, c.KernelBlocks)
-				}
-				r.engineBlocks = int(a.n) / c.KernelBlocks
+			if !r.identity && a.n%int64(c.KernelBlocks) != 0 {
+				return fmt.Errorf("engine block axis of %d rows is not whole blocks of %d kernel rows", a.n, c.KernelBlocks)
 			}
+			r.engineBlocks = int(a.n) / c.KernelBlocks
 		case "token":
 			a.kind, a.step = DimToken, 1
 		case "head":
@@ -493,27 +489,22 @@ func (r *Region) placeState(d *Dump, l *Layer, geo tensorGeometry, blockIDs []in
 // another), else the whole state.
 func (r *Region) statePages(l *Layer, rowStride uint64) []Page {
 	var pages []Page
-	vi := 0
 	for si, s := range l.States {
 		base := r.Start + uint64(r.StateOffsets[si])
-		if s.Split == nil {
+		switch {
+		case s.Split == nil:
 			pages = append(pages, Page{Part: -1, Base: base, Stride: rowStride, Len: uint64(r.StateSizes[si]), View: r.viewOf(si, 0), State: si})
 			continue
+		case s.Split.Axis != 0:
+			pages = append(pages, Page{Part: -1, Base: base, Stride: rowStride, Len: uint64(r.StateSizes[si]), State: si})
+			continue
 		}
-		rowBytes := uint64(r.StateSizes[si] / s.Shape[s.Split.Axis])
+		rowBytes := uint64(r.StateSizes[si] / s.Shape[0])
 		var lo uint64
 		for k, seg := range s.Split.Segments {
-			v := r.viewOf(si, k)
-			if s.Split.Axis != 0 {
-				break
-			}
 			pages = append(pages, Page{Part: -1, Base: base + lo*rowBytes, Stride: rowStride, Len: uint64(seg[0]) * rowBytes,
-				HeadsOuter: true, HeadBytes: rowBytes, View: v, State: si})
+				HeadsOuter: true, HeadBytes: rowBytes, View: r.viewOf(si, k), State: si})
 			lo += uint64(seg[0])
-			vi++
-		}
-		if s.Split.Axis != 0 {
-			pages = append(pages, Page{Part: -1, Base: base, Stride: rowStride, Len: uint64(r.StateSizes[si]), State: si})
 		}
 	}
 	return pages
@@ -684,10 +675,12 @@ func (r *Region) cells(b box, fn func(Cells) error) error {
 	if bi >= 0 {
 		rows = [2]int64{b.idx[bi], b.idx[bi] + b.cnt[bi]}
 	}
+	hasToken := slices.ContainsFunc(r.axes, func(a axis) bool { return a.name == "token" })
+	hasHead := slices.ContainsFunc(r.axes, func(a axis) bool { return a.name == "head" })
 	kb := int64(r.KernelBlocks)
 	for blk := rows[0] / kb; blk*kb < rows[1]; blk++ {
 		k0, k1 := max(rows[0], blk*kb)-blk*kb, min(rows[1], (blk+1)*kb)-blk*kb
-		c := Cells{Region: r, EngineBlock: int(blk), Block: r.dumpBlock(int(blk)), Kernels: [2]int{int(k0), int(k1)}}
+		c := Cells{Region: r, EngineBlock: int(blk), Block: r.DumpBlock(int(blk)), Kernels: [2]int{int(k0), int(k1)}}
 		var off int64
 		if bi >= 0 {
 			off = (blk*kb + k0) * r.axes[bi].stride
@@ -733,10 +726,10 @@ func (r *Region) cells(b box, fn func(Cells) error) error {
 			bytes1 += r.elem - 1
 			dims = append(dims, Dim{Kind: DimByte, Count: int(r.elem), Step: 1})
 		}
-		if !slices.ContainsFunc(r.axes, func(a axis) bool { return a.name == "token" }) {
+		if !hasToken {
 			c.Tokens = [2]int{0, r.KernelTokens}
 		}
-		if !slices.ContainsFunc(r.axes, func(a axis) bool { return a.name == "head" }) {
+		if !hasHead {
 			c.Heads = [2]int{0, r.heads}
 		}
 		c.Bytes = [2]int{int(bytes0), int(bytes1)}
@@ -891,10 +884,7 @@ func (r *Region) computePageOrder() string {
 func (r *Region) EngineBlocks() int { return r.engineBlocks }
 
 // DumpBlock maps an engine block id to the dump's (NoBlock: not dumped).
-func (r *Region) DumpBlock(engine int) int { return r.dumpBlock(engine) }
-
-// dumpBlock maps an engine block id to the dump's.
-func (r *Region) dumpBlock(engine int) int {
+func (r *Region) DumpBlock(engine int) int {
 	if r.blockOf == nil {
 		return engine
 	}
@@ -1022,22 +1012,6 @@ func (r *Region) NonZero(lo, hi uint64) (n, first uint64) {
 	if hi <= lo {
 		return 0, 0
 	}
-	if r.identity {
-		data := r.Views[0].Cells.Data
-		if data == nil || hi-r.Start > uint64(len(data)) {
-			return 0, 0
-		}
-		for i, b := range data[lo-r.Start : hi-r.Start] {
-			if b != 0 {
-				if n == 0 {
-					first = lo + uint64(i)
-				}
-				n++
-			}
-		}
-		return n, first
-	}
-	var cell []byte
 	count := func(at uint64, b []byte) {
 		for i, x := range b {
 			if x != 0 {
@@ -1048,6 +1022,15 @@ func (r *Region) NonZero(lo, hi uint64) (n, first uint64) {
 			}
 		}
 	}
+	if r.identity {
+		data := r.Views[0].Cells.Data
+		if data == nil || hi-r.Start > uint64(len(data)) {
+			return 0, 0
+		}
+		count(lo, data[lo-r.Start:hi-r.Start])
+		return n, first
+	}
+	var cell []byte
 	m := &AddressMap{Regions: []*Region{r}}
 	m.Resolve(lo, hi-lo, func(c Cells) error {
 		if c.Block == NoBlock || c.View == nil {

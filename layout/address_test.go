@@ -62,6 +62,7 @@ func TestResolveCell(t *testing.T) {
 				}
 				if !r.State {
 					checkIntervals(t, am, r, d.Manifest.NumBlocks)
+					checkNonZero(t, r, min(d.Manifest.NumBlocks, 3))
 				}
 			}
 		})
@@ -145,6 +146,58 @@ func checkIntervals(t *testing.T, am *layout.AddressMap, r *layout.Region, block
 			if total != per {
 				t.Fatalf("layer %s block %d kernel %d: intervals hold %d bytes, the cells %d", r.Layer.Name, blk, k, total, per)
 			}
+		}
+	}
+}
+
+// checkNonZero: NonZero over a kernel row's intervals, and from a zero
+// byte inside one, counts the non-zero bytes of the cells there and finds
+// the lowest address of one, as the cells read through the CellView say.
+func checkNonZero(t *testing.T, r *layout.Region, blocks int) {
+	t.Helper()
+	v := r.Views[0]
+	c := &v.Cells
+	var cell []byte
+	for blk := range blocks {
+		for k := range c.KernelBlocks {
+			bytes := map[uint64]byte{}
+			for tk := range c.KernelTokens {
+				tok := k*c.KernelTokens + tk
+				for h := range c.Heads {
+					cell = c.ReadCell(cell[:0], blk, tok, h)
+					for b, x := range cell {
+						bytes[cellAddress(r, v, blk, tok, h, b)] = x
+					}
+				}
+			}
+			want := func(lo, hi uint64) (n, first uint64) {
+				for a := lo; a < hi; a++ {
+					if bytes[a] != 0 {
+						if n == 0 {
+							first = a
+						}
+						n++
+					}
+				}
+				return n, first
+			}
+			r.Intervals(blk, k, [2]int{0, c.KernelTokens}, func(lo, hi uint64) {
+				starts := []uint64{lo}
+				for a := lo; a < hi; a++ {
+					if bytes[a] == 0 {
+						starts = append(starts, a)
+						break
+					}
+				}
+				for _, s := range starts {
+					n, first := r.NonZero(s, hi)
+					wn, wfirst := want(s, hi)
+					if n != wn || first != wfirst {
+						t.Fatalf("layer %s block %d kernel %d: NonZero(0x%x, 0x%x) = %d bytes from 0x%x, the cells %d from 0x%x",
+							r.Layer.Name, blk, k, s, hi, n, first, wn, wfirst)
+					}
+				}
+			})
 		}
 	}
 }

@@ -100,3 +100,16 @@ func TestTransfersHTML(t *testing.T) {
 		t.Errorf("verdict %s, want mismatch", res.Verdict())
 	}
 }
+
+// TestSpan: a range of one value is written as that value, an unknown
+// one as "-" (the goldens' findings all span several heads and tokens).
+func TestSpan(t *testing.T) {
+	for _, c := range []struct {
+		r    [2]int
+		want string
+	}{{[2]int{-1, -1}, "-"}, {[2]int{3, 3}, "3"}, {[2]int{0, 7}, "0-7"}} {
+		if got := span(c.r); got != c.want {
+			t.Errorf("span(%v) = %q, want %q", c.r, got, c.want)
+		}
+	}
+}

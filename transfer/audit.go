@@ -127,8 +127,7 @@ type auditor struct {
 	scells     []layout.Cells
 	// ch is the current pair's destination read as a chunk of a page,
 	// where the consumer converts what it receives (nil otherwise).
-	ch        *chunk
-	summaries map[*request]int
+	ch *chunk
 }
 
 // side is the dumps of a producer or a consumer, by agent name.
@@ -258,7 +257,7 @@ func (d *dlist) at(i int) Desc {
 }
 
 func newAuditor(producer, consumer []*layout.Dump, opts Options) *auditor {
-	a := &auditor{opts: opts, unresolved: map[string]bool{}, summaries: map[*request]int{},
+	a := &auditor{opts: opts, unresolved: map[string]bool{},
 		res: &Result{Format: ResultFormat, Logs: []LogSummary{}, Requests: []RequestSummary{}, Findings: []Finding{}, Unresolved: []string{}, Notes: []string{}}}
 	if a.opts.MaxFindings == 0 {
 		a.opts.MaxFindings = DefaultMaxFindings
@@ -313,14 +312,18 @@ func (rk *rank) addressMap(a *auditor) *layout.AddressMap {
 func (rk *rank) ownersOf(group, block int) []owner {
 	if rk.owners == nil {
 		rk.owners = map[int]map[int][]owner{}
+		groupOf := func(key string) map[int][]owner {
+			g, _ := strconv.Atoi(key)
+			m := rk.owners[g]
+			if m == nil {
+				m = map[int][]owner{}
+				rk.owners[g] = m
+			}
+			return m
+		}
 		for _, r := range rk.dump.Manifest.Requests {
 			for key, table := range r.BlockTable {
-				g, _ := strconv.Atoi(key)
-				m := rk.owners[g]
-				if m == nil {
-					m = map[int][]owner{}
-					rk.owners[g] = m
-				}
+				m := groupOf(key)
 				for pos, b := range table {
 					if b != layout.NoBlock {
 						m[b] = append(m[b], owner{r.ID, pos})
@@ -328,12 +331,7 @@ func (rk *rank) ownersOf(group, block int) []owner {
 				}
 			}
 			for key, b := range r.StateBlock {
-				g, _ := strconv.Atoi(key)
-				m := rk.owners[g]
-				if m == nil {
-					m = map[int][]owner{}
-					rk.owners[g] = m
-				}
+				m := groupOf(key)
 				m[b] = append(m[b], owner{r.ID, 0})
 			}
 		}
@@ -664,6 +662,11 @@ func (a *auditor) add(x *xfer, f Finding) {
 			f.Rank = x.dst.r
 		}
 	}
+	a.keep(f)
+}
+
+// keep records a finding, or counts it dropped past MaxFindings.
+func (a *auditor) keep(f Finding) {
 	if a.opts.MaxFindings > 0 && len(a.res.Findings) >= a.opts.MaxFindings {
 		a.dropped++
 		return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -363,5 +364,41 @@ func TestPushWrite(t *testing.T) {
 	}
 	if f := res.Findings[i]; f.Side != "remote" || f.Request != "req-0" || f.Descriptor != 0 || f.Owner == nil || f.Owner.Request != "req-1" {
 		t.Fatalf("push: %+v", f)
+	}
+}
+
+// TestMaxFindings: past Options.MaxFindings the findings are counted, not
+// kept, and a note says how many were left out; those kept are findings
+// of the uncapped audit (of a transfer and of a request alike).
+func TestMaxFindings(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	recs[x].LocalIDs[0] = recs[x+2].LocalIDs[0] // another request's block
+	rewrite(t, logs[0], h, recs)
+	all := audit(t, logs, prod, cons)
+	if len(all.Findings) < 3 {
+		t.Fatalf("%d findings uncapped, want 3 or more", len(all.Findings))
+	}
+	for _, max := range []int{1, len(all.Findings) - 1} {
+		res, err := transfer.Audit(context.Background(), logs, prod, cons, transfer.Options{MaxFindings: max})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Findings) != max {
+			t.Fatalf("max %d: %d findings kept", max, len(res.Findings))
+		}
+		for _, f := range res.Findings {
+			if !slices.ContainsFunc(all.Findings, func(g transfer.Finding) bool { return reflect.DeepEqual(f, g) }) {
+				t.Fatalf("max %d: finding %+v is none of the uncapped audit's", max, f)
+			}
+		}
+		note := fmt.Sprintf("%d more finding(s) left out (--max-findings)", len(all.Findings)-max)
+		if !slices.Contains(res.Notes, note) {
+			t.Fatalf("max %d: notes %q, want %q", max, res.Notes, note)
+		}
+	}
+	if slices.ContainsFunc(all.Notes, func(n string) bool { return strings.Contains(n, "left out") }) {
+		t.Fatalf("uncapped notes %q", all.Notes)
 	}
 }

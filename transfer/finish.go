@@ -303,11 +303,7 @@ func (a *auditor) addRequest(x *xfer, f Finding) {
 	if x != nil {
 		f.Transfer, f.Log, f.Line = x.id, x.log.path, x.line
 	}
-	if a.opts.MaxFindings > 0 && len(a.res.Findings) >= a.opts.MaxFindings {
-		a.dropped++
-		return
-	}
-	a.res.Findings = append(a.res.Findings, f)
+	a.keep(f)
 }
 
 // summarize fills the requests' summaries and the verdict.

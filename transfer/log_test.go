@@ -217,3 +217,22 @@ func TestLogValues(t *testing.T) {
 		t.Fatalf("descs: %+v, %v", recs, err)
 	}
 }
+
+// TestWriterEscapes: the header's strings come out as Python's
+// json.dumps (ensure_ascii, compact separators) writes them, the line
+// below printed by it, and read back the same.
+func TestWriterEscapes(t *testing.T) {
+	h := transfer.Header{Agent: "a\"\\\n\r\t\b\f\x01\x7f\u00e9\u20ac\U0001F600z", TPRank: 1, PPRank: 2}
+	var b bytes.Buffer
+	if err := transfer.NewWriter(&b, h).Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"format":"kvaudit-nixl-log/1","agent":"a\"\\\n\r\t\b\f\u0001\u007f\u00e9\u20ac\ud83d\ude00z","tp_rank":1,"pp_rank":2}` + "\n"
+	if b.String() != want {
+		t.Fatalf("header line:\n got %s\nwant %s", b.String(), want)
+	}
+	got, _, err := readAll("escapes.jsonl", b.Bytes())
+	if err != nil || got != h {
+		t.Fatalf("read back %+v, %v; want %+v", got, err, h)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"io"
 	"strconv"
-	"unicode/utf8"
 )
 
 // Writer writes a log as the recorder does (kvaudit_export.nixl_log): the
@@ -122,6 +121,7 @@ func appendDescs(b []byte, ds []Desc) []byte {
 // appendString writes s as Python's json.dumps does (ensure_ascii).
 func appendString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
+	u := func(r rune) { b = append(b, '\\', 'u', hex[r>>12&15], hex[r>>8&15], hex[r>>4&15], hex[r&15]) }
 	b = append(b, '"')
 	for _, r := range s {
 		switch {
@@ -139,13 +139,12 @@ func appendString(b []byte, s string) []byte {
 			b = append(b, `\b`...)
 		case r == '\f':
 			b = append(b, `\f`...)
-		case r < 0x20 || (r >= 0x7f && r <= 0xffff) || r == utf8.RuneError:
-			b = append(b, '\\', 'u', hex[r>>12&15], hex[r>>8&15], hex[r>>4&15], hex[r&15])
+		case r < 0x20 || (r >= 0x7f && r <= 0xffff):
+			u(r)
 		case r > 0xffff:
 			r -= 0x10000
-			hi, lo := 0xd800+(r>>10), 0xdc00+(r&0x3ff)
-			b = append(b, '\\', 'u', hex[hi>>12&15], hex[hi>>8&15], hex[hi>>4&15], hex[hi&15])
-			b = append(b, '\\', 'u', hex[lo>>12&15], hex[lo>>8&15], hex[lo>>4&15], hex[lo&15])
+			u(0xd800 + r>>10)
+			u(0xdc00 + r&0x3ff)
 		default:
 			b = append(b, byte(r))
 		}

@@ -218,13 +218,11 @@ func (a *auditor) confinedDst(x *xfer, i int, dside string) bool {
 		}
 		f := Finding{Invariant: Confined, Side: dside, Descriptor: i, Group: g, Position: -1, Block: c.Block,
 			Layer: c.Region.Views[0].Number, LayerName: c.Region.Layer.Name}
-		var bytes uint64
 		for _, o := range a.dcells[ci:] {
 			if o.Block == c.Block {
-				bytes += o.Len
+				f.Bytes += o.Len
 			}
 		}
-		f.Bytes = bytes
 		a.describeCells(&f, a.dcells[ci:ci+1], x.req, true)
 		if a.ch != nil {
 			a.placeDst(&f, x)
@@ -281,7 +279,6 @@ func (a *auditor) confinedSrc(x *xfer, i int, sside string) bool {
 		if len(a.dcells) > 0 {
 			a.placeDst(&f, x)
 		}
-		f.Invariant, f.Side = Confined, sside
 		for _, o := range a.scells[ci:] {
 			if o.Block == c.Block {
 				f.Bytes += o.Len
