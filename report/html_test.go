@@ -283,8 +283,14 @@ func TestHTMLBounded(t *testing.T) {
 	if len(worst) > htmlBound {
 		t.Errorf("the page is %d bytes, more than %d", len(worst), htmlBound)
 	}
-	if n := len(heatTables.FindAllString(worst, -1)); n > htmlMaxHeatmaps {
+	heatmaps := heatTables.FindAllString(worst, -1)
+	if n := len(heatmaps); n > htmlMaxHeatmaps {
 		t.Errorf("%d heatmaps, more than the cap %d", n, htmlMaxHeatmaps)
+	}
+	// The big group's heat alone is more cells than the cap: it is not
+	// drawn.
+	if n := len(heatCells.FindAllString(strings.Join(heatmaps, ""), -1)); n > htmlHeatCells {
+		t.Errorf("%d heatmap cells, more than the cap %d", n, htmlHeatCells)
 	}
 	for _, want := range []string{"more distinct row(s) not shown", "more pattern(s) not drawn", "more row(s) not shown"} {
 		if !strings.Contains(worst, want) {
