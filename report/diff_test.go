@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -254,5 +255,29 @@ func TestDiffFitsWidth(t *testing.T) {
 	}
 	if out := b.String(); !strings.Contains(out, "full_attention") || !strings.Contains(out, strings.Repeat(".", 62)+"X") || !strings.Contains(out, "one cell per 4 positions") || strings.Contains(out, "left out") {
 		t.Errorf("no width: %s", out)
+	}
+}
+
+// TestStrengthNotes: one note per cause of a vLLM-only comparison, in the
+// order first met, each naming its requests once (a request with two
+// such groups too), and none for the groups the mix check judged.
+func TestStrengthNotes(t *testing.T) {
+	const a, b = "cause a", "cause b"
+	vllm := func(id int, why string) *verify.GroupVerdict {
+		return &verify.GroupVerdict{ID: id, Strength: verify.StrengthVLLM, VLLMOnly: why}
+	}
+	res := &verify.DiffResult{Requests: []*verify.RequestVerdict{
+		{ID: "r0", Groups: []*verify.GroupVerdict{vllm(0, a), vllm(1, a)}},
+		{ID: "r1", Groups: []*verify.GroupVerdict{{ID: 0, Strength: verify.StrengthMix}}},
+		{ID: "r2", Groups: []*verify.GroupVerdict{vllm(0, b), vllm(1, a)}},
+	}}
+	got := strengthNotes(res)
+	tail := "; kvaudit's nested payload, records and dumps add its mix check"
+	want := []string{
+		"compared by vLLM's checksum only (cause a) for r0, r2: " + verify.MissedByVLLM + tail,
+		"compared by vLLM's checksum only (cause b) for r2: " + verify.MissedByVLLM + tail,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("strengthNotes:\n%q\nwant\n%q", got, want)
 	}
 }

@@ -678,7 +678,11 @@ func groupOf(rv *verify.RequestVerdict, id int) *verify.GroupVerdict {
 // and tokens (detailTip).
 func heatCellOf(h *drill.Heat, l, c, r, most int, d *drill.Detail) heatCell {
 	b := h.At(l, c, r)
-	where := fmt.Sprintf("layer %d · %s %d", h.Layers[l], map[bool]string{false: "head", true: "state"}[h.State], c)
+	col := "head"
+	if h.State {
+		col = "state"
+	}
+	where := fmt.Sprintf("layer %d · %s %d", h.Layers[l], col, c)
 	if h.Replicas > 1 {
 		where += fmt.Sprintf(" · replica %d", r)
 	}
@@ -690,15 +694,12 @@ func heatCellOf(h *drill.Heat, l, c, r, most int, d *drill.Detail) heatCell {
 	case b == 0:
 		return heatCell{}
 	}
-	cell := heatCell{Class: fmt.Sprintf("l%d k-x", heatLevel(b, most)), Sym: "×", Focus: true}
-	cell.Tip = fmt.Sprintf("%s · %d byte(s) differ", where, b)
+	kind, sym, tip := "k-x", "×", fmt.Sprintf("%s · %d byte(s) differ", where, b)
 	if d != nil {
-		k, sym := hintMark(d.Hint)
-		cell.Class = fmt.Sprintf("l%d %s", heatLevel(b, most), k)
-		cell.Sym = sym
-		cell.Tip += " · " + detailTip(d)
+		kind, sym = hintMark(d.Hint)
+		tip += " · " + detailTip(d)
 	}
-	return cell
+	return heatCell{Class: "l" + strconv.Itoa(heatLevel(b, most)) + " " + kind, Sym: sym, Tip: tip, Focus: true}
 }
 
 // detailSlices returns the layers and heatmap columns (global heads, or
@@ -727,8 +728,11 @@ func detailSlices(d *drill.Detail) (layers, cols []int) {
 func detailTip(d *drill.Detail) string {
 	tip := clip(d.Hint) + " · " + detailWhere(d)
 	if layers, cols := detailSlices(d); len(layers)*len(cols) > 1 {
-		tip += fmt.Sprintf(" · one of %d slices (layers %s, %s %s)", len(layers)*len(cols), ranges.Format(layers),
-			map[bool]string{false: "heads", true: "state"}[d.State], ranges.Format(cols))
+		what := "heads"
+		if d.State {
+			what = "state"
+		}
+		tip += fmt.Sprintf(" · one of %d slices (layers %s, %s %s)", len(layers)*len(cols), ranges.Format(layers), what, ranges.Format(cols))
 	}
 	tip += fmt.Sprintf(" · rank %d:%d (pp:tp) · block %d", d.PPRank, d.TPRank, d.Block)
 	if d.File != "" {

@@ -83,7 +83,9 @@ func exampleMap(ex string) (at string, cells []stripCell, text string) {
 	return at, cells, ""
 }
 
-func newCampaignView(r *inject.CampaignResult) *campaignView {
+// newCampaignView draws r; tables are its campaignTables, whose first
+// table's notes it says.
+func newCampaignView(r *inject.CampaignResult, tables []*Table) *campaignView {
 	v := &campaignView{Seed: fmt.Sprint(r.Seed), Trials: fmt.Sprint(r.Trials), Elapsed: fmt.Sprintf("%.1fs", r.Elapsed.Seconds()), Stopped: r.Stopped,
 		Columns: []string{"trials", "detected", "localised exactly", "missed", "false positives", "caught by vLLM's checksum alone"}}
 	for _, k := range r.Kinds {
@@ -123,7 +125,7 @@ func newCampaignView(r *inject.CampaignResult) *campaignView {
 		clean.Kind.Sym, clean.Kind.Tone = "✗", "bad"
 	}
 	v.Kinds = append(v.Kinds, clean)
-	if tables := campaignTables(r); r.Stopped == "" && len(tables) > 0 {
+	if r.Stopped == "" && len(tables) > 0 {
 		v.Notes = clipNotes(tables[0].escaped().Notes)
 	}
 	v.Notes = capList(v.Notes, htmlMaxNotes)
@@ -145,9 +147,9 @@ func RenderCampaignHTML(w io.Writer, r *inject.CampaignResult, info HTMLInfo) er
 	case !r.Pass:
 		b = badge{"FAIL", "✗", "bad"}
 	}
-	p := &htmlPage{Title: "kvaudit campaign: " + b.Text, Verdict: b, Campaign: newCampaignView(r)}
-	info.fill(p)
 	tables := campaignTables(r)
+	p := &htmlPage{Title: "kvaudit campaign: " + b.Text, Verdict: b, Campaign: newCampaignView(r, tables)}
+	info.fill(p)
 	switch {
 	case r.Stopped != "":
 		p.Summary = clipTo(r.Stopped, htmlMaxNote) + "; no fault was injected"

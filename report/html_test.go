@@ -283,8 +283,14 @@ func TestHTMLBounded(t *testing.T) {
 	if len(worst) > htmlBound {
 		t.Errorf("the page is %d bytes, more than %d", len(worst), htmlBound)
 	}
-	if n := len(heatTables.FindAllString(worst, -1)); n > htmlMaxHeatmaps {
+	heatmaps := heatTables.FindAllString(worst, -1)
+	if n := len(heatmaps); n > htmlMaxHeatmaps {
 		t.Errorf("%d heatmaps, more than the cap %d", n, htmlMaxHeatmaps)
+	}
+	// The big group's heat alone is more cells than the cap: it is not
+	// drawn.
+	if n := len(heatCells.FindAllString(strings.Join(heatmaps, ""), -1)); n > htmlHeatCells {
+		t.Errorf("%d heatmap cells, more than the cap %d", n, htmlHeatCells)
 	}
 	for _, want := range []string{"more distinct row(s) not shown", "more pattern(s) not drawn", "more row(s) not shown"} {
 		if !strings.Contains(worst, want) {
@@ -327,5 +333,39 @@ func TestHTMLStrength(t *testing.T) {
 	}
 	if n := strings.Count(out, "differ in kvaudit&#39;s mix check only"); n != 1 {
 		t.Errorf("%d mix-only lines, want 1 (request mixed alone)", n)
+	}
+}
+
+// TestHTMLMapRowIDs: a folded block-map row names at most htmlMaxIDs
+// requests and counts the others, and a request compared with a producer
+// request of another id names both.
+func TestHTMLMapRowIDs(t *testing.T) {
+	res := everywhere(htmlMaxIDs+4, 2, false)
+	res.Diff.Requests[0].ProducerID = "prod-0"
+	out := renderHTML(t, res)
+	rows := regexp.MustCompile(`<td class="ids">.*?</td>`).FindAllString(out, -1)
+	if len(rows) != 1 {
+		t.Fatalf("%d block-map rows of alike requests, want 1", len(rows))
+	}
+	if !strings.Contains(rows[0], "<code>req-0 ← prod-0</code>") {
+		t.Errorf("row %s does not name req-0's producer request", rows[0])
+	}
+	if n := strings.Count(rows[0], "<code>"); n != htmlMaxIDs || !strings.Contains(rows[0], "and 4 more alike") {
+		t.Errorf("row %s: %d ids, want %d and 4 more alike", rows[0], n, htmlMaxIDs)
+	}
+}
+
+// TestTokensOf: the tokens a block position holds, cut at num_tokens.
+func TestTokensOf(t *testing.T) {
+	for _, c := range []struct {
+		p, bs, n int
+		want     string
+	}{
+		{0, 16, 40, "tokens 0-15"}, {2, 16, 40, "tokens 32-39"}, {2, 16, 33, "token 32"}, {3, 16, 40, "tokens past num_tokens"},
+		{1, 16, 0, "tokens 16-31"}, {1, 0, 40, ""},
+	} {
+		if got := tokensOf(c.p, c.bs, c.n); got != c.want {
+			t.Errorf("tokensOf(%d, %d, %d) = %q, want %q", c.p, c.bs, c.n, got, c.want)
+		}
 	}
 }

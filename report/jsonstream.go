@@ -6,6 +6,7 @@ import (
 	"io"
 	"reflect"
 	"strings"
+	"sync"
 
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -60,10 +61,25 @@ func streams(t reflect.Type, seen map[reflect.Type]bool) bool {
 
 var marshalerType = reflect.TypeFor[json.Marshaler]()
 
+// streamsCache holds streams' answer per type (reflect.Type to bool):
+// streamValue asks it of every value it writes, every struct field and
+// slice element.
+var streamsCache sync.Map
+
+// typeStreams is streams(t), walked once per type.
+func typeStreams(t reflect.Type) bool {
+	if s, ok := streamsCache.Load(t); ok {
+		return s.(bool)
+	}
+	s := streams(t, map[reflect.Type]bool{})
+	streamsCache.Store(t, s)
+	return s
+}
+
 // streamValue writes v at indentation prefix (its first line unindented,
 // as MarshalIndent's with prefix).
 func streamValue(w *bufio.Writer, v reflect.Value, prefix string) error {
-	if !v.IsValid() || !streams(v.Type(), map[reflect.Type]bool{}) {
+	if !v.IsValid() || !typeStreams(v.Type()) {
 		var x any
 		if v.IsValid() {
 			x = v.Interface()

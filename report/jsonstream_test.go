@@ -57,7 +57,13 @@ func TestWriteJSONIsMarshalIndent(t *testing.T) {
 		if rapid.Bool().Draw(t, "repeated") {
 			c.Repeated = []RepeatedBlockJSON{{Request: str.Draw(t, "rid"), Positions: []int{0, 2}}}
 		}
-		for _, v := range []any{c, *c, &DiffJSON{Format: "x", Requests: []DiffRequestJSON{{ID: str.Draw(t, "d")}}}, nil, map[string]any{"a": c}} {
+		// An embedded struct's fields are its parent's in encoding/json:
+		// left to it whole.
+		type embeds struct {
+			*ChecksumsJSON
+			Extra int `json:"extra"`
+		}
+		for _, v := range []any{c, *c, &DiffJSON{Format: "x", Requests: []DiffRequestJSON{{ID: str.Draw(t, "d")}}}, nil, map[string]any{"a": c}, embeds{c, 1}} {
 			want, err := json.MarshalIndent(v, "", "  ")
 			if err != nil {
 				t.Fatal(err)

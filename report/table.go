@@ -112,10 +112,10 @@ func (t *Table) Add(cells ...Cell) { t.Rows = append(t.Rows, cells) }
 // Every title, header, cell and note is escaped (Escape) first: the
 // strings come from dumps, records and payloads, which are untrusted.
 func (t *Table) Render(w io.Writer, f Format, style Style) error {
+	if f != FormatMarkdown && !style.Color && !style.Aligned {
+		return t.plain(w)
+	}
 	if t.Stream != nil {
-		if f != FormatMarkdown && !style.Color && !style.Aligned {
-			return t.streamPlain(w)
-		}
 		c := *t
 		c.Rows, c.Stream = slices.Clone(t.Rows), nil
 		t.Stream(c.Add)
@@ -128,37 +128,16 @@ func (t *Table) Render(w io.Writer, f Format, style Style) error {
 		t.markdown(&b)
 	case style.Color:
 		t.styled(&b, w, style)
-	case style.Aligned:
-		t.aligned(&b, style)
 	default:
-		t.plain(&b)
+		t.aligned(&b, style)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
-func (t *Table) plain(b *strings.Builder) {
-	if t.Title != "" {
-		fmt.Fprintf(b, "# %s\n", t.Title)
-	}
-	if len(t.Header) > 0 {
-		b.WriteString(strings.Join(t.Header, "\t") + "\n")
-	}
-	for _, r := range t.Rows {
-		texts := make([]string, len(r))
-		for i, c := range r {
-			texts[i] = c.Text
-		}
-		b.WriteString(strings.Join(texts, "\t") + "\n")
-	}
-	for _, n := range t.Notes {
-		b.WriteString(n + "\n")
-	}
-}
-
-// streamPlain writes the table as plain does, escaping each string as it
-// writes it and each row of Stream as it comes.
-func (t *Table) streamPlain(w io.Writer) error {
+// plain writes the table as tab-separated text, escaping each string as
+// it writes it and each row of Stream as it comes.
+func (t *Table) plain(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	if t.Title != "" {
 		fmt.Fprintf(bw, "# %s\n", escapeText(t.Title))
@@ -188,7 +167,9 @@ func (t *Table) streamPlain(w io.Writer) error {
 	for _, r := range t.Rows {
 		row(r...)
 	}
-	t.Stream(row)
+	if t.Stream != nil {
+		t.Stream(row)
+	}
 	for _, n := range t.Notes {
 		bw.WriteString(escapeText(n) + "\n")
 	}

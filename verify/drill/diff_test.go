@@ -1,8 +1,11 @@
 package drill
 
 import (
+	"math/bits"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/kvaudit/kvaudit/layout"
 )
 
 // TestDiffWordsSIMD compares the SIMD kernel with the generic loop on
@@ -158,6 +161,97 @@ func TestFoldHint(t *testing.T) {
 	} {
 		if got := FoldHint(tc.hints...); got != tc.want {
 			t.Errorf("FoldHint(%q) = %q, want %q", tc.hints, got, tc.want)
+		}
+	}
+}
+
+// TestDiffCells checks diffCells, cell by cell and through the SIMD
+// kernel where its segments allow, against a byte by byte count over the
+// logical bytes of cells cut into runs of random lengths (the first
+// differing byte's logical offset past the first segment too), and
+// fileOffset against the runs.
+func TestDiffCells(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for trial := range 300 {
+		// Two views of one cell, each its logical bytes in runs of random
+		// lengths (multiples of 8 or 32 in some trials) at spaced offsets.
+		runs := func() []layout.CellRun {
+			var rs []layout.CellRun
+			off, unit := int64(rng.IntN(4)*8), []int{1, 8, 32}[trial%3]
+			for total := 0; total < 256; {
+				n := min(unit*(1+rng.IntN(8)), 256-total)
+				rs = append(rs, layout.CellRun{Offset: off, Len: n})
+				off += int64(n + unit*rng.IntN(3))
+				total += n
+			}
+			return rs
+		}
+		cv, pv := &layout.CellView{Runs: runs(), FileOffset: 1000}, &layout.CellView{Runs: runs()}
+		a, b := make([]byte, 2048), make([]byte, 2048)
+		for i := range a {
+			a[i] = byte(rng.Uint32())
+		}
+		x, y := int64(8*rng.IntN(16)), int64(8*rng.IntN(16))
+		logical := func(v *layout.CellView, data []byte, at int64) []byte {
+			var out []byte
+			for _, r := range v.Runs {
+				out = append(out, data[at+r.Offset:at+r.Offset+int64(r.Len)]...)
+			}
+			return out
+		}
+		// b's cell: a's, with a few bytes changed past a random point
+		// (all of them in some trials), or a's cleared first.
+		ca := logical(cv, a, x)
+		if trial%7 == 0 {
+			clear(ca)
+			for _, r := range cv.Runs {
+				clear(a[x+r.Offset : x+r.Offset+int64(r.Len)])
+			}
+		}
+		cb := append([]byte(nil), ca...)
+		from := rng.IntN(len(cb))
+		for range rng.IntN(4) {
+			cb[from+rng.IntN(len(cb)-from)] ^= byte(1 + rng.IntN(255))
+		}
+		q := 0
+		for _, r := range pv.Runs {
+			copy(b[y+r.Offset:], cb[q:q+r.Len])
+			q += r.Len
+		}
+		want := cellDiff{first: -1}
+		for i := range ca {
+			u, v := ca[i], cb[i]
+			if d := u ^ v; d != 0 {
+				want.bits += bits.OnesCount8(d)
+				want.bytes++
+				if want.first < 0 {
+					want.first = i
+				}
+			}
+			want.nonzero = want.nonzero || u != 0
+			want.sumC += uint64(u) << (8 * (i % 8))
+			want.sumP += uint64(v) << (8 * (i % 8))
+		}
+		segs := segCache{}.get(cv, pv)
+		for _, simd := range []bool{false, segs.simd} {
+			var got cellDiff
+			differs := diffCells(a, x, b, y, segList{segs: segs.segs, simd: simd}, &got)
+			if got != want || differs != (want.bytes > 0) {
+				t.Fatalf("trial %d (simd %v, %d segments): %+v, want %+v", trial, simd, len(segs.segs), got, want)
+			}
+		}
+		// fileOffset: logical byte q lies in the run that holds it.
+		q = rng.IntN(len(ca))
+		wantOff := cv.FileOffset + x
+		for rest, i := q, 0; ; i++ {
+			if rest < cv.Runs[i].Len {
+				wantOff += cv.Runs[i].Offset + int64(rest)
+				break
+			}
+			rest -= cv.Runs[i].Len
+		}
+		if got := fileOffset(cv, x, q); got != wantOff {
+			t.Fatalf("trial %d: fileOffset of logical byte %d = %d, want %d", trial, q, got, wantOff)
 		}
 	}
 }

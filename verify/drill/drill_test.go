@@ -202,6 +202,19 @@ func TestExplain(t *testing.T) {
 			b[200] ^= 0x80
 			c.write(cell("req-1", layer1, 3, 20), b)
 		}, []string{"g0 p1 L1 h3 r0 t20-20: 3 bits flipped"}},
+		{"FlipBits bits flipped", cons(), func(c *kv) {
+			b := c.read(cell("req-1", layer1, 3, 20))
+			b[1] ^= 0xff
+			b[200] ^= 0xff
+			c.write(cell("req-1", layer1, 3, 20), b)
+		}, []string{fmt.Sprintf("g0 p1 L1 h3 r0 t20-20: %d bits flipped", drill.FlipBits)}},
+		{"one bit more than FlipBits", cons(), func(c *kv) {
+			b := c.read(cell("req-1", layer1, 3, 20))
+			b[1] ^= 0xff
+			b[200] ^= 0xff
+			b[300] ^= 1
+			c.write(cell("req-1", layer1, 3, 20), b)
+		}, []string{"g0 p1 L1 h3 r0 t20-20: random bytes"}},
 		{"zeroed tail", cons(), func(c *kv) {
 			for tok := 36; tok < 40; tok++ {
 				c.write(cell("req-0", layer1, 6, tok), make([]byte, 512))
