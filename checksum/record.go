@@ -5,13 +5,11 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 
+	"github.com/kvaudit/kvaudit/internal/parallel"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/wire"
 )
@@ -375,7 +373,7 @@ func (f Fast) records(ctx context.Context, dumps []*layout.Dump, opts Options) (
 	plans := make([]*Plan, len(dumps))
 	recs := make([]*wire.Record, len(dumps))
 	outs := make([][]uint64, len(dumps))
-	err := eachRank(len(dumps), func(i int) error {
+	err := parallel.Each(len(dumps), func(i int) error {
 		var err error
 		if plans[i], recs[i], err = NewPlan(dumps[i], opts.Requests); err != nil {
 			return err
@@ -390,53 +388,10 @@ func (f Fast) records(ctx context.Context, dumps []*layout.Dump, opts Options) (
 	if err := f.runPlans(ctx, plans, outs); err != nil {
 		return nil, err
 	}
-	eachRank(len(plans), func(i int) error {
+	parallel.Each(len(plans), func(i int) error {
 		plans[i].Spread(outs[i])
 		fillAll(recs[i], plans[i], outs[i])
 		return nil
 	})
 	return recs, nil
-}
-
-// eachRank calls fn(i) for every rank i in [0, n) on up to GOMAXPROCS
-// goroutines and returns the error of the first rank (in rank order) that
-// failed, as a loop over the ranks in turn would (with one goroutine it is
-// that loop).
-func eachRank(n int, fn func(i int) error) error {
-	workers := min(runtime.GOMAXPROCS(0), n)
-	if workers <= 1 {
-		for i := range n {
-			if err := fn(i); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	errs := make([]error, n)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	panics := make([]any, workers)
-	for w := range workers {
-		wg.Go(func() {
-			// A panic is raised again on the caller's goroutine, where
-			// the caller may recover it (kvaudit reports an internal
-			// error), as it would in turn.
-			defer func() { panics[w] = recover() }()
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				errs[i] = fn(i)
-			}
-		})
-	}
-	wg.Wait()
-	for _, r := range panics {
-		if r != nil {
-			panic(r)
-		}
-	}
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

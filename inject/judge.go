@@ -360,19 +360,20 @@ func caughtByVLLM(res, clean *verify.DiffResult) bool {
 		if rv.VLLMVerdict() == verify.Verified {
 			continue
 		}
-		if c := cleanRequest(clean, rv.ID); c == nil || c.VLLMVerdict() == verify.Verified {
+		if c := requestVerdict(clean, rv.ID); c == nil || c.VLLMVerdict() == verify.Verified {
 			return true
 		}
 	}
 	return false
 }
 
-// cleanRequest returns the clean comparison's verdict of request id, or nil.
-func cleanRequest(clean *verify.DiffResult, id string) *verify.RequestVerdict {
-	if clean == nil {
+// requestVerdict returns res's verdict of request id, or nil (also when
+// res is nil).
+func requestVerdict(res *verify.DiffResult, id string) *verify.RequestVerdict {
+	if res == nil {
 		return nil
 	}
-	for _, rv := range clean.Requests {
+	for _, rv := range res.Requests {
 		if rv.ID == id {
 			return rv
 		}

@@ -190,13 +190,12 @@ func (s *pairState) allowProducer(id string, g, pos int) bool {
 	return false
 }
 
+// groupVerdict returns res's verdict of group g of request id, or nil.
 func groupVerdict(res *verify.DiffResult, id string, g int) *verify.GroupVerdict {
-	for _, rv := range res.Requests {
-		if rv.ID == id {
-			for _, gv := range rv.Groups {
-				if gv.ID == g {
-					return gv
-				}
+	if rv := requestVerdict(res, id); rv != nil {
+		for _, gv := range rv.Groups {
+			if gv.ID == g {
+				return gv
 			}
 		}
 	}

@@ -31,18 +31,15 @@ func (r *Runner) checkResults(ctx context.Context, p *checksum.Plan, got []uint6
 	if n == 0 || len(got)%n != 0 {
 		return nil
 	}
-	zero := make([]bool, n)
-	for k := range n {
-		zero[k] = true
+	// Every all-zero slot, and a random sample of the others.
+	pick := make([]bool, n)
+	for k := range pick {
+		pick[k] = true
 	}
 	for i, v := range got {
 		if v != 0 {
-			zero[i%n] = false
+			pick[i%n] = false
 		}
-	}
-	pick := make([]bool, n)
-	for k := range n {
-		pick[k] = zero[k]
 	}
 	if want := max(checkMinSlots, n/checkFraction); want >= n {
 		for k := range pick {

@@ -11,12 +11,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
+
+	"github.com/kvaudit/kvaudit/internal/parallel"
 )
 
 // Dump is one rank's KV cache: its manifest, the resolved groups and the
@@ -638,16 +637,12 @@ func OpenSide(paths []string) ([]*Dump, error) {
 		return nil, nil
 	}
 	dumps := make([]*Dump, len(paths))
-	errs := make([]error, len(paths))
-	parallel(len(paths), func(i int) bool {
-		dumps[i], errs[i] = Open(paths[i])
-		return errs[i] == nil
-	})
-	for _, err := range errs {
-		if err != nil {
-			CloseAll(dumps)
-			return nil, err
-		}
+	if err := parallel.Each(len(paths), func(i int) (err error) {
+		dumps[i], err = Open(paths[i])
+		return err
+	}); err != nil {
+		CloseAll(dumps)
+		return nil, err
 	}
 	if err := checkRanks(dumps); err != nil {
 		CloseAll(dumps)
@@ -682,47 +677,12 @@ func checkRanks(dumps []*Dump) error {
 // unmapping a rank's files is the kernel's work on every page mapped, and
 // the ranks' mappings are apart.
 func CloseAll(dumps []*Dump) {
-	parallel(len(dumps), func(i int) bool {
+	parallel.Each(len(dumps), func(i int) error {
 		if dumps[i] != nil {
 			dumps[i].Close()
 		}
-		return true
+		return nil
 	})
-}
-
-// parallel calls fn(i) for i in [0, n) on up to GOMAXPROCS goroutines,
-// each taking the next i; with one, in turn, stopping at the first fn that
-// returns false.
-func parallel(n int, fn func(i int) bool) {
-	workers := min(runtime.GOMAXPROCS(0), n)
-	if workers <= 1 {
-		for i := range n {
-			if !fn(i) {
-				return
-			}
-		}
-		return
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	panics := make([]any, workers)
-	for w := range workers {
-		wg.Go(func() {
-			// A panic is raised again on the caller's goroutine, where
-			// the caller may recover it (kvaudit reports an internal
-			// error), as it would in turn.
-			defer func() { panics[w] = recover() }()
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				fn(i)
-			}
-		})
-	}
-	wg.Wait()
-	for _, r := range panics {
-		if r != nil {
-			panic(r)
-		}
-	}
 }
 
 // NotDumpError is a path given as part of a side that is neither a dump

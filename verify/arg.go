@@ -61,7 +61,7 @@ func openArg(arg string, stdin io.Reader) (*Source, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Source{Records: recs, name: fmt.Sprintf("%q", arg), files: []string{arg}}, nil
+		return &Source{Records: recs, recordFiles: []string{arg}, name: fmt.Sprintf("%q", arg), files: []string{arg}}, nil
 	}
 	s, err := payloadSide(fmt.Sprintf("%q", arg), data)
 	if s != nil {

@@ -220,7 +220,9 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 		}
 	}
 	pairing := map[string][]string{} // what pairing did, by consumer request id
-	pairByParams(cside, cons, pairing)
+	if err := pairByParams(cside, cons, pairing); err != nil {
+		return nil, err
+	}
 	prod, err := producerChecks(ctx, pside, cons, opts, pairing)
 	if err != nil {
 		return nil, err

@@ -65,10 +65,6 @@ type Source struct {
 	// remoteID is the remote_request_id of vLLM's kv_transfer_params
 	// given as the producer (the producer's request id), "" when none.
 	remoteID string
-	// params are the kv_transfer_params.json files beside the side's
-	// dumps (as vLLM's capture connector writes them), by directory: their
-	// remote_request_id names the producer request the dumps there load.
-	params map[string]transferParams
 }
 
 // transferParams is what a kv_transfer_params.json beside a consumer's
@@ -173,10 +169,6 @@ func openPaths(paths []string) (*Source, error) {
 		return nil, err
 	}
 	s.files = append(append(s.files, dumpPaths...), rest...)
-	if s.params, err = readTransferParams(dumpPaths); err != nil {
-		s.Close()
-		return nil, err
-	}
 	return s, nil
 }
 
@@ -208,14 +200,16 @@ const paramsFile = "kv_transfer_params.json"
 const maxParamsFile = 1 << 20
 
 // readTransferParams reads the kv_transfer_params.json in each directory
-// holding dumps, where there is one, for its remote_request_id. A file
+// holding dumps (as vLLM's capture connector writes it beside a request's
+// dumps), where there is one, for its remote_request_id: the producer
+// request the dumps there load. The result is by directory. A file
 // that is not a JSON object, or has no string remote_request_id, says
 // nothing (it is the connector's, not kvaudit's input); one that cannot be
 // read as a regular file is an error.
-func readTransferParams(dumpPaths []string) (map[string]transferParams, error) {
+func readTransferParams(dumps []*layout.Dump) (map[string]transferParams, error) {
 	out := map[string]transferParams{}
-	for _, p := range dumpPaths {
-		dir := filepath.Dir(p)
+	for _, d := range dumps {
+		dir := filepath.Dir(d.Path)
 		if _, seen := out[dir]; seen {
 			continue
 		}

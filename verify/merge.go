@@ -237,8 +237,9 @@ func addColumn(sums map[[2]int][]uint64, borrowed map[[2]int]bool, n int, key [2
 		sums[key] = v
 		delete(borrowed, key)
 	}
+	flat, keys := vals.Flat(), vals.Keys()
 	for i := range v {
-		v[i] += vals.At(i)[k]
+		v[i] += flat[i*keys+k]
 	}
 }
 

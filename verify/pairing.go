@@ -20,10 +20,12 @@ import (
 // names (remote_request_id), where the dumps of that directory hold one
 // request. A producer_id in the manifest wins; a remote_request_id that
 // differs from it is said. What it did is added to hints, by consumer
-// request id.
-func pairByParams(cside *Source, cons *Checks, hints map[string][]string) {
-	if len(cside.params) == 0 {
-		return
+// request id. A kv_transfer_params.json that cannot be read as a regular
+// file is an error (readTransferParams).
+func pairByParams(cside *Source, cons *Checks, hints map[string][]string) error {
+	params, err := readTransferParams(cside.Dumps)
+	if err != nil || len(params) == 0 {
+		return err
 	}
 	ids := map[string][]string{} // directory -> request ids of its dumps
 	for _, d := range cside.Dumps {
@@ -34,7 +36,7 @@ func pairByParams(cside *Source, cons *Checks, hints map[string][]string) {
 			}
 		}
 	}
-	for dir, p := range cside.params {
+	for dir, p := range params {
 		if len(ids[dir]) != 1 {
 			continue
 		}
@@ -49,6 +51,7 @@ func pairByParams(cside *Source, cons *Checks, hints map[string][]string) {
 			}
 		}
 	}
+	return nil
 }
 
 // pairBare picks the consumer request a bare payload is for when the

@@ -80,4 +80,14 @@ func TestCompareSides(t *testing.T) {
 	if want := (verify.SideInfo{Form: "payload", PayloadForm: "flat"}); !reflect.DeepEqual(res.Producer, want) || !reflect.DeepEqual(res.Consumer, wantC) {
 		t.Errorf("sides:\n%+v\n%+v\nwant\n%+v\n%+v", res.Producer, res.Consumer, want, wantC)
 	}
+
+	// One record file as the consumer's argument: the file is named too.
+	res, err = verify.Compare(ctx, verify.Input{Payload: text}, verify.Input{Arg: files[0]}, verify.CompareOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantC = verify.SideInfo{Form: "records", TPSize: 2, PPSize: 1, Ranks: []string{"pp 0 tp 0"}, Files: files[:1]}
+	if !reflect.DeepEqual(res.Consumer, wantC) {
+		t.Errorf("one record file: %+v, want %+v", res.Consumer, wantC)
+	}
 }

@@ -122,3 +122,35 @@ func TestRecordExactValues(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordValidAsComputed: a record as an engine computes it (its
+// values, block-numbered values and mix check made by wire.NewValues)
+// validates in place, as it does once written and read back.
+func TestRecordValidAsComputed(t *testing.T) {
+	paths, err := synth.Write(t.TempDir(), synth.Config{Preset: "llama", Layers: 2, Requests: 2, TP: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dumps, err := layout.OpenSide(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layout.CloseAll(dumps)
+	rec, err := checksum.RankRecord(context.Background(), dumps[0], checksum.Options{BlockValues: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := rec.Requests[0].Groups[0]; g.Values.Keys() == 0 || g.ValuesBlock.IsZero() || g.Mix.IsZero() {
+		t.Fatalf("computed group: %d keys, values_block absent %v, mix absent %v", g.Values.Keys(), g.ValuesBlock.IsZero(), g.Mix.IsZero())
+	}
+	if err := rec.Validate(); err != nil {
+		t.Errorf("the computed record: %v", err)
+	}
+	b, err := wire.MarshalRecord(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wire.ParseRecords("rank.json", b); err != nil {
+		t.Errorf("the computed record, read back: %v", err)
+	}
+}

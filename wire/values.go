@@ -34,7 +34,7 @@ type Values struct {
 // NewValues returns present values of positions positions and keys
 // replica keys, all zero.
 func NewValues(positions, keys int) Values {
-	return Values{rows: positions, keys: keys, flat: make([]uint64, positions*keys), present: true}
+	return Values{rows: positions, keys: keys, len0: keys, flat: make([]uint64, positions*keys), present: true}
 }
 
 // ValuesOf returns present values holding a copy of rows, one per

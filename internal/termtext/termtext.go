@@ -20,10 +20,14 @@ import (
 // line nor reorder what follows it. A backslash is doubled, so escaped
 // text cannot be forged either (a name spelling out `\x1b` prints as
 // `\\x1b`). Other text is unchanged.
-func Escape(s string) string {
+func Escape(s string) string { return escape(s, true) }
+
+// escape is Escape, doubling backslashes only with backslash (Line
+// leaves them alone).
+func escape(s string, backslash bool) string {
 	clean := true
 	for i, r := range s {
-		if needsEscape(r) || (r == utf8.RuneError && !validAt(s, i)) {
+		if (needsEscape(r) && (backslash || r != '\\')) || (r == utf8.RuneError && !validAt(s, i)) {
 			clean = false
 			break
 		}
@@ -43,8 +47,10 @@ func Escape(s string) string {
 			b.WriteString(`\r`)
 		case r == '\t':
 			b.WriteString(`\t`)
-		case r == '\\':
+		case r == '\\' && backslash:
 			b.WriteString(`\\`)
+		case r == '\\':
+			b.WriteByte('\\')
 		case r < 0x80 && needsEscape(r):
 			fmt.Fprintf(&b, `\x%02x`, r)
 		case needsEscape(r):
@@ -81,27 +87,4 @@ func needsEscape(r rune) bool {
 // escaped (Escape), whose backslashes must stay single. Every control
 // character, bidi mark and invalid byte is still escaped, so no part of
 // the line can rewrite the screen.
-func Line(s string) string {
-	clean := true
-	for i, r := range s {
-		if (needsEscape(r) && r != '\\') || (r == utf8.RuneError && !validAt(s, i)) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == '\\' {
-			b.WriteByte('\\')
-			i += n
-			continue
-		}
-		b.WriteString(Escape(s[i : i+n]))
-		i += n
-	}
-	return b.String()
-}
+func Line(s string) string { return escape(s, false) }

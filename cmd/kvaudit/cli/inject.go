@@ -155,10 +155,7 @@ func (o *InjectOptions) resolve(cfg *config) error {
 	}
 	faults := cfg.Strings("fault")
 	if len(faults) == 0 {
-		var kinds []string
-		for _, k := range inject.Kinds() {
-			kinds = append(kinds, string(k))
-		}
+		kinds := faultNames()[1:] // none is said apart
 		return usageErrorf("--fault is required: one of %s (or none, for a clean copy)", strings.Join(kinds, ", "))
 	}
 	if len(faults) > 1 {
