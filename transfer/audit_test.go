@@ -302,7 +302,8 @@ func recordsOf(t testing.TB, prod, cons []*layout.Dump, path string) (transfer.H
 
 // TestRequestNotDumped: a transfer of a request the consumer's dumps do
 // not hold (a capture connector dumps a sample) is left out with a note;
-// the rest is audited.
+// the rest is audited, and the dumped request no transfer served (its
+// transfer now names another) is a covered finding of its own.
 func TestRequestNotDumped(t *testing.T) {
 	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
 	h, recs := records(t, logs[0])
@@ -311,7 +312,8 @@ func TestRequestNotDumped(t *testing.T) {
 	recs[x].RemoteIDs[0]++ // and a finding in the first, which is audited
 	rewrite(t, logs[0], h, recs)
 	res := audit(t, logs, prod, cons)
-	if len(res.Requests) != 1 || res.Requests[0].ID != "req-0" || len(res.Unresolved) != 0 ||
+	if len(res.Requests) != 2 || res.Requests[0].ID != "req-0" || res.Requests[1].ID != "req-1" ||
+		len(res.Requests[1].Transfers) != 0 || res.Requests[1].Findings[transfer.Covered] != 1 || len(res.Unresolved) != 0 ||
 		!slices.ContainsFunc(res.Notes, func(n string) bool {
 			return strings.Contains(n, "1 transfer(s) of requests the consumer's dumps do not hold")
 		}) {

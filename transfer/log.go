@@ -37,11 +37,25 @@ type Desc struct {
 }
 
 // Header is a log's first line: the agent whose calls it records and its
-// rank.
+// rank, and optionally the producer's lease on a request's blocks (as
+// the recording process saw it), the engine id and when the recorder
+// started.
 type Header struct {
 	Agent  string
 	TPRank int
 	PPRank int
+	// LeaseS is the lease in seconds (HasLease: the header gives one).
+	LeaseS   int
+	HasLease bool
+	EngineID string
+	Time     Stamp
+}
+
+// Stamp is when a recorded call returned: time.monotonic_ns() and
+// time.time_ns() of the recording process (Ok: the record has both).
+type Stamp struct {
+	Mono, Wall int64
+	Ok         bool
 }
 
 // Op is a record's kind.
@@ -53,9 +67,22 @@ const (
 	OpDList                  // prep_xfer_dlist
 	OpXfer                   // make_prepped_xfer or initialize_xfer
 	OpState                  // a transfer's final state
+	OpPost                   // transfer(handle): a transfer posted
+	OpNotif                  // send_notif
+	OpNotifs                 // get_new_notifs returning at least one
+	OpRemoteDone             // check_remote_xfer_done returned True
+	OpError                  // a recorded call raised
+	OpDeregister             // deregister_memory
+	OpRemoveAgent            // remove_remote_agent
+	OpMemView                // prep_mem_view
 )
 
-var opNames = map[string]Op{"register": OpRegister, "dlist": OpDList, "xfer": OpXfer, "state": OpState}
+var opNames = map[string]Op{"register": OpRegister, "dlist": OpDList, "xfer": OpXfer, "state": OpState,
+	"post": OpPost, "notif": OpNotif, "notifs": OpNotifs, "remote_done": OpRemoteDone, "error": OpError,
+	"deregister": OpDeregister, "remove_agent": OpRemoveAgent, "mem_view": OpMemView}
+
+// opList names the ops for an error, in the order of docs/spec.md §13.
+const opList = "register, dlist, xfer, state, post, notif, notifs, remote_done, error, deregister, remove_agent or mem_view"
 
 func (o Op) String() string {
 	for k, v := range opNames {
@@ -105,7 +132,20 @@ type Record struct {
 	HasRequest bool
 	// State: DONE or ERR.
 	State string
+	// Msg: notif, remote_done and error (Agent: notif and remote_done,
+	// the peer; remove_agent, the agent removed). Call: error, the call
+	// that raised; HasID: an error's id is a transfer's (not null).
+	Msg    string
+	Call   string
+	HasID  bool
+	Notifs []Notif
+	// Time: when the call returned, if the recorder said (t_mono_ns,
+	// t_wall_ns).
+	Time Stamp
 }
+
+// Notif is one notification get_new_notifs returned: from Agent, Msg.
+type Notif struct{ Agent, Msg string }
 
 // LogError is a log that cannot be read: the file, the line, the field
 // (a JSON path in the line's object, such as "descs[2][0]") and what is
@@ -133,6 +173,10 @@ type Reader struct {
 	header Header
 	eof    bool
 	sink   func(Op, Desc)
+	// mono is the last t_mono_ns read (hasMono: one was), which the next
+	// may not precede.
+	mono    int64
+	hasMono bool
 }
 
 // NewReader reads a log's header from r; name names the log in errors.
@@ -583,6 +627,15 @@ func (r *Reader) readHeader() error {
 			h.TPRank, err = r.int(key, 1<<16)
 		case "pp_rank":
 			h.PPRank, err = r.int(key, 1<<16)
+		case "lease_s":
+			h.LeaseS, err = r.int(key, 1<<40)
+			h.HasLease = true
+		case "engine_id":
+			h.EngineID, err = r.str(key)
+		case "t_mono_ns":
+			h.Time.Mono, err = r.int64(key)
+		case "t_wall_ns":
+			h.Time.Wall, err = r.int64(key)
 		default:
 			err = r.errf(key, "unknown key in the header")
 		}
@@ -600,7 +653,41 @@ func (r *Reader) readHeader() error {
 			return r.errf(k, "missing from the header")
 		}
 	}
+	if err := r.stamp(&h.Time, got); err != nil {
+		return err
+	}
 	r.header = h
+	return nil
+}
+
+// int64 reads a non-negative integer that fits an int64 (a time in
+// nanoseconds).
+func (r *Reader) int64(field string) (int64, error) {
+	c, err := r.ws(field)
+	if err != nil {
+		return 0, err
+	}
+	v, err := r.uintFrom(c, field, 1<<63-1)
+	return int64(v), err
+}
+
+// stamp checks a record's timestamps: both or neither, and t_mono_ns not
+// before the log's previous one.
+func (r *Reader) stamp(t *Stamp, got map[string]bool) error {
+	switch m, w := got["t_mono_ns"], got["t_wall_ns"]; {
+	case m && w:
+		t.Ok = true
+	case m:
+		return r.errf("t_wall_ns", "missing beside t_mono_ns (a record has both timestamps or neither)")
+	case w:
+		return r.errf("t_mono_ns", "missing beside t_wall_ns (a record has both timestamps or neither)")
+	default:
+		return nil
+	}
+	if r.hasMono && t.Mono < r.mono {
+		return r.errf("t_mono_ns", "%d is before the previous record's %d (t_mono_ns is non-decreasing in a log)", t.Mono, r.mono)
+	}
+	r.mono, r.hasMono = t.Mono, true
 	return nil
 }
 
@@ -616,7 +703,7 @@ func (r *Reader) Next(rec *Record) error {
 		return io.EOF
 	}
 	*rec = Record{Line: r.line, Descs: rec.Descs[:0], LocalIDs: rec.LocalIDs[:0], RemoteIDs: rec.RemoteIDs[:0],
-		LocalDescs: rec.LocalDescs[:0], RemoteDescs: rec.RemoteDescs[:0]}
+		LocalDescs: rec.LocalDescs[:0], RemoteDescs: rec.RemoteDescs[:0], Notifs: rec.Notifs[:0]}
 	got := map[string]bool{}
 	err := r.object("op", func(key string) error {
 		got[key] = true
@@ -627,17 +714,30 @@ func (r *Reader) Next(rec *Record) error {
 			}
 			op, ok := opNames[s]
 			if !ok {
-				return r.errf(key, "unknown op %q (want register, dlist, xfer or state)", s)
+				return r.errf(key, "unknown op %q (want %s)", s, opList)
 			}
 			rec.Op = op
 			return nil
+		}
+		switch key {
+		case "t_mono_ns":
+			var err error
+			rec.Time.Mono, err = r.int64(key)
+			return err
+		case "t_wall_ns":
+			var err error
+			rec.Time.Wall, err = r.int64(key)
+			return err
 		}
 		return r.field(rec, key)
 	})
 	if err != nil {
 		return err
 	}
-	return r.complete(rec, got)
+	if err := r.complete(rec, got); err != nil {
+		return err
+	}
+	return r.stamp(&rec.Time, got)
 }
 
 // SetDescSink streams the descriptors of register and dlist records to fn
@@ -687,9 +787,7 @@ func (r *Reader) field(rec *Record, key string) error {
 	case OpXfer:
 		switch key {
 		case "id":
-			if rec.ID, err = r.int(key, 1<<62); err == nil && rec.ID == 0 {
-				err = r.errf(key, "transfer 0: transfers are numbered from 1")
-			}
+			rec.ID, err = r.int(key, 1<<62)
 		case "kind":
 			if rec.Kind, err = r.str(key); err == nil && rec.Kind != Read && rec.Kind != Write {
 				err = r.errf(key, "%q, want READ or WRITE", rec.Kind)
@@ -719,9 +817,7 @@ func (r *Reader) field(rec *Record, key string) error {
 	case OpState:
 		switch key {
 		case "id":
-			if rec.ID, err = r.int(key, 1<<62); err == nil && rec.ID == 0 {
-				err = r.errf(key, "transfer 0: transfers are numbered from 1")
-			}
+			rec.ID, err = r.int(key, 1<<62)
 		case "state":
 			if rec.State, err = r.str(key); err == nil && rec.State != Done && rec.State != Err {
 				err = r.errf(key, "%q, want DONE or ERR", rec.State)
@@ -729,8 +825,118 @@ func (r *Reader) field(rec *Record, key string) error {
 		default:
 			return unknown()
 		}
+	case OpPost:
+		switch key {
+		case "id":
+			rec.ID, err = r.int(key, 1<<62)
+		case "notif":
+			rec.Notif, err = r.str(key)
+		default:
+			return unknown()
+		}
+	case OpNotif, OpRemoteDone:
+		switch key {
+		case "agent":
+			rec.Agent, err = r.str(key)
+		case "msg":
+			rec.Msg, err = r.str(key)
+		default:
+			return unknown()
+		}
+	case OpNotifs:
+		if key != "notifs" {
+			return unknown()
+		}
+		err = r.array(key, func(i int, first byte) error {
+			field := fmt.Sprintf("%s[%d]", key, i)
+			if first != '[' {
+				return r.errf(field, "want a notification [AGENT, TEXT], got %q", first)
+			}
+			var n Notif
+			var err error
+			if n.Agent, err = r.str(field + "[0]"); err != nil {
+				return err
+			}
+			if err := r.expect(',', field); err != nil {
+				return err
+			}
+			if n.Msg, err = r.str(field + "[1]"); err != nil {
+				return err
+			}
+			if err := r.expect(']', field); err != nil {
+				return err
+			}
+			rec.Notifs = append(rec.Notifs, n)
+			return nil
+		})
+	case OpError:
+		switch key {
+		case "call":
+			rec.Call, err = r.str(key)
+		case "id":
+			var h int
+			h, err = r.nullable(key)
+			rec.ID, rec.HasID = h, h >= 0
+			if h < 0 {
+				rec.ID = 0
+			}
+		case "msg":
+			rec.Msg, err = r.str(key)
+		default:
+			return unknown()
+		}
+	case OpDeregister:
+		switch key {
+		case "mem":
+			rec.Mem, err = r.str(key)
+		case "descs":
+			err = r.descs(key, r.addTo(rec, &rec.Descs))
+		default:
+			return unknown()
+		}
+	case OpRemoveAgent:
+		if key != "agent" {
+			return unknown()
+		}
+		rec.Agent, err = r.str(key)
+	case OpMemView:
+		switch key {
+		case "handle":
+			rec.Handle, err = r.handle(key)
+			if err == nil && rec.Handle == 0 {
+				err = r.errf(key, "null: a memory view has a handle")
+			}
+		case "agent":
+			rec.Agent, err = r.str(key)
+		case "descs":
+			err = r.descs(key, r.addTo(rec, &rec.Descs))
+		default:
+			return unknown()
+		}
 	}
 	return err
+}
+
+// nullable reads a non-negative integer or null (-1).
+func (r *Reader) nullable(field string) (int, error) {
+	c, err := r.ws(field)
+	if err != nil {
+		return 0, err
+	}
+	if c == 'n' {
+		for _, want := range []byte("ull") {
+			c, err := r.byteAt(field)
+			if err != nil {
+				return 0, err
+			}
+			if c != want {
+				return 0, r.errf(field, "want a number or null")
+			}
+		}
+		return -1, nil
+	}
+	v, err := r.uintFrom(c, field, 1<<62)
+	return int(v), err
 }
 
 // complete checks that a record has the keys its op needs.
@@ -750,6 +956,20 @@ func (r *Reader) complete(rec *Record, got map[string]bool) error {
 		return need("handle", "agent", "descs")
 	case OpState:
 		return need("id", "state")
+	case OpPost:
+		return need("id", "notif")
+	case OpNotif, OpRemoteDone:
+		return need("agent", "msg")
+	case OpNotifs:
+		return need("notifs")
+	case OpError:
+		return need("call", "id", "msg")
+	case OpDeregister:
+		return need("mem", "descs")
+	case OpRemoveAgent:
+		return need("agent")
+	case OpMemView:
+		return need("handle", "agent", "descs")
 	}
 	if err := need("id", "kind", "notif"); err != nil {
 		return err
