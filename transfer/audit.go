@@ -164,8 +164,8 @@ type auditor struct {
 	// producer's; lease is the lease audit's state.
 	swapped int
 	lease   *leases
-	dcells     []layout.Cells
-	scells     []layout.Cells
+	dcells  []layout.Cells
+	scells  []layout.Cells
 	// ch is the current pair's destination read as a chunk of a page,
 	// where the consumer converts what it receives (nil otherwise).
 	ch *chunk

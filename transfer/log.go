@@ -63,18 +63,18 @@ type Op uint8
 
 // Record kinds, the "op" of each line after the header.
 const (
-	OpRegister Op = iota + 1 // register_memory
-	OpDList                  // prep_xfer_dlist
-	OpXfer                   // make_prepped_xfer or initialize_xfer
-	OpState                  // a transfer's final state
-	OpPost                   // transfer(handle): a transfer posted
-	OpNotif                  // send_notif
-	OpNotifs                 // get_new_notifs returning at least one
-	OpRemoteDone             // check_remote_xfer_done returned True
-	OpError                  // a recorded call raised
-	OpDeregister             // deregister_memory
-	OpRemoveAgent            // remove_remote_agent
-	OpMemView                // prep_mem_view
+	OpRegister    Op = iota + 1 // register_memory
+	OpDList                     // prep_xfer_dlist
+	OpXfer                      // make_prepped_xfer or initialize_xfer
+	OpState                     // a transfer's final state
+	OpPost                      // transfer(handle): a transfer posted
+	OpNotif                     // send_notif
+	OpNotifs                    // get_new_notifs returning at least one
+	OpRemoteDone                // check_remote_xfer_done returned True
+	OpError                     // a recorded call raised
+	OpDeregister                // deregister_memory
+	OpRemoveAgent               // remove_remote_agent
+	OpMemView                   // prep_mem_view
 )
 
 var opNames = map[string]Op{"register": OpRegister, "dlist": OpDList, "xfer": OpXfer, "state": OpState,
