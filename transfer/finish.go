@@ -121,7 +121,7 @@ func (a *auditor) unserved(rk *rank, r *request) {
 		a.note("request %s on the consumer's rank %s had nothing to pull: %s", r.req.ID, rk.r, why)
 		return
 	}
-	f := Finding{Invariant: Covered, Request: r.req.ID, Descriptor: -1, Group: -1, Position: -1, Block: -1, Rank: rk.r,
+	f := Finding{Invariant: Covered, Request: r.req.ID, Transfer: NoTransfer, Descriptor: -1, Group: -1, Position: -1, Block: -1, Rank: rk.r,
 		Heads: [2]int{-1, -1}, Tokens: [2]int{lo, hi - 1}}
 	f.Message = fmt.Sprintf("request %s (rank %s, producer request %s): tokens %d-%d were delivered by no transfer in the logs", r.req.ID, rk.r, r.pairID(), lo, hi-1)
 	a.keep(f)
@@ -354,6 +354,7 @@ func (a *auditor) stale(r *request, reg *layout.Region, gv *layout.GroupView, po
 // addRequest records a finding of a request, laid to a transfer (its
 // descriptor unknown) when one is known.
 func (a *auditor) addRequest(x *xfer, f Finding) {
+	f.Transfer = NoTransfer
 	if x != nil {
 		f.Transfer, f.Log, f.Line = x.id, x.log.path, x.line
 	}

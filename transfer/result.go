@@ -102,7 +102,8 @@ type RequestSummary struct {
 type Finding struct {
 	Invariant string `json:"invariant"`
 	// Request is the consumer request; Transfer its transfer's id in the
-	// log (0: none, a finding of the request as a whole) and Descriptor
+	// log (NoTransfer, -1: none, a finding of the request as a whole:
+	// transfers are numbered from 0) and Descriptor
 	// the pair's index in the transfer (-1: none).
 	Request    string      `json:"request"`
 	Transfer   int         `json:"transfer"`
@@ -139,6 +140,9 @@ type Finding struct {
 	Other   *Ref   `json:"other,omitempty"`
 	Message string `json:"message"`
 }
+
+// NoTransfer is a finding's Transfer when no transfer is known.
+const NoTransfer = -1
 
 // Owner is a block of a side: the request (and position) holding it, or
 // none ("" request: no request's block).
