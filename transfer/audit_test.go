@@ -57,6 +57,17 @@ func geometries() []geometry {
 // pull and returns the open sides and the logs.
 func pull(t testing.TB, dir string, g geometry) (prod, cons []*layout.Dump, logs []string) {
 	t.Helper()
+	prod, cons = sides(t, dir, g)
+	var err error
+	if logs, err = transfer.WritePlan(filepath.Join(dir, "nixl"), prod, cons, false, transfer.PlanOptions{Planner: g.planner}); err != nil {
+		t.Fatal(err)
+	}
+	return prod, cons, logs
+}
+
+// sides synthesizes a geometry's sides with one seed and opens them.
+func sides(t testing.TB, dir string, g geometry) (prod, cons []*layout.Dump) {
+	t.Helper()
 	g.p.Seed, g.c.Seed = 5, 5
 	if _, err := synth.Write(dir, g.p); err != nil {
 		t.Fatal(err)
@@ -73,10 +84,7 @@ func pull(t testing.TB, dir string, g geometry) (prod, cons []*layout.Dump, logs
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { layout.CloseAll(cons) })
-	if logs, err = transfer.WritePlan(filepath.Join(dir, "nixl"), prod, cons, false, transfer.PlanOptions{Planner: g.planner}); err != nil {
-		t.Fatal(err)
-	}
-	return prod, cons, logs
+	return prod, cons
 }
 
 func audit(t testing.TB, logs []string, prod, cons []*layout.Dump) *transfer.Result {
