@@ -177,6 +177,22 @@ type Reader struct {
 	// may not precede.
 	mono    int64
 	hasMono bool
+	// keys are the keys of the line being read, sb a string's bytes
+	// (both reused).
+	keys keySet
+	sb   []byte
+}
+
+// keySet is the keys of one line's object: a few, so a slice.
+type keySet []string
+
+func (k keySet) has(key string) bool {
+	for _, v := range k {
+		if v == key {
+			return true
+		}
+	}
+	return false
 }
 
 // NewReader reads a log's header from r; name names the log in errors.
@@ -246,24 +262,61 @@ func (r *Reader) str(field string) (string, error) {
 
 // strBody reads the rest of a JSON string after its opening quote.
 func (r *Reader) strBody(field string) (string, error) {
-	var b []byte
+	b, err := r.strBytes(field)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// knownKeys are the keys of the format, returned without a copy.
+var knownKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"format", "agent", "tp_rank", "pp_rank", "lease_s", "engine_id", "t_mono_ns", "t_wall_ns",
+		"op", "mem", "descs", "handle", "id", "kind", "local", "local_ids", "remote", "remote_ids", "local_descs",
+		"remote_descs", "remote_agent", "notif", "request", "state", "msg", "notifs", "call"} {
+		m[k] = k
+	}
+	return m
+}()
+
+// keyStr reads an object's key (after whitespace).
+func (r *Reader) keyStr() (string, error) {
+	if err := r.expect('"', ""); err != nil {
+		return "", err
+	}
+	b, err := r.strBytes("")
+	if err != nil {
+		return "", err
+	}
+	if k, ok := knownKeys[string(b)]; ok {
+		return k, nil
+	}
+	return string(b), nil
+}
+
+// strBytes reads the rest of a JSON string after its opening quote into
+// the reader's buffer (valid until the next read).
+func (r *Reader) strBytes(field string) ([]byte, error) {
+	b := r.sb[:0]
+	defer func() { r.sb = b[:0] }()
 	for {
 		c, err := r.byteAt(field)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		switch {
 		case c == '"':
 			if !utf8.Valid(b) {
-				return "", r.errf(field, "a string that is not valid UTF-8")
+				return nil, r.errf(field, "a string that is not valid UTF-8")
 			}
-			return string(b), nil
+			return b, nil
 		case c < 0x20:
-			return "", r.errf(field, "a control character (0x%02x) inside a string", c)
+			return nil, r.errf(field, "a control character (0x%02x) inside a string", c)
 		case c == '\\':
 			e, err := r.byteAt(field)
 			if err != nil {
-				return "", err
+				return nil, err
 			}
 			switch e {
 			case '"', '\\', '/':
@@ -281,7 +334,7 @@ func (r *Reader) strBody(field string) (string, error) {
 			case 'u':
 				v, err := r.hex4(field)
 				if err != nil {
-					return "", err
+					return nil, err
 				}
 				ch := rune(v)
 				if utf16.IsSurrogate(ch) {
@@ -290,7 +343,7 @@ func (r *Reader) strBody(field string) (string, error) {
 						r.r.Discard(2)
 						lo, err := r.hex4(field)
 						if err != nil {
-							return "", err
+							return nil, err
 						}
 						if d := utf16.DecodeRune(ch, rune(lo)); d != utf8.RuneError {
 							b = utf8.AppendRune(b, d)
@@ -307,13 +360,13 @@ func (r *Reader) strBody(field string) (string, error) {
 				}
 				b = utf8.AppendRune(b, ch)
 			default:
-				return "", r.errf(field, "unknown escape \\%c in a string", e)
+				return nil, r.errf(field, "unknown escape \\%c in a string", e)
 			}
 		default:
 			b = append(b, c)
 		}
 		if len(b) > MaxString {
-			return "", r.errf(field, "a string longer than %d bytes", MaxString)
+			return nil, r.errf(field, "a string longer than %d bytes", MaxString)
 		}
 	}
 }
@@ -558,19 +611,19 @@ func (r *Reader) object(first string, value func(key string) error) error {
 	if err := r.expect('{', ""); err != nil {
 		return err
 	}
-	seen := map[string]bool{}
+	r.keys = r.keys[:0]
 	for i := 0; ; i++ {
-		key, err := r.str("")
+		key, err := r.keyStr()
 		if err != nil {
 			return err
 		}
 		if i == 0 && key != first {
 			return r.errf(key, "the first key is %q, want %q", key, first)
 		}
-		if seen[key] {
+		if r.keys.has(key) {
 			return r.errf(key, "the key appears twice")
 		}
-		seen[key] = true
+		r.keys = append(r.keys, key)
 		if err := r.expect(':', key); err != nil {
 			return err
 		}
@@ -610,9 +663,8 @@ func (r *Reader) object(first string, value func(key string) error) error {
 func (r *Reader) readHeader() error {
 	var h Header
 	var format string
-	got := map[string]bool{}
+	got := &r.keys
 	err := r.object("format", func(key string) error {
-		got[key] = true
 		var err error
 		switch key {
 		case "format":
@@ -643,13 +695,13 @@ func (r *Reader) readHeader() error {
 	})
 	if err != nil {
 		var le *LogError
-		if errors.As(err, &le) && le.Field == "" && le.Msg != "" && !got["format"] {
+		if errors.As(err, &le) && le.Field == "" && le.Msg != "" && !got.has("format") {
 			le.Msg = "not a " + LogFormat + " log: " + le.Msg
 		}
 		return err
 	}
 	for _, k := range []string{"agent", "tp_rank", "pp_rank"} {
-		if !got[k] {
+		if !got.has(k) {
 			return r.errf(k, "missing from the header")
 		}
 	}
@@ -673,8 +725,8 @@ func (r *Reader) int64(field string) (int64, error) {
 
 // stamp checks a record's timestamps: both or neither, and t_mono_ns not
 // before the log's previous one.
-func (r *Reader) stamp(t *Stamp, got map[string]bool) error {
-	switch m, w := got["t_mono_ns"], got["t_wall_ns"]; {
+func (r *Reader) stamp(t *Stamp, got *keySet) error {
+	switch m, w := got.has("t_mono_ns"), got.has("t_wall_ns"); {
 	case m && w:
 		t.Ok = true
 	case m:
@@ -704,9 +756,8 @@ func (r *Reader) Next(rec *Record) error {
 	}
 	*rec = Record{Line: r.line, Descs: rec.Descs[:0], LocalIDs: rec.LocalIDs[:0], RemoteIDs: rec.RemoteIDs[:0],
 		LocalDescs: rec.LocalDescs[:0], RemoteDescs: rec.RemoteDescs[:0], Notifs: rec.Notifs[:0]}
-	got := map[string]bool{}
+	got := &r.keys
 	err := r.object("op", func(key string) error {
-		got[key] = true
 		if key == "op" {
 			s, err := r.str(key)
 			if err != nil {
@@ -940,10 +991,10 @@ func (r *Reader) nullable(field string) (int, error) {
 }
 
 // complete checks that a record has the keys its op needs.
-func (r *Reader) complete(rec *Record, got map[string]bool) error {
+func (r *Reader) complete(rec *Record, got *keySet) error {
 	need := func(keys ...string) error {
 		for _, k := range keys {
-			if !got[k] {
+			if !got.has(k) {
 				return r.errf(k, "missing from a %s record", rec.Op)
 			}
 		}
@@ -974,8 +1025,8 @@ func (r *Reader) complete(rec *Record, got map[string]bool) error {
 	if err := need("id", "kind", "notif"); err != nil {
 		return err
 	}
-	prepped := got["local"] || got["local_ids"] || got["remote"] || got["remote_ids"]
-	initialized := got["local_descs"] || got["remote_descs"] || got["remote_agent"]
+	prepped := got.has("local") || got.has("local_ids") || got.has("remote") || got.has("remote_ids")
+	initialized := got.has("local_descs") || got.has("remote_descs") || got.has("remote_agent")
 	switch {
 	case prepped && initialized:
 		return r.errf("", "an xfer record gives both prepared lists (local, remote) and descriptors (local_descs, remote_descs)")
