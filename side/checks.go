@@ -1,4 +1,4 @@
-package verify
+package side
 
 import (
 	"fmt"
@@ -135,8 +135,8 @@ func (r *RequestChecks) PairID() string {
 	return r.ID
 }
 
-// request returns c's first request with the id, or nil (also for a nil c).
-func (c *Checks) request(id string) *RequestChecks {
+// Request returns c's first request with the id, or nil (also for a nil c).
+func (c *Checks) Request(id string) *RequestChecks {
 	if c == nil {
 		return nil
 	}
