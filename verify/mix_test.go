@@ -12,13 +12,14 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/wire"
 )
 
 // withMix gives a group kvaudit's mix check, one list per check.
-func withMix(mix ...[]uint64) func(*verify.GroupChecks) {
-	return func(g *verify.GroupChecks) { g.ChecksMix = mix }
+func withMix(mix ...[]uint64) func(*side.GroupChecks) {
+	return func(g *side.GroupChecks) { g.ChecksMix = mix }
 }
 
 // TestDiffMixOnly: where vLLM's checksums agree and kvaudit's mix check
@@ -51,7 +52,7 @@ func TestDiffMixOnly(t *testing.T) {
 	}
 	// A consumer of block size 8: its pairs of blocks add up to the
 	// producer's blocks, in both checks.
-	split := func(mixDelta uint64) *verify.Checks {
+	split := func(mixDelta uint64) *side.Checks {
 		return hside(hreq("r", 48, with(hg(0, 8, 0, []uint64{1, 0, 2, 0, 1, 2}), withMix([]uint64{3, 4, 4 + mixDelta, 4, 5, 4}))))
 	}
 	if res := verify.Diff(prod, split(0)); res.Verdict != verify.Verified {
@@ -61,8 +62,8 @@ func TestDiffMixOnly(t *testing.T) {
 		t.Errorf("block size 8, mix differs in the second chunk: %+v", g)
 	}
 	// A state group: position 0, no token count.
-	state := func(mix uint64) *verify.Checks {
-		return hside(hreq("r", 48, with(hg(1, 16, 0, []uint64{4}), withMix([]uint64{mix}), func(g *verify.GroupChecks) { g.Kind = layout.KindMamba })))
+	state := func(mix uint64) *side.Checks {
+		return hside(hreq("r", 48, with(hg(1, 16, 0, []uint64{4}), withMix([]uint64{mix}), func(g *side.GroupChecks) { g.Kind = layout.KindMamba })))
 	}
 	if g := verify.Diff(state(6), state(7)).Requests[0].Groups[0]; g.Verdict != verify.Mismatch || !slices.Equal(g.MixOnly, []int{0}) {
 		t.Errorf("state group: %+v", g)
@@ -76,11 +77,11 @@ func TestDiffMixOnly(t *testing.T) {
 func TestDiffVLLMStrength(t *testing.T) {
 	withMixSide := hside(hreq("r", 32, with(hg(0, 16, 0, []uint64{1, 2}), withMix([]uint64{7, 8})), with(hg(1, 16, 0, []uint64{3, 4}), withMix([]uint64{5, 6}))))
 	plain := hside(hreq("r", 32, hg(0, 16, 0, []uint64{1, 2}), hg(1, 16, 0, []uint64{3, 4})))
-	payload := verify.ProducerChecks(hreq("r", 32, with(hg(0, 16, 0, []uint64{1, 2}), func(g *verify.GroupChecks) { g.FromPayload = true })))
+	payload := side.ProducerChecks(hreq("r", 32, with(hg(0, 16, 0, []uint64{1, 2}), func(g *side.GroupChecks) { g.FromPayload = true })))
 	oneGroup := hside(hreq("r", 32, with(hg(0, 16, 0, []uint64{1, 2}), withMix([]uint64{7, 8}))))
 	for _, c := range []struct {
 		name               string
-		producer, consumer *verify.Checks
+		producer, consumer *side.Checks
 		groups             string
 		why                string
 	}{
@@ -136,10 +137,10 @@ func TestCompareMixKey(t *testing.T) {
 	if _, err := synth.Write(dir, cfg); err != nil {
 		t.Fatal(err)
 	}
-	P := verify.Input{Paths: []string{filepath.Join(dir, "producer")}}
-	C := verify.Input{Paths: []string{filepath.Join(dir, "consumer")}}
+	P := side.Input{Paths: []string{filepath.Join(dir, "producer")}}
+	C := side.Input{Paths: []string{filepath.Join(dir, "consumer")}}
 	ctx := context.Background()
-	compare := func(p verify.Input, opts verify.CompareOptions) *verify.DiffResult {
+	compare := func(p side.Input, opts verify.CompareOptions) *verify.DiffResult {
 		t.Helper()
 		res, err := verify.Compare(ctx, p, C, opts)
 		if err != nil {
@@ -155,7 +156,7 @@ func TestCompareMixKey(t *testing.T) {
 	if g := compare(P, verify.CompareOptions{MixKey: &key}); g.MixKey != key || g.MixKeySource != verify.MixKeyGiven || g.Verdict != verify.Verified {
 		t.Errorf("given key: %#x (%s), %s", g.MixKey, g.MixKeySource, g.Verdict)
 	}
-	recs, err := verify.Records(ctx, P, verify.RecordsOptions{})
+	recs, err := side.Records(ctx, P, side.RecordsOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestCompareMixKey(t *testing.T) {
 	if err := os.WriteFile(rec, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	R := verify.Input{Paths: []string{rec}}
+	R := side.Input{Paths: []string{rec}}
 	if g := compare(R, verify.CompareOptions{}); g.MixKey != 0 || g.MixKeySource != verify.MixKeyPublished || g.Verdict != verify.Verified || g.Strength() != verify.StrengthMix {
 		t.Errorf("records: %#x (%s), %s, strength %s", g.MixKey, g.MixKeySource, g.Verdict, g.Strength())
 	}
