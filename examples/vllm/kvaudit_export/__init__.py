@@ -87,6 +87,7 @@ engine shape and strides in the dump's axis order
 
 import json
 import os
+import re as _re
 import struct
 
 try:
@@ -106,7 +107,7 @@ ENGINE_KEY = "kvaudit_export.engine"
 __all__ = [
     "ExportError", "export_dump", "live_manifest", "build_plan", "Plan",
     "mamba2_state_splits", "mamba1_state_splits", "gdn_state_splits",
-    "write_safetensors", "ST_DTYPES", "cross_layer_caches", "hex_address",
+    "write_safetensors", "ST_DTYPES", "cross_layer_caches", "hex_address", "user_request_id",
 ]
 
 # PyTorch dtype names -> (safetensors dtype, element size).
@@ -129,6 +130,25 @@ _ATTENTION_SHAPES = [
 _MLA_SHAPES = [("block", "token", "dim")]
 
 _MISSING = object()
+
+
+# vLLM's internal request id: the user's id, "-" and 8 hex digits
+# (InputProcessor.assign_request_id: f"{external_req_id}-{random_uuid():.8}",
+# random_uuid being 16 lower-case hex digits; vllm/v1/engine/input_processor.py
+# at 9aaf83ef5, PR #27987). VLLM_DISABLE_REQUEST_ID_RANDOMIZATION turns it off.
+_SUFFIX = _re.compile(r"^(.+)-[0-9a-f]{8}$")
+
+
+def user_request_id(request_id, suffix=True):
+    """The id a user knows for vLLM's internal request id: without vLLM's
+    random suffix when it has one (suffix False: as it is)."""
+    rid = str(request_id)
+    if suffix:
+        m = _SUFFIX.match(rid)
+        if m:
+            return m.group(1)
+    return rid
+
 
 
 class ExportError(ValueError):
@@ -1026,6 +1046,7 @@ def _request_fields(r, i):
         "num_tokens": int(_field(r, "num_tokens", what=f"request {rid!r}")),
         "num_local_computed_tokens": int(_field(r, "num_local_computed_tokens", default=0) or 0),
         "producer_id": _field(r, "producer_id", default=None),
+        "engine_request_id": _field(r, "engine_request_id", default=None),
         "state_block": _field(r, "state_block", default=None) or {},
         "block_ids": block_ids,
     }
@@ -1054,6 +1075,8 @@ def _select(plan, requests, null_block_id):
             m["num_local_computed_tokens"] = f["num_local_computed_tokens"]
         if f["producer_id"] is not None and str(f["producer_id"]) != rid:
             m["producer_id"] = str(f["producer_id"])
+        if f["engine_request_id"] is not None and str(f["engine_request_id"]) != rid:
+            m["engine_request_id"] = str(f["engine_request_id"])
         if not 0 <= f["num_local_computed_tokens"] <= f["num_tokens"]:
             raise ExportError(f"request {rid!r}: num_local_computed_tokens {f['num_local_computed_tokens']} "
                               f"is not in 0..num_tokens ({f['num_tokens']})")

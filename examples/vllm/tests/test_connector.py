@@ -77,18 +77,23 @@ class TestProducerConsumer(unittest.TestCase):
 
         return vs.Engine(m, make, m.tp, seed=seed)
 
+    # vLLM's internal ids: the user's id, "-" and 8 random hex digits (PR
+    # #27987); the user (and a proxy's X-Request-Id) knows "R" and "cmpl-R-0".
+    PROD_ID, CONS_ID = "R-0a1b2c3d", "cmpl-R-0-4e5f6a7b"
+
     def run_pair(self, corrupt=None):
+        """Both engines with the README's kv_both config."""
         m = Model("flashinfer", heads=4, tp=2, layers=2)
         m.add_request("R", 40)
         extra = {"dump_dir": self.dir, "nixl_log": True}
-        prod = self.engine(m, "kv_producer", "prefill-engine", extra, seed=1)
-        r = request("R", 40, {"do_remote_decode": True}, "R")
+        prod = self.engine(m, "kv_both", "prefill-engine", extra, seed=1)
+        r = request(self.PROD_ID, 40, {"do_remote_decode": True}, "R")
         prod.add(r)
         prod.step()  # prefill: the request finishes, the connectors keep its blocks
-        self.assertIn("R", prod.done)
-        self.assertNotIn("R", prod.freed, "blocks freed before the dump was written")
-        params = dict(prod.params["R"])
-        self.assertEqual(params["remote_request_id"], "R")
+        self.assertIn(self.PROD_ID, prod.done)
+        self.assertNotIn(self.PROD_ID, prod.freed, "blocks freed before the dump was written")
+        params = dict(prod.params[self.PROD_ID])
+        self.assertEqual(params["remote_request_id"], self.PROD_ID)
         self.assertTrue(os.path.exists(os.path.join(self.dir, "producer", "R", "kv_transfer_params.json")))
 
         # The proxy forwards the producer's params; the producer's scheduler
@@ -102,30 +107,40 @@ class TestProducerConsumer(unittest.TestCase):
         payloads = json.loads(kvaudit("checksum", "-o", "payload", pdir))
         params["kv_checksums"] = payloads["R"]
 
-        cons = self.engine(m, "kv_consumer", "decode-engine", extra, seed=2, corrupt=corrupt)
+        cons = self.engine(m, "kv_both", "decode-engine", extra, seed=2, corrupt=corrupt)
         # A local prefix-cache hit of one block, computed by an earlier request.
-        c = request("cmpl-R-0", 40, params, "R")
+        cid = self.CONS_ID
+        c = request(cid, 40, params, "R")
         prefix_block = cons.free.pop()
-        cons.requests["cmpl-R-0"] = c
+        cons.requests[cid] = c
         for rank, (_, caches) in enumerate(cons.workers):
-            cons.blocks["cmpl-R-0"] = [prefix_block]
-            cons._forward(rank, caches, "cmpl-R-0", 0, 16)
-        cons.prefix["cmpl-R-0"] = (16, [prefix_block])
-        cons.wrong.add(("cmpl-R-0", 39))  # its recompute of the last prompt token is not bit-identical
+            cons.blocks[cid] = [prefix_block]
+            cons._forward(rank, caches, cid, 0, 16)
+        cons.prefix[cid] = (16, [prefix_block])
+        cons.wrong.add((cid, 39))  # its recompute of the last prompt token is not bit-identical
         cons.add(c)
         cons.step()  # schedule: the NIXL connector matches 24 tokens, the load starts
         self.assertEqual(c.status, "WAITING_FOR_REMOTE_KVS")
+        # The NIXL connector changed the request's own params, as vLLM's does.
+        self.assertEqual((c.kv_transfer_params["do_remote_prefill"], c.kv_transfer_params["_remote_blocks_processed"]),
+                         (False, True))
         for _ in range(3):
             cons.step()
-            if "cmpl-R-0" in cons.done:
+            if cid in cons.done:
                 break
-        self.assertIn("cmpl-R-0", cons.done)
+        self.assertIn(cid, cons.done)
+        # kv_both: the decode request is dumped once, as a consumer: no
+        # producer dump of it, its blocks freed in the step it finished.
+        self.assertIn(cid, cons.freed, "the consumer's blocks were held")
+        self.assertEqual(sorted(os.listdir(os.path.join(self.dir, "producer"))), ["R"])
+        self.assertEqual(sorted(os.listdir(os.path.join(self.dir, "consumer"))), ["R"])
+        self.assertEqual(cons.sched.children[0]._consumers, {})
         prod.step()  # the producer learns the READ finished and frees the blocks
         for _ in range(3):
-            if "R" in prod.freed:
+            if self.PROD_ID in prod.freed:
                 break
             prod.step()
-        self.assertIn("R", prod.freed)
+        self.assertIn(self.PROD_ID, prod.freed)
         return m, pdir, os.path.join(self.dir, "consumer", "R"), prod, cons
 
     def test_verified_then_a_flipped_byte(self):
@@ -136,7 +151,7 @@ class TestProducerConsumer(unittest.TestCase):
         d = json.loads(out)
         self.assertEqual(d["verdict"], "verified", out)
         req = d["requests"][0]
-        self.assertEqual(req["id"], "cmpl-R-0")
+        self.assertEqual(req["id"], "cmpl-R-0")  # the user's id, not vLLM's
         # What the consumer received (kv_checksums) verifies its dump too.
         d2 = json.loads(kvaudit("diff", "-o", "json", os.path.join(cdir, "kv_transfer_params.json"), cdir))
         self.assertEqual(d2["verdict"], "verified")
@@ -144,7 +159,12 @@ class TestProducerConsumer(unittest.TestCase):
             header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
         manifest = json.loads(header["__metadata__"]["kvaudit.manifest"])
         r = manifest["requests"][0]
-        self.assertEqual((r["num_tokens"], r["num_local_computed_tokens"], r["producer_id"]), (40, 16, "R"))
+        self.assertEqual((r["id"], r["engine_request_id"], r["num_tokens"], r["num_local_computed_tokens"],
+                          r["producer_id"]), ("cmpl-R-0", self.CONS_ID, 40, 16, "R"))
+        with open(os.path.join(pdir, "rank-0-1.safetensors"), "rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        pr = json.loads(header["__metadata__"]["kvaudit.manifest"])["requests"][0]
+        self.assertEqual((pr["id"], pr["engine_request_id"]), ("R", self.PROD_ID))
         self.assertEqual(manifest["parallel"]["agent"], "decode-engine-tp0")
 
         # The NIXL log of consumer rank 1: its memory, its READ of the
@@ -163,7 +183,8 @@ class TestProducerConsumer(unittest.TestCase):
         reg = next(x for x in log if x.get("op") == "register")
         self.assertEqual([d[0] for d in reg["descs"]], [hex(caches[n].data_ptr()) for n in sorted(caches)])
         xfer = next(x for x in log if x.get("op") == "xfer")
-        self.assertEqual((xfer["kind"], xfer["notif"], xfer["request"]), ("READ", "R:2", "R"))
+        # The notif as vLLM sent it; the request it serves by the user's id, as the dumps name it.
+        self.assertEqual((xfer["kind"], xfer["notif"], xfer["request"]), ("READ", self.PROD_ID + ":2", "R"))
         remote = next(x for x in log if x.get("op") == "dlist" and x["handle"] == xfer["remote"])
         self.assertEqual(remote["agent"], "prefill-engine-tp1")
         self.assertEqual(len(xfer["local_ids"]), 2 * 2)  # 2 layers x 2 loaded blocks
