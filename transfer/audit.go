@@ -499,12 +499,7 @@ func (rk *rank) request(id string) *request {
 }
 
 // pairID is the producer's id of a consumer request.
-func (r *request) pairID() string {
-	if r.req.ProducerID != "" {
-		return r.req.ProducerID
-	}
-	return r.req.ID
-}
+func (r *request) pairID() string { return r.req.PairID() }
 
 // wanted says whether a request is audited (Options.Requests).
 func (a *auditor) wanted(r *request) bool {

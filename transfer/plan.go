@@ -424,10 +424,7 @@ func planRankLog(cr *planRank, prods []*planRank, opts PlanOptions) (*PlannedLog
 	id := 0
 	for ri := range m.Requests {
 		r := &m.Requests[ri]
-		pairID := r.ProducerID
-		if pairID == "" {
-			pairID = r.ID
-		}
+		pairID := r.PairID()
 		end := PullTokens(r.NumTokens, hybrid, opts.Lookahead)
 		// A heartbeat to each producer rank read, as the consumer sends
 		// while the request waits (vLLM: "HB:" and the producer's ids).
