@@ -18,6 +18,9 @@ type leases struct {
 	a     *auditor
 	timed bool
 	want  map[string]bool
+	// engine maps an engine_request_id of the producer's dumps to the
+	// request's id.
+	engine map[string]string
 	// events are the timed records naming a request (by producer id):
 	// any record (the lease has started by then), and heartbeats.
 	events map[string][]leaseEvent
@@ -34,17 +37,39 @@ type leaseEvent struct {
 }
 
 func newLeases(a *auditor) *leases {
-	l := &leases{a: a, want: map[string]bool{}, events: map[string][]leaseEvent{}}
+	l := &leases{a: a, want: map[string]bool{}, engine: map[string]string{}, events: map[string][]leaseEvent{}}
 	for _, rk := range a.cons.ranks {
 		for i := range rk.dump.Manifest.Requests {
 			r := &rk.dump.Manifest.Requests[i]
-			l.want[r.ID] = true
-			if r.ProducerID != "" {
-				l.want[r.ProducerID] = true
+			l.want[r.PairID()] = true
+		}
+	}
+	for _, rk := range a.prod.ranks {
+		for i := range rk.dump.Manifest.Requests {
+			if r := &rk.dump.Manifest.Requests[i]; r.EngineRequestID != "" && l.want[r.ID] {
+				l.engine[r.EngineRequestID] = r.ID
 			}
 		}
 	}
 	return l
+}
+
+// key is the producer request (as the dumps name it) an id in a message
+// names: the id, the engine's id of a dumped request
+// (engine_request_id), or vLLM's id with its random "-xxxxxxxx" suffix
+// (8 lower-case hex digits, which the recorder keeps in messages and the
+// dumps strip); "" when it names none of the dumps' requests.
+func (l *leases) key(id string) string {
+	if l.want[id] {
+		return id
+	}
+	if k, ok := l.engine[id]; ok {
+		return k
+	}
+	if i := len(id) - 9; i > 0 && id[i] == '-' && strings.Trim(id[i+1:], "0123456789abcdef") == "" && l.want[id[:i]] {
+		return id[:i]
+	}
+	return ""
 }
 
 // header takes a log's lease_s.
@@ -72,14 +97,16 @@ func (l *leases) seen(msg string, t Stamp) {
 	}
 	if ids, ok := strings.CutPrefix(msg, "HB:"); ok {
 		for id := range strings.SplitSeq(ids, ",") {
-			if l.want[id] {
-				l.events[id] = append(l.events[id], leaseEvent{wall: t.Wall, hb: true})
+			if k := l.key(id); k != "" {
+				l.events[k] = append(l.events[k], leaseEvent{wall: t.Wall, hb: true})
 			}
 		}
 		return
 	}
-	if i := strings.LastIndexByte(msg, ':'); i > 0 && l.want[msg[:i]] {
-		l.events[msg[:i]] = append(l.events[msg[:i]], leaseEvent{wall: t.Wall})
+	if i := strings.LastIndexByte(msg, ':'); i > 0 {
+		if k := l.key(msg[:i]); k != "" {
+			l.events[k] = append(l.events[k], leaseEvent{wall: t.Wall})
+		}
 	}
 }
 

@@ -199,6 +199,16 @@ func TestLeaseFlag(t *testing.T) {
 	if err != nil || res.Verdict != transfer.Clean {
 		t.Fatalf("heartbeat: %v %v", err, invariants(res))
 	}
+	// Messages name vLLM's ids, with the random suffix the dumps strip; an
+	// id of no dumped request extends nothing.
+	for msg, want := range map[string]string{"HB:req-0-0123abcd": transfer.Clean, "HB:req-0-0123abcX": transfer.Violated} {
+		recs[x].Msg = msg
+		rewrite(t, logs[0], h, recs)
+		res, err = transfer.Audit(context.Background(), logs, prod, cons, transfer.Options{LeaseS: 5})
+		if err != nil || res.Verdict != want {
+			t.Fatalf("heartbeat %q: %v %s", msg, err, res.Verdict)
+		}
+	}
 }
 
 // openSides opens the producer and the consumer synthesized into dir.
