@@ -55,6 +55,9 @@ type Config struct {
 	Seed            uint64
 	Role            string // producer or consumer
 	Format          string
+	// Engine is whose cache is synthesized: "" or "vllm" (vLLM's layouts),
+	// "sglang" (SGLang's pools, docs/sglang.md).
+	Engine string
 	// ConvLayout places a state layer's conv state dim-first ([channels,
 	// width]) or channels-last ([width, channels]); ConvDtype is its dtype
 	// (bfloat16 or float32). NoStateSplit writes state layers without their
@@ -273,6 +276,15 @@ func (c Config) Normalize() (Config, error) {
 	case c.Transfers && c.Role != "consumer":
 		return c, errors.New("transfers are a consumer's pull from its producer: the role must be consumer")
 	}
+	switch c.Engine {
+	case "", "vllm":
+	case "sglang":
+		if err := c.normalizeSGLang(); err != nil {
+			return c, err
+		}
+	default:
+		return c, fmt.Errorf("unknown engine %q (want one of %s)", c.Engine, strings.Join(Engines, ", "))
+	}
 	if c.Transfers {
 		c.ZeroTails = true
 	}
@@ -486,7 +498,13 @@ func WriteContext(ctx context.Context, out string, cfg Config) ([]string, error)
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			p, err := c.writeRank(dir, m, tables, pp, tp)
+			var p string
+			var err error
+			if c.Engine == "sglang" {
+				p, err = c.writeSGLangRank(dir, m, tables, tp)
+			} else {
+				p, err = c.writeRank(dir, m, tables, pp, tp)
+			}
 			if err != nil {
 				return nil, err
 			}
