@@ -1,0 +1,94 @@
+package report
+
+import (
+	"fmt"
+
+	"github.com/kvaudit/kvaudit/checksum"
+)
+
+// SGLangValueJSON is one request's sglang-adler32 on one rank, as
+// `kvaudit checksum --scheme sglang-adler32 -o json` writes it. Values are
+// 0x and 8 hex digits (Adler-32 is 32 bits; SGLang carries it in a uint64
+// slot whose upper half is 0).
+type SGLangValueJSON struct {
+	Request      string `json:"request"`
+	PP           int    `json:"pp"`
+	TP           int    `json:"tp"`
+	StartSendIdx int    `json:"start_send_idx"`
+	NumTokens    int    `json:"num_tokens"`
+	Bytes        int64  `json:"bytes"`
+	Value        string `json:"value"`
+	// Sent is the dump's kv_checksum (slot 0 of the metadata row), absent
+	// when the dump has none.
+	Sent string `json:"sent,omitempty"`
+	// Agrees is whether Value equals Sent: absent without a sent value or
+	// when the sent value is 0 (SGLang's "none sent", which it skips).
+	Agrees *bool `json:"agrees,omitempty"`
+}
+
+// SGLangChecksumJSON is the JSON output of `kvaudit checksum --scheme
+// sglang-adler32`.
+type SGLangChecksumJSON struct {
+	Scheme string            `json:"scheme"`
+	Values []SGLangValueJSON `json:"values"`
+}
+
+// SGLangHex writes an Adler-32 value as 0x and 8 hex digits, and a sent
+// uint64 wider than 32 bits in full.
+func SGLangHex(v uint64) string {
+	if v>>32 != 0 {
+		return fmt.Sprintf("0x%016x", v)
+	}
+	return fmt.Sprintf("0x%08x", v)
+}
+
+// SGLangAgrees says whether value v agrees with what was sent: nil when
+// nothing comparable was sent.
+func SGLangAgrees(v checksum.SGLangValue) *bool {
+	if v.Sent == nil || *v.Sent == 0 {
+		return nil
+	}
+	ok := *v.Sent == uint64(v.Value)
+	return &ok
+}
+
+// NewSGLangChecksumJSON builds the JSON output of the values.
+func NewSGLangChecksumJSON(vals []checksum.SGLangValue) SGLangChecksumJSON {
+	out := SGLangChecksumJSON{Scheme: checksum.SchemeSGLangAdler32, Values: []SGLangValueJSON{}}
+	for _, v := range vals {
+		j := SGLangValueJSON{Request: v.Request, PP: v.PP, TP: v.TP, StartSendIdx: v.StartSendIdx, NumTokens: v.NumTokens, Bytes: v.Bytes, Value: SGLangHex(uint64(v.Value)), Agrees: SGLangAgrees(v)}
+		if v.Sent != nil {
+			j.Sent = SGLangHex(*v.Sent)
+		}
+		out.Values = append(out.Values, j)
+	}
+	return out
+}
+
+// SGLangChecksumTable is the table of `kvaudit checksum --scheme
+// sglang-adler32`: per request and rank, the tokens covered, the bytes
+// read, kvaudit's value and the one sent, and whether they agree.
+func SGLangChecksumTable(vals []checksum.SGLangValue) *Table {
+	t := &Table{
+		Title:  "sglang-adler32 (SGLang's KV checksum, per request and rank)",
+		Header: []string{"request", "rank", "tokens", "bytes", "value", "sent", "verdict"},
+		Whole:  []string{"request"},
+	}
+	for _, v := range vals {
+		sent, verdict := "", Cell{Text: "-", Tone: Dim}
+		if v.Sent != nil {
+			sent = SGLangHex(*v.Sent)
+		}
+		switch a := SGLangAgrees(v); {
+		case a == nil && v.Sent != nil:
+			verdict = Cell{Text: "none sent (0: skipped, as SGLang does)", Tone: Warn}
+		case a != nil && *a:
+			verdict = Cell{Text: "match", Tone: Good}
+		case a != nil:
+			verdict = Cell{Text: "MISMATCH", Tone: Bad}
+		}
+		t.Add(C("%s", v.Request), C("pp %d tp %d", v.PP, v.TP), C("%d..%d", v.StartSendIdx, v.NumTokens), C("%d", v.Bytes), C("%s", SGLangHex(uint64(v.Value))), C("%s", sent), verdict)
+	}
+	t.Notes = append(t.Notes, "value: zlib Adler-32 of the rank's buffers in kv_data_ptrs order, each at the request's pages (whole pages), as SGLang's --disaggregation-enable-kv-checksum computes it (docs/sglang.md)")
+	return t
+}
