@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
 )
 
 // SGLangValueJSON is one request's sglang-adler32 on one rank, as
@@ -90,5 +91,65 @@ func SGLangChecksumTable(vals []checksum.SGLangValue) *Table {
 		t.Add(C("%s", v.Request), C("pp %d tp %d", v.PP, v.TP), C("%d..%d", v.StartSendIdx, v.NumTokens), C("%d", v.Bytes), C("%s", SGLangHex(uint64(v.Value))), C("%s", sent), verdict)
 	}
 	t.Notes = append(t.Notes, "value: zlib Adler-32 of the rank's buffers in kv_data_ptrs order, each at the request's pages (whole pages), as SGLang's --disaggregation-enable-kv-checksum computes it (docs/sglang.md)")
+	return t
+}
+
+// InspectSGLangJSON is what `kvaudit inspect` shows of an SGLang dump:
+// the pool, its buffers in kv_data_ptrs order, and per request the pages,
+// the token range the value covers and the value sent.
+type InspectSGLangJSON struct {
+	Pool     string                     `json:"pool"`
+	PageSize int                        `json:"page_size"`
+	File     string                     `json:"file"`
+	Buffers  []layout.SGLangBufferInfo  `json:"buffers"`
+	Requests []InspectSGLangRequestJSON `json:"requests"`
+}
+
+// InspectSGLangRequestJSON is one request of an SGLang dump.
+type InspectSGLangRequestJSON struct {
+	ID           string  `json:"id"`
+	Pages        []int64 `json:"pages"`
+	StartSendIdx int     `json:"start_send_idx"`
+	NumTokens    int     `json:"num_tokens"`
+	Sent         string  `json:"sent,omitempty"`
+}
+
+func newInspectSGLang(m *layout.Manifest) *InspectSGLangJSON {
+	p := m.SGLang
+	if p == nil {
+		return nil
+	}
+	out := &InspectSGLangJSON{Pool: p.Pool, PageSize: p.PageSize, File: p.File, Buffers: p.Buffers, Requests: []InspectSGLangRequestJSON{}}
+	for i := range m.Requests {
+		r := &m.Requests[i]
+		all := *r
+		sg := *r.SGLang
+		sg.StartSendIdx = 0
+		all.SGLang = &sg
+		rj := InspectSGLangRequestJSON{ID: r.ID, Pages: m.SGLangPages(&all), StartSendIdx: r.SGLang.StartSendIdx, NumTokens: r.NumTokens}
+		if s := r.SGLang.KVChecksum; s != nil {
+			rj.Sent = SGLangHex(uint64(*s))
+		}
+		out.Requests = append(out.Requests, rj)
+	}
+	return out
+}
+
+func sglangInspectTable(d InspectDumpJSON) *Table {
+	s := d.SGLang
+	t := &Table{
+		Title:  fmt.Sprintf("%s: SGLang %s, page size %d, buffers in kv_data_ptrs order (%s)", d.Path, s.Pool, s.PageSize, s.File),
+		Header: []string{"ordinal", "layer", "role", "offset", "size", "item_len", "pages"},
+	}
+	for _, b := range s.Buffers {
+		t.Add(C("%d", b.Ordinal), C("%d", b.Layer), C("%s", b.Role), C("%d", b.Offset), C("%s", formatBytes(b.Size)), C("%d", b.ItemLen), C("%d", b.Size/b.ItemLen))
+	}
+	for _, r := range s.Requests {
+		sent := "no kv_checksum"
+		if r.Sent != "" {
+			sent = "kv_checksum sent " + r.Sent
+		}
+		t.Notes = append(t.Notes, fmt.Sprintf("request %s: pages %v, tokens %d..%d checksummed, %s", r.ID, r.Pages, r.StartSendIdx, r.NumTokens, sent))
+	}
 	return t
 }
