@@ -63,8 +63,13 @@ type SGLangBufferInfo struct {
 // end_idx: min(extend end, input length)).
 type SGLangRequest struct {
 	ReqPoolIdx *int `json:"req_pool_idx,omitempty"`
-	// ReqToToken is req_to_token[req_pool_idx, 0:num_tokens].
+	// ReqToToken is req_to_token[req_pool_idx, 0:num_tokens] (in the
+	// dump's page numbering).
 	ReqToToken []int64 `json:"req_to_token,omitempty"`
+	// EnginePages are the pool's own ids of the request's pages when the
+	// exporter copied only the requests' pages and renumbered them (the
+	// value does not depend on where pages sit).
+	EnginePages []int64 `json:"engine_pages,omitempty"`
 	// StartSendIdx is the first token sent (the suffix-only form digests
 	// [start_send_idx, num_tokens)); 0 for the whole range, PR #39500's.
 	StartSendIdx int     `json:"start_send_idx,omitempty"`
@@ -228,6 +233,16 @@ func validateSGLangRequest(m *Manifest, r *Request, ri int, state bool, bad func
 			// hands out whole pages, so the other slots follow it.
 			if want := int64(bt[i/ps])*int64(ps) + int64(i%ps); slot != want {
 				return bad(fmt.Sprintf("%s.req_to_token[%d]", rf, i), "slot %d, but token %d is slot %d of page %d (the block table)", slot, i, i%ps, bt[i/ps])
+			}
+		}
+	}
+	if s.EnginePages != nil {
+		if len(s.EnginePages) != len(bt) {
+			return bad(rf+".engine_pages", "%d pages, but the block table has %d", len(s.EnginePages), len(bt))
+		}
+		for i, p := range s.EnginePages {
+			if p < 0 {
+				return bad(fmt.Sprintf("%s.engine_pages[%d]", rf, i), "page %d is negative", p)
 			}
 		}
 	}
