@@ -5,6 +5,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // SGLangValueJSON is one request's sglang-adler32 on one rank, as
@@ -151,5 +152,111 @@ func sglangInspectTable(d InspectDumpJSON) *Table {
 		}
 		t.Notes = append(t.Notes, fmt.Sprintf("request %s: pages %v, tokens %d..%d checksummed, %s", r.ID, r.Pages, r.StartSendIdx, r.NumTokens, sent))
 	}
+	return t
+}
+
+// SGLangAuditJSON is SGLang's check in `kvaudit diff -o json` ("sglang"):
+// values as 0x and 8 hex digits (a sent value wider than 32 bits in full).
+type SGLangAuditJSON struct {
+	Requests []SGLangRequestAuditJSON `json:"requests"`
+	Notes    []string                 `json:"notes,omitempty"`
+}
+
+// SGLangRequestAuditJSON is one consumer request on one rank.
+type SGLangRequestAuditJSON struct {
+	Request        string              `json:"request"`
+	PP             int                 `json:"pp"`
+	TP             int                 `json:"tp"`
+	StartSendIdx   int                 `json:"start_send_idx"`
+	NumTokens      int                 `json:"num_tokens"`
+	Consumer       string              `json:"consumer"`
+	Producer       string              `json:"producer,omitempty"`
+	Expected       string              `json:"expected,omitempty"`
+	ExpectedFrom   string              `json:"expected_from,omitempty"`
+	Verdict        string              `json:"verdict"`
+	Reason         string              `json:"reason,omitempty"`
+	Diff           *SGLangByteDiffJSON `json:"first_difference,omitempty"`
+	DifferingBytes int64               `json:"differing_bytes"`
+	TailBytes      int64               `json:"tail_bytes"`
+	KVAudit        string              `json:"kvaudit"`
+	Agreement      string              `json:"agreement"`
+}
+
+// SGLangByteDiffJSON is verify.SGLangByteDiff in JSON.
+type SGLangByteDiffJSON struct {
+	Buffer       int    `json:"buffer"`
+	Layer        int    `json:"layer"`
+	Role         string `json:"role"`
+	PagePosition int    `json:"page_position"`
+	Page         int64  `json:"page"`
+	ProducerPage int64  `json:"producer_page"`
+	Token        int    `json:"token"`
+	Head         int    `json:"head"`
+	Byte         int    `json:"byte"`
+	FileOffset   int64  `json:"file_offset"`
+	ProducerByte string `json:"producer_byte"`
+	ConsumerByte string `json:"consumer_byte"`
+	Tail         bool   `json:"tail"`
+}
+
+// NewSGLangAuditJSON converts an SGLang audit for JSON.
+func NewSGLangAuditJSON(a *verify.SGLangAudit) *SGLangAuditJSON {
+	out := &SGLangAuditJSON{Requests: []SGLangRequestAuditJSON{}, Notes: a.Notes}
+	for _, r := range a.Requests {
+		j := SGLangRequestAuditJSON{
+			Request: r.Request, PP: r.PP, TP: r.TP, StartSendIdx: r.StartSendIdx, NumTokens: r.NumTokens,
+			Consumer: SGLangHex(uint64(r.Consumer)), ExpectedFrom: r.ExpectedFrom, Verdict: string(r.Verdict), Reason: r.Reason,
+			DifferingBytes: r.DifferingBytes, TailBytes: r.TailBytes, KVAudit: string(r.KVAudit), Agreement: r.Agreement,
+		}
+		if r.Producer != nil {
+			j.Producer = SGLangHex(uint64(*r.Producer))
+		}
+		if r.Expected != nil {
+			j.Expected = SGLangHex(*r.Expected)
+		}
+		if d := r.Diff; d != nil {
+			j.Diff = &SGLangByteDiffJSON{Buffer: d.Buffer, Layer: d.Layer, Role: d.Role, PagePosition: d.PagePosition, Page: d.Page,
+				ProducerPage: d.ProducerPage, Token: d.Token, Head: d.Head, Byte: d.Byte, FileOffset: d.FileOffset,
+				ProducerByte: fmt.Sprintf("0x%02x", d.Producer), ConsumerByte: fmt.Sprintf("0x%02x", d.Consumer), Tail: d.Tail}
+		}
+		out.Requests = append(out.Requests, j)
+	}
+	return out
+}
+
+// SGLangAuditTable is the table of SGLang's check in `kvaudit diff`: per
+// request and rank, the value the decode computes, the one it is held to,
+// SGLang's verdict beside kvaudit's, and where the bytes first differ.
+func SGLangAuditTable(a *verify.SGLangAudit) *Table {
+	t := &Table{
+		Title:  "SGLang's KV checksum (sglang-adler32) beside kvaudit's checks",
+		Header: []string{"request", "rank", "consumer", "expected", "sglang", "kvaudit", "first difference", "which saw what"},
+		Whole:  []string{"request"},
+		Drop:   []string{"first difference"},
+	}
+	tone := map[verify.Verdict]Tone{verify.Verified: Good, verify.Mismatch: Bad, verify.Unverified: Warn}
+	for _, r := range a.Requests {
+		exp := "-"
+		if r.Expected != nil {
+			exp = SGLangHex(*r.Expected) + " (" + r.ExpectedFrom + ")"
+		}
+		diff := ""
+		if d := r.Diff; d != nil {
+			where := "token"
+			if d.Tail {
+				where = "unused tail slot, token"
+			}
+			diff = fmt.Sprintf("buffer %d (layer %d %s), page %d (position %d; producer page %d), %s %d, head %d, byte %d: %#02x -> %#02x at %s offset %d; %d byte(s) differ, %d in tail slots",
+				d.Buffer, d.Layer, d.Role, d.Page, d.PagePosition, d.ProducerPage, where, d.Token, d.Head, d.Byte, d.Producer, d.Consumer, "pool file", d.FileOffset, r.DifferingBytes, r.TailBytes)
+		}
+		t.Add(C("%s", r.Request), C("pp %d tp %d", r.PP, r.TP), C("%s", SGLangHex(uint64(r.Consumer))), C("%s", exp),
+			Cell{Text: string(r.Verdict), Tone: tone[r.Verdict]}, Cell{Text: string(r.KVAudit), Tone: tone[r.KVAudit]}, C("%s", diff), C("%s", r.Agreement))
+	}
+	for _, r := range a.Requests {
+		if r.Reason != "" && r.Verdict != verify.Verified {
+			t.Notes = append(t.Notes, fmt.Sprintf("%s (pp %d tp %d): %s", r.Request, r.PP, r.TP, r.Reason))
+		}
+	}
+	t.Notes = append(t.Notes, a.Notes...)
 	return t
 }

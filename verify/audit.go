@@ -22,6 +22,8 @@ type Audits struct {
 	Repeated []RepeatedBlock
 	// Transfers is the audit of the transfer's NIXL logs.
 	Transfers *transfer.Result
+	// SGLang is SGLang's own check of SGLang dumps (CompareSGLang).
+	SGLang *SGLangAudit
 }
 
 // Failed reports whether an audit found something: a non-zero byte past
@@ -35,6 +37,9 @@ func (a *Audits) Failed() bool {
 		return true
 	}
 	if a.Transfers != nil && a.Transfers.Violated() {
+		return true
+	}
+	if a.SGLang.Mismatched() {
 		return true
 	}
 	return a.Stored != nil && StoredVerdict(a.Stored) == Mismatch

@@ -7,6 +7,7 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/verify"
 )
 
 // sglangChecksumRun is `kvaudit checksum --scheme sglang-adler32`: SGLang's
@@ -60,5 +61,42 @@ func sglangChecksumRun(opts *ChecksumOptions) error {
 	if bad > 0 {
 		return &ResultError{Code: ExitMismatch, Msg: fmt.Sprintf("mismatch: %d request value(s) differ from the kv_checksum sent (SGLang's decode would abort them)", bad)}
 	}
+	return nil
+}
+
+// sglangAudit adds SGLang's own check to a diff whose consumer is SGLang
+// dumps (verify.CompareSGLang): against the values --sglang-checksum gives
+// or the dumps' kv_checksum rows, and byte by byte against the producer
+// when it is SGLang dumps too. A consumer of other dumps is left alone,
+// unless --sglang-checksum asks for the check.
+func sglangAudit(opts *DiffOptions, res *verify.Result) error {
+	cons, err := layout.OpenPaths(opts.Consumer)
+	if err != nil || len(cons) == 0 || cons[0].Manifest.SGLang == nil {
+		if err == nil {
+			layout.CloseAll(cons)
+		}
+		if len(opts.SGLangSent) > 0 {
+			return usageErrorf("--sglang-checksum: the consumer %v is not SGLang dumps (\"engine\": \"sglang\")", opts.Consumer)
+		}
+		return nil
+	}
+	defer layout.CloseAll(cons)
+	prod, err := layout.OpenPaths(opts.Producer)
+	if err != nil {
+		prod = nil // a payload or records: the values sent are all there is
+	} else {
+		defer layout.CloseAll(prod)
+	}
+	a, err := verify.CompareSGLang(prod, cons, verify.SGLangOptions{Sent: opts.SGLangSent, Diff: res.Diff, Threads: opts.Threads})
+	if err != nil {
+		if len(opts.SGLangSent) > 0 {
+			return usageErrorf("%v", err)
+		}
+		return err
+	}
+	if res.Audits == nil {
+		res.Audits = &verify.Audits{}
+	}
+	res.Audits.SGLang = a
 	return nil
 }
