@@ -17,7 +17,7 @@ import (
 	"github.com/kvaudit/kvaudit/kernels"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/side"
 )
 
 // variants are the ways the runner may execute a plan: staged or in place,
@@ -230,13 +230,13 @@ func TestModelGolden(t *testing.T) {
 	}
 }
 
-func computeSide(t *testing.T, cfg synth.Config, e checksum.Engine) *verify.Checks {
+func computeSide(t *testing.T, cfg synth.Config, e checksum.Engine) *side.Checks {
 	t.Helper()
 	paths, err := synth.Write(t.TempDir(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Engine: e, Partial: true})
+	cRes, err := side.Checksum(context.Background(), side.Input{Paths: paths}, side.ChecksumOptions{Engine: e, Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}

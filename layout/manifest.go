@@ -143,6 +143,16 @@ type Request struct {
 	SGLang *SGLangRequest `json:"sglang,omitempty"`
 }
 
+// PairID returns the id of the producer request a consumer request loads
+// (docs/spec.md §9, "Pairing"): its producer_id, else its own id. It is
+// the one statement of the pairing rule; every pairing uses it.
+func (r Request) PairID() string {
+	if r.ProducerID != "" {
+		return r.ProducerID
+	}
+	return r.ID
+}
+
 // ManifestError is an inconsistency in a manifest: the file, the field
 // (a JSON path such as `groups[0].layers[2].layout`) and what is wrong.
 type ManifestError struct {
@@ -500,6 +510,22 @@ func (m *Manifest) Group(id int) *Group {
 func (m *Manifest) Request(id string) *Request {
 	for i := range m.Requests {
 		if m.Requests[i].ID == id {
+			return &m.Requests[i]
+		}
+	}
+	return nil
+}
+
+// Paired returns the request a transfer names by id: the one with that
+// id, else the first that pairs with it (its producer_id is id), else nil
+// (an empty id pairs with nothing).
+// A NIXL log's transfer names a consumer request by either.
+func (m *Manifest) Paired(id string) *Request {
+	if r := m.Request(id); r != nil || id == "" {
+		return r
+	}
+	for i := range m.Requests {
+		if m.Requests[i].ProducerID == id {
 			return &m.Requests[i]
 		}
 	}

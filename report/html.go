@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvaudit/kvaudit/internal/ranges"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
 )
@@ -150,7 +151,7 @@ type inputRow struct {
 	FilesLeft                                       int
 }
 
-func newInputRow(side, given string, in verify.SideInfo) inputRow {
+func newInputRow(side, given string, in side.SideInfo) inputRow {
 	r := inputRow{Side: side, Given: clip(given), Form: in.Form, PayloadForm: in.PayloadForm}
 	if in.TPSize > 0 {
 		r.Parallel = fmt.Sprintf("TP %d × PP %d", in.TPSize, in.PPSize)

@@ -6,12 +6,13 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
 // withMix gives a group kvaudit's mix check, one list per check.
-func withMix(mix ...[]uint64) func(*verify.GroupChecks) {
-	return func(g *verify.GroupChecks) { g.ChecksMix = mix }
+func withMix(mix ...[]uint64) func(*side.GroupChecks) {
+	return func(g *side.GroupChecks) { g.ChecksMix = mix }
 }
 
 // TestDiffMixOnly: where vLLM's checksums agree and kvaudit's mix check
@@ -44,7 +45,7 @@ func TestDiffMixOnly(t *testing.T) {
 	}
 	// A consumer of block size 8: its pairs of blocks add up to the
 	// producer's blocks, in both checks.
-	split := func(mixDelta uint64) *verify.Checks {
+	split := func(mixDelta uint64) *side.Checks {
 		return hside(hreq("r", 48, with(hg(0, 8, 0, []uint64{1, 0, 2, 0, 1, 2}), withMix([]uint64{3, 4, 4 + mixDelta, 4, 5, 4}))))
 	}
 	if res := verify.Diff(prod, split(0)); res.Verdict != verify.Verified {
@@ -54,8 +55,8 @@ func TestDiffMixOnly(t *testing.T) {
 		t.Errorf("block size 8, mix differs in the second chunk: %+v", g)
 	}
 	// A state group: position 0, no token count.
-	state := func(mix uint64) *verify.Checks {
-		return hside(hreq("r", 48, with(hg(1, 16, 0, []uint64{4}), withMix([]uint64{mix}), func(g *verify.GroupChecks) { g.Kind = layout.KindMamba })))
+	state := func(mix uint64) *side.Checks {
+		return hside(hreq("r", 48, with(hg(1, 16, 0, []uint64{4}), withMix([]uint64{mix}), func(g *side.GroupChecks) { g.Kind = layout.KindMamba })))
 	}
 	if g := verify.Diff(state(6), state(7)).Requests[0].Groups[0]; g.Verdict != verify.Mismatch || !slices.Equal(g.MixOnly, []int{0}) {
 		t.Errorf("state group: %+v", g)
@@ -69,11 +70,11 @@ func TestDiffMixOnly(t *testing.T) {
 func TestDiffVLLMStrength(t *testing.T) {
 	withMixSide := hside(hreq("r", 32, with(hg(0, 16, 0, []uint64{1, 2}), withMix([]uint64{7, 8})), with(hg(1, 16, 0, []uint64{3, 4}), withMix([]uint64{5, 6}))))
 	plain := hside(hreq("r", 32, hg(0, 16, 0, []uint64{1, 2}), hg(1, 16, 0, []uint64{3, 4})))
-	payload := verify.ProducerChecks(hreq("r", 32, with(hg(0, 16, 0, []uint64{1, 2}), func(g *verify.GroupChecks) { g.FromPayload = true })))
+	payload := side.ProducerChecks(hreq("r", 32, with(hg(0, 16, 0, []uint64{1, 2}), func(g *side.GroupChecks) { g.FromPayload = true })))
 	oneGroup := hside(hreq("r", 32, with(hg(0, 16, 0, []uint64{1, 2}), withMix([]uint64{7, 8}))))
 	for _, c := range []struct {
 		name               string
-		producer, consumer *verify.Checks
+		producer, consumer *side.Checks
 		groups             string
 		why                string
 	}{

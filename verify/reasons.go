@@ -1,11 +1,13 @@
 package verify
 
+import "github.com/kvaudit/kvaudit/side"
+
 // Fixed reasons a load or a group is unverified (docs/spec.md §9), reported
 // verbatim, and the reasons a group is left out of a verdict.
 const (
-	ReasonNoChecksums         = "the producer sent no checksums"
-	ReasonInvalidChecksums    = "the producer's checksums are invalid"
-	ReasonNotEveryWorker      = "not every worker reported its checksums"
+	ReasonNoChecksums         = side.ReasonNoChecksums
+	ReasonInvalidChecksums    = side.ReasonInvalidChecksums
+	ReasonNotEveryWorker      = side.ReasonNotEveryWorker
 	ReasonOneSide             = "a group is checksummed by one side only"
 	ReasonFingerprint         = "a group holds other layers, block size or dtype on the producer"
 	ReasonMissingReplica      = "a replica was not checksummed"

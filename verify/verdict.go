@@ -2,6 +2,7 @@ package verify
 
 import (
 	"fmt"
+	"github.com/kvaudit/kvaudit/side"
 	"slices"
 	"strings"
 
@@ -216,7 +217,7 @@ func mixOnlyNote(g int, positions []int) string {
 // checks with FlatOnly, else Fingerprint). A nil producer sent no
 // checksums. Diff never fails: whatever cannot be compared is unverified,
 // with a fixed reason.
-func Diff(producer, consumer *Checks) *DiffResult {
+func Diff(producer, consumer *side.Checks) *DiffResult {
 	return DiffWith(producer, consumer, DiffOptions{})
 }
 
@@ -230,7 +231,7 @@ type DiffOptions struct {
 }
 
 // DiffWith is Diff with options.
-func DiffWith(producer, consumer *Checks, opts DiffOptions) *DiffResult {
+func DiffWith(producer, consumer *side.Checks, opts DiffOptions) *DiffResult {
 	res := &DiffResult{}
 	for _, cr := range consumer.Requests {
 		rv := diffRequest(producer, consumer, cr)
@@ -283,16 +284,16 @@ func addReason(reasons []string, r string) []string {
 	return append(reasons, r)
 }
 
-func diffRequest(producer, consumer *Checks, cr *RequestChecks) *RequestVerdict {
+func diffRequest(producer, consumer *side.Checks, cr *side.RequestChecks) *RequestVerdict {
 	rv := &RequestVerdict{ID: cr.ID, ProducerID: cr.PairID(), Reasons: []string{}, NumTokens: cr.NumTokens}
-	pr := producer.request(rv.ProducerID)
+	pr := producer.Request(rv.ProducerID)
 	rv.Numbering = checksum.NumberRequest.String()
 	if pr == nil {
 		rv.Reasons = addReason(rv.Reasons, ReasonNoChecksums)
 		rv.Hints = append(rv.Hints, noProducerHint(producer, cr))
 	} else {
 		rv.Notes = append(rv.Notes, pr.Notes...)
-		if slices.ContainsFunc(pr.Groups, func(g *GroupChecks) bool { return g.FlatOnly }) {
+		if slices.ContainsFunc(pr.Groups, func(g *side.GroupChecks) bool { return g.FlatOnly }) {
 			rv.Numbering = checksum.NumberBlock.String()
 		}
 		for _, r := range pr.Unverified {
@@ -305,7 +306,7 @@ func diffRequest(producer, consumer *Checks, cr *RequestChecks) *RequestVerdict 
 	if slices.Contains(rv.Reasons, ReasonNotEveryWorker) {
 		for _, side := range []struct {
 			name string
-			c    *Checks
+			c    *side.Checks
 		}{{"producer", producer}, {"consumer", consumer}} {
 			if side.c != nil && len(side.c.Missing) > 0 {
 				rv.Hints = append(rv.Hints, fmt.Sprintf("%s: %s did not report", side.name, strings.Join(side.c.Missing, "; ")))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
 )
@@ -197,11 +198,11 @@ func diffSides(cmd *cobra.Command, cfg *config, args []string) (producer, consum
 
 // sideInput is a side as given: one argument (a path, a glob, payload
 // text, "-"), or several paths.
-func sideInput(values []string, stdin io.Reader) verify.Input {
+func sideInput(values []string, stdin io.Reader) side.Input {
 	if len(values) == 1 {
-		return verify.Input{Arg: values[0], Stdin: stdin}
+		return side.Input{Arg: values[0], Stdin: stdin}
 	}
-	return verify.Input{Paths: values}
+	return side.Input{Paths: values}
 }
 
 func diffRun(ctx context.Context, opts *DiffOptions) error {

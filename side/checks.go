@@ -1,8 +1,10 @@
-package verify
+package side
 
 import (
 	"fmt"
 	"slices"
+
+	"github.com/kvaudit/kvaudit/layout"
 )
 
 // Checks are one side's whole-model checks: every rank's record summed.
@@ -127,16 +129,14 @@ func (c *Checks) Select(ids []string) error {
 	return nil
 }
 
-// PairID returns the producer request id a consumer request pairs with.
+// PairID returns the producer request id a consumer request pairs with
+// (layout.Request.PairID: its producer_id, else its id).
 func (r *RequestChecks) PairID() string {
-	if r.ProducerID != "" {
-		return r.ProducerID
-	}
-	return r.ID
+	return layout.Request{ID: r.ID, ProducerID: r.ProducerID}.PairID()
 }
 
-// request returns c's first request with the id, or nil (also for a nil c).
-func (c *Checks) request(id string) *RequestChecks {
+// Request returns c's first request with the id, or nil (also for a nil c).
+func (c *Checks) Request(id string) *RequestChecks {
 	if c == nil {
 		return nil
 	}
