@@ -2,8 +2,10 @@ package report
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/inject"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/verify"
 )
@@ -258,5 +260,77 @@ func SGLangAuditTable(a *verify.SGLangAudit) *Table {
 		}
 	}
 	t.Notes = append(t.Notes, a.Notes...)
+	return t
+}
+
+// SGLangCampaignJSON is `kvaudit campaign --engine sglang -o json`.
+type SGLangCampaignJSON struct {
+	Format string                   `json:"format"`
+	Seed   uint64                   `json:"seed"`
+	Trials int                      `json:"trials"`
+	Pairs  []string                 `json:"pairs"`
+	Pass   bool                     `json:"pass"`
+	Kinds  []SGLangCampaignKindJSON `json:"kinds"`
+}
+
+// SGLangCampaignKindJSON is one kind's row.
+type SGLangCampaignKindJSON struct {
+	Kind           string         `json:"kind"`
+	Description    string         `json:"description"`
+	KVAuditDetects bool           `json:"kvaudit_must_detect"`
+	Trials         int            `json:"trials"`
+	NotApplicable  int            `json:"not_applicable"`
+	KVAudit        int            `json:"caught_by_kvaudit"`
+	SGLang         int            `json:"caught_by_sglang"`
+	Pinned         int            `json:"pinned_by_sglang_diff"`
+	Wrong          int            `json:"misjudged_by_kvaudit"`
+	Failures       []string       `json:"failures,omitempty"`
+	Pairs          map[string]int `json:"pairs"`
+}
+
+// NewSGLangCampaignJSON converts a campaign's result.
+func NewSGLangCampaignJSON(r *inject.SGLangCampaignResult) SGLangCampaignJSON {
+	out := SGLangCampaignJSON{Format: "kvaudit-sglang-campaign/1", Seed: r.Seed, Trials: r.Trials, Pairs: r.Pairs, Pass: r.Pass}
+	for _, k := range r.Kinds {
+		out.Kinds = append(out.Kinds, SGLangCampaignKindJSON{Kind: k.Kind.Name, Description: k.Kind.Description, KVAuditDetects: k.Kind.KVAuditDetects,
+			Trials: k.Trials, NotApplicable: k.NotApplicable, KVAudit: k.KVAudit, SGLang: k.SGLang, Pinned: k.Pinned, Wrong: k.Wrong,
+			Failures: k.Failures, Pairs: k.Pairs})
+	}
+	return out
+}
+
+// SGLangCampaignTable is the table of `kvaudit campaign --engine sglang`:
+// per kind, what kvaudit's checks and what SGLang's own Adler-32 caught.
+func SGLangCampaignTable(r *inject.SGLangCampaignResult) *Table {
+	t := &Table{
+		Title:  fmt.Sprintf("SGLang campaign: %d trials per kind over %d pairs (seed %d)", r.Trials, len(r.Pairs), r.Seed),
+		Header: []string{"kind", "trials", "kvaudit", "SGLang's Adler-32", "pinned", "what it is"},
+		Drop:   []string{"what it is", "pinned"},
+	}
+	for _, k := range r.Kinds {
+		kv := Cell{Text: fmt.Sprintf("%d/%d", k.KVAudit, k.Trials), Tone: Good}
+		if k.Wrong > 0 {
+			kv.Tone = Bad
+		}
+		if !k.Kind.KVAuditDetects {
+			kv.Text += " (intact KV: must verify)"
+		}
+		sg := Cell{Text: fmt.Sprintf("%d/%d", k.SGLang, k.Trials)}
+		switch {
+		case k.Kind.KVAuditDetects && k.SGLang < k.Trials:
+			sg.Tone = Bad
+		case !k.Kind.KVAuditDetects && k.SGLang > 0:
+			sg.Tone = Warn
+		}
+		t.Add(C("%s", k.Kind.Name), C("%d", k.Trials), kv, sg, C("%d", k.Pinned), C("%s", k.Kind.Description))
+	}
+	t.Notes = append(t.Notes, "pairs: "+strings.Join(r.Pairs, ", "),
+		"SGLang's Adler-32: the trials its decode would abort; tail-write and sent-off-by-one change no KV (SGLang aborts intact requests), adler-null and adler-65521 change KV its two 16-bit sums cannot see",
+		"pinned: trials whose first differing byte kvaudit's SGLang comparison pins at the byte the fault changed first")
+	for _, k := range r.Kinds {
+		for _, f := range k.Failures {
+			t.Notes = append(t.Notes, k.Kind.Name+": "+f)
+		}
+	}
 	return t
 }

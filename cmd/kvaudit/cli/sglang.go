@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/inject"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/verify"
@@ -98,5 +100,27 @@ func sglangAudit(opts *DiffOptions, res *verify.Result) error {
 		res.Audits = &verify.Audits{}
 	}
 	res.Audits.SGLang = a
+	return nil
+}
+
+// sglangCampaignRun is `kvaudit campaign --engine sglang`: exit 1 when
+// kvaudit misjudged a trial.
+func sglangCampaignRun(ctx context.Context, opts *CampaignOptions) error {
+	res, err := inject.SGLangCampaign(ctx, inject.SGLangCampaignOptions{Trials: opts.Trials, Seed: opts.Seed, Dir: opts.Dir})
+	if err != nil {
+		return err
+	}
+	if opts.Output == "json" {
+		err = report.WriteJSON(opts.IO.Out, report.NewSGLangCampaignJSON(res))
+	} else {
+		err = opts.IO.renderTables(opts.Output, report.SGLangCampaignTable(res))
+	}
+	if err != nil {
+		return err
+	}
+	if !res.Pass {
+		return &ResultError{Code: ExitMismatch, Msg: "sglang campaign: kvaudit misjudged some trials"}
+	}
+	opts.IO.verdict = "sglang campaign: pass"
 	return nil
 }
