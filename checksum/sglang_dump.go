@@ -84,9 +84,8 @@ func SGLangValues(d *layout.Dump, threads int) ([]SGLangValue, error) {
 			v.Bytes += int64(len(it.Data))
 		}
 		v.Value = sglangItemsAdler32(items, threads)
-		if s := r.SGLang.KVChecksum; s != nil {
-			u := uint64(*s)
-			v.Sent = &u
+		if s, ok := r.SGLang.Sent(); ok {
+			v.Sent = &s
 		}
 		out = append(out, v)
 	}

@@ -237,8 +237,8 @@ func sglangTrial(ctx context.Context, sp sglangPair, k SGLangKind, rng *rand.Ran
 		return false, nil
 	}
 	if k.Name == "sent-off-by-one" {
-		v := *r.SGLang.KVChecksum + 1
-		r.SGLang.KVChecksum = &v
+		v, _ := r.SGLang.Sent()
+		r.SGLang.SetSent(v + 1)
 		text, err := json.Marshal(m)
 		if err != nil {
 			return false, err
@@ -468,7 +468,8 @@ func (f *sglangFault) apply(k SGLangKind) (int64, bool) {
 		}
 		return 0, false
 	case "sent-off-by-one":
-		return -1, f.r.SGLang.KVChecksum != nil
+		_, ok := f.r.SGLang.Sent()
+		return -1, ok
 	}
 	return 0, false
 }

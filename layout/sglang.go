@@ -77,8 +77,21 @@ type SGLangRequest struct {
 	// KVChecksum is kv_checksum[metadata_buffer_index, 0]: what the
 	// prefill sent (nil when the dump does not have it; 0 means none was
 	// sent: a health check, or the flag off).
-	KVChecksum *Hex64 `json:"kv_checksum,omitempty"`
+	KVChecksum string `json:"kv_checksum,omitempty"`
 }
+
+// Sent returns the kv_checksum value and whether the dump has one (the
+// manifest is validated, so a present value parses).
+func (r *SGLangRequest) Sent() (uint64, bool) {
+	if r == nil || r.KVChecksum == "" {
+		return 0, false
+	}
+	v, err := ParseHex64(r.KVChecksum)
+	return v, err == nil
+}
+
+// SetSent sets the kv_checksum value.
+func (r *SGLangRequest) SetSent(v uint64) { r.KVChecksum = Hex64(v).String() }
 
 // SGLangPages returns request r's pages in an SGLang dump (the block
 // table of its one group) from start_send_idx on: the pages its value
@@ -234,6 +247,11 @@ func validateSGLangRequest(m *Manifest, r *Request, ri int, state bool, bad func
 			if want := int64(bt[i/ps])*int64(ps) + int64(i%ps); slot != want {
 				return bad(fmt.Sprintf("%s.req_to_token[%d]", rf, i), "slot %d, but token %d is slot %d of page %d (the block table)", slot, i, i%ps, bt[i/ps])
 			}
+		}
+	}
+	if s.KVChecksum != "" {
+		if _, err := ParseHex64(s.KVChecksum); err != nil {
+			return bad(rf+".kv_checksum", "%v", err)
 		}
 	}
 	if s.EnginePages != nil {

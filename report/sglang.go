@@ -130,8 +130,8 @@ func newInspectSGLang(m *layout.Manifest) *InspectSGLangJSON {
 		sg.StartSendIdx = 0
 		all.SGLang = &sg
 		rj := InspectSGLangRequestJSON{ID: r.ID, Pages: m.SGLangPages(&all), StartSendIdx: r.SGLang.StartSendIdx, NumTokens: r.NumTokens}
-		if s := r.SGLang.KVChecksum; s != nil {
-			rj.Sent = SGLangHex(uint64(*s))
+		if s, ok := r.SGLang.Sent(); ok {
+			rj.Sent = SGLangHex(s)
 		}
 		out.Requests = append(out.Requests, rj)
 	}

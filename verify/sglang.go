@@ -229,8 +229,7 @@ func sglangRequest(p, c *layout.Dump, r *layout.Request, opts SGLangOptions, use
 	if v, ok := opts.Sent[key]; ok {
 		used[key] = true
 		ra.Expected, ra.ExpectedFrom = &v, SGLangFromFlag
-	} else if s := r.SGLang.KVChecksum; s != nil {
-		v := uint64(*s)
+	} else if v, ok := r.SGLang.Sent(); ok {
 		ra.Expected, ra.ExpectedFrom = &v, SGLangFromMetadata
 	}
 	var pitems []checksum.SGLangItem

@@ -187,11 +187,10 @@ func (c *Config) writeSGLangRank(dir string, m *Model, tables map[int][]layout.B
 				h.Write(data[at : at+int64(ps*b.slot)])
 			}
 		}
-		sent := layout.Hex64(h.Sum32())
 		man.Requests = append(man.Requests, layout.Request{
 			ID: RequestID(r), NumTokens: c.Tokens, NumLocalComputedTokens: c.PrefixTokens,
 			BlockTable: map[string]layout.BlockIDs{strconv.Itoa(g.ID): bt},
-			SGLang:     &layout.SGLangRequest{StartSendIdx: start, KVChecksum: &sent},
+			SGLang:     &layout.SGLangRequest{StartSendIdx: start, KVChecksum: layout.Hex64(h.Sum32()).String()},
 		})
 	}
 	p := filepath.Join(dir, fmt.Sprintf("rank-0-%d", tp))
