@@ -126,8 +126,13 @@ type Split struct {
 
 // Request is one request's block tables and the tokens they hold.
 type Request struct {
-	ID                     string              `json:"id"`
-	ProducerID             string              `json:"producer_id,omitempty"`
+	ID         string `json:"id"`
+	ProducerID string `json:"producer_id,omitempty"`
+	// EngineRequestID is the engine's own id of the request where it
+	// differs from ID: vLLM appends a random suffix to the id a user gave
+	// (PR #27987); the capture connector names a dump by the user's id and
+	// keeps vLLM's here. Read, never used for pairing.
+	EngineRequestID        string              `json:"engine_request_id,omitempty"`
 	NumTokens              int                 `json:"num_tokens"`
 	NumLocalComputedTokens int                 `json:"num_local_computed_tokens,omitempty"`
 	BlockTable             map[string]BlockIDs `json:"block_table,omitempty"`
