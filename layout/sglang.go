@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // EngineSGLang is the manifest's engine for a dump of SGLang's KV pools
@@ -304,11 +306,11 @@ func (o *opener) openSGLang() error {
 	}
 	f, err := o.rawFile(p.File)
 	if err != nil {
-		return &DumpError{File: o.manifestFile, Field: "sglang.file", Err: err}
+		return &parse.Error{Format: parse.Dump, File: o.manifestFile, Field: "sglang.file", Err: err}
 	}
 	for i, b := range p.Buffers {
 		if b.Offset+b.Size > int64(len(f.Data)) {
-			return &DumpError{File: o.manifestFile, Field: fmt.Sprintf("sglang.buffers[%d]", i), Err: fmt.Errorf("bytes %d..%d are past the end of %q (%d bytes)", b.Offset, b.Offset+b.Size, f.Path, len(f.Data))}
+			return &parse.Error{Format: parse.Dump, File: o.manifestFile, Field: fmt.Sprintf("sglang.buffers[%d]", i), Err: fmt.Errorf("bytes %d..%d are past the end of %q (%d bytes)", b.Offset, b.Offset+b.Size, f.Path, len(f.Data))}
 		}
 		o.d.sglang = append(o.d.sglang, f.Data[b.Offset:b.Offset+b.Size])
 	}

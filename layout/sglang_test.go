@@ -1,6 +1,7 @@
 package layout_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,11 +9,12 @@ import (
 
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // TestOpenSGLang: an SGLang dump maps its pool file and returns each
 // buffer's bytes in kv_data_ptrs order; a pool file shorter than its
-// buffers, or named outside the dump directory, is a *DumpError naming
+// buffers, or named outside the dump directory, is a *parse.Error naming
 // the field, and nothing is opened.
 func TestOpenSGLang(t *testing.T) {
 	dir := t.TempDir()
@@ -51,8 +53,8 @@ func TestOpenSGLang(t *testing.T) {
 	moved, _ := layout.MarshalManifest(m)
 	os.WriteFile(man, moved, 0o644)
 	_, err = layout.Open(paths[0])
-	var de *layout.DumpError
-	if err == nil || !strings.Contains(err.Error(), "sglang.buffers[3]") || !strings.Contains(err.Error(), "past the end") || !asDumpError(err, &de) {
+	var pe *parse.Error
+	if err == nil || !strings.Contains(err.Error(), "sglang.buffers[3]") || !strings.Contains(err.Error(), "past the end") || !errors.As(err, &pe) || pe.Field != "sglang.buffers[3]" {
 		t.Errorf("buffer past the pool file: %v", err)
 	}
 
@@ -60,10 +62,4 @@ func TestOpenSGLang(t *testing.T) {
 	if _, err := layout.Open(paths[0]); err == nil || !strings.Contains(err.Error(), "outside the dump directory") {
 		t.Errorf("pool file outside: %v", err)
 	}
-}
-
-func asDumpError(err error, de **layout.DumpError) bool {
-	e, ok := err.(*layout.DumpError)
-	*de = e
-	return ok
 }
