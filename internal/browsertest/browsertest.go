@@ -197,6 +197,9 @@ func (b *Browser) run(t testing.TB, file string, flags ...string) (string, []str
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	requests := p.close()
+	if p.idle > 0 {
+		t.Logf("%d connection(s) to the proxy sent no request line (not requests)", p.idle)
+	}
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", b.path, err, tail(stderr.String(), 2000))
 	}
