@@ -117,7 +117,11 @@ type Name struct {
 
 // Entry is one file or record checked.
 type Entry struct {
-	Path   string `json:"path"`
+	Path string `json:"path"`
+	// Dir is the directory (of Result.Dirs) the entry is counted in: the
+	// file's own, or for vllm-fs the tier's <model>_<cfg>_r<rank>
+	// namespace above its fan-out directories.
+	Dir    string `json:"directory"`
 	Format Format `json:"format"`
 	// Offset and Length are the bytes the check covers (a record's whole
 	// extent for mooncake-ssd; the whole file otherwise).
@@ -252,6 +256,7 @@ type dirState struct {
 }
 
 func (d *dirState) add(e Entry) {
+	e.Dir = d.Path
 	d.mu.Lock()
 	d.entries = append(d.entries, e)
 	d.mu.Unlock()
@@ -387,6 +392,9 @@ type walker struct {
 	// is in a directory above the path given.
 	absDir string
 	dirs   []*dirState
+	// byPath finds a directory's state, which several directories'
+	// files may share (a vllm-fs namespace).
+	byPath map[string]*dirState
 	jobs   []job
 }
 
@@ -480,8 +488,23 @@ func (w *walker) plan(rel string, files []string) {
 	var planned int
 	var ds *dirState
 	dir := func() *dirState {
-		if ds == nil {
-			ds = &dirState{Dir: Dir{Path: w.show(rel), Format: format, How: how}}
+		if ds != nil {
+			return ds
+		}
+		at := rel
+		if format == VLLMFS {
+			// The tier fans a namespace out into 4096 x 256 directories:
+			// its files are counted at the namespace.
+			if ns := filepath.Dir(filepath.Dir(rel)); rel != "." && filepath.Dir(rel) != "." && vllmBase.MatchString(filepath.Base(w.abs(ns))) {
+				at = ns
+			}
+		}
+		if w.byPath == nil {
+			w.byPath = map[string]*dirState{}
+		}
+		if ds = w.byPath[at]; ds == nil {
+			ds = &dirState{Dir: Dir{Path: w.show(at), Format: format, How: how}}
+			w.byPath[at] = ds
 			w.dirs = append(w.dirs, ds)
 		}
 		return ds
@@ -499,7 +522,7 @@ func (w *walker) plan(rel string, files []string) {
 		}
 	}
 	if ds != nil {
-		ds.Files = planned
+		ds.Files += planned
 	}
 }
 
@@ -518,7 +541,7 @@ func (w *walker) recognise(rel string, files []string) (Format, string) {
 	}
 	switch {
 	case len(bins) > 0 && len(bins) >= len(datas):
-		return VLLMFS, fmt.Sprintf("%d files named <h>.bin in <h[:3]>/<h[3:5]>_g<group> (vLLM's FS tier)", len(bins))
+		return VLLMFS, "block files named <h>.bin in <h[:3]>/<h[3:5]>_g<group> (vLLM's FS tier)"
 	case len(datas) > 0:
 		frames, sampled := w.sampleFrames(rel, datas)
 		if frames*2 > sampled {
