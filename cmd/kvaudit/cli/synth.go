@@ -17,6 +17,9 @@ type SynthOptions struct {
 	IO     *Streams
 	Out    string
 	Config synth.Config
+	// Store, when set, also writes the side's KV as that store format
+	// (or every one: "all") under Out/store/ (synth_store.go).
+	Store string
 }
 
 // NewCmdSynth builds `kvaudit synth`.
@@ -82,6 +85,11 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 			if opts.Config, err = opts.Config.Normalize(); err != nil {
 				return synthFlagError(err)
 			}
+			if opts.Store = cfg.String("store"); opts.Store != "" {
+				if err := checkStoreFormat(opts.Store); err != nil {
+					return err
+				}
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -108,6 +116,7 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 	f.String("conv-dtype", "bfloat16", "state presets: conv state dtype, bfloat16 or float32")
 	f.Bool("force", false, "replace existing rank files under DIR/<role> (never through a symlink)")
 	f.Bool("no-state-split", false, "state presets: write state layers without their TP split (one slice per rank)")
+	f.String("store", "", storeFlagHelp)
 	f.Bool("transfers", false, "consumer: also write DIR/nixl/AGENT.jsonl, its ranks' NIXL logs of a correct pull from DIR/producer")
 	return cmd
 }
@@ -135,6 +144,9 @@ func synthRun(_ context.Context, opts *SynthOptions) error {
 		for _, p := range w.Logs {
 			fmt.Fprintf(opts.IO.Err, "  %s\n", p)
 		}
+	}
+	if opts.Store != "" {
+		return writeSynthStore(opts)
 	}
 	return nil
 }
