@@ -39,7 +39,7 @@ func hex4(v uint32) string { return fmt.Sprintf("%08x", v) }
 // hex8 is a uint64 as 16 hex digits.
 func hex8(v uint64) string { return fmt.Sprintf("%016x", v) }
 
-func (w *walker) planVLLM(rel string, files []string, dir func() *dirState) int {
+func (w *walker) planVLLM(d *dirRoot, rel string, files []string, dir func() *dirState) int {
 	n := 0
 	for _, f := range files {
 		child := filepath.Join(rel, f)
@@ -54,18 +54,18 @@ func (w *walker) planVLLM(rel string, files []string, dir func() *dirState) int 
 		}
 		n++
 		path := w.show(child)
-		w.jobs = append(w.jobs, job{dir: dir(), run: func(buf []byte, add func(Entry)) int64 {
-			e, read := w.checkVLLM(child, path, name, buf)
+		w.queue(d, dir(), func(buf []byte, add func(Entry)) int64 {
+			e, read := checkVLLM(d.dirHandle, f, path, name, buf)
 			add(e)
 			return read
-		}})
+		})
 	}
 	return n
 }
 
-func (w *walker) checkVLLM(rel, path string, name Name, buf []byte) (Entry, int64) {
+func checkVLLM(h *dirHandle, file, path string, name Name, buf []byte) (Entry, int64) {
 	e := Entry{Path: path, Format: VLLMFS, Name: name, Algorithm: AlgCRC32C}
-	f, st, err := openIn(w.root, rel)
+	f, st, err := h.open(file)
 	if err != nil {
 		return readErr(path, VLLMFS, err), 0
 	}
@@ -151,11 +151,11 @@ func fingerprint(chunk []byte) []byte {
 	return fp
 }
 
-func (w *walker) planLMCache(rel string, files []string, format Format, dir func() *dirState) int {
+func (w *walker) planLMCache(d *dirRoot, rel string, files []string, format Format, dir func() *dirState) int {
 	type file struct {
-		rel  string
-		name lmcacheName
-		size int64
+		name   string
+		parsed lmcacheName
+		size   int64
 	}
 	var todo []file
 	var sizes []int64
@@ -170,31 +170,31 @@ func (w *walker) planLMCache(rel string, files []string, format Format, dir func
 			w.skip(child, "not named as LMCache's FS L2 adapter names a file (<model>@0x<kv_rank>@<group>@<chunk hash>[@salt].data)")
 			continue
 		}
-		st, err := w.root.Lstat(child)
+		st, err := d.size(f)
 		if err != nil {
 			w.skip(child, err.Error())
 			continue
 		}
-		todo = append(todo, file{child, name, st.Size()})
-		sizes = append(sizes, st.Size())
+		todo = append(todo, file{f, name, st})
+		sizes = append(sizes, st)
 	}
 	// The files of one directory are the chunks of one model and layout:
 	// one size. A file shorter than most is truncated.
 	expect := modalSize(sizes)
 	bs := blockSize(w.abs(rel))
 	for _, t := range todo {
-		path := w.show(t.rel)
-		w.jobs = append(w.jobs, job{dir: dir(), run: func(buf []byte, add func(Entry)) int64 {
+		path := w.show(filepath.Join(rel, t.name))
+		w.queue(d, dir(), func(buf []byte, add func(Entry)) int64 {
 			var e Entry
 			var read int64
 			if format == LMCacheFrame {
-				e, read = w.checkFrame(t.rel, path, t.name, expect, buf)
+				e, read = checkFrame(d.dirHandle, t.name, path, t.parsed, expect, buf)
 			} else {
-				e, read = w.checkTrailer(t.rel, path, t.name, expect, bs, buf)
+				e, read = checkTrailer(d.dirHandle, t.name, path, t.parsed, expect, bs, buf)
 			}
 			add(e)
 			return read
-		}})
+		})
 	}
 	return len(todo)
 }
@@ -202,9 +202,9 @@ func (w *walker) planLMCache(rel string, files []string, format Format, dir func
 // checkTrailer checks an lmcache-fs file: the buffered form (the last 8
 // bytes are the trailer) first, then the O_DIRECT form (the trailer opens
 // the last block).
-func (w *walker) checkTrailer(rel, path string, name lmcacheName, expect, bs int64, buf []byte) (Entry, int64) {
+func checkTrailer(h *dirHandle, file, path string, name lmcacheName, expect, bs int64, buf []byte) (Entry, int64) {
 	e := Entry{Path: path, Format: LMCacheFS, Name: name.Name, Algorithm: AlgCRC32}
-	f, st, err := openIn(w.root, rel)
+	f, st, err := h.open(file)
 	if err != nil {
 		return readErr(path, LMCacheFS, err), 0
 	}
@@ -321,9 +321,9 @@ func zeros(f interface {
 }
 
 // checkFrame checks an lmcache-frame file.
-func (w *walker) checkFrame(rel, path string, name lmcacheName, expect int64, buf []byte) (Entry, int64) {
+func checkFrame(h *dirHandle, file, path string, name lmcacheName, expect int64, buf []byte) (Entry, int64) {
 	e := Entry{Path: path, Format: LMCacheFrame, Name: name.Name, Algorithm: AlgXXH3}
-	f, st, err := openIn(w.root, rel)
+	f, st, err := h.open(file)
 	if err != nil {
 		return readErr(path, LMCacheFrame, err), 0
 	}
@@ -339,13 +339,13 @@ func (w *walker) checkFrame(rel, path string, name lmcacheName, expect int64, bu
 	if _, err := f.ReadAt(head[:], 0); err != nil {
 		return readErr(path, LMCacheFrame, err), 0
 	}
-	h := xxh3.New()
-	read, err := hashRange(f, frameHeader, size-frameHeader, buf, func(p []byte) { h.Write(p) })
+	x := xxh3.New()
+	read, err := hashRange(f, frameHeader, size-frameHeader, buf, func(p []byte) { x.Write(p) })
 	if err != nil {
 		return readErr(path, LMCacheFrame, err), read
 	}
 	stored := binary.BigEndian.Uint64(head[1+fingerprintLen:])
-	sum := h.Sum64()
+	sum := x.Sum64()
 	e.Expected, e.Actual = hex8(stored), hex8(sum)
 	want := fingerprint(name.chunk)
 	switch {

@@ -252,7 +252,7 @@ func protoFields(b []byte, fn func(num, wire int, v uint64, data []byte) error) 
 	return nil
 }
 
-func (w *walker) planMooncake(rel string, files []string, dir func() *dirState) int {
+func (w *walker) planMooncake(d *dirRoot, rel string, files []string, dir func() *dirState) int {
 	hasData := slices.Contains(files, mooncakeData)
 	for _, f := range files {
 		if f != mooncakeData && f != mooncakeMeta {
@@ -269,26 +269,30 @@ func (w *walker) planMooncake(rel string, files []string, dir func() *dirState) 
 		}
 		return 0
 	}
-	metaRel, dataRel := filepath.Join(rel, mooncakeMeta), filepath.Join(rel, mooncakeData)
+	dataPath, metaPath := w.show(filepath.Join(rel, mooncakeData)), w.show(filepath.Join(rel, mooncakeMeta))
 	ds := dir()
-	w.jobs = append(w.jobs, job{dir: ds, run: func(buf []byte, add func(Entry)) int64 {
-		return w.checkMooncake(metaRel, dataRel, buf, add)
-	}})
+	meta, err := readMeta(d.dirHandle)
+	if err != nil {
+		e := Entry{Path: dataPath, Format: MooncakeSSD, Status: Unverified, Problem: ProblemRead,
+			Reason: fmt.Sprintf("its records cannot be located: %s: %v", metaPath, err)}
+		w.queue(d, ds, func([]byte, func(Entry)) int64 { ds.add(e); return 0 })
+		return 1
+	}
+	// The records are checked on every thread: a job per run of them.
+	const perJob = 64
+	for i := 0; i < len(meta.Extents); i += perJob {
+		ext := meta.Extents[i:min(i+perJob, len(meta.Extents))]
+		w.queue(d, ds, func(buf []byte, add func(Entry)) int64 {
+			return checkRecords(d.dirHandle, dataPath, meta, ext, buf, add)
+		})
+	}
 	return 1
 }
 
-// checkMooncake checks every record kv_cache.meta locates in kv_cache.data.
-// A kv_cache.meta that cannot be read is one unverified entry for the
-// data file (its records cannot be located): the error names the field.
-func (w *walker) checkMooncake(metaRel, dataRel string, buf []byte, add func(Entry)) int64 {
-	dataPath, metaPath := w.show(dataRel), w.show(metaRel)
-	meta, err := w.readMeta(metaRel)
-	if err != nil {
-		add(Entry{Path: dataPath, Format: MooncakeSSD, Status: Unverified, Problem: ProblemRead,
-			Reason: fmt.Sprintf("its records cannot be located: %s: %v", metaPath, err)})
-		return 0
-	}
-	f, st, err := openIn(w.root, dataRel)
+// checkRecords checks the records of kv_cache.data at ext, which
+// kv_cache.meta locates.
+func checkRecords(h *dirHandle, dataPath string, meta *MooncakeMeta, ext []Extent, buf []byte, add func(Entry)) int64 {
+	f, st, err := h.open(mooncakeData)
 	if err != nil {
 		add(readErr(dataPath, MooncakeSSD, err))
 		return 0
@@ -296,7 +300,7 @@ func (w *walker) checkMooncake(metaRel, dataRel string, buf []byte, add func(Ent
 	defer f.Close()
 	size := uint64(st.Size())
 	var total int64
-	for _, x := range meta.Extents {
+	for _, x := range ext {
 		e := Entry{Path: dataPath, Format: MooncakeSSD, Offset: int64(x.Offset), Length: int64(x.Size), Algorithm: AlgCRC32C}
 		if x.Offset+recordHeader > size {
 			e.Status, e.Problem = Mismatch, ProblemTruncated
@@ -374,8 +378,8 @@ func (w *walker) checkMooncake(metaRel, dataRel string, buf []byte, add func(Ent
 	return total
 }
 
-func (w *walker) readMeta(rel string) (*MooncakeMeta, error) {
-	f, st, err := openIn(w.root, rel)
+func readMeta(h *dirHandle) (*MooncakeMeta, error) {
+	f, st, err := h.open(mooncakeMeta)
 	if err != nil {
 		return nil, err
 	}

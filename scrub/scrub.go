@@ -244,8 +244,25 @@ const (
 
 // job is one unit of work: a file (or a Mooncake data file) to check.
 type job struct {
-	dir *dirState
-	run func(buf []byte, add func(Entry)) int64
+	dir  *dirState
+	root *dirRoot
+	run  func(buf []byte, add func(Entry)) int64
+}
+
+// dirRoot is a directory of a store, open, which its files are opened
+// from (one openat each, confined to it); it is closed when the walk has
+// left it and its last job is done.
+type dirRoot struct {
+	*dirHandle
+	refs atomic.Int64
+}
+
+func (d *dirRoot) hold() { d.refs.Add(1) }
+
+func (d *dirRoot) release() {
+	if d.refs.Add(-1) == 0 {
+		d.close()
+	}
 }
 
 // dirState is a directory being scrubbed.
@@ -278,75 +295,75 @@ func Scrub(ctx context.Context, paths []string, opts Options) (*Result, error) {
 	}
 	res := &Result{Paths: slices.Clone(paths), Format: opts.Format, Entries: []Entry{}, Skipped: []Skip{}, Dirs: []Dir{}}
 	var dirs []*dirState
-	var jobs []job
-	var roots []*os.Root
-	defer func() {
-		for _, r := range roots {
-			r.Close()
-		}
-	}()
-	for _, p := range paths {
-		st, err := os.Stat(p)
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil, &InputError{Path: p, Msg: "does not exist"}
-			}
-			return nil, &InputError{Path: p, Msg: err.Error()}
-		}
-		w := &walker{res: res, format: opts.Format}
-		switch {
-		case st.IsDir():
-			r, err := os.OpenRoot(p)
-			if err != nil {
-				return nil, &InputError{Path: p, Msg: err.Error()}
-			}
-			roots = append(roots, r)
-			w.root, w.display = r, p
-			if err := w.walk(ctx, ".", 0); err != nil {
-				return nil, err
-			}
-		case st.Mode().IsRegular():
-			dir := filepath.Dir(p)
-			r, err := os.OpenRoot(dir)
-			if err != nil {
-				return nil, &InputError{Path: p, Msg: err.Error()}
-			}
-			roots = append(roots, r)
-			w.root, w.display, w.only = r, dir, filepath.Base(p)
-			if err := w.walk(ctx, ".", 0); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, &InputError{Path: p, Msg: "not a directory or a regular file"}
-		}
-		dirs = append(dirs, w.dirs...)
-		jobs = append(jobs, w.jobs...)
-	}
-	if len(dirs) == 0 {
-		return nil, &InputError{Path: strings.Join(paths, " "), Msg: noStoreMsg(opts.Format)}
-	}
-	var bytes atomic.Int64
+	// The files are checked while the walk goes on: workers take each
+	// directory's jobs as soon as it is planned.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	threads := opts.Threads
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	threads = min(threads, max(len(jobs), 1))
-	var next atomic.Int64
+	// A queued job holds its directory open: the queue's length bounds
+	// the directories open at once.
+	queue := make(chan job, 256)
+	var bytes atomic.Int64
 	var wg sync.WaitGroup
 	for range threads {
 		wg.Go(func() {
 			buf := make([]byte, chunkSize)
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(jobs) || ctx.Err() != nil {
-					return
+			for j := range queue {
+				if ctx.Err() == nil {
+					bytes.Add(j.run(buf, j.dir.add))
 				}
-				j := jobs[i]
-				bytes.Add(j.run(buf, j.dir.add))
+				j.root.release()
 			}
 		})
 	}
+	walkErr := func() error {
+		for _, p := range paths {
+			st, err := os.Stat(p)
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return &InputError{Path: p, Msg: "does not exist"}
+				}
+				return &InputError{Path: p, Msg: err.Error()}
+			}
+			w := &walker{res: res, format: opts.Format, emit: func(j job) { queue <- j }}
+			dir, only := p, ""
+			switch {
+			case st.IsDir():
+			case st.Mode().IsRegular():
+				dir, only = filepath.Dir(p), filepath.Base(p)
+			default:
+				return &InputError{Path: p, Msg: "not a directory or a regular file"}
+			}
+			h, err := openTop(dir)
+			if err != nil {
+				return &InputError{Path: p, Msg: err.Error()}
+			}
+			d := &dirRoot{dirHandle: h}
+			d.hold()
+			w.display, w.only = dir, only
+			err = w.walk(ctx, d, ".", 0)
+			d.release()
+			if err != nil {
+				return err
+			}
+			dirs = append(dirs, w.dirs...)
+		}
+		return nil
+	}()
+	close(queue)
+	if walkErr != nil {
+		cancel()
+	}
 	wg.Wait()
+	if walkErr != nil {
+		return nil, walkErr
+	}
+	if len(dirs) == 0 {
+		return nil, &InputError{Path: strings.Join(paths, " "), Msg: noStoreMsg(opts.Format)}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -383,7 +400,6 @@ func noStoreMsg(f Format) string {
 type walker struct {
 	res     *Result
 	format  Format
-	root    *os.Root
 	display string
 	// only, when set, is the one file of the root's directory to scrub
 	// (a file given as the path).
@@ -392,10 +408,11 @@ type walker struct {
 	// is in a directory above the path given.
 	absDir string
 	dirs   []*dirState
+	// emit queues a job.
+	emit func(job)
 	// byPath finds a directory's state, which several directories'
 	// files may share (a vllm-fs namespace).
 	byPath map[string]*dirState
-	jobs   []job
 }
 
 // abs is rel made absolute, only to read names from: nothing outside the
@@ -425,7 +442,7 @@ func (w *walker) skip(rel, reason string) {
 
 // walk lists the directory rel, recognises its store and queues its files,
 // then walks its subdirectories.
-func (w *walker) walk(ctx context.Context, rel string, depth int) error {
+func (w *walker) walk(ctx context.Context, d *dirRoot, rel string, depth int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -433,12 +450,7 @@ func (w *walker) walk(ctx context.Context, rel string, depth int) error {
 		w.skip(rel, fmt.Sprintf("deeper than %d directories: not walked", maxDepth))
 		return nil
 	}
-	f, err := w.root.Open(rel)
-	if err != nil {
-		return &InputError{Path: w.show(rel), Msg: err.Error()}
-	}
-	ents, err := f.ReadDir(maxDirEntries + 1)
-	f.Close()
+	ents, err := d.list(maxDirEntries + 1)
 	if err != nil && len(ents) == 0 {
 		return &InputError{Path: w.show(rel), Msg: err.Error()}
 	}
@@ -457,7 +469,7 @@ func (w *walker) walk(ctx context.Context, rel string, depth int) error {
 		switch t := e.Type(); {
 		case t.IsDir():
 			if w.only == "" {
-				subdirs = append(subdirs, child)
+				subdirs = append(subdirs, name)
 			}
 		case t&fs.ModeSymlink != 0:
 			w.skip(child, "a symlink: not followed")
@@ -468,10 +480,19 @@ func (w *walker) walk(ctx context.Context, rel string, depth int) error {
 		}
 	}
 	if len(files) > 0 {
-		w.plan(rel, files)
+		w.plan(d, rel, files)
 	}
-	for _, d := range subdirs {
-		if err := w.walk(ctx, d, depth+1); err != nil {
+	for _, name := range subdirs {
+		sub, err := d.sub(name)
+		if err != nil {
+			w.skip(filepath.Join(rel, name), err.Error())
+			continue
+		}
+		sd := &dirRoot{dirHandle: sub}
+		sd.hold()
+		err = w.walk(ctx, sd, filepath.Join(rel, name), depth+1)
+		sd.release()
+		if err != nil {
 			return err
 		}
 	}
@@ -480,10 +501,10 @@ func (w *walker) walk(ctx context.Context, rel string, depth int) error {
 
 // plan recognises the store of the directory rel from its files' names
 // and content (or takes --format) and queues a job per file.
-func (w *walker) plan(rel string, files []string) {
+func (w *walker) plan(d *dirRoot, rel string, files []string) {
 	format, how := w.format, "--format "+string(w.format)
 	if format == Auto {
-		format, how = w.recognise(rel, files)
+		format, how = w.recognise(d, rel, files)
 	}
 	var planned int
 	var ds *dirState
@@ -511,11 +532,11 @@ func (w *walker) plan(rel string, files []string) {
 	}
 	switch format {
 	case MooncakeSSD:
-		planned = w.planMooncake(rel, files, dir)
+		planned = w.planMooncake(d, rel, files, dir)
 	case VLLMFS:
-		planned = w.planVLLM(rel, files, dir)
+		planned = w.planVLLM(d, rel, files, dir)
 	case LMCacheFS, LMCacheFrame:
-		planned = w.planLMCache(rel, files, format, dir)
+		planned = w.planLMCache(d, rel, files, format, dir)
 	default:
 		for _, f := range files {
 			w.skip(filepath.Join(rel, f), "not a file of a store kvaudit scrub reads")
@@ -527,7 +548,7 @@ func (w *walker) plan(rel string, files []string) {
 }
 
 // recognise says which store the directory rel holds, and why.
-func (w *walker) recognise(rel string, files []string) (Format, string) {
+func (w *walker) recognise(d *dirRoot, rel string, files []string) (Format, string) {
 	if slices.Contains(files, mooncakeData) {
 		return MooncakeSSD, "holds " + mooncakeData + " (Mooncake's SSD offload records)"
 	}
@@ -543,7 +564,7 @@ func (w *walker) recognise(rel string, files []string) (Format, string) {
 	case len(bins) > 0 && len(bins) >= len(datas):
 		return VLLMFS, "block files named <h>.bin in <h[:3]>/<h[3:5]>_g<group> (vLLM's FS tier)"
 	case len(datas) > 0:
-		frames, sampled := w.sampleFrames(rel, datas)
+		frames, sampled := w.sampleFrames(d, datas)
 		if frames*2 > sampled {
 			return LMCacheFrame, fmt.Sprintf("%d of %d sampled .data files open with a version-1 frame whose fingerprint is their name's chunk hash (LMCache's checksum serde)", frames, sampled)
 		}
@@ -558,11 +579,11 @@ const frameSample = 16
 
 // sampleFrames opens up to frameSample of the .data files and counts those
 // that open with a frame for their name's chunk.
-func (w *walker) sampleFrames(rel string, datas []string) (frames, sampled int) {
+func (w *walker) sampleFrames(d *dirRoot, datas []string) (frames, sampled int) {
 	step := max(1, len(datas)/frameSample)
 	for i := 0; i < len(datas) && sampled < frameSample; i += step {
 		n, _ := parseLMCacheName(datas[i])
-		f, _, err := openIn(w.root, filepath.Join(rel, datas[i]))
+		f, _, err := d.open(datas[i])
 		if err != nil {
 			continue
 		}
@@ -577,23 +598,10 @@ func (w *walker) sampleFrames(rel string, datas []string) (frames, sampled int) 
 	return frames, sampled
 }
 
-// openIn opens the regular file rel inside root for reading, without
-// blocking on a FIFO and without following a symlink at its last element.
-func openIn(root *os.Root, rel string) (*os.File, fs.FileInfo, error) {
-	f, err := root.OpenFile(rel, os.O_RDONLY|oNonblock|oNofollow, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	if !st.Mode().IsRegular() {
-		f.Close()
-		return nil, nil, fmt.Errorf("not a regular file")
-	}
-	return f, st, nil
+// queue emits a job of the directory d, which it holds open until done.
+func (w *walker) queue(d *dirRoot, ds *dirState, run func(buf []byte, add func(Entry)) int64) {
+	d.hold()
+	w.emit(job{dir: ds, root: d, run: run})
 }
 
 // readErr is the entry of a file that could not be read.
