@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"path/filepath"
+	"slices"
 
 	"github.com/zeebo/xxh3"
 )
@@ -252,13 +253,17 @@ func checkTrailer(h *dirHandle, file, path string, name lmcacheName, expect, bs 
 		}
 		e.Actual = hex4(sum)
 		switch {
+		case expect > size && isTrailerSize(expect-size, bs):
+			// Its payload is whole: written without a trailer.
+			e.Status, e.Problem = Unverified, ProblemNoChecksum
+			e.Reason = fmt.Sprintf("no LMC1 trailer: its %d bytes are the payload the other files of its directory carry with a %d-byte trailer (written with checksum=\"none\", or the trailer was lost)", size, expect-size)
+		case expect > size:
+			e.Status, e.Problem = Mismatch, ProblemTruncated
+			e.Reason = fmt.Sprintf("%d bytes and no LMC1 trailer, where the other files of its directory have %d: cut short", size, expect)
 		case size >= lmcacheTrailer && nearMagic(tail[:4]):
 			e.Status, e.Problem = Mismatch, ProblemTrailer
 			e.Expected = hex4(binary.LittleEndian.Uint32(tail[4:]))
 			e.Reason = fmt.Sprintf("the trailer's magic reads %x, not %x (LMC1): LMCache serves a miss and deletes the file", tail[:4], lmcacheMagic)
-		case expect > size:
-			e.Status, e.Problem = Mismatch, ProblemTruncated
-			e.Reason = fmt.Sprintf("%d bytes and no LMC1 trailer, where the other files of its directory have %d: cut short", size, expect)
 		default:
 			e.Status, e.Problem = Unverified, ProblemNoChecksum
 			e.Reason = "no LMC1 trailer (written with checksum=\"none\", or the trailer was lost)"
@@ -285,6 +290,12 @@ func checkTrailer(h *dirHandle, file, path string, name lmcacheName, expect, bs 
 		e.Status = Verified
 	}
 	return e, read
+}
+
+// isTrailerSize says whether n bytes are a trailer: the buffered 8, or an
+// O_DIRECT block.
+func isTrailerSize(n, bs int64) bool {
+	return n == lmcacheTrailer || n == bs || slices.Contains(odirectBlocks, n)
 }
 
 // nearMagic says whether b is LMC1 with at most two of its four bytes

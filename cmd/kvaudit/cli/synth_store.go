@@ -1,10 +1,14 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
 
+	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/scrub"
 )
 
@@ -42,4 +46,27 @@ func writeSynthStore(opts *SynthOptions) error {
 		fmt.Fprintf(opts.IO.Err, "wrote a %s store of %d blocks (%d files) under %s\n", f, len(blocks), len(files), dir)
 	}
 	return nil
+}
+
+// injectStoreRun writes a store fault (inject.InjectStore): its input is
+// one store directory.
+func injectStoreRun(ctx context.Context, opts *InjectOptions) error {
+	if len(opts.Paths) != 1 {
+		return usageErrorf("a store fault (%s) takes one store directory, not %d paths", opts.Kind, len(opts.Paths))
+	}
+	if err := checkOutsideInputs(opts.Out, opts.Paths, opts.Force); err != nil {
+		return err
+	}
+	f, err := inject.InjectStore(ctx, opts.Paths[0], opts.Out, opts.Options)
+	var na *inject.NotApplicableError
+	if errors.As(err, &na) {
+		return fmt.Errorf("%w (kvaudit inject --help lists what each kind needs)", err)
+	}
+	if err != nil {
+		return err
+	}
+	if opts.Output == "json" {
+		return report.WriteJSON(opts.IO.Out, f)
+	}
+	return opts.IO.renderTables(opts.Output, faultTable(f, opts.Out))
 }
