@@ -27,6 +27,10 @@ type Options struct {
 	// ValuesBlock) from every engine. A SlopeEngine gives them in the same
 	// pass regardless; another engine then runs a block-numbered plan too.
 	BlockValues bool
+	// MixKey is the run key of the mix check (Plan.MixKey): 0, the
+	// published key, for records and payloads that are stored or sent; a
+	// random one when the caller computes both sides it compares.
+	MixKey uint64
 }
 
 func (o Options) engine() Engine {
@@ -285,6 +289,7 @@ func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*wire.Record
 	// (§14), from the engines that can.
 	plan.Slopes = engineSlopes(eng)
 	plan.Mix = EngineMixes(eng)
+	plan.MixKey = opts.MixKey
 	out := make([]uint64, plan.Outputs)
 	if plan.Slopes || plan.Mix {
 		out = make([]uint64, 3*plan.Outputs)
@@ -378,7 +383,7 @@ func (f Fast) records(ctx context.Context, dumps []*layout.Dump, opts Options) (
 		if plans[i], recs[i], err = NewPlan(dumps[i], opts.Requests); err != nil {
 			return err
 		}
-		plans[i].Progress, plans[i].Slopes, plans[i].Mix = opts.Progress, f.Slopes(), f.Mixes()
+		plans[i].Progress, plans[i].Slopes, plans[i].Mix, plans[i].MixKey = opts.Progress, f.Slopes(), f.Mixes(), opts.MixKey
 		outs[i] = make([]uint64, 3*plans[i].Outputs)
 		return nil
 	})

@@ -126,14 +126,29 @@ type Split struct {
 
 // Request is one request's block tables and the tokens they hold.
 type Request struct {
-	ID                     string              `json:"id"`
-	ProducerID             string              `json:"producer_id,omitempty"`
+	ID         string `json:"id"`
+	ProducerID string `json:"producer_id,omitempty"`
+	// EngineRequestID is the engine's own id of the request where it
+	// differs from ID: vLLM appends a random suffix to the id a user gave
+	// (PR #27987); the capture connector names a dump by the user's id and
+	// keeps vLLM's here. Read, never used for pairing.
+	EngineRequestID        string              `json:"engine_request_id,omitempty"`
 	NumTokens              int                 `json:"num_tokens"`
 	NumLocalComputedTokens int                 `json:"num_local_computed_tokens,omitempty"`
 	BlockTable             map[string]BlockIDs `json:"block_table,omitempty"`
 	StateBlock             map[string]int      `json:"state_block,omitempty"`
 	BlockHashes            map[string][]string `json:"block_hashes,omitempty"`
 	StoredChecksums        map[string][]string `json:"stored_checksums,omitempty"`
+}
+
+// PairID returns the id of the producer request a consumer request loads
+// (docs/spec.md §9, "Pairing"): its producer_id, else its own id. It is
+// the one statement of the pairing rule; every pairing uses it.
+func (r Request) PairID() string {
+	if r.ProducerID != "" {
+		return r.ProducerID
+	}
+	return r.ID
 }
 
 // ManifestError is an inconsistency in a manifest: the file, the field
@@ -493,6 +508,22 @@ func (m *Manifest) Group(id int) *Group {
 func (m *Manifest) Request(id string) *Request {
 	for i := range m.Requests {
 		if m.Requests[i].ID == id {
+			return &m.Requests[i]
+		}
+	}
+	return nil
+}
+
+// Paired returns the request a transfer names by id: the one with that
+// id, else the first that pairs with it (its producer_id is id), else nil
+// (an empty id pairs with nothing).
+// A NIXL log's transfer names a consumer request by either.
+func (m *Manifest) Paired(id string) *Request {
+	if r := m.Request(id); r != nil || id == "" {
+		return r
+	}
+	for i := range m.Requests {
+		if m.Requests[i].ProducerID == id {
 			return &m.Requests[i]
 		}
 	}

@@ -345,15 +345,7 @@ func (rk *rank) request(id string) *request {
 	if r := rk.reqs[id]; r != nil {
 		return r
 	}
-	m := rk.dump.Manifest.Request(id)
-	if m == nil {
-		for i := range rk.dump.Manifest.Requests {
-			if rk.dump.Manifest.Requests[i].ProducerID == id {
-				m = &rk.dump.Manifest.Requests[i]
-				break
-			}
-		}
-	}
+	m := rk.dump.Manifest.Paired(id)
 	if m == nil {
 		return nil
 	}
@@ -392,12 +384,7 @@ func (rk *rank) request(id string) *request {
 }
 
 // pairID is the producer's id of a consumer request.
-func (r *request) pairID() string {
-	if r.req.ProducerID != "" {
-		return r.req.ProducerID
-	}
-	return r.req.ID
-}
+func (r *request) pairID() string { return r.req.PairID() }
 
 // wanted says whether a request is audited (Options.Requests).
 func (a *auditor) wanted(r *request) bool {

@@ -13,7 +13,7 @@ import (
 	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/wire"
 )
 
@@ -84,7 +84,7 @@ func FuzzRecords(f *testing.F) {
 			}
 		}
 		// Merging valid records never panics.
-		verify.Merge(recs)
+		side.Merge(recs)
 	})
 }
 

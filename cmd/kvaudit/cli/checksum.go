@@ -12,15 +12,16 @@ import (
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/wire"
 )
 
 // ChecksumOptions are the settings of `kvaudit checksum`: the checksum's
-// own (verify.ChecksumOptions, its flags bound to the fields) and the
+// own (side.ChecksumOptions, its flags bound to the fields) and the
 // command's.
 type ChecksumOptions struct {
-	verify.ChecksumOptions
+	side.ChecksumOptions
 	IO     *Streams
 	Paths  []string
 	Output string
@@ -122,7 +123,7 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 	if opts.Stored {
 		return storedRun(ctx, opts)
 	}
-	in := verify.Input{Paths: opts.Paths}
+	in := side.Input{Paths: opts.Paths}
 	progress := func(_ string, dumps []*layout.Dump, requests []string) (func(int64), func()) {
 		bar := newChecksumProgress(opts.IO, dumps, requests, "checksum")
 		return bar.Callback(), bar.Finish
@@ -137,7 +138,7 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 				return err
 			}
 		}
-		recs, err := verify.Records(ctx, in, verify.RecordsOptions{Engine: opts.Engine, Requests: opts.Requests, Progress: progress})
+		recs, err := side.Records(ctx, in, side.RecordsOptions{Engine: opts.Engine, Requests: opts.Requests, Progress: progress})
 		if err != nil {
 			return err
 		}
@@ -145,8 +146,8 @@ func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 	}
 	copts := opts.ChecksumOptions
 	copts.Progress = progress
-	res, err := verify.Checksum(ctx, in, copts)
-	var incomplete *verify.IncompleteError
+	res, err := side.Checksum(ctx, in, copts)
+	var incomplete *side.IncompleteError
 	if errors.As(err, &incomplete) {
 		return usageErrorf("got %s: give every rank of the side, or --partial for partial sums", incomplete.Ranks())
 	}
@@ -218,7 +219,7 @@ func storedRun(ctx context.Context, opts *ChecksumOptions) error {
 		return usageErrorf("--stored: -o %q: want table, json or markdown", opts.Output)
 	}
 	_, step := verifyProgress(opts.IO)
-	res, err := verify.CheckStored(ctx, verify.Input{Paths: opts.Paths}, verify.StoredOptions{Engine: opts.Engine, Requests: opts.Requests, Step: step})
+	res, err := verify.CheckStored(ctx, side.Input{Paths: opts.Paths}, verify.StoredOptions{Engine: opts.Engine, Requests: opts.Requests, Step: step})
 	if errors.Is(err, verify.ErrStoredRecords) {
 		return usageErrorf("--stored: %v", err)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/side"
 )
 
 // Exit codes (docs/spec.md §11). The help text is written from this table.
@@ -102,12 +102,12 @@ func usageErrorf(format string, args ...any) error {
 // asUsage makes the errors by which the library says what a side argument
 // names usage errors (whose usage line is printed): a path that does not
 // exist (*layout.NotFoundError), an argument that is neither a path nor
-// payload text (*verify.NotPayloadError), a directory whose
+// payload text (*side.NotPayloadError), a directory whose
 // subdirectories hold the dumps (*layout.NoDumpError with Sides). The
 // library decides what an argument is; this only maps its answer.
 func asUsage(err error) error {
 	var nf *layout.NotFoundError
-	var np *verify.NotPayloadError
+	var np *side.NotPayloadError
 	var nd *layout.NoDumpError
 	var ue *UsageError
 	switch {

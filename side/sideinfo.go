@@ -1,4 +1,4 @@
-package verify
+package side
 
 import (
 	"cmp"
@@ -22,11 +22,11 @@ type SideInfo struct {
 	PayloadForm string
 }
 
-// info describes the side.
-func (s *Source) info() SideInfo {
+// Info describes the side.
+func (s *Source) Info() SideInfo {
 	if s.payload {
 		form := "nested"
-		if s.flat() {
+		if s.Flat() {
 			form = "flat"
 		}
 		return SideInfo{Form: "payload", PayloadForm: form}

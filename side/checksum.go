@@ -1,4 +1,4 @@
-package verify
+package side
 
 import (
 	"context"
@@ -7,8 +7,26 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/wire"
 )
+
+// Progress, when set in an entry point's options, is called before a
+// side's dumps are checksummed (side "consumer" or "producer" for
+// verify.Compare, "side" for Checksum and Records; the requests
+// checksummed) and returns the function the engines call with the cell
+// bytes done (checksum.Options.Progress) and the one that ends the
+// display.
+type Progress func(side string, dumps []*layout.Dump, requests []string) (add func(int64), done func())
+
+// Start calls p, if set and there are dumps to checksum; else it returns
+// no add and a done that does nothing.
+func (p Progress) Start(side string, dumps []*layout.Dump, requests []string) (add func(int64), done func()) {
+	if p == nil || len(dumps) == 0 {
+		return nil, func() {}
+	}
+	return p(side, dumps, requests)
+}
 
 // Checksums are one side's checks: its ranks checksummed and merged into
 // whole-model checks (docs/spec.md §7).
@@ -147,8 +165,8 @@ func records(ctx context.Context, in Input, opts RecordsOptions, blockValues boo
 		return nil, nil, err
 	}
 	defer side.Close()
-	add, done := opts.Progress.start("side", side.Dumps, opts.Requests)
-	recs, err := side.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: blockValues, Progress: add})
+	add, done := opts.Progress.Start("side", side.Dumps, opts.Requests)
+	recs, err := side.AllRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: blockValues, Progress: add})
 	done()
 	if err != nil {
 		return nil, nil, err

@@ -1,4 +1,4 @@
-package verify
+package side
 
 import (
 	"reflect"
@@ -41,9 +41,9 @@ func TestRepeatedBlocks(t *testing.T) {
 	if s := want[1].String(); s != `consumer request "c" group 0: block 11 is given at positions 0,2,4 of one request (rank 0:1)` {
 		t.Errorf("String: %s", s)
 	}
-	res := &Result{Diff: &DiffResult{Verdict: Verified}, Audits: &Audits{Repeated: want}}
-	if res.Verdict() != Mismatch || res.Summary() != "mismatch: repeated blocks: "+want[0].String()+" (and 2 more)" {
-		t.Errorf("verdict %s, summary %q", res.Verdict(), res.Summary())
+	e := &RepeatedBlocksError{Blocks: want}
+	if e.Error() != "repeated blocks: "+want[0].String()+" (and 2 more)" {
+		t.Errorf("RepeatedBlocksError: %q", e.Error())
 	}
 	c := &Checksums{Repeated: want[:1]}
 	if err := c.Failed(); err == nil || err.Error() != "repeated blocks: "+want[0].String() {

@@ -1,4 +1,4 @@
-package verify
+package side
 
 import (
 	"bytes"
@@ -67,19 +67,47 @@ type Source struct {
 	remoteID string
 }
 
-// transferParams is what a kv_transfer_params.json beside a consumer's
-// dumps says of the pairing.
-type transferParams struct {
-	file     string
-	remoteID string
+// TransferParams is what a kv_transfer_params.json beside a consumer's
+// dumps says of the pairing: the file, and the producer request it names
+// (its remote_request_id).
+type TransferParams struct {
+	File     string
+	RemoteID string
 }
 
 // Close releases the side's dumps.
 func (s *Source) Close() { layout.CloseAll(s.Dumps) }
 
-// flat says whether the side holds a flat payload (block-numbered values,
+// IsPayload says whether the side is what a producer sent (payloads),
+// not dumps or records.
+func (s *Source) IsPayload() bool { return s.payload }
+
+// Bare is the side's one bare payload (it pairs with one consumer
+// request), nil when the side is not one.
+func (s *Source) Bare() *RequestChecks { return s.bare }
+
+// ByID are the side's payloads by producer request id, in id order.
+func (s *Source) ByID() []*RequestChecks { return s.byID }
+
+// Notes say why payloads were not decoded, by producer request id ("" for
+// a bare payload); the caller does not change the map.
+func (s *Source) Notes() map[string]string { return s.notes }
+
+// Name names the side in messages ("the side", "stdin", a quoted path or
+// argument).
+func (s *Source) Name() string { return s.name }
+
+// Files are the files the side was read from (dumps, records, payload
+// files), to tell when two sides are one.
+func (s *Source) Files() []string { return s.files }
+
+// RemoteID is the remote_request_id of vLLM's kv_transfer_params given
+// as the producer (the producer's request id), "" when none.
+func (s *Source) RemoteID() string { return s.remoteID }
+
+// Flat says whether the side holds a flat payload (block-numbered values,
 // vLLM's published form).
-func (s *Source) flat() bool {
+func (s *Source) Flat() bool {
 	for _, r := range append([]*RequestChecks{s.bare}, s.byID...) {
 		if r != nil && slices.ContainsFunc(r.Groups, func(g *GroupChecks) bool { return g.FlatOnly }) {
 			return true
@@ -88,15 +116,15 @@ func (s *Source) flat() bool {
 	return false
 }
 
-// dumpsOnly says whether the side is all dumps (so the drill-down and the
+// DumpsOnly says whether the side is all dumps (so the drill-down and the
 // audits can read its cells).
-func (s *Source) dumpsOnly() bool {
+func (s *Source) DumpsOnly() bool {
 	return !s.payload && len(s.Records) == 0 && len(s.Dumps) > 0
 }
 
-// allRecords checksums the side's dumps and returns those records with
+// AllRecords checksums the side's dumps and returns those records with
 // the side's own, ready for Merge.
-func (s *Source) allRecords(ctx context.Context, opts checksum.Options) ([]*wire.Record, error) {
+func (s *Source) AllRecords(ctx context.Context, opts checksum.Options) ([]*wire.Record, error) {
 	if s.payload {
 		return nil, fmt.Errorf("%s is a payload, not dumps or records", s.name)
 	}
@@ -199,15 +227,15 @@ const paramsFile = "kv_transfer_params.json"
 // maxParamsFile bounds a kv_transfer_params.json read beside dumps.
 const maxParamsFile = 1 << 20
 
-// readTransferParams reads the kv_transfer_params.json in each directory
+// ReadTransferParams reads the kv_transfer_params.json in each directory
 // holding dumps (as vLLM's capture connector writes it beside a request's
 // dumps), where there is one, for its remote_request_id: the producer
 // request the dumps there load. The result is by directory. A file
 // that is not a JSON object, or has no string remote_request_id, says
 // nothing (it is the connector's, not kvaudit's input); one that cannot be
 // read as a regular file is an error.
-func readTransferParams(dumps []*layout.Dump) (map[string]transferParams, error) {
-	out := map[string]transferParams{}
+func ReadTransferParams(dumps []*layout.Dump) (map[string]TransferParams, error) {
+	out := map[string]TransferParams{}
 	for _, d := range dumps {
 		dir := filepath.Dir(d.Path)
 		if _, seen := out[dir]; seen {
@@ -226,7 +254,7 @@ func readTransferParams(dumps []*layout.Dump) (map[string]transferParams, error)
 		if json.Unmarshal(data, &obj) != nil || json.Unmarshal(obj["remote_request_id"], &id) != nil || id == "" {
 			continue
 		}
-		out[dir] = transferParams{file: file, remoteID: id}
+		out[dir] = TransferParams{File: file, RemoteID: id}
 	}
 	return out, nil
 }

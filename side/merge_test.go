@@ -1,4 +1,4 @@
-package verify_test
+package side_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/wire"
 )
 
@@ -42,11 +42,11 @@ func TestRecordsMergeLikeDumps(t *testing.T) {
 		}
 		read = append(read, back...)
 	}
-	a, err := verify.Merge(recs)
+	a, err := side.Merge(recs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := verify.Merge(read)
+	b, err := side.Merge(read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,20 +55,20 @@ func TestRecordsMergeLikeDumps(t *testing.T) {
 	}
 	checkExpected(t, cfg, b)
 	// Three of four ranks leave every request unverified.
-	part, err := verify.Merge(read[:3])
+	part, err := side.Merge(read[:3])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if part.Complete || len(part.Requests[0].Unverified) != 1 || part.Requests[0].Unverified[0] != verify.ReasonNotEveryWorker {
+	if part.Complete || len(part.Requests[0].Unverified) != 1 || part.Requests[0].Unverified[0] != side.ReasonNotEveryWorker {
 		t.Errorf("partial merge: complete %v, unverified %v", part.Complete, part.Requests[0].Unverified)
 	}
 	// A rank twice, or ranks of two deployments, do not merge.
-	if _, err := verify.Merge(append(read[:1:1], read[0])); err == nil {
+	if _, err := side.Merge(append(read[:1:1], read[0])); err == nil {
 		t.Error("a rank given twice merged")
 	}
 	other := *read[1]
 	other.TPSize = 4
-	if _, err := verify.Merge([]*wire.Record{read[0], &other}); err == nil {
+	if _, err := side.Merge([]*wire.Record{read[0], &other}); err == nil {
 		t.Error("ranks of tp 2 and tp 4 merged")
 	}
 }
@@ -94,8 +94,8 @@ func TestMergeValuesBlock(t *testing.T) {
 		}
 		return recs
 	}
-	merge := func(recs []*wire.Record) *verify.Checks {
-		c, err := verify.Merge(recs)
+	merge := func(recs []*wire.Record) *side.Checks {
+		c, err := side.Merge(recs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +159,7 @@ func TestMergeMissingRanks(t *testing.T) {
 				kept = append(kept, r)
 			}
 		}
-		c, err := verify.Merge(kept)
+		c, err := side.Merge(kept)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +184,7 @@ func TestMergeMissingRanks(t *testing.T) {
 
 // checkExpected compares every check of every request and group with the
 // values synth computes straight from the logical KV (synth.Expected).
-func checkExpected(t *testing.T, cfg synth.Config, got *verify.Checks) {
+func checkExpected(t *testing.T, cfg synth.Config, got *side.Checks) {
 	t.Helper()
 	want, err := synth.Expected(cfg)
 	if err != nil {
@@ -233,7 +233,7 @@ func TestMergeLeavesRecords(t *testing.T) {
 			b, _ := wire.MarshalRecord(r)
 			before = append(before, string(b))
 		}
-		first, err := verify.Merge(recs)
+		first, err := side.Merge(recs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +242,7 @@ func TestMergeLeavesRecords(t *testing.T) {
 				t.Fatalf("%+v: merging changed record %d", cfg, i)
 			}
 		}
-		again, err := verify.Merge(recs)
+		again, err := side.Merge(recs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,7 +266,7 @@ func TestMergeMixWithoutCopies(t *testing.T) {
 			}}}}}
 	}
 	one := rec(0, 1, 10)
-	c, err := verify.Merge([]*wire.Record{one})
+	c, err := side.Merge([]*wire.Record{one})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestMergeMixWithoutCopies(t *testing.T) {
 		t.Error("a one-rank record's mix check was copied")
 	}
 	a, b := rec(0, 2, 10), rec(1, 2, 100)
-	c, err = verify.Merge([]*wire.Record{a, b})
+	c, err = side.Merge([]*wire.Record{a, b})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,10 @@
-package verify
+package side
 
 import (
 	"fmt"
 	"slices"
+
+	"github.com/kvaudit/kvaudit/layout"
 )
 
 // Checks are one side's whole-model checks: every rank's record summed.
@@ -100,6 +102,9 @@ type GroupChecks struct {
 	// §6): comparable only between equal TP sizes, left out of a
 	// verdict across TP sizes.
 	SplitLess bool
+	// NoMix says why ChecksMix is nil when the cause is known (the engine
+	// that computed the checks has no mix check), "" otherwise.
+	NoMix string
 }
 
 // Positions returns the number of block positions checked.
@@ -127,16 +132,14 @@ func (c *Checks) Select(ids []string) error {
 	return nil
 }
 
-// PairID returns the producer request id a consumer request pairs with.
+// PairID returns the producer request id a consumer request pairs with
+// (layout.Request.PairID: its producer_id, else its id).
 func (r *RequestChecks) PairID() string {
-	if r.ProducerID != "" {
-		return r.ProducerID
-	}
-	return r.ID
+	return layout.Request{ID: r.ID, ProducerID: r.ProducerID}.PairID()
 }
 
-// request returns c's first request with the id, or nil (also for a nil c).
-func (c *Checks) request(id string) *RequestChecks {
+// Request returns c's first request with the id, or nil (also for a nil c).
+func (c *Checks) Request(id string) *RequestChecks {
 	if c == nil {
 		return nil
 	}
