@@ -22,8 +22,8 @@ type scrubDoc struct {
 	*scrub.Result
 }
 
-// ScrubDocument is the JSON document of a scrub.
-func ScrubDocument(res *scrub.Result) any {
+// scrubDocument is the JSON document of a scrub.
+func scrubDocument(res *scrub.Result) any {
 	v, m, u := res.Counts()
 	return scrubDoc{Format: ScrubFormat, Verdict: res.Verdict(), Verified: v, Mismatch: m, Unverified: u, Result: res}
 }
@@ -36,11 +36,11 @@ func ScrubDocument(res *scrub.Result) any {
 func RenderScrub(w io.Writer, res *scrub.Result, f Format, style Style, elapsed time.Duration) error {
 	switch f {
 	case FormatJSON:
-		return WriteJSON(w, ScrubDocument(res))
+		return WriteJSON(w, scrubDocument(res))
 	case FormatJUnit:
 		return writeJUnit(w, scrubJUnit(res, elapsed))
 	}
-	return renderTables(w, ScrubTables(res), f, style)
+	return renderTables(w, scrubTables(res), f, style)
 }
 
 // entryName says what an entry's name says it holds, in one cell.
@@ -81,10 +81,10 @@ func statusTone(s scrub.Status) Tone {
 	return Warn
 }
 
-// ScrubTables lays out a scrub: the directories, then the entries that
+// scrubTables lays out a scrub: the directories, then the entries that
 // are not verified (every one, never cut), then a verdict line as the
 // last table's note.
-func ScrubTables(res *scrub.Result) []*Table {
+func scrubTables(res *scrub.Result) []*Table {
 	dirs := &Table{
 		Title:  "store directories",
 		Header: []string{"directory", "format", "files", "verified", "mismatch", "unverified", "recognised by"},

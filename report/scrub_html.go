@@ -44,7 +44,7 @@ var scrubHTMLTemplate = sync.OnceValue(func() *template.Template {
 // RenderScrubHTML writes a scrub as one self-contained HTML page (no
 // script, no network): the verdict, a map of the store — directory by
 // directory, a cell per file or record, colored by its status, its path,
-// offset and values in its tooltip — and the tables of ScrubTables.
+// offset and values in its tooltip — and the tables of scrubTables.
 func RenderScrubHTML(w io.Writer, res *scrub.Result, info HTMLInfo) error {
 	v := res.Verdict()
 	p := &scrubPage{Title: "kvaudit scrub: " + string(v), Verdict: string(v), VerdictClass: map[scrub.Status]string{scrub.Verified: "good", scrub.Mismatch: "bad", scrub.Unverified: "warn"}[v],
@@ -78,7 +78,7 @@ func RenderScrubHTML(w io.Writer, res *scrub.Result, info HTMLInfo) error {
 		}
 		p.Dirs = append(p.Dirs, md)
 	}
-	for _, t := range ScrubTables(res) {
+	for _, t := range scrubTables(res) {
 		p.Tables = append(p.Tables, newHTMLTable(t))
 	}
 	return scrubHTMLTemplate().Execute(w, p)
