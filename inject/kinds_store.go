@@ -498,7 +498,7 @@ func storeTrialOn(ctx context.Context, k Kind, format scrub.Format, seed uint64,
 		rel, _ := filepath.Rel(bad, e.Path)
 		if rel == want.File && e.Offset == want.Offset {
 			found = true
-			o.example = e.Reason
+			o.example = fmt.Sprintf("%s %s (%s)", e.Format, e.Status, e.Problem)
 			if string(e.Status) != want.Status || e.Problem != want.Problem {
 				o.localised = false
 				o.problems = append(o.problems, fmt.Sprintf("%s at %d: %s %s, want %s %s", rel, e.Offset, e.Status, e.Problem, want.Status, want.Problem))
