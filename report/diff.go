@@ -522,6 +522,8 @@ type diffWithAuditsJSON struct {
 	// Transfers is, with --transfers, the transfer audit (kvaudit-transfers/1's
 	// document as it is).
 	Transfers *transfer.Result `json:"transfers,omitempty"`
+	// SGLang is SGLang's own check of SGLang dumps (docs/sglang.md).
+	SGLang *SGLangAuditJSON `json:"sglang,omitempty"`
 }
 
 // RenderDiffAudits writes a comparison and the consumer audits beside it,
@@ -552,6 +554,9 @@ func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f F
 		}
 		out.Repeated = NewRepeatedBlocksJSON(a.Repeated)
 		out.Transfers = a.Transfers
+		if a.SGLang != nil {
+			out.SGLang = NewSGLangAuditJSON(a.SGLang)
+		}
 		return WriteJSON(w, out)
 	case FormatJUnit:
 		doc := diffJUnit(res, opts)

@@ -181,6 +181,9 @@ func (r *Result) Summary() string {
 			if a.Transfers != nil && a.Transfers.Violated() {
 				msgs = append(msgs, a.Transfers.Summary())
 			}
+			if a.SGLang.Mismatched() {
+				msgs = append(msgs, a.SGLang.Summary())
+			}
 		}
 	case Unverified:
 		switch {

@@ -163,7 +163,9 @@ func manEnvironment(c *cobra.Command) string {
 	hasEngine := false
 	for _, f := range flags {
 		item(envName(f.Name), "sets --"+f.Name+" when the command line does not")
-		hasEngine = hasEngine || f.Name == "engine"
+		// synth's and campaign's --engine name whose caches, not a
+		// checksum engine: only a checksum engine starts the runner.
+		hasEngine = hasEngine || f.Name == "engine" && c.Name() != "synth" && c.Name() != "campaign"
 	}
 	if hasEngine || !c.HasParent() {
 		item(kernels.RunnerEnv, "the kvaudit-cuda runner that --engine cuda (or auto) starts; by default kvaudit-cuda beside the kvaudit executable, else on PATH")
