@@ -71,7 +71,8 @@ func (f *Fault) expectSummary() string {
 	if len(f.Expect.Stored) > 0 {
 		parts = append(parts, fmt.Sprintf("%d stored checksum(s) fail", len(f.Expect.Stored)))
 	}
-	for _, s := range f.Expect.Store {
+	if len(f.Expect.Store) > 0 {
+		s := f.Expect.Store[0]
 		at := ""
 		if s.Offset != 0 {
 			at = fmt.Sprintf(" at offset %d", s.Offset)
