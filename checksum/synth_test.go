@@ -8,7 +8,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout/synth"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/side"
 )
 
 // tester is what both *testing.T and *rapid.T offer.
@@ -37,11 +37,11 @@ func synthSide(t tester, cfg synth.Config) (paths []string, remove func()) {
 }
 
 // computeSide synthesizes cfg and checksums every rank with engine.
-func computeSide(t tester, cfg synth.Config, engine checksum.Engine) *verify.Checks {
+func computeSide(t tester, cfg synth.Config, engine checksum.Engine) *side.Checks {
 	t.Helper()
 	paths, remove := synthSide(t, cfg)
 	defer remove()
-	cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Engine: engine, Partial: true})
+	cRes, err := side.Checksum(context.Background(), side.Input{Paths: paths}, side.ChecksumOptions{Engine: engine, Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func computeSide(t tester, cfg synth.Config, engine checksum.Engine) *verify.Che
 
 // checkExpected compares every check of every request and group with the
 // reference computed from the logical KV.
-func checkExpected(t tester, cfg synth.Config, got *verify.Checks) {
+func checkExpected(t tester, cfg synth.Config, got *side.Checks) {
 	t.Helper()
 	want, err := synth.Expected(cfg)
 	if err != nil {

@@ -26,8 +26,8 @@
 //		Target: inject.Target{Request: "req-0", Position: &pos},
 //	})
 //	...
-//	res, err := verify.Compare(ctx, verify.Input{Paths: []string{"kv/producer"}},
-//		verify.Input{Paths: []string{"bad"}}, verify.CompareOptions{})
+//	res, err := verify.Compare(ctx, side.Input{Paths: []string{"kv/producer"}},
+//		side.Input{Paths: []string{"bad"}}, verify.CompareOptions{})
 //	// res.Verdict() is mismatch at f.Affected's positions
 //
 // Campaign runs every kind many times over pairs of sides and reports

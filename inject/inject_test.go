@@ -19,6 +19,7 @@ import (
 	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
 )
@@ -71,7 +72,7 @@ func TestFaultJSONNamesChanges(t *testing.T) {
 	applied := map[inject.Kind]int{}
 	defer func() {
 		for _, k := range inject.Kinds() {
-			if info, _ := inject.InfoOf(k); applied[k] == 0 && info.Input != inject.InputLogs {
+			if info, _ := inject.InfoOf(k); applied[k] == 0 && info.Input != inject.InputLogs && info.Input != inject.InputStore {
 				t.Errorf("%s: no side took it", k)
 			}
 		}
@@ -82,8 +83,8 @@ func TestFaultJSONNamesChanges(t *testing.T) {
 			before := testfiles.HashTree(t, side)
 			for _, k := range append(inject.Kinds(), inject.None) {
 				info, _ := inject.InfoOf(k)
-				if info.Input == inject.InputLogs {
-					continue // TestTransferFaults
+				if info.Input == inject.InputLogs || info.Input == inject.InputStore {
+					continue // TestTransferFaults, TestStoreFaults
 				}
 				out := filepath.Join(t.TempDir(), "out")
 				f, err := inject.Inject(context.Background(), dumps, out, inject.Options{Kind: k, Seed: 5})
@@ -242,7 +243,7 @@ func checkPayloadFault(t *testing.T, f *inject.Fault, out string) {
 	}
 	// A payload that no longer decodes is unverified; a flipped value is
 	// a mismatch; never verified.
-	_, err = verify.PayloadRequestBase64(pc.Request, pc.Tampered)
+	_, err = side.PayloadRequestBase64(pc.Request, pc.Tampered)
 	if (err == nil) != (f.Kind == inject.PayloadFlip) {
 		t.Errorf("%s: decoding the tampered payload: %v", f.Kind, err)
 	}
@@ -349,11 +350,11 @@ func TestPrepare(t *testing.T) {
 		t.Errorf("stored: %d checked, %d mismatches", st.Checked(), len(st.Mismatches()))
 	}
 	ctx := context.Background()
-	p, err := verify.Compute(ctx, open(t, pp), checksum.Options{})
+	p, err := side.Compute(ctx, open(t, pp), checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := verify.Compute(ctx, cons, checksum.Options{})
+	c, err := side.Compute(ctx, cons, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,14 +404,13 @@ func TestJudgeFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	side, cons := preparedConsumer(t, synth.Config{Preset: "mla", TP: 2, Layers: 2, Requests: 2})
-	_ = side
+	_, cons := preparedConsumer(t, synth.Config{Preset: "mla", TP: 2, Layers: 2, Requests: 2})
 	prod := open(t, prodPaths)
-	p, err := verify.Compute(ctx, prod, checksum.Options{})
+	p, err := side.Compute(ctx, prod, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	clean, err := verify.Compute(ctx, cons, checksum.Options{})
+	clean, err := side.Compute(ctx, cons, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +422,7 @@ func TestJudgeFails(t *testing.T) {
 	}
 	paths, _, _ := layout.FindDumps([]string{out})
 	bad := open(t, paths)
-	c, err := verify.Compute(ctx, bad, checksum.Options{})
+	c, err := side.Compute(ctx, bad, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

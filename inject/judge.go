@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/internal/ranges"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/transfer"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
@@ -39,7 +40,7 @@ type observed struct {
 	Clean *verify.DiffResult
 	// CleanConsumer is the consumer's checks before the fault: a fault that
 	// names no checks is expected in every check of its group.
-	CleanConsumer *verify.Checks
+	CleanConsumer *side.Checks
 	// Tail is the tail audit's findings on the faulted consumer.
 	Tail []verify.TailFinding
 	// Stored is the faulted consumer's stored-checksum results.
@@ -206,7 +207,7 @@ func (j *judgement) mismatchGroups(f *Fault, rv *verify.RequestVerdict, e Reques
 }
 
 // allChecks lists every check of a consumer request's group.
-func allChecks(c *verify.Checks, id string, group int) []int {
+func allChecks(c *side.Checks, id string, group int) []int {
 	out := []int{}
 	for _, r := range c.Requests {
 		if r.ID != id {

@@ -236,14 +236,7 @@ func (t *logTamper) xfers() []*xref {
 			if rec.Op != transfer.OpXfer || !rec.Prepped || rec.Kind != transfer.Read || !l.done(rec.ID) {
 				continue
 			}
-			req := d.Manifest.Request(rec.Request)
-			if req == nil {
-				for i := range d.Manifest.Requests {
-					if d.Manifest.Requests[i].ProducerID == rec.Request {
-						req = &d.Manifest.Requests[i]
-					}
-				}
-			}
+			req := d.Manifest.Paired(rec.Request)
 			if req == nil || (t.opts.Target.Request != "" && req.ID != t.opts.Target.Request) {
 				continue
 			}
@@ -267,10 +260,7 @@ func (t *logTamper) resolve(x *xref) bool {
 	if pr == nil {
 		return false
 	}
-	pairID := x.req.ProducerID
-	if pairID == "" {
-		pairID = x.req.ID
-	}
+	pairID := x.req.PairID()
 	preq := pr.dump.Manifest.Request(pairID)
 	if preq == nil {
 		return false
@@ -591,10 +581,7 @@ func (t *logTamper) otherRequests(x *xref, p xpair) (box, int, bool) {
 	rec := &x.log.recs[x.rec]
 	rdl := x.log.dlist(rec.Remote)
 	pr := t.prod[rdl.Agent]
-	own := x.req.ProducerID
-	if own == "" {
-		own = x.req.ID
-	}
+	own := x.req.PairID()
 	g := p.src.region.Group.Group
 	for _, r := range pr.dump.Manifest.Requests {
 		if r.ID == own {
@@ -687,10 +674,7 @@ func (t *logTamper) shifted(x *xref, p xpair) (box, bool) {
 		return box{}, false
 	}
 	pr := t.prod[rdl.Agent]
-	own := x.req.ProducerID
-	if own == "" {
-		own = x.req.ID
-	}
+	own := x.req.PairID()
 	b, ok := t.srcBox(pr, pr.dump.Manifest.Request(own), next)
 	if !ok || b.region != p.src.region || b.t1-b.t0 != p.src.t1-p.src.t0 || b.h1-b.h0 != p.src.h1-p.src.h0 {
 		return box{}, false

@@ -10,6 +10,7 @@ import (
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/transfer"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/wire"
@@ -117,8 +118,8 @@ type pairState struct {
 	producer   []*layout.Dump
 	consumer   []*layout.Dump
 	consRecs   []*wire.Record
-	prodChecks *verify.Checks
-	consChecks *verify.Checks
+	prodChecks *side.Checks
+	consChecks *side.Checks
 	clean      *verify.DiffResult
 	// payloadClean is the comparison with the producer's intact payloads.
 	payloadClean *verify.DiffResult
@@ -200,13 +201,13 @@ func (s *pairState) open(ctx context.Context, prodPaths, consPaths []string) err
 	if err != nil {
 		return err
 	}
-	if s.prodChecks, err = verify.Merge(prodRecs); err != nil {
+	if s.prodChecks, err = side.Merge(prodRecs); err != nil {
 		return err
 	}
 	if s.consRecs, err = checksum.Records(ctx, s.consumer, copts); err != nil {
 		return err
 	}
-	s.consChecks, err = verify.Merge(s.consRecs)
+	s.consChecks, err = side.Merge(s.consRecs)
 	return err
 }
 
@@ -226,9 +227,9 @@ func (s *pairState) runControl(ctx context.Context, synthesized bool) error {
 			c.Problems = append(c.Problems, fmt.Sprintf("request %s: %s %s", rv.ID, rv.Verdict, describeVerdict(rv)))
 		}
 	}
-	var reqs []*verify.RequestChecks
+	var reqs []*side.RequestChecks
 	for _, r := range s.prodChecks.Requests {
-		pl, err := verify.NewPayload(s.prodChecks, r, wire.FormNested)
+		pl, err := side.NewPayload(s.prodChecks, r, wire.FormNested)
 		if err != nil {
 			continue
 		}
@@ -236,10 +237,10 @@ func (s *pairState) runControl(ctx context.Context, synthesized bool) error {
 		if err != nil {
 			return err
 		}
-		rc, _ := verify.PayloadRequestBase64(r.ID, text)
+		rc, _ := side.PayloadRequestBase64(r.ID, text)
 		reqs = append(reqs, rc)
 	}
-	s.payloadClean = verify.Diff(verify.ProducerChecks(reqs...), s.consChecks)
+	s.payloadClean = verify.Diff(side.ProducerChecks(reqs...), s.consChecks)
 	if s.payloadClean.Verdict != verify.Verified {
 		c.Problems = append(c.Problems, fmt.Sprintf("compared with the producer's payloads: %s", s.payloadClean.Verdict))
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/wire"
 )
@@ -21,7 +22,7 @@ const PayloadsFile = "payloads.json"
 // injectPayload checksums the producer side and writes its payloads, one
 // of them tampered.
 func injectPayload(ctx context.Context, dumps []*layout.Dump, out string, def *kindDef, plan payloadPlan, opts Options) (*Fault, error) {
-	c, err := verify.Compute(ctx, dumps, checksum.Options{Engine: opts.Engine})
+	c, err := side.Compute(ctx, dumps, checksum.Options{Engine: opts.Engine})
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +58,7 @@ func injectPayload(ctx context.Context, dumps []*layout.Dump, out string, def *k
 // value must be a mismatch at its position; a payload that no longer
 // decodes leaves its load unverified ("the producer's checksums are
 // invalid").
-func tamperPayload(c *verify.Checks, opts Options) (map[string]string, *Fault, error) {
+func tamperPayload(c *side.Checks, opts Options) (map[string]string, *Fault, error) {
 	if def := lookup(opts.Kind); def != nil {
 		if plan, ok := def.plan.(payloadPlan); ok {
 			return tamperWith(c, def, plan, opts)
@@ -80,7 +81,7 @@ type tamper struct {
 	ids []string
 }
 
-func tamperWith(c *verify.Checks, def *kindDef, plan payloadPlan, opts Options) (map[string]string, *Fault, error) {
+func tamperWith(c *side.Checks, def *kindDef, plan payloadPlan, opts Options) (map[string]string, *Fault, error) {
 	t := &tamper{
 		opts:     opts,
 		rng:      rand.New(rand.NewPCG(opts.Seed, kindSeed(opts.Kind))),
@@ -89,7 +90,7 @@ func tamperWith(c *verify.Checks, def *kindDef, plan payloadPlan, opts Options) 
 	}
 	target := opts.Target
 	for _, r := range c.Requests {
-		p, err := verify.NewPayload(c, r, opts.PayloadForm)
+		p, err := side.NewPayload(c, r, opts.PayloadForm)
 		if err != nil {
 			continue // no payload for a request not every rank reported
 		}

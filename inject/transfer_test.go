@@ -18,6 +18,7 @@ import (
 	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/transfer"
 	"github.com/kvaudit/kvaudit/verify"
 )
@@ -86,7 +87,7 @@ func TestTransferFaults(t *testing.T) {
 		t.Run(fmt.Sprintf("%s-%d", sc[0].Preset, si), func(t *testing.T) {
 			pl := pullPair(t, sc[0], sc[1])
 			before := testfiles.HashTree(t, pl.dir)
-			prodChecks, err := verify.Compute(ctx, pl.prod, checksum.Options{})
+			prodChecks, err := side.Compute(ctx, pl.prod, checksum.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,7 +115,7 @@ func TestTransferFaults(t *testing.T) {
 	}
 }
 
-func checkTransferFault(t *testing.T, ctx context.Context, pl pulled, k inject.Kind, f *inject.Fault, out string, prodChecks *verify.Checks) {
+func checkTransferFault(t *testing.T, ctx context.Context, pl pulled, k inject.Kind, f *inject.Fault, out string, prodChecks *side.Checks) {
 	t.Helper()
 	onDisk, err := inject.ReadFault(filepath.Join(out, inject.FaultFile))
 	if err != nil {
@@ -182,11 +183,11 @@ func checkTransferFault(t *testing.T, ctx context.Context, pl pulled, k inject.K
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := verify.Compute(ctx, bad, checksum.Options{})
+	c, err := side.Compute(ctx, bad, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	clean, err := verify.Compute(ctx, pl.cons, checksum.Options{})
+	clean, err := side.Compute(ctx, pl.cons, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

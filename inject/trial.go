@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/transfer"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
@@ -50,6 +51,9 @@ type trialOutcome struct {
 func runTrial(ctx context.Context, states []*pairState, k Kind, trial int, campaignSeed uint64, dir string) trialOutcome {
 	info, _ := InfoOf(k)
 	seed := trialSeed(campaignSeed, k, trial)
+	if info.Input == InputStore {
+		return storeTrial(ctx, k, trial, seed, dir) // a store of its own
+	}
 	// Kinds start on different pairs; trials rotate through them.
 	first := registryIndex(k) + 1
 	for attempt := range len(states) {
@@ -81,16 +85,16 @@ func (s *pairState) payloadTrial(k Kind, seed uint64, o *trialOutcome) error {
 	if err != nil {
 		return err
 	}
-	var reqs []*verify.RequestChecks
+	var reqs []*side.RequestChecks
 	for _, r := range s.prodChecks.Requests {
 		text, ok := payloads[r.ID]
 		if !ok {
 			continue
 		}
-		rc, _ := verify.PayloadRequestBase64(r.ID, text) // a tampered payload may not decode: that is the point
+		rc, _ := side.PayloadRequestBase64(r.ID, text) // a tampered payload may not decode: that is the point
 		reqs = append(reqs, rc)
 	}
-	res := verify.Diff(verify.ProducerChecks(reqs...), s.consChecks)
+	res := verify.Diff(side.ProducerChecks(reqs...), s.consChecks)
 	o.description = f.Description
 	s.judge(f, res, s.payloadClean, nil, nil, nil, o)
 	return nil
@@ -134,7 +138,7 @@ func (s *pairState) dumpTrial(ctx context.Context, k Kind, seed uint64, dir stri
 			return err
 		}
 	}
-	cons, err := verify.Merge(recs)
+	cons, err := side.Merge(recs)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/kvaudit/kvaudit/kernels"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/side"
 )
 
 // variants are the ways the runner may execute a plan: staged or in place,
@@ -147,6 +147,12 @@ func TestModelRandomGeometry(t *testing.T) {
 		if got, want := runMix(rt, m, c.Plan()), runMix(rt, checksum.Reference{}, c.Plan()); !slices.Equal(got, want) {
 			rt.Fatalf("%+v, with the mix check:\n got %x\nwant %x", m, got, want)
 		}
+		// Under a random run key (docs/spec.md §14), as the reference.
+		keyed := c.Plan()
+		keyed.MixKey = rapid.Uint64().Draw(rt, "mix key")
+		if got, want := runMix(rt, m, keyed), runMix(rt, checksum.Reference{}, keyed); !slices.Equal(got, want) {
+			rt.Fatalf("%+v, with the mix check under key %#x:\n got %x\nwant %x", m, keyed.MixKey, got, want)
+		}
 	})
 }
 
@@ -230,13 +236,13 @@ func TestModelGolden(t *testing.T) {
 	}
 }
 
-func computeSide(t *testing.T, cfg synth.Config, e checksum.Engine) *verify.Checks {
+func computeSide(t *testing.T, cfg synth.Config, e checksum.Engine) *side.Checks {
 	t.Helper()
 	paths, err := synth.Write(t.TempDir(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Engine: e, Partial: true})
+	cRes, err := side.Checksum(context.Background(), side.Input{Paths: paths}, side.ChecksumOptions{Engine: e, Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}

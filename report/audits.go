@@ -23,6 +23,9 @@ func auditTables(a *verify.Audits) []*Table {
 	if a.Transfers != nil {
 		out = append(out, transfersTables(a.Transfers, false)...)
 	}
+	if a.SGLang != nil {
+		out = append(out, SGLangAuditTable(a.SGLang))
+	}
 	return out
 }
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/side"
 )
 
 // ChecksumsFormat is the format tag of `kvaudit checksum -o json`.
@@ -67,7 +67,7 @@ type SkippedGroupJSON struct {
 
 // groupChecks returns a group's checks in numbering n (nil when the side
 // did not give block-numbered ones).
-func groupChecks(g *verify.GroupChecks, n checksum.Numbering) [][]uint64 {
+func groupChecks(g *side.GroupChecks, n checksum.Numbering) [][]uint64 {
 	if n == checksum.NumberBlock {
 		return g.ChecksBlock
 	}
@@ -76,7 +76,7 @@ func groupChecks(g *verify.GroupChecks, n checksum.Numbering) [][]uint64 {
 
 // NewChecksumsJSONNumbered converts a side's checks to the JSON schema in
 // numbering n.
-func NewChecksumsJSONNumbered(c *verify.Checks, n checksum.Numbering) *ChecksumsJSON {
+func NewChecksumsJSONNumbered(c *side.Checks, n checksum.Numbering) *ChecksumsJSON {
 	out := &ChecksumsJSON{Format: ChecksumsFormat, TPSize: c.TPSize, PPSize: c.PPSize, Numbering: n.String(), Requests: []ChecksumRequestJSON{}}
 	skipped := skippedList(c.Skipped)
 	for _, r := range c.Requests {
@@ -132,7 +132,7 @@ func WriteJSON(w io.Writer, v any) error { return writeJSON(w, v) }
 // ChecksumsTableNumbered lays out a side's checks in numbering n: one row
 // per request, group and block position, every check in full. The rows
 // are made as the table is rendered (Table.Stream).
-func ChecksumsTableNumbered(c *verify.Checks, n checksum.Numbering) *Table {
+func ChecksumsTableNumbered(c *side.Checks, n checksum.Numbering) *Table {
 	maxChecks := 1
 	for _, r := range c.Requests {
 		for _, g := range r.Groups {

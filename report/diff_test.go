@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
 )
@@ -16,23 +17,23 @@ import (
 // diffFixture is a comparison with one verified, one mismatching and one
 // unverified load, a group left out and a drill-down detail.
 func diffFixture() *verify.DiffResult {
-	g := func(id, start int, vals ...uint64) *verify.GroupChecks {
-		return &verify.GroupChecks{ID: id, Kind: "full_attention", BlockSize: 16, Start: start, Fingerprint: 1, FingerprintFlat: 2, HasFlat: true, Checks: [][]uint64{vals}}
+	g := func(id, start int, vals ...uint64) *side.GroupChecks {
+		return &side.GroupChecks{ID: id, Kind: "full_attention", BlockSize: 16, Start: start, Fingerprint: 1, FingerprintFlat: 2, HasFlat: true, Checks: [][]uint64{vals}}
 	}
-	req := func(id string, groups ...*verify.GroupChecks) *verify.RequestChecks {
-		return &verify.RequestChecks{ID: id, NumTokens: 40, TPSize: 1, Groups: groups}
+	req := func(id string, groups ...*side.GroupChecks) *side.RequestChecks {
+		return &side.RequestChecks{ID: id, NumTokens: 40, TPSize: 1, Groups: groups}
 	}
 	// mixed gives a group kvaudit's mix check (docs/spec.md §14).
-	mixed := func(g *verify.GroupChecks, mix ...uint64) *verify.GroupChecks {
+	mixed := func(g *side.GroupChecks, mix ...uint64) *side.GroupChecks {
 		g.ChecksMix = [][]uint64{mix}
 		return g
 	}
-	prod := &verify.Checks{TPSize: 1, Complete: true, Skipped: map[int]string{2: "host-resident KV"}, Requests: []*verify.RequestChecks{
+	prod := &side.Checks{TPSize: 1, Complete: true, Skipped: map[int]string{2: "host-resident KV"}, Requests: []*side.RequestChecks{
 		req("req-0", g(0, 0, 1, 2, 3)),
 		req("req-1", g(0, 0, 1, 2, 3)),
 		req("req-3", mixed(g(0, 0, 1, 2, 3), 7, 8, 9)),
 	}}
-	cons := &verify.Checks{TPSize: 1, Complete: true, Skipped: map[int]string{2: "host-resident KV"}, Requests: []*verify.RequestChecks{
+	cons := &side.Checks{TPSize: 1, Complete: true, Skipped: map[int]string{2: "host-resident KV"}, Requests: []*side.RequestChecks{
 		req("req-0", g(0, 1, 2, 9), g(1, 0, 4, 5, 6)),
 		req("req-1", g(0, 0, 1, 2, 3)),
 		req("req-2", g(0, 0, 1, 2, 3)),

@@ -25,6 +25,7 @@ import (
 	"github.com/kvaudit/kvaudit/inject"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -208,14 +209,14 @@ func goldenTables(t *testing.T, name string, tables []*Table, json any) {
 func TestGoldenChecksums(t *testing.T) {
 	ctx := context.Background()
 	paths := goldenSide(t, t.TempDir(), synth.Config{Preset: "swa", TP: 2, Layers: 2, Requests: 2, Tokens: 40})
-	cRes, err := verify.Checksum(ctx, verify.Input{Paths: paths}, verify.ChecksumOptions{Partial: true})
+	cRes, err := side.Checksum(ctx, side.Input{Paths: paths}, side.ChecksumOptions{Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := cRes.Checks
 	goldenTables(t, "checksums", []*Table{ChecksumsTableNumbered(c, checksum.NumberRequest)}, NewChecksumsJSONNumbered(c, checksum.NumberRequest))
 
-	partRes, err := verify.Checksum(ctx, verify.Input{Paths: paths[:1]}, verify.ChecksumOptions{Partial: true})
+	partRes, err := side.Checksum(ctx, side.Input{Paths: paths[:1]}, side.ChecksumOptions{Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
 )
@@ -44,8 +45,8 @@ func htmlFixture() *verify.Result {
 			Hints: []string{"the producer has no request req-2"}},
 	}}
 	return &verify.Result{Diff: res, Audits: auditsFixture(),
-		Producer: verify.SideInfo{Form: "dumps", TPSize: 1, PPSize: 1, Ranks: []string{"pp 0 tp 0"}, Files: []string{"p/rank-0-0.safetensors"}},
-		Consumer: verify.SideInfo{Form: "dumps", TPSize: 2, PPSize: 1, Ranks: []string{"pp 0 tp 0", "pp 0 tp 1"},
+		Producer: side.SideInfo{Form: "dumps", TPSize: 1, PPSize: 1, Ranks: []string{"pp 0 tp 0"}, Files: []string{"p/rank-0-0.safetensors"}},
+		Consumer: side.SideInfo{Form: "dumps", TPSize: 2, PPSize: 1, Ranks: []string{"pp 0 tp 0", "pp 0 tp 1"},
 			Files: []string{"c/rank-0-0.safetensors", "c/rank-0-1.safetensors"}}}
 }
 
@@ -305,19 +306,19 @@ func TestHTMLBounded(t *testing.T) {
 // load whose one mismatch is the mix check's is a mismatch in the title
 // and verdict, as everywhere (docs/spec.md §9).
 func TestHTMLStrength(t *testing.T) {
-	g := func(mix ...uint64) *verify.GroupChecks {
-		gc := &verify.GroupChecks{ID: 0, Kind: "full_attention", BlockSize: 16, Start: 0, Fingerprint: 1, FingerprintFlat: 2, HasFlat: true,
+	g := func(mix ...uint64) *side.GroupChecks {
+		gc := &side.GroupChecks{ID: 0, Kind: "full_attention", BlockSize: 16, Start: 0, Fingerprint: 1, FingerprintFlat: 2, HasFlat: true,
 			Checks: [][]uint64{{1, 2, 3}}}
 		if mix != nil {
 			gc.ChecksMix = [][]uint64{mix}
 		}
 		return gc
 	}
-	req := func(id string, gc *verify.GroupChecks) *verify.RequestChecks {
-		return &verify.RequestChecks{ID: id, NumTokens: 40, TPSize: 1, Groups: []*verify.GroupChecks{gc}}
+	req := func(id string, gc *side.GroupChecks) *side.RequestChecks {
+		return &side.RequestChecks{ID: id, NumTokens: 40, TPSize: 1, Groups: []*side.GroupChecks{gc}}
 	}
-	prod := &verify.Checks{TPSize: 1, Complete: true, Requests: []*verify.RequestChecks{req("mixed", g(7, 8, 9)), req("plain", g())}}
-	cons := &verify.Checks{TPSize: 1, Complete: true, Requests: []*verify.RequestChecks{req("mixed", g(7, 0, 9)), req("plain", g(7, 8, 9))}}
+	prod := &side.Checks{TPSize: 1, Complete: true, Requests: []*side.RequestChecks{req("mixed", g(7, 8, 9)), req("plain", g())}}
+	cons := &side.Checks{TPSize: 1, Complete: true, Requests: []*side.RequestChecks{req("mixed", g(7, 0, 9)), req("plain", g(7, 8, 9))}}
 	res := verify.Diff(prod, cons)
 	out := renderHTML(t, &verify.Result{Diff: res})
 	for _, want := range []string{

@@ -28,6 +28,8 @@ type InspectDumpJSON struct {
 	NumBlocks int                  `json:"num_blocks"`
 	Groups    []InspectGroupJSON   `json:"groups"`
 	Requests  []InspectRequestJSON `json:"requests"`
+	// SGLang describes an SGLang dump's pool (nil for another engine's).
+	SGLang *InspectSGLangJSON `json:"sglang,omitempty"`
 }
 
 // InspectGroupJSON describes a group on one rank.
@@ -109,6 +111,7 @@ func NewInspectJSON(dumps []*layout.Dump) *InspectJSON {
 			}
 			dj.Requests = append(dj.Requests, rj)
 		}
+		dj.SGLang = newInspectSGLang(m)
 		out.Dumps = append(out.Dumps, dj)
 	}
 	return out
@@ -174,6 +177,9 @@ func InspectTables(in *InspectJSON) []*Table {
 			t.Notes = append(t.Notes, fmt.Sprintf("request %s: %d tokens, %d local", r.ID, r.NumTokens, r.NumLocalComputedTokens))
 		}
 		tables = append(tables, t)
+		if d.SGLang != nil {
+			tables = append(tables, sglangInspectTable(d))
+		}
 	}
 	return tables
 }

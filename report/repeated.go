@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/internal/ranges"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -29,7 +30,7 @@ type RepeatedBlockJSON struct {
 
 // NewRepeatedBlocksJSON converts repeated blocks to their JSON (nil for
 // none, which the schemas leave out).
-func NewRepeatedBlocksJSON(rep []verify.RepeatedBlock) []RepeatedBlockJSON {
+func NewRepeatedBlocksJSON(rep []side.RepeatedBlock) []RepeatedBlockJSON {
 	var out []RepeatedBlockJSON
 	for _, b := range rep {
 		out = append(out, RepeatedBlockJSON{Side: b.Side, Request: b.Request, Group: b.Group, Block: b.Block, Positions: b.Positions, Rank: b.Rank})
@@ -38,7 +39,7 @@ func NewRepeatedBlocksJSON(rep []verify.RepeatedBlock) []RepeatedBlockJSON {
 }
 
 // RepeatedTable lays out repeated blocks, one row each.
-func RepeatedTable(rep []verify.RepeatedBlock) *Table {
+func RepeatedTable(rep []side.RepeatedBlock) *Table {
 	t := &Table{
 		Title:  fmt.Sprintf("repeated blocks: %d block(s) given at several positions of one request", len(rep)),
 		Header: []string{"side", "request", "group", "block", "positions", "rank"},
@@ -60,7 +61,7 @@ func RepeatedTable(rep []verify.RepeatedBlock) *Table {
 
 // repeatedSuite is the repeated blocks in JUnit: a case per request and
 // group of the comparison, failing with the group's repeated blocks.
-func repeatedSuite(res *verify.DiffResult, rep []verify.RepeatedBlock) junitSuite {
+func repeatedSuite(res *verify.DiffResult, rep []side.RepeatedBlock) junitSuite {
 	var found []auditKey
 	for _, b := range rep {
 		found = append(found, auditKey{b.Request, b.Group})

@@ -366,10 +366,7 @@ func planRankLog(cr *planRank, prods []*planRank) (*PlannedLog, error) {
 	id := 0
 	for ri := range m.Requests {
 		r := &m.Requests[ri]
-		pairID := r.ProducerID
-		if pairID == "" {
-			pairID = r.ID
-		}
+		pairID := r.PairID()
 		for _, pi := range ranks {
 			pr, ls := prods[pi], byRank[pi]
 			preq := pr.dump.Manifest.Request(pairID)

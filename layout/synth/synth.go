@@ -18,11 +18,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kvaudit/kvaudit/internal/memlimit"
@@ -55,6 +57,9 @@ type Config struct {
 	Seed            uint64
 	Role            string // producer or consumer
 	Format          string
+	// Engine is whose cache is synthesized: "" or "vllm" (vLLM's layouts),
+	// "sglang" (SGLang's pools, docs/sglang.md).
+	Engine string
 	// ConvLayout places a state layer's conv state dim-first ([channels,
 	// width]) or channels-last ([width, channels]); ConvDtype is its dtype
 	// (bfloat16 or float32). NoStateSplit writes state layers without their
@@ -273,6 +278,15 @@ func (c Config) Normalize() (Config, error) {
 	case c.Transfers && c.Role != "consumer":
 		return c, errors.New("transfers are a consumer's pull from its producer: the role must be consumer")
 	}
+	switch c.Engine {
+	case "", "vllm":
+	case "sglang":
+		if err := c.normalizeSGLang(); err != nil {
+			return c, err
+		}
+	default:
+		return c, fmt.Errorf("unknown engine %q (want one of %s)", c.Engine, strings.Join(Engines, ", "))
+	}
 	if c.Transfers {
 		c.ZeroTails = true
 	}
@@ -365,18 +379,12 @@ func (c *Config) checkMemory(m *Model, given bool) error {
 	return fieldErrorf("Requests", c.Requests, "of %d tokens need %d blocks, %s, %s", c.Tokens, c.NumBlocks, size, where)
 }
 
-// FieldError is a Config field out of range: Field is its Go name
-// ("TP", "BlockSize", ...), Value its value, Msg what is wrong with it.
-type FieldError struct {
-	Field string
-	Value int
-	Msg   string
-}
-
-func (e *FieldError) Error() string { return fmt.Sprintf("%s %d %s", e.Field, e.Value, e.Msg) }
-
+// fieldErrorf is a Config field out of range: a *parse.Error of
+// parse.SynthConfig whose Field is the field's Go name ("TP",
+// "BlockSize", ...) and whose Msg starts with its value ("0 is not in
+// 1..64").
 func fieldErrorf(field string, value int, format string, args ...any) error {
-	return &FieldError{Field: field, Value: value, Msg: fmt.Sprintf(format, args...)}
+	return &parse.Error{Format: parse.SynthConfig, Field: field, Msg: strconv.Itoa(value) + " " + fmt.Sprintf(format, args...)}
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
@@ -486,7 +494,13 @@ func WriteContext(ctx context.Context, out string, cfg Config) ([]string, error)
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			p, err := c.writeRank(dir, m, tables, pp, tp)
+			var p string
+			var err error
+			if c.Engine == "sglang" {
+				p, err = c.writeSGLangRank(dir, m, tables, tp)
+			} else {
+				p, err = c.writeRank(dir, m, tables, pp, tp)
+			}
 			if err != nil {
 				return nil, err
 			}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/transfer"
 )
 
@@ -118,8 +120,22 @@ agent names (kvaudit_export and kvaudit synth write them).
 }
 
 func transfersRun(ctx context.Context, opts *TransfersOptions) error {
+	logs, err := transfer.FindLogs(opts.Logs)
+	if err != nil {
+		return err
+	}
+	prod, err := openDumpSide("producer", opts.Producer)
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	cons, err := openDumpSide("consumer", opts.Consumer)
+	if err != nil {
+		return err
+	}
+	defer cons.Close()
 	done := longStep(opts.IO, "auditing the transfers")
-	res, err := transfer.AuditPaths(ctx, opts.Logs, opts.Producer, opts.Consumer, opts.Options)
+	res, err := transfer.Audit(ctx, logs, prod.Dumps, cons.Dumps, opts.Options)
 	done()
 	if err != nil {
 		return err
@@ -159,4 +175,20 @@ func transfersExit(res *transfer.Result) error {
 		return &ResultError{Code: ExitUnverified, Msg: res.Summary()}
 	}
 	return nil
+}
+
+// openDumpSide opens a side of the transfer audit through side.Open, the
+// one way every command opens a side (so a path, a directory or a quoted
+// glob means what it means to diff); the audit resolves descriptors to
+// cells, so the side must be dumps.
+func openDumpSide(what string, paths []string) (*side.Source, error) {
+	s, err := side.Open(side.Input{Paths: paths})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if !s.DumpsOnly() {
+		s.Close()
+		return nil, fmt.Errorf("%s: the transfer audit resolves the logs' descriptors to the dumps' cells: give dumps, not records", what)
+	}
+	return s, nil
 }
