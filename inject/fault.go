@@ -82,6 +82,8 @@ type Fault struct {
 	// Transfer describes a transfer-log fault: the log and the
 	// transfer changed.
 	Transfer *TransferChange `json:"transfer,omitempty"`
+	// Store is a store fault's change (kinds_store.go).
+	Store *StoreChange `json:"store,omitempty"`
 }
 
 // TransferChange is the change of a transfer-log fault: the log (relative
@@ -135,6 +137,8 @@ type Expect struct {
 	// Transfers are the findings the transfer audit must report (null:
 	// not judged); any other it reports must lie at an affected place.
 	Transfers []TransferExpect `json:"transfers,omitempty"`
+	// Store is what kvaudit scrub must report of a store fault's copy.
+	Store []StoreExpect `json:"store,omitempty"`
 }
 
 // TransferExpect is one finding the transfer audit must report: its

@@ -112,6 +112,9 @@ func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options)
 		_, err := ParseKind(string(opts.Kind))
 		return nil, err
 	}
+	if _, ok := def.plan.(storePlan); ok {
+		return nil, &NotApplicableError{Kind: opts.Kind, Msg: "a store fault takes a store directory, not a side's dumps (InjectStore; kvaudit inject STORE)"}
+	}
 	if len(dumps) == 0 {
 		return nil, fmt.Errorf("fault %s: no dump", opts.Kind)
 	}

@@ -64,6 +64,7 @@ var registry = []*kindDef{
 	&payloadFlip, &payloadTruncate, &payloadVersion, &payloadNesting,
 	&xferLocalOther, &xferRemoteShift, &xferDrop, &xferLapsedLease, &xferDuplicate,
 	&pastNumTokens,
+	&storeByteFlip, &storeCRC, &storeTruncate, &storeMissingChecksum,
 }
 
 // lookup returns a kind's definition (None's too), or nil.

@@ -10,7 +10,7 @@ import (
 // the table but parses and describes itself; the campaign table's order
 // is the registry's.
 func TestRegistry(t *testing.T) {
-	detectors := []string{DetectChecksum, DetectCoResident, DetectTail, DetectStored, DetectPayload, DetectTransfers, DetectNone}
+	detectors := []string{DetectChecksum, DetectCoResident, DetectTail, DetectStored, DetectPayload, DetectTransfers, DetectScrub, DetectNone}
 	seen := map[Kind]bool{}
 	for _, d := range append(slices.Clone(registry), &none) {
 		if seen[d.kind] {
@@ -33,8 +33,12 @@ func TestRegistry(t *testing.T) {
 			if p == nil || d.detector != DetectTransfers {
 				t.Errorf("%s: no plan, or detector %q (a transfer-log fault is the transfer audit's)", d.kind, d.detector)
 			}
+		case storePlan:
+			if p == nil || d.detector != DetectScrub {
+				t.Errorf("%s: no plan, or detector %q (a store fault is kvaudit scrub's)", d.kind, d.detector)
+			}
 		default:
-			t.Errorf("%s: plan %T of no input Inject writes", d.kind, d.plan)
+			t.Errorf("%s: plan %T of no input Inject (or InjectStore) writes", d.kind, d.plan)
 		}
 		if k, err := ParseKind(string(d.kind)); err != nil || k != d.kind {
 			t.Errorf("ParseKind(%q): %q, %v", d.kind, k, err)

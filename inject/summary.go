@@ -71,6 +71,14 @@ func (f *Fault) expectSummary() string {
 	if len(f.Expect.Stored) > 0 {
 		parts = append(parts, fmt.Sprintf("%d stored checksum(s) fail", len(f.Expect.Stored)))
 	}
+	if len(f.Expect.Store) > 0 {
+		s := f.Expect.Store[0]
+		at := ""
+		if s.Offset != 0 {
+			at = fmt.Sprintf(" at offset %d", s.Offset)
+		}
+		return fmt.Sprintf("kvaudit scrub finds %s%s %s (%s), every other file and record verified", s.File, at, s.Status, s.Problem)
+	}
 	if len(parts) == 0 {
 		return "every load verifies: nothing may report it"
 	}

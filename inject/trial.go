@@ -51,6 +51,9 @@ type trialOutcome struct {
 func runTrial(ctx context.Context, states []*pairState, k Kind, trial int, campaignSeed uint64, dir string) trialOutcome {
 	info, _ := InfoOf(k)
 	seed := trialSeed(campaignSeed, k, trial)
+	if info.Input == InputStore {
+		return storeTrial(ctx, k, trial, seed, dir) // a store of its own
+	}
 	// Kinds start on different pairs; trials rotate through them.
 	first := registryIndex(k) + 1
 	for attempt := range len(states) {

@@ -26,6 +26,7 @@ var outputFormats = map[string][]string{
 	"inject":    {"table", "json", "markdown"},
 	"campaign":  {"table", "json", "markdown", "junit"},
 	"bench":     {"table", "json", "markdown"},
+	"scrub":     {"table", "json", "markdown", "junit"},
 }
 
 // orList writes values as "a, b or c".

@@ -237,6 +237,9 @@ func parseRank(s string) (*inject.Rank, error) {
 // library call (inject.Inject, which prepares the side first when asked),
 // then prints fault.json or its summary.
 func injectRun(ctx context.Context, opts *InjectOptions) error {
+	if info, _ := inject.InfoOf(opts.Kind); info.Input == inject.InputStore {
+		return injectStoreRun(ctx, opts)
+	}
 	dumps, err := layout.OpenPaths(opts.Paths)
 	if err != nil {
 		return err

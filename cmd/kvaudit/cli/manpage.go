@@ -112,6 +112,11 @@ var manExits = map[string][][2]string{
 		{"1", "an invariant is violated (confined, aligned, covered, zeroed, written-twice, failed)"},
 		{"2", "some of the logs cannot be resolved to the dumps (no addresses in a dump, an agent no dump names, a list the recorder did not know)"},
 	},
+	"scrub": {
+		{"0", "every file and record verified against the checksum its engine stored (or, with --allow-unverified, none mismatches)"},
+		{"1", "mismatch: some file or record differs from its stored checksum, or its frame, trailer or header is wrong"},
+		{"2", "unverified: some file or record has no stored checksum to check (no xattr, no trailer, no CRC), and none mismatches"},
+	},
 	"campaign": {
 		{"0", "every detectable fault was detected by the expected detector and localised, and no clean control was flagged"},
 		{"1", "a fault was missed or mislocalised, or a clean control was flagged"},

@@ -18,6 +18,9 @@ type SynthOptions struct {
 	IO     *Streams
 	Out    string
 	Config synth.Config
+	// Store, when set, also writes the side's KV as that store format
+	// (or every one: "all") under Out/store/ (synth_store.go).
+	Store string
 }
 
 // NewCmdSynth builds `kvaudit synth`.
@@ -88,6 +91,11 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 			if opts.Config, err = opts.Config.Normalize(); err != nil {
 				return synthFlagError(err)
 			}
+			if opts.Store = cfg.String("store"); opts.Store != "" {
+				if err := checkStoreFormat(opts.Store); err != nil {
+					return err
+				}
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -115,6 +123,7 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 	f.String("engine", "vllm", "whose cache: vllm (its layouts) or sglang (SGLang's MHATokenToKVPool or MLATokenToKVPool, presets tiny, llama and mla; pages of --block-size tokens; docs/sglang.md)")
 	f.Bool("force", false, "replace existing rank files under DIR/<role> (never through a symlink)")
 	f.Bool("no-state-split", false, "state presets: write state layers without their TP split (one slice per rank)")
+	f.String("store", "", storeFlagHelp)
 	f.Bool("transfers", false, "consumer: also write DIR/nixl/AGENT.jsonl, its ranks' NIXL logs of a correct pull from DIR/producer")
 	return cmd
 }
@@ -142,6 +151,9 @@ func synthRun(_ context.Context, opts *SynthOptions) error {
 		for _, p := range w.Logs {
 			fmt.Fprintf(opts.IO.Err, "  %s\n", p)
 		}
+	}
+	if opts.Store != "" {
+		return writeSynthStore(opts)
 	}
 	return nil
 }
