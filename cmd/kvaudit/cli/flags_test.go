@@ -33,7 +33,7 @@ var flagVocabulary = map[string]struct{ typ, meaning string }{
 	"seed":             {"uint64", "the seed of every random choice"},
 	"engine":           {"string", "the checksum engine; synth and campaign: whose caches (vllm or sglang, as issue 37 names it)"},
 	"scheme":           {"string", "checksum: which checksum is computed (kvaudit's, or sglang-adler32)"},
-	"sglang-checksum":  {"stringSlice", "diff: the values SGLang's prefill sent, REQ=0xHEX, repeatable"},
+	"sglang-checksum":  {"stringSlice", "diff, checksum --scheme sglang-adler32: the values SGLang's prefill sent, REQ=0xHEX, repeatable"},
 	"cuda-timeout":     {"duration", "the deadline of one request to the kvaudit-cuda runner"},
 	"threads":          {"int", "how many things run at once (engine threads, trials); the only parallelism flag"},
 	"output":           {"string", "-o: the output format"},
