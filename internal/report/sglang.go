@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/inject"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/verify"
 )
@@ -33,6 +33,7 @@ type SGLangValueJSON struct {
 // SGLangChecksumJSON is the JSON output of `kvaudit checksum --scheme
 // sglang-adler32`.
 type SGLangChecksumJSON struct {
+	Format string            `json:"format"`
 	Scheme string            `json:"scheme"`
 	Values []SGLangValueJSON `json:"values"`
 }
@@ -58,7 +59,7 @@ func SGLangAgrees(v checksum.SGLangValue) *bool {
 
 // NewSGLangChecksumJSON builds the JSON output of the values.
 func NewSGLangChecksumJSON(vals []checksum.SGLangValue) SGLangChecksumJSON {
-	out := SGLangChecksumJSON{Scheme: checksum.SchemeSGLangAdler32, Values: []SGLangValueJSON{}}
+	out := SGLangChecksumJSON{Format: "kvaudit-sglang-checksums/1", Scheme: checksum.SchemeSGLangAdler32, Values: []SGLangValueJSON{}}
 	for _, v := range vals {
 		j := SGLangValueJSON{Request: v.Request, PP: v.PP, TP: v.TP, StartSendIdx: v.StartSendIdx, NumTokens: v.NumTokens, Bytes: v.Bytes, Value: SGLangHex(uint64(v.Value)), Agrees: SGLangAgrees(v)}
 		if v.Sent != nil {
@@ -333,4 +334,27 @@ func SGLangCampaignTable(r *inject.SGLangCampaignResult) *Table {
 		}
 	}
 	return t
+}
+
+// sglangSuite is the JUnit suite of SGLang's check: one case per request
+// and rank, failed where SGLang's decode would abort the request, skipped
+// where SGLang would not check it.
+func sglangSuite(a *verify.SGLangAudit) junitSuite {
+	s := junitSuite{Name: "SGLang KV checksum (sglang-adler32)"}
+	for _, r := range a.Requests {
+		c := junitCase{Name: fmt.Sprintf("%s pp %d tp %d", r.Request, r.PP, r.TP), Classname: "sglang-adler32"}
+		text := r.Agreement
+		if d := r.Diff; d != nil {
+			text += fmt.Sprintf("\nfirst difference: buffer %d (layer %d %s), page %d (position %d), token %d, head %d, byte %d, pool file offset %d (tail slot: %v); %d byte(s) differ, %d in tail slots",
+				d.Buffer, d.Layer, d.Role, d.Page, d.PagePosition, d.Token, d.Head, d.Byte, d.FileOffset, d.Tail, r.DifferingBytes, r.TailBytes)
+		}
+		switch r.Verdict {
+		case verify.Mismatch:
+			c.Failure = &junitOutcome{Message: r.Reason, Type: "sglang-adler32 mismatch", Text: text}
+		case verify.Unverified:
+			c.Skipped = &junitOutcome{Message: r.Reason}
+		}
+		s.Cases = append(s.Cases, c)
+	}
+	return s
 }

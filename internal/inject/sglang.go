@@ -11,8 +11,8 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/safeio"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 )
@@ -38,6 +38,7 @@ var SGLangKinds = []SGLangKind{
 	{"page-swap", "two of the request's pages swapped in one buffer", true, false},
 	{"kv-swap", "one page's K and V swapped (one layer)", true, true},
 	{"adler-null", "three consecutive bytes of a token changed by +d, -2d, +d (d in 1..8)", true, false},
+	{"pm1-4", "four consecutive bytes of a token each changed by +1 or -1 at random (of the 16 patterns, +-(+1,-1,-1,+1) cancel in both sums: Adler-32 misses 1 in 8)", true, false},
 	{"adler-65521", "+d at one byte of the stream and -d at the byte 65521 further on (both in tokens)", true, false},
 	{"tail-write", "a byte of an unused slot past num_tokens in the last page changed (no KV there)", false, false},
 	{"sent-off-by-one", "the kv_checksum sent is the right value + 1 (SGLang's own mismatch test)", false, false},
@@ -419,6 +420,38 @@ func (f *sglangFault) apply(k SGLangKind) (int64, bool) {
 			f.data[b] -= 2 * d
 			f.data[c] += d
 			return a, true
+		}
+		return 0, false
+	case "pm1-4":
+		for range 64 {
+			i, off, ok := f.validByte()
+			if !ok {
+				return 0, false
+			}
+			slot := len(f.items[i].Data) / ps
+			if off%slot+4 > slot {
+				continue
+			}
+			var at [4]int64
+			var up [4]bool
+			fits := true
+			for j := range 4 {
+				at[j], up[j] = f.offset(i, off+j), rng.IntN(2) == 0
+				if up[j] && f.data[at[j]] == 0xff || !up[j] && f.data[at[j]] == 0 {
+					fits = false // no carries: each byte moves by exactly 1
+				}
+			}
+			if !fits {
+				continue
+			}
+			for j := range 4 {
+				if up[j] {
+					f.data[at[j]]++
+				} else {
+					f.data[at[j]]--
+				}
+			}
+			return at[0], true
 		}
 		return 0, false
 	case "adler-65521":

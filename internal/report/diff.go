@@ -572,6 +572,9 @@ func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f F
 		if a.Transfers != nil {
 			doc.add(transfersSuite(a.Transfers, opts.AllowUnverified))
 		}
+		if a.SGLang != nil {
+			doc.add(sglangSuite(a.SGLang))
+		}
 		return writeJUnit(w, doc)
 	}
 	return renderTables(w, append(diffTables(res, verdict), auditTables(a)...), f, opts.Style)
