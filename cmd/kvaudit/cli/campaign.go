@@ -11,9 +11,9 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
-	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/inject"
+	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/internal/safeio"
-	"github.com/kvaudit/kvaudit/report"
 )
 
 // CampaignOptions are the settings of `kvaudit campaign`: the library's

@@ -6,9 +6,9 @@ import (
 	"slices"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/inject"
+	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/verify"
 )
 

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/kernels"
-	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/internal/kernels"
+	"github.com/kvaudit/kvaudit/internal/synth"
 )
 
 // liar serves the protocol with the model, then changes its answer.

@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/kernels"
+	"github.com/kvaudit/kvaudit/internal/kernels"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
 // TestModelBlockNumbering: the kernel model (the CUDA kernel's work in Go,

@@ -5,7 +5,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/inject"
 	"github.com/kvaudit/kvaudit/layout"
 )
 

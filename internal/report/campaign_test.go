@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/inject"
 	"github.com/kvaudit/kvaudit/verify"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/cmd/kvaudit/cli"
 	"github.com/kvaudit/kvaudit/internal/browsertest"
-	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/internal/report"
 )
 
 // demoReport runs `kvaudit demo --out demo` in a temporary working
@@ -58,7 +58,7 @@ func TestDemoReportInBrowser(t *testing.T) {
 // checks that docs/report.png is a PNG of that size.
 const (
 	shotWidth, shotHeight = 1100, 880
-	shotFile              = "../docs/report.png"
+	shotFile              = "../../docs/report.png"
 )
 
 func TestScreenshot(t *testing.T) {

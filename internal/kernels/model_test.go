@@ -13,10 +13,10 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/kernels"
 	"github.com/kvaudit/kvaudit/internal/kerneltest"
-	"github.com/kvaudit/kvaudit/kernels"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/side"
 )
 
@@ -196,7 +196,7 @@ func TestModelMatchesReferenceOnSynth(t *testing.T) {
 // TestModelGolden runs the worked example of docs/spec.md §1 and §14
 // (checksum/testdata/golden/spec1.txt) through the model.
 func TestModelGolden(t *testing.T) {
-	f, err := os.Open(filepath.Join("..", "checksum", "testdata", "golden", "spec1.txt"))
+	f, err := os.Open(filepath.Join("..", "..", "checksum", "testdata", "golden", "spec1.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}

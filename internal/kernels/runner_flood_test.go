@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvaudit/kvaudit/kernels"
+	"github.com/kvaudit/kvaudit/internal/kernels"
 )
 
 // TestRunnerFloodStart: a "runner" that floods stdout instead of

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # gpucheck.sh: the GPU engine's checks on a GPU machine, in two halves.
 #
-#   kernels/gpucheck.sh build [DIR]    here, with Go and Debian's CUDA toolkit:
+#   internal/kernels/gpucheck.sh build [DIR]    here, with Go and Debian's CUDA toolkit:
 #       builds kvaudit (pure Go), kvaudit-cuda (-tags cuda), the cuda test
 #       binaries of kernels and of the runner, and synth dumps of every
 #       preset and layout (TP, PP, consumers with a prefix hit, kernel-block
 #       splits) into DIR (default out/gpucheck, git-ignored; a
 #       few tens of MB, to carry to the GPU machine).
-#   kernels/gpucheck.sh device [DIR]   there, from the repository root, with
+#   internal/kernels/gpucheck.sh device [DIR]   there, from the repository root, with
 #       a CUDA driver, python3 and PyTorch but no Go:
 #         1. the device: nvidia-smi, kvaudit-cuda info
 #         2. device tests: the GPU equals the reference engine on every synth
@@ -37,7 +37,7 @@
 #       summary; the exit status is the number of failed steps.
 #
 # With the device tool: `run` with carry ["out/gpucheck"] and the command
-#   bash kernels/gpucheck.sh device out/gpucheck
+#   bash internal/kernels/gpucheck.sh device out/gpucheck
 # and a timeout of about 480 s (the steps take 3 to 5 minutes).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -55,7 +55,7 @@ build() {
 	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$dir/kvaudit" ./cmd/kvaudit
 	CGO_ENABLED=1 go build -trimpath -ldflags="-s -w" -tags cuda -o "$dir/kvaudit-cuda" ./cmd/kvaudit-cuda
 	CGO_ENABLED=1 go test -c -trimpath -ldflags="-s -w" -tags cuda -o "$dir/kvaudit-cuda.test" ./cmd/kvaudit-cuda
-	CGO_ENABLED=1 go test -c -trimpath -ldflags="-s -w" -tags cuda -o "$dir/kernels.test" ./kernels
+	CGO_ENABLED=1 go test -c -trimpath -ldflags="-s -w" -tags cuda -o "$dir/kernels.test" ./internal/kernels
 	local presets layouts formats i=0
 	presets=$("$dir/kvaudit" synth --help | sed -n 's/.*model preset: \([a-z0-9, -]*\).*/\1/p' | tr -d ',')
 	layouts="flash nhd hnd packed packed-token-major"
@@ -83,7 +83,7 @@ build() {
 		echo "$dir is $total MB: over what a device call carries (64 MiB)" >&2
 		exit 1
 	fi
-	echo "ready: carry $dir and run: bash kernels/gpucheck.sh device $dir"
+	echo "ready: carry $dir and run: bash internal/kernels/gpucheck.sh device $dir"
 }
 
 device() {
@@ -101,7 +101,7 @@ device() {
 	# same_as_cuda CPU CUDA: the JSON documents of two outputs (one, or
 	# records one after the other) are equal in what the cuda engine
 	# computes; the cpu engine's "mix" is dropped when the cuda output has
-	# none (checksum.cu has no mix step yet: kernels/README.md).
+	# none (checksum.cu has no mix step yet: internal/kernels/README.md).
 	same_as_cuda() {
 		[ -s "$1" ] && python3 - "$1" "$2" <<'PY'
 import json, sys
@@ -150,7 +150,7 @@ PY
 	grep -A14 'TestDeviceBench' "$out/device-tests.log" | grep -E 'kernel|copy|read' | head -5
 
 	step "3. runner tests (GPU vs reference through kvaudit-cuda serve)"
-	if (cd kernels && KVAUDIT_REQUIRE_GPU=1 timeout 300 "$dir/kernels.test" -test.run GPU -test.v -test.count=1) >"$out/runner-tests.log" 2>&1; then
+	if (cd internal/kernels && KVAUDIT_REQUIRE_GPU=1 timeout 300 "$dir/kernels.test" -test.run GPU -test.v -test.count=1) >"$out/runner-tests.log" 2>&1; then
 		record "runner tests" ok "$(grep -c '^--- PASS' "$out/runner-tests.log") passed"
 	else
 		grep -E '^(--- FAIL|FAIL|panic)|_test.go:' "$out/runner-tests.log" | head -40

@@ -14,10 +14,10 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/kernels"
 	"github.com/kvaudit/kvaudit/internal/kerneltest"
-	"github.com/kvaudit/kvaudit/kernels"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
 func startGPU(t *testing.T) *kernels.Runner {

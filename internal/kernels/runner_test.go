@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/kernels"
 	"github.com/kvaudit/kvaudit/internal/kerneltest"
-	"github.com/kvaudit/kvaudit/kernels"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
 // fakeEnv selects what this test binary does when it is started as a

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Regenerates checksum.ptx from checksum.cu: `go generate ./kernels/`.
+# Regenerates checksum.ptx from checksum.cu: `go generate ./internal/kernels/`.
 #
 # checksum.ptx is checked in and embedded in kvaudit-cuda. CI (.ci/cuda.sh)
 # regenerates it with the same toolkit, Debian's nvidia-cuda-toolkit (CUDA

@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/inject"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/internal/testfiles"
-	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/scrub"
 )
 

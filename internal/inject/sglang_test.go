@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/inject"
 )
 
 // TestSGLangCampaign runs a short SGLang campaign and checks what each
