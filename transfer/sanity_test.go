@@ -2,14 +2,14 @@ package transfer_test
 
 import (
 	"context"
-	"errors"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/parse"
 	"github.com/kvaudit/kvaudit/transfer"
 )
 
@@ -141,8 +141,7 @@ func TestTransferMadeTwice(t *testing.T) {
 	}
 	rewrite(t, logs[0], h, recs)
 	_, err := transfer.Audit(context.Background(), logs, prod, cons, transfer.Options{})
-	var le *transfer.LogError
-	if !errors.As(err, &le) || !strings.Contains(le.Msg, "made twice") {
+	if le := parse.As(err, parse.NIXLLog); le == nil || !strings.Contains(le.Msg, "made twice") {
 		t.Fatalf("got %v", err)
 	}
 }
