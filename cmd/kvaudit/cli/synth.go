@@ -87,7 +87,7 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 				Format: cfg.String("format"), ConvLayout: cfg.String("conv-layout"), ConvDtype: cfg.String("conv-dtype"),
 				NoStateSplit: cfg.Bool("no-state-split"), Force: cfg.Bool("force"), Transfers: cfg.Bool("transfers"),
 				Planner: cfg.String("planner"),
-				Engine: cfg.String("engine"),
+				Engine:  cfg.String("engine"),
 			}
 			if opts.Config, err = opts.Config.Normalize(); err != nil {
 				return synthFlagError(err)
