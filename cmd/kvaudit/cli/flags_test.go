@@ -86,6 +86,9 @@ var flagVocabulary = map[string]struct{ typ, meaning string }{
 	"no-state-split":    {"bool", "state layers without their TP split"},
 	// Transfer audits (kvaudit transfers, diff --transfers).
 	"max-findings": {"int", "findings kept at most"},
+	"planner":      {"string", "how a synthesized pull pairs blocks: vllm (as vLLM's connector) or exact (by token)"},
+	"lease":        {"int", "the producer's lease on a request's blocks, in seconds"},
+	"lookahead":    {"int", "the consumer's num_prefill_lookahead_tokens (multi-token prediction)"},
 	"transfers":    {"stringSlice", "NIXL logs to audit"},
 	// Bench.
 	"size":          {"string", "bytes to synthesize"},
