@@ -189,16 +189,7 @@ func TestNewCmdInspect(t *testing.T) {
 	}
 }
 
-func TestNewCmdScrub(t *testing.T) {
-	cleanSettings(t)
-	o, err := optsOf(t, NewCmdScrub, "scrub", "store", "--allow-unverified", "--threads", "3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(o.Paths, []string{"store"}) || !o.AllowUnverified || o.Threads != 3 || o.Format != "auto" {
-		t.Errorf("flags: %+v", o)
-	}
-}
+// TestNewCmdScrub is scrub_test.go's.
 
 func TestNewCmdInject(t *testing.T) {
 	cleanSettings(t)
