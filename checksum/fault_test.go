@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/side"
 )
 
 // TestTruncatedWhileMapped: a dump file cut short after it was opened makes
@@ -27,7 +27,7 @@ func TestTruncatedWhileMapped(t *testing.T) {
 		if err := os.Truncate(paths[0], 4096); err != nil {
 			t.Fatal(err)
 		}
-		_, err = verify.Compute(context.Background(), []*layout.Dump{d}, checksum.Options{Engine: e})
+		_, err = side.Compute(context.Background(), []*layout.Dump{d}, checksum.Options{Engine: e})
 		d.Close()
 		if err == nil || !strings.Contains(err.Error(), paths[0]) {
 			t.Errorf("%s engine: got %v, want an error naming %s", e.Name(), err, paths[0])

@@ -13,9 +13,9 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/side"
 )
 
 // goldenVector is testdata/golden/spec1.txt: the worked example of docs/spec.md
@@ -204,7 +204,7 @@ func TestGoldenDump(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := verify.Compute(context.Background(), []*layout.Dump{d}, checksum.Options{Engine: e})
+		c, err := side.Compute(context.Background(), []*layout.Dump{d}, checksum.Options{Engine: e})
 		d.Close()
 		if err != nil {
 			t.Fatal(err)

@@ -8,8 +8,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -30,7 +31,7 @@ func TestPropertyMixIndependence(t *testing.T) {
 		if a.NoStateSplit {
 			// A state without a split is its raw local bytes (docs/spec.md
 			// §6): the conv layout and the TP size change them. (PP too, for
-			// now: verify.Merge takes split_less from a stage's record
+			// now: side.Merge takes split_less from a stage's record
 			// without the group's layers, so a split-less group split over
 			// stages does not compare; a bug of its own.)
 			b.ConvLayout, b.TP, b.PP = a.ConvLayout, a.TP, a.PP
@@ -71,8 +72,8 @@ func TestPropertyMixDetects(t *testing.T) {
 		cfg.Role, cfg.PrefixTokens = "producer", 0
 		paths, remove := synthSide(t, cfg)
 		defer remove()
-		compute := func() *verify.Checks {
-			res, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Partial: true})
+		compute := func() *side.Checks {
+			res, err := side.Checksum(context.Background(), side.Input{Paths: paths}, side.ChecksumOptions{Partial: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,7 +198,7 @@ func TestMixSynthTopBitAttack(t *testing.T) {
 			flip(t, locate(t, d, g, g.Caches[rank], span.Blocks[1-span.Start], 3, 0, 8*(rank+1)+7), 0x80)
 			d.Close()
 		}
-		res, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{})
+		res, err := side.Checksum(context.Background(), side.Input{Paths: paths}, side.ChecksumOptions{})
 		remove()
 		if err != nil {
 			t.Fatal(err)

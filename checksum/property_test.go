@@ -9,9 +9,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/wire"
 )
 
@@ -109,8 +109,8 @@ func TestPropertyOneByteChange(t *testing.T) {
 		cfg.Role, cfg.PrefixTokens = "producer", 0
 		paths, remove := synthSide(t, cfg)
 		defer remove()
-		compute := func() *verify.Checks {
-			cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Partial: true})
+		compute := func() *side.Checks {
+			cRes, err := side.Checksum(context.Background(), side.Input{Paths: paths}, side.ChecksumOptions{Partial: true})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/side"
 )
 
 // specDoc is the project's specification, which users read.
@@ -155,7 +155,7 @@ func TestSpecDocEngines(t *testing.T) {
 	}
 	defer d.Close()
 	for _, e := range []checksum.Engine{checksum.Reference{}, checksum.Fast{}} {
-		c, err := verify.Compute(ctx, []*layout.Dump{d}, checksum.Options{Engine: e})
+		c, err := side.Compute(ctx, []*layout.Dump{d}, checksum.Options{Engine: e})
 		if err != nil {
 			t.Fatal(err)
 		}

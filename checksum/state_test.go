@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/side"
 )
 
 // TestStatePresets: for each state preset, conv layout and conv dtype, TP
@@ -40,8 +40,8 @@ func TestStatePaddingAndExtraNotCovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	compute := func() *verify.Checks {
-		cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Partial: true})
+	compute := func() *side.Checks {
+		cRes, err := side.Checksum(context.Background(), side.Input{Paths: paths}, side.ChecksumOptions{Partial: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/layout/synth"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/internal/synth"
+	"github.com/kvaudit/kvaudit/side"
 )
 
 // tester is what both *testing.T and *rapid.T offer.
@@ -37,7 +37,7 @@ func synthSide(t tester, cfg synth.Config) (paths []string, remove func()) {
 }
 
 // computeSide synthesizes cfg and checksums every rank with engine.
-func computeSide(t tester, cfg synth.Config, engine checksum.Engine) *verify.Checks {
+func computeSide(t tester, cfg synth.Config, engine checksum.Engine) *side.Checks {
 	t.Helper()
 	paths, remove := synthSide(t, cfg)
 	defer remove()
@@ -45,9 +45,9 @@ func computeSide(t tester, cfg synth.Config, engine checksum.Engine) *verify.Che
 }
 
 // checksumPaths checksums the side of paths with engine.
-func checksumPaths(t tester, paths []string, engine checksum.Engine) *verify.Checks {
+func checksumPaths(t tester, paths []string, engine checksum.Engine) *side.Checks {
 	t.Helper()
-	cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Engine: engine, Partial: true})
+	cRes, err := side.Checksum(context.Background(), side.Input{Paths: paths}, side.ChecksumOptions{Engine: engine, Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func checksumPaths(t tester, paths []string, engine checksum.Engine) *verify.Che
 
 // checkExpected compares every check of every request and group with the
 // reference computed from the logical KV.
-func checkExpected(t tester, cfg synth.Config, got *verify.Checks) {
+func checkExpected(t tester, cfg synth.Config, got *side.Checks) {
 	t.Helper()
 	want, err := synth.Expected(cfg)
 	if err != nil {
@@ -81,7 +81,7 @@ func checkEnginesExpected(t tester, cfg synth.Config) {
 }
 
 // checkExpectedOf is checkExpected with the reference already computed.
-func checkExpectedOf(t tester, want map[string]map[int]synth.ExpectedGroup, got *verify.Checks) {
+func checkExpectedOf(t tester, want map[string]map[int]synth.ExpectedGroup, got *side.Checks) {
 	t.Helper()
 	if len(got.Requests) != len(want) {
 		t.Fatalf("%d requests, want %d", len(got.Requests), len(want))

@@ -1,8 +1,8 @@
 package layout
 
 import (
-	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"slices"
 	"sort"
 	"strconv"
@@ -31,6 +31,10 @@ type Manifest struct {
 	NumBlocks int       `json:"num_blocks"`
 	Groups    []Group   `json:"groups"`
 	Requests  []Request `json:"requests"`
+	// Engine is the engine whose cache was dumped: "" for vLLM's (the
+	// default), "sglang" for SGLang's pools, described in SGLang.
+	Engine string      `json:"engine,omitempty"`
+	SGLang *SGLangPool `json:"sglang,omitempty"`
 }
 
 // Model names the model and its KV head count (used to infer replication).
@@ -126,47 +130,49 @@ type Split struct {
 
 // Request is one request's block tables and the tokens they hold.
 type Request struct {
-	ID                     string              `json:"id"`
-	ProducerID             string              `json:"producer_id,omitempty"`
+	ID         string `json:"id"`
+	ProducerID string `json:"producer_id,omitempty"`
+	// EngineRequestID is the engine's own id of the request where it
+	// differs from ID: vLLM appends a random suffix to the id a user gave
+	// (PR #27987); the capture connector names a dump by the user's id and
+	// keeps vLLM's here. Read, never used for pairing.
+	EngineRequestID        string              `json:"engine_request_id,omitempty"`
 	NumTokens              int                 `json:"num_tokens"`
 	NumLocalComputedTokens int                 `json:"num_local_computed_tokens,omitempty"`
 	BlockTable             map[string]BlockIDs `json:"block_table,omitempty"`
 	StateBlock             map[string]int      `json:"state_block,omitempty"`
 	BlockHashes            map[string][]string `json:"block_hashes,omitempty"`
 	StoredChecksums        map[string][]string `json:"stored_checksums,omitempty"`
+	// SGLang is the request's pages, token range and sent value in an
+	// SGLang dump (nil otherwise).
+	SGLang *SGLangRequest `json:"sglang,omitempty"`
 }
 
-// ManifestError is an inconsistency in a manifest: the file, the field
-// (a JSON path such as `groups[0].layers[2].layout`) and what is wrong.
-type ManifestError struct {
-	File  string
-	Field string
-	Msg   string
-}
-
-func (e *ManifestError) Error() string {
-	if e.Field == "" {
-		return fmt.Sprintf("manifest %q: %s", e.File, e.Msg)
+// PairID returns the id of the producer request a consumer request loads
+// (docs/spec.md §9, "Pairing"): its producer_id, else its own id. It is
+// the one statement of the pairing rule; every pairing uses it.
+func (r Request) PairID() string {
+	if r.ProducerID != "" {
+		return r.ProducerID
 	}
-	return fmt.Sprintf("manifest %q: %s: %s", e.File, e.Field, e.Msg)
+	return r.ID
 }
 
 // ParseManifest decodes and validates a manifest. file names it in errors.
 // It checks everything that does not need the tensors: the format, ranks,
 // groups, layers, axes and requests. On error it returns nil and a
-// *ManifestError.
+// *parse.Error (parse.Manifest).
 func ParseManifest(file string, data []byte) (*Manifest, error) {
 	var m Manifest
 	if err := DecodeStrictJSON(data, &m); err != nil {
-		return nil, &ManifestError{File: file, Msg: err.Error()}
+		return nil, &parse.Error{Format: parse.Manifest, File: file, Msg: err.Error()}
 	}
 	if err := m.Validate(); err != nil {
-		var me *ManifestError
-		if errors.As(err, &me) {
+		if me := parse.As(err, parse.Manifest); me != nil {
 			me.File = file
 			return nil, me
 		}
-		return nil, &ManifestError{File: file, Msg: err.Error()}
+		return nil, &parse.Error{Format: parse.Manifest, File: file, Msg: err.Error()}
 	}
 	return &m, nil
 }
@@ -175,10 +181,10 @@ func ParseManifest(file string, data []byte) (*Manifest, error) {
 var knownAxes = []string{"block", "token", "head", "kv", "dim", "cell", "page"}
 
 // Validate checks the manifest's own consistency (not its tensors). The
-// error is a *ManifestError without File.
+// error is a *parse.Error (parse.Manifest) without File.
 func (m *Manifest) Validate() error {
 	bad := func(field, format string, args ...any) error {
-		return &ManifestError{Field: field, Msg: fmt.Sprintf(format, args...)}
+		return &parse.Error{Format: parse.Manifest, Field: field, Msg: fmt.Sprintf(format, args...)}
 	}
 	if m.Format != ManifestFormat {
 		return bad("format", "got %q, want %q", m.Format, ManifestFormat)
@@ -224,7 +230,7 @@ func (m *Manifest) Validate() error {
 			return err
 		}
 	}
-	return nil
+	return m.validateSGLang(bad)
 }
 
 // validateGroups checks the manifest's groups and their layers (ids and
@@ -493,6 +499,22 @@ func (m *Manifest) Group(id int) *Group {
 func (m *Manifest) Request(id string) *Request {
 	for i := range m.Requests {
 		if m.Requests[i].ID == id {
+			return &m.Requests[i]
+		}
+	}
+	return nil
+}
+
+// Paired returns the request a transfer names by id: the one with that
+// id, else the first that pairs with it (its producer_id is id), else nil
+// (an empty id pairs with nothing).
+// A NIXL log's transfer names a consumer request by either.
+func (m *Manifest) Paired(id string) *Request {
+	if r := m.Request(id); r != nil || id == "" {
+		return r
+	}
+	for i := range m.Requests {
+		if m.Requests[i].ProducerID == id {
 			return &m.Requests[i]
 		}
 	}

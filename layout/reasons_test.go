@@ -9,7 +9,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/side"
 )
 
 // testCache describes a float32 cache in the FlashAttention layout
@@ -177,7 +177,7 @@ func TestReasons(t *testing.T) {
 			if d.Groups[0].Skip != "" || len(d.Groups[0].Caches) != 2 {
 				t.Fatalf("group 0 skipped (%q) or lost caches", d.Groups[0].Skip)
 			}
-			c, err := verify.Compute(context.Background(), []*layout.Dump{d}, checksum.Options{Engine: checksum.Reference{}})
+			c, err := side.Compute(context.Background(), []*layout.Dump{d}, checksum.Options{Engine: checksum.Reference{}})
 			if err != nil && tc.edit == nil {
 				t.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"errors"
+	"github.com/kvaudit/kvaudit/side"
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
@@ -19,9 +20,11 @@ type Audits struct {
 	// Repeated are the blocks a request's table gives at several
 	// positions, on either side (RepeatedBlocks): checked on every
 	// comparison of dumps, without a flag; nil when there are none.
-	Repeated []RepeatedBlock
+	Repeated []side.RepeatedBlock
 	// Transfers is the audit of the transfer's NIXL logs.
 	Transfers *transfer.Result
+	// SGLang is SGLang's own check of SGLang dumps (CompareSGLang).
+	SGLang *SGLangAudit
 }
 
 // Failed reports whether an audit found something: a non-zero byte past
@@ -35,6 +38,9 @@ func (a *Audits) Failed() bool {
 		return true
 	}
 	if a.Transfers != nil && a.Transfers.Violated() {
+		return true
+	}
+	if a.SGLang.Mismatched() {
 		return true
 	}
 	return a.Stored != nil && StoredVerdict(a.Stored) == Mismatch
@@ -74,17 +80,17 @@ type StoredOptions struct {
 	Step     Step
 }
 
-func CheckStored(ctx context.Context, consumer Input, opts StoredOptions) (*Result, error) {
-	side, err := Open(consumer)
+func CheckStored(ctx context.Context, consumer side.Input, opts StoredOptions) (*Result, error) {
+	cside, err := side.Open(consumer)
 	if err != nil {
 		return nil, err
 	}
-	defer side.Close()
-	if !side.dumpsOnly() {
+	defer cside.Close()
+	if !cside.DumpsOnly() {
 		return nil, ErrStoredRecords
 	}
 	done := opts.Step.start("computing the stored checksums")
-	a, err := audit(ctx, side, opts.Engine, opts.Requests, false, true)
+	a, err := audit(ctx, cside, opts.Engine, opts.Requests, false, true)
 	done()
 	if err != nil {
 		return nil, err
@@ -94,10 +100,10 @@ func CheckStored(ctx context.Context, consumer Input, opts StoredOptions) (*Resu
 
 // audit runs the audits asked for on a side's dumps: the tail audit,
 // the stored checksums, for the requests given (all when empty).
-func audit(ctx context.Context, side *Source, engine checksum.Engine, requests []string, tail, stored bool) (*Audits, error) {
+func audit(ctx context.Context, cside *side.Source, engine checksum.Engine, requests []string, tail, stored bool) (*Audits, error) {
 	a := &Audits{}
 	if tail {
-		t, err := AuditTails(side.Dumps, requests)
+		t, err := AuditTails(cside.Dumps, requests)
 		if err != nil {
 			return nil, err
 		}
@@ -105,7 +111,7 @@ func audit(ctx context.Context, side *Source, engine checksum.Engine, requests [
 	}
 	if stored {
 		a.Stored = []*StoredRank{}
-		for _, d := range side.Dumps {
+		for _, d := range cside.Dumps {
 			s, err := RankStored(ctx, d, checksum.Options{Engine: engine, Requests: requests})
 			if err != nil {
 				return nil, err

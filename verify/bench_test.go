@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -78,13 +79,13 @@ func BenchmarkRanks(b *testing.B) {
 			dumps[i] = d
 		}
 		run(b, func(i int) error {
-			_, err := verify.Compute(ctx, dumps[i], checksum.Options{})
+			_, err := side.Compute(ctx, dumps[i], checksum.Options{})
 			return err
 		})
 	})
 	b.Run("end-to-end", func(b *testing.B) {
 		run(b, func(i int) error {
-			_, err := verify.Checksum(ctx, verify.Input{Paths: sides[i]}, verify.ChecksumOptions{})
+			_, err := side.Checksum(ctx, side.Input{Paths: sides[i]}, side.ChecksumOptions{})
 			return err
 		})
 	})
@@ -166,7 +167,7 @@ func BenchmarkStateRowsHeap(b *testing.B) {
 			var peak uint64
 			for b.Loop() {
 				p, err := peakHeap(func() error {
-					_, err := verify.Compute(ctx, dumps, checksum.Options{})
+					_, err := side.Compute(ctx, dumps, checksum.Options{})
 					return err
 				})
 				if err != nil {
@@ -224,7 +225,7 @@ func BenchmarkDrill(b *testing.B) {
 			}
 			r := runs[i]
 			start, cpu0 := time.Now(), cpuTime()
-			res, err := verify.Compare(ctx, verify.Input{Paths: p}, verify.Input{Paths: c}, r.opts)
+			res, err := verify.Compare(ctx, side.Input{Paths: p}, side.Input{Paths: c}, r.opts)
 			if err != nil {
 				b.Fatal(err)
 			}

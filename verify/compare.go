@@ -2,8 +2,11 @@ package verify
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/side"
 	"slices"
 	"strings"
 
@@ -14,25 +17,10 @@ import (
 	"github.com/kvaudit/kvaudit/verify/drill"
 )
 
-// Progress, when set in an entry point's options, is called before a
-// side's dumps are checksummed (side "consumer" or "producer" for
-// Compare, "side" for Checksum and Records; the requests checksummed) and
-// returns the function the engines call with the cell bytes done
-// (checksum.Options.Progress) and the one that ends the display.
-type Progress func(side string, dumps []*layout.Dump, requests []string) (add func(int64), done func())
-
 // Step, when set in an entry point's options, is told of a long step
 // that reports no bytes (the drill-down, the audits) and returns the
 // function that ends it.
 type Step func(what string) (done func())
-
-// start calls p, if set.
-func (p Progress) start(side string, dumps []*layout.Dump, requests []string) (add func(int64), done func()) {
-	if p == nil || len(dumps) == 0 {
-		return nil, func() {}
-	}
-	return p(side, dumps, requests)
-}
 
 // start calls s, if set.
 func (s Step) start(what string) (done func()) {
@@ -64,8 +52,64 @@ type CompareOptions struct {
 	// (Audits.Transfers), and each mismatch an audit finding explains gets
 	// its cause (RequestVerdict.Causes). Both sides must be dumps.
 	Transfers []string
-	Progress  Progress
-	Step      Step
+	// MixKey is the run key of the mix check when both sides are dumps
+	// (docs/spec.md §14): nil draws one at random for the comparison, so
+	// that no precomputed pattern cancels in it. A side of records or
+	// payloads, which carry the published key's mix check, makes the
+	// comparison use the published key (checksum.PublishedMixKey); any
+	// other key is then an ErrMixKeySides.
+	MixKey *uint64
+	// RequireMix makes a group compared by vLLM's checksum alone
+	// unverified (DiffOptions.RequireMix).
+	RequireMix bool
+	Progress   side.Progress
+	Step       Step
+}
+
+// ErrMixKeySides is a mix key other than the published one asked of a
+// comparison a side of which is records or a payload.
+var ErrMixKeySides = errors.New("a mix key other than the published one needs both sides as dumps: records and payloads carry the mix check under the published key")
+
+// mixKey chooses the comparison's run key (CompareOptions.MixKey).
+func mixKey(pside, cside *side.Source, opts CompareOptions) (key uint64, source string, err error) {
+	if !checksum.EngineMixes(engineOf(checksum.Options{Engine: opts.Engine})) {
+		return checksum.PublishedMixKey, "", nil
+	}
+	both := pside.DumpsOnly() && cside.DumpsOnly()
+	switch {
+	case opts.MixKey != nil && *opts.MixKey == checksum.PublishedMixKey:
+		return checksum.PublishedMixKey, MixKeyGiven, nil
+	case opts.MixKey != nil && !both:
+		return 0, "", ErrMixKeySides
+	case opts.MixKey != nil:
+		return *opts.MixKey, MixKeyGiven, nil
+	case !both:
+		return checksum.PublishedMixKey, MixKeyPublished, nil
+	}
+	var b [8]byte
+	for key == checksum.PublishedMixKey {
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, "", fmt.Errorf("drawing the mix check's run key: %w", err)
+		}
+		key = binary.LittleEndian.Uint64(b[:])
+	}
+	return key, MixKeyRun, nil
+}
+
+// markNoMix says, on every group of checks computed from dumps by an
+// engine without the mix check, why they lack it.
+func markNoMix(c *side.Checks, s *side.Source, e checksum.Engine) {
+	e = engineOf(checksum.Options{Engine: e})
+	if len(s.Dumps) == 0 || checksum.EngineMixes(e) {
+		return
+	}
+	for _, r := range c.Requests {
+		for _, g := range r.Groups {
+			if g.ChecksMix == nil {
+				g.NoMix = "the " + e.Name() + " engine computes no mix check yet (internal/kernels/README.md)"
+			}
+		}
+	}
 }
 
 // Result is what a comparison found.
@@ -76,7 +120,7 @@ type Result struct {
 	// Audits are the consumer audits that ran; nil when none did.
 	Audits *Audits
 	// Producer and Consumer say what the sides were (Compare fills them).
-	Producer, Consumer SideInfo
+	Producer, Consumer side.SideInfo
 }
 
 // Verdict combines the comparison's verdict with the audits': a mismatch
@@ -132,10 +176,13 @@ func (r *Result) Summary() string {
 				msgs = append(msgs, "stored checksums: some block differs from the checksum stored with it")
 			}
 			if len(a.Repeated) > 0 {
-				msgs = append(msgs, repeatedSummary(a.Repeated))
+				msgs = append(msgs, (&side.RepeatedBlocksError{Blocks: a.Repeated}).Error())
 			}
 			if a.Transfers != nil && a.Transfers.Violated() {
 				msgs = append(msgs, a.Transfers.Summary())
+			}
+			if a.SGLang.Mismatched() {
+				msgs = append(msgs, a.SGLang.Summary())
 			}
 		}
 	case Unverified:
@@ -179,38 +226,42 @@ var ErrAuditRecords = errors.New("the tail audit, the stored-checksum check and 
 // when both sides are dumps, and runs the audits opts asks for. The
 // consumer must be dumps or records; the producer may also be what it
 // sent (a payload).
-func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions) (*Result, error) {
-	cside, err := Open(consumer)
+func Compare(ctx context.Context, producer, consumer side.Input, opts CompareOptions) (*Result, error) {
+	cside, err := side.Open(consumer)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	defer cside.Close()
-	if cside.payload {
-		if len(cside.notes) > 0 {
+	if cside.IsPayload() {
+		if len(cside.Notes()) > 0 {
 			// Not even a payload (/etc/passwd): say what it is not.
-			return nil, fmt.Errorf("consumer %s is neither a dump nor a record: the consumer must be dumps or records (a .safetensors file, a directory with manifest.json or of dumps, a record file)", cside.name)
+			return nil, fmt.Errorf("consumer %s is neither a dump nor a record: the consumer must be dumps or records (a .safetensors file, a directory with manifest.json or of dumps, a record file)", cside.Name())
 		}
-		return nil, fmt.Errorf("consumer %s is a payload: the consumer must be dumps or records (a payload is what a producer sends)", cside.name)
+		return nil, fmt.Errorf("consumer %s is a payload: the consumer must be dumps or records (a payload is what a producer sends)", cside.Name())
 	}
-	if (opts.AuditTail || opts.Stored || len(opts.Transfers) > 0) && !cside.dumpsOnly() {
+	if (opts.AuditTail || opts.Stored || len(opts.Transfers) > 0) && !cside.DumpsOnly() {
 		return nil, ErrAuditRecords
 	}
-	pside, err := Open(producer)
+	pside, err := side.Open(producer)
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
 	defer pside.Close()
 
+	key, keySource, err := mixKey(pside, cside, opts)
+	if err != nil {
+		return nil, err
+	}
 	// A flat payload (vLLM's published form) is compared block-numbered:
 	// the consumer's values in both numberings, from one pass where the
 	// engine can (docs/spec.md §1).
-	add, done := opts.Progress.start("consumer", cside.Dumps, opts.Requests)
-	crecs, err := cside.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: pside.flat(), Progress: add})
+	add, done := opts.Progress.Start("consumer", cside.Dumps, opts.Requests)
+	crecs, err := cside.AllRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: pside.Flat(), Progress: add, MixKey: key})
 	done()
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
-	cons, err := Merge(crecs)
+	cons, err := side.Merge(crecs)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
@@ -219,31 +270,33 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
 	}
+	markNoMix(cons, cside, opts.Engine)
 	pairing := map[string][]string{} // what pairing did, by consumer request id
 	if err := pairByParams(cside, cons, pairing); err != nil {
 		return nil, err
 	}
-	prod, err := producerChecks(ctx, pside, cons, opts, pairing)
+	prod, err := producerChecks(ctx, pside, cons, opts, pairing, key)
 	if err != nil {
 		return nil, err
 	}
 
-	res := &Result{Diff: DiffWith(prod, cons, DiffOptions{Strict: opts.Strict}), Producer: pside.info(), Consumer: cside.info()}
+	res := &Result{Diff: DiffWith(prod, cons, DiffOptions{Strict: opts.Strict, RequireMix: opts.RequireMix}), Producer: pside.Info(), Consumer: cside.Info()}
+	res.Diff.MixKey, res.Diff.MixKeySource = key, keySource
 	for _, rv := range res.Diff.Requests {
 		rv.Hints = append(rv.Hints, pairing[rv.ID]...)
 	}
 	notePairing(res.Diff, prod, cons, pside, cside)
 	refineFlatHints(res.Diff, prod, cside.Dumps)
 	for _, rv := range res.Diff.Requests {
-		note, ok := pside.notes[rv.ProducerID]
-		if !ok && pside.bare != nil {
-			note, ok = pside.notes[""]
+		note, ok := pside.Notes()[rv.ProducerID]
+		if !ok && pside.Bare() != nil {
+			note, ok = pside.Notes()[""]
 		}
 		if ok {
 			rv.Notes = append(rv.Notes, "the producer's payload: "+note)
 		}
 	}
-	if !opts.NoDrill && res.Diff.Verdict == Mismatch && pside.dumpsOnly() && cside.dumpsOnly() {
+	if !opts.NoDrill && res.Diff.Verdict == Mismatch && pside.DumpsOnly() && cside.DumpsOnly() {
 		done := opts.Step.start("drilling the mismatches down to layers, heads and tokens")
 		err := Explain(ctx, pside.Dumps, cside.Dumps, res.Diff, drill.Options{MaxDetails: opts.MaxDetails})
 		done()
@@ -259,14 +312,14 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
 	}
-	if rep := append(RepeatedBlocks("producer", pside.Dumps, pairIDs(cons)), RepeatedBlocks("consumer", cside.Dumps, opts.Requests)...); len(rep) > 0 {
+	if rep := append(side.RepeatedBlocks("producer", pside.Dumps, pairIDs(cons)), side.RepeatedBlocks("consumer", cside.Dumps, opts.Requests)...); len(rep) > 0 {
 		if res.Audits == nil {
 			res.Audits = &Audits{}
 		}
 		res.Audits.Repeated = rep
 	}
 	if len(opts.Transfers) > 0 {
-		if !pside.dumpsOnly() {
+		if !pside.DumpsOnly() {
 			return nil, ErrTransfersDumps
 		}
 		done := opts.Step.start("auditing the transfers")
@@ -283,47 +336,48 @@ func Compare(ctx context.Context, producer, consumer Input, opts CompareOptions)
 // requests: a bare payload takes the consumer's only request's pairing
 // id, payloads pair by id, dumps and records are checksummed for the
 // requests the consumer pairs with.
-func producerChecks(ctx context.Context, pside *Source, cons *Checks, opts CompareOptions, pairing map[string][]string) (*Checks, error) {
+func producerChecks(ctx context.Context, pside *side.Source, cons *side.Checks, opts CompareOptions, pairing map[string][]string, key uint64) (*side.Checks, error) {
 	switch {
-	case pside.bare != nil:
+	case pside.Bare() != nil:
 		r := pairBare(pside, cons)
 		switch {
 		case r == nil && len(cons.Requests) != 1:
-			return nil, &BarePayloadError{Producer: pside.name, Requests: len(cons.Requests)}
+			return nil, &BarePayloadError{Producer: pside.Name(), Requests: len(cons.Requests)}
 		case r == nil:
 			r = cons.Requests[0]
-			if pside.remoteID != "" && pside.remoteID != r.PairID() && pside.remoteID != r.ID {
-				pairing[r.ID] = append(pairing[r.ID], fmt.Sprintf("the producer's kv_transfer_params name remote_request_id %s, but this load pairs as %s: were they sent for it?", termtext.Escape(pside.remoteID), termtext.Escape(r.PairID())))
+			if pside.RemoteID() != "" && pside.RemoteID() != r.PairID() && pside.RemoteID() != r.ID {
+				pairing[r.ID] = append(pairing[r.ID], fmt.Sprintf("the producer's kv_transfer_params name remote_request_id %s, but this load pairs as %s: were they sent for it?", termtext.Escape(pside.RemoteID()), termtext.Escape(r.PairID())))
 			}
 		case len(cons.Requests) > 1:
 			// The one request the payload is for, as --request names it.
 			if err := cons.Select([]string{r.ID}); err != nil {
 				return nil, err
 			}
-			pairing[r.ID] = append(pairing[r.ID], fmt.Sprintf("paired with the producer's kv_transfer_params by their remote_request_id %s; the consumer's other requests are not compared", termtext.Escape(pside.remoteID)))
+			pairing[r.ID] = append(pairing[r.ID], fmt.Sprintf("paired with the producer's kv_transfer_params by their remote_request_id %s; the consumer's other requests are not compared", termtext.Escape(pside.RemoteID())))
 		}
-		pside.bare.ID = r.PairID()
-		return ProducerChecks(pside.bare), nil
-	case pside.payload:
-		return ProducerChecks(pside.byID...), nil
+		pside.Bare().ID = r.PairID()
+		return side.ProducerChecks(pside.Bare()), nil
+	case pside.IsPayload():
+		return side.ProducerChecks(pside.ByID()...), nil
 	}
 	ids := pairIDs(cons)
-	add, done := opts.Progress.start("producer", pside.Dumps, ids)
-	precs, err := pside.allRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: ids, Progress: add})
+	add, done := opts.Progress.Start("producer", pside.Dumps, ids)
+	precs, err := pside.AllRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: ids, Progress: add, MixKey: key})
 	done()
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
-	prod, err := Merge(precs)
+	prod, err := side.Merge(precs)
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
+	markNoMix(prod, pside, opts.Engine)
 	return prod, nil
 }
 
 // pairIDs returns the producer request ids the consumer's requests pair
 // with, each once.
-func pairIDs(cons *Checks) []string {
+func pairIDs(cons *side.Checks) []string {
 	var ids []string
 	for _, r := range cons.Requests {
 		if !slices.Contains(ids, r.PairID()) {

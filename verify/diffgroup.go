@@ -2,6 +2,7 @@ package verify
 
 import (
 	"fmt"
+	"github.com/kvaudit/kvaudit/side"
 	"slices"
 
 	"github.com/kvaudit/kvaudit/layout"
@@ -9,7 +10,7 @@ import (
 
 // diffGroup compares one group of a load; pg or cg is nil where a side
 // does not checksum it.
-func diffGroup(pr, cr *RequestChecks, pg, cg *GroupChecks, id int, consumer *Checks) *GroupVerdict {
+func diffGroup(pr, cr *side.RequestChecks, pg, cg *side.GroupChecks, id int, consumer *side.Checks) *GroupVerdict {
 	gv := newGroupVerdict(pg, cg, id, consumer)
 	_, consumerSkipped := consumer.Skipped[id]
 	switch {
@@ -59,11 +60,15 @@ func diffGroup(pr, cr *RequestChecks, pg, cg *GroupChecks, id int, consumer *Che
 // (docs/spec.md §14) in the shape of the compared checks, so that it is
 // compared beside vLLM's, and records which strength the comparison has
 // (GroupVerdict.Strength, set by finish when anything was compared).
-func (gv *GroupVerdict) mixComparable(pg, cg *GroupChecks, cchecks [][]uint64) bool {
+func (gv *GroupVerdict) mixComparable(pg, cg *side.GroupChecks, cchecks [][]uint64) bool {
 	ok := len(pg.ChecksMix) > 0 && len(cg.ChecksMix) == len(cchecks) && len(pg.ChecksMix[0]) == pg.Positions()
 	gv.mixCompared = ok
 	if !ok {
 		switch {
+		case pg.ChecksMix == nil && pg.NoMix != "":
+			gv.VLLMOnly = "the producer's checks: " + pg.NoMix
+		case cg.ChecksMix == nil && cg.NoMix != "":
+			gv.VLLMOnly = "the consumer's checks: " + cg.NoMix
 		case pg.ChecksMix == nil && pg.FromPayload:
 			gv.VLLMOnly = "the producer's payload carries vLLM's values only"
 		case pg.ChecksMix == nil:
@@ -85,7 +90,7 @@ type unitMix struct {
 // newGroupVerdict starts the verdict of group id: its kind (the
 // consumer's, else the producer's or the consumer side's), block sizes and
 // a block map of the consumer's checksummed run, not compared yet.
-func newGroupVerdict(pg, cg *GroupChecks, id int, consumer *Checks) *GroupVerdict {
+func newGroupVerdict(pg, cg *side.GroupChecks, id int, consumer *side.Checks) *GroupVerdict {
 	gv := &GroupVerdict{ID: id, Positions: []int{}, Checks: []int{}}
 	if cg != nil {
 		gv.Kind, gv.BlockSize = cg.Kind, cg.BlockSize
@@ -120,7 +125,7 @@ func (gv *GroupVerdict) unverified(reason string) *GroupVerdict {
 // verdict (left out or unverified), its fixed reason and a hint; when it
 // can, the consumer checks to compare with the producer's (block-numbered
 // against a flat payload).
-func comparable(pr, cr *RequestChecks, pg, cg *GroupChecks) (cchecks [][]uint64, v Verdict, reason, hint string) {
+func comparable(pr, cr *side.RequestChecks, pg, cg *side.GroupChecks) (cchecks [][]uint64, v Verdict, reason, hint string) {
 	// A record's claims must agree with the consumer's before they pick
 	// the comparison: kind mamba (compare position 0 alone) or split-less
 	// (left out across TP sizes) on one side only is not comparable.
@@ -170,7 +175,7 @@ func comparable(pr, cr *RequestChecks, pg, cg *GroupChecks) (cchecks [][]uint64,
 // compareUnits compares an attention group position by position, in
 // units of the larger block size when the sides' block sizes differ (one
 // must be a multiple of the other), and sets the verdict.
-func (gv *GroupVerdict) compareUnits(pr, cr *RequestChecks, pg, cg *GroupChecks, cchecks [][]uint64) *GroupVerdict {
+func (gv *GroupVerdict) compareUnits(pr, cr *side.RequestChecks, pg, cg *side.GroupChecks, cchecks [][]uint64) *GroupVerdict {
 	ps, cs := pg.BlockSize, cg.BlockSize
 	if pg.FlatOnly || ps == 0 {
 		ps = cs // a flat payload: the fingerprint vouches for the block size
@@ -298,7 +303,7 @@ func (gv *GroupVerdict) finish(reason string) *GroupVerdict {
 // groupUnits is one side's checks of a group seen in units of the larger
 // block size L = r*S.
 type groupUnits struct {
-	g      *GroupChecks
+	g      *side.GroupChecks
 	checks [][]uint64 // g.Checks, or g.ChecksBlock against a flat payload
 	S      int        // this side's block size
 	tokens int        // the request's num_tokens on this side

@@ -7,9 +7,10 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/inject"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/wire"
 )
@@ -25,12 +26,12 @@ func ExampleCompare() {
 	ctx := context.Background()
 
 	// What the producer sends: its payload in kv_transfer_params.
-	prodRes, err := verify.Checksum(ctx, verify.Input{Paths: []string{filepath.Join(dir, "producer")}}, verify.ChecksumOptions{})
+	prodRes, err := side.Checksum(ctx, side.Input{Paths: []string{filepath.Join(dir, "producer")}}, side.ChecksumOptions{})
 	if err != nil {
 		panic(err)
 	}
 	prod := prodRes.Checks
-	p, err := verify.NewPayload(prod, prod.Requests[0], wire.FormNested)
+	p, err := side.NewPayload(prod, prod.Requests[0], wire.FormNested)
 	if err != nil {
 		panic(err)
 	}
@@ -41,8 +42,8 @@ func ExampleCompare() {
 	params, _ := json.Marshal(map[string]any{"kv_checksums": text})
 
 	res, err := verify.Compare(ctx,
-		verify.Input{Payload: params, Name: "kv_transfer_params"},
-		verify.Input{Paths: []string{filepath.Join(dir, "consumer")}},
+		side.Input{Payload: params, Name: "kv_transfer_params"},
+		side.Input{Paths: []string{filepath.Join(dir, "consumer")}},
 		verify.CompareOptions{Requests: []string{"req-0"}})
 	if err != nil {
 		panic(err)
@@ -79,8 +80,8 @@ func ExampleCompare_drillDown() {
 	}
 
 	res, err := verify.Compare(ctx,
-		verify.Input{Paths: []string{filepath.Join(dir, "producer")}},
-		verify.Input{Paths: []string{bad}},
+		side.Input{Paths: []string{filepath.Join(dir, "producer")}},
+		side.Input{Paths: []string{bad}},
 		verify.CompareOptions{})
 	if err != nil {
 		panic(err)
@@ -94,52 +95,6 @@ func ExampleCompare_drillDown() {
 	// group 0 position 2 layer 1 head 5 token 35: 1 bit flipped
 }
 
-// Checksum every rank of a TP2 producer; then one rank per host, as
-// records merged on another machine; and one rank alone, which is
-// refused unless partial sums are allowed.
-func ExampleChecksum() {
-	dir, _ := os.MkdirTemp("", "kvaudit-example-")
-	defer os.RemoveAll(dir)
-	paths, _ := synth.Write(dir, synth.Config{Preset: "llama", Seed: 7, TP: 2})
-	ctx := context.Background()
-
-	res, err := verify.Checksum(ctx, verify.Input{Paths: paths}, verify.ChecksumOptions{})
-	if err != nil {
-		panic(err)
-	}
-	r := res.Checks.Requests[0]
-	fmt.Printf("%s group %d from position %d: %x\n", r.ID, r.Groups[0].ID, r.Groups[0].Start, r.Groups[0].Checks[0])
-
-	// Each host writes its rank's record; any machine merges them.
-	var files []string
-	for i, p := range paths {
-		recs, err := verify.Records(ctx, verify.Input{Paths: []string{p}}, verify.RecordsOptions{})
-		if err != nil {
-			panic(err)
-		}
-		b, _ := wire.MarshalRecord(recs[0])
-		f := filepath.Join(dir, fmt.Sprintf("rank-%d.record.json", i))
-		os.WriteFile(f, b, 0o644)
-		files = append(files, f)
-	}
-	res, err = verify.Checksum(ctx, verify.Input{Paths: files}, verify.ChecksumOptions{Requests: []string{"req-0"}})
-	if err != nil {
-		panic(err)
-	}
-	r = res.Checks.Requests[0]
-	fmt.Printf("%s group %d from position %d: %x (records)\n", r.ID, r.Groups[0].ID, r.Groups[0].Start, r.Groups[0].Checks[0])
-
-	_, err = verify.Checksum(ctx, verify.Input{Paths: paths[:1]}, verify.ChecksumOptions{})
-	fmt.Println(err)
-	res, _ = verify.Checksum(ctx, verify.Input{Paths: paths[:1]}, verify.ChecksumOptions{Partial: true})
-	fmt.Println(res.Checks.Complete, res.Checks.Requests[0].Unverified)
-	// Output:
-	// req-0 group 0 from position 0: [bcc6295bacdf458f ae6063d8a014329a 5dd337444c6578f5]
-	// req-0 group 0 from position 0: [bcc6295bacdf458f ae6063d8a014329a 5dd337444c6578f5] (records)
-	// got 1 of 2 ranks (tp 2 x pp 1): give every rank of the side, or allow partial sums (ChecksumOptions.Partial)
-	// false [not every worker reported its checksums]
-}
-
 // Compare a TP1 producer with a TP2 consumer in another layout and block
 // size that loaded the same KV.
 func ExampleDiff() {
@@ -149,12 +104,12 @@ func ExampleDiff() {
 	synth.Write(dir, synth.Config{Preset: "llama", Seed: 7, Role: "consumer", TP: 2, Layout: "hnd", BlockSize: 32})
 
 	ctx := context.Background()
-	prodRes, err := verify.Checksum(ctx, verify.Input{Paths: []string{filepath.Join(dir, "producer")}}, verify.ChecksumOptions{})
+	prodRes, err := side.Checksum(ctx, side.Input{Paths: []string{filepath.Join(dir, "producer")}}, side.ChecksumOptions{})
 	if err != nil {
 		panic(err)
 	}
 	prod := prodRes.Checks
-	consRes, err := verify.Checksum(ctx, verify.Input{Paths: []string{filepath.Join(dir, "consumer")}}, verify.ChecksumOptions{})
+	consRes, err := side.Checksum(ctx, side.Input{Paths: []string{filepath.Join(dir, "consumer")}}, side.ChecksumOptions{})
 	if err != nil {
 		panic(err)
 	}

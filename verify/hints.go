@@ -2,13 +2,14 @@ package verify
 
 import (
 	"fmt"
+	"github.com/kvaudit/kvaudit/side"
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
 // noProducerHint says why a consumer request found no producer request.
-func noProducerHint(producer *Checks, cr *RequestChecks) string {
+func noProducerHint(producer *side.Checks, cr *side.RequestChecks) string {
 	if producer == nil || len(producer.Requests) == 0 {
 		return "the producer side holds no request"
 	}
@@ -36,9 +37,9 @@ const flatTail = "the flat form cannot compare different block sizes, the nested
 // group whose flat payload fingerprint differs only by the block size:
 // the consumer's layers (its dumps, every PP stage) give the producer's
 // fingerprint at that block size.
-func refineFlatHints(res *DiffResult, producer *Checks, consumer []*layout.Dump) {
+func refineFlatHints(res *DiffResult, producer *side.Checks, consumer []*layout.Dump) {
 	for _, rv := range res.Requests {
-		pr := producer.request(rv.ProducerID)
+		pr := producer.Request(rv.ProducerID)
 		if pr == nil {
 			continue
 		}

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"fmt"
+	"github.com/kvaudit/kvaudit/side"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,8 +23,8 @@ import (
 // differs from it is said. What it did is added to hints, by consumer
 // request id. A kv_transfer_params.json that cannot be read as a regular
 // file is an error (readTransferParams).
-func pairByParams(cside *Source, cons *Checks, hints map[string][]string) error {
-	params, err := readTransferParams(cside.Dumps)
+func pairByParams(cside *side.Source, cons *side.Checks, hints map[string][]string) error {
+	params, err := side.ReadTransferParams(cside.Dumps)
 	if err != nil || len(params) == 0 {
 		return err
 	}
@@ -43,11 +44,11 @@ func pairByParams(cside *Source, cons *Checks, hints map[string][]string) error 
 		for _, r := range cons.Requests {
 			switch {
 			case r.ID != ids[dir][0]:
-			case r.ProducerID == "" && p.remoteID != r.ID:
-				r.ProducerID = p.remoteID
-				hints[r.ID] = append(hints[r.ID], fmt.Sprintf("paired with the producer's request %s by the remote_request_id of %q (vLLM's kv_transfer_params)", termtext.Escape(p.remoteID), p.file))
-			case r.ProducerID != "" && r.ProducerID != p.remoteID:
-				hints[r.ID] = append(hints[r.ID], fmt.Sprintf("paired by the manifest's producer_id %s, though %q names remote_request_id %s", termtext.Escape(r.ProducerID), p.file, termtext.Escape(p.remoteID)))
+			case r.ProducerID == "" && p.RemoteID != r.ID:
+				r.ProducerID = p.RemoteID
+				hints[r.ID] = append(hints[r.ID], fmt.Sprintf("paired with the producer's request %s by the remote_request_id of %q (vLLM's kv_transfer_params)", termtext.Escape(p.RemoteID), p.File))
+			case r.ProducerID != "" && r.ProducerID != p.RemoteID:
+				hints[r.ID] = append(hints[r.ID], fmt.Sprintf("paired by the manifest's producer_id %s, though %q names remote_request_id %s", termtext.Escape(r.ProducerID), p.File, termtext.Escape(p.RemoteID)))
 			}
 		}
 	}
@@ -57,13 +58,13 @@ func pairByParams(cside *Source, cons *Checks, hints map[string][]string) error 
 // pairBare picks the consumer request a bare payload is for when the
 // consumer holds several: the one whose pairing id is the payload's
 // remote_request_id (vLLM's kv_transfer_params). nil when none.
-func pairBare(pside *Source, cons *Checks) *RequestChecks {
-	if pside.remoteID == "" {
+func pairBare(pside *side.Source, cons *side.Checks) *side.RequestChecks {
+	if pside.RemoteID() == "" {
 		return nil
 	}
-	var found *RequestChecks
+	var found *side.RequestChecks
 	for _, r := range cons.Requests {
-		if r.PairID() == pside.remoteID || r.ID == pside.remoteID {
+		if r.PairID() == pside.RemoteID() || r.ID == pside.RemoteID() {
 			if found != nil {
 				return nil // ambiguous
 			}
@@ -77,16 +78,16 @@ func pairBare(pside *Source, cons *Checks) *RequestChecks {
 // same files on both sides, a producer that looks like a consumer (or the
 // other way), a producer request of another length than the load, every
 // compared block differing.
-func notePairing(res *DiffResult, prod, cons *Checks, pside, cside *Source) {
-	if f, ok := sharedFile(pside.files, cside.files); ok {
+func notePairing(res *DiffResult, prod, cons *side.Checks, pside, cside *side.Source) {
+	if f, ok := sharedFile(pside.Files(), cside.Files()); ok {
 		res.Notes = append(res.Notes, fmt.Sprintf("the producer and the consumer are the same files (%s): a side compared with itself always verifies; give the consumer's own dumps or records", f))
 	} else if why := swapped(prod, pside, cside); why != "" {
 		res.Notes = append(res.Notes, "are the sides swapped? "+why+": give the producer first, then the consumer")
 	}
 	compared, differ := 0, 0
 	for _, rv := range res.Requests {
-		pr := prod.request(rv.ProducerID)
-		cr := cons.request(rv.ID)
+		pr := prod.Request(rv.ProducerID)
+		cr := cons.Request(rv.ID)
 		if pr != nil && cr != nil && pr.NumTokens != cr.NumTokens {
 			rv.Hints = append(rv.Hints, fmt.Sprintf("the producer's request %s holds %d tokens, this load %d: is it the request the consumer loaded (another request or prompt)?", termtext.Escape(rv.ProducerID), pr.NumTokens, cr.NumTokens))
 		}
@@ -128,8 +129,8 @@ func sharedFile(a, b []string) (string, bool) {
 // consumer given as the producer, or under producer as the consumer (as
 // kvaudit synth and vLLM's capture connector name them); "" when nothing
 // does.
-func swapped(prod *Checks, pside, cside *Source) string {
-	if !pside.payload {
+func swapped(prod *side.Checks, pside, cside *side.Source) string {
+	if !pside.IsPayload() {
 		for _, r := range prod.Requests {
 			switch {
 			case r.NumLocalComputedTokens > 0:
@@ -148,10 +149,10 @@ func swapped(prod *Checks, pside, cside *Source) string {
 		}
 		return ""
 	}
-	if f := under(pside.files, "consumer", "producer"); f != "" {
+	if f := under(pside.Files(), "consumer", "producer"); f != "" {
 		return fmt.Sprintf("the producer is read from %q, a consumer's directory", f)
 	}
-	if f := under(cside.files, "producer", "consumer"); f != "" {
+	if f := under(cside.Files(), "producer", "consumer"); f != "" {
 		return fmt.Sprintf("the consumer is read from %q, a producer's directory", f)
 	}
 	return ""

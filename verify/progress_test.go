@@ -2,14 +2,15 @@ package verify
 
 import (
 	"context"
+	"github.com/kvaudit/kvaudit/side"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
 // TestProgressHooks: Compare starts Options.Progress for the consumer's,
@@ -23,17 +24,17 @@ func TestProgressHooks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	type side struct {
+	type hooked struct {
 		name        string
 		want, added atomic.Int64
 		ended       bool
 	}
-	var sides []*side
+	var sides []*hooked
 	var steps []string
 	opts := CompareOptions{
 		AuditTail: true,
 		Progress: func(name string, dumps []*layout.Dump, requests []string) (func(int64), func()) {
-			s := &side{name: name}
+			s := &hooked{name: name}
 			for _, d := range dumps {
 				p, _, err := checksum.NewPlan(d, requests)
 				if err != nil {
@@ -46,7 +47,7 @@ func TestProgressHooks(t *testing.T) {
 		},
 		Step: func(what string) func() { steps = append(steps, what); return func() {} },
 	}
-	in := func(role string) Input { return Input{Arg: filepath.Join(dir, role)} }
+	in := func(role string) side.Input { return side.Input{Arg: filepath.Join(dir, role)} }
 	res, err := Compare(context.Background(), in("producer"), in("consumer"), opts)
 	if err != nil {
 		t.Fatal(err)

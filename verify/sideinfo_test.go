@@ -8,7 +8,8 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/internal/synth"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
 	"github.com/kvaudit/kvaudit/wire"
@@ -22,12 +23,12 @@ func TestCompareSides(t *testing.T) {
 	pp := writeSide(t, synth.Config{Preset: "llama", Seed: 3, PP: 2})
 	cp := writeSide(t, synth.Config{Preset: "llama", Seed: 3, Role: "consumer", TP: 2})
 	flipBit(t, cp, drill.CellRef{Request: "req-0", Group: 0, Layer: "model.layers.1.self_attn.attn", Head: 6, Token: 4}, 0, 0)
-	res, err := verify.Compare(ctx, verify.Input{Paths: pp}, verify.Input{Paths: cp}, verify.CompareOptions{})
+	res, err := verify.Compare(ctx, side.Input{Paths: pp}, side.Input{Paths: cp}, verify.CompareOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantP := verify.SideInfo{Form: "dumps", TPSize: 1, PPSize: 2, Ranks: []string{"pp 0 tp 0", "pp 1 tp 0"}, Files: pp}
-	wantC := verify.SideInfo{Form: "dumps", TPSize: 2, PPSize: 1, Ranks: []string{"pp 0 tp 0", "pp 0 tp 1"}, Files: cp}
+	wantP := side.SideInfo{Form: "dumps", TPSize: 1, PPSize: 2, Ranks: []string{"pp 0 tp 0", "pp 1 tp 0"}, Files: pp}
+	wantC := side.SideInfo{Form: "dumps", TPSize: 2, PPSize: 1, Ranks: []string{"pp 0 tp 0", "pp 0 tp 1"}, Files: cp}
 	if !reflect.DeepEqual(res.Producer, wantP) || !reflect.DeepEqual(res.Consumer, wantC) {
 		t.Errorf("sides:\n%+v\n%+v\nwant\n%+v\n%+v", res.Producer, res.Consumer, wantP, wantC)
 	}
@@ -41,13 +42,13 @@ func TestCompareSides(t *testing.T) {
 
 	// A flat payload as the producer; records as the consumer.
 	dir := t.TempDir()
-	prod, err := verify.Checksum(ctx, verify.Input{Paths: pp}, verify.ChecksumOptions{})
+	prod, err := side.Checksum(ctx, side.Input{Paths: pp}, side.ChecksumOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	payloads := map[string]string{}
 	for _, rc := range prod.Checks.Requests {
-		p, err := verify.NewPayload(prod.Checks, rc, wire.FormFlat)
+		p, err := side.NewPayload(prod.Checks, rc, wire.FormFlat)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +57,7 @@ func TestCompareSides(t *testing.T) {
 		}
 	}
 	text, _ := json.Marshal(payloads)
-	recs, err := verify.Records(ctx, verify.Input{Paths: cp}, verify.RecordsOptions{})
+	recs, err := side.Records(ctx, side.Input{Paths: cp}, side.RecordsOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,21 +73,21 @@ func TestCompareSides(t *testing.T) {
 		}
 		files = append(files, f)
 	}
-	res, err = verify.Compare(ctx, verify.Input{Payload: text}, verify.Input{Paths: files}, verify.CompareOptions{})
+	res, err = verify.Compare(ctx, side.Input{Payload: text}, side.Input{Paths: files}, verify.CompareOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantC = verify.SideInfo{Form: "records", TPSize: 2, PPSize: 1, Ranks: []string{"pp 0 tp 0", "pp 0 tp 1"}, Files: files}
-	if want := (verify.SideInfo{Form: "payload", PayloadForm: "flat"}); !reflect.DeepEqual(res.Producer, want) || !reflect.DeepEqual(res.Consumer, wantC) {
+	wantC = side.SideInfo{Form: "records", TPSize: 2, PPSize: 1, Ranks: []string{"pp 0 tp 0", "pp 0 tp 1"}, Files: files}
+	if want := (side.SideInfo{Form: "payload", PayloadForm: "flat"}); !reflect.DeepEqual(res.Producer, want) || !reflect.DeepEqual(res.Consumer, wantC) {
 		t.Errorf("sides:\n%+v\n%+v\nwant\n%+v\n%+v", res.Producer, res.Consumer, want, wantC)
 	}
 
 	// One record file as the consumer's argument: the file is named too.
-	res, err = verify.Compare(ctx, verify.Input{Payload: text}, verify.Input{Arg: files[0]}, verify.CompareOptions{})
+	res, err = verify.Compare(ctx, side.Input{Payload: text}, side.Input{Arg: files[0]}, verify.CompareOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantC = verify.SideInfo{Form: "records", TPSize: 2, PPSize: 1, Ranks: []string{"pp 0 tp 0"}, Files: files[:1]}
+	wantC = side.SideInfo{Form: "records", TPSize: 2, PPSize: 1, Ranks: []string{"pp 0 tp 0"}, Files: files[:1]}
 	if !reflect.DeepEqual(res.Consumer, wantC) {
 		t.Errorf("one record file: %+v, want %+v", res.Consumer, wantC)
 	}

@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"github.com/kvaudit/kvaudit/side"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -12,13 +13,13 @@ import (
 // fuzzConsumer is the consumer the fuzzed payloads are compared with: two
 // groups whose fingerprints and values no seed carries, so that no input
 // the fuzzer can reach holds the 16 exact bytes a verification needs.
-func fuzzConsumer() *Checks {
-	g := func(id, bs int, fp uint64, vals ...uint64) *GroupChecks {
-		return &GroupChecks{ID: id, Kind: "full_attention", BlockSize: bs, Fingerprint: fp, FingerprintFlat: fp ^ 0x5a5a5a5a5a5a5a5a,
+func fuzzConsumer() *side.Checks {
+	g := func(id, bs int, fp uint64, vals ...uint64) *side.GroupChecks {
+		return &side.GroupChecks{ID: id, Kind: "full_attention", BlockSize: bs, Fingerprint: fp, FingerprintFlat: fp ^ 0x5a5a5a5a5a5a5a5a,
 			HasFlat: true, Checks: [][]uint64{vals, slices.Clone(vals)}, Keys: [][2]int{{2, 0}, {2, 1}}}
 	}
-	return &Checks{TPSize: 2, PPSize: 1, Complete: true, Skipped: map[int]string{}, Requests: []*RequestChecks{{
-		ID: "req-0", NumTokens: 40, TPSize: 2, Groups: []*GroupChecks{
+	return &side.Checks{TPSize: 2, PPSize: 1, Complete: true, Skipped: map[int]string{}, Requests: []*side.RequestChecks{{
+		ID: "req-0", NumTokens: 40, TPSize: 2, Groups: []*side.GroupChecks{
 			g(0, 16, 0x8f3c_61d2_0b7a_94e5, 0x3d0a_19f2_7c44_b861, 0xa1b2_c3d4_e5f6_0718, 0x0f1e_2d3c_4b5a_6978),
 			g(1, 32, 0x71e6_0c2b_9d48_f5a3, 0x6b8c_5e1f_2a3d_4c70, 0x5566_7788_99aa_bbcc),
 		},
@@ -63,11 +64,11 @@ func FuzzPayloadDiff(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := wire.DecodePayload(data)
 		check := func(entry string, p *wire.Payload, err error) {
-			rc := invalidRequest("req-0", ReasonInvalidChecksums)
+			rc := &side.RequestChecks{ID: "req-0", Unverified: []string{ReasonInvalidChecksums}}
 			if err == nil {
-				rc = PayloadRequest("req-0", p)
+				rc = side.PayloadRequest("req-0", p)
 			}
-			res := Diff(ProducerChecks(rc), cons)
+			res := Diff(side.ProducerChecks(rc), cons)
 			r := res.Requests[0]
 			if res.Verdict == Verified || r.Verdict == Verified {
 				t.Fatalf("%s: verified %x", entry, data)

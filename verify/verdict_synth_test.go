@@ -9,8 +9,9 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
 	"github.com/kvaudit/kvaudit/wire"
@@ -27,14 +28,14 @@ func writeSide(t testing.TB, cfg synth.Config) []string {
 }
 
 // sideChecks checksums the dumps at paths.
-func sideChecks(t testing.TB, paths []string) *verify.Checks {
+func sideChecks(t testing.TB, paths []string) *side.Checks {
 	t.Helper()
 	dumps, err := layout.OpenSide(paths)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer layout.CloseAll(dumps)
-	c, err := verify.Compute(context.Background(), dumps, checksum.Options{})
+	c, err := side.Compute(context.Background(), dumps, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +277,7 @@ func TestDiffFlatVector(t *testing.T) {
 	}
 
 	consumer := sideChecks(t, writeSide(t, consumerOf(pcfg, tp(2), lay("hnd"))))
-	diff := func(msg []byte, consumer *verify.Checks) *verify.DiffResult {
+	diff := func(msg []byte, consumer *side.Checks) *verify.DiffResult {
 		p, err := wire.DecodePayload(msg)
 		if err != nil {
 			t.Fatal(err)
@@ -284,7 +285,7 @@ func TestDiffFlatVector(t *testing.T) {
 		if p.Form != wire.FormFlat {
 			t.Fatalf("form %v", p.Form)
 		}
-		return verify.Diff(verify.ProducerChecks(verify.PayloadRequest("req-0", p)), consumer)
+		return verify.Diff(side.ProducerChecks(side.PayloadRequest("req-0", p)), consumer)
 	}
 	if res := diff(msg, consumer); res.Verdict != verify.Verified {
 		t.Errorf("flat vector: %q %s", res.Verdict, groupsString(res.Requests[0]))
@@ -350,9 +351,9 @@ func TestPayloadRoundTrip(t *testing.T) {
 	same := sideChecks(t, writeSide(t, consumerOf(pcfg, tp(2))))
 	bigger := sideChecks(t, writeSide(t, consumerOf(pcfg, blockSize(32))))
 	for _, form := range []wire.PayloadForm{wire.FormNested, wire.FormFlat} {
-		var reqs []*verify.RequestChecks
+		var reqs []*side.RequestChecks
 		for _, r := range prod.Requests {
-			p, err := verify.NewPayload(prod, r, form)
+			p, err := side.NewPayload(prod, r, form)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -360,35 +361,35 @@ func TestPayloadRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rc, err := verify.PayloadRequestBase64(r.ID, text)
+			rc, err := side.PayloadRequestBase64(r.ID, text)
 			if err != nil {
 				t.Fatal(err)
 			}
 			reqs = append(reqs, rc)
 		}
-		if v := verify.Diff(verify.ProducerChecks(reqs...), same).Verdict; v != verify.Verified {
+		if v := verify.Diff(side.ProducerChecks(reqs...), same).Verdict; v != verify.Verified {
 			t.Errorf("%v, same block size: %q", form, v)
 		}
 		want := verify.Verified
 		if form == wire.FormFlat {
 			want = verify.Unverified
 		}
-		if v := verify.Diff(verify.ProducerChecks(reqs...), bigger).Verdict; v != want {
+		if v := verify.Diff(side.ProducerChecks(reqs...), bigger).Verdict; v != want {
 			t.Errorf("%v, 16 vs 32: %q, want %q", form, v, want)
 		}
 	}
-	rc, err := verify.PayloadRequestBase64("req-0", "kwEokZQAzw==")
+	rc, err := side.PayloadRequestBase64("req-0", "kwEokZQAzw==")
 	if err == nil {
 		t.Fatal("truncated payload decoded")
 	}
-	res := verify.Diff(verify.ProducerChecks(rc), same)
+	res := verify.Diff(side.ProducerChecks(rc), same)
 	if r := res.Requests[0]; r.Verdict != verify.Unverified || !slices.Equal(r.Reasons, []string{verify.ReasonInvalidChecksums}) {
 		t.Errorf("malformed payload: %q %q", r.Verdict, r.Reasons)
 	}
 	// A producer that is missing a rank sends nothing.
 	partial := *prod.Requests[0]
 	partial.Unverified = []string{verify.ReasonNotEveryWorker}
-	if _, err := verify.NewPayload(prod, &partial, wire.FormNested); err == nil {
+	if _, err := side.NewPayload(prod, &partial, wire.FormNested); err == nil {
 		t.Error("payload of a partial request")
 	}
 }

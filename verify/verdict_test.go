@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -16,19 +17,19 @@ const (
 )
 
 // hg builds a request's checks of one group: Checks[k] = checks[k].
-func hg(id, blockSize, start int, checks ...[]uint64) *verify.GroupChecks {
-	return &verify.GroupChecks{
+func hg(id, blockSize, start int, checks ...[]uint64) *side.GroupChecks {
+	return &side.GroupChecks{
 		ID: id, Kind: layout.KindFullAttention, BlockSize: blockSize, Start: start,
 		Fingerprint: hfp, FingerprintFlat: hfpFlat, HasFlat: true, Checks: checks,
 	}
 }
 
-func hreq(id string, tokens int, groups ...*verify.GroupChecks) *verify.RequestChecks {
-	return &verify.RequestChecks{ID: id, NumTokens: tokens, TPSize: 1, Groups: groups}
+func hreq(id string, tokens int, groups ...*side.GroupChecks) *side.RequestChecks {
+	return &side.RequestChecks{ID: id, NumTokens: tokens, TPSize: 1, Groups: groups}
 }
 
-func hside(reqs ...*verify.RequestChecks) *verify.Checks {
-	return &verify.Checks{TPSize: 1, PPSize: 1, Complete: true, Skipped: map[int]string{}, Requests: reqs}
+func hside(reqs ...*side.RequestChecks) *side.Checks {
+	return &side.Checks{TPSize: 1, PPSize: 1, Complete: true, Skipped: map[int]string{}, Requests: reqs}
 }
 
 // with applies edits to a value and returns it.
@@ -50,8 +51,8 @@ type wantGroup struct {
 
 type verdictCase struct {
 	name     string
-	producer *verify.Checks
-	consumer *verify.Checks
+	producer *side.Checks
+	consumer *side.Checks
 	verdict  verify.Verdict
 	reasons  []string
 	groups   []wantGroup
@@ -61,7 +62,7 @@ type verdictCase struct {
 
 func verdictCases() []verdictCase {
 	v3 := []uint64{10, 20, 30}
-	skippedBoth := func(c *verify.Checks) { c.Skipped[1] = "no single layer number" }
+	skippedBoth := func(c *side.Checks) { c.Skipped[1] = "no single layer number" }
 	return []verdictCase{
 		{
 			name:     "equal",
@@ -89,7 +90,7 @@ func verdictCases() []verdictCase {
 		{
 			name:     "producer_id pairs the load",
 			producer: hside(hreq("p-7", 40, hg(0, 16, 0, v3))),
-			consumer: hside(with(hreq("d-1", 40, hg(0, 16, 0, v3)), func(r *verify.RequestChecks) { r.ProducerID = "p-7" })),
+			consumer: hside(with(hreq("d-1", 40, hg(0, 16, 0, v3)), func(r *side.RequestChecks) { r.ProducerID = "p-7" })),
 			verdict:  verify.Verified,
 			groups:   []wantGroup{{id: 0, verdict: verify.Verified}},
 		},
@@ -109,7 +110,7 @@ func verdictCases() []verdictCase {
 		},
 		{
 			name:     "invalid checksums",
-			producer: verify.ProducerChecks(&verify.RequestChecks{ID: "r", Unverified: []string{verify.ReasonInvalidChecksums}}),
+			producer: side.ProducerChecks(&side.RequestChecks{ID: "r", Unverified: []string{verify.ReasonInvalidChecksums}}),
 			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
 			verdict:  verify.Unverified,
 			reasons:  []string{verify.ReasonInvalidChecksums},
@@ -117,13 +118,13 @@ func verdictCases() []verdictCase {
 		{
 			name:     "not every worker on the consumer: partial sums are not compared",
 			producer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
-			consumer: hside(with(hreq("r", 40, hg(0, 16, 0, []uint64{1, 2, 3})), func(r *verify.RequestChecks) { r.Unverified = []string{verify.ReasonNotEveryWorker} })),
+			consumer: hside(with(hreq("r", 40, hg(0, 16, 0, []uint64{1, 2, 3})), func(r *side.RequestChecks) { r.Unverified = []string{verify.ReasonNotEveryWorker} })),
 			verdict:  verify.Unverified,
 			reasons:  []string{verify.ReasonNotEveryWorker},
 		},
 		{
 			name:     "not every worker on the producer",
-			producer: hside(with(hreq("r", 40, hg(0, 16, 0, v3)), func(r *verify.RequestChecks) { r.Unverified = []string{verify.ReasonNotEveryWorker} })),
+			producer: hside(with(hreq("r", 40, hg(0, 16, 0, v3)), func(r *side.RequestChecks) { r.Unverified = []string{verify.ReasonNotEveryWorker} })),
 			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
 			verdict:  verify.Unverified,
 			reasons:  []string{verify.ReasonNotEveryWorker},
@@ -180,7 +181,7 @@ func verdictCases() []verdictCase {
 		},
 		{
 			name:     "nested fingerprint differs",
-			producer: hside(hreq("r", 40, with(hg(0, 16, 0, v3), func(g *verify.GroupChecks) { g.Fingerprint++ }))),
+			producer: hside(hreq("r", 40, with(hg(0, 16, 0, v3), func(g *side.GroupChecks) { g.Fingerprint++ }))),
 			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
 			verdict:  verify.Unverified,
 			groups:   []wantGroup{{id: 0, verdict: verify.Unverified, reason: verify.ReasonFingerprint}},
@@ -188,34 +189,34 @@ func verdictCases() []verdictCase {
 		},
 		{
 			name: "flat payload: compared in the flat form, other nested fingerprint ignored",
-			producer: hside(hreq("r", 40, with(hg(0, 0, 0, v3), func(g *verify.GroupChecks) {
+			producer: hside(hreq("r", 40, with(hg(0, 0, 0, v3), func(g *side.GroupChecks) {
 				g.FlatOnly, g.Fingerprint = true, 0
 			}))),
-			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, []uint64{7, 7, 7}), func(g *verify.GroupChecks) { g.ChecksBlock = [][]uint64{v3} }))),
+			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, []uint64{7, 7, 7}), func(g *side.GroupChecks) { g.ChecksBlock = [][]uint64{v3} }))),
 			verdict:  verify.Verified,
 			groups:   []wantGroup{{id: 0, verdict: verify.Verified}},
 		},
 		{
 			name: "flat payload: compared with the consumer's block-numbered values only",
-			producer: hside(hreq("r", 40, with(hg(0, 0, 0, v3), func(g *verify.GroupChecks) {
+			producer: hside(hreq("r", 40, with(hg(0, 0, 0, v3), func(g *side.GroupChecks) {
 				g.FlatOnly, g.Fingerprint = true, 0
 			}))),
-			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, v3), func(g *verify.GroupChecks) { g.ChecksBlock = [][]uint64{{10, 21, 30}} }))),
+			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, v3), func(g *side.GroupChecks) { g.ChecksBlock = [][]uint64{{10, 21, 30}} }))),
 			verdict:  verify.Mismatch,
 			groups:   []wantGroup{{id: 0, verdict: verify.Mismatch, positions: []int{1}, checks: []int{0}}},
 		},
 		{
 			name: "flat payload: a negative fingerprint equals none",
-			producer: hside(hreq("r", 40, with(hg(0, 0, 0, v3), func(g *verify.GroupChecks) {
+			producer: hside(hreq("r", 40, with(hg(0, 0, 0, v3), func(g *side.GroupChecks) {
 				g.FlatOnly, g.BadFingerprint = true, true
 			}))),
-			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, v3), func(g *verify.GroupChecks) { g.ChecksBlock = [][]uint64{v3} }))),
+			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, v3), func(g *side.GroupChecks) { g.ChecksBlock = [][]uint64{v3} }))),
 			verdict:  verify.Unverified,
 			groups:   []wantGroup{{id: 0, verdict: verify.Unverified, reason: verify.ReasonFingerprint}},
 		},
 		{
 			name: "flat payload: flat fingerprint differs (other block size)",
-			producer: hside(hreq("r", 40, with(hg(0, 0, 0, v3), func(g *verify.GroupChecks) {
+			producer: hside(hreq("r", 40, with(hg(0, 0, 0, v3), func(g *side.GroupChecks) {
 				g.FlatOnly, g.FingerprintFlat = true, hfpFlat+1
 			}))),
 			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
@@ -225,7 +226,7 @@ func verdictCases() []verdictCase {
 		{
 			name:     "a replica was not checksummed",
 			producer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
-			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, v3, []uint64{0, 0, 0}), func(g *verify.GroupChecks) { g.MissingReplica = true }))),
+			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, v3, []uint64{0, 0, 0}), func(g *side.GroupChecks) { g.MissingReplica = true }))),
 			verdict:  verify.Unverified,
 			groups:   []wantGroup{{id: 0, verdict: verify.Unverified, reason: verify.ReasonMissingReplica}},
 		},
@@ -248,7 +249,7 @@ func verdictCases() []verdictCase {
 		{
 			name:     "consumer prefix hit: only loaded blocks compared",
 			producer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
-			consumer: hside(with(hreq("r", 40, hg(0, 16, 1, []uint64{20, 30})), func(r *verify.RequestChecks) { r.NumLocalComputedTokens = 20 })),
+			consumer: hside(with(hreq("r", 40, hg(0, 16, 1, []uint64{20, 30})), func(r *side.RequestChecks) { r.NumLocalComputedTokens = 20 })),
 			verdict:  verify.Verified,
 			groups:   []wantGroup{{id: 0, verdict: verify.Verified}},
 			maps:     []string{"_.."},
@@ -295,7 +296,7 @@ func verdictCases() []verdictCase {
 		{
 			name:     "first loaded block inside a producer block",
 			producer: hside(hreq("r", 64, hg(0, 32, 0, []uint64{30, 70}))),
-			consumer: hside(with(hreq("r", 64, hg(0, 16, 1, []uint64{20, 30, 40})), func(r *verify.RequestChecks) { r.NumLocalComputedTokens = 16 })),
+			consumer: hside(with(hreq("r", 64, hg(0, 16, 1, []uint64{20, 30, 40})), func(r *side.RequestChecks) { r.NumLocalComputedTokens = 16 })),
 			verdict:  verify.Unverified,
 			groups:   []wantGroup{{id: 0, verdict: verify.Unverified, reason: verify.ReasonInsideProducerBlock}},
 			maps:     []string{"_-.."},
@@ -303,7 +304,7 @@ func verdictCases() []verdictCase {
 		{
 			name:     "first loaded block inside a producer block, and a later chunk differs",
 			producer: hside(hreq("r", 64, hg(0, 32, 0, []uint64{30, 71}))),
-			consumer: hside(with(hreq("r", 64, hg(0, 16, 1, []uint64{20, 30, 40})), func(r *verify.RequestChecks) { r.NumLocalComputedTokens = 16 })),
+			consumer: hside(with(hreq("r", 64, hg(0, 16, 1, []uint64{20, 30, 40})), func(r *side.RequestChecks) { r.NumLocalComputedTokens = 16 })),
 			verdict:  verify.Mismatch,
 			groups:   []wantGroup{{id: 0, verdict: verify.Mismatch, positions: []int{2, 3}, checks: []int{0}}},
 		},
@@ -312,14 +313,14 @@ func verdictCases() []verdictCase {
 			// group" is not added.
 			name:     "the consumer skips the only group the producer sent",
 			producer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
-			consumer: with(hside(hreq("r", 40)), func(c *verify.Checks) { c.Skipped[0] = "host-resident KV" }),
+			consumer: with(hside(hreq("r", 40)), func(c *side.Checks) { c.Skipped[0] = "host-resident KV" }),
 			verdict:  verify.Unverified,
 			groups:   []wantGroup{{id: 0, verdict: verify.Unverified, reason: verify.ReasonOneSide}},
 		},
 		{
 			name:     "no loaded group",
 			producer: hside(hreq("r", 40)),
-			consumer: with(hside(hreq("r", 40)), func(c *verify.Checks) { c.Skipped[0] = "host-resident KV" }),
+			consumer: with(hside(hreq("r", 40)), func(c *side.Checks) { c.Skipped[0] = "host-resident KV" }),
 			verdict:  verify.Unverified,
 			reasons:  []string{verify.ReasonNoLoadedGroup},
 			groups:   []wantGroup{{id: 0, verdict: verify.LeftOut, reason: verify.LeftOutSkipped}},
@@ -342,7 +343,7 @@ func verdictCases() []verdictCase {
 		{
 			name:     "split-less state group across TP sizes is left out",
 			producer: hside(hreq("r", 40, hg(0, 16, 0, v3), with(hg(1, 64, 0, []uint64{5}), stateGroup, splitLess))),
-			consumer: hside(with(hreq("r", 40, hg(0, 16, 0, v3), with(hg(1, 64, 0, []uint64{6}), stateGroup, splitLess)), func(r *verify.RequestChecks) { r.TPSize = 2 })),
+			consumer: hside(with(hreq("r", 40, hg(0, 16, 0, v3), with(hg(1, 64, 0, []uint64{6}), stateGroup, splitLess)), func(r *side.RequestChecks) { r.TPSize = 2 })),
 			verdict:  verify.Verified,
 			groups: []wantGroup{
 				{id: 0, verdict: verify.Verified},
@@ -362,7 +363,7 @@ func verdictCases() []verdictCase {
 			// ... and split_less would leave it out across TP sizes.
 			name:     "producer claims split-less for a group the consumer splits",
 			producer: hside(hreq("r", 40, hg(0, 16, 0, v3), with(hg(1, 64, 0, []uint64{5}), stateGroup, splitLess))),
-			consumer: with(hside(hreq("r", 40, hg(0, 16, 0, v3), with(hg(1, 64, 0, []uint64{6}), stateGroup))), func(c *verify.Checks) {
+			consumer: with(hside(hreq("r", 40, hg(0, 16, 0, v3), with(hg(1, 64, 0, []uint64{6}), stateGroup))), func(c *side.Checks) {
 				c.TPSize, c.Requests[0].TPSize = 2, 2
 			}),
 			verdict: verify.Unverified,
@@ -373,7 +374,7 @@ func verdictCases() []verdictCase {
 		},
 		{
 			name: "nested payload with fewer values than its num_tokens imply is invalid",
-			producer: hside(hreq("r", 40, with(hg(0, 16, 0, []uint64{10, 20}), func(g *verify.GroupChecks) {
+			producer: hside(hreq("r", 40, with(hg(0, 16, 0, []uint64{10, 20}), func(g *side.GroupChecks) {
 				g.FromPayload = true
 			}))),
 			consumer: hside(hreq("r", 40, hg(0, 16, 0, v3))),
@@ -382,10 +383,10 @@ func verdictCases() []verdictCase {
 		},
 		{
 			name: "flat payload covering part of the load verifies on the overlap, as vLLM",
-			producer: hside(hreq("r", 40, with(hg(0, 0, 0, []uint64{10, 20}), func(g *verify.GroupChecks) {
+			producer: hside(hreq("r", 40, with(hg(0, 0, 0, []uint64{10, 20}), func(g *side.GroupChecks) {
 				g.FromPayload, g.FlatOnly, g.Fingerprint = true, true, 0
 			}))),
-			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, v3), func(g *verify.GroupChecks) { g.ChecksBlock = [][]uint64{v3} }))),
+			consumer: hside(hreq("r", 40, with(hg(0, 16, 0, v3), func(g *side.GroupChecks) { g.ChecksBlock = [][]uint64{v3} }))),
 			verdict:  verify.Verified,
 			groups:   []wantGroup{{id: 0, verdict: verify.Verified}},
 			maps:     []string{"..-"},
@@ -400,8 +401,8 @@ func verdictCases() []verdictCase {
 	}
 }
 
-func stateGroup(g *verify.GroupChecks) { g.Kind = layout.KindMamba }
-func splitLess(g *verify.GroupChecks)  { g.SplitLess = true }
+func stateGroup(g *side.GroupChecks) { g.Kind = layout.KindMamba }
+func splitLess(g *side.GroupChecks)  { g.SplitLess = true }
 
 // blockMap writes a group's map as the table does: _ not loaded, - not
 // compared, . verified, X mismatch.
@@ -494,12 +495,12 @@ func TestDiffOverall(t *testing.T) {
 // TestDiffStrict: a loaded block the producer's checksums do not cover is
 // noted, and --strict makes its group unverified; a mismatch still wins.
 func TestDiffStrict(t *testing.T) {
-	flat := func(vals ...uint64) *verify.Checks {
-		return hside(hreq("r", 40, with(hg(0, 0, 0, vals), func(g *verify.GroupChecks) {
+	flat := func(vals ...uint64) *side.Checks {
+		return hside(hreq("r", 40, with(hg(0, 0, 0, vals), func(g *side.GroupChecks) {
 			g.FromPayload, g.FlatOnly, g.Fingerprint = true, true, 0
 		})))
 	}
-	cons := hside(hreq("r", 40, with(hg(0, 16, 0, []uint64{10, 20, 30}), func(g *verify.GroupChecks) { g.ChecksBlock = [][]uint64{{10, 20, 30}} })))
+	cons := hside(hreq("r", 40, with(hg(0, 16, 0, []uint64{10, 20, 30}), func(g *side.GroupChecks) { g.ChecksBlock = [][]uint64{{10, 20, 30}} })))
 	res := verify.DiffWith(flat(10, 20), cons, verify.DiffOptions{})
 	if res.Verdict != verify.Verified || !slices.ContainsFunc(res.Requests[0].Notes, func(n string) bool {
 		return n == "group 0: loaded block positions 2 not compared (not covered by the producer's checksums, or another token count)"

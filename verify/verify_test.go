@@ -4,15 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io/fs"
+	"github.com/kvaudit/kvaudit/side"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/wire"
 )
 
@@ -66,71 +66,17 @@ func TestVerdictAndSummary(t *testing.T) {
 	}
 }
 
-// TestOpenInput: an input names a side one way; payload bytes are read
-// as what a producer sent, whatever their form.
-func TestOpenInput(t *testing.T) {
-	for _, in := range []Input{{}, {Payload: []byte("x"), Arg: "y"}, {Arg: "y", Paths: []string{"z"}}} {
-		if _, err := Open(in); err == nil {
-			t.Errorf("Open(%+v): no error", in)
-		}
+// TestRepeatedVerdict: repeated blocks found beside a verified
+// comparison make it a mismatch, and the summary names the first.
+func TestRepeatedVerdict(t *testing.T) {
+	want := []side.RepeatedBlock{
+		{Side: "consumer", Request: "a", Group: 0, Block: 5, Positions: []int{0, 1}, Rank: layout.Rank{TP: 1}},
+		{Side: "consumer", Request: "c", Group: 0, Block: 11, Positions: []int{0, 2, 4}, Rank: layout.Rank{TP: 1}},
+		{Side: "consumer", Request: "c", Group: 1, Block: 14, Positions: []int{0, 1}, Rank: layout.Rank{TP: 1}},
 	}
-	for _, c := range []struct {
-		payload string
-		bare    bool
-		ids     []string
-		reason  string
-	}{
-		{`{"kv_checksums": null}`, true, nil, ReasonNoChecksums},
-		{`{"do_remote_prefill": true}`, true, nil, ReasonNoChecksums},
-		{`{"kv_checksums": 7}`, true, nil, ReasonInvalidChecksums},
-		{`{"req-1": "AAAA", "req-0": "AAAA"}`, false, []string{"req-0", "req-1"}, ""},
-	} {
-		s, err := Open(Input{Payload: []byte(c.payload)})
-		if err != nil {
-			t.Fatalf("%s: %v", c.payload, err)
-		}
-		if !s.payload || (s.bare != nil) != c.bare {
-			t.Errorf("%s: payload %v, bare %v", c.payload, s.payload, s.bare != nil)
-		}
-		var ids []string
-		for _, r := range s.byID {
-			ids = append(ids, r.ID)
-		}
-		if strings.Join(ids, ",") != strings.Join(c.ids, ",") {
-			t.Errorf("%s: ids %v, want %v", c.payload, ids, c.ids)
-		}
-		if c.reason != "" && (s.bare == nil || !strings.Contains(strings.Join(s.bare.Unverified, " "), c.reason)) {
-			t.Errorf("%s: bare request %+v, want reason %q", c.payload, s.bare, c.reason)
-		}
-	}
-	// As an argument: kv_transfer_params JSON, base64 text of a payload
-	// and text that cannot be a file name (too long, a NUL byte) are
-	// payloads; a name meant as a path is a missing path, anything else
-	// neither a path nor payload text.
-	long := `{"remote_block_ids": [` + strings.Repeat("1234, ", 60) + `5], "kv_checksums": null}`
-	for arg, want := range map[string]string{
-		`{"kv_checksums": null}`: "payload", "kgGTKAGRlQDPeKyizW3ZIl4A": "payload", long: "payload",
-		strings.Repeat("A", 300): "payload", "kgGT\x00KAGRlQ": "payload",
-		"kOVidmVyaWZpZWQ=": "neither", "nope": "neither", "producerdumps": "neither",
-		filepath.Join(t.TempDir(), "missing"): "missing", "missing.safetensors": "missing",
-	} {
-		s, err := Open(Input{Arg: arg})
-		var nf *layout.NotFoundError
-		var np *NotPayloadError
-		switch {
-		case want == "payload" && (err != nil || !s.payload):
-			t.Errorf("Open(Arg %q): %v, want a payload side", arg, err)
-		case want == "missing" && (!errors.As(err, &nf) || nf.Path != arg || !errors.Is(err, fs.ErrNotExist)):
-			t.Errorf("Open(Arg %q): %v, want a *layout.NotFoundError", arg, err)
-		case want == "neither" && (!errors.As(err, &np) || np.Arg != arg):
-			t.Errorf("Open(Arg %q): %v, want a *NotPayloadError", arg, err)
-		}
-	}
-	if len(long) <= 255 {
-		t.Fatalf("the long kv_transfer_params is %d bytes, want more than a file name may have", len(long))
-	}
-	if _, err := Open(Input{Payload: []byte(`{"format": "kvaudit-diff/1"}`)}); err == nil || !strings.Contains(err.Error(), "kvaudit-diff/1 output") {
-		t.Errorf("a kvaudit report as a payload: %v", err)
+	res := &Result{Diff: &DiffResult{Verdict: Verified}, Audits: &Audits{Repeated: want}}
+	if res.Verdict() != Mismatch || res.Summary() != "mismatch: repeated blocks: "+want[0].String()+" (and 2 more)" {
+		t.Errorf("verdict %s, summary %q", res.Verdict(), res.Summary())
 	}
 }
 
@@ -143,15 +89,15 @@ func TestCompareErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	side := Input{Paths: paths}
-	if _, err := Compare(ctx, side, Input{Payload: []byte("AAAAAAAA")}, CompareOptions{}); err == nil || !strings.Contains(err.Error(), "consumer must be dumps or records") {
+	sp := side.Input{Paths: paths}
+	if _, err := Compare(ctx, sp, side.Input{Payload: []byte("AAAAAAAA")}, CompareOptions{}); err == nil || !strings.Contains(err.Error(), "consumer must be dumps or records") {
 		t.Errorf("payload as consumer: %v", err)
 	}
 	var bare *BarePayloadError
-	if _, err := Compare(ctx, Input{Payload: []byte("AAAAAAAA")}, side, CompareOptions{}); !errors.As(err, &bare) || bare.Requests != 2 {
+	if _, err := Compare(ctx, side.Input{Payload: []byte("AAAAAAAA")}, sp, CompareOptions{}); !errors.As(err, &bare) || bare.Requests != 2 {
 		t.Errorf("bare payload, 2 requests: %v", err)
 	}
-	cRes, err := Checksum(ctx, Input{Paths: paths}, ChecksumOptions{Partial: true})
+	cRes, err := side.Checksum(ctx, side.Input{Paths: paths}, side.ChecksumOptions{Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,14 +112,14 @@ func TestCompareErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, recFile, b)
-	if _, err := Compare(ctx, side, Input{Paths: []string{recFile}}, CompareOptions{AuditTail: true}); !errors.Is(err, ErrAuditRecords) {
+	if _, err := Compare(ctx, sp, side.Input{Paths: []string{recFile}}, CompareOptions{AuditTail: true}); !errors.Is(err, ErrAuditRecords) {
 		t.Errorf("tail audit of records: %v", err)
 	}
-	if _, err := CheckStored(ctx, Input{Paths: []string{recFile}}, StoredOptions{}); !errors.Is(err, ErrStoredRecords) {
+	if _, err := CheckStored(ctx, side.Input{Paths: []string{recFile}}, StoredOptions{}); !errors.Is(err, ErrStoredRecords) {
 		t.Errorf("stored check of records: %v", err)
 	}
 	// Records and dumps of the same side verify against each other.
-	res, err := Compare(ctx, side, Input{Paths: []string{recFile}}, CompareOptions{})
+	res, err := Compare(ctx, sp, side.Input{Paths: []string{recFile}}, CompareOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +127,7 @@ func TestCompareErrors(t *testing.T) {
 		t.Errorf("dumps vs their records: %s, %d requests, want verified, %d", res.Verdict(), len(res.Diff.Requests), len(c.Requests))
 	}
 	// The same through kv_transfer_params for one named request.
-	p, err := NewPayload(c, c.Requests[1], wire.FormNested)
+	p, err := side.NewPayload(c, c.Requests[1], wire.FormNested)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +136,7 @@ func TestCompareErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	params, _ := json.Marshal(map[string]string{"kv_checksums": text})
-	res, err = Compare(ctx, Input{Payload: params}, side, CompareOptions{Requests: []string{c.Requests[1].ID}})
+	res, err = Compare(ctx, side.Input{Payload: params}, sp, CompareOptions{Requests: []string{c.Requests[1].ID}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +144,7 @@ func TestCompareErrors(t *testing.T) {
 		t.Errorf("payload of %s: %s %+v", c.Requests[1].ID, res.Verdict(), res.Diff.Requests)
 	}
 	// Another request's payload mismatches.
-	res, err = Compare(ctx, Input{Payload: params}, side, CompareOptions{Requests: []string{c.Requests[0].ID}})
+	res, err = Compare(ctx, side.Input{Payload: params}, sp, CompareOptions{Requests: []string{c.Requests[0].ID}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,9 +153,9 @@ func TestCompareErrors(t *testing.T) {
 	}
 }
 
-func mustOpen(t *testing.T, paths []string) *Source {
+func mustOpen(t *testing.T, paths []string) *side.Source {
 	t.Helper()
-	s, err := Open(Input{Paths: paths})
+	s, err := side.Open(side.Input{Paths: paths})
 	if err != nil {
 		t.Fatal(err)
 	}

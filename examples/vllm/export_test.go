@@ -18,11 +18,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/internal/testlong"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/side"
 )
 
 // python returns an interpreter that imports modules ("numpy" or
@@ -84,9 +84,9 @@ func npyDescr(st string) (descr, dtype string) {
 	return "", ""
 }
 
-func checksums(t *testing.T, paths []string) *verify.Checks {
+func checksums(t *testing.T, paths []string) *side.Checks {
 	t.Helper()
-	cRes, err := verify.Checksum(context.Background(), verify.Input{Paths: paths}, verify.ChecksumOptions{Partial: true})
+	cRes, err := side.Checksum(context.Background(), side.Input{Paths: paths}, side.ChecksumOptions{Partial: true})
 	if err != nil {
 		t.Fatal(err)
 	}

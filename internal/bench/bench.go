@@ -26,7 +26,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/side"
 )
 
 // Method names, in the order they are reported.
@@ -398,7 +398,7 @@ func endToEnd(ctx context.Context, paths []string, threads, reps, warm int, logf
 			return err
 		}
 		defer closeAll(dumps)
-		_, err = verify.Compute(ctx, dumps, checksum.Options{Engine: checksum.Fast{Threads: threads}})
+		_, err = side.Compute(ctx, dumps, checksum.Options{Engine: checksum.Fast{Threads: threads}})
 		return err
 	}
 	read := func() error {

@@ -11,8 +11,9 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/ranges"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
 )
@@ -132,11 +133,11 @@ func explain(t *testing.T, p, c *kv, opts drill.Options) *verify.DiffResult {
 	}
 	defer layout.CloseAll(cd)
 	ctx := context.Background()
-	pc, err := verify.Compute(ctx, pd, checksum.Options{})
+	pc, err := side.Compute(ctx, pd, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := verify.Compute(ctx, cd, checksum.Options{})
+	cc, err := side.Compute(ctx, cd, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

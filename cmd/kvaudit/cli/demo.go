@@ -11,10 +11,11 @@ import (
 	"github.com/charmbracelet/x/ansi"
 	"github.com/spf13/cobra"
 
+	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/internal/safeio"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
-	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -110,8 +111,8 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 	if err != nil {
 		return err
 	}
-	side := func(paths []string) (*verify.Checks, error) {
-		res, err := verify.Checksum(ctx, verify.Input{Paths: paths}, verify.ChecksumOptions{})
+	side := func(paths []string) (*side.Checks, error) {
+		res, err := side.Checksum(ctx, side.Input{Paths: paths}, side.ChecksumOptions{})
 		if err != nil {
 			return nil, err
 		}
@@ -185,7 +186,7 @@ func demoSay(s *Streams, format string, args ...any) {
 // diff does (the mismatch drilled down), prints the verdict table and
 // returns the result.
 func demoDiff(ctx context.Context, s *Streams, ppaths, cpaths []string) (*verify.Result, error) {
-	res, err := verify.Compare(ctx, verify.Input{Paths: ppaths}, verify.Input{Paths: cpaths}, verify.CompareOptions{})
+	res, err := verify.Compare(ctx, side.Input{Paths: ppaths}, side.Input{Paths: cpaths}, verify.CompareOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +195,7 @@ func demoDiff(ctx context.Context, s *Streams, ppaths, cpaths []string) (*verify
 
 // demoTable prints the producer's and consumer's check 0 side by side and
 // says whether they agree; before, when given, marks what changed.
-func demoTable(w io.Writer, s *Streams, prod, cons, before *verify.Checks) error {
+func demoTable(w io.Writer, s *Streams, prod, cons, before *side.Checks) error {
 	t := &report.Table{
 		Header: []string{"request", "group", "position", "producer check 0", "consumer check 0", "compared"},
 		Drop:   []string{"group"},

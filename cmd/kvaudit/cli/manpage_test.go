@@ -82,7 +82,7 @@ func TestManPageSections(t *testing.T) {
 		t.Error("kvaudit-diff.1: exit status 2 does not mention --allow-unverified")
 	}
 	// checksum's 2: nothing checksummed, or with --stored nothing stored
-	// (verify.Checksums.Unchecked and storedRun).
+	// (side.Checksums.Unchecked and storedRun).
 	if sec := pages["kvaudit-checksum.1"]; !strings.Contains(sec, "nothing could be checksummed") || !strings.Contains(sec, "nothing stored to compare") {
 		t.Error("kvaudit-checksum.1: exit status 2 does not name both of its causes")
 	}

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/kvaudit/kvaudit/report"
-	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/internal/report"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/wire"
 )
 
@@ -14,13 +14,13 @@ import (
 // in the given form (`kvaudit checksum -o payload`, docs/spec.md §12).
 // `kvaudit diff` reads the object back and pairs its entries by id. A side
 // missing ranks has no payload.
-func writePayloads(w io.Writer, c *verify.Checks, form wire.PayloadForm) error {
+func writePayloads(w io.Writer, c *side.Checks, form wire.PayloadForm) error {
 	if !c.Complete {
 		return usageErrorf("-o payload: a producer sends checksums only when every rank reported: give all %d ranks", c.TPSize*c.PPSize)
 	}
 	out := make(map[string]string, len(c.Requests))
 	for _, r := range c.Requests {
-		p, err := verify.NewPayload(c, r, form)
+		p, err := side.NewPayload(c, r, form)
 		if err != nil {
 			return err
 		}

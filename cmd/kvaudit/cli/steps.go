@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -38,7 +39,7 @@ func longStep(s *Streams, msg string) (done func()) {
 
 // verifyProgress returns the progress hooks of verify's options for the
 // streams: a byte bar per side's checksums, a status line per long step.
-func verifyProgress(s *Streams) (verify.Progress, verify.Step) {
+func verifyProgress(s *Streams) (side.Progress, verify.Step) {
 	progress := func(side string, dumps []*layout.Dump, requests []string) (func(int64), func()) {
 		bar := newChecksumProgress(s, dumps, requests, "checksum "+side)
 		return bar.Callback(), bar.Finish

@@ -87,6 +87,7 @@ engine shape and strides in the dump's axis order
 
 import json
 import os
+import re as _re
 import struct
 
 try:
@@ -106,7 +107,7 @@ ENGINE_KEY = "kvaudit_export.engine"
 __all__ = [
     "ExportError", "export_dump", "live_manifest", "build_plan", "Plan",
     "mamba2_state_splits", "mamba1_state_splits", "gdn_state_splits",
-    "write_safetensors", "ST_DTYPES", "cross_layer_caches", "hex_address",
+    "write_safetensors", "ST_DTYPES", "cross_layer_caches", "hex_address", "user_request_id",
 ]
 
 # PyTorch dtype names -> (safetensors dtype, element size).
@@ -129,6 +130,25 @@ _ATTENTION_SHAPES = [
 _MLA_SHAPES = [("block", "token", "dim")]
 
 _MISSING = object()
+
+
+# vLLM's internal request id: the user's id, "-" and 8 hex digits
+# (InputProcessor.assign_request_id: f"{external_req_id}-{random_uuid():.8}",
+# random_uuid being 16 lower-case hex digits; vllm/v1/engine/input_processor.py
+# at 9aaf83ef5, PR #27987). VLLM_DISABLE_REQUEST_ID_RANDOMIZATION turns it off.
+_SUFFIX = _re.compile(r"^(.+)-[0-9a-f]{8}$")
+
+
+def user_request_id(request_id, suffix=True):
+    """The id a user knows for vLLM's internal request id: without vLLM's
+    random suffix when it has one (suffix False: as it is)."""
+    rid = str(request_id)
+    if suffix:
+        m = _SUFFIX.match(rid)
+        if m:
+            return m.group(1)
+    return rid
+
 
 
 class ExportError(ValueError):
@@ -228,8 +248,10 @@ def _spec_info(spec, layer):
                 num_kv_heads=int(_field(spec, "num_kv_heads", what=what)),
                 head_size=int(_field(spec, "head_size", what=what)))
     hv = _field(spec, "head_size_v", default=None)
-    if hv is not None and int(hv) != info["head_size"]:
-        raise ExportError(f"{what}: head_size_v {hv} differs from head_size {info['head_size']} (not a K/V cell kvaudit reads)")
+    # head_size_v: V's elements (FullAttentionSpec, default head_size); MLA's
+    # latent has none (0 after the layout refactor, head_size before it,
+    # where the MLA page held head_size elements a token all the same).
+    info["head_size_v"] = info["head_size"] if hv is None or kind == "mla" else int(hv)
     _check_quantisation(spec, type_name, what)
     padded = _field(spec, "page_size_padded", default=None)
     if padded is not None:
@@ -241,11 +263,33 @@ def _spec_info(spec, layer):
         info["cell_bytes"] = FP8_DS_MLA_TOKEN_BYTES
     if kind == "sliding_window":
         info["sliding_window"] = int(_field(spec, "sliding_window", what=what))
+    _check_packing(spec, info, type_name, what)
     return info
 
 
 # The bytes per token of MLA's fp8_ds_mla cache (vLLM's MLAAttentionSpec).
 FP8_DS_MLA_TOKEN_BYTES = 656
+
+
+def _check_packing(spec, info, type_name, what):
+    """Refuses the layout refactor's packed pages (AttentionSpec
+    num_head_slots, state_content_bytes, tokens_per_state): their cells are
+    no K/V cells of head_size elements a token and head."""
+    slots = _field(spec, "num_head_slots", default=None)
+    if slots is not None and int(slots) != info["num_kv_heads"]:
+        raise ExportError(f"{what}: {type_name} packs its {info['num_kv_heads']} KV heads into {slots} head slots, "
+                          "which are no K/V cells kvaudit reads: refused")
+    tps = _field(spec, "tokens_per_state", default=1)
+    if tps is not None and tps != 1:
+        raise ExportError(f"{what}: {type_name} stores one state per {tps} tokens (compressed or pooled), "
+                          "not one cell per token: refused")
+    content = _field(spec, "state_content_bytes", default=None)
+    if content is not None and not info.get("cell_bytes"):
+        want = (info["head_size"] + (0 if info["kind"] == "mla" else info["head_size_v"])) * \
+            _elem_size(info["dtype"], what)
+        if int(content) != want:
+            raise ExportError(f"{what}: {type_name} packs {content} bytes a head and token, not the {want} bytes "
+                              f"of its {info['head_size']} + {info['head_size_v']} {info['dtype']} elements: refused")
 
 
 def _check_quantisation(spec, type_name, what):
@@ -295,6 +339,45 @@ class _Tensor:
             raise ExportError(f"{what}: a {type(obj).__name__} is not a tensor (want a torch tensor, "
                               "a NumPy array or {\"buffer\", \"offset\", \"dtype\", \"shape\", \"strides\"})")
         check_strides(self.shape, self.strides, what)
+        # The memory as given (KV sharing compares it, whatever view the plan takes).
+        self.orig = (self.ptr, self.shape, self.strides, self.itemsize, self.device)
+
+    def split_axis(self, axis, sizes):
+        """Views axis as len(sizes) axes (outer first): a pure view."""
+        assert int(np.prod(sizes)) == self.shape[axis]
+        inner = [int(np.prod(sizes[i + 1:])) * self.strides[axis] for i in range(len(sizes))]
+        if self.torch:
+            self.obj = self.obj.unflatten(axis, tuple(sizes))
+        else:
+            self.obj = np.lib.stride_tricks.as_strided(
+                self.obj, shape=self.shape[:axis] + tuple(sizes) + self.shape[axis + 1:],
+                strides=tuple(s * self.itemsize for s in self.strides[:axis] + tuple(inner) + self.strides[axis + 1:]),
+                writeable=False)
+        self.shape = self.shape[:axis] + tuple(sizes) + self.shape[axis + 1:]
+        self.strides = self.strides[:axis] + tuple(inner) + self.strides[axis + 1:]
+
+    def drop_axis(self, axis):
+        """Drops an axis of size 1."""
+        assert self.shape[axis] == 1
+        if self.torch:
+            self.obj = self.obj.select(axis, 0)
+        else:
+            self.obj = np.take(self.obj, 0, axis=axis)
+        self.shape = self.shape[:axis] + self.shape[axis + 1:]
+        self.strides = self.strides[:axis] + self.strides[axis + 1:]
+
+    def view_dtype(self, dtype, itemsize):
+        """Views a byte tensor whose last axis is contiguous as wider
+        elements (what the runner's .view(spec.dtype) does)."""
+        if self.itemsize != 1 or not self.torch or self.strides[-1] != 1 or self.shape[-1] % itemsize \
+                or any(s % itemsize for s, n in zip(self.strides[:-1], self.shape[:-1]) if n > 1):
+            return False
+        import torch
+        self.obj = self.obj.view(getattr(torch, dtype))
+        self.shape = tuple(int(d) for d in self.obj.shape)
+        self.strides = tuple(int(x) for x in self.obj.stride())
+        self.itemsize, self.dtype = itemsize, dtype
+        return True
 
     def _numpy(self, a):
         self.obj, self.torch = a, False
@@ -364,8 +447,7 @@ class _Tensor:
         return np.take(a, rows, axis=axis)
 
     def same_memory(self, other):
-        return (self.ptr, self.shape, self.strides, self.itemsize, self.device) == \
-            (other.ptr, other.shape, other.strides, other.itemsize, other.device)
+        return self.orig == other.orig
 
 
 def check_strides(shape, strides, what):
@@ -495,53 +577,133 @@ def _norm_split(split, state_shape, what):
     return {"axis": axis, "segments": segs}
 
 
+# vLLM's logical axis orders (the torch shape order of what the runner
+# binds), used only to break a tie between two readings of one shape:
+# FlashAttention (2, blocks, tokens, heads, dim), FlashInfer and Triton
+# (blocks, 2, tokens, heads, dim), MLA (blocks, tokens, dim), fp8_ds_mla
+# (blocks, tokens, cell), and the layout refactor's [B, H, N, C] views
+# (create_kv_cache_views), C holding K then V of one head and token.
+_KNOWN_ORDERS = [
+    ("kv", "block", "token", "head", "dim"),
+    ("block", "kv", "token", "head", "dim"),
+    ("block", "token", "dim"),
+    ("block", "token", "cell"),
+    ("block", "head", "token", "dim"),
+    ("block", "head", "token", "cell"),
+]
+
+
 def _attention_axes(t, info, num_blocks, layout, what):
-    """Names the axes of an attention cache tensor (its logical order) and
-    returns (names, k): the shape must be one of vLLM's backend shapes for
-    this spec (or the explicit layout), with num_blocks * k kernel blocks of
-    block_size / k tokens. A spec with page_size_padded may widen the last
-    axis (dim) so that a block fills the padded page; the dump covers the
-    head_size elements of each head only. MLA's fp8_ds_mla cache is bytes
-    [block, token, cell]."""
+    """Reads an attention cache tensor's geometry from its shape and the
+    layer's spec, whatever the order of its axes (the strides say where
+    the memory is): a block axis of num_blocks * k kernel blocks of
+    block_size / k tokens, a token axis, the KV heads (an axis of
+    num_kv_heads; absent or of size 1 for one head), K and V either split
+    by an axis of 2 or concatenated in the last axis (C = head_size +
+    head_size_v, as the layout refactor's [B, H, N, C] views hold them),
+    and the head's elements (head_size; MLA's latent, head_size_v 0; the
+    last axis widened to fill page_size_padded, pre-refactor; fp8_ds_mla's
+    656-byte cells). Changes t in place to a view with one axis per name
+    (the concatenated K|V split into kv and dim, an MLA head axis of 1
+    dropped) and returns (names, k, width) for it. Refuses, naming the
+    layer, its shape and strides and what was expected, anything else."""
     mla = info["kind"] == "mla"
     S, H, D = info["block_size"], info["num_kv_heads"], info["head_size"]
+    Dv = D if mla else info.get("head_size_v", D)
     if mla and H != 1:
         raise ExportError(f"{what}: an MLA spec has one KV head, this one says {H}")
     cell = info.get("cell_bytes")
     if cell and t.itemsize != 1:
         raise ExportError(f"{what}: an fp8_ds_mla cache is bytes, got {t.itemsize}-byte elements ({t.dtype})")
     last, width = ("cell", cell) if cell else ("dim", D)
-    shapes = [tuple(layout)] if layout else ([("block", "token", "cell")] if cell else
-                                             (_MLA_SHAPES if mla else _ATTENTION_SHAPES))
     padded = info.get("page_size_padded")
-    fits = []
-    for names in shapes:
-        if len(names) != len(t.shape):
-            continue
-        size = dict(zip(names, t.shape))
-        N, T = size.get("block", 0), size.get("token", 0)
+    shape = t.shape
+    geometry = f"shape {list(shape)}, strides {list(t.strides)} ({t.itemsize}-byte {t.dtype})"
+    if not mla and not cell and Dv != D:
+        raise ExportError(f"{what}: head_size {D} and head_size_v {Dv} differ: a cell of K then V of unequal "
+                          f"sizes is no K/V cell kvaudit reads (docs/spec.md §1); {geometry}")
+    if layout:
+        names = tuple(layout)
+        if len(names) != len(shape):
+            raise ExportError(f"{what}: layout {list(names)} names {len(names)} axes, the tensor has {geometry}")
+        candidates = [names]
+    else:
+        candidates = []
+        base = ["block", "token", last] + ([] if mla or cell else ["kv"])
+        for extra in ([], ["head"]):
+            want = base + extra
+            if len(want) != len(shape):
+                # K|V concatenated: no kv axis, the last one holds both.
+                want = [n for n in want if n != "kv"]
+                if len(want) != len(shape):
+                    continue
+            for perm in _permutations(want):
+                if perm not in candidates:
+                    candidates.append(perm)
+
+    def fits(names):
+        size = dict(zip(names, shape))
+        if len(size) != len(names) or set(names) - {"kv", "block", "token", "head", "dim", "cell"} \
+                or last not in size or "block" not in size or "token" not in size:
+            return None
+        N, T = size["block"], size["token"]
         if not N or N % num_blocks or not T:
-            continue
+            return None
         k = N // num_blocks
-        if T * k != S or size.get("kv", 2) != 2 or size.get("head", 1 if mla else H) != (1 if mla else H) \
-                or set(names) - {"kv", "block", "token", "head", "dim", "cell"} or last not in size:
-            continue
-        if size[last] != width:
-            # A padded page: the last axis widened to fill page_size_padded.
-            block_bytes = int(np.prod(t.shape)) // num_blocks * t.itemsize
-            if padded is None or size[last] < width or block_bytes != padded or names[-1] != last:
-                continue
-        fits.append((names, k))
-    if len(fits) == 1:
-        return fits[0]
-    want = " or ".join("[" + ", ".join(n) + "]" for n in shapes)
-    if len(fits) > 1:
-        raise ExportError(f"{what}: shape {list(t.shape)} reads as {want} alike; pass its layout")
-    pad = f" (or widened to fill its page_size_padded of {padded} bytes)" if padded is not None else ""
-    raise ExportError(
-        f"{what}: shape {list(t.shape)} is not {want} for {num_blocks} blocks of {S} tokens "
-        f"(or kernel blocks dividing them), {1 if mla else H} KV heads of {width} {'bytes' if cell else 'elements'}"
-        f"{pad}: the tensor and its kv_cache_spec disagree")
+        if T * k != S:
+            return None
+        if size.get("head", 1) != (1 if mla else H) or ("kv" in size and (size["kv"] != 2 or mla or cell)):
+            return None
+        w = size[last]
+        if not (mla or cell) and "kv" not in size:
+            # K and V concatenated in the last axis (the [B, H, N, C] views).
+            return (k, "concat") if w == D + Dv else None
+        if w == width:
+            return (k, None)
+        # A padded page (pre-refactor): the last axis widened to fill page_size_padded.
+        block_bytes = int(np.prod(shape)) // num_blocks * t.itemsize
+        if padded is not None and w > width and block_bytes == padded and names[-1] == last:
+            return (k, "narrow")
+        return None
+
+    fitting = [(names, f) for names in candidates for f in [fits(names)] if f is not None]
+    if len(fitting) > 1:
+        known = [(n, f) for n, f in fitting if tuple(x for x in n) in _KNOWN_ORDERS]
+        if len(known) == 1:
+            fitting = known
+    if len(fitting) != 1:
+        heads = "one KV head" if mla else f"{H} KV heads"
+        kv = "" if mla or cell else (f", K and V split by an axis of 2 or concatenated in the last axis "
+                                     f"({D} + {Dv} elements)")
+        pad = f", or the last axis widened to fill page_size_padded {padded} bytes" if padded is not None else ""
+        expected = (f"a block axis of {num_blocks} blocks (or k times as many kernel blocks of block_size/k "
+                    f"tokens), a token axis making {S} tokens a block, {heads}{kv}, {width} "
+                    f"{'bytes a cell' if cell else 'elements a head'}{pad}")
+        if fitting:
+            readings = " or ".join("[" + ", ".join(n) + "]" for n, _ in fitting)
+            raise ExportError(f"{what}: {geometry} reads as {readings} alike; pass its layout (layouts=...); "
+                              f"expected {expected}")
+        raise ExportError(f"{what}: {geometry} is no KV cache its {info['spec']} describes: expected {expected}")
+    names, (k, how) = fitting[0]
+    names = list(names)
+    if how == "concat":
+        i = names.index("dim")
+        t.split_axis(i, (2, D))
+        names[i:i + 1] = ["kv", "dim"]
+    if mla and "head" in names:
+        t.drop_axis(names.index("head"))
+        names.remove("head")
+    return names, k, width
+
+
+def _permutations(items):
+    if len(items) <= 1:
+        return [tuple(items)]
+    out = []
+    for i, x in enumerate(items):
+        for rest in _permutations(items[:i] + items[i + 1:]):
+            out.append((x,) + rest)
+    return out
 
 
 def build_plan(kv_cache_config, kv_caches, *, state_splits=None, layouts=None, covered_states=None):
@@ -646,9 +808,11 @@ def _plan_layer(name, g, info, kv_caches, num_blocks, state_splits, layout, cove
     if not _is_tensor_like(cache):
         raise ExportError(f"{what}: an attention layer's cache is one tensor, got a {type(cache).__name__}")
     t = _Tensor(cache, what)
-    if t.itemsize != _elem_size(info["dtype"], what):
-        raise ExportError(f"{what}: {t.itemsize}-byte elements ({t.dtype}), the spec says {info['dtype']}")
-    names, lp.k = _attention_axes(t, info, num_blocks, layout, what)
+    size = _elem_size(info["dtype"], what)
+    if t.itemsize != size and not (info.get("cell_bytes") and t.itemsize == 1) and not t.view_dtype(info["dtype"], size):
+        raise ExportError(f"{what}: {t.itemsize}-byte elements ({t.dtype}), the spec says {info['dtype']} "
+                          f"(shape {list(t.shape)}, strides {list(t.strides)})")
+    names, lp.k, _ = _attention_axes(t, info, num_blocks, layout, what)
     lp.tensor = t
     lp.order = memory_order(t.shape, t.strides)
     lp.names = [names[i] for i in lp.order]
@@ -691,11 +855,17 @@ def _plan_state_layer(lp, cache, info, num_blocks, state_splits, covered_states,
             raise ExportError(f"{what}: strides {list(t.strides)} do not hold each block's page contiguously "
                               f"(shape {list(t.shape)})")
         page = acc * t.itemsize
-        want = info.get("page_size_padded") or sum(sizes)
-        if page != want:
-            raise ExportError(f"{what}: a page of {page} bytes, its MambaSpec's page is {want} bytes "
-                              f"(states {[list(s) for s in shapes]} of {list(dtypes)}"
-                              f"{', padded' if info.get('page_size_padded') else ''})")
+        # The view covers either the whole (padded) page, as before the
+        # layout refactor, or just the states' bytes, the padding in the
+        # block stride ([B, 1, 1, C] of create_kv_cache_views).
+        padded = info.get("page_size_padded")
+        if page not in (sum(sizes), padded or sum(sizes)):
+            raise ExportError(f"{what}: shape {list(t.shape)}, strides {list(t.strides)}: a page of {page} bytes, "
+                              f"its MambaSpec's states take {sum(sizes)} bytes (states {[list(s) for s in shapes]} "
+                              f"of {list(dtypes)}){f', its padded page {padded}' if padded else ''}")
+        if t.strides[0] * t.itemsize < page:
+            raise ExportError(f"{what}: shape {list(t.shape)}, strides {list(t.strides)}: blocks {t.strides[0] * t.itemsize} "
+                              f"bytes apart hold no {page}-byte page")
         lp.pages = t
         lp.state_addresses = [t.ptr + sum(sizes[:i]) for i in range(len(sizes))]
         states = None
@@ -876,6 +1046,7 @@ def _request_fields(r, i):
         "num_tokens": int(_field(r, "num_tokens", what=f"request {rid!r}")),
         "num_local_computed_tokens": int(_field(r, "num_local_computed_tokens", default=0) or 0),
         "producer_id": _field(r, "producer_id", default=None),
+        "engine_request_id": _field(r, "engine_request_id", default=None),
         "state_block": _field(r, "state_block", default=None) or {},
         "block_ids": block_ids,
     }
@@ -904,6 +1075,8 @@ def _select(plan, requests, null_block_id):
             m["num_local_computed_tokens"] = f["num_local_computed_tokens"]
         if f["producer_id"] is not None and str(f["producer_id"]) != rid:
             m["producer_id"] = str(f["producer_id"])
+        if f["engine_request_id"] is not None and str(f["engine_request_id"]) != rid:
+            m["engine_request_id"] = str(f["engine_request_id"])
         if not 0 <= f["num_local_computed_tokens"] <= f["num_tokens"]:
             raise ExportError(f"request {rid!r}: num_local_computed_tokens {f['num_local_computed_tokens']} "
                               f"is not in 0..num_tokens ({f['num_tokens']})")

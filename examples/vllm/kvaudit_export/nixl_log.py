@@ -68,6 +68,8 @@ import sys
 import threading
 import weakref
 
+from . import user_request_id
+
 FORMAT = "kvaudit-nixl-log/1"
 ENV_LOG_DIR = "KVAUDIT_NIXL_LOG_DIR"
 
@@ -337,7 +339,7 @@ def _ranks():
 
 
 _classes = {}
-_settings = {"log_dir": None, "tp_rank": None, "pp_rank": None}
+_settings = {"log_dir": None, "tp_rank": None, "pp_rank": None, "strip_suffix": True}
 
 
 def recording_class(base):
@@ -468,6 +470,8 @@ def recording_class(base):
             req = getattr(_context, "request", None)
             if req is None and notif:
                 req = notif.split(":", 1)[0] or None
+                if req is not None and _settings["strip_suffix"]:
+                    req = user_request_id(req)  # the id the dumps name it by
             return [] if req is None else [("request", req)]
 
         def _kv_state(self, handle, state):
@@ -512,14 +516,14 @@ def recording_class(base):
     return Recording
 
 
-def install(log_dir, *, tp_rank=None, pp_rank=None):
+def install(log_dir, *, tp_rank=None, pp_rank=None, strip_request_suffix=True):
     """Makes every NIXL agent this process creates from now on record its
     calls into log_dir: replaces nixl._api.nixl_agent (and rixl's) for
     modules that import it later, and the NixlWrapper name of every loaded
     vllm module (vLLM's NIXL connector modules import the class under that
     name). Returns the names of the modules patched. tp_rank and pp_rank
     override the ranks read from vLLM's parallel state."""
-    _settings.update(log_dir=str(log_dir), tp_rank=tp_rank, pp_rank=pp_rank)
+    _settings.update(log_dir=str(log_dir), tp_rank=tp_rank, pp_rank=pp_rank, strip_suffix=bool(strip_request_suffix))
     patched = []
     for modname in ("nixl._api", "rixl._api"):
         mod = sys.modules.get(modname)

@@ -68,8 +68,11 @@ class Model:
     def __init__(self, backend, *, cache_layout="NHD", block_size=16, kernel_block_size=None, heads=4,
                  head_size=64, tp=1, layers=2, num_blocks=12, hybrid=False, window=None, seed=1, device="cpu",
                  conv_layout="SD", mamba_form="tensor", mamba_cache_mode="none", shared=None, cross=None,
-                 page_size_padded=None, dtype=None):
+                 page_size_padded=None, dtype=None, refactor=None, pad_form="widen"):
+        # refactor: a KVCacheLayout name (LBNHC, LBHNC, BLNHC, ...): the
+        # caches are the layout refactor's [B, H, N, C] views (vllm_like).
         self.backend, self.cache_layout, self.tp, self.device = backend, cache_layout, tp, device
+        self.refactor, self.pad_form = refactor, pad_form
         self.conv_layout, self.mamba_form, self.cross = conv_layout, mamba_form, cross
         self.S, self.kbs = block_size, kernel_block_size or block_size
         self.mla = backend == "mla"
@@ -84,8 +87,9 @@ class Model:
         self.shared = shared or {}
         self.rng = np.random.default_rng(seed)
         kind = "mla" if self.mla else ("swa" if window else "full")
+        extra = {"head_size_v": 0} if self.mla and refactor else {}
         self.attn_spec = vl.attention_spec(kind, block_size, self.local_heads, head_size, self.dtype, window,
-                                           page_size_padded=page_size_padded)
+                                           page_size_padded=page_size_padded, **extra)
         # Mamba2 with one group: conv channels [x, B, C] (B, C replicated
         # over TP), ssm [heads, head_dim, state_size].
         self.I, self.N, self.W, self.MH, self.hd = 64, 16, 4, 8, 8
@@ -103,7 +107,10 @@ class Model:
                 np.prod(s) * vl.esize(d) for s, d in zip(self.state_spec.shapes, self.state_spec.dtypes))
             groups.append(([mixer_name(L) for L in self.state_layers], self.state_spec))
             shared = list(zip([attn_name(L) for L in self.attn_layers], [mixer_name(L) for L in self.state_layers]))
-        self.config = vl.config(num_blocks, groups, shared)
+        if refactor:
+            self.config = vl.refactor_config(num_blocks, groups, refactor, overlay=hybrid)
+        else:
+            self.config = vl.config(num_blocks, groups, shared)
         self.kv, self.states = {}, {}
 
     def splits(self):
@@ -127,13 +134,16 @@ class Model:
         blocks; tables: rid -> (num_tokens, attention block ids, state
         block). With cross set, the caches are views of the cross-layer
         tensor (self.cross_tensor)."""
-        if self.cross:
+        if self.refactor:
+            caches = vl.allocate_refactor(self.config, {0: self.kbs}, seed=seed, device=self.device,
+                                          shared_layers=self.shared, raw_out=raw_out)
+        elif self.cross:
             self.cross_tensor, caches = vl.allocate_cross_layer(self.config, self.backend, self.kbs, self.cache_layout,
                                                                 seed=seed, form=self.cross)
         else:
             caches = vl.allocate(self.config, {0: self.backend}, {0: self.kbs}, self.cache_layout, seed=seed,
                                  device=self.device, raw_out=raw_out, mamba_form=self.mamba_form,
-                                 shared_layers=self.shared)
+                                 shared_layers=self.shared, pad_form=self.pad_form)
         for rid, (n, ids, sb) in tables.items():
             for L in self.attn_layers:
                 cache = caches[attn_name(L)]
@@ -142,7 +152,11 @@ class Model:
                     cells = self.kv[rid][L][g]
                     for t in range(n):
                         c = cells[t] if self.mla else cells[t].reshape(2, self.D)
-                        vl.write_token(cache, self.backend, self.attn_spec, self.kbs, ids[t // self.S], t % self.S, hl, c)
+                        if self.refactor:
+                            vl.refactor_write_token(cache, self.attn_spec, self.kbs, ids[t // self.S], t % self.S, hl, c)
+                        else:
+                            vl.write_token(cache, self.backend, self.attn_spec, self.kbs, ids[t // self.S], t % self.S,
+                                           hl, c)
             for L in self.state_layers:
                 conv, ssm = self.states[rid][L]
                 xl = self.I // self.tp
@@ -204,6 +218,8 @@ class Model:
                 n, ids, sb = tables[rid]
                 if t is None:
                     vl.state_views(caches[mixer_name(L)], self.state_spec)[0].view(torch.int16)[self.state_block(sb, n), 0, 0] ^= 1
+                elif self.refactor:
+                    vl.refactor_flip(caches[attn_name(L)], self.attn_spec, self.kbs, ids[t // self.S], t % self.S, hl)
                 else:
                     vl.flip(caches[attn_name(L)], self.backend, self.attn_spec, self.kbs, ids[t // self.S], t % self.S, hl)
             kx.export_dump(os.path.join(out_dir, f"rank-0-{rank}.safetensors"), self.config, self.exported_caches(caches),
@@ -313,6 +329,113 @@ class TestBackends(Cases, unittest.TestCase):
                   conv_layout="DS")
         tables = {"A": (40, [3, 8], 4), "B": (20, [6], 10)}
         self.run_case(m, tables, [((0, 1, "B", None, 0), 1, 0)])
+
+
+@needs_torch
+@needs_kvaudit
+class TestLayoutRefactor(Cases, unittest.TestCase):
+    """vLLM after the KV-cache layout refactor: each layer a 4-D [B, H, N, C]
+    view of one int8 buffer (vllm_like.refactor_views names the commits it
+    paraphrases), K and V of a head and token concatenated in C, the axes
+    strided by a KVCacheLayout. Checksums equal docs/spec.md's definition
+    computed by reference.py; a flipped bit is a mismatch at its position."""
+
+    def test_nhd_default(self):
+        m = Model("flash", refactor="LBNHC")
+        tables = {"A": (40, [5, 2, 9], None), "B": (20, [7, 11], None)}
+        self.run_case(m, tables, [((0, 1, "A", 17, 2), 0, 1), ((0, 0, "B", 19, 0), 0, 1)])
+
+    def test_hnd_tp2(self):
+        m = Model("flash", refactor="LBHNC", heads=8, tp=2)
+        tables = {"A": (40, [5, 2, 9], None), "B": (20, [7, 11], None)}
+        self.run_case(m, tables, [((1, 1, "A", 33, 3), 0, 2), ((0, 0, "B", 2, 1), 0, 0)])
+
+    def test_block_outermost(self):
+        m = Model("flash", refactor="BLNHC", layers=3)
+        caches = m.rank_caches(0, {}, seed=0)
+        a, b = caches[attn_name(0)], caches[attn_name(1)]
+        # Block-outermost: the layers' pages of one block are adjacent.
+        self.assertEqual((b.data_ptr() - a.data_ptr()), vl.refactor_page_bytes(m.attn_spec))
+        tables = {"A": (40, [5, 2, 9], None), "B": (20, [7, 11], None)}
+        self.run_case(m, tables, [((0, 2, "A", 20, 1), 0, 1)])
+
+    def test_kernel_blocks(self):
+        m = Model("flash", refactor="LBNHC", block_size=32, kernel_block_size=16, heads=4, tp=2)
+        tables = {"A": (40, [5, 2], None), "B": (20, [7], None)}
+        self.run_case(m, tables, [((1, 1, "A", 20, 1), 0, 0), ((0, 0, "A", 39, 0), 0, 1)])
+
+    def test_fp8_uint8(self):
+        # fp8 KV: the spec's dtype is uint8, the view's too; exported as its bytes.
+        m = Model("flash", refactor="LBNHC", dtype=torch.uint8)
+        tables = {"A": (40, [5, 2, 9], None)}
+        self.run_case(m, tables, [((0, 1, "A", 3, 2), 0, 0)])
+
+    def test_mla_576(self):
+        # MLA: one latent of 576 elements a token (head_size_v 0), [B, 1, N, 576].
+        m = Model("mla", refactor="LBNHC", head_size=576, tp=2)
+        self.assertEqual(m.attn_spec.head_size_v, 0)
+        self.assertEqual(tuple(m.rank_caches(0, {}, seed=0)[attn_name(0)].shape), (12, 1, 16, 576))
+        tables = {"A": (40, [5, 2, 9], None), "B": (20, [7, 11], None)}
+        self.run_case(m, tables, [((1, 0, "B", 5, 0), 0, 0)])
+
+    def test_kv_sharing_alias(self):
+        m = Model("flash", refactor="LBNHC", layers=2, shared={attn_name(2): attn_name(0)})
+        tables = {"A": (40, [5, 2, 9], None)}
+        self.run_case(m, tables, [((0, 0, "A", 20, 3), 0, 1)])
+        with tempfile.TemporaryDirectory(prefix="kvaudit-export-") as tmp:
+            path = os.path.join(tmp, "rank.safetensors")
+            kx.export_dump(path, m.config, m.rank_caches(0, tables, seed=2), m.requests(tables))
+            layers = read_manifest(path)["groups"][0]["layers"]
+        self.assertEqual(layers[-1], {"name": attn_name(2), "dtype": "bfloat16", "alias_of": attn_name(0)})
+
+    def test_hybrid_mamba2_tp2(self):
+        # Mamba2 hybrid, one [B, 1, 1, C] int8 view per layer whose C is the
+        # states' bytes unpadded (the padding is in the block stride); the
+        # groups overlay one buffer.
+        m = Model("flash", refactor="LBNHC", tp=2, heads=4, layers=4, hybrid=True)
+        caches = m.rank_caches(0, {}, seed=0)
+        mix = caches[mixer_name(1)]
+        states = sum(int(np.prod(s)) * vl.esize(d) for s, d in zip(m.state_spec.shapes, m.state_spec.dtypes))
+        self.assertEqual((tuple(mix.shape), mix.dtype), ((12, 1, 1, states), torch.int8))
+        self.assertEqual(mix.stride(0), vl.refactor_page_bytes(m.attn_spec))
+        self.assertLess(states, mix.stride(0))
+        tables = {"A": (40, [3, 8, 1], 4), "B": (20, [6, 2], 10)}
+        self.run_case(m, tables, [((1, 3, "A", None, 0), 1, 0), ((0, 2, "B", 19, 1), 0, 1)])
+
+    def test_pre_refactor_padded_block_stride(self):
+        """9aaf83ef5 (pre-refactor): a spec with page_size_padded (an MLA
+        page aligned, DeepSeek-V4 style) keeps its logical shape and pads
+        the block axis's stride; the padding is never covered."""
+        m = Model("mla", head_size=96, page_size_padded=16 * 96 * 2 + 512, pad_form="stride")
+        c = m.rank_caches(0, {}, seed=0)[attn_name(0)]
+        self.assertEqual((tuple(c.shape), c.stride(0)), ((12, 16, 96), (16 * 96 * 2 + 512) // 2))
+        tables = {"A": (40, [5, 2, 9], None)}
+        self.run_case(m, tables, [((0, 1, "A", 17, 0), 0, 1)])
+        m = Model("flashinfer", page_size_padded=2 * 16 * 4 * 64 * 2 + 256, pad_form="stride")
+        self.run_case(m, tables, [((0, 0, "A", 33, 2), 0, 2)])
+
+    def test_refused_forms_name_layer_shape_strides(self):
+        """A view that fits no reading of its spec is refused naming the
+        layer, its shape and strides and what was expected; never a dump."""
+        m = Model("flash", refactor="LBNHC")
+        caches = m.rank_caches(0, {}, seed=0)
+        name = attn_name(1)
+        bad = caches[name][..., :100]  # C cut short: neither 64 + 64 nor split K/V
+        caches = dict(caches, **{name: bad})
+        with tempfile.TemporaryDirectory(prefix="kvaudit-export-") as tmp:
+            path = os.path.join(tmp, "rank.safetensors")
+            with self.assertRaises(kx.ExportError) as cm:
+                kx.export_dump(path, m.config, caches, [{"id": "A", "num_tokens": 20, "block_ids": [[5, 2]]}])
+            self.assertFalse(os.path.exists(path))
+        msg = str(cm.exception)
+        for w in (repr(name), "[12, 4, 16, 100]", f"strides {list(bad.stride())}", "64 + 64", "expected"):
+            self.assertIn(w, msg)
+        # Unequal K and V head sizes: no cell of docs/spec.md §1.
+        m2 = Model("flash", refactor="LBNHC")
+        m2.attn_spec.head_size_v = 32
+        with self.assertRaises(kx.ExportError) as cm:
+            kx.build_plan(m2.config, caches)
+        self.assertIn("head_size_v 32", str(cm.exception))
 
 
 @needs_torch
@@ -526,13 +649,43 @@ class TestRefusals(unittest.TestCase):
         self.assertFalse(os.path.exists(self.path), "a refused export left a file")
         return str(cm.exception)
 
+    @needs_kvaudit
     def test_hnd_shaped_tensor(self):
-        """HND bytes with an HND shape (not vLLM's logical shape) are not
-        taken for NHD: the shape does not fit the spec."""
+        """HND bytes with an HND shape (not vLLM's logical shape) are read
+        by their sizes as [block, kv, head, token, dim], not taken for NHD:
+        the dump checksums as the original does."""
         name = attn_name(1)
         c = dict(self.caches)
         c[name] = c[name].permute(0, 1, 3, 2, 4).contiguous()
-        self.refused(self.m.config, c, self.reqs, repr(name), "disagree")
+        other = os.path.join(self.tmp.name, "hnd-shaped.safetensors")
+        kx.export_dump(self.path, self.m.config, self.caches, self.reqs)
+        kx.export_dump(other, self.m.config, c, self.reqs)
+        with open(other, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            manifest = json.loads(json.loads(f.read(n))["__metadata__"][kx.METADATA_KEY])
+        layouts = {lay["name"]: lay["layout"] for g in manifest["groups"] for lay in g["layers"]}
+        self.assertEqual(layouts[name], ["block", "kv", "head", "token", "dim"])
+        self.assertEqual(kvaudit("checksum", "-o", "json", self.path)["requests"],
+                         kvaudit("checksum", "-o", "json", other)["requests"])
+        # Swap two heads' data in place: the same shape now checksums differently.
+        c[name] = c[name].clone()
+        c[name][:, :, [0, 1]] = c[name][:, :, [1, 0]]
+        third = os.path.join(self.tmp.name, "swapped.safetensors")
+        kx.export_dump(third, self.m.config, c, self.reqs)
+        self.assertNotEqual(kvaudit("checksum", "-o", "json", self.path)["requests"],
+                            kvaudit("checksum", "-o", "json", third)["requests"])
+
+    def test_ambiguous_shape_is_refused(self):
+        """A shape two readings fit and no vLLM order breaks the tie
+        (tokens and heads of equal size, in neither of vLLM's orders) is
+        refused, naming both readings."""
+        m = Model("flashinfer", heads=16, block_size=16)
+        caches = m.rank_caches(0, {}, seed=3)
+        name = attn_name(0)
+        caches[name] = caches[name].permute(1, 0, 2, 3, 4)  # (2, blocks, 16, 16, dim) is FlashAttention's: read
+        kx.build_plan(m.config, caches)
+        caches[name] = caches[name].permute(0, 2, 1, 3, 4)  # (2, 16, blocks, 16, dim): no vLLM order
+        self.refused(m.config, caches, self.reqs, repr(name), "alike", "[2, 16, 12, 16, 64]", "strides")
 
     def test_strides_do_not_fit_shape(self):
         name = attn_name(0)
@@ -606,7 +759,8 @@ class TestRefusals(unittest.TestCase):
         m = Model("flash", page_size_padded=2 * 16 * 4 * 80 * 2)
         caches = m.rank_caches(0, {}, seed=0)
         m.attn_spec.page_size_padded = 2 * 16 * 4 * 96 * 2
-        self.refused(m.config, caches, self.reqs, repr(attn_name(0)), "page_size_padded of 24576 bytes")
+        self.refused(m.config, caches, self.reqs, repr(attn_name(0)), "page_size_padded 24576 bytes",
+                     "[2, 12, 16, 4, 80]", "strides [61440, 5120, 320, 80, 1]")
 
     def test_running_state_in_a_null_block(self):
         """mamba_cache_mode align: the running state is at position

@@ -148,7 +148,8 @@ def state_views(cache, spec):
 
 
 def allocate(kv_cache_config, backends, kernel_block_sizes, cache_layout="NHD", seed=0, fill=None,
-             device="cpu", raw_out=None, mamba_form="tensor", shared_layers=None, cache_dtype_str="auto"):
+             device="cpu", raw_out=None, mamba_form="tensor", shared_layers=None, cache_dtype_str="auto",
+             pad_form="widen"):
     """Returns layer name -> cache (a tensor; for a state layer its raw
     page view, or with mamba_form "list" the list of its state tensors)
     for kv_cache_config (SimpleNamespace like vLLM's KVCacheConfig),
@@ -156,7 +157,12 @@ def allocate(kv_cache_config, backends, kernel_block_sizes, cache_layout="NHD", 
     (group id -> tokens per kernel block), raw memory filled with noise
     (or with the byte fill), on device. shared_layers maps a KV-sharing
     layer (in no group) to the layer whose cache it reads. raw_out, a dict,
-    receives layer name -> its raw tensor."""
+    receives layer name -> its raw tensor. pad_form says how an attention
+    spec's page_size_padded is laid out: "widen" (v1/worker/gpu/attn_utils.py
+    at 001cabc1be16: the last axis widened to fill the page) or "stride"
+    (gpu_model_runner.py _reshape_kv_cache_tensors at 9aaf83ef5: the
+    physical first axis, the block's, strided by the padded page, the rest
+    contiguous)."""
     gen = torch.Generator().manual_seed(seed)
     raw = {}
     for t in kv_cache_config.kv_cache_tensors:
@@ -196,9 +202,15 @@ def allocate(kv_cache_config, backends, kernel_block_sizes, cache_layout="NHD", 
             k = spec.block_size // kbs
             shape = kv_cache_shape(backend, num_blocks * k, kbs, spec.num_kv_heads, spec.head_size,
                                    getattr(spec, "cache_dtype_str", None) or cache_dtype_str)
-            shape = padded_shape(shape, num_blocks * k, spec)
             order = stride_order(backend, cache_layout)
             inv = [order.index(i) for i in range(len(order))]
+            if pad_form == "stride" and getattr(spec, "page_size_padded", None) is not None:
+                physical = tuple(shape[i] for i in order)
+                strides = list(torch.empty(physical).stride())
+                strides[0] = spec.page_size_padded // esize(spec.dtype)
+                caches[name] = torch.as_strided(buf.view(spec.dtype), physical, strides).permute(*inv)
+                continue
+            shape = padded_shape(shape, num_blocks * k, spec)
             caches[name] = buf.view(spec.dtype).view(tuple(shape[i] for i in order)).permute(*inv)
     for name, target in (shared_layers or {}).items():
         caches[name] = caches[target]
@@ -302,3 +314,152 @@ def allocate_cross_layer(kv_cache_config, backend, kernel_block_size, cache_layo
         for name in t.shared_by:
             views[name] = typed[:, i].permute(*ours)
     return cross, views
+
+
+# ---------------------------------------------------------------------------
+# After the KV-cache layout refactor (RFC #42082): every layer a 4-D
+# [B, H, N, C] view of one flat int8 buffer. Paraphrased (not imported, not
+# copied) from vllm/v1/kv_cache_layout.py at vllm-project/vllm e78684ecbf33
+# (KVCacheLayout: each member a stride permutation of the logical axes
+# [L, B, H, N, C]) and from vllm/v1/kv_cache_interface.py as the fork
+# LingHangwangxianjiui/vllm carries it at 71bbe3910b5c (KVCacheTensor:
+# layer l's page of block b at offset + l * layer_stride + b * block_stride;
+# compute_layer_kv_cache_shape_bytes: (B, H, N, C) with C = (head_size +
+# head_size_v) * dtype size, one head and one state for a MambaSpec whose C
+# is its states' bytes unpadded; compute_layout_strides: strides built from
+# the innermost physical axis out, fixed layer and block strides, the page
+# padding applied where the page grid starts; create_kv_cache_views:
+# as_strided over the buffer at the tensor's offset, a view per layer, then
+# .view(spec.dtype) when the spec has one, MambaSpec not).
+
+REFACTOR_LAYOUTS = {  # KVCacheLayout members: physical order of the logical [L, B, H, N, C]
+    "LBHNC": (0, 1, 2, 3, 4), "LBNHC": (0, 1, 3, 2, 4), "LHBNC": (0, 2, 1, 3, 4),
+    "BLHNC": (1, 0, 2, 3, 4), "BLNHC": (1, 0, 3, 2, 4), "BHLNC": (1, 2, 0, 3, 4),
+}
+
+
+def is_mamba(spec):
+    return type(spec).__name__ == "MambaSpec"
+
+
+def content_bytes(spec):
+    """C of [B, H, N, C] in bytes (state_content_size_bytes)."""
+    if is_mamba(spec):
+        return sum(math.prod(s) * esize(d) for s, d in zip(spec.shapes, spec.dtypes))
+    if getattr(spec, "cache_dtype_str", None) == "fp8_ds_mla":
+        return FP8_DS_MLA_TOKEN_BYTES
+    hv = getattr(spec, "head_size_v", None)
+    hv = spec.head_size if hv is None else hv
+    return (spec.head_size + hv) * esize(spec.dtype)
+
+
+def refactor_page_bytes(spec):
+    heads = 1 if is_mamba(spec) else spec.num_kv_heads
+    tokens = 1 if is_mamba(spec) else spec.block_size
+    real = heads * tokens * content_bytes(spec)
+    return getattr(spec, "page_size_padded", None) or real
+
+
+def refactor_config(num_blocks, groups, layout="LBNHC", overlay=False, layers_per_tensor=None):
+    """A post-refactor KVCacheConfig: groups [(layer names, spec)]. Each
+    group's layers are one KVCacheTensor (or tensors of layers_per_tensor
+    layers): layer-outermost layouts give each layer a contiguous region
+    (layer_stride = page * num_blocks, block_stride = page), block-outermost
+    ones make each block all its layers' pages (layer_stride = page,
+    block_stride = layers * page). overlay: every group's tensors start at
+    offset 0 of one backing allocation, so layer l of each group shares its
+    bytes with layer l of the others (a hybrid model's groups overlaid; a
+    block id belongs to one group at a time)."""
+    order = REFACTOR_LAYOUTS[layout]
+    tensors, offset = [], 0
+    for names, spec in groups:
+        page = refactor_page_bytes(spec)
+        chunks = [names] if not layers_per_tensor else [names[i:i + layers_per_tensor]
+                                                       for i in range(0, len(names), layers_per_tensor)]
+        for chunk in chunks:
+            L = len(chunk)
+            if order[0] == 0:
+                ls, bs = page * num_blocks, page
+            else:
+                ls, bs = page, L * page
+            size = L * num_blocks * page
+            tensors.append(SimpleNamespace(size=size, layers=list(chunk), layer_stride=ls, block_stride=bs,
+                                           offset=0 if overlay else offset))
+            if not overlay:
+                offset += size
+    total = max(t.offset + t.size for t in tensors)
+    return SimpleNamespace(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_layout=layout, backing_size=total,
+                           kv_cache_groups=[SimpleNamespace(layer_names=list(n), kv_cache_spec=s) for n, s in groups])
+
+
+def refactor_views(raw, spec, num_blocks, layout, tensor, kernel_block_size=None):
+    """One [B, H, N, C] view per layer of tensor (the paraphrase of
+    create_kv_cache_views described above)."""
+    order = REFACTOR_LAYOUTS[layout]
+    mamba = is_mamba(spec)
+    kbs = spec.block_size if mamba or kernel_block_size is None else kernel_block_size
+    ratio = spec.block_size // kbs
+    L = len(tensor.layers)
+    shape = (L, num_blocks * ratio, 1 if mamba else spec.num_kv_heads, 1 if mamba else kbs, content_bytes(spec))
+    block_stride = tensor.block_stride
+    padded = getattr(spec, "page_size_padded", None)
+    if ratio > 1:
+        assert block_stride == math.prod(shape[2:]) * ratio, "kernel blocks need dense pages"
+        block_stride //= ratio
+    fixed = (tensor.layer_stride, block_stride, None, None, None)
+    grid_end = max(order.index(0), order.index(1)) + 1
+    strides, cur = [0] * 5, 1
+    for pos in reversed(range(5)):
+        dim = order[pos]
+        if padded is not None and pos == grid_end - 1:
+            cur = max(cur, padded)
+        strides[dim] = fixed[dim] or cur
+        cur = strides[dim] * shape[dim]
+    v5 = torch.as_strided(raw, shape, strides, raw.storage_offset() + tensor.offset)
+    dtype = None if mamba else spec.dtype
+    return [v5[i].view(dtype) if dtype is not None else v5[i] for i in range(L)]
+
+
+def allocate_refactor(kv_cache_config, kernel_block_sizes=None, seed=0, fill=None, device="cpu",
+                      shared_layers=None, raw_out=None):
+    """layer name -> its [B, H, N, C] view, raw memory noise (or fill),
+    KV-sharing layers bound to their target's view."""
+    gen = torch.Generator().manual_seed(seed)
+    size = kv_cache_config.backing_size
+    if fill is None:
+        raw = torch.randint(-128, 128, (size,), dtype=torch.int8, generator=gen)
+    else:
+        raw = torch.full((size,), fill, dtype=torch.int8)
+    raw = raw.to(device)
+    spec_of, gid_of = {}, {}
+    for gid, g in enumerate(kv_cache_config.kv_cache_groups):
+        for n in g.layer_names:
+            spec_of[n], gid_of[n] = g.kv_cache_spec, gid
+    caches = {}
+    for t in kv_cache_config.kv_cache_tensors:
+        spec = spec_of[t.layers[0]]
+        kbs = (kernel_block_sizes or {}).get(gid_of[t.layers[0]])
+        for name, view in zip(t.layers, refactor_views(raw, spec, kv_cache_config.num_blocks,
+                                                         kv_cache_config.kv_cache_layout, t, kbs)):
+            caches[name] = view
+    for name, target in (shared_layers or {}).items():
+        caches[name] = caches[target]
+    if raw_out is not None:
+        raw_out["backing"] = raw
+    return caches
+
+
+def refactor_write_token(cache, spec, kbs, block_id, token_in_block, local_head, cell):
+    """Writes one token's cell (K then V, or MLA's latent) of a local head
+    into its [B, H, N, C] view."""
+    k = spec.block_size // kbs
+    kb, kt = block_id * k + token_in_block // kbs, token_in_block % kbs
+    iv = cache.view(INT_OF[cache.element_size()])
+    c = torch.from_numpy(np.ascontiguousarray(cell).reshape(-1))
+    iv[kb, local_head, kt, :c.shape[0]] = c
+
+
+def refactor_flip(cache, spec, kbs, block_id, token_in_block, local_head, dim=0):
+    k = spec.block_size // kbs
+    kb, kt = block_id * k + token_in_block // kbs, token_in_block % kbs
+    cache.view(INT_OF[cache.element_size()])[kb, local_head, kt, dim] ^= 1

@@ -102,6 +102,11 @@ class KVCacheBlocks:
     def get_unhashed_block_ids(self):
         return list(self.ids[self.num_hashed:])
 
+    def new_empty(self):
+        """KVCacheBlocks.new_empty: no blocks in any group (what
+        MultiConnector hands the connectors it did not choose)."""
+        return KVCacheBlocks([])
+
 
 # ---------------------------------------------------------------------------
 # MultiConnector, as multi_connector.py combines its children.
@@ -128,9 +133,14 @@ class MultiConnectorStandin:
         return out
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        # The chosen child gets the blocks, the others empty blocks and 0.
         chosen = self.chosen.get(request.request_id, -1)
+        empty = blocks.new_empty()
         for i, c in enumerate(self.children):
-            c.update_state_after_alloc(request, blocks, num_external_tokens if i == chosen else 0)
+            if i == chosen:
+                c.update_state_after_alloc(request, blocks, num_external_tokens)
+            else:
+                c.update_state_after_alloc(request, empty, 0)
 
     def build_connector_meta(self, scheduler_output):
         return SimpleNamespace(metadata=tuple(c.build_connector_meta(scheduler_output) for c in self.children))
@@ -215,12 +225,19 @@ class NixlStandin:
         return 0, False
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
-        if num_external_tokens > 0:
-            p = request.kv_transfer_params
-            local = blocks.get_unhashed_block_ids()
-            self.loads[request.request_id] = True
-            self.to_load[request.request_id] = (local, p["remote_block_ids"][0][-len(local):],
-                                                p["remote_request_id"], p["remote_engine_id"])
+        p = request.kv_transfer_params
+        if not p:
+            return
+        if p.get("do_remote_prefill"):
+            if num_external_tokens > 0:
+                local = blocks.get_unhashed_block_ids()
+                self.loads[request.request_id] = True
+                self.to_load[request.request_id] = (local, p["remote_block_ids"][0][-len(local):],
+                                                    p["remote_request_id"], p["remote_engine_id"])
+            # As vLLM's NIXL scheduler does (nixl/scheduler.py at 9aaf83ef5):
+            # one transfer per request, the request's own params changed.
+            p["do_remote_prefill"] = False
+            p["_remote_blocks_processed"] = True
 
     def build_connector_meta(self, scheduler_output):
         meta = SimpleNamespace(loads=self.to_load, sends=dict(self.sends))
@@ -344,7 +361,7 @@ class Engine:
         return have
 
     def schedule(self):
-        scheduled = {}
+        scheduled, new_reqs = {}, []
         for req in list(self.waiting):
             if req.status == "WAITING_FOR_REMOTE_KVS":
                 if req.request_id not in self.finished_recving:
@@ -354,6 +371,10 @@ class Engine:
                 self.finished_recving.discard(req.request_id)
                 req.num_computed_tokens = len(req.prompt_token_ids) - 1
                 req.status = "WAITING"
+                # scheduler.py at 9aaf83ef5: every scheduled waiting request's
+                # blocks go to update_state_after_alloc, here with 0 external
+                # tokens (the load is done).
+                self.sched.update_state_after_alloc(req, KVCacheBlocks(self.blocks[req.request_id]), 0)
             else:
                 local_tokens, local_blocks = self.prefix.get(req.request_id, (0, []))
                 self.blocks[req.request_id] = list(local_blocks)
@@ -365,8 +386,15 @@ class Engine:
                     req.status = "WAITING_FOR_REMOTE_KVS"
                     continue
             scheduled[req.request_id] = (req.num_computed_tokens, len(req.prompt_token_ids))
+            new_reqs.append(SimpleNamespace(req_id=req.request_id, block_ids=(list(self.blocks[req.request_id]),),
+                                            num_computed_tokens=req.num_computed_tokens,
+                                            prompt_token_ids=list(req.prompt_token_ids)))
             self.waiting.remove(req)
-        so = SimpleNamespace(finished_req_ids=set(self.finished_req_ids), num_scheduled_tokens=scheduled)
+        # SchedulerOutput: scheduled_new_reqs are NewRequestData (req_id,
+        # block_ids per group, num_computed_tokens, ...) of the requests
+        # scheduled for the first time, a loaded request among them.
+        so = SimpleNamespace(finished_req_ids=set(self.finished_req_ids), num_scheduled_tokens=scheduled,
+                             scheduled_new_reqs=new_reqs)
         so.kv_connector_metadata = self.sched.build_connector_meta(so)
         self.finished_req_ids = set()
         return so

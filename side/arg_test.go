@@ -1,0 +1,35 @@
+package side
+
+import (
+	"testing"
+
+	"github.com/kvaudit/kvaudit/wire"
+)
+
+// TestPayloadText: real payloads (either form), their JSON and a
+// truncated payload are payload text; mistyped paths and words are not.
+func TestPayloadText(t *testing.T) {
+	var yes []string
+	for _, form := range []wire.PayloadForm{wire.FormNested, wire.FormFlat} {
+		p := &wire.Payload{Form: form, NumTokens: 40, Groups: []wire.PayloadGroup{{ID: 0, Fingerprint: 7, Values: []uint64{1, 2, 3}}}}
+		if form == wire.FormNested {
+			p.TPSize, p.Groups[0].BlockSize = 1, 16
+		}
+		s, err := wire.EncodePayloadBase64(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		yes = append(yes, s, s[:len(s)-5], " "+s+"\n")
+	}
+	yes = append(yes, `{"kv_checksums": null}`)
+	for _, s := range yes {
+		if !payloadText(s) {
+			t.Errorf("%q: not taken as payload text", s)
+		}
+	}
+	for _, s := range []string{"producerdumps", "consumer", "out/consumer", "kv", "", "prodcuer/rank-0-0.safetensors", "kvdump-extra", "kOVidmVyaWZpZWQ="} {
+		if payloadText(s) {
+			t.Errorf("%q: taken as payload text", s)
+		}
+	}
+}
