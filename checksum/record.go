@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -54,7 +55,7 @@ func (o Options) engine() Engine {
 // (request numbering depends only on the position), so it is read once:
 // the later requests' slots are listed in Plan.Copies instead of getting
 // rows. A plan that would still read more than MaxReadFactor times the
-// cell bytes its caches hold is refused with a *layout.DumpError naming
+// cell bytes its caches hold is refused with a *parse.Error (parse.Dump) naming
 // the dump (docs/spec.md §10).
 func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 	m := d.Manifest
@@ -112,7 +113,7 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 			}
 			span, status, err := layout.RequestSpan(r, g.Group)
 			if err != nil {
-				return nil, nil, &layout.DumpError{File: d.Path, Field: fmt.Sprintf("requests[%d]", ri), Err: err}
+				return nil, nil, &parse.Error{Format: parse.Dump, File: d.Path, Field: fmt.Sprintf("requests[%d]", ri), Err: err}
 			}
 			if status != layout.SpanOK {
 				continue
@@ -217,7 +218,7 @@ const MaxReadFactor = 4
 
 // ReadCapError is a manifest whose block tables would make kvaudit read
 // more than MaxReadFactor times the cells its caches hold (NewPlan wraps
-// it in a *layout.DumpError naming the manifest's file and its
+// it in a *parse.Error (parse.Dump) naming the manifest's file and its
 // "requests").
 type ReadCapError struct {
 	// Read is the cell bytes the plan would read; Held the cell bytes of
@@ -246,7 +247,7 @@ func (p *Plan) checkReads() error {
 		held += int64(p.Dump.Manifest.NumBlocks) * t.Cache.Cells.BlockBytes()
 	}
 	if read := p.Bytes(); read > MaxReadFactor*held {
-		return &layout.DumpError{File: manifestFile(p.Dump), Field: "requests", Err: &ReadCapError{Read: read, Held: held}}
+		return &parse.Error{Format: parse.Dump, File: manifestFile(p.Dump), Field: "requests", Err: &ReadCapError{Read: read, Held: held}}
 	}
 	return nil
 }
