@@ -285,8 +285,13 @@ class KvauditConnector(KVConnectorBase_V1, SupportsHMA):
         self._written = set()  # producer requests dumped (or given up), not yet reported
         self._finished_seen = set()
         if not self.is_scheduler and extra.get("nixl_log"):
+            # lease_s: the producer's lease as the NIXL connector's
+            # kv_lease_duration gives it (vLLM 9aaf83ef5: default 30 s,
+            # renewed by the consumer's "HB:" notifications); MultiConnector
+            # shows this connector only its own config, so it is an option.
             self._guard("installing the NIXL recorder", None, lambda: nixl_log.install(
-                os.path.join(self.dump_dir, "nixl"), strip_request_suffix=self.strip_suffix))
+                os.path.join(self.dump_dir, "nixl"), strip_request_suffix=self.strip_suffix,
+                lease_s=extra.get("lease_s"), engine_id=_get(ktc, "engine_id", None)))
 
     # ------------------------------------------------------------------
     # Failures: logged once per kind, counted, never raised.
