@@ -39,6 +39,10 @@ type Plan struct {
 	// §14) in out[2*Outputs+slot], in the same pass. out then holds
 	// 3*Outputs values (the slopes' third unused without Slopes).
 	Mix bool
+	// MixKey is the run key of the mix check (docs/spec.md §14; 0, the
+	// published key, for what is stored or sent): every engine that fills
+	// Mix keys each slice's words with MixKeyOf(MixKey, s, j).
+	MixKey uint64
 	// Progress, when set, is called with the cell bytes done since its
 	// last call. It may be called from several goroutines at once.
 	Progress func(bytes int64)

@@ -99,7 +99,7 @@ func (f Fast) runPlans(ctx context.Context, plans []*Plan, outs [][]uint64) erro
 			} else {
 				order = blockOrder(t.Rows)
 			}
-			jobs = append(jobs, job{task: t, order: order, walk: newWalk(t.Cache), plan: p, pi: pi})
+			jobs = append(jobs, job{task: t, order: order, walk: newWalk(t.Cache, p.MixKey), plan: p, pi: pi})
 			total += int64(len(t.Rows)) * jobs[len(jobs)-1].walk.rowBytes
 			maxHeads = max(maxHeads, t.Cache.Cells.Heads)
 		}

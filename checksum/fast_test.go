@@ -63,6 +63,13 @@ func checkAgainstReference(t interface {
 	for _, extra := range []bool{false, true} {
 		q := *p
 		q.Slopes, q.Mix = extra, extra
+		if extra {
+			// Every other call under a run key of its own (docs/spec.md
+			// §14): the engines key each slice alike.
+			if n := referenceCalls.Add(1); n%2 == 0 {
+				q.MixKey = 0x5bd1e995<<32 ^ uint64(n)*MixGamma
+			}
+		}
 		n := q.Outputs
 		if extra {
 			n = 3 * q.Outputs
@@ -86,6 +93,9 @@ func checkAgainstReference(t interface {
 		}
 	}
 }
+
+// referenceCalls counts checkAgainstReference's plans with the mix check.
+var referenceCalls atomic.Uint64
 
 // planDumps synthesizes cfg, opens every rank and returns its plans.
 func planDumps(t testing.TB, cfg synth.Config) []*Plan {
@@ -452,7 +462,7 @@ func TestFastMatchesReferenceRapid(t *testing.T) {
 		rng := rand.New(rand.NewPCG(rapid.Uint64().Draw(t, "seed"), 1))
 		caches := rapid.IntRange(1, 3).Draw(t, "caches")
 		outputs := rapid.IntRange(1, 4).Draw(t, "outputs")
-		p := &Plan{Outputs: outputs}
+		p := &Plan{Outputs: outputs, Mix: true, MixKey: rapid.SampledFrom([]uint64{PublishedMixKey, rapid.Uint64().Draw(t, "key")}).Draw(t, "mix key")}
 		for ci := range caches {
 			v := genView(t)
 			blocks := rapid.IntRange(1, 4).Draw(t, "blocks")
@@ -473,20 +483,20 @@ func TestFastMatchesReferenceRapid(t *testing.T) {
 			}
 			p.Tasks = append(p.Tasks, Task{Cache: c, Rows: rows})
 		}
-		want := make([]uint64, outputs)
+		want := make([]uint64, 3*outputs)
 		if err := (Reference{}).Run(context.Background(), p, want); err != nil {
 			t.Fatal(err)
 		}
 		f := Fast{Threads: rapid.IntRange(1, 4).Draw(t, "threads"), ChunkBytes: int64(rapid.IntRange(0, 5000).Draw(t, "chunk"))}
 		simd := rapid.Bool().Draw(t, "simd")
-		got := make([]uint64, outputs)
+		got := make([]uint64, 3*outputs)
 		var err error
 		withSIMD(simd, func() { err = f.Run(context.Background(), p, got) })
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(got, want) {
-			t.Fatalf("fast %+v %s:\n got %x\nwant %x", f, kernelName(simd), got, want)
+			t.Fatalf("fast %+v %s, mix key %#x:\n got %x\nwant %x", f, kernelName(simd), p.MixKey, got, want)
 		}
 	})
 }
@@ -499,7 +509,7 @@ func TestFastBlockAllocs(t *testing.T) {
 		c := memCache(v, 3, 1, 0, rng)
 		for _, simd := range kernels() {
 			withSIMD(simd, func() {
-				k := newWalk(c)
+				k := newWalk(c, 0)
 				s := newScratch(v.Heads)
 				row := Row{Block: 2, FirstToken: 5, Valid: v.KernelBlocks * v.KernelTokens}
 				if n := testing.AllocsPerRun(100, func() { s.block(k, &row) }); n != 0 {

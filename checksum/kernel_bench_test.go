@@ -79,7 +79,7 @@ func BenchmarkStateKernels(b *testing.B) {
 				name += "+mix"
 			}
 			b.Run(name, func(b *testing.B) {
-				k := newWalk(c)
+				k := newWalk(c, 0)
 				s := newScratch(heads)
 				s.mixOn = mix
 				b.SetBytes(int64(blocks * heads * shape.cell))

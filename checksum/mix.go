@@ -37,7 +37,27 @@ func fmix64(z uint64) uint64 {
 // state group without a TP split). Keys are distinct for s < 2^32 and
 // j < 2^31.
 func MixKey(s, j uint64) uint64 {
-	return MixGamma*(s<<32+fmix64(s+1)>>33) + j*MixGamma
+	return MixKeyOf(PublishedMixKey, s, j)
+}
+
+// PublishedMixKey is the run key 0, under which MixKeyOf is MixKey: the
+// published key, that records, payloads and checksum -o json carry (a
+// check computed elsewhere, later, must be computed under it). A pattern
+// precomputed against it can cancel in vLLM's checksum and the mix check
+// both; a random run key (when kvaudit computes both sides itself) leaves
+// none (docs/spec.md §14).
+const PublishedMixKey uint64 = 0
+
+// MixKeyOf returns the key of word j of slice s under the run key k
+// (docs/spec.md §14):
+// MixGamma * (s*2^32 + r_k(s) + j) + fmix64(k) mod 2^64 with
+// r_k(s) = fmix64((s+1) ^ k) >> 33. Under k = PublishedMixKey it is
+// MixKey (fmix64(0) = 0). For every k, keys are distinct for s < 2^32 and
+// j < 2^31 (an odd multiple, then a translation), and consecutive words of
+// a slice have keys MixGamma apart, so the engines' kernels step keys as
+// they do under the published key: only each slice's word-0 key changes.
+func MixKeyOf(k, s, j uint64) uint64 {
+	return MixGamma*(s<<32+fmix64((s+1)^k)>>33) + j*MixGamma + fmix64(k)
 }
 
 // Mix is the mix check's bijection of uint64: four rounds

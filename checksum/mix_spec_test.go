@@ -39,6 +39,15 @@ func refKey(s, j uint64) uint64 {
 	return mod64(v.Mul(v, new(big.Int).SetUint64(0x9e3779b97f4a7c15))).Uint64()
 }
 
+// refKeyOf is K_k(s, j) = G * (s*2^32 + r_k(s) + j) + fmix64(k) mod 2^64,
+// r_k(s) = fmix64((s+1) xor k) >> 33: the key under the run key k.
+func refKeyOf(k, s, j uint64) uint64 {
+	v := new(big.Int).Lsh(new(big.Int).SetUint64(s), 32)
+	v.Add(v, new(big.Int).SetUint64(refFmix64((s+1)^k)>>33)).Add(v, new(big.Int).SetUint64(j))
+	v.Mul(v, new(big.Int).SetUint64(0x9e3779b97f4a7c15))
+	return mod64(v.Add(v, new(big.Int).SetUint64(refFmix64(k)))).Uint64()
+}
+
 // refMix is Mix on the halves: a round maps (lo, hi) to
 // (lo ^ lo(lo*D), hi ^ hi(lo*D)); rotl(z, 32) swaps them; z ^= z >> 32 is
 // lo ^= hi.
@@ -84,6 +93,13 @@ func TestMixMatchesIndependent(t *testing.T) {
 		s, j := x>>32, x&(1<<31-1)
 		if got, want := checksum.MixKey(s, j), refKey(s, j); got != want {
 			t.Fatalf("MixKey(%d, %d) = %#x, want %#x", s, j, got, want)
+		}
+		if got := checksum.MixKeyOf(checksum.PublishedMixKey, s, j); got != refKey(s, j) {
+			t.Fatalf("MixKeyOf(published, %d, %d) = %#x, want %#x", s, j, got, refKey(s, j))
+		}
+		k := r.Uint64()
+		if got, want := checksum.MixKeyOf(k, s, j), refKeyOf(k, s, j); got != want {
+			t.Fatalf("MixKeyOf(%#x, %d, %d) = %#x, want %#x", k, s, j, got, want)
 		}
 		if got, want := checksum.Mix(x), refMix(x); got != want {
 			t.Fatalf("Mix(%#x) = %#x, want %#x", x, got, want)
@@ -188,6 +204,68 @@ func TestMixSpecDocEngines(t *testing.T) {
 		}
 		if got := out[2*plan.Outputs:]; !slices.Equal(got, v.mix) || !slices.Equal(out[:plan.Outputs], v.checksums) {
 			t.Errorf("%s engine: checks %x, mix %x; want %x, %x", e.Name(), out[:plan.Outputs], got, v.checksums, v.mix)
+		}
+	}
+}
+
+var mixKeyed = regexp.MustCompile("run key `k = (0x[0-9a-f]{16})`, `K_k\\(0, 0\\) = (0x[0-9a-f]{16})`, and the mix checks are `v_k\\(0\\) = (0x[0-9a-f]{16})`, `v_k\\(1\\) = (0x[0-9a-f]{16})`")
+
+// TestMixSpecDocKeyed: docs/spec.md §14's example under a run key, from
+// the independent implementation (refKeyOf) and from every engine
+// (Plan.MixKey), which differ from the published key's.
+func TestMixSpecDocKeyed(t *testing.T) {
+	sec := mixSpecSection(t)
+	m := mixKeyed.FindStringSubmatch(strings.Join(strings.Fields(sec), " "))
+	if m == nil {
+		t.Fatalf("%s: the mix check's example gives no run key's checks", specDoc)
+	}
+	var doc [4]uint64
+	for i := range doc {
+		x, err := layout.ParseHex64(m[i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc[i] = x
+	}
+	k := doc[0]
+	v := readGolden(t)
+	W := v.cellBytes / 8
+	want := make([]uint64, 2)
+	for pos := range want {
+		for L := range 2 {
+			for h := range 2 {
+				for tok := pos * v.blockSize; tok < min((pos+1)*v.blockSize, v.numTokens); tok++ {
+					for p := range W {
+						want[pos] += refMix(goldenPiece(L, h, tok, p) ^ refKeyOf(k, uint64(L*65536+h), uint64(tok*W+p)))
+					}
+				}
+			}
+		}
+	}
+	if refKeyOf(k, 0, 0) != doc[1] || !slices.Equal(want, doc[2:]) {
+		t.Errorf("the document says K_k(0, 0) = %#x, v_k = %x; the definition gives %#x, %x", doc[1], doc[2:], refKeyOf(k, 0, 0), want)
+	}
+	if slices.Equal(want, v.mix) {
+		t.Fatalf("the run key's checks are the published key's: %x", want)
+	}
+	path := writeGoldenDump(t, v)
+	d, err := layout.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, e := range []checksum.Engine{checksum.Reference{}, checksum.Fast{}, checksum.Fast{Threads: 2, ChunkBytes: 1}} {
+		plan, _, err := checksum.NewPlan(d, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan.Slopes, plan.Mix, plan.MixKey = true, true, k
+		out := make([]uint64, 3*plan.Outputs)
+		if err := e.Run(context.Background(), plan, out); err != nil {
+			t.Fatal(err)
+		}
+		if got := out[2*plan.Outputs:]; !slices.Equal(got, want) || !slices.Equal(out[:plan.Outputs], v.checksums) {
+			t.Errorf("%s engine under key %#x: checks %x, mix %x; want %x, %x", e.Name(), k, out[:plan.Outputs], got, v.checksums, want)
 		}
 	}
 }

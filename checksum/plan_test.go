@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -206,10 +207,10 @@ func TestNewPlanReadCap(t *testing.T) {
 	}
 	rewriteManifest(t, paths[0], requests(true))
 	_, _, err = checksum.NewPlan(open(), nil)
-	var de *layout.DumpError
+	de := parse.As(err, parse.Dump)
 	var ce *checksum.ReadCapError
-	if manifest := filepath.Join(paths[0], "manifest.json"); !errors.As(err, &de) || !errors.As(err, &ce) || de.File != manifest || de.Field != "requests" {
-		t.Fatalf("12 requests reading block 1 at 12 positions: %v, want a *ReadCapError in a *layout.DumpError naming %q", err, manifest)
+	if manifest := filepath.Join(paths[0], "manifest.json"); de == nil || !errors.As(err, &ce) || de.File != manifest || de.Field != "requests" {
+		t.Fatalf("12 requests reading block 1 at 12 positions: %v, want a *ReadCapError in a *parse.Error (parse.Dump) naming %q", err, manifest)
 	}
 	// tiny: 2 layers, 2 heads, 16-byte cells, 2-token blocks, 2 blocks.
 	if held := int64(2 * 2 * 2 * 2 * 16); ce.Held != held || ce.Read != 12*held/2 {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -27,6 +28,10 @@ type Options struct {
 	// ValuesBlock) from every engine. A SlopeEngine gives them in the same
 	// pass regardless; another engine then runs a block-numbered plan too.
 	BlockValues bool
+	// MixKey is the run key of the mix check (Plan.MixKey): 0, the
+	// published key, for records and payloads that are stored or sent; a
+	// random one when the caller computes both sides it compares.
+	MixKey uint64
 }
 
 func (o Options) engine() Engine {
@@ -50,7 +55,7 @@ func (o Options) engine() Engine {
 // (request numbering depends only on the position), so it is read once:
 // the later requests' slots are listed in Plan.Copies instead of getting
 // rows. A plan that would still read more than MaxReadFactor times the
-// cell bytes its caches hold is refused with a *layout.DumpError naming
+// cell bytes its caches hold is refused with a *parse.Error (parse.Dump) naming
 // the dump (docs/spec.md §10).
 func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 	m := d.Manifest
@@ -108,7 +113,7 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 			}
 			span, status, err := layout.RequestSpan(r, g.Group)
 			if err != nil {
-				return nil, nil, &layout.DumpError{File: d.Path, Field: fmt.Sprintf("requests[%d]", ri), Err: err}
+				return nil, nil, &parse.Error{Format: parse.Dump, File: d.Path, Field: fmt.Sprintf("requests[%d]", ri), Err: err}
 			}
 			if status != layout.SpanOK {
 				continue
@@ -213,7 +218,7 @@ const MaxReadFactor = 4
 
 // ReadCapError is a manifest whose block tables would make kvaudit read
 // more than MaxReadFactor times the cells its caches hold (NewPlan wraps
-// it in a *layout.DumpError naming the manifest's file and its
+// it in a *parse.Error (parse.Dump) naming the manifest's file and its
 // "requests").
 type ReadCapError struct {
 	// Read is the cell bytes the plan would read; Held the cell bytes of
@@ -242,7 +247,7 @@ func (p *Plan) checkReads() error {
 		held += int64(p.Dump.Manifest.NumBlocks) * t.Cache.Cells.BlockBytes()
 	}
 	if read := p.Bytes(); read > MaxReadFactor*held {
-		return &layout.DumpError{File: manifestFile(p.Dump), Field: "requests", Err: &ReadCapError{Read: read, Held: held}}
+		return &parse.Error{Format: parse.Dump, File: manifestFile(p.Dump), Field: "requests", Err: &ReadCapError{Read: read, Held: held}}
 	}
 	return nil
 }
@@ -285,6 +290,7 @@ func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*wire.Record
 	// (§14), from the engines that can.
 	plan.Slopes = engineSlopes(eng)
 	plan.Mix = EngineMixes(eng)
+	plan.MixKey = opts.MixKey
 	out := make([]uint64, plan.Outputs)
 	if plan.Slopes || plan.Mix {
 		out = make([]uint64, 3*plan.Outputs)
@@ -378,7 +384,7 @@ func (f Fast) records(ctx context.Context, dumps []*layout.Dump, opts Options) (
 		if plans[i], recs[i], err = NewPlan(dumps[i], opts.Requests); err != nil {
 			return err
 		}
-		plans[i].Progress, plans[i].Slopes, plans[i].Mix = opts.Progress, f.Slopes(), f.Mixes()
+		plans[i].Progress, plans[i].Slopes, plans[i].Mix, plans[i].MixKey = opts.Progress, f.Slopes(), f.Mixes(), opts.MixKey
 		outs[i] = make([]uint64, 3*plans[i].Outputs)
 		return nil
 	})

@@ -33,7 +33,7 @@ func (Reference) Run(ctx context.Context, p *Plan, out []uint64) error {
 		c := task.Cache
 		err := layout.Guard(c.Cells.File, func() error {
 			for _, row := range task.Rows {
-				v, slope, mix := referenceRow(c, row)
+				v, slope, mix := referenceRow(c, row, p.MixKey)
 				out[row.Out] += v
 				if p.Slopes {
 					out[p.Outputs+row.Out] += slope
@@ -59,7 +59,7 @@ func (Reference) Run(ctx context.Context, p *Plan, out []uint64) error {
 // of the token at request position t. Pieces are little-endian unsigned
 // integers of the view's piece width, zero-extended.
 func ReferenceBlock(c *layout.LayerView, row Row) uint64 {
-	v, _, _ := referenceRow(c, row)
+	v, _, _ := referenceRow(c, row, PublishedMixKey)
 	return v
 }
 
@@ -69,9 +69,9 @@ func ReferenceBlock(c *layout.LayerView, row Row) uint64 {
 // conversion between numberings) and its mix check (docs/spec.md §14):
 // the sum over heads, valid tokens and 8-byte words x of each cell (its
 // bytes in logical order, the last word zero-padded) of
-// Mix(x ^ MixKey(layer*65536 + head, j)), j = t*W + p for word p of the
+// Mix(x ^ MixKeyOf(mixKey, layer*65536 + head, j)), j = t*W + p for word p of the
 // token at request position t, W the words of a cell.
-func referenceRow(c *layout.LayerView, row Row) (block, slope, mix uint64) {
+func referenceRow(c *layout.LayerView, row Row, mixKey uint64) (block, slope, mix uint64) {
 	P := uint64(c.Pieces)
 	w := uint64(c.Cells.Width())
 	W := uint64(cellWords(c))
@@ -92,7 +92,7 @@ func referenceRow(c *layout.LayerView, row Row) (block, slope, mix uint64) {
 			for p := uint64(0); p < W; p++ {
 				x := binary.LittleEndian.Uint64(cell[8*p:])
 				j := uint64(row.FirstToken+int64(t))*W + p
-				mix += Mix(x ^ MixKey(MixSlice(c, c.HeadBase+h), j))
+				mix += Mix(x ^ MixKeyOf(mixKey, MixSlice(c, c.HeadBase+h), j))
 			}
 		}
 		m := c.Factor(c.HeadBase + h)

@@ -37,8 +37,8 @@ type walk struct {
 	stateSIMD bool
 	// m is the slice factor of each local head.
 	m []uint64
-	// keys is each local head's mix key of its word 0, MixKey(s, 0)
-	// (docs/spec.md §14); W the mix words of a cell.
+	// keys is each local head's mix key of its word 0 under the plan's
+	// run key, MixKeyOf(Plan.MixKey, s, 0) (docs/spec.md §14); W the mix words of a cell.
 	keys []uint64
 	W    uint64
 	// mixInRuns: the mix words are the pieces the runs hold (8-byte
@@ -58,7 +58,7 @@ type walkRun struct {
 	aligned bool // q and n are whole pieces
 }
 
-func newWalk(c *layout.LayerView) *walk {
+func newWalk(c *layout.LayerView, mixKey uint64) *walk {
 	v := &c.Cells
 	k := &walk{v: v, w: v.Width(), P: uint64(c.Pieces)}
 	k.simd = useSIMD && k.w == 8
@@ -98,7 +98,7 @@ func newWalk(c *layout.LayerView) *walk {
 	k.keys = make([]uint64, H)
 	for h := range H {
 		k.m[h] = c.Factor(c.HeadBase + h)
-		k.keys[h] = MixKey(MixSlice(c, c.HeadBase+h), 0)
+		k.keys[h] = MixKeyOf(mixKey, MixSlice(c, c.HeadBase+h), 0)
 	}
 	k.W = uint64(cellWords(c))
 	k.mixInRuns = k.w == 8

@@ -3,6 +3,7 @@ package inject
 import (
 	"cmp"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"maps"
 	"math/rand/v2"
 	"path/filepath"
@@ -159,7 +160,7 @@ func refuseDevice(dumps []*layout.Dump) error {
 		for gi, g := range d.Manifest.Groups {
 			for li, l := range g.Layers {
 				if l.Source != nil && l.Source.CUDAIPC != "" {
-					return &layout.DumpError{File: d.Path, Field: fmt.Sprintf("groups[%d].layers[%d].source.cuda_ipc", gi, li),
+					return &parse.Error{Format: parse.Dump, File: d.Path, Field: fmt.Sprintf("groups[%d].layers[%d].source.cuda_ipc", gi, li),
 						Err: fmt.Errorf("layer %q lives in device memory: inject corrupts copies of dump files, so it needs a dump written to files (a cuda_ipc source cannot be copied)", l.Name)}
 				}
 			}

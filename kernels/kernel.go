@@ -115,6 +115,9 @@ type JobOptions struct {
 	InPlace bool
 	Base    uint64
 	Mode    Mode
+	// MixKey is the mix check's run key (checksum.Plan.MixKey): MixKeys
+	// are keyed by it.
+	MixKey uint64
 }
 
 // Span is a byte range of a kernel row that the kernel reads, relative to
@@ -140,7 +143,8 @@ type Job struct {
 	// each piece (or, with Kernel.Gather, of each byte) in logical order.
 	Offsets []int64
 	// MixKeys holds the mix check's key of word 0 of each local head's
-	// slice, checksum.MixKey(s, 0) (docs/spec.md §14), and ByteOffsets the
+	// slice under the run key, checksum.MixKeyOf(JobOptions.MixKey, s, 0)
+	// (docs/spec.md §14), and ByteOffsets the
 	// offset of each byte of a cell in logical order (what the mix check's
 	// word pass of 2- and 4-byte pieces reads). The CUDA kernel does not
 	// use them yet (kernels/README.md); the model does.
@@ -189,7 +193,7 @@ func NewJob(c *layout.LayerView, rows []checksum.Row, o JobOptions) (*Job, error
 	j.MixKeys = make([]uint64, v.Heads)
 	for h := range v.Heads {
 		j.Factors[h] = c.Factor(c.HeadBase + h)
-		j.MixKeys[h] = checksum.MixKey(checksum.MixSlice(c, c.HeadBase+h), 0)
+		j.MixKeys[h] = checksum.MixKeyOf(o.MixKey, checksum.MixSlice(c, c.HeadBase+h), 0)
 	}
 	// Byte b of a cell's logical bytes lies at byteOff[b] from its address,
 	// in run runOf[b].

@@ -55,7 +55,7 @@ func (m Model) Run(ctx context.Context, p *checksum.Plan, out []uint64) error {
 		if len(c.Cells.Data) > 0 {
 			base = uint64(c.Cells.FileOffset) // the alignment a device copy of the file would have
 		}
-		j, err := NewJob(c, t.Rows, JobOptions{InPlace: m.InPlace, Base: base, Mode: m.Mode})
+		j, err := NewJob(c, t.Rows, JobOptions{InPlace: m.InPlace, Base: base, Mode: m.Mode, MixKey: p.MixKey})
 		if err != nil {
 			return err
 		}

@@ -147,6 +147,12 @@ func TestModelRandomGeometry(t *testing.T) {
 		if got, want := runMix(rt, m, c.Plan()), runMix(rt, checksum.Reference{}, c.Plan()); !slices.Equal(got, want) {
 			rt.Fatalf("%+v, with the mix check:\n got %x\nwant %x", m, got, want)
 		}
+		// Under a random run key (docs/spec.md §14), as the reference.
+		keyed := c.Plan()
+		keyed.MixKey = rapid.Uint64().Draw(rt, "mix key")
+		if got, want := runMix(rt, m, keyed), runMix(rt, checksum.Reference{}, keyed); !slices.Equal(got, want) {
+			rt.Fatalf("%+v, with the mix check under key %#x:\n got %x\nwant %x", m, keyed.MixKey, got, want)
+		}
 	})
 }
 

@@ -2,6 +2,7 @@ package layout_test
 
 import (
 	"errors"
+	"github.com/kvaudit/kvaudit/parse"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,8 +70,8 @@ func TestEmbeddedDumpReadsOnlyItself(t *testing.T) {
 			}
 			continue
 		}
-		var de *layout.DumpError
-		if !errors.As(err, &de) || de.Field != "groups[0].layers[0]"+c.field || !strings.Contains(err.Error(), "a .safetensors dump reads only its own tensors") {
+		de := parse.As(err, parse.Dump)
+		if de == nil || de.Field != "groups[0].layers[0]"+c.field || !strings.Contains(err.Error(), "a .safetensors dump reads only its own tensors") {
 			t.Errorf("%s: got %v, want a refusal naming groups[0].layers[0]%s", c.name, err, c.field)
 		}
 		if d != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"io"
 	"io/fs"
 	"math"
@@ -34,23 +35,6 @@ type Dump struct {
 	metadata map[string]string
 }
 
-// DumpError is a dump that cannot be opened: the file, the field and what is
-// wrong.
-type DumpError struct {
-	File  string
-	Field string
-	Err   error
-}
-
-func (e *DumpError) Error() string {
-	if e.Field == "" {
-		return fmt.Sprintf("dump %q: %v", e.File, e.Err)
-	}
-	return fmt.Sprintf("dump %q: %s: %v", e.File, e.Field, e.Err)
-}
-
-func (e *DumpError) Unwrap() error { return e.Err }
-
 // isDump reports whether path is a dump: a .safetensors file or a
 // directory holding manifest.json.
 func isDump(path string) bool {
@@ -72,14 +56,14 @@ func isDump(path string) bool {
 // A dump is untrusted input: every file a directory's manifest names must
 // be a regular file that resolves, after symlinks, inside the directory
 // (no absolute path, no "..", no symlink leading out of it); a .safetensors
-// dump reads only its own file. Anything else is a *DumpError naming the
+// dump reads only its own file. Anything else is a *parse.Error (parse.Dump) naming the
 // manifest and the field, and nothing outside is opened. FIFOs and devices
 // are refused without blocking; manifest.json is read only up to
 // MaxManifestSize.
 func Open(path string) (*Dump, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, &DumpError{File: path, Err: err}
+		return nil, &parse.Error{Format: parse.Dump, File: path, Err: err}
 	}
 	o := &opener{d: &Dump{Path: path}, files: map[string]*Safetensors{}, raws: map[string]*Mapping{}}
 	ok := false
@@ -124,7 +108,7 @@ func (o *opener) readManifestFile(path string) error {
 	o.manifestFile = filepath.Join(path, "manifest.json")
 	root, err := os.OpenRoot(path)
 	if err != nil {
-		return &DumpError{File: path, Err: err}
+		return &parse.Error{Format: parse.Dump, File: path, Err: err}
 	}
 	o.root = root
 	f, fi, err := openRegular(root, "manifest.json", o.manifestFile)
@@ -133,7 +117,7 @@ func (o *opener) readManifestFile(path string) error {
 		if errors.As(err, &re) {
 			return err
 		}
-		return &DumpError{File: path, Err: fmt.Errorf("not a dump: %w", err)}
+		return &parse.Error{Format: parse.Dump, File: path, Err: fmt.Errorf("not a dump: %w", err)}
 	}
 	data, err := readCapped(f, fi.Size(), o.manifestFile, MaxManifestSize, "manifest")
 	f.Close()
@@ -159,7 +143,7 @@ func (o *opener) readEmbeddedManifest(path string) error {
 	o.d.metadata = embedded.Metadata
 	text, ok := embedded.Metadata[MetadataKey]
 	if !ok {
-		return &DumpError{File: path, Field: "__metadata__", Err: fmt.Errorf("no %q key: not a kvaudit dump (a dump directory holds manifest.json)", MetadataKey)}
+		return &parse.Error{Format: parse.Dump, File: path, Field: "__metadata__", Err: fmt.Errorf("no %q key: not a kvaudit dump (a dump directory holds manifest.json)", MetadataKey)}
 	}
 	o.d.Manifest, err = ParseManifest(path, []byte(text))
 	return err
@@ -171,8 +155,7 @@ func (o *opener) resolveGroups() error {
 	for gi := range m.Groups {
 		gv, err := resolveGroup(m, gi, o.tensor)
 		if err != nil {
-			var me *ManifestError
-			if errors.As(err, &me) && me.File == "" {
+			if me := parse.As(err, parse.Manifest); me != nil && me.File == "" {
 				me.File = o.manifestFile
 			}
 			return err
@@ -263,11 +246,10 @@ func (o *opener) tensor(gf string, g *Group, l *Layer) (opened, string, error) {
 	li := slices.IndexFunc(g.Layers, func(x Layer) bool { return x.Name == l.Name })
 	field := fmt.Sprintf("%s.layers[%d]", gf, li)
 	fail := func(f string, err error) (opened, string, error) {
-		var se *SafetensorsError
-		if errors.As(err, &se) {
+		if parse.As(err, parse.Safetensors) != nil {
 			return opened{}, "", err
 		}
-		return opened{}, "", &DumpError{File: o.manifestFile, Field: f, Err: fmt.Errorf("layer %q: %w", l.Name, err)}
+		return opened{}, "", &parse.Error{Format: parse.Dump, File: o.manifestFile, Field: f, Err: fmt.Errorf("layer %q: %w", l.Name, err)}
 	}
 	t, sub, err := o.tensorBytes(l)
 	if err != nil {
@@ -662,11 +644,11 @@ func checkRanks(dumps []*Dump) error {
 	for i, d := range dumps {
 		p, q := d.Manifest.Parallel, dumps[0].Manifest.Parallel
 		if p.TPSize != q.TPSize || p.PPSize != q.PPSize {
-			return &DumpError{File: d.Path, Field: "parallel", Err: fmt.Errorf("tp_size %d x pp_size %d, but %q has %d x %d", p.TPSize, p.PPSize, dumps[0].Path, q.TPSize, q.PPSize)}
+			return &parse.Error{Format: parse.Dump, File: d.Path, Field: "parallel", Err: fmt.Errorf("tp_size %d x pp_size %d, but %q has %d x %d", p.TPSize, p.PPSize, dumps[0].Path, q.TPSize, q.PPSize)}
 		}
 		if i > 0 {
 			if pp, tp := dumps[i-1].Rank(); pp == p.PPRank && tp == p.TPRank {
-				return &DumpError{File: d.Path, Field: "parallel", Err: fmt.Errorf("rank pp %d tp %d appears twice (also %q)", pp, tp, dumps[i-1].Path)}
+				return &parse.Error{Format: parse.Dump, File: d.Path, Field: "parallel", Err: fmt.Errorf("rank pp %d tp %d appears twice (also %q)", pp, tp, dumps[i-1].Path)}
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package layout
 import (
 	"cmp"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"slices"
 	"strconv"
 	"strings"
@@ -221,10 +222,10 @@ func (gl *groupLayers) target(l *Layer) (*Layer, error) {
 	for steps := 0; l.AliasOf != ""; steps++ {
 		next := gl.byName[l.AliasOf]
 		if next == nil {
-			return nil, &ManifestError{Field: gl.gf, Msg: fmt.Sprintf("layer %q: alias_of %q names no layer of group %d", l.Name, l.AliasOf, gl.g.ID)}
+			return nil, &parse.Error{Format: parse.Manifest, Field: gl.gf, Msg: fmt.Sprintf("layer %q: alias_of %q names no layer of group %d", l.Name, l.AliasOf, gl.g.ID)}
 		}
 		if steps > len(gl.g.Layers) {
-			return nil, &ManifestError{Field: gl.gf, Msg: fmt.Sprintf("layer %q: alias_of forms a cycle", l.Name)}
+			return nil, &parse.Error{Format: parse.Manifest, Field: gl.gf, Msg: fmt.Sprintf("layer %q: alias_of forms a cycle", l.Name)}
 		}
 		l = next
 	}
@@ -370,7 +371,7 @@ func (gl *groupLayers) views(m *Manifest, caches []*groupCache, tensor func(gf s
 			return nil, ReasonReplication, nil
 		}
 		if r < 1 || tp%r != 0 {
-			return nil, "", &ManifestError{Field: gl.gf, Msg: fmt.Sprintf("layer %q: %d replicas do not divide tp_size %d", c.layer.Name, r, tp)}
+			return nil, "", &parse.Error{Format: parse.Manifest, Field: gl.gf, Msg: fmt.Sprintf("layer %q: %d replicas do not divide tp_size %d", c.layer.Name, r, tp)}
 		}
 		global := heads * (tp / r)
 		if base+global > MaxHeadsPerLayer {

@@ -1,8 +1,8 @@
 package layout
 
 import (
-	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"slices"
 	"sort"
 	"strconv"
@@ -151,37 +151,21 @@ func (r Request) PairID() string {
 	return r.ID
 }
 
-// ManifestError is an inconsistency in a manifest: the file, the field
-// (a JSON path such as `groups[0].layers[2].layout`) and what is wrong.
-type ManifestError struct {
-	File  string
-	Field string
-	Msg   string
-}
-
-func (e *ManifestError) Error() string {
-	if e.Field == "" {
-		return fmt.Sprintf("manifest %q: %s", e.File, e.Msg)
-	}
-	return fmt.Sprintf("manifest %q: %s: %s", e.File, e.Field, e.Msg)
-}
-
 // ParseManifest decodes and validates a manifest. file names it in errors.
 // It checks everything that does not need the tensors: the format, ranks,
 // groups, layers, axes and requests. On error it returns nil and a
-// *ManifestError.
+// *parse.Error (parse.Manifest).
 func ParseManifest(file string, data []byte) (*Manifest, error) {
 	var m Manifest
 	if err := DecodeStrictJSON(data, &m); err != nil {
-		return nil, &ManifestError{File: file, Msg: err.Error()}
+		return nil, &parse.Error{Format: parse.Manifest, File: file, Msg: err.Error()}
 	}
 	if err := m.Validate(); err != nil {
-		var me *ManifestError
-		if errors.As(err, &me) {
+		if me := parse.As(err, parse.Manifest); me != nil {
 			me.File = file
 			return nil, me
 		}
-		return nil, &ManifestError{File: file, Msg: err.Error()}
+		return nil, &parse.Error{Format: parse.Manifest, File: file, Msg: err.Error()}
 	}
 	return &m, nil
 }
@@ -190,10 +174,10 @@ func ParseManifest(file string, data []byte) (*Manifest, error) {
 var knownAxes = []string{"block", "token", "head", "kv", "dim", "cell", "page"}
 
 // Validate checks the manifest's own consistency (not its tensors). The
-// error is a *ManifestError without File.
+// error is a *parse.Error (parse.Manifest) without File.
 func (m *Manifest) Validate() error {
 	bad := func(field, format string, args ...any) error {
-		return &ManifestError{Field: field, Msg: fmt.Sprintf(format, args...)}
+		return &parse.Error{Format: parse.Manifest, Field: field, Msg: fmt.Sprintf(format, args...)}
 	}
 	if m.Format != ManifestFormat {
 		return bad("format", "got %q, want %q", m.Format, ManifestFormat)

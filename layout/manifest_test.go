@@ -1,7 +1,7 @@
 package layout_test
 
 import (
-	"errors"
+	"github.com/kvaudit/kvaudit/parse"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -38,9 +38,9 @@ func TestManifestCorpus(t *testing.T) {
 			}
 			continue
 		}
-		var me *layout.ManifestError
-		if err == nil || m != nil || !errors.As(err, &me) {
-			t.Errorf("%s: got %v, %v; want a *ManifestError", name, m, err)
+		me := parse.As(err, parse.Manifest)
+		if err == nil || m != nil || me == nil {
+			t.Errorf("%s: got %v, %v; want a *parse.Error (parse.Manifest)", name, m, err)
 			continue
 		}
 		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), file) {
@@ -51,7 +51,7 @@ func TestManifestCorpus(t *testing.T) {
 
 // FuzzManifest: ParseManifest never panics; it returns either a manifest
 // that survives a round trip through MarshalManifest, or nil and a
-// *ManifestError.
+// *parse.Error (parse.Manifest).
 func FuzzManifest(f *testing.F) {
 	files, _ := filepath.Glob(filepath.Join("testdata", "manifest", "*.json"))
 	if len(files) < 40 {
@@ -67,8 +67,8 @@ func FuzzManifest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := layout.ParseManifest("fuzz.json", data)
 		if err != nil {
-			var me *layout.ManifestError
-			if m != nil || !errors.As(err, &me) {
+			me := parse.As(err, parse.Manifest)
+			if m != nil || me == nil {
 				t.Fatalf("got %v, %T %v", m, err, err)
 			}
 			return

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"io"
 	"maps"
 	"math"
@@ -19,24 +20,6 @@ import (
 // MaxSafetensorsHeader is the largest header, in bytes, that
 // ParseSafetensors accepts (the reference loader's limit).
 const MaxSafetensorsHeader = 100_000_000
-
-// A SafetensorsError reports a safetensors file that the reference loader
-// (huggingface safetensors) would reject, or that writeSafetensors refuses
-// to write.
-type SafetensorsError struct {
-	Path  string // the file, as given to OpenSafetensors or ParseSafetensors
-	Field string // where: "header", "metadata", `metadata["k"]`, `tensors["a.b"].data_offsets`, "data"; empty for the file as a whole
-	Msg   string
-}
-
-// Error returns `safetensors "PATH": FIELD: MSG`, without the field part
-// when Field is empty.
-func (e *SafetensorsError) Error() string {
-	if e.Field == "" {
-		return fmt.Sprintf("safetensors %q: %s", e.Path, e.Msg)
-	}
-	return fmt.Sprintf("safetensors %q: %s: %s", e.Path, e.Field, e.Msg)
-}
 
 // TensorInfo describes one tensor of a safetensors file.
 type TensorInfo struct {
@@ -61,7 +44,7 @@ type Safetensors struct {
 // OpenSafetensors maps the file at path read-only and parses it with
 // ParseSafetensors. The tensors' Data slices point into the mapping and are
 // valid until Close. A malformed file (including an empty one) is a
-// *SafetensorsError; failing to open or map the file is an error from
+// *parse.Error (parse.Safetensors); failing to open or map the file is an error from
 // mapFile; a file truncated while it is parsed is a *FaultError.
 func OpenSafetensors(path string) (*Safetensors, error) {
 	m, err := mapFile(path)
@@ -99,7 +82,7 @@ func openSafetensorsMapping(path string, m *Mapping) (*Safetensors, error) {
 // size matching its shape and dtype, and the data section ending exactly
 // at the end of the file. path is used only in errors. The result refers to
 // file without copying it. On error it returns a nil *Safetensors and a
-// *SafetensorsError.
+// *parse.Error (parse.Safetensors).
 func ParseSafetensors(path string, file []byte) (*Safetensors, error) {
 	s, serr := parseSafetensors(path, file)
 	if serr != nil {
@@ -108,9 +91,9 @@ func ParseSafetensors(path string, file []byte) (*Safetensors, error) {
 	return s, nil
 }
 
-func parseSafetensors(path string, file []byte) (*Safetensors, *SafetensorsError) {
-	fail := func(field, format string, args ...any) *SafetensorsError {
-		return &SafetensorsError{Path: path, Field: field, Msg: fmt.Sprintf(format, args...)}
+func parseSafetensors(path string, file []byte) (*Safetensors, *parse.Error) {
+	fail := func(field, format string, args ...any) *parse.Error {
+		return &parse.Error{Format: parse.Safetensors, File: path, Field: field, Msg: fmt.Sprintf(format, args...)}
 	}
 	if len(file) < 8 {
 		return nil, fail("", "file is %d bytes, too short to hold the 8-byte header length", len(file))
@@ -130,7 +113,7 @@ func parseSafetensors(path string, file []byte) (*Safetensors, *SafetensorsError
 		s, ok = parseHeaderFast(path, header)
 	}
 	if !ok {
-		var serr *SafetensorsError
+		var serr *parse.Error
 		if s, serr = parseSafetensorsHeader(path, header); serr != nil {
 			return nil, serr
 		}
@@ -211,12 +194,12 @@ type stHeaderParser struct {
 	dec  *json.Decoder
 }
 
-func (p *stHeaderParser) fail(field, format string, args ...any) *SafetensorsError {
-	return &SafetensorsError{Path: p.path, Field: field, Msg: fmt.Sprintf(format, args...)}
+func (p *stHeaderParser) fail(field, format string, args ...any) *parse.Error {
+	return &parse.Error{Format: parse.Safetensors, File: p.path, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
 // next returns the next token; a syntax error is reported against "header".
-func (p *stHeaderParser) next() (json.Token, *SafetensorsError) {
+func (p *stHeaderParser) next() (json.Token, *parse.Error) {
 	off := p.dec.InputOffset()
 	tok, err := p.dec.Token()
 	if err == nil {
@@ -235,7 +218,7 @@ func (p *stHeaderParser) next() (json.Token, *SafetensorsError) {
 
 // key returns the next object key, or "" and false at the object's end
 // (having consumed the closing brace).
-func (p *stHeaderParser) key() (string, bool, *SafetensorsError) {
+func (p *stHeaderParser) key() (string, bool, *parse.Error) {
 	tok, serr := p.next()
 	if serr != nil {
 		return "", false, serr
@@ -250,7 +233,7 @@ func (p *stHeaderParser) key() (string, bool, *SafetensorsError) {
 	return k, true, nil
 }
 
-func parseSafetensorsHeader(path string, header []byte) (*Safetensors, *SafetensorsError) {
+func parseSafetensorsHeader(path string, header []byte) (*Safetensors, *parse.Error) {
 	p := &stHeaderParser{path: path}
 	switch {
 	case !utf8.Valid(header):
@@ -312,7 +295,7 @@ func parseSafetensorsHeader(path string, header []byte) (*Safetensors, *Safetens
 }
 
 // metadata parses the value of "__metadata__": null or an object of strings.
-func (p *stHeaderParser) metadata() (map[string]string, *SafetensorsError) {
+func (p *stHeaderParser) metadata() (map[string]string, *parse.Error) {
 	tok, serr := p.next()
 	if serr != nil {
 		return nil, serr
@@ -350,7 +333,7 @@ func (p *stHeaderParser) metadata() (map[string]string, *SafetensorsError) {
 
 // tensor parses one tensor entry: an object with exactly the keys dtype,
 // shape and data_offsets.
-func (p *stHeaderParser) tensor(name string) (TensorInfo, *SafetensorsError) {
+func (p *stHeaderParser) tensor(name string) (TensorInfo, *parse.Error) {
 	t := TensorInfo{Name: name}
 	entry := fmt.Sprintf("tensors[%q]", name)
 	tok, serr := p.next()
@@ -430,7 +413,7 @@ func (p *stHeaderParser) tensor(name string) (TensorInfo, *SafetensorsError) {
 
 // ints parses an array of integers in [0, 2^63-1]; with want >= 0 it must
 // hold exactly want of them.
-func (p *stHeaderParser) ints(field string, want int) ([]int64, *SafetensorsError) {
+func (p *stHeaderParser) ints(field string, want int) ([]int64, *parse.Error) {
 	tok, serr := p.next()
 	if serr != nil {
 		return nil, serr
@@ -584,14 +567,14 @@ type TensorData struct {
 // then the tensors in the given order), the header padded with spaces to a
 // multiple of 8 bytes as the reference writer does, and the tensors' data
 // contiguous from offset 0 in the given order. It checks the input first
-// and writes nothing when it is invalid, returning a *SafetensorsError with
+// and writes nothing when it is invalid, returning a *parse.Error with
 // an empty Path: a tensor named "__metadata__", a repeated name, a name or
 // metadata string that is not UTF-8, a dtype that is not exactly a
 // safetensors dtype, a shape whose size does not match len(Data). Errors
 // from w are returned as they are.
 func writeSafetensors(w io.Writer, metadata map[string]string, tensors []TensorData) error {
 	fail := func(field, format string, args ...any) error {
-		return &SafetensorsError{Field: field, Msg: fmt.Sprintf(format, args...)}
+		return &parse.Error{Format: parse.Safetensors, Field: field, Msg: fmt.Sprintf(format, args...)}
 	}
 	var h bytes.Buffer
 	str := func(s string) {

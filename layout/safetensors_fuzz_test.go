@@ -2,7 +2,7 @@ package layout
 
 import (
 	"bytes"
-	"errors"
+	"github.com/kvaudit/kvaudit/parse"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,7 +11,7 @@ import (
 // FuzzSafetensors checks that ParseSafetensors never panics, that a
 // successful parse satisfies every invariant (re-validated from the raw
 // bytes) and survives a write/parse round trip, and that a failure returns
-// a nil result and a *SafetensorsError.
+// a nil result and a *parse.Error (parse.Safetensors).
 func FuzzSafetensors(f *testing.F) {
 	seeds, err := filepath.Glob(filepath.Join(stCorpusDir, "*.safetensors"))
 	if err != nil {
@@ -45,9 +45,9 @@ func FuzzSafetensors(f *testing.F) {
 			if s != nil {
 				t.Fatalf("error %v with a non-nil result", err)
 			}
-			var se *SafetensorsError
-			if !errors.As(err, &se) {
-				t.Fatalf("error %v is a %T, want *SafetensorsError", err, err)
+			se := parse.As(err, parse.Safetensors)
+			if se == nil {
+				t.Fatalf("error %v is a %T, want *parse.Error (parse.Safetensors)", err, err)
 			}
 			return
 		}

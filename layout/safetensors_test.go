@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -238,9 +239,9 @@ func checkOutcome(t *testing.T, entry, path string, s *Safetensors, err error, w
 	if s != nil {
 		t.Errorf("%s returned a non-nil result with error %v", entry, err)
 	}
-	var se *SafetensorsError
-	if !errors.As(err, &se) {
-		t.Errorf("%s error %v is a %T, want *SafetensorsError", entry, err, err)
+	se := parse.As(err, parse.Safetensors)
+	if se == nil {
+		t.Errorf("%s error %v is a %T, want *parse.Error (parse.Safetensors)", entry, err, err)
 	}
 	msg := err.Error()
 	if !strings.Contains(msg, want) {
@@ -432,9 +433,9 @@ func TestWriteSafetensorsRejects(t *testing.T) {
 	} {
 		var buf bytes.Buffer
 		err := writeSafetensors(&buf, c.meta, c.tensors)
-		var se *SafetensorsError
-		if !errors.As(err, &se) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("writeSafetensors error = %v, want a *SafetensorsError containing %q", err, c.want)
+		se := parse.As(err, parse.Safetensors)
+		if se == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("writeSafetensors error = %v, want a *parse.Error (parse.Safetensors) containing %q", err, c.want)
 		}
 		if buf.Len() != 0 {
 			t.Errorf("writeSafetensors wrote %d bytes before failing", buf.Len())
@@ -443,7 +444,7 @@ func TestWriteSafetensorsRejects(t *testing.T) {
 }
 
 func TestSafetensorsErrorFormat(t *testing.T) {
-	e := &SafetensorsError{Path: "x/y.safetensors", Field: `tensors["a.b"].data_offsets`, Msg: "begin 2 is after end 1"}
+	e := &parse.Error{Format: parse.Safetensors, File: "x/y.safetensors", Field: `tensors["a.b"].data_offsets`, Msg: "begin 2 is after end 1"}
 	if got, want := e.Error(), `safetensors "x/y.safetensors": tensors["a.b"].data_offsets: begin 2 is after end 1`; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}

@@ -33,6 +33,18 @@ type DiffJSON struct {
 	// rather than a transfer fault (one side given twice, the sides
 	// swapped, every compared block differing).
 	Notes []string `json:"notes"`
+	// Strength is the weakest of the groups' strengths ("vllm" when any
+	// compared group had vLLM's checksum alone, else "vllm+mix"); absent
+	// when nothing was compared (verify.DiffResult.Strength).
+	Strength string `json:"strength,omitempty"`
+	// MixKey is the key the mix checks were computed under (docs/spec.md
+	// §14), 0x and 16 hex digits, and MixKeySource where it came from:
+	// "run" (drawn at random for this run: --mix-key with it reproduces
+	// the run), "given" (--mix-key) or "published" (a side of records or
+	// a payload, which carry the published key's). Absent when no mix
+	// check was computed.
+	MixKey       string `json:"mix_key,omitempty"`
+	MixKeySource string `json:"mix_key_source,omitempty"`
 }
 
 // DiffRequestJSON is the verdict of one load (a consumer request).
@@ -129,7 +141,10 @@ type DiffDetailJSON struct {
 // its verdict is the comparison's; RenderDiffAudits adds the audits').
 func NewDiffJSON(res *verify.DiffResult) *DiffJSON {
 	out := &DiffJSON{Format: DiffFormat, Verdict: string(res.Verdict), ComparisonVerdict: string(res.Verdict), Requests: []DiffRequestJSON{},
-		Notes: append([]string{}, res.Notes...)}
+		Notes: append([]string{}, res.Notes...), Strength: string(res.Strength()), MixKeySource: res.MixKeySource}
+	if res.MixKeySource != "" {
+		out.MixKey = hexKey(res.MixKey)
+	}
 	for _, r := range res.Requests {
 		rj := DiffRequestJSON{
 			ID: r.ID, ProducerID: r.ProducerID, Verdict: string(r.Verdict),
@@ -301,6 +316,9 @@ func diffTables(res *verify.DiffResult, verdict verify.Verdict) []*Table {
 	t.Notes = append(t.Notes, fmt.Sprintf("%d request(s): %d verified, %d mismatch, %d unverified",
 		len(res.Requests), counts[verify.Verified], counts[verify.Mismatch], counts[verify.Unverified]))
 	t.Notes = append(t.Notes, strengthNotes(res)...)
+	if n := mixKeyTableNote(res); n != "" {
+		t.Notes = append(t.Notes, "note: "+n)
+	}
 	switch {
 	case numberings["block"] && numberings["request"]:
 		t.Notes = append(t.Notes, "numbering: block against flat payloads (vLLM's published form), request otherwise")
@@ -445,7 +463,10 @@ func diffJUnit(res *verify.DiffResult, opts DiffOptions) junitSuites {
 		return o, nil
 	}
 	for _, rv := range res.Requests {
-		s := junitSuite{Name: "request " + rv.ID}
+		s := junitSuite{Name: "request " + rv.ID, SystemOut: requestStrength(res, rv)}
+		if ps := groupStrengths(rv); len(ps) > 0 {
+			s.Properties = &junitProperties{Property: ps}
+		}
 		load := junitCase{Name: "load", Classname: rv.ID}
 		if len(rv.Reasons) > 0 {
 			load.Error, load.Skipped = unverified(strings.Join(rv.Reasons, "; "), "")

@@ -779,6 +779,13 @@ func (info HTMLInfo) fill(p *htmlPage) {
 func RenderDiffHTML(w io.Writer, res *verify.Result, info HTMLInfo) error {
 	v := res.Verdict()
 	p := &htmlPage{Title: "kvaudit diff: " + string(v), Verdict: verdictBadge(v), Summary: clipTo(res.Summary(), htmlMaxNote)}
+	if v == verify.Verified && res.Diff != nil && res.Diff.Strength() == verify.StrengthVLLM {
+		// The strength beside the verdict, as -q says it.
+		p.Title += VLLMOnlySuffix
+		if p.Summary == "" {
+			p.Summary = clipTo(StrengthLine(res.Diff), htmlMaxNote)
+		}
+	}
 	info.fill(p)
 	p.Inputs = []inputRow{
 		newInputRow("producer", info.Producer, res.Producer),
@@ -787,6 +794,9 @@ func RenderDiffHTML(w io.Writer, res *verify.Result, info HTMLInfo) error {
 	if res.Diff != nil {
 		p.Rows, p.RowsLeft = mapRows(res.Diff)
 		for _, n := range strengthNotes(res.Diff) {
+			p.MapNotes = append(p.MapNotes, escapeText(n))
+		}
+		if n := mixKeyNote(res.Diff); n != "" && mixCompared(res.Diff) {
 			p.MapNotes = append(p.MapNotes, escapeText(n))
 		}
 		// The first table is the block maps above; then the drill-down

@@ -21,7 +21,20 @@ type junitSuites struct {
 type junitSuite struct {
 	Name string `xml:"name,attr"`
 	junitCounts
-	Cases []junitCase `xml:"testcase"`
+	// Properties and SystemOut say what the suite's verdicts were judged
+	// by (a comparison's strength, docs/spec.md §14).
+	Properties *junitProperties `xml:"properties,omitempty"`
+	Cases      []junitCase      `xml:"testcase"`
+	SystemOut  string           `xml:"system-out,omitempty"`
+}
+
+type junitProperties struct {
+	Property []junitProperty `xml:"property"`
+}
+
+type junitProperty struct {
+	Name  string `xml:"name,attr"`
+	Value string `xml:"value,attr"`
 }
 
 // junitCounts are the attributes a suite and the document both carry:

@@ -102,6 +102,9 @@ type GroupChecks struct {
 	// §6): comparable only between equal TP sizes, left out of a
 	// verdict across TP sizes.
 	SplitLess bool
+	// NoMix says why ChecksMix is nil when the cause is known (the engine
+	// that computed the checks has no mix check), "" otherwise.
+	NoMix string
 }
 
 // Positions returns the number of block positions checked.

@@ -62,7 +62,7 @@ func payloadRequest(id string, p *wire.Payload, clone bool) *RequestChecks {
 // PayloadRequestBase64 decodes a payload's base64 text into the producer
 // checks of request id. A malformed payload is not an error of the
 // comparison: it gives a request unverified with ReasonInvalidChecksums,
-// and the decoding error (a *wire.PayloadError) to report.
+// and the decoding error (a *parse.Error) to report.
 func PayloadRequestBase64(id, text string) (*RequestChecks, error) {
 	p, err := wire.DecodePayloadBase64(text)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"io"
 	"io/fs"
 	"os"
@@ -94,7 +95,7 @@ func FindLogs(paths []string) ([]string, error) {
 // Audit reads the logs (files; see FindLogs) and checks every transfer
 // they record against the producer's and the consumer's dumps: the logs
 // of the consumer's ranks for a pull (READ), of the producer's for a push
-// (WRITE). A log that cannot be read is a *LogError (or the file's
+// (WRITE). A log that cannot be read is a *parse.Error (parse.NIXLLog) (or the file's
 // error); what cannot be resolved to the dumps (an agent no dump names, a
 // dump without addresses) is listed in Result.Unresolved, and the rest is
 // audited.
@@ -467,11 +468,11 @@ func (a *auditor) readLog(ctx context.Context, path string) error {
 // dlist keeps a prepared list.
 func (a *auditor) dlist(lf *logFile, rec *Record, dl *dlist) error {
 	if _, dup := lf.dlists[rec.Handle]; dup {
-		return &LogError{File: lf.path, Line: rec.Line, Field: "handle", Msg: fmt.Sprintf("list %d is prepared twice", rec.Handle)}
+		return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "handle", Msg: fmt.Sprintf("list %d is prepared twice", rec.Handle)}
 	}
 	a.held += len(dl.runs)
 	if a.held > MaxHeld {
-		return &LogError{File: lf.path, Line: rec.Line, Field: "descs", Msg: fmt.Sprintf("the logs' prepared lists hold more than %d runs of descriptors", MaxHeld)}
+		return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "descs", Msg: fmt.Sprintf("the logs' prepared lists hold more than %d runs of descriptors", MaxHeld)}
 	}
 	dl.agent = rec.Agent
 	lf.dlists[rec.Handle] = dl
@@ -489,10 +490,10 @@ func (a *auditor) record(lf *logFile, rec *Record) error {
 	case OpState:
 		x := a.findXfer(lf, rec.ID)
 		if x == nil {
-			return &LogError{File: lf.path, Line: rec.Line, Field: "id", Msg: fmt.Sprintf("a state of transfer %d, which the log has not made", rec.ID)}
+			return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "id", Msg: fmt.Sprintf("a state of transfer %d, which the log has not made", rec.ID)}
 		}
 		if x.state != "" {
-			return &LogError{File: lf.path, Line: rec.Line, Field: "id", Msg: fmt.Sprintf("transfer %d already ended in %s", rec.ID, x.state)}
+			return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "id", Msg: fmt.Sprintf("transfer %d already ended in %s", rec.ID, x.state)}
 		}
 		x.state = rec.State
 		if rec.State == Done {
@@ -521,7 +522,7 @@ func isLocal(agent string, h Header) bool {
 // xfer resolves a transfer's descriptor pairs and checks each.
 func (a *auditor) xfer(lf *logFile, rec *Record, sum *LogSummary) error {
 	if prev := a.findXfer(lf, rec.ID); prev != nil {
-		return &LogError{File: lf.path, Line: rec.Line, Field: "id", Msg: fmt.Sprintf("transfer %d is made twice (first on line %d)", rec.ID, prev.line)}
+		return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "id", Msg: fmt.Sprintf("transfer %d is made twice (first on line %d)", rec.ID, prev.line)}
 	}
 	x := &xfer{log: lf, id: rec.ID, line: rec.Line, kind: rec.Kind}
 	a.xfers = append(a.xfers, x)
@@ -612,7 +613,7 @@ func (a *auditor) descriptors(lf *logFile, rec *Record) (*pairs, error) {
 		}
 		for i, id := range ids {
 			if id >= dl.n {
-				return nil, &LogError{File: lf.path, Line: rec.Line, Field: fmt.Sprintf("%s_ids[%d]", field, i), Msg: fmt.Sprintf("index %d past the %d descriptors of list %d", id, dl.n, handle)}
+				return nil, &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: fmt.Sprintf("%s_ids[%d]", field, i), Msg: fmt.Sprintf("index %d past the %d descriptors of list %d", id, dl.n, handle)}
 			}
 		}
 		return dl, nil

@@ -2,8 +2,8 @@ package transfer
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"io"
 	"strconv"
 	"strings"
@@ -107,23 +107,6 @@ type Record struct {
 	State string
 }
 
-// LogError is a log that cannot be read: the file, the line, the field
-// (a JSON path in the line's object, such as "descs[2][0]") and what is
-// wrong.
-type LogError struct {
-	File  string
-	Line  int
-	Field string
-	Msg   string
-}
-
-func (e *LogError) Error() string {
-	if e.Field == "" {
-		return fmt.Sprintf("nixl log %q: line %d: %s", e.File, e.Line, e.Msg)
-	}
-	return fmt.Sprintf("nixl log %q: line %d: %s: %s", e.File, e.Line, e.Field, e.Msg)
-}
-
 // Reader streams a log's records: it holds one record at a time, and
 // reads its arrays element by element, never a whole line.
 type Reader struct {
@@ -136,7 +119,7 @@ type Reader struct {
 }
 
 // NewReader reads a log's header from r; name names the log in errors.
-// On error it returns nil and a *LogError (or the reader's error).
+// On error it returns nil and a *parse.Error (parse.NIXLLog) (or the reader's error).
 func NewReader(r io.Reader, name string) (*Reader, error) {
 	lr := &Reader{r: bufio.NewReaderSize(r, 1<<16), name: name, line: 1}
 	if err := lr.readHeader(); err != nil {
@@ -148,9 +131,9 @@ func NewReader(r io.Reader, name string) (*Reader, error) {
 // Header returns the log's header.
 func (r *Reader) Header() Header { return r.header }
 
-// errf is a *LogError at the current line.
+// errf is a *parse.Error (parse.NIXLLog) at the current line.
 func (r *Reader) errf(field, format string, args ...any) error {
-	return &LogError{File: r.name, Line: r.line, Field: field, Msg: fmt.Sprintf(format, args...)}
+	return &parse.Error{Format: parse.NIXLLog, File: r.name, Line: r.line, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
 // byteAt reads one byte; end of input inside a line is an error.
@@ -412,8 +395,7 @@ func (r *Reader) array(field string, elem func(i int, first byte) error) error {
 func (r *Reader) descs(field string, add func(Desc)) error {
 	return r.array(field, func(i int, first byte) error {
 		err := r.desc(first, add)
-		var le *LogError
-		if errors.As(err, &le) {
+		if le := parse.As(err, parse.NIXLLog); le != nil {
 			le.Field = field + fmt.Sprintf("[%d]", i) + strings.TrimPrefix(le.Field, "[]")
 		}
 		return err
@@ -497,8 +479,7 @@ func (r *Reader) ids(field string, dst []int) ([]int, error) {
 	dst = dst[:0]
 	err := r.array(field, func(i int, first byte) error {
 		v, err := r.uintFrom(first, field+"[]", MaxArray*64)
-		var le *LogError
-		if errors.As(err, &le) {
+		if le := parse.As(err, parse.NIXLLog); le != nil {
 			le.Field = fmt.Sprintf("%s[%d]", field, i)
 		}
 		dst = append(dst, int(v))
@@ -589,8 +570,7 @@ func (r *Reader) readHeader() error {
 		return err
 	})
 	if err != nil {
-		var le *LogError
-		if errors.As(err, &le) && le.Field == "" && le.Msg != "" && !got["format"] {
+		if le := parse.As(err, parse.NIXLLog); le != nil && le.Field == "" && le.Msg != "" && !got["format"] {
 			le.Msg = "not a " + LogFormat + " log: " + le.Msg
 		}
 		return err
@@ -606,7 +586,7 @@ func (r *Reader) readHeader() error {
 
 // Next reads the next record into rec, reusing its slices; it returns
 // io.EOF after the last. On error the record is incomplete and the
-// error is a *LogError (or the reader's).
+// error is a *parse.Error (parse.NIXLLog) (or the reader's).
 func (r *Reader) Next(rec *Record) error {
 	if r.eof {
 		return io.EOF

@@ -2,7 +2,7 @@ package transfer_test
 
 import (
 	"bytes"
-	"errors"
+	"github.com/kvaudit/kvaudit/parse"
 	"io"
 	"os"
 	"path/filepath"
@@ -35,7 +35,7 @@ func readAll(name string, data []byte) (transfer.Header, []transfer.Record, erro
 }
 
 // TestLogCorpus reads every log of testdata/log and checks it against the
-// outcome cases.txt gives: a *LogError naming the file, the line and the
+// outcome cases.txt gives: a *parse.Error (parse.NIXLLog) naming the file, the line and the
 // field, or records that survive a round trip through the Writer.
 func TestLogCorpus(t *testing.T) {
 	dir := filepath.Join("testdata", "log")
@@ -64,9 +64,9 @@ func TestLogCorpus(t *testing.T) {
 			roundTrip(t, name, h, recs)
 			continue
 		}
-		var le *transfer.LogError
-		if !errors.As(err, &le) {
-			t.Errorf("%s: got %v (%T), want a *LogError", name, err, err)
+		le := parse.As(err, parse.NIXLLog)
+		if le == nil {
+			t.Errorf("%s: got %v (%T), want a *parse.Error (parse.NIXLLog)", name, err, err)
 			continue
 		}
 		if !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), `nixl log "`+file+`": `) {
@@ -149,7 +149,7 @@ func TestWriterIsPython(t *testing.T) {
 }
 
 // FuzzLog: the reader never panics; it returns records that survive a
-// round trip through the writer, or a *LogError.
+// round trip through the writer, or a *parse.Error (parse.NIXLLog).
 func FuzzLog(f *testing.F) {
 	seeds, _ := filepath.Glob(filepath.Join("testdata", "log", "*.jsonl"))
 	if len(seeds) < 40 {
@@ -165,9 +165,9 @@ func FuzzLog(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, recs, err := readAll("fuzz.jsonl", data)
 		if err != nil {
-			var le *transfer.LogError
-			if !errors.As(err, &le) || le.Line < 1 {
-				t.Fatalf("error %v (%T), want a *LogError with a line", err, err)
+			le := parse.As(err, parse.NIXLLog)
+			if le == nil || le.Line < 1 {
+				t.Fatalf("error %v (%T), want a *parse.Error (parse.NIXLLog) with a line", err, err)
 			}
 			return
 		}

@@ -2,6 +2,8 @@ package verify
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"github.com/kvaudit/kvaudit/side"
@@ -50,8 +52,64 @@ type CompareOptions struct {
 	// (Audits.Transfers), and each mismatch an audit finding explains gets
 	// its cause (RequestVerdict.Causes). Both sides must be dumps.
 	Transfers []string
-	Progress  side.Progress
-	Step      Step
+	// MixKey is the run key of the mix check when both sides are dumps
+	// (docs/spec.md §14): nil draws one at random for the comparison, so
+	// that no precomputed pattern cancels in it. A side of records or
+	// payloads, which carry the published key's mix check, makes the
+	// comparison use the published key (checksum.PublishedMixKey); any
+	// other key is then an ErrMixKeySides.
+	MixKey *uint64
+	// RequireMix makes a group compared by vLLM's checksum alone
+	// unverified (DiffOptions.RequireMix).
+	RequireMix bool
+	Progress   side.Progress
+	Step       Step
+}
+
+// ErrMixKeySides is a mix key other than the published one asked of a
+// comparison a side of which is records or a payload.
+var ErrMixKeySides = errors.New("a mix key other than the published one needs both sides as dumps: records and payloads carry the mix check under the published key")
+
+// mixKey chooses the comparison's run key (CompareOptions.MixKey).
+func mixKey(pside, cside *side.Source, opts CompareOptions) (key uint64, source string, err error) {
+	if !checksum.EngineMixes(engineOf(checksum.Options{Engine: opts.Engine})) {
+		return checksum.PublishedMixKey, "", nil
+	}
+	both := pside.DumpsOnly() && cside.DumpsOnly()
+	switch {
+	case opts.MixKey != nil && *opts.MixKey == checksum.PublishedMixKey:
+		return checksum.PublishedMixKey, MixKeyGiven, nil
+	case opts.MixKey != nil && !both:
+		return 0, "", ErrMixKeySides
+	case opts.MixKey != nil:
+		return *opts.MixKey, MixKeyGiven, nil
+	case !both:
+		return checksum.PublishedMixKey, MixKeyPublished, nil
+	}
+	var b [8]byte
+	for key == checksum.PublishedMixKey {
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, "", fmt.Errorf("drawing the mix check's run key: %w", err)
+		}
+		key = binary.LittleEndian.Uint64(b[:])
+	}
+	return key, MixKeyRun, nil
+}
+
+// markNoMix says, on every group of checks computed from dumps by an
+// engine without the mix check, why they lack it.
+func markNoMix(c *side.Checks, s *side.Source, e checksum.Engine) {
+	e = engineOf(checksum.Options{Engine: e})
+	if len(s.Dumps) == 0 || checksum.EngineMixes(e) {
+		return
+	}
+	for _, r := range c.Requests {
+		for _, g := range r.Groups {
+			if g.ChecksMix == nil {
+				g.NoMix = "the " + e.Name() + " engine computes no mix check yet (kernels/README.md)"
+			}
+		}
+	}
 }
 
 // Result is what a comparison found.
@@ -187,11 +245,15 @@ func Compare(ctx context.Context, producer, consumer side.Input, opts CompareOpt
 	}
 	defer pside.Close()
 
+	key, keySource, err := mixKey(pside, cside, opts)
+	if err != nil {
+		return nil, err
+	}
 	// A flat payload (vLLM's published form) is compared block-numbered:
 	// the consumer's values in both numberings, from one pass where the
 	// engine can (docs/spec.md §1).
 	add, done := opts.Progress.Start("consumer", cside.Dumps, opts.Requests)
-	crecs, err := cside.AllRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: pside.Flat(), Progress: add})
+	crecs, err := cside.AllRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: opts.Requests, BlockValues: pside.Flat(), Progress: add, MixKey: key})
 	done()
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
@@ -205,16 +267,18 @@ func Compare(ctx context.Context, producer, consumer side.Input, opts CompareOpt
 			return nil, fmt.Errorf("consumer: %w", err)
 		}
 	}
+	markNoMix(cons, cside, opts.Engine)
 	pairing := map[string][]string{} // what pairing did, by consumer request id
 	if err := pairByParams(cside, cons, pairing); err != nil {
 		return nil, err
 	}
-	prod, err := producerChecks(ctx, pside, cons, opts, pairing)
+	prod, err := producerChecks(ctx, pside, cons, opts, pairing, key)
 	if err != nil {
 		return nil, err
 	}
 
-	res := &Result{Diff: DiffWith(prod, cons, DiffOptions{Strict: opts.Strict}), Producer: pside.Info(), Consumer: cside.Info()}
+	res := &Result{Diff: DiffWith(prod, cons, DiffOptions{Strict: opts.Strict, RequireMix: opts.RequireMix}), Producer: pside.Info(), Consumer: cside.Info()}
+	res.Diff.MixKey, res.Diff.MixKeySource = key, keySource
 	for _, rv := range res.Diff.Requests {
 		rv.Hints = append(rv.Hints, pairing[rv.ID]...)
 	}
@@ -269,7 +333,7 @@ func Compare(ctx context.Context, producer, consumer side.Input, opts CompareOpt
 // requests: a bare payload takes the consumer's only request's pairing
 // id, payloads pair by id, dumps and records are checksummed for the
 // requests the consumer pairs with.
-func producerChecks(ctx context.Context, pside *side.Source, cons *side.Checks, opts CompareOptions, pairing map[string][]string) (*side.Checks, error) {
+func producerChecks(ctx context.Context, pside *side.Source, cons *side.Checks, opts CompareOptions, pairing map[string][]string, key uint64) (*side.Checks, error) {
 	switch {
 	case pside.Bare() != nil:
 		r := pairBare(pside, cons)
@@ -295,7 +359,7 @@ func producerChecks(ctx context.Context, pside *side.Source, cons *side.Checks, 
 	}
 	ids := pairIDs(cons)
 	add, done := opts.Progress.Start("producer", pside.Dumps, ids)
-	precs, err := pside.AllRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: ids, Progress: add})
+	precs, err := pside.AllRecords(ctx, checksum.Options{Engine: opts.Engine, Requests: ids, Progress: add, MixKey: key})
 	done()
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
@@ -304,6 +368,7 @@ func producerChecks(ctx context.Context, pside *side.Source, cons *side.Checks, 
 	if err != nil {
 		return nil, fmt.Errorf("producer: %w", err)
 	}
+	markNoMix(prod, pside, opts.Engine)
 	return prod, nil
 }
 

@@ -65,6 +65,10 @@ func (gv *GroupVerdict) mixComparable(pg, cg *side.GroupChecks, cchecks [][]uint
 	gv.mixCompared = ok
 	if !ok {
 		switch {
+		case pg.ChecksMix == nil && pg.NoMix != "":
+			gv.VLLMOnly = "the producer's checks: " + pg.NoMix
+		case cg.ChecksMix == nil && cg.NoMix != "":
+			gv.VLLMOnly = "the consumer's checks: " + cg.NoMix
 		case pg.ChecksMix == nil && pg.FromPayload:
 			gv.VLLMOnly = "the producer's payload carries vLLM's values only"
 		case pg.ChecksMix == nil:

@@ -1,13 +1,20 @@
 package verify_test
 
 import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
+	"github.com/kvaudit/kvaudit/wire"
 )
 
 // withMix gives a group kvaudit's mix check, one list per check.
@@ -100,5 +107,84 @@ func TestDiffVLLMStrength(t *testing.T) {
 	res := verify.Diff(hside(), plain)
 	if g := res.Requests[0]; len(g.Groups) != 0 || slices.ContainsFunc(g.Notes, func(n string) bool { return strings.Contains(n, "vLLM's checksum only") }) {
 		t.Errorf("no producer: %+v", g)
+	}
+}
+
+// vllmOnlyEngine is the cpu engine without the mix check, as the cuda
+// engine is until its kernel has one.
+type vllmOnlyEngine struct{}
+
+func (vllmOnlyEngine) Name() string { return "nomix" }
+func (vllmOnlyEngine) Run(ctx context.Context, p *checksum.Plan, out []uint64) error {
+	q := *p
+	q.Mix, q.Slopes = false, false
+	return checksum.Reference{}.Run(ctx, &q, out)
+}
+
+// TestCompareMixKey: dumps against dumps draw a run key per comparison
+// (a new one each time) unless CompareOptions.MixKey gives one; a side of
+// records keeps the published key, and refuses another; an engine without
+// the mix check computes none, and its groups say why; RequireMix makes a
+// group of vLLM's strength alone unverified, and leaves one with the mix
+// check verified.
+func TestCompareMixKey(t *testing.T) {
+	dir := t.TempDir()
+	cfg := synth.Config{Preset: "llama", Layers: 2, Seed: 4}
+	if _, err := synth.Write(dir, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Role = "consumer"
+	if _, err := synth.Write(dir, cfg); err != nil {
+		t.Fatal(err)
+	}
+	P := side.Input{Paths: []string{filepath.Join(dir, "producer")}}
+	C := side.Input{Paths: []string{filepath.Join(dir, "consumer")}}
+	ctx := context.Background()
+	compare := func(p side.Input, opts verify.CompareOptions) *verify.DiffResult {
+		t.Helper()
+		res, err := verify.Compare(ctx, p, C, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Diff
+	}
+	a, b := compare(P, verify.CompareOptions{}), compare(P, verify.CompareOptions{})
+	if a.MixKeySource != verify.MixKeyRun || b.MixKeySource != verify.MixKeyRun || a.MixKey == b.MixKey || a.MixKey == 0 || a.Verdict != verify.Verified || a.Strength() != verify.StrengthMix {
+		t.Errorf("run keys: %#x (%s), %#x (%s), %s, strength %s", a.MixKey, a.MixKeySource, b.MixKey, b.MixKeySource, a.Verdict, a.Strength())
+	}
+	key := uint64(0xfeedface)
+	if g := compare(P, verify.CompareOptions{MixKey: &key}); g.MixKey != key || g.MixKeySource != verify.MixKeyGiven || g.Verdict != verify.Verified {
+		t.Errorf("given key: %#x (%s), %s", g.MixKey, g.MixKeySource, g.Verdict)
+	}
+	recs, err := side.Records(ctx, P, side.RecordsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := filepath.Join(t.TempDir(), "p.record.json")
+	data, err := wire.MarshalRecord(recs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(rec, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	R := side.Input{Paths: []string{rec}}
+	if g := compare(R, verify.CompareOptions{}); g.MixKey != 0 || g.MixKeySource != verify.MixKeyPublished || g.Verdict != verify.Verified || g.Strength() != verify.StrengthMix {
+		t.Errorf("records: %#x (%s), %s, strength %s", g.MixKey, g.MixKeySource, g.Verdict, g.Strength())
+	}
+	if _, err := verify.Compare(ctx, R, C, verify.CompareOptions{MixKey: &key}); !errors.Is(err, verify.ErrMixKeySides) {
+		t.Errorf("a key with records: %v", err)
+	}
+	if g := compare(R, verify.CompareOptions{RequireMix: true}); g.Verdict != verify.Verified {
+		t.Errorf("RequireMix with the mix check: %s", g.Verdict)
+	}
+	g := compare(P, verify.CompareOptions{Engine: vllmOnlyEngine{}})
+	if g.MixKeySource != "" || g.Verdict != verify.Verified || g.Strength() != verify.StrengthVLLM ||
+		g.Requests[0].Groups[0].VLLMOnly != "the producer's checks: the nomix engine computes no mix check yet (kernels/README.md)" {
+		t.Errorf("an engine without the mix check: %q, %s, %s, %q", g.MixKeySource, g.Verdict, g.Strength(), g.Requests[0].Groups[0].VLLMOnly)
+	}
+	g = compare(P, verify.CompareOptions{Engine: vllmOnlyEngine{}, RequireMix: true})
+	if gv := g.Requests[0].Groups[0]; g.Verdict != verify.Unverified || gv.Reason != verify.ReasonVLLMOnly || !strings.Contains(gv.Hint, "--require-mix") {
+		t.Errorf("RequireMix, vLLM's checksum alone: %s, %+v", g.Verdict, gv)
 	}
 }

@@ -18,6 +18,9 @@ const (
 	// ReasonNotCovered is --strict's: a loaded block the producer's
 	// checksums do not cover, or that could not be compared.
 	ReasonNotCovered = "a loaded block is not compared"
+	// ReasonVLLMOnly is --require-mix's: a group compared by vLLM's
+	// checksum alone, without kvaudit's mix check (docs/spec.md §14).
+	ReasonVLLMOnly = "compared by vLLM's checksum only"
 
 	LeftOutSkipped      = "skipped on both sides"
 	LeftOutProducerOnly = "checksummed by the producer only: the consumer did not load it (ignored, as vLLM does)"

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"slices"
 	"strconv"
 
@@ -90,7 +91,7 @@ func RankStored(ctx context.Context, d *layout.Dump, opts checksum.Options) (*St
 	}
 	for _, id := range opts.Requests {
 		if m.Request(id) == nil {
-			return nil, &layout.DumpError{File: d.Path, Field: "requests", Err: fmt.Errorf("no request %q", id)}
+			return nil, &parse.Error{Format: parse.Dump, File: d.Path, Field: "requests", Err: fmt.Errorf("no request %q", id)}
 		}
 	}
 	plan := &checksum.Plan{Dump: d, Progress: opts.Progress}
@@ -114,7 +115,7 @@ func RankStored(ctx context.Context, d *layout.Dump, opts checksum.Options) (*St
 			for i, s := range r.StoredChecksums[key] {
 				v, err := layout.ParseHex64(s) // validated with the manifest
 				if err != nil {
-					return nil, &layout.DumpError{File: d.Path, Field: fmt.Sprintf("requests[%d].stored_checksums[%q][%d]", ri, key, i), Err: err}
+					return nil, &parse.Error{Format: parse.Dump, File: d.Path, Field: fmt.Sprintf("requests[%d].stored_checksums[%q][%d]", ri, key, i), Err: err}
 				}
 				stored = append(stored, v)
 			}
@@ -135,7 +136,7 @@ func RankStored(ctx context.Context, d *layout.Dump, opts checksum.Options) (*St
 			for p, h := range hashes {
 				tag, err := checksum.StoredTag(h, fp)
 				if err != nil {
-					return nil, &layout.DumpError{File: d.Path, Field: fmt.Sprintf("%s[%d]", field, p), Err: err}
+					return nil, &parse.Error{Format: parse.Dump, File: d.Path, Field: fmt.Sprintf("%s[%d]", field, p), Err: err}
 				}
 				if p >= full || p >= len(table) || table[p] == layout.NoBlock {
 					continue

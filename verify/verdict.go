@@ -53,7 +53,27 @@ type DiffResult struct {
 	// sides swapped, every compared block differing (Compare; docs/spec.md
 	// §9). They never change a verdict.
 	Notes []string
+	// MixKey is the run key both sides' dumps computed their mix checks
+	// under (docs/spec.md §14), and MixKeySource where it came from:
+	// MixKeyRun, MixKeyGiven or MixKeyPublished. Compare sets them; they
+	// are zero (MixKeySource "") for a Diff of checks computed elsewhere
+	// and when the engine computes no mix check.
+	MixKey       uint64
+	MixKeySource string
 }
+
+// Where a comparison's mix key came from (DiffResult.MixKeySource).
+const (
+	// MixKeyRun: drawn at random for the comparison (both sides dumps).
+	MixKeyRun = "run"
+	// MixKeyGiven: CompareOptions.MixKey (--mix-key), the published key
+	// (0) too.
+	MixKeyGiven = "given"
+	// MixKeyPublished: the published key, because a side is stored or
+	// sent (records, a nested payload). A pattern precomputed against it
+	// can cancel in both checks.
+	MixKeyPublished = "published"
+)
 
 // RequestVerdict is the verdict of one load (a consumer request).
 type RequestVerdict struct {
@@ -147,6 +167,25 @@ const (
 	StrengthVLLM Strength = "vllm"
 )
 
+// Strength returns the weakest strength the comparison's compared groups
+// were judged by: StrengthVLLM when any group was compared by vLLM's
+// checksum alone, StrengthMix when every compared group had the mix check
+// too, "" when nothing was compared.
+func (r *DiffResult) Strength() Strength {
+	var s Strength
+	for _, rv := range r.Requests {
+		for _, g := range rv.Groups {
+			switch g.Strength {
+			case StrengthVLLM:
+				return StrengthVLLM
+			case StrengthMix:
+				s = StrengthMix
+			}
+		}
+	}
+	return s
+}
+
 // MissedByVLLM says what a comparison by vLLM's checksum alone lets
 // pass: the changes whose weighted sum cancels modulo 2^64.
 const MissedByVLLM = "an even number of top-bit flips in one block position (every fourth bf16 sign, every eighth fp8 sign), or any other change whose weighted sum cancels, passes unseen"
@@ -228,6 +267,10 @@ type DiffOptions struct {
 	// only part of the load, which vLLM's consumer verifies on the
 	// overlap (docs/spec.md §9).
 	Strict bool
+	// RequireMix makes a group compared by vLLM's checksum alone
+	// (Strength StrengthVLLM) unverified (ReasonVLLMOnly) where it would
+	// be verified: a side without kvaudit's mix check is not enough.
+	RequireMix bool
 }
 
 // DiffWith is Diff with options.
@@ -244,7 +287,15 @@ func DiffWith(producer, consumer *side.Checks, opts DiffOptions) *DiffResult {
 				}
 			}
 		}
-		if opts.Strict && rv.Verdict == Verified && slices.ContainsFunc(rv.Groups, func(g *GroupVerdict) bool { return g.Verdict == Unverified }) {
+		if opts.RequireMix {
+			for _, gv := range rv.Groups {
+				if gv.Strength == StrengthVLLM && gv.Verdict == Verified {
+					gv.Verdict, gv.Reason = Unverified, ReasonVLLMOnly
+					gv.Hint = "--require-mix: every group must be compared by kvaudit's mix check too (" + gv.VLLMOnly + ")"
+				}
+			}
+		}
+		if (opts.Strict || opts.RequireMix) && rv.Verdict == Verified && slices.ContainsFunc(rv.Groups, func(g *GroupVerdict) bool { return g.Verdict == Unverified }) {
 			rv.Verdict = Unverified
 		}
 		res.Requests = append(res.Requests, rv)

@@ -8,5 +8,6 @@
 //
 // Every decoder takes untrusted input: it never panics, bounds what it
 // allocates by the input's size, and returns nil results and an error of
-// its own type (*PayloadError, *RecordError) naming the offending field.
+// one type (*parse.Error, Format parse.Payload or parse.Record) naming the
+// offending field.
 package wire

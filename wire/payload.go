@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"math"
 )
 
@@ -94,24 +95,6 @@ type PayloadGroup struct {
 	NegativeFingerprint bool
 }
 
-// A PayloadError says why a payload is malformed, or why EncodePayload
-// refused one. Field names the offending element as the wire format names
-// it ("version", "num_tokens", "tp_size", "body", "groups",
-// "groups[2].values", ...), "base64" for the text around the msgpack, or
-// is empty when the error concerns the input as a whole.
-type PayloadError struct {
-	Field string
-	Msg   string
-}
-
-// Error returns "payload: FIELD: MSG", or "payload: MSG" without a field.
-func (e *PayloadError) Error() string {
-	if e.Field == "" {
-		return "payload: " + e.Msg
-	}
-	return "payload: " + e.Field + ": " + e.Msg
-}
-
 // fieldRef names a payload element without formatting it, so that the
 // decoder builds a name only when it reports an error. group < 0 means a
 // top-level element called name; otherwise it is groups[group].name, or
@@ -134,5 +117,5 @@ func (f fieldRef) String() string {
 }
 
 func payloadErrorf(f fieldRef, format string, args ...any) error {
-	return &PayloadError{Field: f.String(), Msg: fmt.Sprintf(format, args...)}
+	return &parse.Error{Format: parse.Payload, Field: f.String(), Msg: fmt.Sprintf(format, args...)}
 }

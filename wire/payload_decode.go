@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"slices"
 	"unsafe"
 )
@@ -13,7 +14,7 @@ import (
 // the standard alphabet, such as newlines and spaces, are discarded;
 // padding is required; decoding stops at the first padded quad), then
 // DecodePayload. Each leniency becomes a note of the payload. It returns a
-// nil payload and a *PayloadError (Field "base64" for the text itself) for
+// nil payload and a *parse.Error (Field "base64" for the text itself) for
 // malformed input, and allocates at most about len(s) bytes besides what
 // DecodePayload allocates.
 func DecodePayloadBase64(s string) (*Payload, error) {
@@ -81,7 +82,7 @@ func DecodePayloadInPlace(buf []byte, text bool) (*Payload, error) {
 // note: the last entry of an id is kept); tp_size and block_size must be
 // in bounds (see EncodePayload).
 //
-// It returns a nil payload and a *PayloadError for anything else: an empty
+// It returns a nil payload and a *parse.Error for anything else: an empty
 // or truncated input, a version other than 1, an out-of-bounds tp_size or
 // block_size, an array of another length than the form allows (or a group
 // count the bytes left cannot hold), nil, bool, float, str, map or ext
@@ -112,7 +113,7 @@ type payloadReader struct {
 func (r *payloadReader) payload() (*Payload, error) {
 	top := topField("top level")
 	if len(r.b) == 0 {
-		return nil, &PayloadError{Msg: "empty input"}
+		return nil, &parse.Error{Format: parse.Payload, Msg: "empty input"}
 	}
 	n, err := r.arrayLen(top)
 	if err != nil {

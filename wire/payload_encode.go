@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/base64"
 	"encoding/binary"
+	"github.com/kvaudit/kvaudit/parse"
 	"math"
 	"slices"
 )
@@ -24,7 +25,7 @@ func EncodePayloadBase64(p *Payload) (string, error) {
 // is not nil adds the nested form's sixth element (kvaudit's mix check),
 // and must hold len(Values) values.
 //
-// It returns a *PayloadError, and no bytes, for a payload that a producer
+// It returns a *parse.Error, and no bytes, for a payload that a producer
 // does not send (DecodePayload lets some of these pass, as vLLM's consumer
 // does): a nil payload, an unknown form, a value
 // out of the documented bounds (group_id <= 2^31-1; num_tokens and start
@@ -105,7 +106,7 @@ func EncodePayload(p *Payload) ([]byte, error) {
 // about to be encoded.
 func checkPayload(p *Payload) error {
 	if p == nil {
-		return &PayloadError{Msg: "nil payload"}
+		return &parse.Error{Format: parse.Payload, Msg: "nil payload"}
 	}
 	nested := false
 	switch p.Form {

@@ -1,7 +1,7 @@
 package wire
 
 import (
-	"errors"
+	"github.com/kvaudit/kvaudit/parse"
 	"path/filepath"
 	"testing"
 
@@ -10,7 +10,7 @@ import (
 
 // FuzzDecodePayload feeds arbitrary bytes to DecodePayload and, as text, to
 // DecodePayloadBase64. Neither may panic; a failure is a nil payload and a
-// *PayloadError; a success holds no more than the input can carry, encodes,
+// *parse.Error (parse.Payload); a success holds no more than the input can carry, encodes,
 // and its encoding decodes to the same payload. Seeds: every vector of
 // testdata/payload (its msgpack, or its text for base64 vectors) and a few
 // valid encodings of both forms.
@@ -57,9 +57,9 @@ func FuzzDecodePayload(f *testing.F) {
 func checkFuzzResult(t *testing.T, entry string, inputLen int, p *Payload, err error) {
 	t.Helper()
 	if err != nil {
-		var pe *PayloadError
-		if p != nil || !errors.As(err, &pe) {
-			t.Fatalf("%s = %+v, %v; want nil and a *PayloadError", entry, p, err)
+		pe := parse.As(err, parse.Payload)
+		if p != nil || pe == nil {
+			t.Fatalf("%s = %+v, %v; want nil and a *parse.Error (parse.Payload)", entry, p, err)
 		}
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"github.com/kvaudit/kvaudit/parse"
 	"math"
 	"path/filepath"
 	"reflect"
@@ -225,11 +226,11 @@ func TestPayloadForm(t *testing.T) {
 }
 
 func TestPayloadErrorString(t *testing.T) {
-	e := &PayloadError{Field: "groups[2].values", Msg: "bin length 13 is not a multiple of 8"}
+	e := &parse.Error{Format: parse.Payload, Field: "groups[2].values", Msg: "bin length 13 is not a multiple of 8"}
 	if got, want := e.Error(), "payload: groups[2].values: bin length 13 is not a multiple of 8"; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
-	if got := (&PayloadError{Msg: "empty input"}).Error(); got != "payload: empty input" {
+	if got := (&parse.Error{Format: parse.Payload, Msg: "empty input"}).Error(); got != "payload: empty input" {
 		t.Errorf("Error() = %q", got)
 	}
 }
@@ -282,9 +283,9 @@ func TestEncodePayloadRejects(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			b, err := EncodePayload(c.p)
-			var pe *PayloadError
-			if b != nil || !errors.As(err, &pe) || !strings.Contains(err.Error(), c.contains) {
-				t.Fatalf("EncodePayload = %x, %v; want a *PayloadError containing %q", b, err, c.contains)
+			pe := parse.As(err, parse.Payload)
+			if b != nil || pe == nil || !strings.Contains(err.Error(), c.contains) {
+				t.Fatalf("EncodePayload = %x, %v; want a *parse.Error (parse.Payload) containing %q", b, err, c.contains)
 			}
 			if s, err := EncodePayloadBase64(c.p); s != "" || err == nil {
 				t.Fatalf("EncodePayloadBase64 = %q, %v; want an error", s, err)
@@ -481,9 +482,9 @@ func inputLen(v testfiles.PayloadVector, entry string) int {
 func checkOutcome(t *testing.T, entry string, v testfiles.PayloadVector, p *Payload, err error) {
 	t.Helper()
 	if v.Expect == "error" {
-		var pe *PayloadError
-		if p != nil || !errors.As(err, &pe) {
-			t.Fatalf("%s = %+v, %v; want nil and a *PayloadError", entry, p, err)
+		pe := parse.As(err, parse.Payload)
+		if p != nil || pe == nil {
+			t.Fatalf("%s = %+v, %v; want nil and a *parse.Error (parse.Payload)", entry, p, err)
 		}
 		if !strings.Contains(err.Error(), v.Contains) {
 			t.Fatalf("%s: error %q does not contain %q", entry, err, v.Contains)
@@ -613,9 +614,9 @@ func TestPayloadHostileLarge(t *testing.T) {
 				}
 				checkReencode(t, p)
 			} else {
-				var pe *PayloadError
-				if p != nil || !errors.As(err, &pe) || !strings.Contains(err.Error(), c.contains) {
-					t.Fatalf("DecodePayload = %v, %v; want a *PayloadError containing %q", p != nil, err, c.contains)
+				pe := parse.As(err, parse.Payload)
+				if p != nil || pe == nil || !strings.Contains(err.Error(), c.contains) {
+					t.Fatalf("DecodePayload = %v, %v; want a *parse.Error (parse.Payload) containing %q", p != nil, err, c.contains)
 				}
 			}
 			limit := uint64(16*len(c.input) + 4096)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"strconv"
 
 	"github.com/kvaudit/kvaudit/layout"
@@ -72,20 +73,6 @@ type RecordRequestGroup struct {
 	Mix Values `json:"mix,omitzero"`
 }
 
-// RecordError is a record file that is not valid.
-type RecordError struct {
-	File  string
-	Field string
-	Msg   string
-}
-
-func (e *RecordError) Error() string {
-	if e.Field == "" {
-		return fmt.Sprintf("record %q: %s", e.File, e.Msg)
-	}
-	return fmt.Sprintf("record %q: %s: %s", e.File, e.Field, e.Msg)
-}
-
 // MarshalRecord returns the record as indented JSON with a final newline.
 func MarshalRecord(rec *Record) ([]byte, error) {
 	b, err := json.MarshalIndent(rec, "", " ")
@@ -97,18 +84,18 @@ func MarshalRecord(rec *Record) ([]byte, error) {
 
 // ParseRecords reads one record, or several JSON records one after the
 // other, from a file's contents. On error it returns nil and a
-// *RecordError.
+// *parse.Error (parse.Record).
 func ParseRecords(file string, data []byte) ([]*Record, error) {
 	// Each document is decoded where it lies: no copy of the input.
 	docs, err := splitJSONDocs(data)
 	if err != nil {
-		return nil, &RecordError{File: file, Msg: fmt.Sprintf("not JSON: %v", err)}
+		return nil, &parse.Error{Format: parse.Record, File: file, Msg: fmt.Sprintf("not JSON: %v", err)}
 	}
 	recs := make([]*Record, 0, len(docs))
 	for i, d := range docs {
 		var rec Record
 		if err := layout.DecodeStrictJSON(data[d[0]:d[1]], &rec); err != nil {
-			return nil, &RecordError{File: file, Field: recordField(i), Msg: err.Error()}
+			return nil, &parse.Error{Format: parse.Record, File: file, Field: recordField(i), Msg: err.Error()}
 		}
 		if err := rec.Validate(); err != nil {
 			err.File = file
@@ -181,9 +168,9 @@ func splitJSONDocs(data []byte) ([][2]int, error) {
 func recordField(i int) string { return fmt.Sprintf("records[%d]", i) }
 
 // Validate checks a record's consistency. The error has no File.
-func (rec *Record) Validate() *RecordError {
-	bad := func(field, format string, args ...any) *RecordError {
-		return &RecordError{Field: field, Msg: fmt.Sprintf(format, args...)}
+func (rec *Record) Validate() *parse.Error {
+	bad := func(field, format string, args ...any) *parse.Error {
+		return &parse.Error{Format: parse.Record, Field: field, Msg: fmt.Sprintf(format, args...)}
 	}
 	if rec.Format != RecordFormat {
 		return bad("format", "got %q, want %q", rec.Format, RecordFormat)

@@ -2,7 +2,7 @@ package wire_test
 
 import (
 	"context"
-	"errors"
+	"github.com/kvaudit/kvaudit/parse"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -39,9 +39,9 @@ func TestRecordCorpus(t *testing.T) {
 			}
 			continue
 		}
-		var re *wire.RecordError
-		if err == nil || recs != nil || !errors.As(err, &re) {
-			t.Errorf("%s: got %v, %v; want a *RecordError", name, recs, err)
+		re := parse.As(err, parse.Record)
+		if err == nil || recs != nil || re == nil {
+			t.Errorf("%s: got %v, %v; want a *parse.Error (parse.Record)", name, recs, err)
 			continue
 		}
 		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), file) {
@@ -51,7 +51,7 @@ func TestRecordCorpus(t *testing.T) {
 }
 
 // FuzzRecords: ParseRecords never panics; it returns records that survive a
-// round trip, or nil and a *RecordError.
+// round trip, or nil and a *parse.Error (parse.Record).
 func FuzzRecords(f *testing.F) {
 	files, _ := filepath.Glob(filepath.Join("testdata", "record", "*.json"))
 	if len(files) < 25 {
@@ -67,8 +67,8 @@ func FuzzRecords(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		recs, err := wire.ParseRecords("fuzz.json", data)
 		if err != nil {
-			var re *wire.RecordError
-			if recs != nil || !errors.As(err, &re) {
+			re := parse.As(err, parse.Record)
+			if recs != nil || re == nil {
 				t.Fatalf("got %v, %T %v", recs, err, err)
 			}
 			return

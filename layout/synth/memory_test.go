@@ -1,7 +1,7 @@
 package synth
 
 import (
-	"errors"
+	"github.com/kvaudit/kvaudit/parse"
 	"strings"
 	"testing"
 
@@ -31,12 +31,12 @@ func TestNormalizeMemory(t *testing.T) {
 			continue // no memory size known on this system
 		}
 		_, err := c.cfg.Normalize()
-		var fe *FieldError
+		fe := parse.As(err, parse.SynthConfig)
 		switch {
 		case c.field == "" && err != nil:
 			t.Errorf("%+v: %v", c.cfg, err)
-		case c.field != "" && (!errors.As(err, &fe) || fe.Field != c.field):
-			t.Errorf("%+v: got %v, want a FieldError on %s", c.cfg, err, c.field)
+		case c.field != "" && (fe == nil || fe.Field != c.field):
+			t.Errorf("%+v: got %v, want a *parse.Error on %s", c.cfg, err, c.field)
 		case c.field != "" && c.cfg.NumBlocks <= 1<<40 && !strings.Contains(err.Error(), "a rank of"):
 			t.Errorf("%+v: %v does not say what the rank would take", c.cfg, err)
 		}

@@ -18,11 +18,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kvaudit/kvaudit/internal/memlimit"
@@ -365,18 +367,12 @@ func (c *Config) checkMemory(m *Model, given bool) error {
 	return fieldErrorf("Requests", c.Requests, "of %d tokens need %d blocks, %s, %s", c.Tokens, c.NumBlocks, size, where)
 }
 
-// FieldError is a Config field out of range: Field is its Go name
-// ("TP", "BlockSize", ...), Value its value, Msg what is wrong with it.
-type FieldError struct {
-	Field string
-	Value int
-	Msg   string
-}
-
-func (e *FieldError) Error() string { return fmt.Sprintf("%s %d %s", e.Field, e.Value, e.Msg) }
-
+// fieldErrorf is a Config field out of range: a *parse.Error of
+// parse.SynthConfig whose Field is the field's Go name ("TP",
+// "BlockSize", ...) and whose Msg starts with its value ("0 is not in
+// 1..64").
 func fieldErrorf(field string, value int, format string, args ...any) error {
-	return &FieldError{Field: field, Value: value, Msg: fmt.Sprintf(format, args...)}
+	return &parse.Error{Format: parse.SynthConfig, Field: field, Msg: strconv.Itoa(value) + " " + fmt.Sprintf(format, args...)}
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

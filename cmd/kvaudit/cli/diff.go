@@ -126,6 +126,9 @@ producer block 12, which holds request req-1's KV (position 0)").
 			if opts.Engine, err = newEngine(cfg, s.Err); err != nil {
 				return err
 			}
+			if opts.MixKey, err = mixKeyOf(cfg); err != nil {
+				return err
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -148,6 +151,7 @@ producer block 12, which holds request req-1's KV (position 0)").
 	f.StringVar(&opts.HTML, "html", "", htmlFlagHelp)
 	f.BoolVar(&opts.Stored, "stored", false, "also check the consumer's blocks against the stored checksums in its manifests")
 	f.StringSliceVar(&opts.Transfers, "transfers", nil, "also audit these NIXL logs (kvaudit-nixl-log/1 files, directories of them or quoted globs) against both sides' dumps, and name the cause of each mismatch they explain")
+	addStrengthFlags(f, &opts.CompareOptions)
 	f.BoolVar(&opts.Strict, "strict", false, "a loaded block the producer's checksums do not cover (a flat payload is judged on the overlap, as vLLM does) makes its group unverified")
 	return cmd
 }
@@ -211,6 +215,8 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 		return usageErrorf("--audit-tail, --stored and --transfers: %v", err)
 	case errors.Is(err, verify.ErrTransfersDumps):
 		return usageErrorf("--transfers: %v", err)
+	case errors.Is(err, verify.ErrMixKeySides):
+		return usageErrorf("--mix-key: %v", err)
 	case err != nil:
 		return err
 	}
@@ -232,7 +238,8 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 		}
 	}
 	allowedNotice(opts, res)
-	opts.IO.verdict = string(res.Verdict())
+	strengthNotice(opts.IO, res)
+	opts.IO.verdict = report.VerdictLine(res.Diff, res.Verdict())
 	return exit
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"io"
 	"os"
 	"regexp"
@@ -13,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/wire"
 )
 
 // ErrorFormat is the format of the document a command asked for -o json
@@ -55,25 +55,13 @@ var namedFields = sync.OnceValue(func() []*regexp.Regexp {
 	}
 })
 
-// errorField finds what an error names: the field and file of a dump,
-// manifest, safetensors file or record, else a flag or variable its
+// errorField finds what an error names: the field and file of the
+// outermost *parse.Error (a dump, manifest, safetensors file, record,
+// payload, NIXL log), else a flag or variable its
 // message starts with, or the side it is about.
 func errorField(err error) (field, file string) {
-	var (
-		de *layout.DumpError
-		me *layout.ManifestError
-		se *layout.SafetensorsError
-		re *wire.RecordError
-	)
-	switch {
-	case errors.As(err, &de):
-		field, file = de.Field, de.File
-	case errors.As(err, &me):
-		field, file = me.Field, me.File
-	case errors.As(err, &se):
-		field, file = se.Field, se.Path
-	case errors.As(err, &re):
-		field, file = re.Field, re.File
+	if pe := parse.As(err, ""); pe != nil {
+		field, file = pe.Field, pe.File
 	}
 	var rd *layout.ReadError
 	if file == "" && errors.As(err, &rd) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/parse"
 	"github.com/kvaudit/kvaudit/side"
 )
 
@@ -122,9 +123,11 @@ func asUsage(err error) error {
 // exitCode maps a command's error to its exit code: nil is ExitOK, a
 // ResultError carries its own, a *checksum.InternalError (a recovered
 // panic, a failed consistency check: a bug, wherever it is wrapped) is
-// ExitInternal, anything else (bad input, usage, a failure to read or
-// write) is ExitInvalid. Only the type counts: a message that merely
-// mentions "internal error" (a file name) is not one.
+// ExitInternal, an input not in its format (a *parse.Error, whatever the
+// format: dump, manifest, safetensors, record, payload, NIXL log, synth
+// configuration) is ExitInvalid, and so is anything else (usage, a
+// failure to read or write). Only the type counts: a
+// message that merely mentions "internal error" (a file name) is not one.
 func exitCode(err error) int {
 	if err == nil {
 		return ExitOK
@@ -135,7 +138,10 @@ func exitCode(err error) int {
 	}
 	var ie *checksum.InternalError
 	if errors.As(err, &ie) {
-		return ExitInternal
+		return ExitInternal // a bug, even inside a format error
+	}
+	if parse.As(err, "") != nil {
+		return ExitInvalid
 	}
 	return ExitInvalid
 }

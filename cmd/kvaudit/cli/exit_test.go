@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -79,6 +80,8 @@ func TestExitCodeInternalByType(t *testing.T) {
 		{fmt.Errorf("%q: not a dump: internal error", "out/internal error"), ExitInvalid},
 		{errors.New("internal error: spelled out, but not one"), ExitInvalid},
 		{&ResultError{Code: ExitUnverified, Msg: "nothing checksummed: group 0 skipped: internal error"}, ExitUnverified},
+		{fmt.Errorf("consumer: %w", &parse.Error{Format: parse.Manifest, File: "m.json", Field: "groups", Msg: "internal error"}), ExitInvalid},
+		{&parse.Error{Format: parse.Dump, File: "d", Err: checksum.Internalf("a check failed")}, ExitInternal},
 	} {
 		if got := exitCode(c.err); got != c.want {
 			t.Errorf("exitCode(%q) = %d, want %d", c.err, got, c.want)

@@ -49,6 +49,8 @@ var flagVocabulary = map[string]struct{ typ, meaning string }{
 	"no-drill":    {"bool", "skip the drill-down"},
 	"max-details": {"int", "drill-down details per request at most"},
 	"strict":      {"bool", "loaded blocks not compared make a load unverified"},
+	"require-mix": {"bool", "a group compared by vLLM's checksum alone is unverified"},
+	"mix-key":     {"string", "the key of kvaudit's mix check (a run's mix_key, or published)"},
 	"numbering":   {"string", "piece numbering: request or block"},
 	// Payloads.
 	"payload-form": {"string", "nested or flat payloads"},

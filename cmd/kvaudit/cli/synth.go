@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -139,7 +140,8 @@ func synthRun(_ context.Context, opts *SynthOptions) error {
 	return nil
 }
 
-// synthFlags are the flags of synth.Config's fields (synth.FieldError).
+// synthFlags are the flags of synth.Config's fields (the Field of a
+// *parse.Error of parse.SynthConfig).
 var synthFlags = map[string]string{
 	"Layers": "--layers", "TP": "--tp", "PP": "--pp", "BlockSize": "--block-size",
 	"KernelBlockSize": "--kernel-block-size", "NumBlocks": "--num-blocks", "Requests": "--requests",
@@ -148,10 +150,9 @@ var synthFlags = map[string]string{
 
 // synthFlagError reports a configuration synth rejects with its flag.
 func synthFlagError(err error) error {
-	var fe *synth.FieldError
-	if errors.As(err, &fe) {
+	if fe := parse.As(err, parse.SynthConfig); fe != nil {
 		if flag, ok := synthFlags[fe.Field]; ok {
-			return usageErrorf("%s %d %s", flag, fe.Value, fe.Msg)
+			return usageErrorf("%s %s", flag, fe.Msg)
 		}
 	}
 	return &UsageError{err}
