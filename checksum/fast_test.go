@@ -13,8 +13,8 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
 // kernels are the inner-loop variants a test runs Fast with: the SIMD

@@ -33,6 +33,9 @@ type Dump struct {
 	// metadata is a .safetensors dump's __metadata__ (nil for a dump
 	// directory): an exporter's engine geometry, for the address map.
 	metadata map[string]string
+	// sglang is each buffer of an SGLang dump's pool, in kv_data_ptrs
+	// order (nil for another engine's dump).
+	sglang [][]byte
 }
 
 // isDump reports whether path is a dump: a .safetensors file or a
@@ -84,6 +87,9 @@ func Open(path string) (*Dump, error) {
 		return nil, err
 	}
 	if err := o.resolveGroups(); err != nil {
+		return nil, err
+	}
+	if err := o.openSGLang(); err != nil {
 		return nil, err
 	}
 	ok = true

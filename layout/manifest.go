@@ -31,6 +31,10 @@ type Manifest struct {
 	NumBlocks int       `json:"num_blocks"`
 	Groups    []Group   `json:"groups"`
 	Requests  []Request `json:"requests"`
+	// Engine is the engine whose cache was dumped: "" for vLLM's (the
+	// default), "sglang" for SGLang's pools, described in SGLang.
+	Engine string      `json:"engine,omitempty"`
+	SGLang *SGLangPool `json:"sglang,omitempty"`
 }
 
 // Model names the model and its KV head count (used to infer replication).
@@ -139,6 +143,9 @@ type Request struct {
 	StateBlock             map[string]int      `json:"state_block,omitempty"`
 	BlockHashes            map[string][]string `json:"block_hashes,omitempty"`
 	StoredChecksums        map[string][]string `json:"stored_checksums,omitempty"`
+	// SGLang is the request's pages, token range and sent value in an
+	// SGLang dump (nil otherwise).
+	SGLang *SGLangRequest `json:"sglang,omitempty"`
 }
 
 // PairID returns the id of the producer request a consumer request loads
@@ -223,7 +230,7 @@ func (m *Manifest) Validate() error {
 			return err
 		}
 	}
-	return nil
+	return m.validateSGLang(bad)
 }
 
 // validateGroups checks the manifest's groups and their layers (ids and

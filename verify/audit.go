@@ -23,6 +23,8 @@ type Audits struct {
 	Repeated []side.RepeatedBlock
 	// Transfers is the audit of the transfer's NIXL logs.
 	Transfers *transfer.Result
+	// SGLang is SGLang's own check of SGLang dumps (CompareSGLang).
+	SGLang *SGLangAudit
 }
 
 // Failed reports whether an audit found something: a non-zero byte past
@@ -36,6 +38,9 @@ func (a *Audits) Failed() bool {
 		return true
 	}
 	if a.Transfers != nil && a.Transfers.Violated() {
+		return true
+	}
+	if a.SGLang.Mismatched() {
 		return true
 	}
 	return a.Stored != nil && StoredVerdict(a.Stored) == Mismatch

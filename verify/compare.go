@@ -106,7 +106,7 @@ func markNoMix(c *side.Checks, s *side.Source, e checksum.Engine) {
 	for _, r := range c.Requests {
 		for _, g := range r.Groups {
 			if g.ChecksMix == nil {
-				g.NoMix = "the " + e.Name() + " engine computes no mix check yet (kernels/README.md)"
+				g.NoMix = "the " + e.Name() + " engine computes no mix check yet (internal/kernels/README.md)"
 			}
 		}
 	}
@@ -180,6 +180,9 @@ func (r *Result) Summary() string {
 			}
 			if a.Transfers != nil && a.Transfers.Violated() {
 				msgs = append(msgs, a.Transfers.Summary())
+			}
+			if a.SGLang.Mismatched() {
+				msgs = append(msgs, a.SGLang.Summary())
 			}
 		}
 	case Unverified:

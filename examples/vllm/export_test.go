@@ -18,9 +18,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/side"
 )
 

@@ -1,6 +1,8 @@
 package browsertest
 
 import (
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,5 +44,43 @@ func TestHarness(t *testing.T) {
 				t.Errorf("requests %q, want %q", requests, want)
 			}
 		})
+	}
+}
+
+// The proxy counts what was asked for: a request line, http or CONNECT,
+// also one cut short after its target; a connection that sends nothing
+// (Chromium opens such speculative connections and drops them) or sends
+// no request line asks for nothing. TestHarness shows that a page's
+// request still reaches it.
+func TestProxyCountsRequestLines(t *testing.T) {
+	p := newProxy(t)
+	for _, sent := range []string{
+		"",
+		"GET http://a.example/x.png HTTP/1.1\r\nHost: a.example\r\n\r\n",
+		"\r\n",
+		"CONNECT b.example:443 HTTP/1.1\r\n\r\n",
+		"\x16\x03\x01\x02\x00\x01",
+		"GET http://c.example/cut",
+		"CONNECT update.googleapis.com:443 HTTP/1.1\r\n\r\n",
+		"hello there friend\r\n",
+	} {
+		c, err := net.Dial("tcp", p.ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte(sent)); err != nil {
+			t.Fatal(err)
+		}
+		c.(*net.TCPConn).CloseWrite()
+		io.Copy(io.Discard, c) // the proxy closes it once it has read the line
+		c.Close()
+	}
+	got := p.close()
+	want := []string{"http://a.example/x.png", "b.example:443", "http://c.example/cut"}
+	if !slices.Equal(got, want) {
+		t.Errorf("requests %q, want %q", got, want)
+	}
+	if p.idle != 4 {
+		t.Errorf("%d connections without a request line, want 4", p.idle)
 	}
 }

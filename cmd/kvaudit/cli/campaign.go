@@ -11,9 +11,9 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
-	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/inject"
+	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/internal/safeio"
-	"github.com/kvaudit/kvaudit/report"
 )
 
 // CampaignOptions are the settings of `kvaudit campaign`: the library's
@@ -30,6 +30,9 @@ type CampaignOptions struct {
 	HTML  string
 	// command is the command line, for the HTML report.
 	command string
+	// Engine is whose pairs: "" (vLLM's layouts) or sglang (SGLang pools,
+	// inject.SGLangCampaign).
+	Engine string
 	inject.CampaignOptions
 }
 
@@ -69,6 +72,9 @@ fault was missed or mislocalised or a control was flagged.
   # the full run, as JUnit for CI
   $ kvaudit campaign --trials 200 -o junit > campaign.xml
 
+  # SGLang pools: what kvaudit and what SGLang's own Adler-32 catch
+  $ kvaudit campaign --engine sglang --trials 50
+
   # two kinds on your own producer and consumer dumps
   $ kvaudit campaign --fault bit-flip --fault stale-block out/producer out/consumer`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -84,6 +90,16 @@ fault was missed or mislocalised or a control was flagged.
 				return err
 			}
 			opts.command = commandLine(cmd, args)
+			switch opts.Engine = cfg.String("engine"); opts.Engine {
+			case "vllm":
+				opts.Engine = ""
+			case "sglang":
+				if len(args) > 0 || len(opts.Kinds) > 0 || opts.HTML != "" || opts.JUnit != "" || (opts.Output != "table" && opts.Output != "json" && opts.Output != "markdown") {
+					return usageErrorf("--engine sglang runs over its own synthesized SGLang pairs and kinds: no sides, --fault, --html or --junit; -o table, json or markdown")
+				}
+			default:
+				return usageErrorf("--engine %q: want vllm or sglang", opts.Engine)
+			}
 			if err := checkOutputFile("--html", opts.HTML, args); err != nil {
 				return err
 			}
@@ -105,6 +121,7 @@ fault was missed or mislocalised or a control was flagged.
 	_ = f.MarkDeprecated("faults", "use --fault")
 	f.Int("workers", 0, "")
 	_ = f.MarkDeprecated("workers", "use --threads")
+	f.String("engine", "vllm", "whose caches: vllm (its layouts; every fault kind) or sglang (SGLang pools, MHA and MLA, page sizes 1 and 16, TP 1 and 2; a column for what SGLang's own Adler-32 catches)")
 	f.StringVar(&opts.Dir, "dir", "", "directory for the campaign's scratch files, removed afterwards (default the system's temporary directory)")
 	return cmd
 }
@@ -140,6 +157,9 @@ func (o *CampaignOptions) resolve(cfg *config) error {
 }
 
 func campaignRun(ctx context.Context, opts *CampaignOptions) error {
+	if opts.Engine == "sglang" {
+		return sglangCampaignRun(ctx, opts)
+	}
 	c := opts.CampaignOptions
 	for i := 0; i+1 < len(opts.Paths); i += 2 {
 		c.Pairs = append(c.Pairs, inject.Pair{

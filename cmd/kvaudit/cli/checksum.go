@@ -9,9 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/wire"
@@ -36,6 +36,12 @@ type ChecksumOptions struct {
 	// Stored emits (and checks) the offload tier's stored checksums
 	// instead of the checks.
 	Stored bool
+	// Scheme is the checksum computed: "" (kvaudit's, vLLM's definition)
+	// or sglang-adler32 (SGLang's own, of SGLang dumps; docs/sglang.md).
+	Scheme string
+	// Threads is the cpu engine's worker count (0: GOMAXPROCS), read by
+	// --scheme sglang-adler32.
+	Threads int
 }
 
 // NewCmdChecksum builds `kvaudit checksum`. runF replaces the run function
@@ -66,6 +72,9 @@ skipped) exits 2 with the reasons.
 		Example: `  # checksum every rank of a producer
   $ kvaudit checksum out/producer
 
+  # SGLang's own value per request and rank, beside the one its prefill sent
+  $ kvaudit checksum --scheme sglang-adler32 out/consumer
+
   # one host per rank: write its record, then merge the records anywhere
   $ kvaudit checksum --partial -o record --out records/ out/producer/rank-0-1.safetensors
   $ kvaudit checksum -o json records/
@@ -94,6 +103,17 @@ skipped) exits 2 with the reasons.
 				}
 				opts.OutDir = "" // a top-level out: in kvaudit.yaml, for synth or inject
 			}
+			switch opts.Scheme = cfg.String("scheme"); opts.Scheme {
+			case "kvaudit":
+				opts.Scheme = ""
+			case checksum.SchemeSGLangAdler32:
+				if opts.Output != "table" && opts.Output != "json" && opts.Output != "markdown" {
+					return usageErrorf("--scheme %s: -o %q: want table, json or markdown", opts.Scheme, opts.Output)
+				}
+				opts.Threads = cfg.Int("threads")
+			default:
+				return usageErrorf("--scheme %q: want kvaudit or %s", opts.Scheme, checksum.SchemeSGLangAdler32)
+			}
 			opts.BlockValues = opts.Numbering == checksum.NumberBlock || (opts.Output == "payload" && opts.PayloadForm == wire.FormFlat)
 			if opts.Engine, err = newEngine(cfg, s.Err); err != nil {
 				return err
@@ -115,6 +135,7 @@ skipped) exits 2 with the reasons.
 	addCUDATimeoutFlag(f)
 	f.StringVar(&opts.OutDir, "out", "", "with -o record: directory to write rank-<pp>-<tp>.record.json files into (not a side's own directory)")
 	f.BoolVar(&opts.Force, "force", false, "with -o record --out: replace existing record files")
+	f.String("scheme", "kvaudit", "the checksum: kvaudit (vLLM's definition, per group and block position) or "+checksum.SchemeSGLangAdler32+" (SGLang's Adler-32 per request and rank, of SGLang dumps; -o table, json or markdown)")
 	f.BoolVar(&opts.Stored, "stored", false, "emit each full block's stored checksum (rank-local, tagged with its block hash) and check it against the manifest's stored_checksums; -o table, json or markdown")
 	return cmd
 }
@@ -122,6 +143,9 @@ skipped) exits 2 with the reasons.
 func checksumRun(ctx context.Context, opts *ChecksumOptions) error {
 	if opts.Stored {
 		return storedRun(ctx, opts)
+	}
+	if opts.Scheme == checksum.SchemeSGLangAdler32 {
+		return sglangChecksumRun(opts)
 	}
 	in := side.Input{Paths: opts.Paths}
 	progress := func(_ string, dumps []*layout.Dump, requests []string) (func(int64), func()) {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/internal/safeio"
-	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
@@ -39,6 +39,10 @@ type DiffOptions struct {
 	HTML    string
 	command string
 	started time.Time
+	// SGLangSent are --sglang-checksum values (verify.ParseSGLangChecksums).
+	SGLangSent map[string]uint64
+	// Threads of the cpu engine, for SGLang's Adler-32.
+	Threads int
 }
 
 // NewCmdDiff builds `kvaudit diff`. runF replaces the run function in
@@ -112,6 +116,10 @@ producer block 12, which holds request req-1's KV (position 0)").
 				return err
 			}
 			opts.AllowedBy, _ = cfg.FromFile("allow-unverified")
+			if opts.SGLangSent, err = verify.ParseSGLangChecksums(cfg.Strings("sglang-checksum")); err != nil {
+				return usageErrorf("--sglang-checksum %v", err)
+			}
+			opts.Threads = cfg.Int("threads")
 			if opts.JUnit != "" {
 				// Before the comparison, not after it.
 				if err := safeio.CheckOutFile(opts.JUnit); err != nil {
@@ -151,6 +159,7 @@ producer block 12, which holds request req-1's KV (position 0)").
 	f.StringVar(&opts.HTML, "html", "", htmlFlagHelp)
 	f.BoolVar(&opts.Stored, "stored", false, "also check the consumer's blocks against the stored checksums in its manifests")
 	f.StringSliceVar(&opts.Transfers, "transfers", nil, "also audit these NIXL logs (kvaudit-nixl-log/1 files, directories of them or quoted globs) against both sides' dumps, and name the cause of each mismatch they explain")
+	f.StringSlice("sglang-checksum", nil, "SGLang dumps: the value SGLang's prefill sent for a consumer request, REQ=0xHEX (TP rank 0) or REQ@TP=0xHEX (repeatable), in place of the kv_checksum row in the consumer's manifest")
 	addStrengthFlags(f, &opts.CompareOptions)
 	f.BoolVar(&opts.Strict, "strict", false, "a loaded block the producer's checksums do not cover (a flat payload is judged on the overlap, as vLLM does) makes its group unverified")
 	return cmd
@@ -218,6 +227,9 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 	case errors.Is(err, verify.ErrMixKeySides):
 		return usageErrorf("--mix-key: %v", err)
 	case err != nil:
+		return err
+	}
+	if err := sglangAudit(opts, res); err != nil {
 		return err
 	}
 	err = report.RenderDiffAudits(opts.IO.Out, res.Diff, res.Audits, report.Format(opts.Output), report.DiffOptions{

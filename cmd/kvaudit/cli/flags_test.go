@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -31,7 +31,9 @@ var flagVocabulary = map[string]struct{ typ, meaning string }{
 	"producer":         {"stringSlice", "the producer as paths or globs, repeatable or comma-separated (diff: in place of PRODUCER; transfers: the dumps the logs resolve to)"},
 	"consumer":         {"stringSlice", "the consumer as paths or globs, repeatable or comma-separated (diff: in place of CONSUMER; transfers: the dumps the logs resolve to)"},
 	"seed":             {"uint64", "the seed of every random choice"},
-	"engine":           {"string", "the checksum engine"},
+	"engine":           {"string", "the checksum engine; synth and campaign: whose caches (vllm or sglang, as issue 37 names it)"},
+	"scheme":           {"string", "checksum: which checksum is computed (kvaudit's, or sglang-adler32)"},
+	"sglang-checksum":  {"stringSlice", "diff: the values SGLang's prefill sent, REQ=0xHEX, repeatable"},
 	"cuda-timeout":     {"duration", "the deadline of one request to the kvaudit-cuda runner"},
 	"threads":          {"int", "how many things run at once (engine threads, trials); the only parallelism flag"},
 	"output":           {"string", "-o: the output format"},
@@ -77,7 +79,8 @@ var flagVocabulary = map[string]struct{ typ, meaning string }{
 	"tokens":            {"int", "tokens per request"},
 	"prefix-tokens":     {"int", "a consumer's local prefix hit"},
 	"role":              {"string", "producer or consumer"},
-	"format":            {"string", "how ranks are written"},
+	"format":            {"string", "how ranks are written (scrub: the store's format)"},
+	"store":             {"string", "synth: the offload store format to write the side's KV as"},
 	"conv-layout":       {"string", "conv state layout"},
 	"conv-dtype":        {"string", "conv state dtype"},
 	"no-state-split":    {"bool", "state layers without their TP split"},
@@ -101,7 +104,7 @@ var flagTypeExceptions = map[string]string{
 
 // verdictCommands are the commands whose result is a verdict: they offer
 // -o junit.
-var verdictCommands = []string{"diff", "transfers", "campaign"}
+var verdictCommands = []string{"diff", "transfers", "campaign", "scrub"}
 
 // visibleFlags calls f for every flag of every command that help shows
 // (not deprecated or hidden aliases, not --help).
@@ -203,7 +206,7 @@ func TestEnumCompletion(t *testing.T) {
 		{[]string{"synth", "--preset", ""}, synth.Presets},
 		{[]string{"synth", "--layout", "p"}, []string{"packed", "packed-token-major"}},
 		{[]string{"inject", "--fault", "bit"}, []string{"bit-flip"}},
-		{[]string{"campaign", "--fault", "bit-flip,st"}, []string{"bit-flip,stale-block", "bit-flip,stale-tail", "bit-flip,state-flip", "bit-flip,stray-write"}},
+		{[]string{"campaign", "--fault", "bit-flip,st"}, []string{"bit-flip,stale-block", "bit-flip,stale-tail", "bit-flip,state-flip", "bit-flip,store-byte-flip", "bit-flip,store-crc", "bit-flip,store-missing-checksum", "bit-flip,store-truncate", "bit-flip,stray-write"}},
 		{[]string{"inspect", "--color", ""}, colorModes},
 	} {
 		got := complete(c.args...)

@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/inject"
+	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/wire"
 )
 
@@ -237,6 +237,9 @@ func parseRank(s string) (*inject.Rank, error) {
 // library call (inject.Inject, which prepares the side first when asked),
 // then prints fault.json or its summary.
 func injectRun(ctx context.Context, opts *InjectOptions) error {
+	if info, _ := inject.InfoOf(opts.Kind); info.Input == inject.InputStore {
+		return injectStoreRun(ctx, opts)
+	}
 	dumps, err := layout.OpenPaths(opts.Paths)
 	if err != nil {
 		return err

@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra/doc"
 	"github.com/spf13/pflag"
 
+	"github.com/kvaudit/kvaudit/internal/kernels"
 	"github.com/kvaudit/kvaudit/internal/safeio"
-	"github.com/kvaudit/kvaudit/kernels"
 )
 
 // manPage is one generated man page: its file name (kvaudit-diff.1) and
@@ -112,6 +112,11 @@ var manExits = map[string][][2]string{
 		{"1", "an invariant is violated (confined, aligned, covered, zeroed, written-twice, failed)"},
 		{"2", "some of the logs cannot be resolved to the dumps (no addresses in a dump, an agent no dump names, a list the recorder did not know)"},
 	},
+	"scrub": {
+		{"0", "every file and record verified against the checksum its engine stored (or, with --allow-unverified, none mismatches)"},
+		{"1", "mismatch: some file or record differs from its stored checksum, or its frame, trailer or header is wrong"},
+		{"2", "unverified: some file or record has no stored checksum to check (no xattr, no trailer, no CRC), and none mismatches"},
+	},
 	"campaign": {
 		{"0", "every detectable fault was detected by the expected detector and localised, and no clean control was flagged"},
 		{"1", "a fault was missed or mislocalised, or a clean control was flagged"},
@@ -158,7 +163,9 @@ func manEnvironment(c *cobra.Command) string {
 	hasEngine := false
 	for _, f := range flags {
 		item(envName(f.Name), "sets --"+f.Name+" when the command line does not")
-		hasEngine = hasEngine || f.Name == "engine"
+		// synth's and campaign's --engine name whose caches, not a
+		// checksum engine: only a checksum engine starts the runner.
+		hasEngine = hasEngine || f.Name == "engine" && c.Name() != "synth" && c.Name() != "campaign"
 	}
 	if hasEngine || !c.HasParent() {
 		item(kernels.RunnerEnv, "the kvaudit-cuda runner that --engine cuda (or auto) starts; by default kvaudit-cuda beside the kvaudit executable, else on PATH")

@@ -197,6 +197,7 @@ optional kvaudit.yaml (--config, the working directory or
 		NewCmdDiff(s, nil),
 		NewCmdTransfers(s, nil),
 		NewCmdInspect(s, nil),
+		NewCmdScrub(s, nil),
 		NewCmdInject(s, nil),
 		NewCmdCampaign(s, nil),
 		NewCmdSynth(s, nil),

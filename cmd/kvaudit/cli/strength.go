@@ -8,8 +8,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/internal/termtext"
-	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/verify"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/transfer"
 )
 
@@ -18,6 +18,9 @@ type SynthOptions struct {
 	IO     *Streams
 	Out    string
 	Config synth.Config
+	// Store, when set, also writes the side's KV as that store format
+	// (or every one: "all") under Out/store/ (synth_store.go).
+	Store string
 }
 
 // NewCmdSynth builds `kvaudit synth`.
@@ -59,6 +62,10 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
   # a TP2 consumer in the HND layout with 32-token blocks and a 16-token prefix hit
   $ kvaudit synth --out out --preset llama --role consumer --tp 2 --layout hnd --block-size 32 --prefix-tokens 16
 
+  # SGLang pools: a TP2 MHA producer with 16-token pages, and its consumer
+  $ kvaudit synth --out sg --engine sglang --preset llama --tp 2
+  $ kvaudit synth --out sg --engine sglang --preset llama --tp 2 --role consumer
+
   # a producer, then a TP2 consumer and the NIXL logs of its pull from it
   $ kvaudit synth --out kv --preset llama --layout hnd
   $ kvaudit synth --out kv --preset llama --layout hnd --role consumer --tp 2 --transfers`,
@@ -79,9 +86,15 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 				PrefixTokens: cfg.Int("prefix-tokens"), Seed: cfg.Uint64("seed"), Role: cfg.String("role"),
 				Format: cfg.String("format"), ConvLayout: cfg.String("conv-layout"), ConvDtype: cfg.String("conv-dtype"),
 				NoStateSplit: cfg.Bool("no-state-split"), Force: cfg.Bool("force"), Transfers: cfg.Bool("transfers"),
+				Engine: cfg.String("engine"),
 			}
 			if opts.Config, err = opts.Config.Normalize(); err != nil {
 				return synthFlagError(err)
+			}
+			if opts.Store = cfg.String("store"); opts.Store != "" {
+				if err := checkStoreFormat(opts.Store); err != nil {
+					return err
+				}
 			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
@@ -107,8 +120,10 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 	f.String("format", "safetensors", "how ranks are written: "+strings.Join(synth.Formats, ", "))
 	f.String("conv-layout", "dim-first", "state presets: conv state layout, "+strings.Join(synth.ConvLayouts, " or "))
 	f.String("conv-dtype", "bfloat16", "state presets: conv state dtype, bfloat16 or float32")
+	f.String("engine", "vllm", "whose cache: vllm (its layouts) or sglang (SGLang's MHATokenToKVPool or MLATokenToKVPool, presets tiny, llama and mla; pages of --block-size tokens; docs/sglang.md)")
 	f.Bool("force", false, "replace existing rank files under DIR/<role> (never through a symlink)")
 	f.Bool("no-state-split", false, "state presets: write state layers without their TP split (one slice per rank)")
+	f.String("store", "", storeFlagHelp)
 	f.Bool("transfers", false, "consumer: also write DIR/nixl/AGENT.jsonl, its ranks' NIXL logs of a correct pull from DIR/producer")
 	return cmd
 }
@@ -136,6 +151,9 @@ func synthRun(_ context.Context, opts *SynthOptions) error {
 		for _, p := range w.Logs {
 			fmt.Fprintf(opts.IO.Err, "  %s\n", p)
 		}
+	}
+	if opts.Store != "" {
+		return writeSynthStore(opts)
 	}
 	return nil
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/internal/safeio"
-	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/transfer"
 )

@@ -1,0 +1,166 @@
+package checksum
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+)
+
+// SchemeSGLangAdler32 names SGLang's own KV checksum (docs/sglang.md): zlib
+// Adler-32 of one byte stream per request and TP rank, the value SGLang's
+// prefill sends in slot 0 of the request's kv_checksum metadata row and
+// its decode recomputes (sgl-project/sglang PR #39500).
+const SchemeSGLangAdler32 = "sglang-adler32"
+
+// SGLangBuffer is one buffer SGLang registers for transfer (one entry of
+// kv_data_ptrs, or a state buffer): Data is the whole buffer, page 0 at
+// its start, and ItemLen the bytes of one item (one page of page_size
+// slots for a KV buffer: buffer[0].nbytes * page_size).
+type SGLangBuffer struct {
+	Data    []byte
+	ItemLen int
+}
+
+// SGLangSegment is buffers that share one index list: every KV buffer
+// takes the request's pages, the state buffers their state indices. The
+// stream holds, for each buffer in order, for each index in order, the
+// item [index*ItemLen, (index+1)*ItemLen) of the buffer.
+type SGLangSegment struct {
+	Buffers []SGLangBuffer
+	Indices []int64
+}
+
+// SGLangPages returns the pages of req_to_token[req_pool_idx, start:end]
+// as SGLang computes them: row[start:end] read at every pageSize-th slot,
+// each slot divided by pageSize (the whole row when pageSize is 1). start
+// is 0 for the value PR #39500 defines, the first token sent
+// (start_send_idx) for the suffix-only form; SGLang keeps start on a page
+// boundary, and so must a caller, for a slot in between names its page
+// and the pages after it are read from slots pageSize further on.
+func SGLangPages(row []int64, pageSize, start, end int) ([]int64, error) {
+	if pageSize < 1 {
+		return nil, fmt.Errorf("page size %d is less than 1", pageSize)
+	}
+	if start < 0 || end < start || end > len(row) {
+		return nil, fmt.Errorf("token range [%d, %d) does not lie in the %d slots of the req_to_token row", start, end, len(row))
+	}
+	var pages []int64
+	for i := start; i < end; i += pageSize {
+		if row[i] < 0 {
+			return nil, fmt.Errorf("req_to_token slot %d of token %d is negative", row[i], i)
+		}
+		pages = append(pages, row[i]/int64(pageSize))
+	}
+	return pages, nil
+}
+
+// SGLangEnd is the end of the range SGLang checksums for a request: the
+// end of its last prefill chunk, at most the request's input length
+// (end_idx = min(extend_range.end, len(origin_input_ids))).
+func SGLangEnd(extendEnd, inputLen int) int { return min(extendEnd, inputLen) }
+
+// SGLangItem is one item of the stream: the buffer's index in the
+// segments' order (KV buffers first, then the state buffers), the index
+// (page) it reads, and its bytes.
+type SGLangItem struct {
+	Buffer int
+	Index  int64
+	Data   []byte
+}
+
+// SGLangItems lists the stream's items in order, checking that each lies
+// in its buffer.
+func SGLangItems(segs []SGLangSegment) ([]SGLangItem, error) {
+	var items []SGLangItem
+	ord := 0
+	for _, s := range segs {
+		for _, b := range s.Buffers {
+			if b.ItemLen < 0 {
+				return nil, fmt.Errorf("buffer %d: item length %d is negative", ord, b.ItemLen)
+			}
+			for _, idx := range s.Indices {
+				at := idx * int64(b.ItemLen)
+				if idx < 0 || (b.ItemLen > 0 && idx > int64(len(b.Data))/int64(b.ItemLen)) || at+int64(b.ItemLen) > int64(len(b.Data)) {
+					return nil, fmt.Errorf("buffer %d: item %d (bytes %d..%d) is past the end of its %d bytes", ord, idx, at, at+int64(b.ItemLen), len(b.Data))
+				}
+				items = append(items, SGLangItem{Buffer: ord, Index: idx, Data: b.Data[at : at+int64(b.ItemLen)]})
+			}
+			ord++
+		}
+	}
+	return items, nil
+}
+
+// sglangSerialBytes is the stream length below which SGLangAdler32 does
+// not start goroutines.
+const sglangSerialBytes = 1 << 20
+
+// SGLangAdler32 is SGLang's checksum of a request on one rank: Adler-32 of
+// the stream of segs (SGLangItems), 1 for an empty stream. threads workers
+// (GOMAXPROCS when 0 or less) each take a run of consecutive items, and
+// their values are joined in order with Adler32Combine, as SGLang's kernel
+// joins its threads' (the value is that of one serial pass).
+func SGLangAdler32(segs []SGLangSegment, threads int) (uint32, error) {
+	items, err := SGLangItems(segs)
+	if err != nil {
+		return 0, err
+	}
+	return sglangItemsAdler32(items, threads), nil
+}
+
+func sglangItemsAdler32(items []SGLangItem, threads int) uint32 {
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	var total int64
+	for _, it := range items {
+		total += int64(len(it.Data))
+	}
+	if threads == 1 || total < sglangSerialBytes || len(items) < 2 {
+		v := uint32(1)
+		for _, it := range items {
+			v = adlerUpdate(v, it.Data)
+		}
+		return v
+	}
+	threads = min(threads, len(items))
+	type part struct {
+		v uint32
+		n int64
+	}
+	parts := make([]part, threads)
+	var wg sync.WaitGroup
+	// Split by bytes: worker w takes the items whose first byte falls in
+	// its share of the stream.
+	cuts := make([]int, threads+1)
+	var at int64
+	w := 1
+	for i, it := range items {
+		for w < threads && at >= total*int64(w)/int64(threads) {
+			cuts[w] = i
+			w++
+		}
+		at += int64(len(it.Data))
+	}
+	for ; w <= threads; w++ {
+		cuts[w] = len(items)
+	}
+	for w := range threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, n := uint32(1), int64(0)
+			for _, it := range items[cuts[w]:cuts[w+1]] {
+				v = adlerUpdate(v, it.Data)
+				n += int64(len(it.Data))
+			}
+			parts[w] = part{v, n}
+		}()
+	}
+	wg.Wait()
+	v := parts[0].v
+	for _, p := range parts[1:] {
+		v = Adler32Combine(v, p.v, p.n)
+	}
+	return v
+}

@@ -1,0 +1,35 @@
+package kernels_test
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/kvaudit/kvaudit/internal/kernels"
+)
+
+// TestRunnerFloodStart: a "runner" that floods stdout instead of
+// answering (KVAUDIT_CUDA_RUNNER=/usr/bin/yes) gives a short StartError,
+// not one holding everything it printed.
+func TestRunnerFloodStart(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	// 40 MB of "y" lines, then exit: what yes prints in a moment.
+	_, err = kernels.StartRunner(context.Background(), kernels.RunnerOptions{
+		Path: sh, Args: []string{"-c", "yes | head -c 40000000; yes | head -c 40000000 >&2"},
+	})
+	var se *kernels.StartError
+	if !errors.As(err, &se) {
+		t.Fatalf("got %v, want a StartError", err)
+	}
+	if n := len(err.Error()); n > 16<<10 {
+		t.Fatalf("the error holds %d bytes of what the runner printed; want at most a few KB", n)
+	}
+	if !strings.Contains(err.Error(), "y y y") {
+		t.Errorf("the error does not show what the runner said: %.200s", err)
+	}
+}
