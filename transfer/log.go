@@ -37,11 +37,25 @@ type Desc struct {
 }
 
 // Header is a log's first line: the agent whose calls it records and its
-// rank.
+// rank, and optionally the producer's lease on a request's blocks (as
+// the recording process saw it), the engine id and when the recorder
+// started.
 type Header struct {
 	Agent  string
 	TPRank int
 	PPRank int
+	// LeaseS is the lease in seconds (HasLease: the header gives one).
+	LeaseS   int
+	HasLease bool
+	EngineID string
+	Time     Stamp
+}
+
+// Stamp is when a recorded call returned: time.monotonic_ns() and
+// time.time_ns() of the recording process (Ok: the record has both).
+type Stamp struct {
+	Mono, Wall int64
+	Ok         bool
 }
 
 // Op is a record's kind.
@@ -49,13 +63,26 @@ type Op uint8
 
 // Record kinds, the "op" of each line after the header.
 const (
-	OpRegister Op = iota + 1 // register_memory
-	OpDList                  // prep_xfer_dlist
-	OpXfer                   // make_prepped_xfer or initialize_xfer
-	OpState                  // a transfer's final state
+	OpRegister    Op = iota + 1 // register_memory
+	OpDList                     // prep_xfer_dlist
+	OpXfer                      // make_prepped_xfer or initialize_xfer
+	OpState                     // a transfer's final state
+	OpPost                      // transfer(handle): a transfer posted
+	OpNotif                     // send_notif
+	OpNotifs                    // get_new_notifs returning at least one
+	OpRemoteDone                // check_remote_xfer_done returned True
+	OpError                     // a recorded call raised
+	OpDeregister                // deregister_memory
+	OpRemoveAgent               // remove_remote_agent
+	OpMemView                   // prep_mem_view
 )
 
-var opNames = map[string]Op{"register": OpRegister, "dlist": OpDList, "xfer": OpXfer, "state": OpState}
+var opNames = map[string]Op{"register": OpRegister, "dlist": OpDList, "xfer": OpXfer, "state": OpState,
+	"post": OpPost, "notif": OpNotif, "notifs": OpNotifs, "remote_done": OpRemoteDone, "error": OpError,
+	"deregister": OpDeregister, "remove_agent": OpRemoveAgent, "mem_view": OpMemView}
+
+// opList names the ops for an error, in the order of docs/spec.md §13.
+const opList = "register, dlist, xfer, state, post, notif, notifs, remote_done, error, deregister, remove_agent or mem_view"
 
 func (o Op) String() string {
 	for k, v := range opNames {
@@ -105,7 +132,20 @@ type Record struct {
 	HasRequest bool
 	// State: DONE or ERR.
 	State string
+	// Msg: notif, remote_done and error (Agent: notif and remote_done,
+	// the peer; remove_agent, the agent removed). Call: error, the call
+	// that raised; HasID: an error's id is a transfer's (not null).
+	Msg    string
+	Call   string
+	HasID  bool
+	Notifs []Notif
+	// Time: when the call returned, if the recorder said (t_mono_ns,
+	// t_wall_ns).
+	Time Stamp
 }
+
+// Notif is one notification get_new_notifs returned: from Agent, Msg.
+type Notif struct{ Agent, Msg string }
 
 // Reader streams a log's records: it holds one record at a time, and
 // reads its arrays element by element, never a whole line.
@@ -116,6 +156,26 @@ type Reader struct {
 	header Header
 	eof    bool
 	sink   func(Op, Desc)
+	// mono is the last t_mono_ns read (hasMono: one was), which the next
+	// may not precede.
+	mono    int64
+	hasMono bool
+	// keys are the keys of the line being read, sb a string's bytes
+	// (both reused).
+	keys keySet
+	sb   []byte
+}
+
+// keySet is the keys of one line's object: a few, so a slice.
+type keySet []string
+
+func (k keySet) has(key string) bool {
+	for _, v := range k {
+		if v == key {
+			return true
+		}
+	}
+	return false
 }
 
 // NewReader reads a log's header from r; name names the log in errors.
@@ -185,24 +245,61 @@ func (r *Reader) str(field string) (string, error) {
 
 // strBody reads the rest of a JSON string after its opening quote.
 func (r *Reader) strBody(field string) (string, error) {
-	var b []byte
+	b, err := r.strBytes(field)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// knownKeys are the keys of the format, returned without a copy.
+var knownKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"format", "agent", "tp_rank", "pp_rank", "lease_s", "engine_id", "t_mono_ns", "t_wall_ns",
+		"op", "mem", "descs", "handle", "id", "kind", "local", "local_ids", "remote", "remote_ids", "local_descs",
+		"remote_descs", "remote_agent", "notif", "request", "state", "msg", "notifs", "call"} {
+		m[k] = k
+	}
+	return m
+}()
+
+// keyStr reads an object's key (after whitespace).
+func (r *Reader) keyStr() (string, error) {
+	if err := r.expect('"', ""); err != nil {
+		return "", err
+	}
+	b, err := r.strBytes("")
+	if err != nil {
+		return "", err
+	}
+	if k, ok := knownKeys[string(b)]; ok {
+		return k, nil
+	}
+	return string(b), nil
+}
+
+// strBytes reads the rest of a JSON string after its opening quote into
+// the reader's buffer (valid until the next read).
+func (r *Reader) strBytes(field string) ([]byte, error) {
+	b := r.sb[:0]
+	defer func() { r.sb = b[:0] }()
 	for {
 		c, err := r.byteAt(field)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		switch {
 		case c == '"':
 			if !utf8.Valid(b) {
-				return "", r.errf(field, "a string that is not valid UTF-8")
+				return nil, r.errf(field, "a string that is not valid UTF-8")
 			}
-			return string(b), nil
+			return b, nil
 		case c < 0x20:
-			return "", r.errf(field, "a control character (0x%02x) inside a string", c)
+			return nil, r.errf(field, "a control character (0x%02x) inside a string", c)
 		case c == '\\':
 			e, err := r.byteAt(field)
 			if err != nil {
-				return "", err
+				return nil, err
 			}
 			switch e {
 			case '"', '\\', '/':
@@ -220,7 +317,7 @@ func (r *Reader) strBody(field string) (string, error) {
 			case 'u':
 				v, err := r.hex4(field)
 				if err != nil {
-					return "", err
+					return nil, err
 				}
 				ch := rune(v)
 				if utf16.IsSurrogate(ch) {
@@ -229,7 +326,7 @@ func (r *Reader) strBody(field string) (string, error) {
 						r.r.Discard(2)
 						lo, err := r.hex4(field)
 						if err != nil {
-							return "", err
+							return nil, err
 						}
 						if d := utf16.DecodeRune(ch, rune(lo)); d != utf8.RuneError {
 							b = utf8.AppendRune(b, d)
@@ -246,13 +343,13 @@ func (r *Reader) strBody(field string) (string, error) {
 				}
 				b = utf8.AppendRune(b, ch)
 			default:
-				return "", r.errf(field, "unknown escape \\%c in a string", e)
+				return nil, r.errf(field, "unknown escape \\%c in a string", e)
 			}
 		default:
 			b = append(b, c)
 		}
 		if len(b) > MaxString {
-			return "", r.errf(field, "a string longer than %d bytes", MaxString)
+			return nil, r.errf(field, "a string longer than %d bytes", MaxString)
 		}
 	}
 }
@@ -495,19 +592,19 @@ func (r *Reader) object(first string, value func(key string) error) error {
 	if err := r.expect('{', ""); err != nil {
 		return err
 	}
-	seen := map[string]bool{}
+	r.keys = r.keys[:0]
 	for i := 0; ; i++ {
-		key, err := r.str("")
+		key, err := r.keyStr()
 		if err != nil {
 			return err
 		}
 		if i == 0 && key != first {
 			return r.errf(key, "the first key is %q, want %q", key, first)
 		}
-		if seen[key] {
+		if r.keys.has(key) {
 			return r.errf(key, "the key appears twice")
 		}
-		seen[key] = true
+		r.keys = append(r.keys, key)
 		if err := r.expect(':', key); err != nil {
 			return err
 		}
@@ -547,9 +644,8 @@ func (r *Reader) object(first string, value func(key string) error) error {
 func (r *Reader) readHeader() error {
 	var h Header
 	var format string
-	got := map[string]bool{}
+	got := &r.keys
 	err := r.object("format", func(key string) error {
-		got[key] = true
 		var err error
 		switch key {
 		case "format":
@@ -564,23 +660,66 @@ func (r *Reader) readHeader() error {
 			h.TPRank, err = r.int(key, 1<<16)
 		case "pp_rank":
 			h.PPRank, err = r.int(key, 1<<16)
+		case "lease_s":
+			h.LeaseS, err = r.int(key, 1<<40)
+			h.HasLease = true
+		case "engine_id":
+			h.EngineID, err = r.str(key)
+		case "t_mono_ns":
+			h.Time.Mono, err = r.int64(key)
+		case "t_wall_ns":
+			h.Time.Wall, err = r.int64(key)
 		default:
 			err = r.errf(key, "unknown key in the header")
 		}
 		return err
 	})
 	if err != nil {
-		if le := parse.As(err, parse.NIXLLog); le != nil && le.Field == "" && le.Msg != "" && !got["format"] {
+		if le := parse.As(err, parse.NIXLLog); le != nil && le.Field == "" && le.Msg != "" && !got.has("format") {
 			le.Msg = "not a " + LogFormat + " log: " + le.Msg
 		}
 		return err
 	}
 	for _, k := range []string{"agent", "tp_rank", "pp_rank"} {
-		if !got[k] {
+		if !got.has(k) {
 			return r.errf(k, "missing from the header")
 		}
 	}
+	if err := r.stamp(&h.Time, got); err != nil {
+		return err
+	}
 	r.header = h
+	return nil
+}
+
+// int64 reads a non-negative integer that fits an int64 (a time in
+// nanoseconds).
+func (r *Reader) int64(field string) (int64, error) {
+	c, err := r.ws(field)
+	if err != nil {
+		return 0, err
+	}
+	v, err := r.uintFrom(c, field, 1<<63-1)
+	return int64(v), err
+}
+
+// stamp checks a record's timestamps: both or neither, and t_mono_ns not
+// before the log's previous one.
+func (r *Reader) stamp(t *Stamp, got *keySet) error {
+	switch m, w := got.has("t_mono_ns"), got.has("t_wall_ns"); {
+	case m && w:
+		t.Ok = true
+	case m:
+		return r.errf("t_wall_ns", "missing beside t_mono_ns (a record has both timestamps or neither)")
+	case w:
+		return r.errf("t_mono_ns", "missing beside t_wall_ns (a record has both timestamps or neither)")
+	default:
+		return nil
+	}
+	if r.hasMono && t.Mono < r.mono {
+		return r.errf("t_mono_ns", "%d is before the previous record's %d (t_mono_ns is non-decreasing in a log)", t.Mono, r.mono)
+	}
+	r.mono, r.hasMono = t.Mono, true
 	return nil
 }
 
@@ -596,10 +735,9 @@ func (r *Reader) Next(rec *Record) error {
 		return io.EOF
 	}
 	*rec = Record{Line: r.line, Descs: rec.Descs[:0], LocalIDs: rec.LocalIDs[:0], RemoteIDs: rec.RemoteIDs[:0],
-		LocalDescs: rec.LocalDescs[:0], RemoteDescs: rec.RemoteDescs[:0]}
-	got := map[string]bool{}
+		LocalDescs: rec.LocalDescs[:0], RemoteDescs: rec.RemoteDescs[:0], Notifs: rec.Notifs[:0]}
+	got := &r.keys
 	err := r.object("op", func(key string) error {
-		got[key] = true
 		if key == "op" {
 			s, err := r.str(key)
 			if err != nil {
@@ -607,17 +745,30 @@ func (r *Reader) Next(rec *Record) error {
 			}
 			op, ok := opNames[s]
 			if !ok {
-				return r.errf(key, "unknown op %q (want register, dlist, xfer or state)", s)
+				return r.errf(key, "unknown op %q (want %s)", s, opList)
 			}
 			rec.Op = op
 			return nil
+		}
+		switch key {
+		case "t_mono_ns":
+			var err error
+			rec.Time.Mono, err = r.int64(key)
+			return err
+		case "t_wall_ns":
+			var err error
+			rec.Time.Wall, err = r.int64(key)
+			return err
 		}
 		return r.field(rec, key)
 	})
 	if err != nil {
 		return err
 	}
-	return r.complete(rec, got)
+	if err := r.complete(rec, got); err != nil {
+		return err
+	}
+	return r.stamp(&rec.Time, got)
 }
 
 // SetDescSink streams the descriptors of register and dlist records to fn
@@ -667,9 +818,7 @@ func (r *Reader) field(rec *Record, key string) error {
 	case OpXfer:
 		switch key {
 		case "id":
-			if rec.ID, err = r.int(key, 1<<62); err == nil && rec.ID == 0 {
-				err = r.errf(key, "transfer 0: transfers are numbered from 1")
-			}
+			rec.ID, err = r.int(key, 1<<62)
 		case "kind":
 			if rec.Kind, err = r.str(key); err == nil && rec.Kind != Read && rec.Kind != Write {
 				err = r.errf(key, "%q, want READ or WRITE", rec.Kind)
@@ -699,9 +848,7 @@ func (r *Reader) field(rec *Record, key string) error {
 	case OpState:
 		switch key {
 		case "id":
-			if rec.ID, err = r.int(key, 1<<62); err == nil && rec.ID == 0 {
-				err = r.errf(key, "transfer 0: transfers are numbered from 1")
-			}
+			rec.ID, err = r.int(key, 1<<62)
 		case "state":
 			if rec.State, err = r.str(key); err == nil && rec.State != Done && rec.State != Err {
 				err = r.errf(key, "%q, want DONE or ERR", rec.State)
@@ -709,15 +856,125 @@ func (r *Reader) field(rec *Record, key string) error {
 		default:
 			return unknown()
 		}
+	case OpPost:
+		switch key {
+		case "id":
+			rec.ID, err = r.int(key, 1<<62)
+		case "notif":
+			rec.Notif, err = r.str(key)
+		default:
+			return unknown()
+		}
+	case OpNotif, OpRemoteDone:
+		switch key {
+		case "agent":
+			rec.Agent, err = r.str(key)
+		case "msg":
+			rec.Msg, err = r.str(key)
+		default:
+			return unknown()
+		}
+	case OpNotifs:
+		if key != "notifs" {
+			return unknown()
+		}
+		err = r.array(key, func(i int, first byte) error {
+			field := fmt.Sprintf("%s[%d]", key, i)
+			if first != '[' {
+				return r.errf(field, "want a notification [AGENT, TEXT], got %q", first)
+			}
+			var n Notif
+			var err error
+			if n.Agent, err = r.str(field + "[0]"); err != nil {
+				return err
+			}
+			if err := r.expect(',', field); err != nil {
+				return err
+			}
+			if n.Msg, err = r.str(field + "[1]"); err != nil {
+				return err
+			}
+			if err := r.expect(']', field); err != nil {
+				return err
+			}
+			rec.Notifs = append(rec.Notifs, n)
+			return nil
+		})
+	case OpError:
+		switch key {
+		case "call":
+			rec.Call, err = r.str(key)
+		case "id":
+			var h int
+			h, err = r.nullable(key)
+			rec.ID, rec.HasID = h, h >= 0
+			if h < 0 {
+				rec.ID = 0
+			}
+		case "msg":
+			rec.Msg, err = r.str(key)
+		default:
+			return unknown()
+		}
+	case OpDeregister:
+		switch key {
+		case "mem":
+			rec.Mem, err = r.str(key)
+		case "descs":
+			err = r.descs(key, r.addTo(rec, &rec.Descs))
+		default:
+			return unknown()
+		}
+	case OpRemoveAgent:
+		if key != "agent" {
+			return unknown()
+		}
+		rec.Agent, err = r.str(key)
+	case OpMemView:
+		switch key {
+		case "handle":
+			rec.Handle, err = r.handle(key)
+			if err == nil && rec.Handle == 0 {
+				err = r.errf(key, "null: a memory view has a handle")
+			}
+		case "agent":
+			rec.Agent, err = r.str(key)
+		case "descs":
+			err = r.descs(key, r.addTo(rec, &rec.Descs))
+		default:
+			return unknown()
+		}
 	}
 	return err
 }
 
+// nullable reads a non-negative integer or null (-1).
+func (r *Reader) nullable(field string) (int, error) {
+	c, err := r.ws(field)
+	if err != nil {
+		return 0, err
+	}
+	if c == 'n' {
+		for _, want := range []byte("ull") {
+			c, err := r.byteAt(field)
+			if err != nil {
+				return 0, err
+			}
+			if c != want {
+				return 0, r.errf(field, "want a number or null")
+			}
+		}
+		return -1, nil
+	}
+	v, err := r.uintFrom(c, field, 1<<62)
+	return int(v), err
+}
+
 // complete checks that a record has the keys its op needs.
-func (r *Reader) complete(rec *Record, got map[string]bool) error {
+func (r *Reader) complete(rec *Record, got *keySet) error {
 	need := func(keys ...string) error {
 		for _, k := range keys {
-			if !got[k] {
+			if !got.has(k) {
 				return r.errf(k, "missing from a %s record", rec.Op)
 			}
 		}
@@ -730,12 +987,26 @@ func (r *Reader) complete(rec *Record, got map[string]bool) error {
 		return need("handle", "agent", "descs")
 	case OpState:
 		return need("id", "state")
+	case OpPost:
+		return need("id", "notif")
+	case OpNotif, OpRemoteDone:
+		return need("agent", "msg")
+	case OpNotifs:
+		return need("notifs")
+	case OpError:
+		return need("call", "id", "msg")
+	case OpDeregister:
+		return need("mem", "descs")
+	case OpRemoveAgent:
+		return need("agent")
+	case OpMemView:
+		return need("handle", "agent", "descs")
 	}
 	if err := need("id", "kind", "notif"); err != nil {
 		return err
 	}
-	prepped := got["local"] || got["local_ids"] || got["remote"] || got["remote_ids"]
-	initialized := got["local_descs"] || got["remote_descs"] || got["remote_agent"]
+	prepped := got.has("local") || got.has("local_ids") || got.has("remote") || got.has("remote_ids")
+	initialized := got.has("local_descs") || got.has("remote_descs") || got.has("remote_agent")
 	switch {
 	case prepped && initialized:
 		return r.errf("", "an xfer record gives both prepared lists (local, remote) and descriptors (local_descs, remote_descs)")

@@ -62,7 +62,7 @@ var registry = []*kindDef{
 	&replicaDiverge, &stateFlip,
 	&strayWrite, &staleTail, &wrongPrefix,
 	&payloadFlip, &payloadTruncate, &payloadVersion, &payloadNesting,
-	&xferLocalOther, &xferRemoteShift, &xferDrop, &xferLapsedLease, &xferDuplicate,
+	&xferLocalOther, &xferRemoteShift, &xferDrop, &xferLapsedLease, &xferDuplicate, &xferLateRead,
 	&pastNumTokens,
 	&storeByteFlip, &storeCRC, &storeTruncate, &storeMissingChecksum,
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
@@ -30,6 +31,7 @@ const (
 	XferDrop        Kind = "xfer-drop"
 	XferLapsedLease Kind = "xfer-lapsed-lease"
 	XferDuplicate   Kind = "xfer-duplicate"
+	XferLateRead    Kind = "xfer-late-read"
 )
 
 var xferLocalOther = kindDef{
@@ -65,6 +67,13 @@ var xferDuplicate = kindDef{
 	models:   "a local block written twice in a READ, the second time from another position's remote block",
 	detector: DetectTransfers,
 	plan:     logPlan((*logTamper).duplicate),
+}
+
+var xferLateRead = kindDef{
+	kind:     XferLateRead,
+	models:   "a READ posted after the producer's lease on its request lapsed, its blocks still holding the request's KV (a retry under the same id): only the log's times change",
+	detector: DetectTransfers,
+	plan:     logPlan((*logTamper).lateRead),
 }
 
 // logPlan changes a transfer log and fills the fault's expectations
@@ -505,14 +514,21 @@ func (t *logTamper) pick(ok func(x *xref, p xpair) bool) (*xref, xpair, error) {
 	return c.x, c.p, nil
 }
 
-// valid clips a box's request tokens to the request's loaded ones.
-func valid(r *layout.Request, tokens [2]int) [2]int {
-	return [2]int{max(tokens[0], r.NumLocalComputedTokens), min(tokens[1], r.NumTokens-1)}
+// valid clips a box's request tokens to those the pull delivers: from
+// the request's first token not computed locally to its last one pulled
+// (a hybrid's consumer recomputes its last prompt token:
+// transfer.PullTokens).
+func (t *logTamper) valid(r *layout.Request, tokens [2]int) [2]int {
+	end := transfer.PullTokens(r.NumTokens, len(t.cons) > 0 && transfer.Hybrid(t.cons[0]), 0)
+	return [2]int{max(tokens[0], r.NumLocalComputedTokens), min(tokens[1], end-1)}
 }
 
 // drop removes a pair from a READ; the consumer keeps stale bytes there.
 func (t *logTamper) drop() error {
-	x, p, err := t.pick(func(x *xref, p xpair) bool { return true })
+	x, p, err := t.pick(func(x *xref, p xpair) bool {
+		v := t.valid(x.req, p.dst.tokens())
+		return v[0] <= v[1]
+	})
 	if err != nil {
 		return err
 	}
@@ -521,7 +537,7 @@ func (t *logTamper) drop() error {
 	rec.RemoteIDs = slices.Delete(slices.Clone(rec.RemoteIDs), p.i, p.i+1)
 	t.stale(p.dst)
 	tok := p.dst.tokens()
-	t.expect(transfer.Covered, x, -1, p.dst, valid(x.req, tok))
+	t.expect(transfer.Covered, x, -1, p.dst, t.valid(x.req, tok))
 	t.expect(transfer.Zeroed, x, -1, p.dst, tok)
 	t.describe(x, []int{p.i}, "dropped descriptor pair %d (layer %d, tokens %d-%d) from transfer %d of request %q; the consumer keeps stale bytes there",
 		p.i, p.dst.view().Number, tok[0], tok[1], x.log.recs[x.rec].ID, x.req.ID)
@@ -815,5 +831,77 @@ func (t *logTamper) writeLogs(dir string) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// lateRead posts a READ after the producer's lease on its request lapsed:
+// the log's records from the READ (of the log's last request) on move
+// later, so that the READ comes
+// a second after the lease (the log header's lease_s) that started at
+// the log's first record naming the request. No byte changes: the blocks
+// still hold the request's KV, and only the lease audit sees the fault.
+func (t *logTamper) lateRead() error {
+	// A READ of the log's last request: the records that move later
+	// name no other request.
+	var cands []*xref
+	for _, x := range t.xfers() {
+		l, rec := x.log, &x.log.recs[x.rec]
+		last := !slices.ContainsFunc(l.recs[x.rec:], func(r transfer.Record) bool { return r.Op == transfer.OpXfer && r.Request != rec.Request })
+		if l.header.HasLease && l.header.LeaseS > 0 && rec.Time.Ok && last {
+			cands = append(cands, x)
+		}
+	}
+	if len(cands) == 0 {
+		return &NotApplicableError{Kind: t.opts.Kind, Msg: "no READ of the logs has a timestamp in a log whose header gives lease_s"}
+	}
+	x := cands[t.rng.IntN(len(cands))]
+	l, rec := x.log, &x.log.recs[x.rec]
+	pairID := x.req.ProducerID
+	if pairID == "" {
+		pairID = x.req.ID
+	}
+	names := func(r *transfer.Record) bool {
+		msgs := []string{r.Notif, r.Msg}
+		for _, n := range r.Notifs {
+			msgs = append(msgs, n.Msg)
+		}
+		for _, m := range msgs {
+			if id, ok := strings.CutPrefix(m, "HB:"); ok {
+				if slices.Contains(strings.Split(id, ","), pairID) {
+					return true
+				}
+			} else if i := strings.LastIndexByte(m, ':'); i > 0 && m[:i] == pairID {
+				return true
+			}
+		}
+		return false
+	}
+	first := slices.IndexFunc(l.recs, func(r transfer.Record) bool { return r.Time.Ok && names(&r) })
+	if first < 0 || first > x.rec {
+		first = x.rec
+	}
+	delta := l.recs[first].Time.Wall + int64(l.header.LeaseS+1)*1e9 - rec.Time.Wall
+	if delta <= 0 {
+		return &NotApplicableError{Kind: t.opts.Kind, Msg: "the READ is already posted after the lease"}
+	}
+	for i := x.rec; i < len(l.recs); i++ {
+		if r := &l.recs[i]; r.Time.Ok {
+			r.Time.Wall += delta
+			r.Time.Mono += delta
+		}
+	}
+	// Every READ of the request from this one on is late.
+	var descs []int
+	for _, y := range t.xfers() {
+		r := &y.log.recs[y.rec]
+		if y.log != l || y.rec < x.rec || y.req.ID != x.req.ID {
+			continue
+		}
+		t.f.Expect.Transfers = append(t.f.Expect.Transfers, TransferExpect{Invariant: transfer.Lease, Request: y.req.ID, Transfer: r.ID,
+			Descriptor: -1, Log: filepath.Base(l.path), Tokens: [2]int{-1, -1}})
+		descs = append(descs, r.ID)
+	}
+	t.describe(x, nil, "transfer %d of request %q posted %.3f s later, a second after the producer's %d s lease on request %q lapsed; its blocks still hold the request's KV",
+		rec.ID, x.req.ID, float64(delta)/1e9, l.header.LeaseS, pairID)
 	return nil
 }

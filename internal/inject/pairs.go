@@ -102,13 +102,22 @@ func defaultPairs(seed uint64) []Pair {
 		mk("mamba1", 40, sideConfig{tp: 1, bs: 16}, sideConfig{tp: 2, bs: 16, conv: "channels-last", format: "dir"}),
 		mk("mamba1", 40, sideConfig{tp: 2, bs: 16, noSplit: true}, sideConfig{tp: 2, bs: 16, noSplit: true}),
 		// Pulls vLLM's NIXL connector makes, whose logs the transfer-log
-		// kinds change: a head split, producer blocks of two kernel
-		// blocks with a prefix hit, consumer blocks of two producer
-		// blocks with state blocks.
-		mk("llama", 40, sideConfig{tp: 1, layout: "hnd", bs: 16}, sideConfig{tp: 2, layout: "hnd", bs: 16}),
-		mk("llama", 40, sideConfig{tp: 1, layout: "nhd", bs: 32, kb: 16}, sideConfig{tp: 1, layout: "nhd", bs: 16, prefix: 32}),
-		mk("mamba2-hybrid", 40, sideConfig{tp: 1, layout: "hnd", bs: 16}, sideConfig{tp: 1, layout: "hnd", bs: 32, format: "dir"}),
+		// kinds change: a head split planned as vLLM's connector pairs
+		// blocks (transfer.PlannerVLLM); producer blocks of two kernel
+		// blocks with a prefix hit, and consumer blocks of two producer
+		// blocks with state blocks, paired by token
+		// (transfer.PlannerExact: vLLM's own pairing shifts the first by
+		// a block, docs/transfers.md).
+		planned(mk("llama", 40, sideConfig{tp: 1, layout: "hnd", bs: 16}, sideConfig{tp: 2, layout: "hnd", bs: 16}), transfer.PlannerVLLM),
+		planned(mk("llama", 40, sideConfig{tp: 1, layout: "nhd", bs: 32, kb: 16}, sideConfig{tp: 1, layout: "nhd", bs: 16, prefix: 32}), transfer.PlannerExact),
+		planned(mk("mamba2-hybrid", 40, sideConfig{tp: 1, layout: "hnd", bs: 16}, sideConfig{tp: 1, layout: "hnd", bs: 32, format: "dir"}), transfer.PlannerExact),
 	}
+}
+
+// planned sets how a synthesized pair's logs pair blocks.
+func planned(p Pair, planner string) Pair {
+	p.synth.Consumer.Planner = planner
+	return p
 }
 
 // pairState is a prepared pair: open sides, cached records, the clean
@@ -287,7 +296,8 @@ func (s *pairState) planLogs(p Pair, dir string) error {
 		}
 		return nil
 	}
-	logs, err := transfer.WritePlan(filepath.Join(dir, transferDir), s.producer, s.consumer, false)
+	logs, err := transfer.WritePlan(filepath.Join(dir, transferDir), s.producer, s.consumer, false,
+		transfer.PlanOptions{Planner: p.synth.Consumer.Planner})
 	var np *transfer.NotPlannableError
 	if errors.As(err, &np) {
 		return nil

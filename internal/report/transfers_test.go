@@ -27,12 +27,13 @@ func transfersFixture() *transfer.Result {
 				Group: 0, Position: 1, Block: 5, Layer: 1, LayerName: "model.layers.1.self_attn.attn", Part: "K", Heads: [2]int{0, 3}, Tokens: [2]int{16, 31},
 				Bytes: 16384, Side: "remote", Source: &transfer.Source{Agent: "producer-0", Block: 12, Request: "p-1", Position: 1, Expected: "p-0"},
 				Message: "transfer 7 read producer block 12 (rank pp 0 tp 0), which holds request p-1's KV (position 1), not request p-0's"},
-			{Invariant: transfer.Zeroed, Request: hostileID, Transfer: 0, Descriptor: -1, Rank: layout.Rank{}, Group: 0, Position: 2, Block: 6,
+			{Invariant: transfer.Zeroed, Request: hostileID, Transfer: transfer.NoTransfer, Descriptor: -1, Rank: layout.Rank{}, Group: 0, Position: 2, Block: 6,
 				Layer: 0, LayerName: "model.layers.0.self_attn.attn", Part: "V", Heads: [2]int{0, 3}, Tokens: [2]int{32, 39}, Bytes: 40,
 				Message: "request " + hostileID + " V (position 2, block 6, rank 0:0): 40 bytes no transfer delivered are not zero"},
 		},
 		Unresolved: []string{},
 		Notes:      []string{"1 transfer of a request the consumer's dumps do not hold is left out"},
+		Pairing:    []string{`log "nixl/other.jsonl" (agent "` + hostileID + `") matches neither dump`},
 	}
 }
 

@@ -76,6 +76,10 @@ type Config struct {
 	// (out/producer) as out/nixl/AGENT.jsonl (WriteSide); it implies
 	// ZeroTails, since vLLM zeroes what the pull leaves.
 	Transfers bool
+	// Planner is how the logs of Transfers pair blocks: transfer's
+	// PlannerVLLM (as vLLM's connector does, the default) or
+	// PlannerExact (by token).
+	Planner string
 	// Values, when set, replaces the logical KV: the 8-byte piece p of the
 	// cell of global head h at token position t of layer number L. (The
 	// docs/spec.md's worked example uses it.)
@@ -275,6 +279,8 @@ func (c Config) Normalize() (Config, error) {
 		return c, fieldErrorf("PrefixTokens", c.PrefixTokens, "is not in 0..tokens (%d)", c.Tokens)
 	case c.PrefixTokens > 0 && c.Role != "consumer":
 		return c, fieldErrorf("PrefixTokens", c.PrefixTokens, "is a consumer's local prefix hit: the role must be consumer")
+	case c.Planner != "" && c.Planner != transfer.PlannerVLLM && c.Planner != transfer.PlannerExact:
+		return c, fmt.Errorf("unknown planner %q (want %s)", c.Planner, strings.Join(transfer.Planners, " or "))
 	case c.Transfers && c.Role != "consumer":
 		return c, errors.New("transfers are a consumer's pull from its producer: the role must be consumer")
 	}
@@ -544,7 +550,7 @@ func WriteSide(ctx context.Context, out string, cfg Config) (*Written, error) {
 		return nil, err
 	}
 	defer layout.CloseAll(cons)
-	if w.Logs, err = transfer.WritePlan(filepath.Join(out, "nixl"), prod, cons, c.Force); err != nil {
+	if w.Logs, err = transfer.WritePlan(filepath.Join(out, "nixl"), prod, cons, c.Force, transfer.PlanOptions{Planner: c.Planner}); err != nil {
 		return nil, fmt.Errorf("transfers: %w", err)
 	}
 	return &w, nil

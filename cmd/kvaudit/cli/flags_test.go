@@ -33,7 +33,7 @@ var flagVocabulary = map[string]struct{ typ, meaning string }{
 	"seed":             {"uint64", "the seed of every random choice"},
 	"engine":           {"string", "the checksum engine; synth and campaign: whose caches (vllm or sglang, as issue 37 names it)"},
 	"scheme":           {"string", "checksum: which checksum is computed (kvaudit's, or sglang-adler32)"},
-	"sglang-checksum":  {"stringSlice", "diff: the values SGLang's prefill sent, REQ=0xHEX, repeatable"},
+	"sglang-checksum":  {"stringSlice", "diff, checksum --scheme sglang-adler32: the values SGLang's prefill sent, REQ=0xHEX, repeatable"},
 	"cuda-timeout":     {"duration", "the deadline of one request to the kvaudit-cuda runner"},
 	"threads":          {"int", "how many things run at once (engine threads, trials); the only parallelism flag"},
 	"output":           {"string", "-o: the output format"},
@@ -86,6 +86,9 @@ var flagVocabulary = map[string]struct{ typ, meaning string }{
 	"no-state-split":    {"bool", "state layers without their TP split"},
 	// Transfer audits (kvaudit transfers, diff --transfers).
 	"max-findings": {"int", "findings kept at most"},
+	"planner":      {"string", "how a synthesized pull pairs blocks: vllm (as vLLM's connector) or exact (by token)"},
+	"lease":        {"int", "the producer's lease on a request's blocks, in seconds"},
+	"lookahead":    {"int", "the consumer's num_prefill_lookahead_tokens (multi-token prediction)"},
 	"transfers":    {"stringSlice", "NIXL logs to audit"},
 	// Bench.
 	"size":          {"string", "bytes to synthesize"},

@@ -101,6 +101,9 @@ func TestSGLangCommands(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "both caught it") || !strings.Contains(out, "buffer 0 (layer 0 k), page ") || !strings.Contains(out, "token 1, head 0, byte 0") {
 		t.Errorf("flipped byte: exit %d\n%s", code, out)
 	}
+	if code, out, _ := run(t, "checksum", "--scheme", "sglang-adler32", "--sglang-checksum", "req-1@1=0x1", filepath.Join(cons, "rank-0-1")); code != 1 || !strings.Contains(out, "MISMATCH") {
+		t.Errorf("checksum against a given sent value: exit %d\n%s", code, out)
+	}
 	if code, _, _ := run(t, "checksum", "--scheme", "sglang-adler32", cons); code != 1 {
 		t.Errorf("checksum of the changed consumer: exit %d, want 1", code)
 	}
@@ -108,6 +111,8 @@ func TestSGLangCommands(t *testing.T) {
 		{"checksum", "--scheme", "crc", cons},
 		{"checksum", "--scheme", "sglang-adler32", "-o", "record", cons},
 		{"diff", "--sglang-checksum", "req-0=12", prod, cons},
+		{"checksum", "--sglang-checksum", "req-0=0x1", cons},
+		{"checksum", "--scheme", "sglang-adler32", "--sglang-checksum", "req-7=0x1", cons},
 		{"campaign", "--engine", "sglang", prod, cons},
 		{"synth", "--out", dir, "--engine", "sglang", "--preset", "swa"},
 	} {
