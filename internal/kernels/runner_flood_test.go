@@ -3,11 +3,13 @@ package kernels_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/kernels"
+	"github.com/kvaudit/kvaudit/internal/testlong"
 )
 
 // TestRunnerFloodStart: a "runner" that floods stdout instead of
@@ -18,9 +20,15 @@ func TestRunnerFloodStart(t *testing.T) {
 	if err != nil {
 		t.Skip("no sh")
 	}
-	// 40 MB of "y" lines, then exit: what yes prints in a moment.
+	// 4 MB of "y" lines on each stream, a thousand times what is kept of
+	// them, then exit; 40 MB, what yes prints in a moment, in the long
+	// runs (each line is a channel send: seconds).
+	n := 4000000
+	if testlong.Long() {
+		n = 40000000
+	}
 	_, err = kernels.StartRunner(context.Background(), kernels.RunnerOptions{
-		Path: sh, Args: []string{"-c", "yes | head -c 40000000; yes | head -c 40000000 >&2"},
+		Path: sh, Args: []string{"-c", fmt.Sprintf("yes | head -c %d; yes | head -c %d >&2", n, n)},
 	})
 	var se *kernels.StartError
 	if !errors.As(err, &se) {

@@ -19,6 +19,7 @@ import (
 	"github.com/kvaudit/kvaudit/internal/kernels"
 	"github.com/kvaudit/kvaudit/internal/kerneltest"
 	"github.com/kvaudit/kvaudit/internal/synth"
+	"github.com/kvaudit/kvaudit/internal/testlong"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -32,7 +33,7 @@ const fakeEnv = "KVAUDIT_FAKE_RUNNER"
 func TestMain(m *testing.M) {
 	switch os.Getenv(fakeEnv) {
 	case "":
-		os.Exit(m.Run())
+		os.Exit(testlong.Main(m))
 	case "model":
 		if err := kernels.Serve(context.Background(), os.Stdin, os.Stdout, kernels.ModelDevice{}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
