@@ -165,3 +165,27 @@ func TestAddColumn(t *testing.T) {
 		t.Errorf("sums %v (borrowed %v), want [4 24 44]", got, borrowed[key])
 	}
 }
+
+// TestPayloadRequestCopies: PayloadRequest shares no memory with the
+// payload (values and mix check copied), gives an empty check for a
+// group of no values, keeps a nested payload's fingerprint as nested and
+// a flat one's as flat only.
+func TestPayloadRequestCopies(t *testing.T) {
+	p := &wire.Payload{Form: wire.FormNested, NumTokens: 32, TPSize: 2, Groups: []wire.PayloadGroup{
+		{ID: 1, BlockSize: 16, Fingerprint: 9, Values: []uint64{1, 2}, Mix: []uint64{3, 4}},
+		{ID: 0, BlockSize: 16, Fingerprint: 8},
+	}}
+	r := PayloadRequest("r", p)
+	p.Groups[0].Values[0], p.Groups[0].Mix[0] = 100, 300
+	g0, g1 := r.Group(0), r.Group(1)
+	if r.Groups[0] != g0 || g1 == nil || !slices.Equal(g1.Checks[0], []uint64{1, 2}) || !slices.Equal(g1.ChecksMix[0], []uint64{3, 4}) {
+		t.Fatalf("checks %+v %+v: sorted by id and copied", g0, g1)
+	}
+	if g0.Checks[0] == nil || len(g0.Checks[0]) != 0 || g0.ChecksMix != nil || g0.Fingerprint != 8 || g0.HasFlat || g0.FlatOnly {
+		t.Errorf("a group of no values: %+v", g0)
+	}
+	p.Form = wire.FormFlat
+	if g := PayloadRequest("r", p).Group(1); g.Fingerprint != 0 || g.FingerprintFlat != 9 || !g.HasFlat || !g.FlatOnly {
+		t.Errorf("a flat payload's group: %+v", g)
+	}
+}

@@ -3,6 +3,8 @@ package kernels
 import (
 	"fmt"
 
+	"github.com/kvaudit/kvaudit/internal/termtext"
+
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -77,6 +79,16 @@ type Hello struct {
 	// DriverVersion is the CUDA driver API version (cuDriverGetVersion:
 	// 12080 is 12.8).
 	DriverVersion int `json:"driver_version,omitempty"`
+}
+
+// escaped returns h with every string the runner sent escaped
+// (internal/termtext): a hostile runner's hello cannot move the cursor,
+// clear the screen or rewrite a line where kvaudit shows it.
+func (h Hello) escaped() Hello {
+	for _, f := range []*string{&h.Runner, &h.Version, &h.Device, &h.ComputeCapability} {
+		*f = termtext.Escape(*f)
+	}
+	return h
 }
 
 // String describes the device in one line.

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/termtext"
 )
 
 // RunnerName is the runner's executable name.
@@ -105,6 +106,13 @@ type RunnerOptions struct {
 	// TimeoutSetting names what sets RequestTimeout, for the
 	// *TimeoutError's message ("--cuda-timeout"); "" names none.
 	TimeoutSetting string
+	// Check is how many host-resident output slots of each request the
+	// cpu engine recomputes (--runner-check): 0 the default sample
+	// (DefaultSampleMin, or 1/DefaultSampleFraction of them), CheckAll
+	// every one. Trust (--trust-runner) accepts what only the runner can
+	// read, rows in device memory (EngineCheck.Trusted).
+	Check int
+	Trust bool
 }
 
 // TimeoutError is a request the runner did not answer in time
@@ -148,6 +156,13 @@ type Runner struct {
 	mu     sync.Mutex
 	nextID int64
 	broken error // once set, every call fails with it
+
+	// check and trust are RunnerOptions'; checked is what checkResults
+	// recomputed so far (Checked).
+	check   int
+	trust   bool
+	checkMu sync.Mutex
+	checked checksum.EngineCheck
 }
 
 // StartRunner starts the runner and waits for its Hello. A runner that is
@@ -177,6 +192,7 @@ func StartRunner(ctx context.Context, o RunnerOptions) (*Runner, error) {
 	r := &Runner{path: path, found: found, cmd: cmd, stderr: &tail{max: 4096}, lines: make(chan []byte, 1), exited: make(chan struct{})}
 	r.maxLine.Store(minLineCap)
 	r.timeout, r.timeoutBy = o.RequestTimeout, o.TimeoutSetting
+	r.check, r.trust = o.Check, o.Trust
 	if r.timeout == 0 {
 		r.timeout = DefaultRequestTimeout
 	}
@@ -223,13 +239,13 @@ func StartRunner(ctx context.Context, o RunnerOptions) (*Runner, error) {
 					r.kill()
 					return nil, &StartError{Path: path, Msg: fmt.Sprintf("it speaks protocol %d, this kvaudit %d: install kvaudit and kvaudit-cuda of one release", h.Protocol, ProtocolVersion)}
 				}
-				r.hello = h
+				r.hello = h.escaped()
 				return r, nil
 			}
 			// Not a Hello: keep what it says until it exits (briefly), at
 			// most maxSaid bytes of it.
 			if saidBytes < maxSaid {
-				said = append(said, clip(strings.TrimSpace(string(line)), maxSaid-saidBytes))
+				said = append(said, clip(termtext.Escape(strings.TrimSpace(string(line))), maxSaid-saidBytes))
 				saidBytes += len(said[len(said)-1]) + 1
 			}
 			if len(said) == 1 {
@@ -331,14 +347,16 @@ func (r *Runner) Path() string { return r.path }
 func (r *Runner) Found() string { return r.found }
 
 // Run implements checksum.Engine: it sends the plan to the runner, which
-// opens p.Dump.Path itself, and checks the answer against the cpu engine
-// (see checkResults): a runner whose results differ is an
+// opens p.Dump.Path itself, the rows in device memory summed into output
+// slots of their own (splitDevice), and checks the answer against the cpu
+// engine (see checkResults): a runner whose results differ is an
 // *checksum.InternalError naming it, and broken for good.
-func (r *Runner) Run(ctx context.Context, p *checksum.Plan, out []uint64) error {
-	dump, err := filepath.Abs(p.Dump.Path)
+func (r *Runner) Run(ctx context.Context, orig *checksum.Plan, out []uint64) error {
+	dump, err := filepath.Abs(orig.Dump.Path)
 	if err != nil {
 		return err
 	}
+	p, dev := splitDevice(orig)
 	req := Request{Op: OpChecksum, Dump: dump, Outputs: p.Outputs}
 	for _, t := range p.Tasks {
 		tm := TaskMessage{Group: -1, Layer: t.Cache.Layer.Name, Geometry: Signature(t.Cache)}
@@ -369,11 +387,14 @@ func (r *Runner) Run(ctx context.Context, p *checksum.Plan, out []uint64) error 
 	for i, v := range resp.Out {
 		got[i] = uint64(v)
 	}
-	if err := r.checkResults(ctx, p, got); err != nil {
+	if err := r.checkResults(ctx, p, got, orig.Outputs); err != nil {
 		return r.fail(err)
 	}
-	for i, v := range got {
-		out[i] += v
+	for k := range orig.Outputs {
+		out[k] += got[k]
+	}
+	for i, k := range dev {
+		out[k] += got[orig.Outputs+i]
 	}
 	return nil
 }
@@ -448,7 +469,7 @@ func (r *Runner) call(ctx context.Context, req *Request, progress func(int64)) (
 				continue
 			}
 			if resp.Error != "" {
-				return nil, fmt.Errorf("cuda engine: %s", resp.Error)
+				return nil, fmt.Errorf("cuda engine: %s", clip(termtext.Escape(resp.Error), maxSaid))
 			}
 			return &resp, nil
 		}
@@ -533,9 +554,10 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// String returns the kept bytes on one line.
+// String returns the kept bytes on one line, escaped (internal/termtext):
+// a runner's stderr is shown to a person.
 func (t *tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return strings.Join(strings.Fields(string(t.b)), " ")
+	return termtext.Escape(strings.Join(strings.Fields(string(t.b)), " "))
 }

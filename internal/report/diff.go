@@ -45,6 +45,9 @@ type DiffJSON struct {
 	// check was computed.
 	MixKey       string `json:"mix_key,omitempty"`
 	MixKeySource string `json:"mix_key_source,omitempty"`
+	// RunnerCheck is, with --engine cuda, what the cpu engine recomputed
+	// of the runner's results and what that can catch.
+	RunnerCheck *RunnerCheckJSON `json:"runner_check,omitempty"`
 }
 
 // DiffRequestJSON is the verdict of one load (a consumer request).
@@ -145,6 +148,7 @@ func NewDiffJSON(res *verify.DiffResult) *DiffJSON {
 	if res.MixKeySource != "" {
 		out.MixKey = hexKey(res.MixKey)
 	}
+	out.RunnerCheck = newRunnerCheckJSON(res.EngineCheck)
 	for _, r := range res.Requests {
 		rj := DiffRequestJSON{
 			ID: r.ID, ProducerID: r.ProducerID, Verdict: string(r.Verdict),
@@ -267,6 +271,8 @@ func diffTables(res *verify.DiffResult, verdict verify.Verdict) []*Table {
 	case verdict == res.Verdict:
 	case verdict == verify.Mismatch:
 		title += fmt.Sprintf(" (the comparison: %s; an audit below found a fault)", res.Verdict)
+	case res.Verdict == verify.Verified && res.DeviceUnchecked():
+		title += " (the comparison: verified; the runner check: rows only the runner read, unchecked)"
 	default:
 		title += fmt.Sprintf(" (the comparison: %s; the audits below: %s)", res.Verdict, verdict)
 	}
@@ -317,6 +323,9 @@ func diffTables(res *verify.DiffResult, verdict verify.Verdict) []*Table {
 		len(res.Requests), counts[verify.Verified], counts[verify.Mismatch], counts[verify.Unverified]))
 	t.Notes = append(t.Notes, strengthNotes(res)...)
 	if n := mixKeyTableNote(res); n != "" {
+		t.Notes = append(t.Notes, "note: "+n)
+	}
+	if n := RunnerCheckNote(res.EngineCheck); n != "" {
 		t.Notes = append(t.Notes, "note: "+n)
 	}
 	switch {
@@ -538,8 +547,11 @@ type diffWithAuditsJSON struct {
 // <failure> listing that group's findings. With no audits (a nil a) it is
 // RenderDiff.
 func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f Format, opts DiffOptions) error {
-	if a == nil {
+	if a == nil && res.EngineCheck == nil {
 		return RenderDiff(w, res, f, opts)
+	}
+	if a == nil {
+		a = &verify.Audits{} // the runner check's verdict, and no audit
 	}
 	verdict := (&verify.Result{Diff: res, Audits: a}).Verdict()
 	switch f {
@@ -574,6 +586,9 @@ func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f F
 		}
 		if a.SGLang != nil {
 			doc.add(sglangSuite(a.SGLang))
+		}
+		if res.EngineCheck != nil {
+			doc.add(runnerSuite(res.EngineCheck, opts.AllowUnverified))
 		}
 		return writeJUnit(w, doc)
 	}

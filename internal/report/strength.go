@@ -3,8 +3,10 @@ package report
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/ranges"
 	"github.com/kvaudit/kvaudit/verify"
 )
@@ -152,4 +154,74 @@ func requestStrength(res *verify.DiffResult, rv *verify.RequestVerdict) string {
 		return "strength: nothing compared"
 	}
 	return strings.Join(parts, "\n")
+}
+
+// RunnerCheckJSON is, in kvaudit-diff/1's runner_check, what the cpu
+// engine recomputed of the cuda runner's results (checksum.EngineCheck).
+type RunnerCheckJSON struct {
+	Engine   string `json:"engine"`
+	Requests int    `json:"requests"`
+	// HostSlots are the output slots of host-resident rows the runner
+	// computed; Checked those the cpu engine recomputed.
+	HostSlots int `json:"host_slots"`
+	Checked   int `json:"checked"`
+	// Sample is --runner-check: "default", "all" or a number of slots per
+	// request; CatchProbability the least probability, over the
+	// requests, that a single wrong slot was recomputed.
+	Sample           string  `json:"sample"`
+	CatchProbability float64 `json:"catch_probability"`
+	// DeviceSlots are the parts of slots from rows in device memory
+	// (cuda_ipc) only the runner read: unchecked, and the comparison
+	// unverified, unless Trusted (--trust-runner).
+	DeviceSlots int  `json:"device_slots"`
+	Trusted     bool `json:"trusted"`
+}
+
+func newRunnerCheckJSON(c *checksum.EngineCheck) *RunnerCheckJSON {
+	if c == nil {
+		return nil
+	}
+	return &RunnerCheckJSON{Engine: c.Engine, Requests: c.Requests, HostSlots: c.HostSlots, Checked: c.Checked,
+		Sample: c.Sample, CatchProbability: c.CatchProbability, DeviceSlots: c.DeviceSlots, Trusted: c.Trusted}
+}
+
+// RunnerCheckNote says in one line what the cpu engine recomputed of an
+// untrusted engine's results and what that can catch, "" for nil.
+func RunnerCheckNote(c *checksum.EngineCheck) string {
+	if c == nil {
+		return ""
+	}
+	s := fmt.Sprintf("runner check: the cpu engine recomputed %d of the %d host-resident output slots the %s runner computed in %d request(s) (--runner-check %s): a single wrong slot is caught with probability %s",
+		c.Checked, c.HostSlots, c.Engine, c.Requests, c.Sample, percent(c.CatchProbability))
+	if c.CatchProbability < 1 {
+		s += " (--runner-check all: always)"
+	}
+	switch {
+	case c.DeviceSlots > 0 && c.Trusted:
+		s += fmt.Sprintf("; %d part(s) of slots from rows in device memory (cuda_ipc) are the runner's alone, accepted by --trust-runner", c.DeviceSlots)
+	case c.DeviceSlots > 0:
+		s += fmt.Sprintf("; %d part(s) of slots from rows in device memory (cuda_ipc) are the runner's alone, unchecked: unverified unless --trust-runner", c.DeviceSlots)
+	}
+	return s
+}
+
+// percent writes a probability as a percentage: 12.5%, 100%.
+func percent(p float64) string {
+	return strconv.FormatFloat(100*p, 'f', -1, 64) + "%"
+}
+
+// runnerSuite is the JUnit suite of the runner check: one case, an error
+// (skipped with allowUnverified) when rows only the runner read were not
+// accepted, so that CI fails when diff exits 2 for it.
+func runnerSuite(c *checksum.EngineCheck, allowUnverified bool) junitSuite {
+	tc := junitCase{Name: "runner check", Classname: "kvaudit diff"}
+	if c.DeviceSlots > 0 && !c.Trusted {
+		o := &junitOutcome{Message: verify.DeviceUncheckedSummary(c), Type: "unverified"}
+		if allowUnverified {
+			tc.Skipped = o
+		} else {
+			tc.Error = o
+		}
+	}
+	return junitSuite{Name: "runner check", Cases: []junitCase{tc}, SystemOut: RunnerCheckNote(c)}
 }

@@ -130,7 +130,11 @@ skipped) exits 2 with the reasons.
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
-			return checksumRun(cmd.Context(), opts)
+			err = checksumRun(cmd.Context(), opts)
+			if err == nil {
+				runnerNotice(s, opts.Engine)
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()

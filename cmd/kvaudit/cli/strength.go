@@ -49,3 +49,15 @@ func strengthNotice(s *Streams, res *verify.Result) {
 		fmt.Fprintf(s.Err, "kvaudit: note: %s\n", termtext.Line(n))
 	}
 }
+
+// runnerNotice says on stderr what the cpu engine recomputed of the cuda
+// runner's results (report.RunnerCheckNote), for commands whose output
+// does not (checksum); nothing for the cpu engines or under -q.
+func runnerNotice(s *Streams, e checksum.Engine) {
+	ce, ok := e.(checksum.CheckedEngine)
+	if !ok || s.Quiet {
+		return
+	}
+	c := ce.Checked()
+	fmt.Fprintf(s.Err, "kvaudit: note: %s\n", termtext.Line(report.RunnerCheckNote(&c)))
+}
