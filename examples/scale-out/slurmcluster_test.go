@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvaudit/kvaudit/internal/testlong"
 )
 
 // slurmTools are the programs a single-node Slurm needs: Debian's munge
@@ -456,6 +458,7 @@ func output(t *testing.T, j slurmJob) (string, bool) {
 // compare job never runs: Slurm cancels it, DependencyNeverSatisfied,
 // without a node or an output file. Skipped without Slurm, except in CI.
 func TestSlurmCluster(t *testing.T) {
+	testlong.Skip(t, "starts a Slurm cluster")
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
 	}
