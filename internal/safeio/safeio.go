@@ -170,8 +170,19 @@ func syncDir(dir string) error {
 }
 
 // Write writes the file path through fill (buffered) as Create and
-// Commit do; on any error nothing is left at path.
+// Commit do; on any error nothing is left at path. A stream (IsStream: a
+// character device, FIFO, socket or a descriptor of this process, links
+// followed) is written to as it is, never replaced.
 func Write(path string, force bool, fill func(w io.Writer) error) error {
+	if IsStream(path) {
+		return writeStream(path, func(f io.Writer) error {
+			w := bufio.NewWriterSize(f, 1<<20)
+			if err := fill(w); err != nil {
+				return err
+			}
+			return w.Flush()
+		})
+	}
 	f, err := Create(path, force)
 	if err != nil {
 		return err
@@ -344,9 +355,12 @@ func CheckOutDir(dir string) error {
 }
 
 // CheckOutFile says, before any work, whether a file can be written at
-// path (Create, Write): its directory exists and takes a new file (a
+// path (Create, Write): a stream (IsStream) can; else its directory exists and takes a new file (a
 // temporary one is created and removed), and path is not a directory.
 func CheckOutFile(path string) error {
+	if IsStream(path) {
+		return nil
+	}
 	dir := filepath.Dir(path)
 	st, err := os.Stat(dir)
 	switch {
