@@ -136,5 +136,5 @@ func writeJUnit(w io.Writer, out junitSuites) error {
 // FILE` and `kvaudit campaign --junit FILE` write their JUnit this way
 // while printing the table.
 func WriteFile(path string, write func(io.Writer) error) error {
-	return safeio.Write(path, true, write)
+	return safeio.WriteOutput(path, write)
 }

@@ -1,6 +1,7 @@
 package safeio
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +27,10 @@ import (
 //     written to as it is: opened, never created, replaced or renamed over;
 //   - anything else is a regular file, written under a temporary name and
 //     renamed into place when complete.
+//
+// The stream rule is for an output the user names (WriteOutput); a file
+// kvaudit names itself inside an output directory is written by Write,
+// which follows no link planted there, to a device or not.
 
 // OutputError is an output refused by the output rule: it is an input, or
 // lies among the inputs.
@@ -302,6 +307,28 @@ func IsStream(path string) bool {
 	}
 	st, err := os.Stat(path)
 	return err == nil && isStream(st)
+}
+
+// WriteOutput writes an output file the user named (--junit FILE, --html
+// FILE), checked before any work with CheckOutput: a stream (IsStream: a
+// character device, FIFO, socket or a descriptor of this process, links
+// followed) is written to as it is, never created, replaced or renamed
+// over; anything else is written as Write does with force, replacing an
+// earlier report (a link at path is replaced itself, never followed).
+// Files kvaudit names itself inside an output directory (ranks, records,
+// fault.json, man pages, logs) are written with Write, which follows
+// nothing: a link planted there to a device is not written through.
+func WriteOutput(path string, fill func(w io.Writer) error) error {
+	if !IsStream(path) {
+		return Write(path, true, fill)
+	}
+	return writeStream(path, func(f io.Writer) error {
+		w := bufio.NewWriterSize(f, 1<<20)
+		if err := fill(w); err != nil {
+			return err
+		}
+		return w.Flush()
+	})
 }
 
 // writeStream writes to a stream as it is: a descriptor of this process

@@ -154,7 +154,7 @@ func TestWriteStream(t *testing.T) {
 		if err := CheckOutput(p, []string{dir}); p != null && err != nil {
 			t.Errorf("CheckOutput(%s): %v", p, err)
 		}
-		if err := WriteFile(p, []byte("<"+filepath.Base(p)+">"), true); err != nil {
+		if err := WriteOutput(p, func(w io.Writer) error { _, err := io.WriteString(w, "<"+filepath.Base(p)+">"); return err }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -172,5 +172,16 @@ func TestWriteStream(t *testing.T) {
 	}
 	if IsStream(filepath.Join(dir, "regular")) || IsStream(dir) {
 		t.Error("a missing file or a directory is a stream")
+	}
+	// A file kvaudit names itself (Write) follows no link, to a device or
+	// not: without force refused, with force the link itself replaced.
+	if err := WriteFile(null, []byte("x"), false); err == nil {
+		t.Error("Write followed a link planted at its target")
+	}
+	if err := WriteFile(null, []byte("x"), true); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(null); err != nil || !st.Mode().IsRegular() {
+		t.Errorf("Write with force did not replace the link itself: %v", err)
 	}
 }

@@ -170,19 +170,9 @@ func syncDir(dir string) error {
 }
 
 // Write writes the file path through fill (buffered) as Create and
-// Commit do; on any error nothing is left at path. A stream (IsStream: a
-// character device, FIFO, socket or a descriptor of this process, links
-// followed) is written to as it is, never replaced.
+// Commit do; on any error nothing is left at path. Nothing at path is
+// followed, a stream included: WriteOutput is for a file the user names.
 func Write(path string, force bool, fill func(w io.Writer) error) error {
-	if IsStream(path) {
-		return writeStream(path, func(f io.Writer) error {
-			w := bufio.NewWriterSize(f, 1<<20)
-			if err := fill(w); err != nil {
-				return err
-			}
-			return w.Flush()
-		})
-	}
 	f, err := Create(path, force)
 	if err != nil {
 		return err

@@ -39,10 +39,11 @@ func checkOutputFile(flag, path string, inputs []string) error {
 	return nil
 }
 
-// writeHTML writes an HTML report to path atomically (internal/safeio),
-// replacing an earlier one as --junit does.
+// writeHTML writes an HTML report to path (safeio.WriteOutput): a regular
+// file atomically, replacing an earlier one as --junit does; a device,
+// FIFO or descriptor as it is.
 func writeHTML(path string, render func(w io.Writer) error) error {
-	return safeio.Write(path, true, render)
+	return safeio.WriteOutput(path, render)
 }
 
 // commandLine is the command as run, for a report: the command's path,
