@@ -4,11 +4,11 @@
 # (nvidia-cuda-toolkit 11.8.89 from non-free: about 1.6 GB downloaded,
 # 100 s), which .ci/deps.sh installs before any step; then:
 #   - tests that kvaudit-cuda --help, version and info work without a GPU,
-#   - regenerates kernels/checksum.ptx (go generate) and fails if it changed,
+#   - regenerates internal/kernels/checksum.ptx (go generate) and fails if it changed,
 #   - assembles it for sm_70 and sm_90 with ptxas,
 #   - builds the kvaudit-cuda runner with -tags cuda and vets it,
 #   - compiles the cuda test binaries (they run only on a GPU machine:
-#     kernels/gpucheck.sh),
+#     internal/kernels/gpucheck.sh),
 #   - runs the kernel-model tests,
 #   - checks that without a GPU the runner dies at start and
 #     `kvaudit checksum --engine auto` falls back to the cpu engine with a
@@ -34,30 +34,30 @@ nvcc --version | tail -2
 step "kvaudit-cuda's runner without a GPU (--help, version, info)"
 go test -count=1 -run TestRunnerWithoutGPU ./cmd/kvaudit-cuda/internal/start
 
-step "kernels/checksum.ptx is what checksum.cu generates (go generate ./kernels/)"
-go generate ./kernels/
-if ! git diff --exit-code -- kernels/checksum.ptx || [ -n "$(git status --porcelain -- kernels/checksum.ptx)" ]; then
-  echo "kernels/checksum.ptx differs from what gen_ptx.sh generates from checksum.cu: run go generate ./kernels/ and commit it" >&2
+step "internal/kernels/checksum.ptx is what checksum.cu generates (go generate ./internal/kernels/)"
+go generate ./internal/kernels/
+if ! git diff --exit-code -- internal/kernels/checksum.ptx || [ -n "$(git status --porcelain -- internal/kernels/checksum.ptx)" ]; then
+  echo "internal/kernels/checksum.ptx differs from what gen_ptx.sh generates from checksum.cu: run go generate ./internal/kernels/ and commit it" >&2
   exit 1
 fi
 
 step "the PTX assembles for sm_70 and sm_90"
-ptxas -arch=sm_70 kernels/checksum.ptx -o "$tmp/k70.cubin"
-ptxas -arch=sm_90 kernels/checksum.ptx -o "$tmp/k90.cubin"
+ptxas -arch=sm_70 internal/kernels/checksum.ptx -o "$tmp/k70.cubin"
+ptxas -arch=sm_90 internal/kernels/checksum.ptx -o "$tmp/k90.cubin"
 
 step "kvaudit-cuda builds with -tags cuda"
 CGO_ENABLED=1 go build -tags cuda -o "$tmp/kvaudit-cuda" ./cmd/kvaudit-cuda
 
 step "go vet -tags cuda"
-CGO_ENABLED=1 go vet -tags cuda ./cmd/kvaudit-cuda/ ./kernels/...
+CGO_ENABLED=1 go vet -tags cuda ./cmd/kvaudit-cuda/ ./internal/kernels/...
 
 step "the cuda test binaries compile"
 CGO_ENABLED=1 go test -c -tags cuda -o "$tmp/kvaudit-cuda.test" ./cmd/kvaudit-cuda
 CGO_ENABLED=1 go test -c -tags cuda -o "$tmp/kernels.test" ./kernels
 
 step "kernel-model tests (with and without -tags cuda)"
-go test -count=1 ./kernels/...
-CGO_ENABLED=1 go test -count=1 -tags cuda ./kernels/...
+go test -count=1 ./internal/kernels/...
+CGO_ENABLED=1 go test -count=1 -tags cuda ./internal/kernels/...
 
 go build -o "$tmp/kvaudit" ./cmd/kvaudit
 mkdir "$tmp/w"

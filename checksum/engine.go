@@ -95,6 +95,38 @@ type Engine interface {
 	Run(ctx context.Context, p *Plan, out []uint64) error
 }
 
+// EngineCheck says what of an untrusted engine's results (the cuda
+// runner's) the cpu engine recomputed, over every request it answered.
+type EngineCheck struct {
+	// Engine is the engine's name.
+	Engine string
+	// Requests are the requests (one plan of one rank each) it answered.
+	Requests int
+	// HostSlots are the output slots of rows in host memory it computed
+	// (a slot's host-resident rows are summed apart from its rows in
+	// device memory, so every one can be recomputed), and Checked those
+	// the cpu engine recomputed: a sample of each request's (Sample), and
+	// every slot it answered 0 for.
+	HostSlots, Checked int
+	// Sample is the slots sampled per request: "all", or a number, or
+	// "default" (DefaultSample).
+	Sample string
+	// CatchProbability is, over the requests, the least probability that
+	// a single wrong host slot was among those recomputed (1 with "all").
+	CatchProbability float64
+	// DeviceSlots are the parts of output slots summed from rows in device
+	// memory (cuda_ipc), which only the engine can read: unchecked, unless
+	// Trusted (--trust-runner) accepts them.
+	DeviceSlots int
+	Trusted     bool
+}
+
+// A CheckedEngine reports what of its results was checked.
+type CheckedEngine interface {
+	Engine
+	Checked() EngineCheck
+}
+
 // DeviceMemoryError is a layer in device memory given to an engine that
 // reads host memory only; the cuda engine reads it.
 type DeviceMemoryError struct {

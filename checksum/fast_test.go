@@ -13,8 +13,8 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
 // kernels are the inner-loop variants a test runs Fast with: the SIMD
@@ -153,6 +153,7 @@ func TestFastMatchesReferenceDumps(t *testing.T) {
 				}
 				name := fmt.Sprintf("%s/%s/%s/%s", preset, lay, format, e.name)
 				t.Run(name, func(t *testing.T) {
+					t.Parallel()
 					if _, err := cfg.Normalize(); err != nil {
 						t.Skip(err)
 					}
@@ -169,6 +170,7 @@ func TestFastMatchesReferenceDumps(t *testing.T) {
 			cfg.Role, cfg.PrefixTokens = "consumer", e.pre
 		}
 		t.Run("edges/"+e.name, func(t *testing.T) {
+			t.Parallel()
 			for _, p := range planDumps(t, cfg) {
 				checkAgainstReference(t, p, e.name)
 			}

@@ -2,7 +2,7 @@
 
 #include "textflag.h"
 
-// func adlerBlocksAVX2(p *byte, chunks int, out *[24]uint32)
+// func adlerBlocksAVX2(p *byte, chunks int, out *[24]uint32, consts *[64]byte)
 //
 // Reads chunks 32-byte steps from p (1 <= chunks <= adlerMaxChunks) and
 // leaves three sets of eight uint32 lanes in out, which Go sums: the byte
@@ -11,16 +11,17 @@
 // (out[16:24]: byte j of a step weighted 32-j). For n = 32*chunks bytes
 // x_0 .. x_{n-1}, sum of (n-k)*x_k = 32*P + Q, which is what Adler-32's B
 // adds over a block (docs/sglang.md).
-TEXT ·adlerBlocksAVX2(SB), NOSPLIT, $0-24
+TEXT ·adlerBlocksAVX2(SB), NOSPLIT, $0-32
 	MOVQ p+0(FP), SI
 	MOVQ chunks+8(FP), CX
 	MOVQ out+16(FP), DI
+	MOVQ consts+24(FP), AX
 	VPXOR Y0, Y0, Y0              // zero
 	VPXOR Y1, Y1, Y1              // S lanes
 	VPXOR Y2, Y2, Y2              // P lanes
 	VPXOR Y3, Y3, Y3              // Q lanes
-	VMOVDQU ·adlerWeights(SB), Y4 // bytes 32, 31, ..., 1
-	VMOVDQU ·adlerOnes(SB), Y5    // int16 ones
+	VMOVDQU (AX), Y4              // bytes 32, 31, ..., 1
+	VMOVDQU 32(AX), Y5            // int16 ones
 
 loop:
 	VMOVDQU    (SI), Y6

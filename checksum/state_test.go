@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/side"
 )
 
@@ -22,9 +22,8 @@ func TestStatePresets(t *testing.T) {
 				for _, tp := range []int{1, 2, 4} {
 					cfg := synth.Config{Preset: preset, ConvLayout: conv, ConvDtype: dtype, TP: tp, PP: 2, Seed: 9}
 					t.Run(fmt.Sprintf("%s/%s/%s/tp%d", preset, conv, dtype, tp), func(t *testing.T) {
-						for _, e := range []checksum.Engine{checksum.Reference{}, checksum.Fast{}} {
-							checkExpected(t, cfg, computeSide(t, cfg, e))
-						}
+						t.Parallel()
+						checkEnginesExpected(t, cfg)
 					})
 				}
 			}

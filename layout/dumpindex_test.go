@@ -4,8 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
 func TestDumpIndex(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
 // TestFindDumpsErrors: a path that does not exist and a directory holding

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
 // TestOpenSideOrder: OpenSide opens the ranks on several goroutines, yet

@@ -1,8 +1,11 @@
 package scrub
 
 import (
+	"strings"
+
 	"encoding/binary"
 	"fmt"
+	"github.com/kvaudit/kvaudit/parse"
 	"hash/crc32"
 	"path/filepath"
 	"slices"
@@ -98,6 +101,22 @@ type Extent struct{ Offset, Size uint64 }
 // offset_allocator/offset_allocator.h). A field that cannot be right is an
 // error naming it.
 func ParseMooncakeMeta(b []byte) (*MooncakeMeta, error) {
+	m, err := parseMeta(b)
+	if err != nil {
+		// "field: what": one parse.Error naming the field.
+		field, msg, ok := strings.Cut(err.Error(), ": ")
+		if !ok || strings.ContainsAny(field, " ") {
+			field, msg = "", err.Error()
+		}
+		return nil, &parse.Error{Format: MetaFormat, Field: field, Msg: msg}
+	}
+	return m, nil
+}
+
+// MetaFormat is how a *parse.Error names a Mooncake kv_cache.meta.
+const MetaFormat = "mooncake kv_cache.meta"
+
+func parseMeta(b []byte) (*MooncakeMeta, error) {
 	m := &MooncakeMeta{Keys: map[uint64]string{}}
 	var state []byte
 	err := protoFields(b, func(num int, wire int, v uint64, data []byte) error {

@@ -670,3 +670,164 @@ func TestScrubOneFile(t *testing.T) {
 		t.Errorf("%+v", res.Entries)
 	}
 }
+
+// Counts per directory: a vllm-fs store is counted at its rank
+// namespaces, each with its own verified, mismatch and unverified.
+func TestDirectoryCounts(t *testing.T) {
+	root := t.TempDir()
+	base := "m_0123456789ab"
+	b := []byte("block")
+	c := be32(crc32.Checksum(b, castagnoli))
+	vllmStore(t, root, base, 0, 0, strings.Repeat("a", 64), b, c)
+	vllmStore(t, root, base, 0, 0, strings.Repeat("b", 64), b, []byte{0, 0, 0, 0})
+	vllmStore(t, root, base, 1, 3, strings.Repeat("c", 64), b, nil)
+	res := scrubDir(t, Auto, root)
+	if len(res.Dirs) != 2 {
+		t.Fatalf("dirs %+v", res.Dirs)
+	}
+	d0, d1 := res.Dirs[0], res.Dirs[1]
+	if filepath.Base(d0.Path) != base+"_r0" || d0.Files != 2 || d0.Verified != 1 || d0.Mismatch != 1 || d0.Unverified != 0 {
+		t.Errorf("r0: %+v", d0)
+	}
+	if filepath.Base(d1.Path) != base+"_r1" || d1.Files != 1 || d1.Verified != 0 || d1.Mismatch != 0 || d1.Unverified != 1 {
+		t.Errorf("r1: %+v", d1)
+	}
+	for _, e := range res.Entries {
+		if e.Dir != d0.Path && e.Dir != d1.Path {
+			t.Errorf("%s counted in %s", e.Path, e.Dir)
+		}
+	}
+	if v, m, u := res.Counts(); v != 1 || m != 1 || u != 1 {
+		t.Errorf("counts %d %d %d", v, m, u)
+	}
+	if !strings.Contains(res.Summary(), "1 verified, 1 mismatch, 1 unverified in 2 directories") {
+		t.Errorf("summary %q", res.Summary())
+	}
+}
+
+// Frames are told from trailed payloads by most of the sampled files,
+// and only by a frame whose fingerprint is the file's own chunk hash.
+func TestRecogniseFrames(t *testing.T) {
+	pay := []byte("0123456789abcdef")
+	put := func(dir string, i int, b []byte) {
+		writeRaw(t, filepath.Join(dir, fmt.Sprintf("m@0x00000000@0@%02x.data", i)), b)
+	}
+	mostly := t.TempDir()
+	put(mostly, 1, frameOf([]byte{1}, pay))
+	put(mostly, 2, frameOf([]byte{2}, pay))
+	put(mostly, 3, LMCacheTrailed(pay))
+	few := t.TempDir()
+	put(few, 1, frameOf([]byte{1}, pay))
+	put(few, 2, LMCacheTrailed(pay))
+	put(few, 3, LMCacheTrailed(pay))
+	foreign := t.TempDir()
+	put(foreign, 1, frameOf([]byte{7}, pay))
+	put(foreign, 2, frameOf([]byte{8}, pay))
+	for dir, want := range map[string]Format{mostly: LMCacheFrame, few: LMCacheFS, foreign: LMCacheFS} {
+		if res := scrubDir(t, Auto, dir); res.Dirs[0].Format != want {
+			t.Errorf("read as %s (%s), want %s", res.Dirs[0].Format, res.Dirs[0].How, want)
+		}
+	}
+	// an empty payload is a frame too
+	empty := t.TempDir()
+	put(empty, 1, frameOf([]byte{1}, nil))
+	if e := scrubDir(t, LMCacheFrame, empty).Entries[0]; e.Status != Verified {
+		t.Errorf("a 17-byte frame: %+v", e)
+	}
+}
+
+// Two of LMC1's four bytes changed is a damaged trailer; three, none.
+func TestNearMagic(t *testing.T) {
+	dir := t.TempDir()
+	pay := bytes.Repeat([]byte{5}, 32)
+	two := LMCacheTrailed(pay)
+	two[32], two[33] = 'X', 'Y'
+	three := LMCacheTrailed(pay)
+	three[32], three[33], three[34] = 'X', 'Y', 'Z'
+	writeRaw(t, filepath.Join(dir, "m@0x00000000@0@01.data"), two)
+	writeRaw(t, filepath.Join(dir, "m@0x00000000@0@02.data"), three)
+	res := scrubDir(t, LMCacheFS, dir)
+	if e := res.Entries[0]; e.Problem != ProblemTrailer {
+		t.Errorf("two bytes changed: %+v", e)
+	}
+	if e := res.Entries[1]; e.Status != Unverified || e.Problem != ProblemNoChecksum {
+		t.Errorf("three bytes changed: %+v", e)
+	}
+}
+
+// The walk stops 64 directories down, saying so.
+func TestWalkDepth(t *testing.T) {
+	root := t.TempDir()
+	deep := root
+	for i := range maxDepth + 2 {
+		deep = filepath.Join(deep, fmt.Sprint(i%10))
+	}
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lmcacheStore(t, deep, "m", 0, 0, []byte{1}, []byte("x"), true, 0)
+	lmcacheStore(t, root, "m", 0, 0, []byte{1}, []byte("x"), true, 0)
+	res := scrubDir(t, Auto, root)
+	if len(res.Entries) != 1 || len(res.Skipped) != 1 || !strings.Contains(res.Skipped[0].Reason, "deeper than 64") {
+		t.Errorf("entries %d, skipped %+v", len(res.Entries), res.Skipped)
+	}
+}
+
+func TestNames(t *testing.T) {
+	for s, ok := range map[string]bool{
+		"abc/de_g0/abcde.bin": true, "abc/de_g0/abcd.bin": false, "abc/de_g1x/abcde.bin": false, "abc/df_g0/abcde.bin": false,
+		"abd/de_g0/abcde.bin": false, "abc/de_g0/abcdE.bin": false, "abc/de_g0/abcde.bin_1.tmp": false,
+	} {
+		if _, got := parseVLLMPath(s); got != ok {
+			t.Errorf("parseVLLMPath(%q) = %v", s, got)
+		}
+	}
+	for s, ok := range map[string]bool{
+		"m@0x0@0@ab.data": true, "m@0x0@0@ab@salt.data": true, "m@0x0@0.data": false, "m@0x0@0@ab@s@t.data": false,
+		"m@0@0@ab.data": false, "m@0x0@0@abc.data": false, "@0x0@0@ab.data": false, "m@0x0@g@ab.data": false, "m@0x0@0@ab.tmp": false,
+	} {
+		if _, got := parseLMCacheName(s); got != ok {
+			t.Errorf("parseLMCacheName(%q) = %v", s, got)
+		}
+	}
+}
+
+// Hostile kv_cache.meta bytes, each an error naming its field (a
+// truncated tag must not loop).
+func TestParseMooncakeMetaHostile(t *testing.T) {
+	_, good := MooncakeStore([]MooncakeRecord{{Key: "a", Value: []byte("v"), CRC: true}})
+	if m, err := ParseMooncakeMeta(good); err != nil || len(m.Extents) != 1 || m.InsertSeq != 1 || m.Keys[0] != "a" {
+		t.Fatalf("%+v %v", m, err)
+	}
+	state := func(bits uint64, cur, maxCap uint32) []byte {
+		b := make([]byte, allocatorFixed+int(cur)*(allocatorNode+4))
+		binary.LittleEndian.PutUint64(b[8:], bits)
+		binary.LittleEndian.PutUint32(b[44:], cur)
+		binary.LittleEndian.PutUint32(b[48:], maxCap)
+		return protoBytes(protoVarint(nil, 1, 3), 2, b)
+	}
+	for _, c := range []struct {
+		b    []byte
+		want string
+	}{
+		{[]byte{0x80}, "tag"},
+		{[]byte{0x08, 0x80}, "truncated varint"},
+		{[]byte{0x12, 0x05, 0x00}, "past the end"},
+		{[]byte{0x08, 0x02}, "version: 2"},
+		{[]byte{0x08, 0x03}, "allocator_state: empty"},
+		{[]byte{0x0a, 0x00}, "version: not a uint32"},
+		{state(32, 1, 1), "m_multiplier_bits 32"},
+		{state(12, 2, 1), "m_current_capacity 2"},
+		{state(12, 1, 1<<24+1), "m_max_capacity 16777217"},
+		{state(12, 1, 0), "m_max_capacity 0"},
+	} {
+		if _, err := ParseMooncakeMeta(c.b); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%x: %v, want %q", c.b, err, c.want)
+		}
+	}
+	for _, b := range [][]byte{state(31, 1, 1), state(12, 1, 1<<24)} {
+		if _, err := ParseMooncakeMeta(b); err != nil {
+			t.Errorf("%v", err)
+		}
+	}
+}

@@ -85,13 +85,3 @@ func writeFile(t *testing.T, p string, b []byte) {
 		t.Fatal(err)
 	}
 }
-
-func mustOpen(t *testing.T, paths []string) *Source {
-	t.Helper()
-	s, err := Open(Input{Paths: paths})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
-}

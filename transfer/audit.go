@@ -25,6 +25,43 @@ type Options struct {
 	// MaxFindings caps the findings kept (0: DefaultMaxFindings, negative:
 	// no cap); a note says how many were left out.
 	MaxFindings int
+	// Lookahead is the consumer's num_prefill_lookahead_tokens (vLLM's
+	// multi-token-prediction window): its last Lookahead-1 prompt tokens
+	// are recomputed by the consumer, not pulled (PullTokens).
+	Lookahead int
+	// AllowUnverified audits what the logs hold when a consumer rank has
+	// no log, with a note, instead of leaving the audit unresolved.
+	AllowUnverified bool
+	// LeaseS is the producer's lease on a request's blocks in seconds (0:
+	// the producer's logs' lease_s, else the consumer's).
+	LeaseS int
+}
+
+// PullTokens is the number of prompt tokens a consumer pulls of a request
+// of numTokens tokens, as vLLM's NIXL connector counts them
+// (_get_remote_prefill_token_count, docs/spec.md §13): all but the last
+// max(1 on a hybrid model with state groups, lookahead-1) tokens, which
+// the consumer recomputes; all of a request that short.
+func PullTokens(numTokens int, hybrid bool, lookahead int) int {
+	back := max(0, lookahead-1)
+	if hybrid {
+		back = max(back, 1)
+	}
+	if back > 0 && numTokens > back {
+		return numTokens - back
+	}
+	return numTokens
+}
+
+// Hybrid says whether a dump's model has a state (Mamba) group: vLLM's
+// connector then pulls one token less (PullTokens).
+func Hybrid(d *layout.Dump) bool {
+	for _, g := range d.Manifest.Groups {
+		if g.Kind == layout.KindMamba {
+			return true
+		}
+	}
+	return false
 }
 
 // DefaultMaxFindings is the findings an audit keeps by default.
@@ -124,8 +161,12 @@ type auditor struct {
 	held       int
 	unresolved map[string]bool
 	dropped    int
-	dcells     []layout.Cells
-	scells     []layout.Cells
+	// swapped counts transfers that read a consumer's agent into a
+	// producer's; lease is the lease audit's state.
+	swapped int
+	lease   *leases
+	dcells  []layout.Cells
+	scells  []layout.Cells
 	// ch is the current pair's destination read as a chunk of a page,
 	// where the consumer converts what it receives (nil otherwise).
 	ch *chunk
@@ -151,6 +192,14 @@ type rank struct {
 	owners     map[int]map[int][]owner
 	reqs       map[string]*request
 	deliveries []delivery
+	// byID and byProducer index the dump's requests (built once).
+	byID, byProducer map[string]*layout.Request
+	// logged: a log of the rank's agent was read, or a push wrote into
+	// the rank; hybrid: the model has state groups (PullTokens).
+	logged bool
+	hybrid bool
+	// unserved are the dump's requests no audited transfer served.
+	unserved []*request
 }
 
 type owner struct {
@@ -184,6 +233,9 @@ type xfer struct {
 	pairs    int
 	bytes    uint64
 	skip     bool
+	// at is when the transfer was posted (its post record, else its xfer
+	// record), if the log says.
+	at Stamp
 }
 
 // delivery is one descriptor's bytes delivered into the consumer (in
@@ -212,6 +264,52 @@ type logFile struct {
 	dlists    map[int]*dlist
 	summary   *LogSummary
 	side      string
+	// live indexes the log's transfers by id: those still without a
+	// state, and those audited; ended holds the ids of the others, whose
+	// state was read (runs of ids: a recorder numbers them in order).
+	live  map[int]*xfer
+	ended idSet
+	// remotes are the remote agents the log's lists and transfers name
+	// (at most maxNamed); registered its first registered ranges.
+	remotes    []string
+	registered []Desc
+	// foreign: the log's registered memory lies in no cache of the dump
+	// its agent names (a log of another run): its transfers are not
+	// audited. outside counts its pairs whose both sides lie outside
+	// every cache, pairs all its pairs.
+	foreign, checked bool
+	outside, pairs   int
+	readbacks        int
+}
+
+// maxNamed bounds the names and ranges a log's summary keeps for the
+// pairing notes.
+const maxNamed = 64
+
+// idSet is a set of transfer ids held as sorted disjoint runs [lo, hi).
+type idSet struct{ runs [][2]int }
+
+func (s *idSet) has(id int) bool {
+	i := sort.Search(len(s.runs), func(i int) bool { return s.runs[i][1] > id })
+	return i < len(s.runs) && s.runs[i][0] <= id
+}
+
+// add adds id (not in the set); ids added in order cost one run.
+func (s *idSet) add(id int) {
+	i := sort.Search(len(s.runs), func(i int) bool { return s.runs[i][1] > id })
+	joinLeft := i > 0 && s.runs[i-1][1] == id
+	joinRight := i < len(s.runs) && s.runs[i][0] == id+1
+	switch {
+	case joinLeft && joinRight:
+		s.runs[i-1][1] = s.runs[i][1]
+		s.runs = slices.Delete(s.runs, i, i+1)
+	case joinLeft:
+		s.runs[i-1][1] = id + 1
+	case joinRight:
+		s.runs[i][0] = id
+	default:
+		s.runs = slices.Insert(s.runs, i, [2]int{id, id + 1})
+	}
 }
 
 // dlist is a prepared list, held as runs of descriptors whose addresses
@@ -259,12 +357,14 @@ func (d *dlist) at(i int) Desc {
 
 func newAuditor(producer, consumer []*layout.Dump, opts Options) *auditor {
 	a := &auditor{opts: opts, unresolved: map[string]bool{},
-		res: &Result{Format: ResultFormat, Logs: []LogSummary{}, Requests: []RequestSummary{}, Findings: []Finding{}, Unresolved: []string{}, Notes: []string{}}}
+		res: &Result{Format: ResultFormat, Logs: []LogSummary{}, Requests: []RequestSummary{}, Findings: []Finding{}, Unresolved: []string{}, Notes: []string{}, Pairing: []string{}}}
 	if a.opts.MaxFindings == 0 {
 		a.opts.MaxFindings = DefaultMaxFindings
 	}
 	a.prod = a.newSide("producer", producer)
 	a.cons = a.newSide("consumer", consumer)
+	a.lease = newLeases(a)
+	a.pairingOfDumps()
 	return a
 }
 
@@ -272,7 +372,7 @@ func (a *auditor) newSide(role string, dumps []*layout.Dump) *side {
 	s := &side{role: role, byAgent: map[string]*rank{}}
 	for i, d := range dumps {
 		pp, tp := d.Rank()
-		rk := &rank{side: s, idx: i, dump: d, r: layout.Rank{PP: pp, TP: tp}, reqs: map[string]*request{}}
+		rk := &rank{side: s, idx: i, dump: d, r: layout.Rank{PP: pp, TP: tp}, reqs: map[string]*request{}, hybrid: Hybrid(d)}
 		if ag := d.Manifest.Parallel.Agent; ag != nil {
 			rk.agent = *ag
 			if other, dup := s.byAgent[rk.agent]; dup {
@@ -346,7 +446,22 @@ func (rk *rank) request(id string) *request {
 	if r := rk.reqs[id]; r != nil {
 		return r
 	}
-	m := rk.dump.Manifest.Paired(id)
+	if rk.byID == nil {
+		rk.byID, rk.byProducer = map[string]*layout.Request{}, map[string]*layout.Request{}
+		for i := range rk.dump.Manifest.Requests {
+			m := &rk.dump.Manifest.Requests[i]
+			if _, dup := rk.byID[m.ID]; !dup {
+				rk.byID[m.ID] = m
+			}
+			if _, dup := rk.byProducer[m.ProducerID]; m.ProducerID != "" && !dup {
+				rk.byProducer[m.ProducerID] = m
+			}
+		}
+	}
+	m := rk.byID[id]
+	if m == nil {
+		m = rk.byProducer[id]
+	}
 	if m == nil {
 		return nil
 	}
@@ -402,31 +517,43 @@ func (a *auditor) readLog(ctx context.Context, path string) error {
 		return err
 	}
 	defer f.Close()
-	lr, err := NewReader(f, path)
+	return a.readFrom(ctx, f, path)
+}
+
+// readFrom streams one log from r (path names it).
+func (a *auditor) readFrom(ctx context.Context, r io.Reader, path string) error {
+	lr, err := NewReader(r, path)
 	if err != nil {
 		return err
 	}
 	h := lr.Header()
-	lf := &logFile{path: path, header: h, dlists: map[int]*dlist{}}
+	lf := &logFile{path: path, header: h, dlists: map[int]*dlist{}, live: map[int]*xfer{}}
 	a.res.Logs = append(a.res.Logs, LogSummary{File: path, Agent: h.Agent, Rank: layout.Rank{PP: h.PPRank, TP: h.TPRank}})
 	lf.summary = &a.res.Logs[len(a.res.Logs)-1]
 	switch {
 	case a.cons.byAgent[h.Agent] != nil:
 		lf.side = "consumer"
+		a.cons.byAgent[h.Agent].logged = true
 	case a.prod.byAgent[h.Agent] != nil:
 		lf.side = "producer"
 	default:
 		a.unresolve("log %q: agent %q names no dump of the consumer or the producer (their manifests' parallel.agent)", path, h.Agent)
 	}
 	lf.summary.Side = lf.side
+	a.lease.header(lf)
 	// A prepared list's descriptors go straight into its runs.
 	var building *dlist
 	lr.SetDescSink(func(op Op, d Desc) {
-		if op == OpDList {
+		switch op {
+		case OpDList:
 			if building == nil {
 				building = &dlist{}
 			}
 			building.add(d)
+		case OpRegister:
+			if len(lf.registered) < maxNamed {
+				lf.registered = append(lf.registered, d)
+			}
 		}
 	})
 	var rec Record
@@ -442,6 +569,9 @@ func (a *auditor) readLog(ctx context.Context, path string) error {
 		}
 		if err != nil {
 			return err
+		}
+		if rec.Time.Ok {
+			a.lease.timed = true
 		}
 		if rec.Op == OpDList {
 			dl := building
@@ -461,6 +591,11 @@ func (a *auditor) readLog(ctx context.Context, path string) error {
 	if lf.notDumped > 0 {
 		a.note("log %q: %d transfer(s) of requests the consumer's dumps do not hold were not audited", path, lf.notDumped)
 	}
+	if lf.readbacks > 0 {
+		a.note("log %q: %d transfer(s) write into the producer's agents (readbacks): not audited", path, lf.readbacks)
+	}
+	a.checkForeign(lf)
+	a.pairingOfLog(lf)
 	lf.summary = nil
 	return nil
 }
@@ -477,7 +612,17 @@ func (a *auditor) dlist(lf *logFile, rec *Record, dl *dlist) error {
 	dl.agent = rec.Agent
 	lf.dlists[rec.Handle] = dl
 	lf.summary.Lists++
+	if !isLocal(rec.Agent, lf.header) {
+		lf.remote(rec.Agent)
+	}
 	return nil
+}
+
+// remote notes a remote agent the log names.
+func (lf *logFile) remote(agent string) {
+	if len(lf.remotes) < maxNamed && !slices.Contains(lf.remotes, agent) {
+		lf.remotes = append(lf.remotes, agent)
+	}
 }
 
 // record handles one record of a log.
@@ -486,10 +631,38 @@ func (a *auditor) record(lf *logFile, rec *Record) error {
 	switch rec.Op {
 	case OpXfer:
 		sum.Xfers++
+		a.lease.seen(rec.Notif, rec.Time)
 		return a.xfer(lf, rec, sum)
+	case OpPost:
+		x := lf.live[rec.ID]
+		if x == nil && !lf.ended.has(rec.ID) {
+			return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "id", Msg: fmt.Sprintf("a post of transfer %d, which the log has not made", rec.ID)}
+		}
+		if x != nil && rec.Time.Ok {
+			x.at = rec.Time
+		}
+		a.lease.seen(rec.Notif, rec.Time)
+	case OpNotif, OpRemoteDone:
+		a.lease.seen(rec.Msg, rec.Time)
+		if rec.Op == OpNotif && !isLocal(rec.Agent, lf.header) {
+			lf.remote(rec.Agent)
+		}
+	case OpNotifs:
+		for _, n := range rec.Notifs {
+			a.lease.seen(n.Msg, rec.Time)
+		}
+	case OpError:
+		if rec.HasID {
+			if x := lf.live[rec.ID]; x != nil && !x.skip {
+				a.note("log %q line %d: %s raised for transfer %d: %s", lf.path, rec.Line, rec.Call, rec.ID, rec.Msg)
+			}
+		}
 	case OpState:
-		x := a.findXfer(lf, rec.ID)
+		x := lf.live[rec.ID]
 		if x == nil {
+			if lf.ended.has(rec.ID) {
+				return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "id", Msg: fmt.Sprintf("transfer %d already ended", rec.ID)}
+			}
 			return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "id", Msg: fmt.Sprintf("a state of transfer %d, which the log has not made", rec.ID)}
 		}
 		if x.state != "" {
@@ -501,14 +674,10 @@ func (a *auditor) record(lf *logFile, rec *Record) error {
 		} else {
 			sum.Failed++
 		}
-	}
-	return nil
-}
-
-func (a *auditor) findXfer(lf *logFile, id int) *xfer {
-	for i := len(a.xfers) - 1; i >= 0; i-- {
-		if x := a.xfers[i]; x.log == lf && x.id == id {
-			return x
+		if x.skip {
+			// Not audited: only its id is kept, to refuse it made again.
+			delete(lf.live, rec.ID)
+			lf.ended.add(rec.ID)
 		}
 	}
 	return nil
@@ -521,11 +690,32 @@ func isLocal(agent string, h Header) bool {
 
 // xfer resolves a transfer's descriptor pairs and checks each.
 func (a *auditor) xfer(lf *logFile, rec *Record, sum *LogSummary) error {
-	if prev := a.findXfer(lf, rec.ID); prev != nil {
+	if prev := lf.live[rec.ID]; prev != nil {
 		return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "id", Msg: fmt.Sprintf("transfer %d is made twice (first on line %d)", rec.ID, prev.line)}
 	}
-	x := &xfer{log: lf, id: rec.ID, line: rec.Line, kind: rec.Kind}
+	if lf.ended.has(rec.ID) {
+		return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "id", Msg: fmt.Sprintf("transfer %d is made twice (it already ended)", rec.ID)}
+	}
+	if !rec.Prepped {
+		lf.remote(rec.RemoteAgent)
+	}
+	x := &xfer{log: lf, id: rec.ID, line: rec.Line, kind: rec.Kind, at: rec.Time}
+	lf.live[rec.ID] = x
 	a.xfers = append(a.xfers, x)
+	err := a.resolveXfer(lf, rec, sum, x)
+	if x.skip && a.xfers[len(a.xfers)-1] == x {
+		// Not audited: nothing of it is kept but its id.
+		a.xfers = a.xfers[:len(a.xfers)-1]
+	}
+	return err
+}
+
+// resolveXfer resolves a transfer's pairs and checks each.
+func (a *auditor) resolveXfer(lf *logFile, rec *Record, sum *LogSummary, x *xfer) error {
+	if a.checkForeign(lf); lf.foreign {
+		x.skip = true
+		return nil
+	}
 	ps, err := a.descriptors(lf, rec)
 	if err != nil {
 		return err
@@ -542,7 +732,10 @@ func (a *auditor) xfer(lf *logFile, rec *Record, sum *LogSummary) error {
 	x.dst, x.src = a.cons.byAgent[dstAgent], a.prod.byAgent[srcAgent]
 	switch {
 	case x.dst == nil && a.prod.byAgent[dstAgent] != nil:
-		a.note("log %q line %d: transfer %d writes into the producer's agent %q (a readback): not audited", lf.path, rec.Line, rec.ID, dstAgent)
+		lf.readbacks++
+		if a.cons.byAgent[srcAgent] != nil {
+			a.swapped++
+		}
 		x.skip = true
 		return nil
 	case x.dst == nil:
@@ -553,6 +746,9 @@ func (a *auditor) xfer(lf *logFile, rec *Record, sum *LogSummary) error {
 		a.unresolve("log %q line %d: transfer %d reads agent %q, which no producer dump names", lf.path, rec.Line, rec.ID, srcAgent)
 		x.skip = true
 		return nil
+	}
+	if rec.Kind == Write {
+		x.dst.logged = true
 	}
 	if x.dst.addressMap(a) == nil || x.src.addressMap(a) == nil {
 		x.skip = true

@@ -23,16 +23,33 @@ func (a *auditor) finish(ctx context.Context) error {
 		if x.state == "" {
 			a.note("log %q: transfer %d (line %d) never reached DONE or ERR in the log: its bytes count as not delivered", x.log.path, x.id, x.line)
 		}
-		if x.state == Err && x.req.loadedTokens() > 0 {
+		if end := x.req.pullEnd(a); x.state == Err && end > x.req.req.NumLocalComputedTokens {
 			f := Finding{Invariant: Failed, Descriptor: -1, Group: -1, Position: -1, Block: -1, Heads: [2]int{-1, -1}, Tokens: [2]int{-1, -1}}
 			f.Message = fmt.Sprintf("transfer %d ended in ERR, but request %s was loaded anyway (its dump on rank %s holds tokens %d-%d as loaded)",
-				x.id, x.req.req.ID, x.dst.r, x.req.req.NumLocalComputedTokens, x.req.req.NumTokens-1)
+				x.id, x.req.req.ID, x.dst.r, x.req.req.NumLocalComputedTokens, end-1)
 			a.add(x, f)
 		}
 	}
+	a.lease.audit()
+	audited := 0
+	for _, x := range a.xfers {
+		if !x.skip && x.req != nil {
+			audited++
+		}
+	}
+	a.pairingOfAudit(audited)
 	for _, rk := range a.cons.ranks {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if !rk.logged {
+			msg := fmt.Sprintf("the consumer's %s has no log (no log of its agent, no push into it): its requests' transfers were not audited", rk.name())
+			if a.opts.AllowUnverified {
+				a.note("%s (--allow-unverified)", msg)
+			} else {
+				a.unresolve("%s", msg)
+			}
+			continue
 		}
 		a.finishRank(rk)
 	}
@@ -43,7 +60,13 @@ func (a *auditor) finish(ctx context.Context) error {
 	return nil
 }
 
-func (r *request) loadedTokens() int { return r.req.NumTokens - r.req.NumLocalComputedTokens }
+// pullEnd is the request's first token its consumer does not pull
+// (PullTokens): the tokens from num_local_computed_tokens up to it are
+// the pull's to deliver, those from it up to num_tokens the consumer
+// recomputes (neither pulled nor required).
+func (r *request) pullEnd(a *auditor) int {
+	return PullTokens(r.req.NumTokens, r.rank.hybrid, a.opts.Lookahead)
+}
 
 type ival struct{ lo, hi uint64 }
 
@@ -68,18 +91,40 @@ func (a *auditor) finishRank(rk *rank) {
 		}
 		covered = append(covered, ival{d.lo, d.hi})
 	}
-	var ids []string
-	seen := map[*request]bool{}
-	for _, r := range rk.reqs {
-		if !seen[r] && len(r.xfers) > 0 {
-			seen[r] = true
-			ids = append(ids, r.req.ID)
+	// Every request the rank's dump holds is accounted for: those the
+	// logs' transfers served are checked block by block, the others are
+	// a finding (or a note, with nothing to pull).
+	for i := range rk.dump.Manifest.Requests {
+		m := &rk.dump.Manifest.Requests[i]
+		r := rk.request(m.ID)
+		if r == nil || r.req != m || !a.wanted(r) {
+			continue
 		}
+		if len(r.xfers) > 0 {
+			a.finishRequest(rk, r, covered)
+			continue
+		}
+		a.unserved(rk, r)
 	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		a.finishRequest(rk, rk.reqs[id], covered)
+}
+
+// unserved accounts for a request of a consumer rank no audited transfer
+// served: a covered finding when it had tokens to pull, else a note.
+func (a *auditor) unserved(rk *rank, r *request) {
+	rk.unserved = append(rk.unserved, r)
+	lo, hi := r.req.NumLocalComputedTokens, r.pullEnd(a)
+	if hi <= lo {
+		why := "its dump holds every token as computed locally (a full prefix hit)"
+		if hi < r.req.NumTokens {
+			why = fmt.Sprintf("the consumer recomputes its last %d token(s), and holds the rest as computed locally", r.req.NumTokens-hi)
+		}
+		a.note("request %s on the consumer's rank %s had nothing to pull: %s", r.req.ID, rk.r, why)
+		return
 	}
+	f := Finding{Invariant: Covered, Request: r.req.ID, Transfer: NoTransfer, Descriptor: -1, Group: -1, Position: -1, Block: -1, Rank: rk.r,
+		Heads: [2]int{-1, -1}, Tokens: [2]int{lo, hi - 1}}
+	f.Message = fmt.Sprintf("request %s (rank %s, producer request %s): tokens %d-%d were delivered by no transfer in the logs", r.req.ID, rk.r, r.pairID(), lo, hi-1)
+	a.keep(f)
 }
 
 // twice reports bytes delivered by transfers from different sources.
@@ -159,12 +204,16 @@ func (a *auditor) finishRequest(rk *rank, r *request, covered []ival) {
 			}
 		}
 		S := gv.Group.BlockSize
+		end := r.pullEnd(a)
 		for bi, blk := range span.Blocks {
 			pos := span.Start + bi
 			lo := max(0, r.req.NumLocalComputedTokens-pos*S)
-			hi := layout.ValidTokens(r.req.NumTokens, pos, S)
+			hi := layout.ValidTokens(end, pos, S)
+			// Tokens [hi, rec) the consumer recomputes: not pulled, not
+			// required, and not a hole either.
+			rec := layout.ValidTokens(r.req.NumTokens, pos, S)
 			if gv.Group.Kind == layout.KindMamba {
-				lo, hi = 0, 1
+				lo, hi, rec = 0, 1, 1
 			}
 			for _, reg := range regions {
 				var missing, holes []ival
@@ -189,7 +238,12 @@ func (a *auditor) finishRequest(rk *rank, r *request, covered []ival) {
 				if lo < hi {
 					expect([2]int{lo, hi}, &missing)
 				}
-				expect([2]int{0, reg.KernelBlocks * reg.KernelTokens}, &holes)
+				if reg.State || rec <= hi {
+					expect([2]int{0, reg.KernelBlocks * reg.KernelTokens}, &holes)
+				} else {
+					expect([2]int{0, hi}, &holes)
+					expect([2]int{rec, reg.KernelBlocks * reg.KernelTokens}, &holes)
+				}
 				if len(missing) > 0 {
 					a.gap(r, reg, gv, pos, blk, missing, rk)
 				}
@@ -300,6 +354,7 @@ func (a *auditor) stale(r *request, reg *layout.Region, gv *layout.GroupView, po
 // addRequest records a finding of a request, laid to a transfer (its
 // descriptor unknown) when one is known.
 func (a *auditor) addRequest(x *xfer, f Finding) {
+	f.Transfer = NoTransfer
 	if x != nil {
 		f.Transfer, f.Log, f.Line = x.id, x.log.path, x.line
 	}
@@ -329,6 +384,15 @@ func (a *auditor) summarize() {
 		s.Pairs += x.pairs
 		s.Bytes += x.bytes
 	}
+	for _, rk := range a.cons.ranks {
+		for _, r := range rk.unserved {
+			k := key{rk.r, r.req.ID}
+			if _, ok := index[k]; !ok {
+				index[k] = len(a.res.Requests)
+				a.res.Requests = append(a.res.Requests, RequestSummary{ID: r.req.ID, ProducerID: r.pairID(), Rank: rk.r, Transfers: []int{}, Findings: map[string]int{}})
+			}
+		}
+	}
 	for _, f := range a.res.Findings {
 		if i, ok := index[key{f.Rank, f.Request}]; ok {
 			a.res.Requests[i].Findings[f.Invariant]++
@@ -338,6 +402,9 @@ func (a *auditor) summarize() {
 		return cmp.Or(cmp.Compare(p.Rank.PP, q.Rank.PP), cmp.Compare(p.Rank.TP, q.Rank.TP), cmp.Compare(p.Request, q.Request),
 			cmp.Compare(p.Transfer, q.Transfer), cmp.Compare(p.Descriptor, q.Descriptor))
 	})
+	if len(a.res.Requests) == 0 && len(a.res.Findings) == 0 {
+		a.unresolve("nothing could be audited: no request of the consumer's dumps was accounted for by the logs")
+	}
 	switch {
 	case len(a.res.Findings) > 0:
 		a.res.Verdict = Violated

@@ -27,8 +27,24 @@ func NewWriter(w io.Writer, h Header) *Writer {
 	b = strconv.AppendInt(b, int64(h.TPRank), 10)
 	b = append(b, `,"pp_rank":`...)
 	b = strconv.AppendInt(b, int64(h.PPRank), 10)
+	if h.HasLease {
+		b = strconv.AppendInt(append(b, `,"lease_s":`...), int64(h.LeaseS), 10)
+	}
+	if h.EngineID != "" {
+		b = appendString(append(b, `,"engine_id":`...), h.EngineID)
+	}
+	b = appendStamp(b, h.Time)
 	lw.line(append(b, "}\n"...))
 	return lw
+}
+
+// appendStamp writes a record's timestamps, if it has them.
+func appendStamp(b []byte, t Stamp) []byte {
+	if !t.Ok {
+		return b
+	}
+	b = strconv.AppendInt(append(b, `,"t_mono_ns":`...), t.Mono, 10)
+	return strconv.AppendInt(append(b, `,"t_wall_ns":`...), t.Wall, 10)
 }
 
 func (w *Writer) line(b []byte) {
@@ -71,7 +87,41 @@ func (w *Writer) Write(rec *Record) {
 	case OpState:
 		b = strconv.AppendInt(append(b, `,"id":`...), int64(rec.ID), 10)
 		b = appendString(append(b, `,"state":`...), rec.State)
+	case OpPost:
+		b = strconv.AppendInt(append(b, `,"id":`...), int64(rec.ID), 10)
+		b = appendString(append(b, `,"notif":`...), rec.Notif)
+	case OpNotif, OpRemoteDone:
+		b = appendString(append(b, `,"agent":`...), rec.Agent)
+		b = appendString(append(b, `,"msg":`...), rec.Msg)
+	case OpNotifs:
+		b = append(b, `,"notifs":[`...)
+		for i, n := range rec.Notifs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(append(b, '['), n.Agent)
+			b = append(appendString(append(b, ','), n.Msg), ']')
+		}
+		b = append(b, ']')
+	case OpError:
+		b = appendString(append(b, `,"call":`...), rec.Call)
+		if rec.HasID {
+			b = strconv.AppendInt(append(b, `,"id":`...), int64(rec.ID), 10)
+		} else {
+			b = append(b, `,"id":null`...)
+		}
+		b = appendString(append(b, `,"msg":`...), rec.Msg)
+	case OpDeregister:
+		b = appendString(append(b, `,"mem":`...), rec.Mem)
+		b = appendDescs(append(b, `,"descs":`...), rec.Descs)
+	case OpRemoveAgent:
+		b = appendString(append(b, `,"agent":`...), rec.Agent)
+	case OpMemView:
+		b = strconv.AppendInt(append(b, `,"handle":`...), int64(rec.Handle), 10)
+		b = appendString(append(b, `,"agent":`...), rec.Agent)
+		b = appendDescs(append(b, `,"descs":`...), rec.Descs)
 	}
+	b = appendStamp(b, rec.Time)
 	w.line(append(b, "}\n"...))
 }
 

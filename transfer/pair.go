@@ -79,6 +79,10 @@ func (a *auditor) pair(x *xfer, i int, d, s Desc) bool {
 		a.placeDst(&f, x)
 		a.add(x, f)
 	}
+	x.log.pairs++
+	if dOut == d.Len && sOut == s.Len {
+		x.log.outside++
+	}
 	x.bytes += d.Len
 	dOK := a.confinedDst(x, i, dside)
 	sOK := a.confinedSrc(x, i, sside)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
@@ -30,9 +31,23 @@ import (
 // state descriptors after the attention ones) and pull_worker.py
 // 0316d25ab528 (_read_blocks: one READ per remote rank, notif
 // "request:consumers", ids of kernel blocks, the transfer trimmed to the
-// kernel blocks both sides hold). Transfers are paired by token, not by
-// block count, which is what the heterogeneous block-size support of
-// vLLM's hybrid models makes them (docs/spec.md §13).
+// kernel blocks both sides hold).
+//
+// Two planners pair the blocks. PlannerVLLM pairs them as vLLM's
+// connector does at vllm-project/vllm 9aaf83ef5
+// (vllm/distributed/kv_transfer/kv_connector/v1/nixl/worker.py
+// _read_blocks and _apply_prefix_caching; the same rules in base_worker.py
+// 00bd51312724 and pull_worker.py 0316d25ab528, after #49612): the
+// consumer's blocks not computed locally and the producer's blocks of the
+// request, both as kernel blocks, the consumer's cut in producer-block
+// chunks where its kernel block is larger (then its list clipped to the
+// producer's length), and, in a model without state groups, the
+// producer's list end-trimmed to the consumer's length; in a hybrid model
+// both lists front-trimmed to the shorter. Pair i is the two lists' i-th
+// blocks, whatever tokens they hold, so where the end-trim drops other
+// blocks than the ones computed locally every pair shifts by whole blocks
+// (docs/transfers.md names those geometries). PlannerExact pairs by token,
+// as the invariants of docs/spec.md §13 require.
 
 // NotPlannableError is a pair of sides whose pull vLLM's connector does not
 // make (and kvaudit cannot plan): a producer kernel block larger than the
@@ -44,6 +59,38 @@ func (e *NotPlannableError) Error() string { return "cannot plan a pull: " + e.M
 
 func notPlannable(format string, args ...any) error {
 	return &NotPlannableError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// Planners, how a planned pull pairs blocks (PlanOptions.Planner).
+const (
+	PlannerVLLM  = "vllm"
+	PlannerExact = "exact"
+)
+
+// Planners lists the planner names, the default first.
+var Planners = []string{PlannerVLLM, PlannerExact}
+
+// PlanOptions control Plan.
+type PlanOptions struct {
+	// Planner is PlannerVLLM ("" too) or PlannerExact.
+	Planner string
+	// Lookahead is the consumer's num_prefill_lookahead_tokens
+	// (PullTokens).
+	Lookahead int
+}
+
+// VLLMLease is the producer's lease on a request's blocks at the vLLM
+// commit the planner follows (kv_lease_duration's default, in seconds),
+// written as the planned logs' lease_s.
+const VLLMLease = 30
+
+// planClock is the planned logs' clock: a record every millisecond from
+// 2026-01-01 00:00 UTC (t_wall_ns) and from 1 s (t_mono_ns).
+type planClock struct{ n int64 }
+
+func (c *planClock) tick() Stamp {
+	c.n++
+	return Stamp{Mono: 1e9 + c.n*1e6, Wall: 1767225600e9 + c.n*1e6, Ok: true}
 }
 
 // PlannedLog is one consumer rank's log of a correct pull.
@@ -63,8 +110,8 @@ func (p *PlannedLog) Write(w io.Writer) error {
 
 // WritePlan plans the pull (Plan) and writes each consumer rank's log as
 // dir/AGENT.jsonl (complete files or none); it returns their paths.
-func WritePlan(dir string, producer, consumer []*layout.Dump, force bool) ([]string, error) {
-	logs, err := Plan(producer, consumer)
+func WritePlan(dir string, producer, consumer []*layout.Dump, force bool, opts PlanOptions) ([]string, error) {
+	logs, err := Plan(producer, consumer, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -82,10 +129,16 @@ func WritePlan(dir string, producer, consumer []*layout.Dump, force bool) ([]str
 	return paths, nil
 }
 
-// Plan returns each consumer rank's log of a correct pull of every
-// request's loaded tokens from the producer request it pairs with
-// (producer_id, or its id). Both sides need addresses and agent names.
-func Plan(producer, consumer []*layout.Dump) ([]*PlannedLog, error) {
+// Plan returns each consumer rank's log of the pull of every request's
+// loaded tokens (PullTokens) from the producer request it pairs with
+// (producer_id, or its id), paired as opts.Planner says. Both sides need
+// addresses and agent names.
+func Plan(producer, consumer []*layout.Dump, opts PlanOptions) ([]*PlannedLog, error) {
+	switch opts.Planner {
+	case "", PlannerVLLM, PlannerExact:
+	default:
+		return nil, fmt.Errorf("planner %q: want %s", opts.Planner, strings.Join(Planners, " or "))
+	}
 	var prods []*planRank
 	for _, d := range producer {
 		pr, err := newPlanRank(d)
@@ -100,7 +153,7 @@ func Plan(producer, consumer []*layout.Dump) ([]*PlannedLog, error) {
 		if err != nil {
 			return nil, err
 		}
-		l, err := planRankLog(cr, prods)
+		l, err := planRankLog(cr, prods, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -261,10 +314,13 @@ func sub(u unit, h0, h1 int) (off, n uint64, err error) {
 }
 
 // planRankLog plans one consumer rank's log.
-func planRankLog(cr *planRank, prods []*planRank) (*PlannedLog, error) {
+func planRankLog(cr *planRank, prods []*planRank, opts PlanOptions) (*PlannedLog, error) {
 	m := cr.dump.Manifest
-	l := &PlannedLog{Header: Header{Agent: cr.agent, TPRank: m.Parallel.TPRank, PPRank: m.Parallel.PPRank}}
-	reg := Record{Op: OpRegister, Mem: "VRAM"}
+	var clock planClock
+	l := &PlannedLog{Header: Header{Agent: cr.agent, TPRank: m.Parallel.TPRank, PPRank: m.Parallel.PPRank,
+		LeaseS: VLLMLease, HasLease: true, Time: clock.tick()}}
+	hybrid := Hybrid(cr.dump)
+	reg := Record{Op: OpRegister, Mem: "VRAM", Time: clock.tick()}
 	for _, r := range cr.am.Regions {
 		reg.Descs = append(reg.Descs, Desc{Addr: r.Start, Len: r.End - r.Start})
 	}
@@ -339,6 +395,7 @@ func planRankLog(cr *planRank, prods []*planRank) (*PlannedLog, error) {
 		}
 		handle++
 		local.Handle, ls.local = handle, handle
+		local.Time = clock.tick()
 		l.Records = append(l.Records, local)
 		remote := Record{Op: OpDList, Agent: pr.agent}
 		for ui, pu := range pr.units {
@@ -358,6 +415,7 @@ func planRankLog(cr *planRank, prods []*planRank) (*PlannedLog, error) {
 		}
 		handle++
 		remote.Handle, ls.remote = handle, handle
+		remote.Time = clock.tick()
 		l.Records = append(l.Records, remote)
 		byRank[pi] = ls
 	}
@@ -367,29 +425,47 @@ func planRankLog(cr *planRank, prods []*planRank) (*PlannedLog, error) {
 	for ri := range m.Requests {
 		r := &m.Requests[ri]
 		pairID := r.PairID()
+		end := PullTokens(r.NumTokens, hybrid, opts.Lookahead)
+		// A heartbeat to each producer rank read, as the consumer sends
+		// while the request waits (vLLM: "HB:" and the producer's ids).
+		for _, pi := range ranks {
+			l.Records = append(l.Records, Record{Op: OpNotif, Agent: prods[pi].agent, Msg: "HB:" + pairID, Time: clock.tick()})
+		}
 		for _, pi := range ranks {
 			pr, ls := prods[pi], byRank[pi]
 			preq := pr.dump.Manifest.Request(pairID)
 			if preq == nil {
 				return nil, notPlannable("the producer's dump %q holds no request %q (request %q of %q)", pr.dump.Path, pairID, r.ID, cr.dump.Path)
 			}
+			notif := fmt.Sprintf("%s:%d", pairID, max(1, m.Parallel.TPSize/pr.dump.Manifest.Parallel.TPSize))
 			x := Record{Op: OpXfer, Kind: Read, Prepped: true, Local: ls.local, Remote: ls.remote,
-				Notif: fmt.Sprintf("%s:%d", pairID, max(1, m.Parallel.TPSize/pr.dump.Manifest.Parallel.TPSize)), Request: r.ID, HasRequest: true}
+				Notif: notif, Request: r.ID, HasRequest: true}
 			for ci, cu := range cr.units {
 				s, ok := ls.src[ci]
 				if !ok {
 					continue
 				}
-				if err := pairRows(&x, r, preq, cu, pr.units[s.pu], ls.base[ci], ls.pbase[s.pu], ls.ratio[ci]); err != nil {
+				var err error
+				if opts.Planner == PlannerExact {
+					err = pairRows(&x, r, preq, cu, pr.units[s.pu], ls.base[ci], ls.pbase[s.pu], ls.ratio[ci], end)
+				} else {
+					err = pairVLLM(&x, r, preq, cu, pr.units[s.pu], ls.base[ci], ls.pbase[s.pu], ls.ratio[ci], end, hybrid)
+				}
+				if err != nil {
 					return nil, err
 				}
 			}
 			if len(x.LocalIDs) == 0 {
+				// Nothing to read (a full prefix hit): vLLM only tells the
+				// producer it may free the blocks.
+				l.Records = append(l.Records, Record{Op: OpNotif, Agent: pr.agent, Msg: notif, Time: clock.tick()})
 				continue
 			}
 			id++
 			x.ID = id
-			l.Records = append(l.Records, x, Record{Op: OpState, ID: id, State: Done})
+			x.Time = clock.tick()
+			l.Records = append(l.Records, x, Record{Op: OpPost, ID: id, Notif: notif, Time: clock.tick()},
+				Record{Op: OpState, ID: id, State: Done, Time: clock.tick()})
 		}
 	}
 	return l, nil
@@ -399,7 +475,7 @@ func planRankLog(cr *planRank, prods []*planRank) (*PlannedLog, error) {
 // kernel row (each chunk, when the consumer's page holds several of the
 // producer's) that holds a token before num_tokens, with the producer
 // row of the same tokens.
-func pairRows(x *Record, r, preq *layout.Request, cu, pu unit, lbase, pbase, ratio int) error {
+func pairRows(x *Record, r, preq *layout.Request, cu, pu unit, lbase, pbase, ratio, end int) error {
 	cg, pg := cu.region.Group.Group, pu.region.Group.Group
 	if cg.Kind == layout.KindMamba {
 		cb, ok := r.StateBlock[fmt.Sprint(cg.ID)]
@@ -422,7 +498,7 @@ func pairRows(x *Record, r, preq *layout.Request, cu, pu unit, lbase, pbase, rat
 		for k := range cu.region.KernelBlocks {
 			for j := range ratio {
 				t := pos*cg.BlockSize + k*KTc + j*KTp
-				if t >= r.NumTokens || t < r.NumLocalComputedTokens {
+				if t >= end || t < r.NumLocalComputedTokens {
 					continue
 				}
 				ppos := t / pg.BlockSize
@@ -436,6 +512,92 @@ func pairRows(x *Record, r, preq *layout.Request, cu, pu unit, lbase, pbase, rat
 				x.RemoteIDs = append(x.RemoteIDs, pbase+prow)
 			}
 		}
+	}
+	return nil
+}
+
+// pairVLLM adds a unit's descriptor pairs for a request as vLLM's
+// connector pairs them (vllm-project/vllm 9aaf83ef5, worker.py
+// _read_blocks_for_req, _read_blocks, get_mapped_blocks and
+// _apply_prefix_caching): the consumer's kernel blocks of the positions
+// it pulls into, the producer's kernel blocks of the request, pair i the
+// i-th of each after the trims.
+func pairVLLM(x *Record, r, preq *layout.Request, cu, pu unit, lbase, pbase, ratio, end int, hybrid bool) error {
+	cg, pg := cu.region.Group.Group, pu.region.Group.Group
+	if cg.Kind == layout.KindMamba {
+		// A state block is read whole, one to one.
+		return pairRows(x, r, preq, cu, pu, lbase, pbase, ratio, end)
+	}
+	// The consumer's blocks: those of the positions holding a token it
+	// pulls, less its prefix hit and a sliding window's dropped blocks
+	// (get_unhashed_block_ids, get_sw_clipped_blocks).
+	span, st, err := layout.RequestSpan(r, cg)
+	if err != nil || st != layout.SpanOK {
+		return err
+	}
+	var local []int
+	stop := (end + cg.BlockSize - 1) / cg.BlockSize
+	if end <= r.NumLocalComputedTokens {
+		stop = 0
+	}
+	for i, b := range span.Blocks {
+		if span.Start+i >= stop {
+			break
+		}
+		for k := range cu.region.KernelBlocks {
+			row := cu.region.EngineBlockOf(b)*cu.region.KernelBlocks + k
+			// A kernel block larger than the producer's is read in
+			// producer-block chunks (get_mapped_blocks).
+			for j := range ratio {
+				local = append(local, row*ratio+j)
+			}
+		}
+	}
+	if len(local) == 0 {
+		return nil
+	}
+	// The producer's blocks of the request (its remote_block_ids): those
+	// covering its tokens, a sliding window's last ones.
+	table := preq.BlockTable[fmt.Sprint(pg.ID)]
+	n := min(len(table), (preq.NumTokens+pg.BlockSize-1)/pg.BlockSize)
+	blocks := table[:n]
+	for len(blocks) > 0 && blocks[0] == layout.NoBlock {
+		blocks = blocks[1:]
+	}
+	if pg.Kind == layout.KindSlidingWindow {
+		if keep := (pg.SlidingWindow+pg.BlockSize-1)/pg.BlockSize + 1; len(blocks) > keep {
+			blocks = blocks[len(blocks)-keep:]
+		}
+	}
+	var remote []int
+	for _, b := range blocks {
+		if b == layout.NoBlock {
+			return notPlannable("request %q: the producer's table has a null block inside its window", preq.ID)
+		}
+		for k := range pu.region.KernelBlocks {
+			remote = append(remote, pu.region.EngineBlockOf(b)*pu.region.KernelBlocks+k)
+		}
+	}
+	if ratio > 1 && len(local) > len(remote) {
+		local = local[:len(remote)]
+	}
+	cppl, pppl := cu.region.KernelBlocks, pu.region.KernelBlocks
+	switch {
+	case !hybrid && len(local) > len(remote):
+		return notPlannable("request %q layer %q: the consumer reads %d kernel blocks and the producer holds %d: vLLM's connector asserts that the consumer's list is not longer (_apply_prefix_caching)", r.ID, cu.region.Layer.Name, len(local), len(remote))
+	case !hybrid:
+		// End-trim: the producer's blocks past a local prefix hit.
+		remote = remote[len(remote)-len(local):]
+	default:
+		if d := len(local) - len(remote); max(d, -d) >= max(cppl, pppl) {
+			return notPlannable("request %q layer %q: the consumer reads %d kernel blocks and the producer holds %d, %d or more apart: vLLM's connector asserts they differ by less than the larger kernel blocks per block (_apply_prefix_caching)", r.ID, cu.region.Layer.Name, len(local), len(remote), max(cppl, pppl))
+		}
+		k := min(len(local), len(remote))
+		local, remote = local[:k], remote[:k]
+	}
+	for i := range local {
+		x.LocalIDs = append(x.LocalIDs, lbase+local[i])
+		x.RemoteIDs = append(x.RemoteIDs, pbase+remote[i])
 	}
 	return nil
 }

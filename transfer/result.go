@@ -42,10 +42,13 @@ const (
 	// Failed: a transfer that ended in ERR, for a request the consumer
 	// loaded anyway.
 	Failed = "failed"
+	// Lease: a READ posted after the producer's lease on its request
+	// lapsed (the producer may have released and reused the blocks).
+	Lease = "lease"
 )
 
 // Invariants lists the invariants in the order of the spec.
-var Invariants = []string{Confined, Aligned, Covered, Zeroed, Twice, Failed}
+var Invariants = []string{Confined, Aligned, Covered, Zeroed, Twice, Failed, Lease}
 
 // Result is an audit's outcome: one json-tagged value that every
 // renderer (table, JSON, markdown, JUnit, HTML) reads.
@@ -63,6 +66,10 @@ type Result struct {
 	// the recorder did not know): the audit is then incomplete.
 	Unresolved []string `json:"unresolved"`
 	Notes      []string `json:"notes"`
+	// Pairing says what about the logs and dumps given looks like a
+	// mistake rather than a transfer fault: one dump given as both
+	// sides, the sides swapped, logs that belong to neither dump.
+	Pairing []string `json:"pairing"`
 }
 
 // LogSummary is what one log held.
@@ -95,7 +102,8 @@ type RequestSummary struct {
 type Finding struct {
 	Invariant string `json:"invariant"`
 	// Request is the consumer request; Transfer its transfer's id in the
-	// log (0: none, a finding of the request as a whole) and Descriptor
+	// log (NoTransfer, -1: none, a finding of the request as a whole:
+	// transfers are numbered from 0) and Descriptor
 	// the pair's index in the transfer (-1: none).
 	Request    string      `json:"request"`
 	Transfer   int         `json:"transfer"`
@@ -132,6 +140,9 @@ type Finding struct {
 	Other   *Ref   `json:"other,omitempty"`
 	Message string `json:"message"`
 }
+
+// NoTransfer is a finding's Transfer when no transfer is known.
+const NoTransfer = -1
 
 // Owner is a block of a side: the request (and position) holding it, or
 // none ("" request: no request's block).

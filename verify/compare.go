@@ -66,6 +66,12 @@ type CompareOptions struct {
 	Step       Step
 }
 
+// DeviceUncheckedSummary says why a comparison is unverified when only
+// the runner read some of its rows (DiffResult.DeviceUnchecked).
+func DeviceUncheckedSummary(c *checksum.EngineCheck) string {
+	return fmt.Sprintf("%d output slot part(s) sum rows in device memory (cuda_ipc) that only the %s runner read, which the cpu engine cannot recompute (--trust-runner accepts them)", c.DeviceSlots, c.Engine)
+}
+
 // ErrMixKeySides is a mix key other than the published one asked of a
 // comparison a side of which is records or a payload.
 var ErrMixKeySides = errors.New("a mix key other than the published one needs both sides as dumps: records and payloads carry the mix check under the published key")
@@ -106,7 +112,7 @@ func markNoMix(c *side.Checks, s *side.Source, e checksum.Engine) {
 	for _, r := range c.Requests {
 		for _, g := range r.Groups {
 			if g.ChecksMix == nil {
-				g.NoMix = "the " + e.Name() + " engine computes no mix check yet (kernels/README.md)"
+				g.NoMix = "the " + e.Name() + " engine computes no mix check yet (internal/kernels/README.md)"
 			}
 		}
 	}
@@ -130,6 +136,9 @@ func (r *Result) Verdict() Verdict {
 	v := Verified
 	if r.Diff != nil {
 		v = r.Diff.Verdict
+		if v == Verified && r.Diff.DeviceUnchecked() {
+			v = Unverified
+		}
 	}
 	if a := r.Audits; a != nil {
 		if a.Failed() {
@@ -191,6 +200,8 @@ func (r *Result) Summary() string {
 			msgs = append(msgs, "the consumer holds no request")
 		case r.Diff != nil && r.Diff.Verdict == Unverified:
 			msgs = append(msgs, "request "+strings.Join(ids, ", "))
+		case r.Diff != nil && r.Diff.DeviceUnchecked():
+			msgs = append(msgs, DeviceUncheckedSummary(r.Diff.EngineCheck))
 		case r.Audits != nil && r.Audits.Transfers != nil && r.Audits.Transfers.Verdict == transfer.Unresolved:
 			msgs = append(msgs, r.Audits.Transfers.Summary())
 		default:
@@ -282,6 +293,10 @@ func Compare(ctx context.Context, producer, consumer side.Input, opts CompareOpt
 
 	res := &Result{Diff: DiffWith(prod, cons, DiffOptions{Strict: opts.Strict, RequireMix: opts.RequireMix}), Producer: pside.Info(), Consumer: cside.Info()}
 	res.Diff.MixKey, res.Diff.MixKeySource = key, keySource
+	if ce, ok := opts.Engine.(checksum.CheckedEngine); ok {
+		c := ce.Checked()
+		res.Diff.EngineCheck = &c
+	}
 	for _, rv := range res.Diff.Requests {
 		rv.Hints = append(rv.Hints, pairing[rv.ID]...)
 	}

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/wire"
@@ -180,7 +180,7 @@ func TestCompareMixKey(t *testing.T) {
 	}
 	g := compare(P, verify.CompareOptions{Engine: vllmOnlyEngine{}})
 	if g.MixKeySource != "" || g.Verdict != verify.Verified || g.Strength() != verify.StrengthVLLM ||
-		g.Requests[0].Groups[0].VLLMOnly != "the producer's checks: the nomix engine computes no mix check yet (kernels/README.md)" {
+		g.Requests[0].Groups[0].VLLMOnly != "the producer's checks: the nomix engine computes no mix check yet (internal/kernels/README.md)" {
 		t.Errorf("an engine without the mix check: %q, %s, %s, %q", g.MixKeySource, g.Verdict, g.Strength(), g.Requests[0].Groups[0].VLLMOnly)
 	}
 	g = compare(P, verify.CompareOptions{Engine: vllmOnlyEngine{}, RequireMix: true})

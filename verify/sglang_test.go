@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 )
@@ -194,5 +194,33 @@ func TestCompareSGLangSent(t *testing.T) {
 	}
 	if m, err := verify.ParseSGLangChecksums([]string{"r=0xAB", "r@1=0x1"}); err != nil || m["r@0"] != 0xab || m["r@1"] != 1 {
 		t.Errorf("ParseSGLangChecksums: %v %v", m, err)
+	}
+}
+
+// TestCompareSGLangLayouts: a producer with another page size (or TP
+// size) is not comparable by SGLang's value: the audit says so, holds the
+// consumer to its kv_checksum row alone and pins nothing, while kvaudit's
+// own checks verify the pair.
+func TestCompareSGLangLayouts(t *testing.T) {
+	dir := t.TempDir()
+	p, err := synth.Write(dir, synth.Config{Engine: "sglang", Preset: "llama", Layers: 2, BlockSize: 16, Tokens: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := synth.Write(dir, synth.Config{Engine: "sglang", Preset: "llama", Layers: 2, BlockSize: 1, Tokens: 40, TP: 2, Role: "consumer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, a := compareSGLang(t, p, c, nil)
+	if res.Diff.Verdict != verify.Verified {
+		t.Errorf("kvaudit across page and TP sizes: %s", res.Diff.Verdict)
+	}
+	if len(a.Notes) == 0 || !strings.Contains(strings.Join(a.Notes, "\n"), "not comparable") {
+		t.Errorf("no note that the layouts differ: %v", a.Notes)
+	}
+	for _, r := range a.Requests {
+		if r.Producer != nil || r.Diff != nil || r.ExpectedFrom != verify.SGLangFromMetadata || r.Verdict != verify.Verified {
+			t.Errorf("%s tp %d: %+v", r.Request, r.TP, r)
+		}
 	}
 }

@@ -60,6 +60,18 @@ type DiffResult struct {
 	// and when the engine computes no mix check.
 	MixKey       uint64
 	MixKeySource string
+	// EngineCheck is what the cpu engine recomputed of an untrusted
+	// engine's results (the cuda runner's: checksum.CheckedEngine), nil
+	// for the cpu engines. Rows in device memory that only the runner
+	// read make a verified comparison unverified unless EngineCheck.Trusted
+	// (Result.Verdict).
+	EngineCheck *checksum.EngineCheck
+}
+
+// DeviceUnchecked says whether the comparison holds values of rows in
+// device memory that only the runner read, not accepted by --trust-runner.
+func (r *DiffResult) DeviceUnchecked() bool {
+	return r.EngineCheck != nil && r.EngineCheck.DeviceSlots > 0 && !r.EngineCheck.Trusted
 }
 
 // Where a comparison's mix key came from (DiffResult.MixKeySource).

@@ -4,7 +4,7 @@ package main
 
 // These tests run the real kernel: they need a CUDA device. Without one,
 // gorgonia.org/cu's init ends the test binary before any test runs, so CI
-// only compiles them (go test -c -tags cuda); kernels/gpucheck.sh runs
+// only compiles them (go test -c -tags cuda); internal/kernels/gpucheck.sh runs
 // them on a GPU machine.
 
 import (
@@ -23,10 +23,10 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/kernels"
 	"github.com/kvaudit/kvaudit/internal/kerneltest"
-	"github.com/kvaudit/kvaudit/kernels"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
 var testGPU *gpu

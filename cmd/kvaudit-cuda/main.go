@@ -20,7 +20,7 @@ import (
 	// start's init answers --help and version, and reports a missing
 	// device, before gorgonia.org/cu's init can exit.
 	"github.com/kvaudit/kvaudit/cmd/kvaudit-cuda/internal/start"
-	"github.com/kvaudit/kvaudit/kernels"
+	"github.com/kvaudit/kvaudit/internal/kernels"
 )
 
 // Exit codes: as kvaudit's for invalid input or usage; 1 when the device

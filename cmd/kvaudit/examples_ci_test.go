@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/cmd/kvaudit/cli"
 	"github.com/kvaudit/kvaudit/internal/testfiles"
+	"github.com/kvaudit/kvaudit/internal/testlong"
 )
 
 // ciCommands returns the kvaudit command lines of examples/ci: the `run:`
@@ -121,6 +122,7 @@ func TestPreRelease(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds kvaudit")
 	}
+	testlong.Skip(t, "builds kvaudit and runs a campaign per fault kind")
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		t.Skip("no bash")

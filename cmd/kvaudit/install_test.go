@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/kvaudit/kvaudit/internal/testlong"
 )
 
 // installCommands returns the shell lines of the ```sh blocks of
@@ -76,6 +78,7 @@ func TestReadmeInstall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds kvaudit")
 	}
+	testlong.Skip(t, "go install and go build of kvaudit")
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("no go command")

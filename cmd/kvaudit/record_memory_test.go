@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvaudit/kvaudit/internal/testlong"
 )
 
 // peakRSS runs the kvaudit on PATH with args and returns its peak RSS
@@ -45,6 +47,7 @@ func peakRSS(t *testing.T, args ...string) int64 {
 // reads (docs/spec.md §8; it took 15x and 9x). BenchmarkRecordPeakRSS
 // measures the full 96 MB.
 func TestRecordPeakMemory(t *testing.T) {
+	testlong.Skip(t, "writes and reads 64 MB of records, three times")
 	data := compactRecord(32 << 20)
 	dir := t.TempDir()
 	p, c := filepath.Join(dir, "p.record.json"), filepath.Join(dir, "c.record.json")

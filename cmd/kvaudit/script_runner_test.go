@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/kernels"
+	"github.com/kvaudit/kvaudit/internal/kernels"
 )
 
 // fakeRunnerEnv makes the kvaudit-cuda-fake command of the scripts

@@ -15,7 +15,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/kvaudit/kvaudit/cmd/kvaudit/cli"
-	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/internal/report"
 )
 
 func TestMain(m *testing.M) {

@@ -18,7 +18,7 @@ import (
 // TestInterrupt stops inject and campaign with SIGINT and SIGTERM while
 // they copy: it builds kvaudit with -tags kvaudit_testhooks, which holds
 // every copy after its first chunk until the command is cancelled
-// (inject/copyhook_testhooks.go), so the signal always lands mid-copy.
+// (internal/inject/copyhook_testhooks.go), so the signal always lands mid-copy.
 // Each exits 130 or 143 saying "interrupted", and leaves no output and no
 // temporary directory. The waits are deadlines for a hung process, not
 // timings.

@@ -18,9 +18,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/internal/testfiles"
+	"github.com/kvaudit/kvaudit/internal/testlong"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/side"
 )
 
@@ -216,6 +217,7 @@ var pythonSuites = []string{"test_export", "test_connector", "test_nixl_log", "t
 // kvaudit built from this tree. They need PyTorch; CI sets
 // KVAUDIT_REQUIRE_TORCH so that they cannot skip there.
 func TestExporterPython(t *testing.T) {
+	testlong.Skip(t, "the exporter's Python suite (a venv, pip install, PyTorch)")
 	py := python(t, "numpy, torch")
 	bin := testfiles.BuildKvaudit(t)
 	cmd := exec.Command(py, "-m", "unittest", "discover", "-s", "tests", "-v")

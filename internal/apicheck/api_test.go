@@ -64,7 +64,7 @@ func apiFile(root, pkg string) string {
 func TestAPI(t *testing.T) {
 	root := filepath.Join("..", "..")
 	pkgs := publicPackages(t, root)
-	for _, want := range []string{"checksum", "inject", "kernels", "layout", "layout/synth", "report", "side", "verify", "verify/drill", "wire"} {
+	for _, want := range []string{"checksum", "layout", "parse", "side", "transfer", "verify", "verify/drill", "wire"} {
 		if !slices.Contains(pkgs, want) {
 			t.Errorf("package %s is not found among the public packages %q", want, pkgs)
 		}

@@ -3,8 +3,8 @@ package bench
 import (
 	"fmt"
 
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
 // InputLayers is the number of layers of the bench's synthesized input

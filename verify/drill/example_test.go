@@ -6,8 +6,8 @@ import (
 	"log"
 	"os"
 
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/layout/synth"
 	"github.com/kvaudit/kvaudit/verify/drill"
 )
 

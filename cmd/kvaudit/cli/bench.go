@@ -9,10 +9,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/internal/bench"
+	"github.com/kvaudit/kvaudit/internal/kernels"
+	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/internal/safeio"
-	"github.com/kvaudit/kvaudit/kernels"
-	"github.com/kvaudit/kvaudit/layout/synth"
-	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/internal/synth"
 )
 
 // BenchOptions are the settings of `kvaudit bench`.

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/bench"
-	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/internal/report"
 )
 
 func TestParseSize(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/wire"
@@ -42,6 +42,9 @@ type ChecksumOptions struct {
 	// Threads is the cpu engine's worker count (0: GOMAXPROCS), read by
 	// --scheme sglang-adler32.
 	Threads int
+	// SGLangSent are --sglang-checksum values, which take the place of
+	// the dumps' kv_checksum rows (verify.ParseSGLangChecksums).
+	SGLangSent map[string]uint64
 }
 
 // NewCmdChecksum builds `kvaudit checksum`. runF replaces the run function
@@ -111,8 +114,14 @@ skipped) exits 2 with the reasons.
 					return usageErrorf("--scheme %s: -o %q: want table, json or markdown", opts.Scheme, opts.Output)
 				}
 				opts.Threads = cfg.Int("threads")
+				if opts.SGLangSent, err = verify.ParseSGLangChecksums(cfg.Strings("sglang-checksum")); err != nil {
+					return usageErrorf("--sglang-checksum %v", err)
+				}
 			default:
 				return usageErrorf("--scheme %q: want kvaudit or %s", opts.Scheme, checksum.SchemeSGLangAdler32)
+			}
+			if src, ok := cfg.Explicit("sglang-checksum"); ok && opts.Scheme == "" {
+				return usageErrorf("%s: only --scheme %s compares with values SGLang sent", src, checksum.SchemeSGLangAdler32)
 			}
 			opts.BlockValues = opts.Numbering == checksum.NumberBlock || (opts.Output == "payload" && opts.PayloadForm == wire.FormFlat)
 			if opts.Engine, err = newEngine(cfg, s.Err); err != nil {
@@ -121,7 +130,11 @@ skipped) exits 2 with the reasons.
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
-			return checksumRun(cmd.Context(), opts)
+			err = checksumRun(cmd.Context(), opts)
+			if err == nil {
+				runnerNotice(s, opts.Engine)
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -136,6 +149,7 @@ skipped) exits 2 with the reasons.
 	f.StringVar(&opts.OutDir, "out", "", "with -o record: directory to write rank-<pp>-<tp>.record.json files into (not a side's own directory)")
 	f.BoolVar(&opts.Force, "force", false, "with -o record --out: replace existing record files")
 	f.String("scheme", "kvaudit", "the checksum: kvaudit (vLLM's definition, per group and block position) or "+checksum.SchemeSGLangAdler32+" (SGLang's Adler-32 per request and rank, of SGLang dumps; -o table, json or markdown)")
+	f.StringSlice("sglang-checksum", nil, "with --scheme "+checksum.SchemeSGLangAdler32+": the value SGLang's prefill sent for a request, REQ=0xHEX (TP rank 0) or REQ@TP=0xHEX (repeatable), in place of the kv_checksum row in the dump's manifest")
 	f.BoolVar(&opts.Stored, "stored", false, "emit each full block's stored checksum (rank-local, tagged with its block hash) and check it against the manifest's stored_checksums; -o table, json or markdown")
 	return cmd
 }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/internal/testfiles"
-	"github.com/kvaudit/kvaudit/layout/synth"
 )
 
 // run runs kvaudit in-process and returns its exit code and output.

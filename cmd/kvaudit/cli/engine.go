@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/pflag"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/kernels"
 	"github.com/kvaudit/kvaudit/internal/termtext"
-	"github.com/kvaudit/kvaudit/kernels"
 )
 
 // engineHelp documents the values --engine takes.
@@ -19,6 +21,8 @@ const engineHelp = "checksum engine: cpu (fast, parallel), ref (the literal defi
 // the kvaudit-cuda runner, to a command that may start it.
 func addCUDATimeoutFlag(f *pflag.FlagSet) {
 	f.Duration("cuda-timeout", kernels.DefaultRequestTimeout, "with --engine cuda or auto: the longest one request to the kvaudit-cuda runner (one rank's checksums) may take before the runner is stopped (0: no deadline)")
+	f.String("runner-check", "", fmt.Sprintf("with --engine cuda or auto: how many host-resident output slots of each request the cpu engine recomputes to check the runner: N, or all (default: %d, or 1 in %d when more; the note and -o json say the probability of catching a single wrong slot)", kernels.DefaultSampleMin, kernels.DefaultSampleFraction))
+	f.Bool("trust-runner", false, "with --engine cuda or auto: accept the runner's values of rows in device memory (cuda_ipc), which the cpu engine cannot recompute (without it a comparison holding them is unverified)")
 }
 
 // cudaTimeoutSetting names what sets the runner's deadline, in its
@@ -28,7 +32,18 @@ const cudaTimeoutSetting = "--cuda-timeout or KVAUDIT_CUDA_TIMEOUT"
 // runnerOptions are the runner's options from the command's settings:
 // --cuda-timeout (0: none; negative is refused).
 func runnerOptions(cfg *config) (kernels.RunnerOptions, error) {
-	o := kernels.RunnerOptions{TimeoutSetting: cudaTimeoutSetting}
+	o := kernels.RunnerOptions{TimeoutSetting: cudaTimeoutSetting, Trust: cfg.Bool("trust-runner")}
+	switch c := strings.TrimSpace(cfg.String("runner-check")); c {
+	case "", "default":
+	case "all":
+		o.Check = kernels.CheckAll
+	default:
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 1 {
+			return o, usageErrorf("%s %q: want a number of output slots (1 or more) or all", cfg.Source("runner-check"), c)
+		}
+		o.Check = n
+	}
 	switch d := cfg.Duration("cuda-timeout"); {
 	case d < 0:
 		return o, usageErrorf("%s: %v is negative (0 means no deadline)", cfg.Source("cuda-timeout"), d)
@@ -60,7 +75,7 @@ func newEngine(cfg *config, stderr io.Writer) (checksum.Engine, error) {
 		r, err := cudaEngine(o)
 		if err == nil {
 			if name == "auto" {
-				fmt.Fprintf(stderr, "kvaudit: note: using the CUDA engine: %s (found %s) on %s\n", r.Path(), r.Found(), r.Hello())
+				fmt.Fprintf(stderr, "kvaudit: note: %s\n", termtext.Line(fmt.Sprintf("using the CUDA engine: %s (found %s) on %s", r.Path(), r.Found(), r.Hello())))
 			}
 			return r, nil
 		}

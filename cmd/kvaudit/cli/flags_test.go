@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -33,7 +33,7 @@ var flagVocabulary = map[string]struct{ typ, meaning string }{
 	"seed":             {"uint64", "the seed of every random choice"},
 	"engine":           {"string", "the checksum engine; synth and campaign: whose caches (vllm or sglang, as issue 37 names it)"},
 	"scheme":           {"string", "checksum: which checksum is computed (kvaudit's, or sglang-adler32)"},
-	"sglang-checksum":  {"stringSlice", "diff: the values SGLang's prefill sent, REQ=0xHEX, repeatable"},
+	"sglang-checksum":  {"stringSlice", "diff, checksum --scheme sglang-adler32: the values SGLang's prefill sent, REQ=0xHEX, repeatable"},
 	"cuda-timeout":     {"duration", "the deadline of one request to the kvaudit-cuda runner"},
 	"threads":          {"int", "how many things run at once (engine threads, trials); the only parallelism flag"},
 	"output":           {"string", "-o: the output format"},
@@ -46,14 +46,16 @@ var flagVocabulary = map[string]struct{ typ, meaning string }{
 	"trials":           {"int", "trials per fault kind"},
 	"allow-unverified": {"bool", "unverified loads do not fail the command"},
 	// Checks beside the checksum comparison.
-	"stored":      {"bool", "check blocks against the stored checksums of the manifests"},
-	"audit-tail":  {"bool", "audit the transferred-or-zeroed invariant"},
-	"no-drill":    {"bool", "skip the drill-down"},
-	"max-details": {"int", "drill-down details per request at most"},
-	"strict":      {"bool", "loaded blocks not compared make a load unverified"},
-	"require-mix": {"bool", "a group compared by vLLM's checksum alone is unverified"},
-	"mix-key":     {"string", "the key of kvaudit's mix check (a run's mix_key, or published)"},
-	"numbering":   {"string", "piece numbering: request or block"},
+	"stored":       {"bool", "check blocks against the stored checksums of the manifests"},
+	"audit-tail":   {"bool", "audit the transferred-or-zeroed invariant"},
+	"no-drill":     {"bool", "skip the drill-down"},
+	"max-details":  {"int", "drill-down details per request at most"},
+	"strict":       {"bool", "loaded blocks not compared make a load unverified"},
+	"runner-check": {"string", "host-resident output slots of each request the cpu engine recomputes (N or all)"},
+	"trust-runner": {"bool", "accept the runner's values of rows in device memory"},
+	"require-mix":  {"bool", "a group compared by vLLM's checksum alone is unverified"},
+	"mix-key":      {"string", "the key of kvaudit's mix check (a run's mix_key, or published)"},
+	"numbering":    {"string", "piece numbering: request or block"},
 	// Payloads.
 	"payload-form": {"string", "nested or flat payloads"},
 	// What inject prepares and targets.
@@ -86,6 +88,9 @@ var flagVocabulary = map[string]struct{ typ, meaning string }{
 	"no-state-split":    {"bool", "state layers without their TP split"},
 	// Transfer audits (kvaudit transfers, diff --transfers).
 	"max-findings": {"int", "findings kept at most"},
+	"planner":      {"string", "how a synthesized pull pairs blocks: vllm (as vLLM's connector) or exact (by token)"},
+	"lease":        {"int", "the producer's lease on a request's blocks, in seconds"},
+	"lookahead":    {"int", "the consumer's num_prefill_lookahead_tokens (multi-token prediction)"},
 	"transfers":    {"stringSlice", "NIXL logs to audit"},
 	// Bench.
 	"size":          {"string", "bytes to synthesize"},

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/wire"
 )

@@ -6,9 +6,9 @@ import (
 	"slices"
 
 	"github.com/kvaudit/kvaudit/checksum"
-	"github.com/kvaudit/kvaudit/inject"
+	"github.com/kvaudit/kvaudit/internal/inject"
+	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -23,6 +23,7 @@ func sglangChecksumRun(opts *ChecksumOptions) error {
 	}
 	defer layout.CloseAll(dumps)
 	var vals []checksum.SGLangValue
+	used := map[string]bool{}
 	for _, d := range dumps {
 		if d.Manifest.SGLang == nil {
 			return usageErrorf("--scheme %s: %q is not an SGLang dump (its manifest has no \"engine\": \"sglang\")", checksum.SchemeSGLangAdler32, d.Path)
@@ -32,9 +33,19 @@ func sglangChecksumRun(opts *ChecksumOptions) error {
 			return err
 		}
 		for _, x := range v {
+			key := fmt.Sprintf("%s@%d", x.Request, x.TP)
+			if s, ok := opts.SGLangSent[key]; ok {
+				x.Sent = &s
+				used[key] = true
+			}
 			if len(opts.Requests) == 0 || slices.Contains(opts.Requests, x.Request) {
 				vals = append(vals, x)
 			}
+		}
+	}
+	for k := range opts.SGLangSent {
+		if !used[k] {
+			return usageErrorf("--sglang-checksum %s: no such request and rank in %v", k, opts.Paths)
 		}
 	}
 	slices.SortStableFunc(vals, func(a, b checksum.SGLangValue) int {

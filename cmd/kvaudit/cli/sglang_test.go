@@ -52,6 +52,28 @@ func TestSGLangCommands(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "SGLang only: the consumer equals the producer") {
 		t.Errorf("wrong sent value: exit %d\n%s", code, out)
 	}
+	code, out, _ = run(t, "diff", "-o", "junit", "--sglang-checksum", "req-0@1=0x1", prod, cons)
+	if code != 1 || !strings.Contains(out, `<testsuite name="SGLang KV checksum (sglang-adler32)" tests="4" failures="1"`) || !strings.Contains(out, `type="sglang-adler32 mismatch"`) {
+		t.Errorf("junit: exit %d\n%s", code, out)
+	}
+	code, out, _ = run(t, "diff", "-o", "json", "--sglang-checksum", "req-0@1=0x1", prod, cons)
+	var dj struct {
+		Verdict string `json:"verdict"`
+		SGLang  struct {
+			Requests []struct {
+				Request, Verdict, Expected, ExpectedFrom string
+				TP                                       int
+			} `json:"requests"`
+		} `json:"sglang"`
+	}
+	if err := json.Unmarshal([]byte(out), &dj); err != nil || code != 1 || dj.Verdict != "mismatch" || len(dj.SGLang.Requests) != 4 {
+		t.Fatalf("json: exit %d, %v\n%s", code, err, out)
+	}
+	for _, r := range dj.SGLang.Requests {
+		if (r.Request == "req-0" && r.TP == 1) != (r.Verdict == "mismatch") {
+			t.Errorf("json: %+v", r)
+		}
+	}
 	// One byte of K of layer 0 (buffer 0), token 1 of req-1, on rank 0.
 	pool := filepath.Join(cons, "rank-0-0", "pool.bin")
 	data, _ := os.ReadFile(pool)
@@ -79,6 +101,9 @@ func TestSGLangCommands(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "both caught it") || !strings.Contains(out, "buffer 0 (layer 0 k), page ") || !strings.Contains(out, "token 1, head 0, byte 0") {
 		t.Errorf("flipped byte: exit %d\n%s", code, out)
 	}
+	if code, out, _ := run(t, "checksum", "--scheme", "sglang-adler32", "--sglang-checksum", "req-1@1=0x1", filepath.Join(cons, "rank-0-1")); code != 1 || !strings.Contains(out, "MISMATCH") {
+		t.Errorf("checksum against a given sent value: exit %d\n%s", code, out)
+	}
 	if code, _, _ := run(t, "checksum", "--scheme", "sglang-adler32", cons); code != 1 {
 		t.Errorf("checksum of the changed consumer: exit %d, want 1", code)
 	}
@@ -86,6 +111,8 @@ func TestSGLangCommands(t *testing.T) {
 		{"checksum", "--scheme", "crc", cons},
 		{"checksum", "--scheme", "sglang-adler32", "-o", "record", cons},
 		{"diff", "--sglang-checksum", "req-0=12", prod, cons},
+		{"checksum", "--sglang-checksum", "req-0=0x1", cons},
+		{"checksum", "--scheme", "sglang-adler32", "--sglang-checksum", "req-7=0x1", cons},
 		{"campaign", "--engine", "sglang", prod, cons},
 		{"synth", "--out", dir, "--engine", "sglang", "--preset", "swa"},
 	} {

@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/internal/termtext"
-	"github.com/kvaudit/kvaudit/report"
 )
 
 // Streams are a command's input and output. Commands write only here.

@@ -8,8 +8,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/internal/termtext"
-	"github.com/kvaudit/kvaudit/report"
 	"github.com/kvaudit/kvaudit/verify"
 )
 
@@ -48,4 +48,16 @@ func strengthNotice(s *Streams, res *verify.Result) {
 	if n := report.VLLMOnlyNotice(res.Diff, res.Verdict()); n != "" {
 		fmt.Fprintf(s.Err, "kvaudit: note: %s\n", termtext.Line(n))
 	}
+}
+
+// runnerNotice says on stderr what the cpu engine recomputed of the cuda
+// runner's results (report.RunnerCheckNote), for commands whose output
+// does not (checksum); nothing for the cpu engines or under -q.
+func runnerNotice(s *Streams, e checksum.Engine) {
+	ce, ok := e.(checksum.CheckedEngine)
+	if !ok || s.Quiet {
+		return
+	}
+	c := ce.Checked()
+	fmt.Fprintf(s.Err, "kvaudit: note: %s\n", termtext.Line(report.RunnerCheckNote(&c)))
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvaudit/kvaudit/layout/synth"
+	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/transfer"
 )
 
@@ -86,7 +86,8 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 				PrefixTokens: cfg.Int("prefix-tokens"), Seed: cfg.Uint64("seed"), Role: cfg.String("role"),
 				Format: cfg.String("format"), ConvLayout: cfg.String("conv-layout"), ConvDtype: cfg.String("conv-dtype"),
 				NoStateSplit: cfg.Bool("no-state-split"), Force: cfg.Bool("force"), Transfers: cfg.Bool("transfers"),
-				Engine: cfg.String("engine"),
+				Planner: cfg.String("planner"),
+				Engine:  cfg.String("engine"),
 			}
 			if opts.Config, err = opts.Config.Normalize(); err != nil {
 				return synthFlagError(err)
@@ -124,7 +125,8 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 	f.Bool("force", false, "replace existing rank files under DIR/<role> (never through a symlink)")
 	f.Bool("no-state-split", false, "state presets: write state layers without their TP split (one slice per rank)")
 	f.String("store", "", storeFlagHelp)
-	f.Bool("transfers", false, "consumer: also write DIR/nixl/AGENT.jsonl, its ranks' NIXL logs of a correct pull from DIR/producer")
+	f.Bool("transfers", false, "consumer: also write DIR/nixl/AGENT.jsonl, its ranks' NIXL logs of the pull from DIR/producer")
+	f.String("planner", transfer.PlannerVLLM, "with --transfers, how the pull pairs blocks: vllm (as vLLM's NIXL connector does at 9aaf83ef5, end-trim included, misaligned where vLLM's is: docs/transfers.md) or exact (by token)")
 	return cmd
 }
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvaudit/kvaudit/report"
+	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/transfer"
 )
@@ -61,6 +61,18 @@ request and tokens), and checks, per request and transfer:
              delivered is zero
   written-twice  no byte written by transfers from different sources
   failed     no transfer ended in ERR for a request that was loaded anyway
+  lease      no READ posted after the producer's lease on its request lapsed
+             (the logs' timestamps and lease_s, or --lease)
+
+The tokens a pull must deliver are vLLM's: a request's tokens from
+num_local_computed_tokens up to all but its last one on a hybrid (state)
+model, all but its last --lookahead minus one with multi-token prediction;
+the recomputed ones are neither pulled nor required. Every request of every
+consumer rank is accounted for (one no transfer served is a covered
+finding); a consumer rank without a log leaves the audit unresolved (exit
+2) unless --allow-unverified. What looks like a mistake in what was given
+(one dump on both sides, the sides swapped, logs of another run) is said
+under "pairing". See docs/transfers.md.
 
 Every finding names its request, transfer, descriptor, layer and tokens,
 and what lies where the bytes went or came from ("transfer 7 read producer
@@ -111,6 +123,9 @@ agent names (kvaudit_export and kvaudit synth write them).
 	f.StringSliceVar(&opts.Consumer, "consumer", nil, "the consumer's dumps (a dump, a directory of dumps or a quoted glob; repeatable)")
 	f.StringSliceVar(&opts.Requests, "request", nil, "audit only this consumer (or producer) request id (repeatable)")
 	f.IntVar(&opts.MaxFindings, "max-findings", transfer.DefaultMaxFindings, "findings kept at most (-1: no cap)")
+	f.BoolVar(&opts.AllowUnverified, "allow-unverified", false, "audit what the logs hold when a consumer rank has no log (a note), instead of exit 2")
+	f.IntVar(&opts.LeaseS, "lease", 0, "the producer's lease on a request's blocks in seconds (default: the logs' lease_s; vLLM: kv_lease_duration)")
+	f.IntVar(&opts.Lookahead, "lookahead", 0, "the consumer's num_prefill_lookahead_tokens (MTP): its last N-1 prompt tokens are recomputed, not pulled")
 	f.StringVar(&opts.JUnit, "junit", "", "also write the JUnit XML report to this file (the table, or -o, still printed)")
 	f.StringVar(&opts.HTML, "html", "", htmlFlagHelp)
 	return cmd

@@ -23,16 +23,25 @@ builds one from the objects a vLLM worker already holds, with NumPy only
   ``CachedRequestState.block_ids`` hold them) and, on a consumer, the
   producer's request id as ``producer_id``.
 
-What each layer holds is read from the tensors themselves, never from a
-backend name: the shape is matched against the logical shapes vLLM's
-attention backends return from ``get_kv_cache_shape`` (FlashAttention
+What each layer holds is read from the tensor it is given (shape, strides,
+dtype, storage offset) and the layer's KV cache spec, never from a backend
+name or a list of shapes: the axes are named by their sizes (a block axis
+of ``num_blocks * k`` kernel blocks of ``block_size / k`` tokens, a token
+axis, ``num_kv_heads`` heads, K and V split by an axis of 2 or concatenated
+in the last one, ``head_size`` elements; MLA one latent, ``head_size_v``
+0; fp8_ds_mla 656-byte cells), in any order, the strides saying where the
+memory is (any permutation, padded block strides, other layers' pages
+between a layer's blocks). So vLLM's pre-refactor forms (FlashAttention
 ``(2, blocks, block_size, heads, head_size)``, FlashInfer and Triton
-``(blocks, 2, block_size, heads, head_size)``, MLA ``(blocks, block_size,
-head_size)``), with the block axis holding ``num_blocks * k`` kernel blocks of
-``block_size / k`` tokens when the runner split blocks for the kernel; the
-strides say where the memory really is (FlashInfer's HND is a stride order
-under an NHD-shaped tensor; a hybrid model's FlashAttention cache has K and V
-interleaved per block). A dump writes each layer in its memory order, so its
+``(blocks, 2, ...)`` under any stride order, MLA ``(blocks, block_size,
+head_size)``, pages padded by widening the last axis (001cabc1be16) or by
+the block stride (9aaf83ef5)) and the layout refactor's ``[B, H, N, C]``
+views of one int8 buffer (C = ``(head_size + head_size_v) * dtype size``,
+strided by a KVCacheLayout, ``.view(spec.dtype)``) read the same way. When
+two readings fit one shape (heads as many as tokens), vLLM's logical
+orders break the tie; when none does, or two still do, the layer is
+refused, naming its shape, strides and what was expected: never a wrong
+checksum. A dump writes each layer in its memory order, so its
 manifest layout is the memory's.
 
 Only the requests' blocks are copied: each layer's selected blocks are
@@ -68,6 +77,18 @@ last axis widened to fill the page), the cross-layer cache of
 config that lists every layer, as at 001cabc1be16) still work. Block id 0
 is vLLM's null block (the BlockPool reserves it), so it is exported as a
 null entry.
+
+After the KV-cache layout refactor (RFC #42082) it follows
+``vllm/v1/kv_cache_layout.py`` at vllm-project/vllm e78684ecbf33
+(KVCacheLayout: stride permutations of ``[L, B, H, N, C]``, LBNHC the
+default NHD, LBHNC HND, BLNHC block-outermost) and
+``vllm/v1/kv_cache_interface.py`` as the fork LingHangwangxianjiui/vllm
+carries it at 71bbe3910b5c (``create_kv_cache_views``,
+``compute_layout_strides``, KVCacheTensor's layer and block strides, MLA's
+``head_size_v = 0``, MambaSpec's ``[B, 1, 1, C]`` int8 view of its states'
+bytes without padding; packed pages, ``num_head_slots``,
+``state_content_bytes`` and ``tokens_per_state`` other than one cell a
+head and token, are refused).
 
 Quantised caches are exported as stored: fp8 caches (uint8 or float8
 elements, per-tensor scales kept elsewhere) are their bytes; MLA's

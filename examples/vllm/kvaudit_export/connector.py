@@ -21,47 +21,74 @@ that has matched tokens, which this one never has)
   scheduler frees them only when every worker reports the request in
   ``finished_sending``), and its workers dump them in the next step, before
   that step's forward, then report it.
-- On the consumer (``do_remote_prefill``), when the aggregated connector
-  output reports the request's load finished (``finished_recving``), its
-  workers dump the request's blocks in the next step, before the forward
-  that lets decode write the tail block.
+- On the consumer (a request that came with ``do_remote_prefill``; vLLM's
+  NIXL connector sets it to False once it has allocated the load, so the
+  connector remembers the request from its first call), when the
+  aggregated connector output reports the request's load finished
+  (``finished_recving``), its workers dump the request's blocks in the step
+  that schedules it, before the forward that lets decode write the tail
+  block. Inside MultiConnector this connector gets empty blocks from
+  ``update_state_after_alloc`` (only the loading child gets the real ones),
+  so the blocks come from that step's ``scheduled_new_reqs``. A consumer's
+  request is dumped once, as consumer, whatever ``kv_role`` says
+  (``kv_both`` included): no producer dump of it, its blocks never held.
 
 Each dump is one rank's kvaudit dump, ``DUMP_DIR/SIDE/REQ/rank-PP-TP.safetensors``
-(SIDE is producer or consumer; REQ is the producer's request id on both
-sides, ``remote_request_id`` on the consumer, so that
-``kvaudit diff DUMP_DIR/producer/REQ DUMP_DIR/consumer/REQ`` compares them),
-and beside it the scheduler writes the request's ``kv_transfer_params``
-(``kv_transfer_params.json``: on the consumer, what it received, with
-``kv_checksums`` when the producer sent them). With ``nixl_log`` on, every
-worker records its NIXL agent's calls in ``DUMP_DIR/nixl/AGENT.jsonl``
+(SIDE is producer or consumer; REQ is the producer's request id as the user
+gave it on both sides, so that ``kvaudit diff DUMP_DIR/producer/REQ
+DUMP_DIR/consumer/REQ`` compares them), and beside it the scheduler writes
+the request's ``kv_transfer_params`` (``kv_transfer_params.json``: on the
+consumer, what it received, with ``kv_checksums`` when the producer sent
+them). vLLM appends ``-`` and 8 random hex digits to every request id (PR
+#27987); the connector strips them: a ``requests`` list of the ids a user
+knows matches, dumps and manifests name requests by them, and the manifest
+keeps vLLM's id as ``engine_request_id``. An id that is no plain file name
+(``.``, ``..``, ``a/b``, ...) becomes its plain characters and a hash: no
+id names a path outside DUMP_DIR/SIDE. With ``nixl_log`` on, every worker
+records its NIXL agent's calls in ``DUMP_DIR/nixl/AGENT.jsonl``
 (``kvaudit_export.nixl_log``) and each dump names its agent
 (``parallel.agent``).
+
+Once the engine serves, no method raises into vLLM: a full disk (ENOSPC,
+EFBIG, EDQUOT) stops all capture of that process, a permission error or
+any exporter exception stops the capture of its request; each kind is
+logged once and counted (``errors``, ``stopped``), a producer's blocks are
+still reported and freed. A configuration it cannot use is refused when
+the connector is built, before the engine serves.
 
 kv_connector_extra_config:
 
 - ``dump_dir``: where (default ``/tmp/kvaudit``);
 - ``requests``: which requests: ``"all"`` (default), a fraction in (0, 1]
-  (sampled by a hash of the producer's request id, so both sides pick the
+  (sampled by a hash of the producer's user id, so both sides pick the
   same requests), or a list of request ids (the producer's or the
-  consumer's);
+  consumer's, as the user knows them or as vLLM has them);
 - ``max_bytes``: a disk budget for all dumps of this engine (bytes, or a
   string such as "50GiB"); a request whose estimated dump would exceed it
   is not captured;
-- ``nixl_log``: record NIXL descriptors (default false);
+- ``nixl_log``: record NIXL descriptors (default false); ``lease_s``: the
+  producer's lease to write in the logs' header (the NIXL connector's
+  ``kv_lease_duration``, 30 s by default at vLLM 9aaf83ef5);
+- ``request_id_suffix``: ``"strip"`` (default) or ``"keep"`` (with
+  VLLM_DISABLE_REQUEST_ID_RANDOMIZATION, or ids that end like a suffix);
 - ``role``: "producer" or "consumer" to force a side; ``state_splits``,
   ``covered_states``, ``kernel_block_sizes``: as kvaudit_export takes them;
   ``tp_rank``, ``pp_rank``: override the ranks vLLM's parallel state gives.
 
-Written against vLLM's KVConnectorBase_V1 (vllm/distributed/kv_transfer/
-kv_connector/v1/base.py at commit 003df2961dd8) and MultiConnector
-(multi_connector.py at 00f4240ee645): scheduler side
+Written against vLLM's KVConnectorBase_V1 and MultiConnector as read at
+upstream commit 9aaf83ef5 (vllm/distributed/kv_transfer/kv_connector/v1/
+base.py, multi_connector.py, nixl/scheduler.py, v1/core/sched/scheduler.py,
+the consistent tree of the fork local-inference-lab/vllm) and earlier at
+003df2961dd8 (base.py, with ``register_cross_layers_kv_cache``) and
+00f4240ee645 (multi_connector.py): scheduler side
 ``get_num_new_matched_tokens``, ``update_state_after_alloc``,
 ``build_connector_meta``, ``update_connector_output``, ``request_finished``
 and ``request_finished_all_groups`` (SupportsHMA, which MultiConnector
 needs of every child for hybrid models); worker side
-``register_kv_caches``, ``register_cross_layers_kv_cache``,
-``bind_connector_metadata``, ``start_load_kv``, ``wait_for_layer_load``,
-``save_kv_layer``, ``wait_for_save``, ``get_finished``. Without vLLM
+``register_kv_caches`` (the only registration on current vLLM),
+``register_cross_layers_kv_cache`` (older vLLM), ``bind_connector_metadata``,
+``start_load_kv``, ``wait_for_layer_load``, ``save_kv_layer``,
+``wait_for_save``, ``get_finished``. Without vLLM
 installed the module still imports (its own stand-in base classes), which
 is how its tests run: there is no vLLM here.
 """
@@ -285,8 +312,13 @@ class KvauditConnector(KVConnectorBase_V1, SupportsHMA):
         self._written = set()  # producer requests dumped (or given up), not yet reported
         self._finished_seen = set()
         if not self.is_scheduler and extra.get("nixl_log"):
+            # lease_s: the producer's lease as the NIXL connector's
+            # kv_lease_duration gives it (vLLM 9aaf83ef5: default 30 s,
+            # renewed by the consumer's "HB:" notifications); MultiConnector
+            # shows this connector only its own config, so it is an option.
             self._guard("installing the NIXL recorder", None, lambda: nixl_log.install(
-                os.path.join(self.dump_dir, "nixl"), strip_request_suffix=self.strip_suffix))
+                os.path.join(self.dump_dir, "nixl"), strip_request_suffix=self.strip_suffix,
+                lease_s=extra.get("lease_s"), engine_id=_get(ktc, "engine_id", None)))
 
     # ------------------------------------------------------------------
     # Failures: logged once per kind, counted, never raised.

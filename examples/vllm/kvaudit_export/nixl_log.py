@@ -60,15 +60,20 @@ its ``nixl_log`` option is on; the package's vLLM plugin entry point
 
 import atexit
 import contextlib
+import errno
 import inspect
 import json
+import logging
 import os
 import re
 import sys
 import threading
+import time
 import weakref
 
 from . import user_request_id
+
+logger = logging.getLogger("kvaudit_export.nixl_log")
 
 FORMAT = "kvaudit-nixl-log/1"
 ENV_LOG_DIR = "KVAUDIT_NIXL_LOG_DIR"
@@ -124,7 +129,7 @@ def _mem_name(mem_type, default="VRAM"):
     if mem_type is None:
         return default
     text = str(getattr(mem_type, "name", mem_type)).upper()
-    for word, name in (("VRAM", "VRAM"), ("CUDA", "VRAM"), ("DRAM", "DRAM"), ("CPU", "DRAM"),
+    for word, name in (("VRAM", "VRAM"), ("CUDA", "VRAM"), ("XPU", "VRAM"), ("DRAM", "DRAM"), ("CPU", "DRAM"),
                        ("FILE", "FILE"), ("BLK", "BLOCK"), ("BLOCK", "BLOCK"), ("OBJ", "OBJ")):
         if word in text:
             return name
@@ -133,6 +138,11 @@ def _mem_name(mem_type, default="VRAM"):
 
 def _is_torch(x):
     return hasattr(x, "data_ptr") and hasattr(x, "element_size") and hasattr(x, "numel")
+
+
+def _tensor_mem(t):
+    dev = t.get_device() if hasattr(t, "get_device") else -1
+    return "DRAM" if dev is None or dev < 0 else "VRAM"
 
 
 def _tensor_desc(t):
@@ -164,6 +174,23 @@ def _readable(d):
     return True
 
 
+def _dlist_agent(d):
+    """The agent a prep_mem_view list is of: "" for a local list, the
+    remote agent a nixlRemoteDList's rows name (addr, len, dev, agent)."""
+    if "Remote" not in type(d).__name__:
+        return ""
+    try:
+        n = len(d) if hasattr(d, "__len__") else d.descCount()
+        if n:
+            item = d[0]
+            name = item[3] if isinstance(item, (tuple, list)) and len(item) > 3 else \
+                getattr(item, "agent", None) or getattr(item, "remoteAgent", "")
+            return _notif_text(name)
+    except Exception:
+        pass
+    return ""
+
+
 def _is_dlist_like(x):
     return not isinstance(x, (list, tuple)) and not _is_torch(x) and not hasattr(x, "ndim") and \
         (hasattr(x, "descCount") or (hasattr(x, "__getitem__") and hasattr(x, "__len__")))
@@ -178,10 +205,12 @@ class _Descs:
 
     def mem(self):
         d = self.descs
+        # As NIXL counts a tensor (_api.py _tensor_mem_type): VRAM on any
+        # device (CUDA, XPU, ...), DRAM on the CPU.
         if _is_torch(d):
-            return "VRAM" if str(d.device).startswith("cuda") else "DRAM"
+            return _tensor_mem(d)
         if isinstance(d, (list, tuple)) and d and _is_torch(d[0]):
-            return "VRAM" if str(d[0].device).startswith("cuda") else "DRAM"
+            return _tensor_mem(d[0])
         if self.mem_type is None and id(d) in self.known:
             return self.known[id(d)][1]
         if self.mem_type is None and _is_dlist_like(d) and hasattr(d, "getType"):
@@ -235,60 +264,142 @@ class Stream:
         self.items = items
 
 
+# The writer's file calls (tests make them fail as a full disk does).
+_os_open, _os_write, _os_ftruncate, _os_close = os.open, os.write, os.ftruncate, os.close
+_BUF = 1 << 20  # bytes formatted before a write
+
+
 class LogWriter:
     """Writes one agent's log: the header first, then one record a line,
-    streamed; thread-safe. The file is path + ".partial" until close()."""
+    streamed; thread-safe. The file is path + ".partial" until close().
 
-    def __init__(self, path, agent, tp_rank, pp_rank):
+    Every record ends with the times it was written (``t_mono_ns``,
+    ``t_wall_ns``; taken under the lock, so non-decreasing in the file).
+    Writing never raises: a record that cannot be written (a full disk, a
+    permission error, descriptors that cannot be read) is cut off the file,
+    the log stops there (``failed`` says why) and keeps its .partial name,
+    an incomplete log; it is logged once."""
+
+    def __init__(self, path, agent, tp_rank, pp_rank, header=()):
         self.path, self._tmp = path, path + ".partial"
-        self._f = open(self._tmp, "x", encoding="utf-8")
+        self._fd = _os_open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+        self._pos = 0
         self._lock = threading.Lock()
         self.closed = False
-        self.record([("format", FORMAT), ("agent", agent), ("tp_rank", int(tp_rank)), ("pp_rank", int(pp_rank))])
+        self.failed = None
+        self.record([("format", FORMAT), ("agent", agent), ("tp_rank", int(tp_rank)), ("pp_rank", int(pp_rank))]
+                    + list(header))
+
+    def _emit(self, data):
+        view = memoryview(data)
+        while view:
+            n = _os_write(self._fd, view)
+            if not n:
+                raise OSError(errno.EIO, "a write of 0 bytes")
+            self._pos += n
+            view = view[n:]
 
     def record(self, parts):
         """Writes one record: parts are (key, value) pairs in order, a value
         being JSON data or a Stream of JSON texts written as an array as it
-        is iterated."""
+        is iterated. Returns whether it was written."""
         with self._lock:
-            f = self._f
-            sep = "{"
-            for key, value in parts:
-                f.write(sep + json.dumps(key) + ":")
-                sep = ","
-                if isinstance(value, Stream):
-                    f.write("[")
-                    first = True
-                    for item in value.items:
-                        if not first:
-                            f.write(",")
-                        f.write(item)
-                        first = False
-                    f.write("]")
-                else:
-                    f.write(json.dumps(value, separators=(",", ":")))
-            f.write("}\n")
-            f.flush()
+            if self.closed or self.failed is not None:
+                return False
+            start = self._pos
+            buf, size = [], 0
+
+            def put(text):
+                nonlocal size
+                buf.append(text)
+                size += len(text)
+                if size >= _BUF:
+                    flush()
+
+            def flush():
+                nonlocal size
+                data = "".join(buf).encode("utf-8")
+                buf.clear()
+                size = 0
+                self._emit(data)
+
+            try:
+                sep = "{"
+                for key, value in parts:
+                    put(sep + json.dumps(key) + ":")
+                    sep = ","
+                    if isinstance(value, Stream):
+                        put("[")
+                        first = True
+                        for item in value.items:
+                            if not first:
+                                put(",")
+                            put(item)
+                            first = False
+                        put("]")
+                    else:
+                        put(json.dumps(value, separators=(",", ":")))
+                put(f',"t_mono_ns":{time.monotonic_ns()},"t_wall_ns":{time.time_ns()}}}\n')
+                flush()
+                return True
+            except Exception as e:  # never into the NIXL call
+                self.failed = e
+                try:
+                    _os_ftruncate(self._fd, start)  # no half record
+                    self._pos = start
+                except OSError:
+                    pass
+                _warn_once(f"kvaudit nixl log {self._tmp}: recording stopped, the log is incomplete "
+                           f"(left as .partial): {e}")
+                return False
 
     def close(self):
         with self._lock:
             if self.closed:
                 return
             self.closed = True
-            self._f.close()
-            if not os.path.exists(self._tmp):
-                return  # its directory is gone
+            try:
+                _os_close(self._fd)
+            except OSError:
+                pass
+            if self.failed is not None or not os.path.exists(self._tmp):
+                return  # incomplete: it keeps its .partial name (or its directory is gone)
             try:
                 os.link(self._tmp, self.path)
                 os.unlink(self._tmp)
             except FileExistsError:
                 pass  # never overwrite: the .partial keeps this log
             except OSError:
-                if not os.path.exists(self.path):
-                    os.replace(self._tmp, self.path)
+                try:
+                    if not os.path.exists(self.path):
+                        os.replace(self._tmp, self.path)
+                except OSError:
+                    pass
 
 
-def _open_log(log_dir, agent, tp, pp):
+class _NoLog:
+    """The log of an agent whose log could not be created: records nothing."""
+    failed = None
+    closed = True
+
+    def record(self, parts):
+        return False
+
+    def close(self):
+        pass
+
+
+_warned = set()
+
+
+def _warn_once(msg):
+    key = msg.split(":", 1)[0]
+    if key not in _warned:
+        _warned.add(key)
+        logger.error(msg)
+
+
+def _open_log(log_dir, agent, tp, pp, header=()):
     """A new log for agent in log_dir: AGENT.jsonl, or AGENT.2.jsonl ...
     when that name is taken (logs are never overwritten)."""
     base = os.path.join(log_dir, _safe_name(agent))
@@ -297,7 +408,7 @@ def _open_log(log_dir, agent, tp, pp):
         if os.path.exists(path) or os.path.exists(path + ".partial"):
             continue
         try:
-            return LogWriter(path, agent, tp, pp)
+            return LogWriter(path, agent, tp, pp, header)
         except FileExistsError:
             continue
     raise FileExistsError(f"kvaudit nixl log: no free log name for agent {agent!r} in {log_dir!r}")
@@ -339,7 +450,8 @@ def _ranks():
 
 
 _classes = {}
-_settings = {"log_dir": None, "tp_rank": None, "pp_rank": None, "strip_suffix": True}
+_settings = {"log_dir": None, "tp_rank": None, "pp_rank": None, "strip_suffix": True, "lease_s": None,
+             "engine_id": None}
 
 
 def recording_class(base):
@@ -365,23 +477,28 @@ def recording_class(base):
 
         def __init__(self, agent_name, *args, **kwargs):
             super().__init__(agent_name, *args, **kwargs)
-            log_dir = _settings["log_dir"] or os.environ.get(ENV_LOG_DIR)
-            if not log_dir:
-                raise RuntimeError("kvaudit nixl log: no log directory (install(log_dir) or $" + ENV_LOG_DIR + ")")
-            os.makedirs(log_dir, exist_ok=True)
+            self._kv_dlists, self._kv_views, self._kv_xfers, self._kv_done, self._kv_known = {}, {}, {}, set(), {}
+            self._kv_next = {"dlist": 1, "xfer": 1}
+            self.remote_agents = []
+            self._kv_log = _NoLog()
             tp, pp = _ranks()
             tp = _settings["tp_rank"] if _settings["tp_rank"] is not None else tp
             pp = _settings["pp_rank"] if _settings["pp_rank"] is not None else pp
-            self._kv_log = _open_log(log_dir, str(agent_name), tp, pp)
-            self._kv_dlists, self._kv_xfers, self._kv_done, self._kv_known = {}, {}, set(), {}
-            self._kv_next = {"dlist": 1, "xfer": 1}
-            self.remote_agents = []
+            log_dir = _settings["log_dir"] or os.environ.get(ENV_LOG_DIR)
+            try:  # the agent works whether or not its log can be written
+                if not log_dir:
+                    raise RuntimeError("no log directory (install(log_dir) or $" + ENV_LOG_DIR + ")")
+                os.makedirs(log_dir, exist_ok=True)
+                header = [(k, _settings[k]) for k in ("lease_s", "engine_id") if _settings.get(k) is not None]
+                self._kv_log = _open_log(log_dir, str(agent_name), tp, pp, header)
+                atexit.register(self._kv_log.close)
+            except Exception as e:
+                _warn_once(f"kvaudit nixl log of agent {agent_name!r}: not recorded: {e}")
             with _lock:
                 _agents.append((str(agent_name), int(tp), int(pp)))
-            atexit.register(self._kv_log.close)
 
         def kvaudit_close(self):
-            """Closes the log: it takes its final name."""
+            """Closes the log: it takes its final name (unless incomplete)."""
             self._kv_log.close()
 
         @staticmethod
@@ -393,6 +510,33 @@ def recording_class(base):
             self._kv_next[kind] = n + 1
             table[self._kv_key(handle)] = n
             return n
+
+        def _kv_record(self, parts):
+            """Writes a record; whatever goes wrong stays here."""
+            try:
+                if callable(parts):
+                    parts = parts()
+                self._kv_log.record(parts)
+            except Exception as e:  # never into the NIXL call
+                _warn_once(f"kvaudit nixl log of agent {self.name!r}: a record was lost: {e}")
+
+        def _kv_call(self, call, fn, args, kwargs, xfer=None):
+            """Calls the agent's method; if it raises, an error record (the
+            transfer's number when there is one), and the exception goes on
+            to the caller unchanged."""
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                def parts():
+                    n = None
+                    if xfer is not None:
+                        try:
+                            n = self._kv_xfers.get(self._kv_key(bind(call, args, kwargs)[xfer]))
+                        except Exception:
+                            n = None
+                    return [("op", "error"), ("call", call), ("id", n), ("msg", f"{type(e).__name__}: {e}")]
+                self._kv_record(parts)
+                raise
 
         def _kv_remember(self, out, descs, mem_type):
             """Notes what a get_xfer_descs / get_reg_descs list holds: its
@@ -410,58 +554,95 @@ def recording_class(base):
 
         def get_reg_descs(self, *args, **kwargs):
             out = super().get_reg_descs(*args, **kwargs)
-            a = bind("get_reg_descs", args, kwargs)
-            self._kv_remember(out, a["descs"], a.get("mem_type"))
+            try:
+                a = bind("get_reg_descs", args, kwargs)
+                self._kv_remember(out, a["descs"], a.get("mem_type"))
+            except Exception as e:
+                _warn_once(f"kvaudit nixl log of agent {self.name!r}: a descriptor list was not noted: {e}")
             return out
 
         def get_xfer_descs(self, *args, **kwargs):
             out = super().get_xfer_descs(*args, **kwargs)
-            a = bind("get_xfer_descs", args, kwargs)
-            self._kv_remember(out, a["descs"], a.get("mem_type"))
+            try:
+                a = bind("get_xfer_descs", args, kwargs)
+                self._kv_remember(out, a["descs"], a.get("mem_type"))
+            except Exception as e:
+                _warn_once(f"kvaudit nixl log of agent {self.name!r}: a descriptor list was not noted: {e}")
             return out
 
         def _kv_descs(self, descs, mem_type):
             return _Descs(descs, mem_type, self._kv_known)
 
         def register_memory(self, *args, **kwargs):
-            out = super().register_memory(*args, **kwargs)
-            a = bind("register_memory", args, kwargs)
-            d = self._kv_descs(a["reg_list"], a.get("mem_type"))
-            self._kv_log.record([("op", "register"), ("mem", d.mem()), ("descs", _desc_texts(d))])
+            out = self._kv_call("register_memory", super().register_memory, args, kwargs)
+
+            def parts():
+                a = bind("register_memory", args, kwargs)
+                d = self._kv_descs(a["reg_list"], a.get("mem_type"))
+                return [("op", "register"), ("mem", d.mem()), ("descs", _desc_texts(d))]
+            self._kv_record(parts)
+            return out
+
+        def deregister_memory(self, *args, **kwargs):
+            out = self._kv_call("deregister_memory", super().deregister_memory, args, kwargs)
+
+            def parts():
+                a = bind("deregister_memory", args, kwargs)
+                d = self._kv_descs(a["dereg_list"], None)
+                return [("op", "deregister"), ("mem", d.mem()), ("descs", _desc_texts(d))]
+            self._kv_record(parts)
             return out
 
         def prep_xfer_dlist(self, *args, **kwargs):
-            handle = super().prep_xfer_dlist(*args, **kwargs)
-            a = bind("prep_xfer_dlist", args, kwargs)
-            d = self._kv_descs(a["xfer_list"], a.get("mem_type"))
-            h = self._kv_number("dlist", self._kv_dlists, handle)
-            self._kv_log.record([("op", "dlist"), ("handle", h), ("agent", str(a["agent_name"])),
-                                 ("descs", _desc_texts(d))])
+            handle = self._kv_call("prep_xfer_dlist", super().prep_xfer_dlist, args, kwargs)
+
+            def parts():
+                a = bind("prep_xfer_dlist", args, kwargs)
+                d = self._kv_descs(a["xfer_list"], a.get("mem_type"))
+                h = self._kv_number("dlist", self._kv_dlists, handle)
+                return [("op", "dlist"), ("handle", h), ("agent", str(a["agent_name"])), ("descs", _desc_texts(d))]
+            self._kv_record(parts)
+            return handle
+
+        def prep_mem_view(self, *args, **kwargs):
+            handle = self._kv_call("prep_mem_view", super().prep_mem_view, args, kwargs)
+
+            def parts():
+                a = bind("prep_mem_view", args, kwargs)
+                dlist = a["dlist"]
+                d = self._kv_descs(dlist, None)
+                h = self._kv_number("dlist", self._kv_views, handle)
+                return [("op", "mem_view"), ("handle", h), ("agent", _dlist_agent(dlist)), ("descs", _desc_texts(d))]
+            self._kv_record(parts)
             return handle
 
         def make_prepped_xfer(self, *args, **kwargs):
-            handle = super().make_prepped_xfer(*args, **kwargs)
-            a = bind("make_prepped_xfer", args, kwargs)
-            n = self._kv_number("xfer", self._kv_xfers, handle)
-            notif = _notif_text(a.get("notif_msg"))
-            parts = [("op", "xfer"), ("id", n), ("kind", str(a["operation"])),
-                     ("local", self._kv_dlists.get(self._kv_key(a["local_xfer_side"]))),
-                     ("local_ids", _id_texts(a["local_indices"])),
-                     ("remote", self._kv_dlists.get(self._kv_key(a["remote_xfer_side"]))),
-                     ("remote_ids", _id_texts(a["remote_indices"])), ("notif", notif)]
-            self._kv_log.record(parts + self._kv_request(notif))
+            handle = self._kv_call("make_prepped_xfer", super().make_prepped_xfer, args, kwargs)
+
+            def parts():
+                a = bind("make_prepped_xfer", args, kwargs)
+                n = self._kv_number("xfer", self._kv_xfers, handle)
+                notif = _notif_text(a.get("notif_msg"))
+                return [("op", "xfer"), ("id", n), ("kind", str(a["operation"])),
+                        ("local", self._kv_dlists.get(self._kv_key(a["local_xfer_side"]))),
+                        ("local_ids", _id_texts(a["local_indices"])),
+                        ("remote", self._kv_dlists.get(self._kv_key(a["remote_xfer_side"]))),
+                        ("remote_ids", _id_texts(a["remote_indices"])), ("notif", notif)] + self._kv_request(notif)
+            self._kv_record(parts)
             return handle
 
         def initialize_xfer(self, *args, **kwargs):
-            handle = super().initialize_xfer(*args, **kwargs)
-            a = bind("initialize_xfer", args, kwargs)
-            n = self._kv_number("xfer", self._kv_xfers, handle)
-            notif = _notif_text(a.get("notif_msg"))
-            parts = [("op", "xfer"), ("id", n), ("kind", str(a["operation"])),
-                     ("local_descs", _desc_texts(self._kv_descs(a["local_descs"], None))),
-                     ("remote_descs", _desc_texts(self._kv_descs(a["remote_descs"], None))),
-                     ("remote_agent", str(a["remote_agent"])), ("notif", notif)]
-            self._kv_log.record(parts + self._kv_request(notif))
+            handle = self._kv_call("initialize_xfer", super().initialize_xfer, args, kwargs)
+
+            def parts():
+                a = bind("initialize_xfer", args, kwargs)
+                n = self._kv_number("xfer", self._kv_xfers, handle)
+                notif = _notif_text(a.get("notif_msg"))
+                return [("op", "xfer"), ("id", n), ("kind", str(a["operation"])),
+                        ("local_descs", _desc_texts(self._kv_descs(a["local_descs"], None))),
+                        ("remote_descs", _desc_texts(self._kv_descs(a["remote_descs"], None))),
+                        ("remote_agent", str(a["remote_agent"])), ("notif", notif)] + self._kv_request(notif)
+            self._kv_record(parts)
             return handle
 
         def _kv_request(self, notif):
@@ -481,49 +662,102 @@ def recording_class(base):
             if n is None or n in self._kv_done:
                 return
             self._kv_done.add(n)
-            self._kv_log.record([("op", "state"), ("id", n), ("state", state)])
+            self._kv_record([("op", "state"), ("id", n), ("state", state)])
 
         def transfer(self, *args, **kwargs):
-            state = super().transfer(*args, **kwargs)
-            self._kv_state(bind("transfer", args, kwargs)["handle"], state)
+            state = self._kv_call("transfer", super().transfer, args, kwargs, xfer="handle")
+
+            def post():
+                a = bind("transfer", args, kwargs)
+                n = self._kv_xfers.get(self._kv_key(a["handle"]))
+                self._kv_record([("op", "post"), ("id", n), ("notif", _notif_text(a.get("notif_msg")))])
+                self._kv_state(a["handle"], state)
+            self._kv_record_call(post)
             return state
 
         def check_xfer_state(self, *args, **kwargs):
-            state = super().check_xfer_state(*args, **kwargs)
-            self._kv_state(bind("check_xfer_state", args, kwargs)["handle"], state)
+            state = self._kv_call("check_xfer_state", super().check_xfer_state, args, kwargs, xfer="handle")
+            self._kv_record_call(lambda: self._kv_state(bind("check_xfer_state", args, kwargs)["handle"], state))
             return state
 
+        def _kv_record_call(self, fn):
+            try:
+                fn()
+            except Exception as e:  # never into the NIXL call
+                _warn_once(f"kvaudit nixl log of agent {self.name!r}: a record was lost: {e}")
+
         def release_xfer_handle(self, *args, **kwargs):
-            handle = bind("release_xfer_handle", args, kwargs)["handle"]
-            out = super().release_xfer_handle(*args, **kwargs)
-            n = self._kv_xfers.pop(self._kv_key(handle), None)
-            self._kv_done.discard(n)
+            out = self._kv_call("release_xfer_handle", super().release_xfer_handle, args, kwargs, xfer="handle")
+
+            def forget():
+                handle = bind("release_xfer_handle", args, kwargs)["handle"]
+                n = self._kv_xfers.pop(self._kv_key(handle), None)
+                self._kv_done.discard(n)
+            self._kv_record_call(forget)
             return out
 
         def release_dlist_handle(self, *args, **kwargs):
-            handle = bind("release_dlist_handle", args, kwargs)["handle"]
-            out = super().release_dlist_handle(*args, **kwargs)
-            self._kv_dlists.pop(self._kv_key(handle), None)
+            out = self._kv_call("release_dlist_handle", super().release_dlist_handle, args, kwargs)
+            self._kv_record_call(lambda: self._kv_dlists.pop(
+                self._kv_key(bind("release_dlist_handle", args, kwargs)["handle"]), None))
             return out
 
         def add_remote_agent(self, *args, **kwargs):
-            name = super().add_remote_agent(*args, **kwargs)
+            name = self._kv_call("add_remote_agent", super().add_remote_agent, args, kwargs)
             self.remote_agents.append(name if isinstance(name, str) else _notif_text(name))
             return name
+
+        def remove_remote_agent(self, *args, **kwargs):
+            out = self._kv_call("remove_remote_agent", super().remove_remote_agent, args, kwargs)
+            self._kv_record(lambda: [("op", "remove_agent"),
+                                     ("agent", _notif_text(bind("remove_remote_agent", args, kwargs)["agent"]))])
+            return out
+
+        def send_notif(self, *args, **kwargs):
+            out = self._kv_call("send_notif", super().send_notif, args, kwargs)
+
+            def parts():
+                a = bind("send_notif", args, kwargs)
+                return [("op", "notif"), ("agent", _notif_text(a["remote_agent_name"])),
+                        ("msg", _notif_text(a["notif_msg"]))]
+            self._kv_record(parts)
+            return out
+
+        def get_new_notifs(self, *args, **kwargs):
+            out = self._kv_call("get_new_notifs", super().get_new_notifs, args, kwargs)
+
+            def parts():
+                rows = [[_notif_text(agent), _notif_text(m)] for agent, msgs in (out or {}).items() for m in msgs]
+                return [("op", "notifs"), ("notifs", rows)] if rows else None
+            self._kv_record_call(lambda: (lambda p: p and self._kv_record(p))(parts()))
+            return out
+
+        def check_remote_xfer_done(self, *args, **kwargs):
+            done = self._kv_call("check_remote_xfer_done", super().check_remote_xfer_done, args, kwargs)
+            if done:
+                def parts():
+                    a = bind("check_remote_xfer_done", args, kwargs)
+                    return [("op", "remote_done"), ("agent", _notif_text(a["remote_agent_name"])),
+                            ("msg", _notif_text(a["lookup_tag"]))]
+                self._kv_record(parts)
+            return done
 
     Recording.__name__ = Recording.__qualname__ = "Recording" + base.__name__
     _classes[base] = Recording
     return Recording
 
 
-def install(log_dir, *, tp_rank=None, pp_rank=None, strip_request_suffix=True):
+def install(log_dir, *, tp_rank=None, pp_rank=None, strip_request_suffix=True, lease_s=None, engine_id=None):
     """Makes every NIXL agent this process creates from now on record its
     calls into log_dir: replaces nixl._api.nixl_agent (and rixl's) for
     modules that import it later, and the NixlWrapper name of every loaded
     vllm module (vLLM's NIXL connector modules import the class under that
     name). Returns the names of the modules patched. tp_rank and pp_rank
     override the ranks read from vLLM's parallel state."""
-    _settings.update(log_dir=str(log_dir), tp_rank=tp_rank, pp_rank=pp_rank, strip_suffix=bool(strip_request_suffix))
+    if lease_s is not None and (isinstance(lease_s, bool) or not isinstance(lease_s, int) or lease_s < 0):
+        raise ValueError(f"lease_s {lease_s!r}: a non-negative whole number of seconds")
+    _settings.update(log_dir=str(log_dir), tp_rank=tp_rank, pp_rank=pp_rank, strip_suffix=bool(strip_request_suffix),
+                     lease_s=lease_s, engine_id=None if engine_id is None else str(engine_id))
     patched = []
     for modname in ("nixl._api", "rixl._api"):
         mod = sys.modules.get(modname)

@@ -41,6 +41,13 @@ class RegDList(XferDList):
     pass
 
 
+class RemoteDList(XferDList):
+    """Like nixlBind.nixlRemoteDList: rows (addr, len, dev, agent)."""
+
+    def __init__(self, mem, rows):
+        self.mem, self.rows = mem, [(int(a), int(n), int(d), str(g)) for a, n, d, g in rows]
+
+
 class OpaqueXferDList:
     """A descriptor list that cannot be read back (no __getitem__): the
     recorder must use what get_xfer_descs was given."""
@@ -69,13 +76,26 @@ class nixl_agent:
         self.registered = []
         self.remote = {}
         self.fail_next = False
+        self.raise_next = None  # a method name: its next call raises (as a NIXL call failing does)
+        self.inbox = []  # (sender agent, message bytes): notifications not yet read
         _AGENTS[agent_name] = self
+
+    def _maybe_raise(self, name):
+        if self.raise_next == name:
+            self.raise_next = None
+            raise RuntimeError(f"nixlBackendError: {name} failed")
+
+    def _deliver(self, agent, msg):
+        if msg:
+            _AGENTS[agent].inbox.append((self.name, msg if isinstance(msg, bytes) else str(msg).encode()))
 
     def _descs(self, descs, mem_type, width):
         if isinstance(descs, (XferDList, OpaqueXferDList)):
             return descs
         if hasattr(descs, "data_ptr") and hasattr(descs, "numel"):
-            return [(descs.data_ptr(), descs.numel() * descs.element_size(), 0)], "cuda" if descs.is_cuda else "cpu"
+            # As _api.py's _tensor_mem_type: DRAM on the CPU (get_device() -1), else VRAM (CUDA, XPU, ...).
+            return [(descs.data_ptr(), descs.numel() * descs.element_size(), 0)], \
+                "DRAM" if descs.get_device() == -1 else "VRAM"
         if isinstance(descs, np.ndarray):
             assert mem_type is not None and descs.ndim == 2 and descs.shape[1] == 3, "Nx3 array and a mem type"
             return [tuple(r) for r in descs.tolist()], mem_type
@@ -112,36 +132,82 @@ class nixl_agent:
     def get_agent_metadata(self):
         return self.name.encode()
 
+    def remove_remote_agent(self, agent):
+        self._maybe_raise("remove_remote_agent")
+        del self.remote[agent]
+
     def prep_xfer_dlist(self, agent_name, xfer_list, mem_type=None, backends=[]):
+        self._maybe_raise("prep_xfer_dlist")
         d = self.get_xfer_descs(xfer_list, mem_type)
         return Handle("dlist", (agent_name, _rows(d)))
 
+    def get_remote_descs(self, descs, mem_type=None):
+        """nixlRemoteDList from (addr, len, dev, agent) 4-tuples."""
+        if isinstance(descs, RemoteDList):
+            return descs
+        assert mem_type is not None and len(descs[0]) == 4, "4-tuples and a mem type"
+        return RemoteDList(mem_type, descs)
+
+    def prep_mem_view(self, dlist, *, backends=None):
+        """A raw memory-view handle (an int) for a local or remote list."""
+        self._maybe_raise("prep_mem_view")
+        self._views = getattr(self, "_views", 0) + 1
+        return 0x5000 + self._views
+
+    def release_mem_view(self, mvh):
+        pass
+
     def make_prepped_xfer(self, operation, local_xfer_side, local_indices, remote_xfer_side, remote_indices,
                           notif_msg=b"", backends=[], skip_desc_merge=False):
+        self._maybe_raise("make_prepped_xfer")
         local = [local_xfer_side.value[1][int(i)] for i in local_indices]
         remote = [remote_xfer_side.value[1][int(i)] for i in remote_indices]
         assert len(local) == len(remote), "local and remote descriptor counts differ"
-        return Handle("xfer", (operation, local, remote, notif_msg))
+        agent = remote_xfer_side.value[0]
+        return Handle("xfer", (operation, local, remote, notif_msg, agent))
 
     def initialize_xfer(self, operation, local_descs, remote_descs, remote_agent, notif_msg=b"", backends=[]):
         assert remote_agent in self.remote or remote_agent == self.name, f"unknown agent {remote_agent!r}"
-        return Handle("xfer", (operation, _rows(local_descs), _rows(remote_descs), notif_msg))
+        return Handle("xfer", (operation, _rows(local_descs), _rows(remote_descs), notif_msg, remote_agent))
 
     def transfer(self, handle, notif_msg=b""):
+        self._maybe_raise("transfer")
         if self.fail_next:
             self.fail_next = False
             return "ERR"
-        op, local, remote, _ = handle.value
+        op, local, remote, notif, agent = handle.value
         for (la, ln, _), (ra, rn, _) in zip(local, remote):
             assert ln == rn, f"descriptor lengths {ln} and {rn} differ"
             if op == "READ":
                 ctypes.memmove(la, ra, ln)
             else:
                 ctypes.memmove(ra, la, ln)
+        if agent in _AGENTS:
+            self._deliver(agent, notif_msg or notif)  # the remote learns the transfer is done
         return "DONE"
 
     def check_xfer_state(self, handle):
+        self._maybe_raise("check_xfer_state")
         return "DONE"
+
+    def send_notif(self, remote_agent_name, notif_msg, backend=None):
+        self._maybe_raise("send_notif")
+        self._deliver(remote_agent_name, notif_msg)
+
+    def get_new_notifs(self, backends=[]):
+        self._maybe_raise("get_new_notifs")
+        out = {}
+        for sender, msg in self.inbox:
+            out.setdefault(sender, []).append(msg)
+        self.inbox = []
+        return out
+
+    def check_remote_xfer_done(self, remote_agent_name, lookup_tag, backends=[], tag_is_prefix=True):
+        for i, (sender, msg) in enumerate(self.inbox):
+            if sender == remote_agent_name and (msg.startswith(lookup_tag) if tag_is_prefix else lookup_tag in msg):
+                del self.inbox[i]
+                return True
+        return False
 
     def release_xfer_handle(self, handle):
         pass

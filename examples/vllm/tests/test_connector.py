@@ -89,7 +89,7 @@ class TestProducerConsumer(unittest.TestCase):
         """Both engines with the README's kv_both config."""
         m = Model("flashinfer", heads=4, tp=2, layers=2)
         m.add_request("R", 40)
-        extra = {"dump_dir": self.dir, "nixl_log": True}
+        extra = {"dump_dir": self.dir, "nixl_log": True, "lease_s": 30}
         prod = self.engine(m, "kv_both", "prefill-engine", extra, seed=1)
         r = request(self.PROD_ID, 40, {"do_remote_decode": True}, "R")
         prod.add(r)
@@ -181,7 +181,7 @@ class TestProducerConsumer(unittest.TestCase):
                         c.agent.kvaudit_close()
         log = read_log(os.path.join(logs, "decode-engine-tp1.jsonl"))
         self.assertEqual(log[0], {"format": "kvaudit-nixl-log/1", "agent": "decode-engine-tp1", "tp_rank": 1,
-                                  "pp_rank": 0})
+                                  "pp_rank": 0, "lease_s": 30, "engine_id": "decode-engine"})
         caches = cons.workers[1][1]
         reg = next(x for x in log if x.get("op") == "register")
         self.assertEqual([d[0] for d in reg["descs"]], [hex(caches[n].data_ptr()) for n in sorted(caches)])

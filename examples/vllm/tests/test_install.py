@@ -33,7 +33,8 @@ class TestInstall(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory(prefix="kvaudit-install-")
         src = os.path.join(cls.tmp.name, "src")
         os.makedirs(src)
-        shutil.copy(os.path.join(PKG, "pyproject.toml"), src)
+        for name in ("pyproject.toml", "README.md"):  # what a clone holds
+            shutil.copy(os.path.join(PKG, name), src)
         shutil.copytree(os.path.join(PKG, "kvaudit_export"), os.path.join(src, "kvaudit_export"),
                         ignore=shutil.ignore_patterns("__pycache__"))
         cls.venv = os.path.join(cls.tmp.name, "venv")
@@ -56,7 +57,8 @@ class TestInstall(unittest.TestCase):
                 "print(json.dumps({'file': kvaudit_export.__file__, 'connector': c.KvauditConnector.__name__, "
                 "'plugins': [e.value for e in md.entry_points(group='vllm.general_plugins')], "
                 "'scripts': [e.value for e in md.entry_points(group='console_scripts') if e.name == 'kvaudit-dump-kv'], "
-                "'requires': md.requires('kvaudit-vllm')}))")
+                "'requires': md.requires('kvaudit-vllm'), "
+                "'description': md.metadata('kvaudit-vllm').get_payload() or md.metadata('kvaudit-vllm')['Description']}))")
         p = run([self.py, "-c", code], cwd=self.tmp.name)
         self.assertEqual(p.returncode, 0, p.stderr)
         got = json.loads(p.stdout)
@@ -65,6 +67,9 @@ class TestInstall(unittest.TestCase):
         self.assertEqual(got["plugins"], ["kvaudit_export.nixl_log:register"])
         self.assertEqual(got["scripts"], ["kvaudit_export.dump_kv:main"])
         self.assertIn("numpy", got["requires"])
+        # The vLLM commits it targets travel in the package's metadata (its README).
+        for commit in ("9aaf83ef5", "e78684ecbf33", "71bbe3910b5c", "ca3221eb3513"):
+            self.assertIn(commit, got["description"])
         self.assertTrue(any(r.startswith("torch") and "extra" in r for r in got["requires"]), got["requires"])
 
     def test_console_script_writes_a_dump(self):

@@ -33,9 +33,27 @@ except ImportError:  # pragma: no cover - CI requires it
 needs_torch = unittest.skipIf(torch is None and not os.environ.get("KVAUDIT_REQUIRE_TORCH"), "no PyTorch")
 
 
-def read_log(path):
+def read_log(path, times=False):
+    """The log's records. Every record, the header included, ends with the
+    times it was written (nixl-log extension 1): both or neither, ints,
+    t_mono_ns non-decreasing, t_wall_ns a time of this century; checked
+    here and dropped (times=True keeps them)."""
     with open(path) as f:
-        return [json.loads(line) for line in f]
+        text = f.read()
+    assert text.endswith("\n"), f"{path}: a cut-off last record"
+    out, last = [], -1
+    for i, line in enumerate(text.splitlines()):
+        r = json.loads(line)
+        mono, wall = r.get("t_mono_ns"), r.get("t_wall_ns")
+        assert isinstance(mono, int) and isinstance(wall, int), f"{path}:{i + 1}: times {mono!r} {wall!r}"
+        assert list(r)[-2:] == ["t_mono_ns", "t_wall_ns"], f"{path}:{i + 1}: the times end the record"
+        assert mono >= last, f"{path}:{i + 1}: t_mono_ns {mono} before {last}"
+        assert 1_600_000_000 * 10**9 < wall < 4_000_000_000 * 10**9, f"{path}:{i + 1}: t_wall_ns {wall}"
+        last = mono
+        if not times:
+            del r["t_mono_ns"], r["t_wall_ns"]
+        out.append(r)
+    return out
 
 
 def descs(rows):
@@ -140,9 +158,11 @@ class TestForms(Recorded):
         self.assertEqual(log[1:], [
             {"op": "xfer", "id": 1, "kind": "READ", "local_descs": descs(rows_l), "remote_descs": descs(rows_r),
              "remote_agent": "pre-0", "notif": "pre-req-9:1", "request": "cmpl-9"},
+            {"op": "post", "id": 1, "notif": ""},
             {"op": "state", "id": 1, "state": "DONE"},
             {"op": "xfer", "id": 2, "kind": "READ", "local_descs": descs(rows_l), "remote_descs": descs(rows_r),
              "remote_agent": "pre-0", "notif": ""},
+            {"op": "post", "id": 2, "notif": ""},
             {"op": "state", "id": 2, "state": "ERR"},
         ])
         self.assertEqual(a.remote_agents, ["pre-0"])
@@ -161,6 +181,193 @@ class TestForms(Recorded):
         a.kvaudit_close()
         b.kvaudit_close()
         self.assertEqual(sorted(os.listdir(self.tmp.name)), ["same.2.jsonl", "same.jsonl"])
+
+
+class FakeXpuTensor:
+    """A tensor on an Intel GPU as NIXL sees one (torch here has no XPU):
+    data_ptr, numel, element_size, get_device() >= 0, device "xpu:0"."""
+
+    def __init__(self, ptr, n):
+        self.ptr, self.n = ptr, n
+        self.device = "xpu:0"
+
+    def data_ptr(self):
+        return self.ptr
+
+    def numel(self):
+        return self.n
+
+    def element_size(self):
+        return 2
+
+    def get_device(self):
+        return 0
+
+
+@needs_torch
+class TestLeaseRecords(Recorded):
+    """The records a lease and completion audit needs (the NIXL log
+    extension): post, notif, notifs, remote_done, error, deregister,
+    remove_agent, mem_view; the header's lease_s and engine_id; times on
+    every record (read_log checks them)."""
+
+    def test_posts_notifications_and_completions(self):
+        nixl_log.install(self.tmp.name, tp_rank=1, pp_rank=0, lease_s=30, engine_id="prefill-e")
+        src = torch.arange(32, dtype=torch.int16)
+        dst = torch.zeros(32, dtype=torch.int16)
+        p, d = self.Agent("pre-1"), self.Agent("dec-1")
+        d.add_remote_agent(p.get_agent_metadata())
+        p.add_remote_agent(d.get_agent_metadata())
+        loc = d.prep_xfer_dlist("NIXL_INIT_AGENT", [(dst.data_ptr(), 64, 0)], "DRAM")
+        rem = d.prep_xfer_dlist("pre-1", [(src.data_ptr(), 64, 0)], "DRAM")
+        x = d.make_prepped_xfer("READ", loc, [0], rem, [0], notif_msg=b"R-0a1b2c3d:1")
+        self.assertEqual(d.transfer(x, b"R-0a1b2c3d:1"), "DONE")
+        self.assertEqual(dst.tolist(), src.tolist())
+        d.send_notif("pre-1", notif_msg=b"HB:R-0a1b2c3d,Q-11223344")
+        self.assertEqual(p.get_new_notifs(), {"dec-1": [b"R-0a1b2c3d:1", b"HB:R-0a1b2c3d,Q-11223344"]})
+        self.assertEqual(p.get_new_notifs(), {})  # none: no record
+        d.send_notif("pre-1", "S-00000000:1")
+        self.assertFalse(p.check_remote_xfer_done("dec-1", b"T-"))  # not found: no record
+        self.assertTrue(p.check_remote_xfer_done("dec-1", b"S-"))
+        d.remove_remote_agent("pre-1")
+        reg = p.register_memory([(src.data_ptr(), 64, 0, "")], "DRAM")
+        p.deregister_memory(reg)
+        v1 = d.prep_mem_view(d.get_xfer_descs([(dst.data_ptr(), 64, 0)], "VRAM"))
+        v2 = d.prep_mem_view(d.get_remote_descs([(src.data_ptr(), 64, 0, "pre-1")], "VRAM"), backends=["UCX"])
+        self.assertNotEqual(v1, v2)
+        plog, dlog = self.log(p), self.log(d)
+        self.assertEqual(plog[0], {"format": "kvaudit-nixl-log/1", "agent": "pre-1", "tp_rank": 1, "pp_rank": 0,
+                                   "lease_s": 30, "engine_id": "prefill-e"})
+        self.assertEqual(plog[1:], [
+            {"op": "notifs", "notifs": [["dec-1", "R-0a1b2c3d:1"], ["dec-1", "HB:R-0a1b2c3d,Q-11223344"]]},
+            {"op": "remote_done", "agent": "dec-1", "msg": "S-"},
+            {"op": "register", "mem": "DRAM", "descs": descs([(src.data_ptr(), 64, 0)])},
+            {"op": "deregister", "mem": "DRAM", "descs": descs([(src.data_ptr(), 64, 0)])},
+        ])
+        self.assertEqual(dlog[1:], [
+            {"op": "dlist", "handle": 1, "agent": "NIXL_INIT_AGENT", "descs": descs([(dst.data_ptr(), 64, 0)])},
+            {"op": "dlist", "handle": 2, "agent": "pre-1", "descs": descs([(src.data_ptr(), 64, 0)])},
+            {"op": "xfer", "id": 1, "kind": "READ", "local": 1, "local_ids": [0], "remote": 2, "remote_ids": [0],
+             "notif": "R-0a1b2c3d:1", "request": "R"},
+            {"op": "post", "id": 1, "notif": "R-0a1b2c3d:1"},
+            {"op": "state", "id": 1, "state": "DONE"},
+            {"op": "notif", "agent": "pre-1", "msg": "HB:R-0a1b2c3d,Q-11223344"},
+            {"op": "notif", "agent": "pre-1", "msg": "S-00000000:1"},
+            {"op": "remove_agent", "agent": "pre-1"},
+            {"op": "mem_view", "handle": 3, "agent": "", "descs": descs([(dst.data_ptr(), 64, 0)])},
+            {"op": "mem_view", "handle": 4, "agent": "pre-1", "descs": descs([(src.data_ptr(), 64, 0)])},
+        ])
+        # The times are those of the calls, in call order.
+        t = read_log(os.path.join(self.tmp.name, "dec-1.jsonl"), times=True)
+        self.assertLessEqual(t[3]["t_mono_ns"], t[4]["t_mono_ns"])
+
+    def test_a_failing_call_is_recorded_and_raised_unchanged(self):
+        a = self.Agent("dec-3")
+        loc = a.prep_xfer_dlist("", [(0x1000, 8, 0)], "VRAM")
+        x = a.make_prepped_xfer("READ", loc, [0], loc, [0], b"R:1")
+        for call, args, xid in (("transfer", (x,), 1), ("check_xfer_state", (x,), 1), ("send_notif", ("p", b"m"), None),
+                                ("get_new_notifs", (), None), ("prep_mem_view", (loc,), None),
+                                ("remove_remote_agent", ("p",), None)):
+            a.raise_next = call
+            with self.assertRaises(RuntimeError) as cm:
+                getattr(a, call)(*args)
+            self.assertEqual(str(cm.exception), f"nixlBackendError: {call} failed")
+        log = self.log(a)
+        errors = [r for r in log if r.get("op") == "error"]
+        self.assertEqual([(r["call"], r["id"], r["msg"]) for r in errors],
+                         [(c, i, f"RuntimeError: nixlBackendError: {c} failed") for c, i in
+                          (("transfer", 1), ("check_xfer_state", 1), ("send_notif", None), ("get_new_notifs", None),
+                           ("prep_mem_view", None), ("remove_remote_agent", None))])
+        self.assertNotIn("post", [r.get("op") for r in log])  # the post that raised posted nothing
+
+    def test_xpu_memory_is_vram(self):
+        a = self.Agent("xpu-0")
+        a.register_memory(FakeXpuTensor(0x4000, 16))
+        a.register_memory([(0x5000, 64, 0, "")], "XPU")
+        a.register_memory([(0x6000, 64, 0, "")], "DRAM")
+        log = self.log(a)
+        self.assertEqual([(r["mem"], r["descs"]) for r in log[1:]],
+                         [("VRAM", descs([(0x4000, 32, 0)])), ("VRAM", descs([(0x5000, 64, 0)])),
+                          ("DRAM", descs([(0x6000, 64, 0)]))])
+
+
+class TestNeverRaisesIntoNixl(unittest.TestCase):
+    """A full disk (the writer's os.write failing with ENOSPC), a log that
+    cannot be created (EACCES) or descriptors the recorder cannot read never
+    raise into a NIXL call: the call works, the log stops where it was (whole
+    records only) and keeps its .partial name."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="kvaudit-nixl-")
+        nixl_log.install(self.tmp.name, tp_rank=0, pp_rank=0)
+        self.Agent = nixl_log.recording_class(ns.nixl_agent)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_full_disk(self):
+        import errno
+        from unittest import mock
+        real = nixl_log._os_write
+        room = {"left": 400}
+
+        def write(fd, data):
+            n = len(data)
+            if n > room["left"]:
+                k = room["left"]  # a short write, then the disk is full
+                room["left"] = 0
+                if k:
+                    return real(fd, bytes(data[:k]))
+                raise OSError(errno.ENOSPC, "No space left on device")
+            room["left"] -= n
+            return real(fd, data)
+
+        src = np.arange(64, dtype=np.int16)
+        dst = np.zeros(64, dtype=np.int16)
+        with mock.patch.object(nixl_log, "_os_write", write), self.assertLogs("kvaudit_export.nixl_log", "ERROR") as logs:
+            a = self.Agent("full-0")
+            a.add_remote_agent(a.get_agent_metadata())
+            for i in range(20):  # far more than 400 bytes of records
+                loc = a.prep_xfer_dlist("", [(dst.ctypes.data, 128, 0)], "DRAM")
+                rem = a.prep_xfer_dlist("full-0", [(src.ctypes.data, 128, 0)], "DRAM")
+                x = a.make_prepped_xfer("READ", loc, [0], rem, [0], f"R{i}:1".encode())
+                self.assertEqual(a.transfer(x), "DONE")  # the NIXL call works
+            a.kvaudit_close()
+        self.assertEqual(dst.tolist(), src.tolist())
+        self.assertEqual(len(logs.records), 1, [r.getMessage() for r in logs.records])
+        path = os.path.join(self.tmp.name, "full-0.jsonl")
+        self.assertFalse(os.path.exists(path))
+        log = read_log(path + ".partial")  # whole records only, each with its times
+        self.assertGreaterEqual(len(log), 2)
+        self.assertLess(len(log), 1 + 20 * 5)
+
+    def test_log_cannot_be_created(self):
+        from unittest import mock
+
+        def denied(*a, **kw):
+            raise PermissionError(13, "Permission denied")
+
+        with mock.patch.object(nixl_log, "_os_open", denied), self.assertLogs("kvaudit_export.nixl_log", "ERROR"):
+            a = self.Agent("denied-0")
+        a.register_memory([(0x100, 8, 0, "")], "VRAM")
+        loc = a.prep_xfer_dlist("", [(0x100, 8, 0)], "VRAM")
+        self.assertIsNotNone(loc)
+        a.kvaudit_close()
+        self.assertEqual(os.listdir(self.tmp.name), [])
+
+    def test_unreadable_descriptors(self):
+        class Odd:
+            pass
+
+        class Agent(ns.nixl_agent):
+            def register_memory(self, reg_list, mem_type=None, backends=[]):
+                return "registered"
+
+        a = nixl_log.recording_class(Agent)("odd-0")
+        with self.assertLogs("kvaudit_export.nixl_log", "ERROR"):
+            self.assertEqual(a.register_memory(Odd()), "registered")
+        a.kvaudit_close()
+        self.assertEqual(read_log(os.path.join(self.tmp.name, "odd-0.jsonl.partial"))[0]["agent"], "odd-0")
 
 
 class TestStreaming(unittest.TestCase):

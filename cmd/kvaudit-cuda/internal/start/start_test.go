@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvaudit/kvaudit/kernels"
+	"github.com/kvaudit/kvaudit/internal/kernels"
 )
 
 // TestSameAsKernels: the protocol start reports is the runner's.

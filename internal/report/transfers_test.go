@@ -1,0 +1,116 @@
+package report
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/transfer"
+	"github.com/kvaudit/kvaudit/verify"
+)
+
+// transfersFixture is a violated transfer audit of one consumer log: the
+// request hostileID's transfer 7 read another request's producer block
+// (confined), and a byte no transfer delivered is not zero (zeroed).
+func transfersFixture() *transfer.Result {
+	return &transfer.Result{
+		Format: transfer.ResultFormat, Verdict: transfer.Violated,
+		Logs: []transfer.LogSummary{{File: "nixl/consumer-pp0-tp0.jsonl", Agent: "consumer-0", Side: "consumer", Lists: 2, Xfers: 2, Pairs: 8, Done: 2}},
+		Requests: []transfer.RequestSummary{
+			{ID: hostileID, ProducerID: "p-0", Transfers: []int{7}, Pairs: 4, Bytes: 65536, Findings: map[string]int{transfer.Confined: 1, transfer.Zeroed: 1}},
+			{ID: "req-1", ProducerID: "p-1", Transfers: []int{8}, Pairs: 4, Bytes: 65536, Findings: map[string]int{}},
+		},
+		Findings: []transfer.Finding{
+			{Invariant: transfer.Confined, Request: hostileID, Transfer: 7, Descriptor: 2, Log: "nixl/consumer-pp0-tp0.jsonl", Line: 9,
+				Group: 0, Position: 1, Block: 5, Layer: 1, LayerName: "model.layers.1.self_attn.attn", Part: "K", Heads: [2]int{0, 3}, Tokens: [2]int{16, 31},
+				Bytes: 16384, Side: "remote", Source: &transfer.Source{Agent: "producer-0", Block: 12, Request: "p-1", Position: 1, Expected: "p-0"},
+				Message: "transfer 7 read producer block 12 (rank pp 0 tp 0), which holds request p-1's KV (position 1), not request p-0's"},
+			{Invariant: transfer.Zeroed, Request: hostileID, Transfer: transfer.NoTransfer, Descriptor: -1, Rank: layout.Rank{}, Group: 0, Position: 2, Block: 6,
+				Layer: 0, LayerName: "model.layers.0.self_attn.attn", Part: "V", Heads: [2]int{0, 3}, Tokens: [2]int{32, 39}, Bytes: 40,
+				Message: "request " + hostileID + " V (position 2, block 6, rank 0:0): 40 bytes no transfer delivered are not zero"},
+		},
+		Unresolved: []string{},
+		Notes:      []string{"1 transfer of a request the consumer's dumps do not hold is left out"},
+		Pairing:    []string{`log "nixl/other.jsonl" (agent "` + hostileID + `") matches neither dump`},
+	}
+}
+
+// transfersInfo is a fixed run of kvaudit transfers, for golden files.
+var transfersInfo = HTMLInfo{Command: "kvaudit transfers --html=t.html --producer=p --consumer=c nixl", Producer: "p", Consumer: "c", Logs: "nixl", Exit: 1,
+	Version: "kvaudit test", Time: time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC)}
+
+// TestGoldenTransfers: kvaudit transfers' output in every format and its
+// HTML page.
+func TestGoldenTransfers(t *testing.T) {
+	res := transfersFixture()
+	for _, g := range goldenFormats {
+		golden(t, "transfers."+g.ext, g.render(t, func(b *bytes.Buffer) error {
+			return RenderTransfers(b, res, g.f, g.style, 0)
+		}))
+	}
+	golden(t, "transfers.html", render(t, func(b *bytes.Buffer) error { return RenderTransfersHTML(b, res, transfersInfo) }))
+}
+
+// TestTransfersHTML: the page of kvaudit transfers --html says the
+// audit's verdict, its exit code and, unless clean, its summary; it
+// draws the requests and findings tables with untrusted ids as text and
+// lists the logs read; a diff's page carries the transfer audit too.
+func TestTransfersHTML(t *testing.T) {
+	out := string(render(t, func(b *bytes.Buffer) error { return RenderTransfersHTML(b, transfersFixture(), transfersInfo) }))
+	for _, want := range []string{
+		`<header class="top t-bad">`,
+		`<span id="title">kvaudit transfers: violated</span>`,
+		`verdict <b id="verdict">violated</b> · exit code <b id="exit">1</b> · <span id="summary">transfers: 2 finding(s) (confined 1, zeroed 1): `,
+		`<h2>kvaudit transfers: violated</h2>`,
+		`<h2>transfer findings: 2</h2>`,
+		`<code>nixl/consumer-pp0-tp0.jsonl</code>`,
+		"&lt;img src=x onerror=alert(1)&gt;",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if m := fetching.FindAllString(out, -1); len(m) > 0 {
+		t.Errorf("the page could fetch or run: %q", m)
+	}
+
+	for verdict, want := range map[string]string{transfer.Clean: `<header class="top t-good">`, transfer.Unresolved: `<header class="top t-warn">`} {
+		res := transfersFixture()
+		res.Verdict, res.Findings = verdict, nil
+		if verdict == transfer.Unresolved {
+			res.Unresolved = []string{`log "x.jsonl": agent "nobody" names no dump`}
+		}
+		out := string(render(t, func(b *bytes.Buffer) error { return RenderTransfersHTML(b, res, transfersInfo) }))
+		if !strings.Contains(out, want) {
+			t.Errorf("%s: the page lacks %q", verdict, want)
+		}
+		if hasSummary := strings.Contains(out, `id="summary"`); hasSummary != (verdict != transfer.Clean) {
+			t.Errorf("%s: a summary shown: %v", verdict, hasSummary)
+		}
+	}
+
+	res := htmlFixture()
+	res.Audits.Transfers = transfersFixture()
+	diff := renderHTML(t, res)
+	if !strings.Contains(diff, `<h2>transfer audit: violated (1 log(s), 2 transfer(s), 2 finding(s))</h2>`) {
+		t.Error("a diff's page lacks the transfer audit's table")
+	}
+	if res.Verdict() != verify.Mismatch {
+		t.Errorf("verdict %s, want mismatch", res.Verdict())
+	}
+}
+
+// TestSpan: a range of one value is written as that value, an unknown
+// one as "-" (the goldens' findings all span several heads and tokens).
+func TestSpan(t *testing.T) {
+	for _, c := range []struct {
+		r    [2]int
+		want string
+	}{{[2]int{-1, -1}, "-"}, {[2]int{3, 3}, "3"}, {[2]int{0, 7}, "0-7"}} {
+		if got := span(c.r); got != c.want {
+			t.Errorf("span(%v) = %q, want %q", c.r, got, c.want)
+		}
+	}
+}
