@@ -891,7 +891,6 @@ func (t *logTamper) lateRead() error {
 		}
 	}
 	// Every READ of the request from this one on is late.
-	var descs []int
 	for _, y := range t.xfers() {
 		r := &y.log.recs[y.rec]
 		if y.log != l || y.rec < x.rec || y.req.ID != x.req.ID {
@@ -899,7 +898,6 @@ func (t *logTamper) lateRead() error {
 		}
 		t.f.Expect.Transfers = append(t.f.Expect.Transfers, TransferExpect{Invariant: transfer.Lease, Request: y.req.ID, Transfer: r.ID,
 			Descriptor: -1, Log: filepath.Base(l.path), Tokens: [2]int{-1, -1}})
-		descs = append(descs, r.ID)
 	}
 	t.describe(x, nil, "transfer %d of request %q posted %.3f s later, a second after the producer's %d s lease on request %q lapsed; its blocks still hold the request's KV",
 		rec.ID, x.req.ID, float64(delta)/1e9, l.header.LeaseS, pairID)

@@ -4,10 +4,10 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/kvaudit/kvaudit/internal/safeio"
 )
 
 // JUnit XML, as CI systems read it (the Ant/Surefire schema).
@@ -131,30 +131,10 @@ func writeJUnit(w io.Writer, out junitSuites) error {
 // temporary file in the same directory, renamed over path only when write
 // succeeded, so a failed or interrupted run never leaves a truncated
 // report (a stale one from an earlier run is replaced only by a whole
-// one). `kvaudit diff --junit FILE` and `kvaudit campaign --junit FILE`
-// write their JUnit this way while printing the table.
-func WriteFile(path string, write func(io.Writer) error) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("writing %q: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err = write(f); err != nil {
-		return fmt.Errorf("writing %q: %w", path, err)
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return fmt.Errorf("writing %q: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("writing %q: %w", path, err)
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("writing %q: %w", path, err)
-	}
-	return nil
+// one). A character device, FIFO or descriptor (/dev/stdout) is written
+// to as it is (internal/safeio, the output rule). `kvaudit diff --junit
+// FILE` and `kvaudit campaign --junit FILE` write their JUnit this way
+// while printing the table.
+func WriteFile(path string, write func(io.Writer) error) error {
+	return safeio.WriteOutput(path, write)
 }

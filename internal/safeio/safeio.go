@@ -170,7 +170,8 @@ func syncDir(dir string) error {
 }
 
 // Write writes the file path through fill (buffered) as Create and
-// Commit do; on any error nothing is left at path.
+// Commit do; on any error nothing is left at path. Nothing at path is
+// followed, a stream included: WriteOutput is for a file the user names.
 func Write(path string, force bool, fill func(w io.Writer) error) error {
 	f, err := Create(path, force)
 	if err != nil {
@@ -344,9 +345,12 @@ func CheckOutDir(dir string) error {
 }
 
 // CheckOutFile says, before any work, whether a file can be written at
-// path (Create, Write): its directory exists and takes a new file (a
+// path (Create, Write): a stream (IsStream) can; else its directory exists and takes a new file (a
 // temporary one is created and removed), and path is not a directory.
 func CheckOutFile(path string) error {
+	if IsStream(path) {
+		return nil
+	}
 	dir := filepath.Dir(path)
 	st, err := os.Stat(dir)
 	switch {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/kvaudit/kvaudit/internal/inject"
 	"github.com/kvaudit/kvaudit/internal/report"
-	"github.com/kvaudit/kvaudit/internal/safeio"
 )
 
 // CampaignOptions are the settings of `kvaudit campaign`: the library's
@@ -103,6 +102,10 @@ fault was missed or mislocalised or a control was flagged.
 			if err := checkOutputFile("--html", opts.HTML, args); err != nil {
 				return err
 			}
+			// Before the campaign, not after it.
+			if err := checkOutputFile("--junit", opts.JUnit, args); err != nil {
+				return err
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -139,12 +142,6 @@ func (o *CampaignOptions) resolve(cfg *config) error {
 	}
 	if o.Trials < 1 {
 		return usageErrorf("--trials %d: want at least 1", o.Trials)
-	}
-	if o.JUnit != "" {
-		// Before the campaign, not after it.
-		if err := safeio.CheckOutFile(o.JUnit); err != nil {
-			return usageErrorf("--junit %v", err)
-		}
 	}
 	for _, name := range append(cfg.Strings("fault"), cfg.Strings("faults")...) {
 		k, err := inject.ParseKind(strings.TrimSpace(name))

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/internal/report"
-	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
@@ -120,15 +119,13 @@ producer block 12, which holds request req-1's KV (position 0)").
 				return usageErrorf("--sglang-checksum %v", err)
 			}
 			opts.Threads = cfg.Int("threads")
-			if opts.JUnit != "" {
-				// Before the comparison, not after it.
-				if err := safeio.CheckOutFile(opts.JUnit); err != nil {
-					return usageErrorf("--junit %v", err)
-				}
-			}
 			opts.started = time.Now()
 			opts.command = commandLine(cmd, args)
 			if err := checkOutputFile("--html", opts.HTML, slices.Concat(opts.Producer, opts.Consumer, opts.Transfers)); err != nil {
+				return err
+			}
+			// Before the work, not after it.
+			if err := checkOutputFile("--junit", opts.JUnit, slices.Concat(opts.Producer, opts.Consumer, opts.Transfers)); err != nil {
 				return err
 			}
 			if opts.Engine, err = newEngine(cfg, s.Err); err != nil {

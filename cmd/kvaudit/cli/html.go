@@ -1,9 +1,8 @@
 package cli
 
 import (
+	"errors"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -15,44 +14,36 @@ import (
 // htmlFlagHelp is the help of --html FILE.
 const htmlFlagHelp = "also write the report as one self-contained HTML page to this file (replaced if it exists; no script, no network)"
 
-// checkOutputFile refuses an output file (--html FILE) before any work
-// starts: a directory, a file in a directory that does not exist, an
-// input itself, or a file inside an input directory (kvaudit never writes
-// among the files it reads). An empty path is no output.
+// checkOutputFile applies the output rule (internal/safeio) to an output
+// file (--html FILE, --junit FILE) before any work starts: refused, a
+// usage error, when it is an input itself, lies inside an input directory
+// or is a link to either (globs among inputs expanded, links resolved), is
+// a directory, or is a file in a directory that does not exist or takes
+// no new file. A character device, FIFO or descriptor (/dev/stdout) is
+// written to as it is. An empty path is no output; inputs that are not
+// paths (payload text) are passed over.
 func checkOutputFile(flag, path string, inputs []string) error {
 	if path == "" {
 		return nil
 	}
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return usageErrorf("%s %q is a directory: name a file", flag, path)
-	}
-	dir := filepath.Dir(path)
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return usageErrorf("%s %q: the directory %q does not exist", flag, path, dir)
-	}
-	o, err := realPath(path)
-	if err != nil {
-		return err
-	}
-	for _, in := range inputs {
-		p, err := realPath(in)
-		if err != nil {
-			continue // not a path (payload text)
+	if err := safeio.CheckOutput(path, inputs); err != nil {
+		var oe *safeio.OutputError
+		if errors.As(err, &oe) {
+			return outputRefused(flag, err)
 		}
-		if o == p {
-			return usageErrorf("%s %q is the input %q: write outputs elsewhere", flag, path, in)
-		}
-		if st, err := os.Stat(p); err == nil && st.IsDir() && strings.HasPrefix(o, p+string(filepath.Separator)) {
-			return usageErrorf("%s %q is inside the input %q: write outputs elsewhere", flag, path, in)
-		}
+		return usageErrorf("%s %v", flag, err)
+	}
+	if err := safeio.CheckOutFile(path); err != nil {
+		return usageErrorf("%s %v", flag, err)
 	}
 	return nil
 }
 
-// writeHTML writes an HTML report to path atomically (internal/safeio),
-// replacing an earlier one as --junit does.
+// writeHTML writes an HTML report to path (safeio.WriteOutput): a regular
+// file atomically, replacing an earlier one as --junit does; a device,
+// FIFO or descriptor as it is.
 func writeHTML(path string, render func(w io.Writer) error) error {
-	return safeio.Write(path, true, render)
+	return safeio.WriteOutput(path, render)
 }
 
 // commandLine is the command as run, for a report: the command's path,

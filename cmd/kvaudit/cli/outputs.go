@@ -1,11 +1,10 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/verify"
 )
@@ -15,51 +14,30 @@ import (
 // input (a file, or a directory: --out s for the side s/producer, where
 // the outputs would read as part of a side): kvaudit never writes among
 // the files it reads. With replacing (an output directory replaced whole,
-// inject --force) an input anywhere inside out is refused too.
+// inject --force) an input anywhere inside out is refused too. Globs among
+// the inputs are expanded first, links resolved (safeio.CheckOutputDir,
+// the output rule of every command).
 func checkOutsideInputs(out string, inputs []string, replacing bool) error {
-	o, err := realPath(out)
-	if err != nil {
-		return err
-	}
-	for _, in := range inputs {
-		p, err := realPath(in)
-		if err != nil {
-			return err
-		}
-		dir := p
-		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			dir = filepath.Dir(p)
-		}
-		if o == dir || strings.HasPrefix(o+string(filepath.Separator), dir+string(filepath.Separator)) {
-			return usageErrorf("--out %q is inside the input %q: write outputs elsewhere", out, in)
-		}
-		if replacing && strings.HasPrefix(p, o+string(filepath.Separator)) {
-			return usageErrorf("the input %q is inside --out %q, which would be replaced: write outputs elsewhere", in, out)
-		}
-		if o == filepath.Dir(p) {
-			return usageErrorf("--out %q holds the input %q: write outputs elsewhere", out, in)
-		}
-	}
-	return nil
+	return outputRefused("--out", safeio.CheckOutputDir(out, inputs, replacing))
 }
 
-// realPath is path made absolute with its symlinks resolved, as far as it
-// exists (an output directory may not exist yet).
-func realPath(path string) (string, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return "", err
+// outputRefused words a refusal of the output rule (a *safeio.OutputError)
+// for the flag that named the output, as a usage error (exit 3); other
+// errors are returned as they are.
+func outputRefused(flag string, err error) error {
+	var oe *safeio.OutputError
+	if !errors.As(err, &oe) {
+		return err
 	}
-	rest := ""
-	for p := abs; ; p = filepath.Dir(p) {
-		if r, err := filepath.EvalSymlinks(p); err == nil {
-			return filepath.Join(r, rest), nil
-		}
-		if p == filepath.Dir(p) {
-			return abs, nil
-		}
-		rest = filepath.Join(filepath.Base(p), rest)
+	switch oe.Why {
+	case "is":
+		return usageErrorf("%s %q is the input %q: kvaudit never writes over an input (write outputs elsewhere)", flag, oe.Path, oe.Input)
+	case "holds":
+		return usageErrorf("%s %q holds the input %q: write outputs elsewhere", flag, oe.Path, oe.Input)
+	case "would replace":
+		return usageErrorf("the input %q is inside %s %q, which would be replaced: write outputs elsewhere", oe.Input, flag, oe.Path)
 	}
+	return usageErrorf("%s %q is inside the input %q: write outputs elsewhere", flag, oe.Path, oe.Input)
 }
 
 // allowedNotice says on stderr when the configuration file, not a flag,

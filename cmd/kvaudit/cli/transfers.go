@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/internal/report"
-	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/transfer"
 )
@@ -102,14 +101,12 @@ agent names (kvaudit_export and kvaudit synth write them).
 			if len(opts.Producer) == 0 || len(opts.Consumer) == 0 {
 				return usageErrorf("--producer and --consumer are required: the dumps the logs' descriptors resolve to")
 			}
-			if opts.JUnit != "" {
-				// Before the audit, not after it.
-				if err := safeio.CheckOutFile(opts.JUnit); err != nil {
-					return usageErrorf("--junit %v", err)
-				}
-			}
 			inputs := append(append(slices.Clone(opts.Logs), opts.Producer...), opts.Consumer...)
 			if err := checkOutputFile("--html", opts.HTML, inputs); err != nil {
+				return err
+			}
+			// Before the work, not after it.
+			if err := checkOutputFile("--junit", opts.JUnit, inputs); err != nil {
 				return err
 			}
 			opts.started = time.Now()
