@@ -141,7 +141,7 @@ func workedPool(pages [2]int64, tail byte) []SGLangBuffer {
 	return bufs
 }
 
-// TestSGLangWorkedExample: the values of ../shared/engines.md (computed
+// TestSGLangWorkedExample: the worked example of docs/sglang.md (computed
 // there with zlib): 0xAFDA0C3D with a zero tail slot, 0xB7404BFD with
 // 0xFF, the same on pages [5, 2]; the suffix-only form from
 // start_send_idx 2 (page 1 alone) 0x4C4F0465 / 0x5F014425. Swapping K and
