@@ -53,7 +53,7 @@ CGO_ENABLED=1 go vet -tags cuda ./cmd/kvaudit-cuda/ ./internal/kernels/...
 
 step "the cuda test binaries compile"
 CGO_ENABLED=1 go test -c -tags cuda -o "$tmp/kvaudit-cuda.test" ./cmd/kvaudit-cuda
-CGO_ENABLED=1 go test -c -tags cuda -o "$tmp/kernels.test" ./kernels
+CGO_ENABLED=1 go test -c -tags cuda -o "$tmp/kernels.test" ./internal/kernels
 
 step "kernel-model tests (with and without -tags cuda)"
 go test -count=1 ./internal/kernels/...
