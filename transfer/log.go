@@ -338,7 +338,7 @@ func (r *Reader) field(rec *Record, key string) error {
 	var err error
 	unknown := func() error { return r.errf(key, "unknown key in a %s record", rec.Op) }
 	switch rec.Op {
-	case OpRegister:
+	case OpRegister, OpDeregister:
 		switch key {
 		case "mem":
 			rec.Mem, err = r.str(key)
@@ -347,12 +347,16 @@ func (r *Reader) field(rec *Record, key string) error {
 		default:
 			return unknown()
 		}
-	case OpDList:
+	case OpDList, OpMemView:
 		switch key {
 		case "handle":
 			rec.Handle, err = r.handle(key)
 			if err == nil && rec.Handle == 0 {
-				err = r.errf(key, "null: a prepared list has a handle")
+				what := "a prepared list"
+				if rec.Op == OpMemView {
+					what = "a memory view"
+				}
+				err = r.errf(key, "null: %s has a handle", what)
 			}
 		case "agent":
 			rec.Agent, err = r.str(key)
@@ -462,34 +466,11 @@ func (r *Reader) field(rec *Record, key string) error {
 		default:
 			return unknown()
 		}
-	case OpDeregister:
-		switch key {
-		case "mem":
-			rec.Mem, err = r.str(key)
-		case "descs":
-			err = r.descs(key, r.addTo(rec, &rec.Descs))
-		default:
-			return unknown()
-		}
 	case OpRemoveAgent:
 		if key != "agent" {
 			return unknown()
 		}
 		rec.Agent, err = r.str(key)
-	case OpMemView:
-		switch key {
-		case "handle":
-			rec.Handle, err = r.handle(key)
-			if err == nil && rec.Handle == 0 {
-				err = r.errf(key, "null: a memory view has a handle")
-			}
-		case "agent":
-			rec.Agent, err = r.str(key)
-		case "descs":
-			err = r.descs(key, r.addTo(rec, &rec.Descs))
-		default:
-			return unknown()
-		}
 	}
 	return err
 }
