@@ -246,6 +246,16 @@ func (t *storeTamper) pick(ok func(e scrub.Entry) bool) (scrub.Entry, error) {
 	return pick(t.rng, cands), nil
 }
 
+// pickLayout is pick, with where the chosen file's payload and checksum lie.
+func (t *storeTamper) pickLayout(ok func(e scrub.Entry) bool) (scrub.Entry, scrub.Layout, error) {
+	e, err := t.pick(ok)
+	if err != nil {
+		return e, scrub.Layout{}, err
+	}
+	l, err := scrub.LayoutOf(e)
+	return e, l, err
+}
+
 // flipAt flips bit of the byte at off of the file at path.
 func flipAt(path string, off int64, bit byte) error {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -263,11 +273,7 @@ func flipAt(path string, off int64, bit byte) error {
 }
 
 func (t *storeTamper) byteFlip() error {
-	e, err := t.pick(nil)
-	if err != nil {
-		return err
-	}
-	l, err := scrub.LayoutOf(e)
+	e, l, err := t.pickLayout(nil)
 	if err != nil {
 		return err
 	}
@@ -284,11 +290,7 @@ func (t *storeTamper) byteFlip() error {
 }
 
 func (t *storeTamper) crc() error {
-	e, err := t.pick(nil)
-	if err != nil {
-		return err
-	}
-	l, err := scrub.LayoutOf(e)
+	e, l, err := t.pickLayout(nil)
 	if err != nil {
 		return err
 	}
