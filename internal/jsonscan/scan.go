@@ -163,11 +163,11 @@ type Scanner struct {
 	tok  []byte // the last String or Number
 
 	// The token level.
-	stack   []byte // '{' or '[' per open container
-	state   state
-	opened  bool // the innermost container was just opened (or a key wanted first)
-	key     bool // the last String was an object's key
-	tokAt   int64
+	stack  []byte // '{' or '[' per open container
+	state  state
+	opened bool // the innermost container was just opened (or a key wanted first)
+	key    bool // the last String was an object's key
+	tokAt  int64
 }
 
 type state uint8
