@@ -149,8 +149,9 @@ func TestAnchors(t *testing.T) {
 	}
 }
 
-// TestDocLinks checks every relative link of README.md and docs/*.md (links
-// and images, outside code): the file or directory it names exists, and
+// TestDocLinks checks every relative link of README.md, docs/*.md and the
+// READMEs they send readers to (examples/vllm's, internal/kernels'): links
+// and images, outside code. The file or directory a link names exists, and
 // the fragment it names, in this page or in another Markdown page, is one
 // of that page's headings.
 func TestDocLinks(t *testing.T) {
@@ -167,8 +168,8 @@ func TestDocLinks(t *testing.T) {
 		return pageAnchors[path], nil
 	}
 	links := 0
-	for _, page := range docPages(t) {
-		b, err := os.ReadFile(filepath.Join(repoRoot, page))
+	for _, page := range append(docPages(t), "examples/vllm/README.md", "internal/kernels/README.md") {
+		b, err := os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(page)))
 		if err != nil {
 			t.Fatal(err)
 		}
