@@ -57,7 +57,7 @@ func geometries() []geometry {
 // pull and returns the open sides and the logs.
 func pull(t testing.TB, dir string, g geometry) (prod, cons []*layout.Dump, logs []string) {
 	t.Helper()
-	prod, cons = sides(t, dir, g)
+	prod, cons = sides(t, g)
 	var err error
 	if logs, err = transfer.WritePlan(filepath.Join(dir, "nixl"), prod, cons, false, transfer.PlanOptions{Planner: g.planner}); err != nil {
 		t.Fatal(err)
@@ -65,16 +65,12 @@ func pull(t testing.TB, dir string, g geometry) (prod, cons []*layout.Dump, logs
 	return prod, cons, logs
 }
 
-// sides synthesizes a geometry's sides with one seed and opens them.
-func sides(t testing.TB, dir string, g geometry) (prod, cons []*layout.Dump) {
+// sides synthesizes a geometry's sides with one seed (once per test
+// binary: see synthesized) and opens them.
+func sides(t testing.TB, g geometry) (prod, cons []*layout.Dump) {
 	t.Helper()
 	g.p.Seed, g.c.Seed = 5, 5
-	if _, err := synth.Write(dir, g.p); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := synth.Write(dir, g.c); err != nil {
-		t.Fatal(err)
-	}
+	dir := synthesized(t, g.p, g.c)
 	var err error
 	if prod, err = layout.OpenPaths([]string{filepath.Join(dir, "producer")}); err != nil {
 		t.Fatal(err)

@@ -34,7 +34,9 @@ func TestMain(m *testing.M) {
 		fmt.Printf("%s %d %d\n", res.Verdict, pairs, peakRSS())
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeFixtures()
+	os.Exit(code)
 }
 
 // peakRSS is the process's peak resident memory in bytes since it

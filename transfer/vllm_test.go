@@ -138,7 +138,7 @@ func TestLookahead(t *testing.T) {
 	g := geometries()[0]
 	g.p.Tokens, g.c.Tokens = 31, 40
 	dir := t.TempDir()
-	prod, cons := sides(t, dir, g)
+	prod, cons := sides(t, g)
 	logs, err := transfer.WritePlan(filepath.Join(dir, "nixl-mtp"), prod, cons, false, transfer.PlanOptions{Lookahead: 10})
 	if err != nil {
 		t.Fatal(err)
