@@ -383,4 +383,3 @@ func refCheckSurrogates(b []byte) string {
 	}
 	return ""
 }
-
