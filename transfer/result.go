@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -196,7 +197,7 @@ func (r *Result) Summary() string {
 		}
 		return fmt.Sprintf("transfers: %d finding(s) (%s): %s", len(r.Findings), strings.Join(parts, ", "), r.Findings[0].Message)
 	case Unresolved:
-		return "transfers: unresolved: " + strings.Join(r.Unresolved, "; ")
+		return "transfers: unresolved: " + termtext.Some(r.Unresolved, "; ")
 	}
 	return "transfers: clean"
 }

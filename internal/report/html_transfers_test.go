@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/inject"
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
@@ -55,7 +56,7 @@ func synthPull(t *testing.T, p, c synth.Config, lookahead int) pull {
 		t.Fatal(err)
 	}
 	pl := pull{logs: filepath.Join(dir, "nixl"), prod: openSide(t, prodPaths), cons: openSide(t, paths)}
-	if _, err := transfer.WritePlan(pl.logs, pl.prod, pl.cons, false, transfer.PlanOptions{Planner: transfer.PlannerExact, Lookahead: lookahead}); err != nil {
+	if _, err := nixl.WritePlan(pl.logs, pl.prod, pl.cons, false, nixl.PlanOptions{Planner: nixl.PlannerExact, Lookahead: lookahead}); err != nil {
 		t.Fatal(err)
 	}
 	return pl
