@@ -2,12 +2,10 @@ package nixl
 
 import (
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
-	"unicode/utf16"
-	"unicode/utf8"
 
+	"github.com/kvaudit/kvaudit/internal/jsonscan"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/parse"
 )
@@ -21,32 +19,59 @@ func (r *Reader) errf(field, format string, args ...any) error {
 	return &parse.Error{Format: parse.NIXLLog, File: r.name, Line: r.line, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// byteAt reads one byte; end of input inside a line is an error.
-func (r *Reader) byteAt(field string) (byte, error) {
-	c, err := r.r.ReadByte()
-	if err == io.EOF {
-		return 0, r.errf(field, "the line ends early (a truncated log?)")
+// scanErr words an error of the scanner as the reader does, naming field;
+// the underlying reader's errors are returned as they are.
+func (r *Reader) scanErr(field string, err error) error {
+	e, ok := err.(*jsonscan.Error)
+	if !ok {
+		return err
 	}
+	switch e.Code {
+	case jsonscan.ErrEOF:
+		return r.errf(field, "the line ends early (a truncated log?)")
+	case jsonscan.ErrLineEnd:
+		return r.errf(field, "the line ends early")
+	case jsonscan.ErrControl:
+		return r.errf(field, "a control character (0x%02x) inside a string", e.Char)
+	case jsonscan.ErrEscape:
+		return r.errf(field, "unknown escape \\%c in a string", e.Char)
+	case jsonscan.ErrHex:
+		return r.errf(field, "a \\u escape with %q, not 4 hex digits", e.Char)
+	case jsonscan.ErrUTF8:
+		return r.errf(field, "a string that is not valid UTF-8")
+	case jsonscan.ErrLongString:
+		return r.errf(field, "a string longer than %d bytes", MaxString)
+	case jsonscan.ErrNegative:
+		return r.errf(field, "a negative number")
+	case jsonscan.ErrFraction:
+		return r.errf(field, "a number with a fraction or an exponent: want an integer")
+	case jsonscan.ErrLeadingZero:
+		return r.errf(field, "a number with a leading zero")
+	case jsonscan.ErrRange:
+		return r.errf(field, "a number larger than %d", e.Limit)
+	case jsonscan.ErrChar: // Uint's first byte
+		return r.errf(field, "want a number, got %q", e.Char)
+	}
+	return r.errf(field, "%v", e)
+}
+
+// peek skips whitespace within a line and returns the next byte,
+// unconsumed.
+func (r *Reader) peek(field string) (byte, error) {
+	c, err := r.sc.Peek()
 	if err != nil {
-		return 0, err
-	}
-	if c == '\n' {
-		return 0, r.errf(field, "the line ends early")
+		return 0, r.scanErr(field, err)
 	}
 	return c, nil
 }
 
-// ws skips JSON whitespace within a line and returns the next byte.
+// ws skips whitespace within a line and returns the next byte, consumed.
 func (r *Reader) ws(field string) (byte, error) {
-	for {
-		c, err := r.byteAt(field)
-		if err != nil {
-			return 0, err
-		}
-		if c != ' ' && c != '\t' && c != '\r' {
-			return c, nil
-		}
+	c, err := r.peek(field)
+	if err == nil {
+		r.sc.Advance()
 	}
+	return c, err
 }
 
 func (r *Reader) expect(want byte, field string) error {
@@ -62,19 +87,26 @@ func (r *Reader) expect(want byte, field string) error {
 
 // str reads a JSON string (after whitespace), at most MaxString bytes.
 func (r *Reader) str(field string) (string, error) {
-	if err := r.expect('"', field); err != nil {
-		return "", err
-	}
-	return r.strBody(field)
+	b, err := r.strBytes(field)
+	return string(b), err
 }
 
-// strBody reads the rest of a JSON string after its opening quote.
-func (r *Reader) strBody(field string) (string, error) {
-	b, err := r.strBytes(field)
+// strBytes reads a JSON string (after whitespace) into the scanner's
+// bytes (valid until the next read).
+func (r *Reader) strBytes(field string) ([]byte, error) {
+	c, err := r.peek(field)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return string(b), nil
+	if c != '"' {
+		r.sc.Advance()
+		return nil, r.errf(field, "want %q, got %q", '"', c)
+	}
+	b, err := r.sc.String()
+	if err != nil {
+		return nil, r.scanErr(field, err)
+	}
+	return b, nil
 }
 
 // knownKeys are the keys of the format, returned without a copy.
@@ -90,9 +122,6 @@ var knownKeys = func() map[string]string {
 
 // keyStr reads an object's key (after whitespace).
 func (r *Reader) keyStr() (string, error) {
-	if err := r.expect('"', ""); err != nil {
-		return "", err
-	}
 	b, err := r.strBytes("")
 	if err != nil {
 		return "", err
@@ -103,189 +132,64 @@ func (r *Reader) keyStr() (string, error) {
 	return string(b), nil
 }
 
-// strBytes reads the rest of a JSON string after its opening quote into
-// the reader's buffer (valid until the next read).
-func (r *Reader) strBytes(field string) ([]byte, error) {
-	b := r.sb[:0]
-	defer func() { r.sb = b[:0] }()
-	for {
-		c, err := r.byteAt(field)
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case c == '"':
-			if !utf8.Valid(b) {
-				return nil, r.errf(field, "a string that is not valid UTF-8")
-			}
-			return b, nil
-		case c < 0x20:
-			return nil, r.errf(field, "a control character (0x%02x) inside a string", c)
-		case c == '\\':
-			e, err := r.byteAt(field)
-			if err != nil {
-				return nil, err
-			}
-			switch e {
-			case '"', '\\', '/':
-				b = append(b, e)
-			case 'b':
-				b = append(b, '\b')
-			case 'f':
-				b = append(b, '\f')
-			case 'n':
-				b = append(b, '\n')
-			case 'r':
-				b = append(b, '\r')
-			case 't':
-				b = append(b, '\t')
-			case 'u':
-				v, err := r.hex4(field)
-				if err != nil {
-					return nil, err
-				}
-				ch := rune(v)
-				if utf16.IsSurrogate(ch) {
-					// A pair, or a lone surrogate (as Python writes one).
-					if p, _ := r.r.Peek(2); len(p) == 2 && p[0] == '\\' && p[1] == 'u' {
-						r.r.Discard(2)
-						lo, err := r.hex4(field)
-						if err != nil {
-							return nil, err
-						}
-						if d := utf16.DecodeRune(ch, rune(lo)); d != utf8.RuneError {
-							b = utf8.AppendRune(b, d)
-							break
-						}
-						b = utf8.AppendRune(b, utf8.RuneError)
-						ch = rune(lo)
-						if utf16.IsSurrogate(ch) {
-							ch = utf8.RuneError
-						}
-					} else {
-						ch = utf8.RuneError
-					}
-				}
-				b = utf8.AppendRune(b, ch)
-			default:
-				return nil, r.errf(field, "unknown escape \\%c in a string", e)
-			}
-		default:
-			b = append(b, c)
-		}
-		if len(b) > MaxString {
-			return nil, r.errf(field, "a string longer than %d bytes", MaxString)
-		}
-	}
-}
-
-func (r *Reader) hex4(field string) (uint16, error) {
-	var v uint16
-	for range 4 {
-		c, err := r.byteAt(field)
-		if err != nil {
-			return 0, err
-		}
-		d, ok := hexDigit(c)
-		if !ok {
-			return 0, r.errf(field, "a \\u escape with %q, not 4 hex digits", c)
-		}
-		v = v<<4 | uint16(d)
-	}
-	return v, nil
-}
-
-func hexDigit(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
-}
-
 // uint reads a JSON non-negative integer (no fraction, exponent or
-// leading zero) of at most max; first is its first byte, already read.
-func (r *Reader) uintFrom(first byte, field string, max uint64) (uint64, error) {
-	if first == '-' {
-		return 0, r.errf(field, "a negative number")
+// leading zero) of at most max, after whitespace.
+func (r *Reader) uint(field string, max uint64) (uint64, error) {
+	if _, err := r.peek(field); err != nil {
+		return 0, err
 	}
-	if first < '0' || first > '9' {
-		return 0, r.errf(field, "want a number, got %q", first)
-	}
-	v := uint64(first - '0')
-	for {
-		p, err := r.r.Peek(1)
-		if err != nil || len(p) == 0 {
-			break
-		}
-		c := p[0]
-		if c == '.' || c == 'e' || c == 'E' {
-			return 0, r.errf(field, "a number with a fraction or an exponent: want an integer")
-		}
-		if c < '0' || c > '9' {
-			break
-		}
-		if first == '0' {
-			return 0, r.errf(field, "a number with a leading zero")
-		}
-		r.r.Discard(1)
-		if v > (max-uint64(c-'0'))/10 {
-			return 0, r.errf(field, "a number larger than %d", max)
-		}
-		v = v*10 + uint64(c-'0')
+	v, err := r.sc.Uint(max)
+	if err != nil {
+		return 0, r.scanErr(field, err)
 	}
 	return v, nil
 }
 
 func (r *Reader) int(field string, max uint64) (int, error) {
-	c, err := r.ws(field)
-	if err != nil {
-		return 0, err
-	}
-	v, err := r.uintFrom(c, field, max)
+	v, err := r.uint(field, max)
 	return int(v), err
+}
+
+// null reads null, the next byte being its 'n'; any other word is
+// refused with msg.
+func (r *Reader) null(field, msg string) error {
+	if _, err := r.sc.Literal(); err != nil {
+		if e, ok := err.(*jsonscan.Error); ok && e.Code != jsonscan.ErrEOF && e.Code != jsonscan.ErrLineEnd {
+			return r.errf(field, "%s", msg)
+		}
+		return r.scanErr(field, err)
+	}
+	return nil
 }
 
 // handle reads a handle number or null (0).
 func (r *Reader) handle(field string) (int, error) {
-	c, err := r.ws(field)
+	c, err := r.peek(field)
 	if err != nil {
 		return 0, err
 	}
 	if c == 'n' {
-		for _, want := range []byte("ull") {
-			c, err := r.byteAt(field)
-			if err != nil {
-				return 0, err
-			}
-			if c != want {
-				return 0, r.errf(field, "want a handle number or null")
-			}
-		}
-		return 0, nil
+		return 0, r.null(field, "want a handle number or null")
 	}
-	v, err := r.uintFrom(c, field, 1<<62)
+	v, err := r.uint(field, 1<<62)
 	if err == nil && v == 0 {
 		return 0, r.errf(field, "handle 0: handles are numbered from 1")
 	}
 	return int(v), err
 }
 
-// array reads a JSON array, calling elem for each element (after the
-// reader has skipped whitespace up to it); at most MaxArray elements.
+// array reads a JSON array, calling elem for each element with its first
+// byte (after whitespace, not consumed); at most MaxArray elements.
 func (r *Reader) array(field string, elem func(i int, first byte) error) error {
 	if err := r.expect('[', field); err != nil {
 		return err
 	}
-	c, err := r.ws(field)
+	c, err := r.peek(field)
 	if err != nil {
 		return err
 	}
 	if c == ']' {
+		r.sc.Advance()
 		return nil
 	}
 	for i := 0; ; i++ {
@@ -303,7 +207,7 @@ func (r *Reader) array(field string, elem func(i int, first byte) error) error {
 		case ']':
 			return nil
 		case ',':
-			if c, err = r.ws(field); err != nil {
+			if c, err = r.peek(field); err != nil {
 				return err
 			}
 		default:
@@ -324,9 +228,10 @@ func (r *Reader) descs(field string, add func(Desc)) error {
 	})
 }
 
-// desc reads one descriptor; errors name its field "[]..." (descs fills
-// in the index).
+// desc reads one descriptor, first being its first byte; errors name its
+// field "[]..." (descs fills in the index).
 func (r *Reader) desc(first byte, add func(Desc)) error {
+	r.sc.Advance()
 	if first != '[' {
 		return r.errf("[]", "want a descriptor [ADDR, LEN, DEV], got %q", first)
 	}
@@ -361,51 +266,58 @@ func (r *Reader) desc(first byte, add func(Desc)) error {
 	return nil
 }
 
-// hexAddr reads an address string: "0x" and 1 to 16 hex digits, on a fast
-// path when the bytes are there; otherwise as a string, for the error to
-// quote it (s, "" on the fast path).
+// hexAddr reads an address string: "0x" and 1 to 16 hex digits, without
+// a copy when it is one; otherwise the string is parsed again for the
+// error, which quotes it (s, "" on the fast path).
 func (r *Reader) hexAddr(field string) (addr uint64, s string, err error) {
-	c, err := r.ws(field)
+	b, err := r.strBytes(field)
 	if err != nil {
 		return 0, "", err
 	}
-	if c == '"' {
-		if p, _ := r.r.Peek(19); len(p) >= 4 && p[0] == '0' && p[1] == 'x' {
-			var v uint64
-			for i := 2; i < len(p) && i < 19; i++ {
-				if p[i] == '"' && i > 2 {
-					r.r.Discard(i + 1)
-					return v, "", nil
-				}
-				d, ok := hexDigit(p[i])
-				if !ok || i == 18 {
-					break
-				}
-				v = v<<4 | uint64(d)
+	if len(b) > 2 && len(b) <= 18 && b[0] == '0' && b[1] == 'x' {
+		var v uint64
+		ok := true
+		for _, c := range b[2:] {
+			d, isHex := hexDigit(c)
+			if !isHex {
+				ok = false
+				break
 			}
+			v = v<<4 | uint64(d)
 		}
-	} else {
-		return 0, "", r.errf(field, "want '\"', got %q", c)
+		if ok {
+			return v, "", nil
+		}
 	}
-	if s, err = r.strBody(field); err != nil {
-		return 0, "", err
-	}
+	s = string(b)
 	if addr, err = layout.ParseHex64(s); err != nil {
 		return 0, "", r.errf(field, "address %v", err)
 	}
 	return addr, s, nil
 }
 
+func hexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
 // ids reads an array of indices into dst.
 func (r *Reader) ids(field string, dst []int) ([]int, error) {
 	dst = dst[:0]
 	err := r.array(field, func(i int, first byte) error {
-		v, err := r.uintFrom(first, field+"[]", MaxArray*64)
-		if le := parse.As(err, parse.NIXLLog); le != nil {
-			le.Field = fmt.Sprintf("%s[%d]", field, i)
+		v, err := r.sc.Uint(MaxArray * 64)
+		if err != nil {
+			return r.scanErr(fmt.Sprintf("%s[%d]", field, i), err)
 		}
 		dst = append(dst, int(v))
-		return err
+		return nil
 	})
 	return dst, err
 }
@@ -447,21 +359,14 @@ func (r *Reader) object(first string, value func(key string) error) error {
 			return r.errf(key, "want ',' or '}' after the value, got %q", c)
 		}
 	}
-	for {
-		c, err := r.r.ReadByte()
-		if err == io.EOF {
-			r.eof = true
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		switch c {
-		case '\n':
-			return nil
-		case ' ', '\t', '\r':
-			continue
-		}
+	c, eof, err := r.sc.EndLine()
+	switch {
+	case err != nil:
+		return err
+	case eof:
+		r.eof = true
+	case c != '\n':
 		return r.errf("", "%q after the line's object (one object per line)", c)
 	}
+	return nil
 }
