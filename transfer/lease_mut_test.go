@@ -147,5 +147,12 @@ func TestLeaseStartsAtANotification(t *testing.T) {
 		if want == transfer.Violated && !strings.Contains(res.Findings[0].Message, "the first record naming it") {
 			t.Fatalf("notification %q: %s", msg, res.Findings[0].Message)
 		}
+		// One READ of the log's two (one per request) is late.
+		if n := len(slices.DeleteFunc(slices.Clone(recs), func(r transfer.Record) bool { return r.Op != transfer.OpXfer })); n != 2 {
+			t.Fatalf("%d transfers in the log, want 2", n)
+		}
+		if note := "lease: 1 of 2 READ(s) posted after the lease lapsed (5 s, --lease)"; (want == transfer.Violated) != hasNote(res.Notes, note) {
+			t.Fatalf("notification %q: notes %q, want %q: %v", msg, res.Notes, note, want == transfer.Violated)
+		}
 	}
 }
