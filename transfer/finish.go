@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -23,7 +24,7 @@ func (a *auditor) finish(ctx context.Context) error {
 		if x.state == "" {
 			a.note("log %q: transfer %d (line %d) never reached DONE or ERR in the log: its bytes count as not delivered", x.log.path, x.id, x.line)
 		}
-		if end := x.req.pullEnd(a); x.state == Err && end > x.req.req.NumLocalComputedTokens {
+		if end := x.req.pullEnd(a); x.state == nixl.Err && end > x.req.req.NumLocalComputedTokens {
 			f := Finding{Invariant: Failed, Descriptor: -1, Group: -1, Position: -1, Block: -1, Heads: [2]int{-1, -1}, Tokens: [2]int{-1, -1}}
 			f.Message = fmt.Sprintf("transfer %d ended in ERR, but request %s was loaded anyway (its dump on rank %s holds tokens %d-%d as loaded)",
 				x.id, x.req.req.ID, x.dst.r, x.req.req.NumLocalComputedTokens, end-1)
@@ -65,7 +66,7 @@ func (a *auditor) finish(ctx context.Context) error {
 // the pull's to deliver, those from it up to num_tokens the consumer
 // recomputes (neither pulled nor required).
 func (r *request) pullEnd(a *auditor) int {
-	return PullTokens(r.req.NumTokens, r.rank.hybrid, a.opts.Lookahead)
+	return nixl.PullTokens(r.req.NumTokens, r.rank.hybrid, a.opts.Lookahead)
 }
 
 type ival struct{ lo, hi uint64 }
@@ -74,7 +75,7 @@ type ival struct{ lo, hi uint64 }
 func (a *auditor) finishRank(rk *rank) {
 	done := rk.deliveries[:0] // filtered in place
 	for _, d := range rk.deliveries {
-		if a.xfers[d.x].state == Done {
+		if a.xfers[d.x].state == nixl.Done {
 			done = append(done, d)
 		}
 	}

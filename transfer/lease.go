@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kvaudit/kvaudit/internal/nixl"
 )
 
 // leases is the lease audit's state: when records name each producer
@@ -91,7 +93,7 @@ func (l *leases) header(lf *logFile) {
 // seen takes a timed record's message: "REQ:N" (a read notification, a
 // transfer's notif) or "HB:REQ,REQ,..." (vLLM's heartbeat, which extends
 // the lease).
-func (l *leases) seen(msg string, t Stamp) {
+func (l *leases) seen(msg string, t nixl.Stamp) {
 	if !t.Ok || msg == "" {
 		return
 	}
@@ -129,7 +131,7 @@ func (l *leases) audit() {
 	reads := map[string][]leaseEvent{}
 	n := 0
 	for _, x := range a.xfers {
-		if x.skip || x.req == nil || x.kind != Read || !x.at.Ok {
+		if x.skip || x.req == nil || x.kind != nixl.Read || !x.at.Ok {
 			continue
 		}
 		reads[x.prodReq] = append(reads[x.prodReq], leaseEvent{wall: x.at.Wall, x: x})

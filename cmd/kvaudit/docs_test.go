@@ -12,6 +12,7 @@ import (
 	"testing"
 	"unicode"
 
+	"github.com/kvaudit/kvaudit/internal/inject"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -288,5 +289,34 @@ func TestArchitecturePackages(t *testing.T) {
 	}
 	if len(want) < 20 {
 		t.Errorf("go list ./... listed %d packages: %q", len(want), want)
+	}
+}
+
+// TestFaultKindsDocumented holds docs/faults.md's list of fault kinds to
+// inject's registry: every kind `kvaudit inject --fault` takes is named
+// there, in code, under "Fault kinds".
+func TestFaultKindsDocumented(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "docs", "faults.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n## Fault kinds\n")
+	if !ok {
+		t.Fatal(`docs/faults.md has no "## Fault kinds" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	named := map[string]bool{}
+	for _, m := range codeSpan.FindAllString(section, -1) {
+		named[strings.Trim(m, "`")] = true
+	}
+	n := 0
+	for _, k := range inject.Kinds() {
+		n++
+		if !named[string(k)] {
+			t.Errorf("docs/faults.md's Fault kinds does not name %s", k)
+		}
+	}
+	if n < 20 {
+		t.Errorf("inject.Kinds() has %d kinds", n)
 	}
 }
