@@ -8,11 +8,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/transfer"
 )
 
 // lateBy moves every record from recs[x] on by s seconds.
-func lateBy(recs []transfer.Record, x int, s int64) {
+func lateBy(recs []nixl.Record, x int, s int64) {
 	for i := x; i < len(recs); i++ {
 		recs[i].Time.Wall += s * 1e9
 		recs[i].Time.Mono += s * 1e9
@@ -25,8 +26,8 @@ func lateBy(recs []transfer.Record, x int, s int64) {
 func TestLeaseFromWhichLog(t *testing.T) {
 	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
 	h, recs := records(t, logs[0])
-	if !h.HasLease || h.LeaseS != transfer.VLLMLease {
-		t.Fatalf("planned header %+v: want lease_s %d", h, transfer.VLLMLease)
+	if !h.HasLease || h.LeaseS != nixl.VLLMLease {
+		t.Fatalf("planned header %+v: want lease_s %d", h, nixl.VLLMLease)
 	}
 	x := firstXfer(recs)
 	// 6 s late: inside the consumer's log's 30 s, outside a 5 s lease.
@@ -39,7 +40,7 @@ func TestLeaseFromWhichLog(t *testing.T) {
 	// A producer's log (no transfers of its own) with lease_s 5: the
 	// producer's lease wins over the consumer's log's 30 s.
 	plog := filepath.Join(t.TempDir(), "producer.jsonl")
-	rewrite(t, plog, transfer.Header{Agent: *prod[0].Manifest.Parallel.Agent, LeaseS: 5, HasLease: true, Time: h.Time}, nil)
+	rewrite(t, plog, nixl.Header{Agent: *prod[0].Manifest.Parallel.Agent, LeaseS: 5, HasLease: true, Time: h.Time}, nil)
 	for _, order := range [][]string{{logs[0], plog}, {plog, logs[0]}} {
 		res := audit(t, order, prod, cons)
 		if !slices.Equal(invariants(res), []string{transfer.Lease}) {
@@ -65,7 +66,7 @@ func TestLeaseFromWhichLog(t *testing.T) {
 	}
 	// Two producer's logs: the first read gives the lease.
 	plog2 := filepath.Join(t.TempDir(), "producer2.jsonl")
-	rewrite(t, plog2, transfer.Header{Agent: *prod[0].Manifest.Parallel.Agent, LeaseS: 100, HasLease: true, Time: h.Time}, nil)
+	rewrite(t, plog2, nixl.Header{Agent: *prod[0].Manifest.Parallel.Agent, LeaseS: 100, HasLease: true, Time: h.Time}, nil)
 	for _, c := range []struct {
 		logs []string
 		want string
@@ -89,7 +90,7 @@ func TestHeartbeatByEngineID(t *testing.T) {
 	x := firstXfer(recs)
 	lateBy(recs, x, 6)
 	hb := recs[x-1]
-	if hb.Op != transfer.OpNotif || !strings.HasPrefix(hb.Msg, "HB:") {
+	if hb.Op != nixl.OpNotif || !strings.HasPrefix(hb.Msg, "HB:") {
 		t.Fatalf("record before the READ: %+v", hb)
 	}
 	// The heartbeat 4 s after the first: inside a 5 s lease, extending it
@@ -127,7 +128,7 @@ func TestLeaseStartsAtANotification(t *testing.T) {
 	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
 	h, recs := records(t, logs[0])
 	x := firstXfer(recs)
-	if recs[x-1].Op != transfer.OpNotif || recs[x-1].Msg != "HB:req-0" {
+	if recs[x-1].Op != nixl.OpNotif || recs[x-1].Msg != "HB:req-0" {
 		t.Fatalf("record before the READ: %+v", recs[x-1])
 	}
 	lateBy(recs, x, 6)
@@ -148,7 +149,7 @@ func TestLeaseStartsAtANotification(t *testing.T) {
 			t.Fatalf("notification %q: %s", msg, res.Findings[0].Message)
 		}
 		// One READ of the log's two (one per request) is late.
-		if n := len(slices.DeleteFunc(slices.Clone(recs), func(r transfer.Record) bool { return r.Op != transfer.OpXfer })); n != 2 {
+		if n := len(slices.DeleteFunc(slices.Clone(recs), func(r nixl.Record) bool { return r.Op != nixl.OpXfer })); n != 2 {
 			t.Fatalf("%d transfers in the log, want 2", n)
 		}
 		if note := "lease: 1 of 2 READ(s) posted after the lease lapsed (5 s, --lease)"; (want == transfer.Violated) != hasNote(res.Notes, note) {
