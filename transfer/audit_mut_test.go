@@ -62,7 +62,9 @@ func TestRequestNamedByProducerID(t *testing.T) {
 	recs[firstXfer(recs)].Request = "prefill-req-9"
 	rewrite(t, logs[0], h, recs)
 	res = audit(t, logs, prod, cons)
-	if !slices.ContainsFunc(res.Notes, func(n string) bool { return strings.Contains(n, "1 transfer(s) of requests the consumer's dumps do not hold") }) {
+	if !slices.ContainsFunc(res.Notes, func(n string) bool {
+		return strings.Contains(n, "1 transfer(s) of requests the consumer's dumps do not hold")
+	}) {
 		t.Fatalf("unknown producer id: notes %q", res.Notes)
 	}
 }
