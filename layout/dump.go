@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/internal/mapped"
 	"github.com/kvaudit/kvaudit/parse"
 	"io"
 	"io/fs"
@@ -68,7 +69,7 @@ func Open(path string) (*Dump, error) {
 	if err != nil {
 		return nil, &parse.Error{Format: parse.Dump, File: path, Err: err}
 	}
-	o := &opener{d: &Dump{Path: path}, files: map[string]*Safetensors{}, raws: map[string]*Mapping{}}
+	o := &opener{d: &Dump{Path: path}, files: map[string]*Safetensors{}, raws: map[string]*mapped.Mapping{}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -105,7 +106,7 @@ type opener struct {
 	manifestFile string   // manifest.json, or the .safetensors file
 	root         *os.Root // the dump directory; nil for a .safetensors dump
 	files        map[string]*Safetensors
-	raws         map[string]*Mapping
+	raws         map[string]*mapped.Mapping
 }
 
 // readManifestFile reads the manifest of a dump directory.
@@ -117,7 +118,7 @@ func (o *opener) readManifestFile(path string) error {
 		return &parse.Error{Format: parse.Dump, File: path, Err: err}
 	}
 	o.root = root
-	f, fi, err := openRegular(root, "manifest.json", o.manifestFile)
+	f, fi, err := mapped.OpenRegular(root, "manifest.json", o.manifestFile)
 	if err != nil {
 		var re *ReadError
 		if errors.As(err, &re) {
@@ -214,8 +215,8 @@ func (o *opener) safetensorsFile(name string) (*Safetensors, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := mapIn(o.root, local, filepath.Join(o.dir, local))
-	if err != nil && !errors.Is(err, errEmptyFile) {
+	m, err := mapped.MapIn(o.root, local, filepath.Join(o.dir, local))
+	if err != nil && !errors.Is(err, mapped.ErrEmpty) {
 		return nil, o.confined(name, err)
 	}
 	f, err := openSafetensorsMapping(filepath.Join(o.dir, local), m)
@@ -228,7 +229,7 @@ func (o *opener) safetensorsFile(name string) (*Safetensors, error) {
 }
 
 // rawFile maps a raw source's file.
-func (o *opener) rawFile(name string) (*Mapping, error) {
+func (o *opener) rawFile(name string) (*mapped.Mapping, error) {
 	if f, ok := o.raws[name]; ok {
 		return f, nil
 	}
@@ -236,7 +237,7 @@ func (o *opener) rawFile(name string) (*Mapping, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := mapIn(o.root, local, filepath.Join(o.dir, local))
+	f, err := mapped.MapIn(o.root, local, filepath.Join(o.dir, local))
 	if err != nil {
 		return nil, o.confined(name, err)
 	}
@@ -590,8 +591,8 @@ func (e *NoDumpError) Error() string {
 // A file whose header cannot be located is reported as a dump, for Open to
 // say what is wrong with it; a file that is not a regular file is an error.
 func hasEmbeddedManifest(path string) (bool, error) {
-	m, err := mapFile(path)
-	if errors.Is(err, errEmptyFile) {
+	m, err := mapped.Map(path)
+	if errors.Is(err, mapped.ErrEmpty) {
 		return true, nil
 	}
 	if err != nil {

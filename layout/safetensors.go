@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/internal/mapped"
 	"io"
 	"maps"
 	"math"
@@ -40,7 +41,7 @@ type Safetensors struct {
 	DataOffset int64             // file offset of the data section: 8 + the header length
 
 	index   map[string]int
-	mapping *Mapping
+	mapping *mapped.Mapping
 }
 
 // OpenSafetensors maps the file at path read-only and parses it with
@@ -49,8 +50,8 @@ type Safetensors struct {
 // *parse.Error (parse.Safetensors); failing to open or map the file is an error from
 // mapFile; a file truncated while it is parsed is a *FaultError.
 func OpenSafetensors(path string) (*Safetensors, error) {
-	m, err := mapFile(path)
-	if err != nil && !errors.Is(err, errEmptyFile) {
+	m, err := mapped.Map(path)
+	if err != nil && !errors.Is(err, mapped.ErrEmpty) {
 		return nil, err
 	}
 	return openSafetensorsMapping(path, m)
@@ -58,7 +59,7 @@ func OpenSafetensors(path string) (*Safetensors, error) {
 
 // openSafetensorsMapping parses a mapped file (nil for an empty one) and
 // takes ownership of the mapping.
-func openSafetensorsMapping(path string, m *Mapping) (*Safetensors, error) {
+func openSafetensorsMapping(path string, m *mapped.Mapping) (*Safetensors, error) {
 	if m == nil {
 		return ParseSafetensors(path, nil)
 	}
