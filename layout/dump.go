@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/internal/parallel"
+	"github.com/kvaudit/kvaudit/internal/safetensors"
 )
 
 // Dump is one rank's KV cache: its manifest, the resolved groups and the
@@ -69,7 +70,7 @@ func Open(path string) (*Dump, error) {
 	if err != nil {
 		return nil, &parse.Error{Format: parse.Dump, File: path, Err: err}
 	}
-	o := &opener{d: &Dump{Path: path}, files: map[string]*Safetensors{}, raws: map[string]*mapped.Mapping{}}
+	o := &opener{d: &Dump{Path: path}, files: map[string]*safetensors.File{}, raws: map[string]*mapped.Mapping{}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -105,7 +106,7 @@ type opener struct {
 	dir          string   // the dump directory, or the .safetensors file's
 	manifestFile string   // manifest.json, or the .safetensors file
 	root         *os.Root // the dump directory; nil for a .safetensors dump
-	files        map[string]*Safetensors
+	files        map[string]*safetensors.File
 	raws         map[string]*mapped.Mapping
 }
 
@@ -140,7 +141,7 @@ func (o *opener) readManifestFile(path string) error {
 func (o *opener) readEmbeddedManifest(path string) error {
 	o.dir = filepath.Dir(path)
 	o.manifestFile = path
-	embedded, err := OpenSafetensors(path)
+	embedded, err := safetensors.Open(path)
 	if err != nil {
 		return err
 	}
@@ -195,7 +196,7 @@ func (o *opener) confined(name string, err error) error {
 }
 
 // safetensorsFile returns the file a layer's tensor lives in.
-func (o *opener) safetensorsFile(name string) (*Safetensors, error) {
+func (o *opener) safetensorsFile(name string) (*safetensors.File, error) {
 	if f, ok := o.files[name]; ok {
 		return f, nil
 	}
@@ -219,7 +220,7 @@ func (o *opener) safetensorsFile(name string) (*Safetensors, error) {
 	if err != nil && !errors.Is(err, mapped.ErrEmpty) {
 		return nil, o.confined(name, err)
 	}
-	f, err := openSafetensorsMapping(filepath.Join(o.dir, local), m)
+	f, err := safetensors.OpenMapping(filepath.Join(o.dir, local), m)
 	if err != nil {
 		return nil, err
 	}
@@ -605,7 +606,7 @@ func hasEmbeddedManifest(path string) (bool, error) {
 			return nil
 		}
 		n := binary.LittleEndian.Uint64(m.Data)
-		if n > MaxSafetensorsHeader || n > uint64(len(m.Data)-8) {
+		if n > safetensors.MaxHeader || n > uint64(len(m.Data)-8) {
 			return nil
 		}
 		found = bytes.Contains(m.Data[8:8+n], []byte(`"`+MetadataKey+`"`))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/kvaudit/kvaudit/internal/mapped"
+	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"io"
 	"io/fs"
 	"os"
@@ -11,12 +12,12 @@ import (
 
 // Size limits of what kvaudit reads whole into memory. Data files are
 // mapped, not read, so they have no limit of their own; a safetensors
-// header is limited by MaxSafetensorsHeader.
+// header is limited by safetensors.MaxHeader.
 const (
 	// MaxManifestSize bounds a dump directory's manifest.json: the bound of
-	// an embedded manifest, MaxSafetensorsHeader (decoded, a manifest takes
+	// an embedded manifest, safetensors.MaxHeader (decoded, a manifest takes
 	// several times its size in memory).
-	MaxManifestSize = MaxSafetensorsHeader
+	MaxManifestSize = safetensors.MaxHeader
 	// MaxRecordSize bounds a record file (`checksum -o record`), and
 	// MaxPayloadSize a payload or kv_transfer_params file, or payloads on
 	// stdin.
