@@ -144,3 +144,24 @@ func TestSpan(t *testing.T) {
 		}
 	}
 }
+
+// TestLayerList: rows of layers alike are named as a range when the
+// layers are consecutive, else listed (a sliding window group's layers
+// interleave with the full attention group's), at most four of them.
+func TestLayerList(t *testing.T) {
+	rows := func(layers ...int) []transfer.CoverageRow {
+		var out []transfer.CoverageRow
+		for _, l := range layers {
+			out = append(out, transfer.CoverageRow{Layer: l})
+		}
+		return out
+	}
+	for _, c := range []struct {
+		layers []int
+		want   string
+	}{{[]int{0, 1, 2, 3}, "0-3"}, {[]int{0, 2}, "0,2"}, {[]int{1, 3, 5, 7, 9}, "1,3,5,7,… (5)"}} {
+		if got := layerList(rows(c.layers...)); got != c.want {
+			t.Errorf("layerList(%v) = %q, want %q", c.layers, got, c.want)
+		}
+	}
+}
