@@ -1,11 +1,13 @@
 package transfer_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/nixl"
+	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
 )
 
@@ -66,5 +68,66 @@ func TestRequestNamedByProducerID(t *testing.T) {
 		return strings.Contains(n, "1 transfer(s) of requests the consumer's dumps do not hold")
 	}) {
 		t.Fatalf("unknown producer id: notes %q", res.Notes)
+	}
+}
+
+// TestLogSummaryCounts: each log's summary counts the log's prepared
+// lists, transfers, descriptor pairs and the transfers that ended DONE
+// and ERR, as its records say.
+func TestLogSummaryCounts(t *testing.T) {
+	for _, gi := range []int{0, 4, 5} { // equal, tp1-tp2 (two logs), tp2-tp1
+		g := geometries()[gi]
+		prod, cons, logs := pull(t, t.TempDir(), g)
+		h, recs := records(t, logs[0])
+		recs[stateOf(recs, firstXfer(recs))].State = nixl.Err
+		rewrite(t, logs[0], h, recs)
+		res := audit(t, logs, prod, cons)
+		if len(res.Logs) != len(logs) {
+			t.Fatalf("%s: %d log summaries, %d logs", g.name, len(res.Logs), len(logs))
+		}
+		for i, path := range logs {
+			h, recs := records(t, path)
+			want := transfer.LogSummary{File: path, Agent: h.Agent, Rank: layout.Rank{PP: h.PPRank, TP: h.TPRank}, Side: "consumer"}
+			for _, r := range recs {
+				switch r.Op {
+				case nixl.OpDList:
+					want.Lists++
+				case nixl.OpXfer:
+					want.Xfers++
+					want.Pairs += len(r.LocalIDs)
+				case nixl.OpState:
+					switch r.State {
+					case nixl.Done:
+						want.Done++
+					case nixl.Err:
+						want.Failed++
+					}
+				}
+			}
+			if res.Logs[i] != want {
+				t.Fatalf("%s log %d: summary %+v, want %+v", g.name, i, res.Logs[i], want)
+			}
+			if want.Lists == 0 || want.Xfers == 0 || want.Done == 0 || (i == 0) != (want.Failed == 1) {
+				t.Fatalf("%s log %d: the log is not what the test needs: %+v", g.name, i, want)
+			}
+		}
+	}
+}
+
+// TestReadPostedLate: a READ's time is when it was posted, not when it
+// was made: a transfer made inside the lease and posted 6 s later is
+// past a 5 s lease.
+func TestReadPostedLate(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	if recs[x+1].Op != nixl.OpPost || recs[x+1].ID != recs[x].ID {
+		t.Fatalf("record after the transfer: %+v", recs[x+1])
+	}
+	lateBy(recs, x+1, 6)
+	rewrite(t, logs[0], h, recs)
+	res, err := transfer.Audit(context.Background(), logs, prod, cons, transfer.Options{LeaseS: 5})
+	if err != nil || !slices.Equal(invariants(res), []string{transfer.Lease}) || res.Findings[0].Transfer != recs[x].ID {
+		t.Fatalf("posted 6 s after it was made: %v, %v", err, invariants(res))
 	}
 }
