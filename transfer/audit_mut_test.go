@@ -2,6 +2,7 @@ package transfer_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -129,5 +130,82 @@ func TestReadPostedLate(t *testing.T) {
 	res, err := transfer.Audit(context.Background(), logs, prod, cons, transfer.Options{LeaseS: 5})
 	if err != nil || !slices.Equal(invariants(res), []string{transfer.Lease}) || res.Findings[0].Transfer != recs[x].ID {
 		t.Fatalf("posted 6 s after it was made: %v, %v", err, invariants(res))
+	}
+}
+
+// TestStrangerLogNamesItsAgents: a log no dump names, recorded against
+// other memory, is said to match neither dump, naming its agent and the
+// remote agents its lists and notifications name; one whose
+// notifications come from a dumped agent is not said to match neither.
+func TestStrangerLogNamesItsAgents(t *testing.T) {
+	g := geometries()[0]
+	_, _, logs := pull(t, t.TempDir(), g)
+	g.p.Seed, g.c.Seed = 9, 9
+	oprod, ocons := openSides(t, synthesized(t, g.p, g.c))
+	h, recs := records(t, logs[0])
+	h.Agent = "stranger"
+	producer := ""
+	for i := range recs {
+		switch {
+		case recs[i].Op == nixl.OpDList && recs[i].Agent != nixl.LocalAgent:
+			producer, recs[i].Agent = recs[i].Agent, "stranger-producer"
+		case recs[i].Op == nixl.OpNotif:
+			recs[i].Agent = "stranger-notifier"
+		}
+	}
+	if producer == "" || *oprod[0].Manifest.Parallel.Agent != producer {
+		t.Fatalf("the log's remote agent %q, the dump's %q", producer, *oprod[0].Manifest.Parallel.Agent)
+	}
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, oprod, ocons)
+	want := `(agent "stranger", remote agents "stranger-producer", "stranger-notifier") matches neither dump`
+	if !hasNote(res.Pairing, want) {
+		t.Fatalf("pairing %q, want %q", res.Pairing, want)
+	}
+	for i := range recs {
+		if recs[i].Op == nixl.OpNotif {
+			recs[i].Agent = producer
+		}
+	}
+	rewrite(t, logs[0], h, recs)
+	res = audit(t, logs, oprod, ocons)
+	if hasNote(res.Pairing, "matches neither dump") {
+		t.Fatalf("notifications from the dumped producer: pairing %q", res.Pairing)
+	}
+}
+
+// TestReadbacksSaid: with the sides swapped, every transfer writes into
+// the (given) producer's agents: each log says how many it left out as
+// readbacks.
+func TestReadbacksSaid(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	_, recs := records(t, logs[0])
+	n := len(slices.DeleteFunc(recs, func(r nixl.Record) bool { return r.Op != nixl.OpXfer }))
+	res := audit(t, logs, cons, prod)
+	want := fmt.Sprintf("log %q: %d transfer(s) write into the producer's agents (readbacks): not audited", logs[0], n)
+	if n == 0 || !slices.Contains(res.Notes, want) {
+		t.Fatalf("notes %q, want %q", res.Notes, want)
+	}
+}
+
+// TestTransferLevelFinding: a transfer pairing more local descriptors
+// than remote is one aligned finding of the transfer as a whole: no
+// descriptor, group, position or block.
+func TestTransferLevelFinding(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	nl := len(recs[x].LocalIDs)
+	recs[x].RemoteIDs = recs[x].RemoteIDs[:nl-1]
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Aligned })
+	if i < 0 {
+		t.Fatalf("no aligned finding: %v", invariants(res))
+	}
+	f := res.Findings[i]
+	msg := fmt.Sprintf("transfer %d pairs %d local descriptors with %d remote", recs[x].ID, nl, nl-1)
+	if f.Transfer != recs[x].ID || f.Request != "req-0" || f.Descriptor != -1 || f.Group != -1 || f.Position != -1 || f.Block != -1 || !strings.Contains(f.Message, msg) {
+		t.Fatalf("finding %+v, want transfer %d as a whole: %q", f, recs[x].ID, msg)
 	}
 }
