@@ -209,3 +209,29 @@ func TestTransferLevelFinding(t *testing.T) {
 		t.Fatalf("finding %+v, want transfer %d as a whole: %q", f, recs[x].ID, msg)
 	}
 }
+
+// TestFailedFindingIsOfTheTransfer: a transfer that ended in ERR while
+// its request was loaded anyway is one failed finding of the transfer as
+// a whole (no descriptor, group, position, block, heads or tokens), naming
+// the tokens the dump holds as loaded.
+func TestFailedFindingIsOfTheTransfer(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	recs[stateOf(recs, x)].State = nixl.Err
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Failed })
+	if i < 0 {
+		t.Fatalf("no failed finding: %v", invariants(res))
+	}
+	f := res.Findings[i]
+	req := cons[0].Manifest.Request("req-0")
+	msg := fmt.Sprintf("transfer %d ended in ERR, but request req-0 was loaded anyway (its dump on rank pp 0 tp 0 holds tokens %d-%d as loaded)",
+		recs[x].ID, req.NumLocalComputedTokens, req.NumTokens-1)
+	none := [2]int{-1, -1}
+	if f.Transfer != recs[x].ID || f.Request != "req-0" || f.Descriptor != -1 || f.Group != -1 || f.Position != -1 || f.Block != -1 ||
+		f.Heads != none || f.Tokens != none || f.Message != msg {
+		t.Fatalf("finding %+v\nwant the transfer as a whole: %q", f, msg)
+	}
+}
