@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -70,6 +71,11 @@ type Result struct {
 	// mistake rather than a transfer fault: one dump given as both
 	// sides, the sides swapped, logs that belong to neither dump.
 	Pairing []string `json:"pairing"`
+	// Coverage draws, per consumer request and rank, what its transfers
+	// delivered, per layer and token (at most MaxCoverage requests, those
+	// with findings first; CoverageLeft more not drawn). Not in the JSON.
+	Coverage     []Coverage `json:"-"`
+	CoverageLeft int        `json:"-"`
 }
 
 // LogSummary is what one log held.
@@ -191,7 +197,7 @@ func (r *Result) Summary() string {
 		}
 		return fmt.Sprintf("transfers: %d finding(s) (%s): %s", len(r.Findings), strings.Join(parts, ", "), r.Findings[0].Message)
 	case Unresolved:
-		return "transfers: unresolved: " + strings.Join(r.Unresolved, "; ")
+		return "transfers: unresolved: " + termtext.Some(r.Unresolved, "; ")
 	}
 	return "transfers: clean"
 }

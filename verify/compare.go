@@ -174,7 +174,7 @@ func (r *Result) Summary() string {
 	switch verdict {
 	case Mismatch:
 		if r.Diff != nil && r.Diff.Verdict == Mismatch {
-			msgs = append(msgs, "request "+strings.Join(ids, ", "))
+			msgs = append(msgs, termtext.Requests(ids))
 		}
 		if a := r.Audits; a != nil {
 			if a.Tail != nil && len(a.Tail.Findings) > 0 {
@@ -199,7 +199,7 @@ func (r *Result) Summary() string {
 		case r.Diff != nil && r.Diff.Verdict == Unverified && len(ids) == 0:
 			msgs = append(msgs, "the consumer holds no request")
 		case r.Diff != nil && r.Diff.Verdict == Unverified:
-			msgs = append(msgs, "request "+strings.Join(ids, ", "))
+			msgs = append(msgs, termtext.Requests(ids))
 		case r.Diff != nil && r.Diff.DeviceUnchecked():
 			msgs = append(msgs, DeviceUncheckedSummary(r.Diff.EngineCheck))
 		case r.Audits != nil && r.Audits.Transfers != nil && r.Audits.Transfers.Verdict == transfer.Unresolved:

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -418,5 +419,5 @@ func (a *SGLangAudit) Summary() string {
 			ids = append(ids, r.Request)
 		}
 	}
-	return "SGLang's KV checksum: request " + strings.Join(ids, ", ") + " (its decode would abort them)"
+	return "SGLang's KV checksum: " + termtext.Requests(ids) + " (its decode would abort them)"
 }

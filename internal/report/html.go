@@ -168,7 +168,11 @@ type htmlPage struct {
 	Tables   []htmlTable
 	Campaign *campaignView
 	Scrub    *scrubView
-	Limits   string
+	// Picture is the transfer audit's picture (html_transfers.go), and
+	// PictureStyle its style.
+	Picture      template.HTML
+	PictureStyle template.CSS
+	Limits       string
 }
 
 // badge is a verdict drawn with a symbol and a tone, never color alone.
@@ -334,6 +338,9 @@ func RenderDiffHTML(w io.Writer, res *verify.Result, info HTMLInfo) error {
 		}
 	}
 	if res.Audits != nil {
+		if res.Audits.Transfers != nil {
+			p.Picture, p.PictureStyle = transfersPicture(res.Audits.Transfers)
+		}
 		for _, t := range auditTables(res.Audits) {
 			p.Tables = append(p.Tables, newHTMLTable(t, lead))
 		}

@@ -88,3 +88,25 @@ func needsEscape(r rune) bool {
 // character, bidi mark and invalid byte is still escaped, so no part of
 // the line can rewrite the screen.
 func Line(s string) string { return escape(s, false) }
+
+// shown is how many names a bounded list (Requests, Some) shows.
+const shown = 3
+
+// Some lists items for a line of text, bounded: up to three, joined by
+// sep, then "... and N more" for the rest, so that a verdict line over
+// thousands of requests stays one line.
+func Some(items []string, sep string) string {
+	if len(items) <= shown {
+		return strings.Join(items, sep)
+	}
+	return fmt.Sprintf("%s%s... and %d more", strings.Join(items[:shown], sep), sep, len(items)-shown)
+}
+
+// Requests names requests in a verdict line, bounded: "request a, b" for
+// up to three ids, else "300 requests (a, b, c, ... and 297 more)".
+func Requests(ids []string) string {
+	if len(ids) <= shown {
+		return "request " + strings.Join(ids, ", ")
+	}
+	return fmt.Sprintf("%d requests (%s)", len(ids), Some(ids, ", "))
+}

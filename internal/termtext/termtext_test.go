@@ -36,3 +36,24 @@ func TestLine(t *testing.T) {
 		}
 	}
 }
+
+// TestRequests: up to three ids are named; more are counted.
+func TestRequests(t *testing.T) {
+	ids := []string{"req-0", "req-1", "req-2", "req-3", "req-4"}
+	for _, c := range []struct {
+		n    int
+		want string
+	}{
+		{1, "request req-0"},
+		{3, "request req-0, req-1, req-2"},
+		{4, "4 requests (req-0, req-1, req-2, ... and 1 more)"},
+		{5, "5 requests (req-0, req-1, req-2, ... and 2 more)"},
+	} {
+		if got := Requests(ids[:c.n]); got != c.want {
+			t.Errorf("Requests(%d ids) = %q, want %q", c.n, got, c.want)
+		}
+	}
+	if got := Some([]string{"a", "b", "c", "d"}, "; "); got != "a; b; c; ... and 1 more" {
+		t.Errorf("Some = %q", got)
+	}
+}
