@@ -68,3 +68,31 @@ func TestWrittenTwiceFinding(t *testing.T) {
 		t.Fatalf("finding %+v (other %+v): want req-1's block %d at position 0, transfers %d and %d", f, f.Other, block, recs[x].ID, recs[y].ID)
 	}
 }
+
+// TestForeignReadFinding: a descriptor reading another producer
+// request's block is a confined finding of the remote side at that
+// descriptor, of the descriptor's bytes, at the consumer block it wrote.
+func TestForeignReadFinding(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	y := nextXfer(recs, x)
+	recs[x].RemoteIDs[2] = recs[y].RemoteIDs[2]
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	if len(res.Findings) != 1 {
+		t.Fatalf("%d findings: %v", len(res.Findings), invariants(res))
+	}
+	var bytes uint64
+	for _, r := range recs {
+		if r.Op == nixl.OpDList && r.Handle == recs[x].Remote {
+			bytes = r.Descs[recs[x].RemoteIDs[2]].Len
+		}
+	}
+	f := res.Findings[0]
+	block := cons[0].Manifest.Request("req-0").BlockTable["0"][2]
+	if f.Invariant != transfer.Confined || f.Side != "remote" || f.Descriptor != 2 || f.Bytes != bytes || bytes == 0 ||
+		f.Group != 0 || f.Position != 2 || f.Block != block {
+		t.Fatalf("finding %+v\nwant remote, descriptor 2, %d bytes, position 2, block %d", f, bytes, block)
+	}
+}
