@@ -166,8 +166,10 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 		say("\nThe dumps are kept in %s: run it yourself with\n  kvaudit diff %s %s\n",
 			opts.Dir, filepath.Join(dir, pc.Role), filepath.Join(dir, cc.Role))
 	} else {
-		say("\nThe dumps were temporary and are removed: kvaudit demo --out DIR keeps them, to run\n  kvaudit diff DIR/%s DIR/%s\n",
-			pc.Role, cc.Role)
+		// The drill-down names files there: say they are gone. Each line
+		// fits 80 columns.
+		say("\nThe dumps were temporary and are removed, the drill-down's files with them:\n  %s\nkvaudit demo --out DIR keeps them, to run\n  kvaudit diff DIR/%s DIR/%s\n",
+			dir, pc.Role, cc.Role)
 	}
 	return nil
 }
