@@ -235,3 +235,27 @@ func TestFailedFindingIsOfTheTransfer(t *testing.T) {
 		t.Fatalf("finding %+v\nwant the transfer as a whole: %q", f, msg)
 	}
 }
+
+// TestPairsOutsideEveryCache: a log (registering nothing) whose every
+// descriptor pair lies outside both sides' caches (recorded against other
+// dumps) is said not to belong with them, counting its pairs.
+func TestPairsOutsideEveryCache(t *testing.T) {
+	g := geometries()[0]
+	_, _, logs := pull(t, t.TempDir(), g)
+	g.p.Seed, g.c.Seed = 9, 9
+	oprod, ocons := openSides(t, synthesized(t, g.p, g.c))
+	h, recs := records(t, logs[0])
+	recs = slices.DeleteFunc(recs, func(r nixl.Record) bool { return r.Op == nixl.OpRegister })
+	pairs := 0
+	for _, r := range recs {
+		if r.Op == nixl.OpXfer {
+			pairs += len(r.LocalIDs)
+		}
+	}
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, oprod, ocons)
+	want := fmt.Sprintf("log %q: none of its %d descriptor pair(s) lies in a cache of the dumps (every byte outside both sides' caches): the log and the dumps do not belong together", logs[0], pairs)
+	if pairs == 0 || !slices.Contains(res.Pairing, want) {
+		t.Fatalf("pairing %q\nwant %q", res.Pairing, want)
+	}
+}
