@@ -288,7 +288,7 @@ func TestOneDumpByTwoPaths(t *testing.T) {
 	defer layout.CloseAll(relDump)
 	_, _, logs := pull(t, t.TempDir(), g)
 	res := audit(t, logs, relDump, abs)
-	if !hasNote(res.Pairing, "one dump given twice") || res.Verdict == transfer.Clean {
+	if !hasNote(res.Pairing, "one dump given twice: ") || !hasNote(res.Pairing, "is both the producer's and the consumer's") || res.Verdict == transfer.Clean {
 		t.Fatalf("verdict %s, pairing %q", res.Verdict, res.Pairing)
 	}
 }
