@@ -96,3 +96,33 @@ func TestForeignReadFinding(t *testing.T) {
 		t.Fatalf("finding %+v\nwant remote, descriptor 2, %d bytes, position 2, block %d", f, bytes, block)
 	}
 }
+
+// TestWriteIntoAnotherRequestFinding: a descriptor writing into another
+// request's block is a confined finding of the local side at that
+// descriptor, of the descriptor's bytes, at that block (no position of
+// the writer's), naming the block's owner.
+func TestWriteIntoAnotherRequestFinding(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	y := nextXfer(recs, x)
+	recs[x].LocalIDs[0] = recs[y].LocalIDs[0]
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Confined })
+	if i < 0 {
+		t.Fatalf("no confined finding: %v", invariants(res))
+	}
+	var bytes uint64
+	for _, r := range recs {
+		if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
+			bytes = r.Descs[recs[x].LocalIDs[0]].Len
+		}
+	}
+	f := res.Findings[i]
+	block := cons[0].Manifest.Request("req-1").BlockTable["0"][0]
+	if f.Side != "local" || f.Request != "req-0" || f.Transfer != recs[x].ID || f.Descriptor != 0 || f.Bytes != bytes || bytes == 0 ||
+		f.Group != 0 || f.Position != -1 || f.Block != block || f.Owner == nil || f.Owner.Request != "req-1" || f.Owner.Position != 0 {
+		t.Fatalf("finding %+v (owner %+v)\nwant local, descriptor 0, %d bytes, req-1's block %d", f, f.Owner, bytes, block)
+	}
+}
