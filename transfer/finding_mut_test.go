@@ -126,3 +126,34 @@ func TestWriteIntoAnotherRequestFinding(t *testing.T) {
 		t.Fatalf("finding %+v (owner %+v)\nwant local, descriptor 0, %d bytes, req-1's block %d", f, f.Owner, bytes, block)
 	}
 }
+
+// TestDroppedDescriptorBytes: a transfer's first descriptor dropped
+// leaves exactly its bytes undelivered: the covered findings add up to the
+// descriptor's length, in geometries with and without kernel-block
+// splits.
+func TestDroppedDescriptorBytes(t *testing.T) {
+	for _, gi := range []int{0, 2, 3} { // equal, producer-blocks-x2-kernel, consumer-kernel-split
+		g := geometries()[gi]
+		prod, cons, logs := pull(t, t.TempDir(), g)
+		h, recs := records(t, logs[0])
+		x := firstXfer(recs)
+		var bytes uint64
+		for _, r := range recs {
+			if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
+				bytes = r.Descs[recs[x].LocalIDs[0]].Len
+			}
+		}
+		recs[x].LocalIDs, recs[x].RemoteIDs = recs[x].LocalIDs[1:], recs[x].RemoteIDs[1:]
+		rewrite(t, logs[0], h, recs)
+		res := audit(t, logs, prod, cons)
+		var got uint64
+		for _, f := range res.Findings {
+			if f.Invariant == transfer.Covered {
+				got += f.Bytes
+			}
+		}
+		if bytes == 0 || got != bytes {
+			t.Fatalf("%s: covered findings of %d bytes, the dropped descriptor has %d: %v", g.name, got, bytes, invariants(res))
+		}
+	}
+}
