@@ -3,6 +3,7 @@ package transfer_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/nixl"
@@ -124,6 +125,13 @@ func TestWriteIntoAnotherRequestFinding(t *testing.T) {
 	if f.Side != "local" || f.Request != "req-0" || f.Transfer != recs[x].ID || f.Descriptor != 0 || f.Bytes != bytes || bytes == 0 ||
 		f.Group != 0 || f.Position != -1 || f.Block != block || f.Owner == nil || f.Owner.Request != "req-1" || f.Owner.Position != 0 {
 		t.Fatalf("finding %+v (owner %+v)\nwant local, descriptor 0, %d bytes, req-1's block %d", f, f.Owner, bytes, block)
+	}
+	// The tokens are the ones the bytes carry: req-0's first block's, read
+	// from the producer.
+	S := cons[0].Groups[0].Group.BlockSize
+	into := fmt.Sprintf("into block %d, which request req-1 holds at position 0, not a block request req-0 loads", block)
+	if f.Tokens != [2]int{0, S - 1} || !strings.Contains(f.Message, into) {
+		t.Fatalf("tokens %v (want 0-%d), message %q, want %q", f.Tokens, S-1, f.Message, into)
 	}
 }
 
