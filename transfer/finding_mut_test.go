@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/nixl"
+	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
 )
 
@@ -163,5 +164,58 @@ func TestDroppedDescriptorBytes(t *testing.T) {
 		if bytes == 0 || got != bytes {
 			t.Fatalf("%s: covered findings of %d bytes, the dropped descriptor has %d: %v", g.name, got, bytes, invariants(res))
 		}
+	}
+}
+
+// TestWriteIntoAFreeBlockFinding: a descriptor writing into a block no
+// consumer request holds is a confined finding whose owner is no request.
+func TestWriteIntoAFreeBlockFinding(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	held := map[int]bool{}
+	for _, r := range cons[0].Manifest.Requests {
+		for _, bt := range r.BlockTable {
+			for _, b := range bt {
+				held[b] = true
+			}
+		}
+	}
+	am, err := cons[0].AddressMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, id := -1, -1
+	for _, r := range recs {
+		if r.Op != nixl.OpDList || r.Handle != recs[x].Local {
+			continue
+		}
+		for i, d := range r.Descs {
+			am.Resolve(d.Addr, d.Len, func(c layout.Cells) error {
+				if free < 0 && c.Block != layout.NoBlock && !held[c.Block] {
+					free, id = c.Block, i
+				}
+				return nil
+			})
+			if free >= 0 {
+				break
+			}
+		}
+	}
+	if free < 0 {
+		t.Fatal("the consumer's list names no free block")
+	}
+	recs[x].LocalIDs[0] = id
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Confined })
+	if i < 0 {
+		t.Fatalf("no confined finding: %v", invariants(res))
+	}
+	f := res.Findings[i]
+	into := fmt.Sprintf("into block %d, which no request of the consumer holds, not a block request req-0 loads", free)
+	if f.Side != "local" || f.Block != free || f.Position != -1 || f.Owner == nil || *f.Owner != (transfer.Owner{Position: -1, Block: free}) ||
+		!strings.Contains(f.Message, into) {
+		t.Fatalf("finding %+v (owner %+v)\nwant %q", f, f.Owner, into)
 	}
 }
