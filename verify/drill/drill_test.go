@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/dumpindex"
 	"github.com/kvaudit/kvaudit/internal/ranges"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
@@ -284,7 +285,7 @@ func checkWhere(t *testing.T, c *kv, res *verify.DiffResult) {
 		t.Fatal(err)
 	}
 	defer layout.CloseAll(dumps)
-	index := layout.NewDumpIndex(dumps)
+	index := dumpindex.New(dumps)
 	for _, r := range res.Requests {
 		for _, d := range r.Details {
 			offs := c.at[d.File]
