@@ -141,6 +141,17 @@ type auditor struct {
 	// ch is the current pair's destination read as a chunk of a page,
 	// where the consumer converts what it receives (nil otherwise).
 	ch *chunk
+	// flagged marks descriptors with a fault a picture shows
+	// (transfer index << 32 | descriptor); counts counts findings by
+	// consumer rank and request.
+	flagged map[uint64]uint8
+	counts  map[reqKey]int
+}
+
+// reqKey is a consumer request on a rank.
+type reqKey struct {
+	rank layout.Rank
+	id   string
 }
 
 // side is the dumps of a producer or a consumer, by agent name.
@@ -207,6 +218,8 @@ type xfer struct {
 	// at is when the transfer was posted (its post record, else its xfer
 	// record), if the log says.
 	at nixl.Stamp
+	// late: a READ posted after its request's lease lapsed.
+	late bool
 }
 
 // delivery is one descriptor's bytes delivered into the consumer (in
@@ -826,6 +839,10 @@ func (a *auditor) keep(f Finding) {
 		a.dropped++
 		return
 	}
+	if a.counts == nil {
+		a.counts = map[reqKey]int{}
+	}
+	a.counts[reqKey{f.Rank, f.Request}]++
 	a.res.Findings = append(a.res.Findings, f)
 }
 

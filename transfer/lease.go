@@ -170,6 +170,7 @@ func (l *leases) audit() {
 			case e.x != nil && e.wall > expiry:
 				late++
 				x := e.x
+				x.late = true
 				f := Finding{Invariant: Lease, Descriptor: -1, Group: -1, Position: -1, Block: -1, Heads: [2]int{-1, -1}, Tokens: [2]int{-1, -1}}
 				last := ""
 				if hb >= 0 {

@@ -64,6 +64,7 @@ func (a *auditor) pair(x *xfer, i int, d, s nixl.Desc) bool {
 		f.Invariant, f.Bytes = Aligned, d.Len
 		f.Message = fmt.Sprintf("transfer %d descriptor %d: the %s descriptor has %d bytes, the %s %d", x.id, i, dside, d.Len, sside, s.Len)
 		a.placeDst(&f, x)
+		a.flag(i, flagMisaligned)
 		a.add(x, f)
 	}
 	if dOut > 0 {
@@ -260,6 +261,7 @@ func (a *auditor) confinedDst(x *xfer, i int, dside string) bool {
 		}
 		f.Message = fmt.Sprintf("transfer %d descriptor %d wrote %s into %s, not a block request %s loads", x.id, i, what(&f), into, x.req.req.ID)
 		a.add(x, f)
+		a.flag(i, flagIntrude)
 		return false
 	}
 	return true
@@ -307,6 +309,7 @@ func (a *auditor) confinedSrc(x *xfer, i int, sside string) bool {
 		f.Source = src
 		f.Message = fmt.Sprintf("transfer %d read producer block %d (rank %s), %s, not request %s's", x.id, c.Block, x.src.r, holds, x.prodReq)
 		a.add(x, f)
+		a.flag(i, flagForeign)
 		return false
 	}
 	return true
@@ -358,6 +361,11 @@ func (a *auditor) aligned(x *xfer, i int, d, s nixl.Desc) {
 		f.Source = a.source(x, &a.scells[0], preq)
 		f.Message = fmt.Sprintf("transfer %d descriptor %d: the %s bytes hold %s, the %s bytes %s%s", x.id, i, dside, what(&f), sside, what(&sf), detail)
 		a.add(x, f)
+		if f.Source.Request != f.Source.Expected {
+			a.flag(i, flagForeign)
+		} else {
+			a.flag(i, flagMisaligned)
+		}
 	}
 	if !dr.State && nixl.Converted(dr, sr) {
 		ch, ok := chunkOf(dr, d)

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/internal/inject"
@@ -88,7 +87,7 @@ fault was missed or mislocalised or a control was flagged.
 			if err := opts.resolve(cfg); err != nil {
 				return err
 			}
-			opts.command = commandLine(cmd, args)
+			opts.command = commandLine(opts.IO, cmd, args)
 			switch opts.Engine = cfg.String("engine"); opts.Engine {
 			case "vllm":
 				opts.Engine = ""
@@ -153,6 +152,31 @@ func (o *CampaignOptions) resolve(cfg *config) error {
 	return nil
 }
 
+// trialsProgress is a campaign's progress: a bar of its trials, made at
+// the first trial's end (the campaign knows their number then), nil when
+// stderr is not a terminal. finish removes the bar.
+func trialsProgress(s *Streams) (onTrial func(done, total int), finish func()) {
+	if !s.ErrTerminal {
+		return nil, func() {}
+	}
+	var bar *progress
+	var mu sync.Mutex
+	onTrial = func(done, total int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if bar == nil {
+			bar = newCountProgress(s, int64(total), "trials")
+		}
+		bar.Set(int64(done))
+	}
+	finish = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		bar.Finish()
+	}
+	return onTrial, finish
+}
+
 func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 	if opts.Engine == "sglang" {
 		return sglangCampaignRun(ctx, opts)
@@ -164,46 +188,19 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 			Producer: []string{opts.Paths[i]}, Consumer: []string{opts.Paths[i+1]},
 		})
 	}
-	var bar *progressbar.ProgressBar
-	var mu sync.Mutex
-	if opts.IO.ErrTerminal {
-		var once sync.Once
-		start := time.Now()
-		c.Progress = func(done, total int) {
-			mu.Lock()
-			defer mu.Unlock()
-			if time.Since(start) < progressDelay {
-				return
-			}
-			once.Do(func() {
-				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(opts.IO.Err),
-					progressbar.OptionSetDescription("trials"), progressbar.OptionShowCount(),
-					progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100*time.Millisecond),
-					progressbar.OptionClearOnFinish(), progressbar.OptionEnableColorCodes(opts.IO.errColor()))
-			})
-			draw(func() {
-				bar.Set(done)
-				if done == total {
-					bar.Finish()
-				}
-			})
-		}
-	}
+	var finish func()
+	c.Progress, finish = trialsProgress(opts.IO)
 	started := time.Now()
 	res, err := inject.Campaign(ctx, c)
+	finish() // an interrupted campaign leaves no bar behind
 	if err != nil {
-		mu.Lock()
-		if bar != nil {
-			draw(func() { bar.Clear() }) // an interrupted campaign leaves no bar behind
-		}
-		mu.Unlock()
 		return err
 	}
 	if err := report.RenderCampaign(opts.IO.Out, res, report.Format(opts.Output), tableStyle(opts.IO)); err != nil {
 		return err
 	}
 	if opts.JUnit != "" {
-		if err := report.WriteFile(opts.JUnit, func(w io.Writer) error { return report.WriteCampaignJUnit(w, res) }); err != nil {
+		if err := writeReport(opts.IO, "JUnit report", opts.JUnit, func(w io.Writer) error { return report.WriteCampaignJUnit(w, res) }); err != nil {
 			return err
 		}
 	}
@@ -225,7 +222,7 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 	}
 	if opts.HTML != "" {
 		info := report.HTMLInfo{Command: opts.command, Exit: exitCode(exit), Version: versionString(), Time: started}
-		if err := writeHTML(opts.HTML, func(w io.Writer) error { return report.RenderCampaignHTML(w, res, info) }); err != nil {
+		if err := writeReport(opts.IO, "report", opts.HTML, func(w io.Writer) error { return report.RenderCampaignHTML(w, res, info) }); err != nil {
 			return err
 		}
 	}
