@@ -131,3 +131,16 @@ func TestCoverageOfFaults(t *testing.T) {
 		})
 	}
 }
+
+// TestCoverageOfEmptyLog: a consumer rank whose log holds no transfer
+// (its address map never read) has its requests accounted for and none
+// drawn.
+func TestCoverageOfEmptyLog(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, _ := records(t, logs[0])
+	rewrite(t, logs[0], h, nil)
+	res := audit(t, logs, prod, cons)
+	if res.Verdict != transfer.Violated || len(res.Coverage) != 0 {
+		t.Fatalf("%s, %d requests drawn", res.Summary(), len(res.Coverage))
+	}
+}
