@@ -219,3 +219,46 @@ func TestWriteIntoAFreeBlockFinding(t *testing.T) {
 		t.Fatalf("finding %+v (owner %+v)\nwant %q", f, f.Owner, into)
 	}
 }
+
+// TestGapLaidToItsTransfer: with two producer ranks (TP 2 -> 1) each
+// request is pulled by two transfers; a descriptor dropped from the
+// second is a gap laid to the second (the rank that holds those heads),
+// not to the request's first transfer.
+func TestGapLaidToItsTransfer(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[5]) // tp2-tp1
+	h, recs := records(t, logs[0])
+	var xs []int
+	for i, r := range recs {
+		if r.Op == nixl.OpXfer && r.Request == "req-0" {
+			xs = append(xs, i)
+		}
+	}
+	if len(xs) != 2 {
+		t.Fatalf("req-0 has %d transfers, want one per producer rank", len(xs))
+	}
+	for _, x := range xs {
+		recs := slices.Clone(recs)
+		recs[x].LocalIDs, recs[x].RemoteIDs = recs[x].LocalIDs[1:], recs[x].RemoteIDs[1:]
+		rewrite(t, logs[0], h, recs)
+		res := audit(t, logs, prod, cons)
+		i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Covered })
+		if i < 0 || res.Findings[i].Transfer != recs[x].ID || res.Findings[i].Request != "req-0" {
+			t.Fatalf("descriptor of transfer %d dropped: findings %+v", recs[x].ID, res.Findings)
+		}
+	}
+}
+
+// TestLogWithoutTransfers: a consumer's log that made no transfer is not
+// said to have its pairs outside the caches.
+func TestLogWithoutTransfers(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	recs = slices.DeleteFunc(recs, func(r nixl.Record) bool {
+		return r.Op == nixl.OpXfer || r.Op == nixl.OpPost || r.Op == nixl.OpState
+	})
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	if hasNote(res.Pairing, "descriptor pair(s)") || res.Logs[0].Pairs != 0 || res.Verdict == transfer.Clean {
+		t.Fatalf("verdict %s, pairing %q, summary %+v", res.Verdict, res.Pairing, res.Logs[0])
+	}
+}
