@@ -262,3 +262,56 @@ func TestLogWithoutTransfers(t *testing.T) {
 		t.Fatalf("verdict %s, pairing %q, summary %+v", res.Verdict, res.Pairing, res.Logs[0])
 	}
 }
+
+// TestReadOfAReleasedBlockFinding: a descriptor reading a producer block
+// no producer request holds is a confined remote finding whose source is
+// that block, of no request.
+func TestReadOfAReleasedBlockFinding(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	held := map[int]bool{}
+	for _, r := range prod[0].Manifest.Requests {
+		for _, bt := range r.BlockTable {
+			for _, b := range bt {
+				held[b] = true
+			}
+		}
+	}
+	am, err := prod[0].AddressMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, id := -1, -1
+	for _, r := range recs {
+		if r.Op != nixl.OpDList || r.Handle != recs[x].Remote {
+			continue
+		}
+		for i, d := range r.Descs {
+			am.Resolve(d.Addr, d.Len, func(c layout.Cells) error {
+				if free < 0 && c.Block != layout.NoBlock && !held[c.Block] {
+					free, id = c.Block, i
+				}
+				return nil
+			})
+			if free >= 0 {
+				break
+			}
+		}
+	}
+	if free < 0 {
+		t.Fatal("the producer's list names no free block")
+	}
+	recs[x].RemoteIDs[0] = id
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Confined && f.Side == "remote" })
+	if i < 0 {
+		t.Fatalf("no confined remote finding: %v", invariants(res))
+	}
+	f := res.Findings[i]
+	msg := fmt.Sprintf("read producer block %d (rank pp 0 tp 0), which no request of the producer holds (a released block), not request req-0's", free)
+	if f.Descriptor != 0 || f.Source == nil || f.Source.Block != free || f.Source.Request != "" || f.Source.Position != -1 || !strings.Contains(f.Message, msg) {
+		t.Fatalf("finding %+v (source %+v)\nwant %q", f, f.Source, msg)
+	}
+}
