@@ -160,6 +160,11 @@ func TestDroppedDescriptorBytes(t *testing.T) {
 			if f.Invariant == transfer.Covered {
 				got += f.Bytes
 			}
+			// Bytes no descriptor delivered: no descriptor, at the
+			// request's block.
+			if (f.Invariant == transfer.Covered || f.Invariant == transfer.Zeroed) && (f.Descriptor != -1 || f.Position < 0 || f.Request != recs[x].Request) {
+				t.Fatalf("%s: finding %+v", g.name, f)
+			}
 		}
 		if bytes == 0 || got != bytes {
 			t.Fatalf("%s: covered findings of %d bytes, the dropped descriptor has %d: %v", g.name, got, bytes, invariants(res))
