@@ -8,12 +8,8 @@ import (
 	"strings"
 
 	"github.com/charmbracelet/lipgloss"
-	"github.com/charmbracelet/lipgloss/table"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/muesli/termenv"
-	"github.com/olekukonko/tablewriter"
-	"github.com/olekukonko/tablewriter/renderer"
-	"github.com/olekukonko/tablewriter/tw"
 
 	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/verify"
@@ -34,7 +30,7 @@ const (
 // colors (Color), aligned in bordered columns without color (Aligned), or
 // else as tab-separated text, one row per line, for a pipe.
 type Style struct {
-	// Color draws a styled table (lipgloss: borders, colors).
+	// Color draws a styled table (rounded borders, colors).
 	Color bool
 	// ForceColor writes the color codes even when the writer is not a
 	// terminal (--color always).
@@ -176,8 +172,8 @@ func (t *Table) plain(w io.Writer) error {
 	return bw.Flush()
 }
 
-// markdown writes a GitHub table (tablewriter's markdown renderer), each
-// note a paragraph of its own.
+// markdown writes a GitHub table (grid with the markdown box), each note
+// a paragraph of its own.
 func (t *Table) markdown(b *strings.Builder) {
 	if t.Title != "" {
 		fmt.Fprintf(b, "### %s\n\n", t.Title)
@@ -186,20 +182,18 @@ func (t *Table) markdown(b *strings.Builder) {
 	if header := t.header(); len(header) > 0 {
 		// A table without a header (name and value rows) gets an empty
 		// one: a markdown table needs a header row.
-		tb := newTableWriter(b, tablewriter.WithRenderer(renderer.NewMarkdown()))
 		hdr := make([]string, len(header))
 		for i, h := range header {
 			hdr[i] = esc(h)
 		}
-		tb.Header(hdr)
-		for _, r := range t.Rows {
-			cols := make([]string, len(header))
-			for i, c := range r[:min(len(r), len(cols))] {
-				cols[i] = esc(c.Text)
+		rows := make([][]string, len(t.Rows))
+		for k, r := range t.Rows {
+			rows[k] = make([]string, len(header))
+			for i, c := range r[:min(len(r), len(header))] {
+				rows[k][i] = esc(c.Text)
 			}
-			_ = tb.Append(cols)
 		}
-		_ = tb.Render()
+		grid{box: markdownBox, header: hdr, rows: rows}.draw(b)
 	}
 	for _, n := range t.Notes {
 		fmt.Fprintf(b, "\n%s\n", n)
@@ -485,15 +479,6 @@ func scaledNote(per int) string {
 	return fmt.Sprintf("blocks scaled to fit: one cell per %d positions, showing the worst", per)
 }
 
-// newTableWriter makes a tablewriter that writes cells as they are (no
-// header capitals, wrapping or trimming: the layout did that), aligned left.
-func newTableWriter(w io.Writer, opts ...tablewriter.Option) *tablewriter.Table {
-	return tablewriter.NewTable(w, append([]tablewriter.Option{tablewriter.WithHeaderAutoFormat(tw.Off),
-		tablewriter.WithHeaderAlignment(tw.AlignLeft), tablewriter.WithRowAlignment(tw.AlignLeft),
-		tablewriter.WithRowAutoWrap(tw.WrapNone), tablewriter.WithHeaderAutoWrap(tw.WrapNone),
-		tablewriter.WithTrimSpace(tw.Off)}, opts...)...)
-}
-
 // fit lays the table out in width cells for the aligned and styled grids:
 // the layout, each row's kept cells (maps colored by r when not nil) and
 // the notes to write under the grid (the table's, then the layout's).
@@ -513,21 +498,18 @@ func (t *Table) fit(width int, r *lipgloss.Renderer) (l *laidOut, rows [][]strin
 	return l, rows, notes
 }
 
-// aligned writes the table in aligned columns with borders and no color
-// (tablewriter).
+// aligned writes the table in aligned columns with square borders and no
+// color.
 func (t *Table) aligned(b *strings.Builder, style Style) {
 	if t.Title != "" {
 		b.WriteString(ansi.Wrap(t.Title, widthOr(style.Width), " ") + "\n")
 	}
 	l, rows, notes := t.fit(style.Width, nil)
-	tb := newTableWriter(b)
+	g := grid{box: squareBox, rows: rows}
 	if len(t.Header) > 0 {
-		tb.Header(l.header)
+		g.header = l.header
 	}
-	for _, cells := range rows {
-		_ = tb.Append(cells)
-	}
-	_ = tb.Render()
+	g.draw(b)
 	for _, n := range notes {
 		b.WriteString(ansi.Wrap(n, widthOr(style.Width), " ") + "\n")
 	}
@@ -546,8 +528,8 @@ func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 		r.SetColorProfile(termenv.ANSI256)
 	}
 	title := r.NewStyle().Bold(true)
-	header := r.NewStyle().Bold(true).Padding(0, 1)
-	cell := r.NewStyle().Padding(0, 1)
+	header := r.NewStyle().Bold(true)
+	cell := r.NewStyle()
 	tones := map[Tone]lipgloss.Style{
 		Plain: cell,
 		Good:  cell.Foreground(lipgloss.Color("2")),
@@ -569,23 +551,22 @@ func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 			tone[i] = append(tone[i], tn)
 		}
 	}
-	tb := table.New().
-		Border(lipgloss.RoundedBorder()).
-		BorderStyle(r.NewStyle().Foreground(lipgloss.Color("8"))).
-		Rows(rows...).
-		StyleFunc(func(row, col int) lipgloss.Style {
-			if row == table.HeaderRow {
-				return header
+	border := r.NewStyle().Foreground(lipgloss.Color("8"))
+	g := grid{box: roundBox, rows: rows,
+		line: func(s string) string { return border.Render(s) },
+		paint: func(row, col int, s string) string {
+			if row < 0 {
+				return header.Render(s)
 			}
-			if row < 0 || row >= len(tone) || col >= len(tone[row]) {
-				return cell
+			if row >= len(tone) || col >= len(tone[row]) {
+				return s
 			}
-			return tones[tone[row][col]]
-		})
+			return tones[tone[row][col]].Render(s)
+		}}
 	if len(t.Header) > 0 {
-		tb.Headers(l.header...)
+		g.header = l.header
 	}
-	b.WriteString(tb.Render() + "\n")
+	g.draw(b)
 	faint := r.NewStyle().Faint(true)
 	for _, n := range notes {
 		for l := range strings.SplitSeq(ansi.Wrap(n, widthOr(style.Width), " "), "\n") {
