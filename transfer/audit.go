@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kvaudit/kvaudit/parse"
 	"io"
 	"io/fs"
 	"os"
@@ -14,7 +13,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // Options control Audit.
@@ -37,33 +38,6 @@ type Options struct {
 	LeaseS int
 }
 
-// PullTokens is the number of prompt tokens a consumer pulls of a request
-// of numTokens tokens, as vLLM's NIXL connector counts them
-// (_get_remote_prefill_token_count, docs/spec.md §13): all but the last
-// max(1 on a hybrid model with state groups, lookahead-1) tokens, which
-// the consumer recomputes; all of a request that short.
-func PullTokens(numTokens int, hybrid bool, lookahead int) int {
-	back := max(0, lookahead-1)
-	if hybrid {
-		back = max(back, 1)
-	}
-	if back > 0 && numTokens > back {
-		return numTokens - back
-	}
-	return numTokens
-}
-
-// Hybrid says whether a dump's model has a state (Mamba) group: vLLM's
-// connector then pulls one token less (PullTokens).
-func Hybrid(d *layout.Dump) bool {
-	for _, g := range d.Manifest.Groups {
-		if g.Kind == layout.KindMamba {
-			return true
-		}
-	}
-	return false
-}
-
 // DefaultMaxFindings is the findings an audit keeps by default.
 const DefaultMaxFindings = 10000
 
@@ -71,9 +45,6 @@ const DefaultMaxFindings = 10000
 // by one stride) of the prepared lists an audit holds (over every log): a
 // log preparing more is refused.
 const MaxHeld = 1 << 24
-
-// LogExt is the extension of a log file in a directory of logs.
-const LogExt = ".jsonl"
 
 // FindLogs expands the logs given as paths: a file is a log; a directory
 // holds logs (its *.jsonl files, in name order; a .jsonl.partial file, a
@@ -116,14 +87,14 @@ func FindLogs(paths []string) ([]string, error) {
 		for _, e := range entries {
 			switch {
 			case e.IsDir():
-			case strings.HasSuffix(e.Name(), LogExt):
+			case strings.HasSuffix(e.Name(), nixl.LogExt):
 				out = append(out, filepath.Join(p, e.Name()))
-			case strings.HasSuffix(e.Name(), LogExt+".partial"):
+			case strings.HasSuffix(e.Name(), nixl.LogExt+".partial"):
 				return nil, &layout.ReadError{Path: filepath.Join(p, e.Name()), Msg: "a log the recorder has not closed (still named .partial): incomplete, not audited"}
 			}
 		}
 		if len(out) == n {
-			return nil, &layout.ReadError{Path: p, Msg: "holds no NIXL log (*" + LogExt + ")"}
+			return nil, &layout.ReadError{Path: p, Msg: "holds no NIXL log (*" + nixl.LogExt + ")"}
 		}
 	}
 	return out, nil
@@ -170,6 +141,17 @@ type auditor struct {
 	// ch is the current pair's destination read as a chunk of a page,
 	// where the consumer converts what it receives (nil otherwise).
 	ch *chunk
+	// flagged marks descriptors with a fault a picture shows
+	// (transfer index << 32 | descriptor); counts counts findings by
+	// consumer rank and request.
+	flagged map[uint64]uint8
+	counts  map[reqKey]int
+}
+
+// reqKey is a consumer request on a rank.
+type reqKey struct {
+	rank layout.Rank
+	id   string
 }
 
 // side is the dumps of a producer or a consumer, by agent name.
@@ -235,7 +217,9 @@ type xfer struct {
 	skip     bool
 	// at is when the transfer was posted (its post record, else its xfer
 	// record), if the log says.
-	at Stamp
+	at nixl.Stamp
+	// late: a READ posted after its request's lease lapsed.
+	late bool
 }
 
 // delivery is one descriptor's bytes delivered into the consumer (in
@@ -260,7 +244,7 @@ type logFile struct {
 	// not hold.
 	notDumped int
 	path      string
-	header    Header
+	header    nixl.Header
 	dlists    map[int]*dlist
 	summary   *LogSummary
 	side      string
@@ -272,7 +256,7 @@ type logFile struct {
 	// remotes are the remote agents the log's lists and transfers name
 	// (at most maxNamed); registered its first registered ranges.
 	remotes    []string
-	registered []Desc
+	registered []nixl.Desc
 	// foreign: the log's registered memory lies in no cache of the dump
 	// its agent names (a log of another run): its transfers are not
 	// audited. outside counts its pairs whose both sides lie outside
@@ -330,7 +314,7 @@ type descRun struct {
 }
 
 // add appends a descriptor to the list.
-func (d *dlist) add(x Desc) {
+func (d *dlist) add(x nixl.Desc) {
 	if k := len(d.runs); k > 0 {
 		r := &d.runs[k-1]
 		switch {
@@ -349,10 +333,10 @@ func (d *dlist) add(x Desc) {
 }
 
 // at returns descriptor i (i < d.n).
-func (d *dlist) at(i int) Desc {
+func (d *dlist) at(i int) nixl.Desc {
 	k := sort.Search(len(d.runs), func(k int) bool { return d.runs[k].first > i }) - 1
 	r := &d.runs[k]
-	return Desc{Addr: uint64(int64(r.addr) + int64(i-r.first)*r.stride), Len: r.len}
+	return nixl.Desc{Addr: uint64(int64(r.addr) + int64(i-r.first)*r.stride), Len: r.len}
 }
 
 func newAuditor(producer, consumer []*layout.Dump, opts Options) *auditor {
@@ -372,7 +356,7 @@ func (a *auditor) newSide(role string, dumps []*layout.Dump) *side {
 	s := &side{role: role, byAgent: map[string]*rank{}}
 	for i, d := range dumps {
 		pp, tp := d.Rank()
-		rk := &rank{side: s, idx: i, dump: d, r: layout.Rank{PP: pp, TP: tp}, reqs: map[string]*request{}, hybrid: Hybrid(d)}
+		rk := &rank{side: s, idx: i, dump: d, r: layout.Rank{PP: pp, TP: tp}, reqs: map[string]*request{}, hybrid: nixl.Hybrid(d)}
 		if ag := d.Manifest.Parallel.Agent; ag != nil {
 			rk.agent = *ag
 			if other, dup := s.byAgent[rk.agent]; dup {
@@ -522,7 +506,7 @@ func (a *auditor) readLog(ctx context.Context, path string) error {
 
 // readFrom streams one log from r (path names it).
 func (a *auditor) readFrom(ctx context.Context, r io.Reader, path string) error {
-	lr, err := NewReader(r, path)
+	lr, err := nixl.NewReader(r, path)
 	if err != nil {
 		return err
 	}
@@ -543,20 +527,20 @@ func (a *auditor) readFrom(ctx context.Context, r io.Reader, path string) error 
 	a.lease.header(lf)
 	// A prepared list's descriptors go straight into its runs.
 	var building *dlist
-	lr.SetDescSink(func(op Op, d Desc) {
+	lr.SetDescSink(func(op nixl.Op, d nixl.Desc) {
 		switch op {
-		case OpDList:
+		case nixl.OpDList:
 			if building == nil {
 				building = &dlist{}
 			}
 			building.add(d)
-		case OpRegister:
+		case nixl.OpRegister:
 			if len(lf.registered) < maxNamed {
 				lf.registered = append(lf.registered, d)
 			}
 		}
 	})
-	var rec Record
+	var rec nixl.Record
 	for n := 0; ; n++ {
 		if n%4096 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -573,7 +557,7 @@ func (a *auditor) readFrom(ctx context.Context, r io.Reader, path string) error 
 		if rec.Time.Ok {
 			a.lease.timed = true
 		}
-		if rec.Op == OpDList {
+		if rec.Op == nixl.OpDList {
 			dl := building
 			if dl == nil {
 				dl = &dlist{}
@@ -601,7 +585,7 @@ func (a *auditor) readFrom(ctx context.Context, r io.Reader, path string) error 
 }
 
 // dlist keeps a prepared list.
-func (a *auditor) dlist(lf *logFile, rec *Record, dl *dlist) error {
+func (a *auditor) dlist(lf *logFile, rec *nixl.Record, dl *dlist) error {
 	if _, dup := lf.dlists[rec.Handle]; dup {
 		return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "handle", Msg: fmt.Sprintf("list %d is prepared twice", rec.Handle)}
 	}
@@ -626,14 +610,14 @@ func (lf *logFile) remote(agent string) {
 }
 
 // record handles one record of a log.
-func (a *auditor) record(lf *logFile, rec *Record) error {
+func (a *auditor) record(lf *logFile, rec *nixl.Record) error {
 	sum := &a.res.Logs[len(a.res.Logs)-1]
 	switch rec.Op {
-	case OpXfer:
+	case nixl.OpXfer:
 		sum.Xfers++
 		a.lease.seen(rec.Notif, rec.Time)
 		return a.xfer(lf, rec, sum)
-	case OpPost:
+	case nixl.OpPost:
 		x := lf.live[rec.ID]
 		if x == nil && !lf.ended.has(rec.ID) {
 			return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "id", Msg: fmt.Sprintf("a post of transfer %d, which the log has not made", rec.ID)}
@@ -642,22 +626,22 @@ func (a *auditor) record(lf *logFile, rec *Record) error {
 			x.at = rec.Time
 		}
 		a.lease.seen(rec.Notif, rec.Time)
-	case OpNotif, OpRemoteDone:
+	case nixl.OpNotif, nixl.OpRemoteDone:
 		a.lease.seen(rec.Msg, rec.Time)
-		if rec.Op == OpNotif && !isLocal(rec.Agent, lf.header) {
+		if rec.Op == nixl.OpNotif && !isLocal(rec.Agent, lf.header) {
 			lf.remote(rec.Agent)
 		}
-	case OpNotifs:
+	case nixl.OpNotifs:
 		for _, n := range rec.Notifs {
 			a.lease.seen(n.Msg, rec.Time)
 		}
-	case OpError:
+	case nixl.OpError:
 		if rec.HasID {
 			if x := lf.live[rec.ID]; x != nil && !x.skip {
 				a.note("log %q line %d: %s raised for transfer %d: %s", lf.path, rec.Line, rec.Call, rec.ID, rec.Msg)
 			}
 		}
-	case OpState:
+	case nixl.OpState:
 		x := lf.live[rec.ID]
 		if x == nil {
 			if lf.ended.has(rec.ID) {
@@ -669,7 +653,7 @@ func (a *auditor) record(lf *logFile, rec *Record) error {
 			return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "id", Msg: fmt.Sprintf("transfer %d already ended in %s", rec.ID, x.state)}
 		}
 		x.state = rec.State
-		if rec.State == Done {
+		if rec.State == nixl.Done {
 			sum.Done++
 		} else {
 			sum.Failed++
@@ -684,12 +668,12 @@ func (a *auditor) record(lf *logFile, rec *Record) error {
 }
 
 // isLocal says whether a dlist's agent names the log's own memory.
-func isLocal(agent string, h Header) bool {
-	return agent == "" || agent == LocalAgent
+func isLocal(agent string, h nixl.Header) bool {
+	return agent == "" || agent == nixl.LocalAgent
 }
 
 // xfer resolves a transfer's descriptor pairs and checks each.
-func (a *auditor) xfer(lf *logFile, rec *Record, sum *LogSummary) error {
+func (a *auditor) xfer(lf *logFile, rec *nixl.Record, sum *LogSummary) error {
 	if prev := lf.live[rec.ID]; prev != nil {
 		return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "id", Msg: fmt.Sprintf("transfer %d is made twice (first on line %d)", rec.ID, prev.line)}
 	}
@@ -711,7 +695,7 @@ func (a *auditor) xfer(lf *logFile, rec *Record, sum *LogSummary) error {
 }
 
 // resolveXfer resolves a transfer's pairs and checks each.
-func (a *auditor) resolveXfer(lf *logFile, rec *Record, sum *LogSummary, x *xfer) error {
+func (a *auditor) resolveXfer(lf *logFile, rec *nixl.Record, sum *LogSummary, x *xfer) error {
 	if a.checkForeign(lf); lf.foreign {
 		x.skip = true
 		return nil
@@ -726,7 +710,7 @@ func (a *auditor) resolveXfer(lf *logFile, rec *Record, sum *LogSummary, x *xfer
 	}
 	sum.Pairs += min(ps.nl, ps.nr)
 	dstAgent, srcAgent := lf.header.Agent, ps.remoteAgent
-	if rec.Kind == Write {
+	if rec.Kind == nixl.Write {
 		dstAgent, srcAgent = ps.remoteAgent, lf.header.Agent
 	}
 	x.dst, x.src = a.cons.byAgent[dstAgent], a.prod.byAgent[srcAgent]
@@ -747,7 +731,7 @@ func (a *auditor) resolveXfer(lf *logFile, rec *Record, sum *LogSummary, x *xfer
 		x.skip = true
 		return nil
 	}
-	if rec.Kind == Write {
+	if rec.Kind == nixl.Write {
 		x.dst.logged = true
 	}
 	if x.dst.addressMap(a) == nil || x.src.addressMap(a) == nil {
@@ -770,7 +754,7 @@ func (a *auditor) resolveXfer(lf *logFile, rec *Record, sum *LogSummary, x *xfer
 	for i := range min(ps.nl, ps.nr) {
 		l, r := ps.local(i), ps.remote(i)
 		d, s := l, r
-		if rec.Kind == Write {
+		if rec.Kind == nixl.Write {
 			d, s = r, l
 		}
 		if !a.pair(x, i, d, s) {
@@ -789,17 +773,17 @@ func (a *auditor) resolveXfer(lf *logFile, rec *Record, sum *LogSummary, x *xfer
 // or as the record gives them.
 type pairs struct {
 	nl, nr        int
-	local, remote func(i int) Desc
+	local, remote func(i int) nixl.Desc
 	remoteAgent   string
 }
 
 // descriptors returns a transfer's descriptors and the remote agent; nil
 // for a transfer that cannot be resolved. Indices past a list are bad
 // input.
-func (a *auditor) descriptors(lf *logFile, rec *Record) (*pairs, error) {
+func (a *auditor) descriptors(lf *logFile, rec *nixl.Record) (*pairs, error) {
 	if !rec.Prepped {
 		ld, rd := rec.LocalDescs, rec.RemoteDescs
-		return &pairs{nl: len(ld), nr: len(rd), local: func(i int) Desc { return ld[i] }, remote: func(i int) Desc { return rd[i] }, remoteAgent: rec.RemoteAgent}, nil
+		return &pairs{nl: len(ld), nr: len(rd), local: func(i int) nixl.Desc { return ld[i] }, remote: func(i int) nixl.Desc { return rd[i] }, remoteAgent: rec.RemoteAgent}, nil
 	}
 	list := func(field string, handle int, ids []int) (*dlist, error) {
 		dl := lf.dlists[handle]
@@ -832,7 +816,7 @@ func (a *auditor) descriptors(lf *logFile, rec *Record) (*pairs, error) {
 	}
 	lids, rids := rec.LocalIDs, rec.RemoteIDs
 	return &pairs{nl: len(lids), nr: len(rids), remoteAgent: rdl.agent,
-		local: func(i int) Desc { return ldl.at(lids[i]) }, remote: func(i int) Desc { return rdl.at(rids[i]) }}, nil
+		local: func(i int) nixl.Desc { return ldl.at(lids[i]) }, remote: func(i int) nixl.Desc { return rdl.at(rids[i]) }}, nil
 }
 
 // add records a finding of a transfer (or of a request, x nil).
@@ -855,6 +839,10 @@ func (a *auditor) keep(f Finding) {
 		a.dropped++
 		return
 	}
+	if a.counts == nil {
+		a.counts = map[reqKey]int{}
+	}
+	a.counts[reqKey{f.Rank, f.Request}]++
 	a.res.Findings = append(a.res.Findings, f)
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
@@ -31,7 +32,7 @@ func geometries() []geometry {
 		p.Preset, c.Preset = preset, preset
 		c.Role = "consumer"
 		c.ZeroTails = true
-		return geometry{name, p, c, transfer.PlannerExact}
+		return geometry{name, p, c, nixl.PlannerExact}
 	}
 	return []geometry{
 		g("equal", "llama", synth.Config{}, synth.Config{}),
@@ -57,24 +58,20 @@ func geometries() []geometry {
 // pull and returns the open sides and the logs.
 func pull(t testing.TB, dir string, g geometry) (prod, cons []*layout.Dump, logs []string) {
 	t.Helper()
-	prod, cons = sides(t, dir, g)
+	prod, cons = sides(t, g)
 	var err error
-	if logs, err = transfer.WritePlan(filepath.Join(dir, "nixl"), prod, cons, false, transfer.PlanOptions{Planner: g.planner}); err != nil {
+	if logs, err = nixl.WritePlan(filepath.Join(dir, "nixl"), prod, cons, false, nixl.PlanOptions{Planner: g.planner}); err != nil {
 		t.Fatal(err)
 	}
 	return prod, cons, logs
 }
 
-// sides synthesizes a geometry's sides with one seed and opens them.
-func sides(t testing.TB, dir string, g geometry) (prod, cons []*layout.Dump) {
+// sides synthesizes a geometry's sides with one seed (once per test
+// binary: see synthesized) and opens them.
+func sides(t testing.TB, g geometry) (prod, cons []*layout.Dump) {
 	t.Helper()
 	g.p.Seed, g.c.Seed = 5, 5
-	if _, err := synth.Write(dir, g.p); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := synth.Write(dir, g.c); err != nil {
-		t.Fatal(err)
-	}
+	dir := synthesized(t, g.p, g.c)
 	var err error
 	if prod, err = layout.OpenPaths([]string{filepath.Join(dir, "producer")}); err != nil {
 		t.Fatal(err)
@@ -121,20 +118,20 @@ func TestCorrectPullIsClean(t *testing.T) {
 }
 
 // records reads a log's records.
-func records(t testing.TB, path string) (transfer.Header, []transfer.Record) {
+func records(t testing.TB, path string) (nixl.Header, []nixl.Record) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := transfer.NewReader(f, path)
+	r, err := nixl.NewReader(f, path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []transfer.Record
+	var out []nixl.Record
 	for {
-		var rec transfer.Record
+		var rec nixl.Record
 		if err := r.Next(&rec); err != nil {
 			break
 		}
@@ -143,10 +140,10 @@ func records(t testing.TB, path string) (transfer.Header, []transfer.Record) {
 	return r.Header(), out
 }
 
-func rewrite(t testing.TB, path string, h transfer.Header, recs []transfer.Record) {
+func rewrite(t testing.TB, path string, h nixl.Header, recs []nixl.Record) {
 	t.Helper()
 	var b bytes.Buffer
-	w := transfer.NewWriter(&b, h)
+	w := nixl.NewWriter(&b, h)
 	for i := range recs {
 		w.Write(&recs[i])
 	}
@@ -159,18 +156,18 @@ func rewrite(t testing.TB, path string, h transfer.Header, recs []transfer.Recor
 }
 
 // firstXfer returns the index of a log's first transfer record.
-func firstXfer(recs []transfer.Record) int {
-	return slices.IndexFunc(recs, func(r transfer.Record) bool { return r.Op == transfer.OpXfer })
+func firstXfer(recs []nixl.Record) int {
+	return slices.IndexFunc(recs, func(r nixl.Record) bool { return r.Op == nixl.OpXfer })
 }
 
 // nextXfer returns the index of the transfer record after recs[x].
-func nextXfer(recs []transfer.Record, x int) int {
+func nextXfer(recs []nixl.Record, x int) int {
 	return x + 1 + firstXfer(recs[x+1:])
 }
 
 // stateOf returns the index of the state record of the transfer recs[x].
-func stateOf(recs []transfer.Record, x int) int {
-	return x + slices.IndexFunc(recs[x:], func(r transfer.Record) bool { return r.Op == transfer.OpState && r.ID == recs[x].ID })
+func stateOf(recs []nixl.Record, x int) int {
+	return x + slices.IndexFunc(recs[x:], func(r nixl.Record) bool { return r.Op == nixl.OpState && r.ID == recs[x].ID })
 }
 
 func invariants(res *transfer.Result) []string {
@@ -189,31 +186,31 @@ func invariants(res *transfer.Result) []string {
 func TestEachInvariant(t *testing.T) {
 	cases := []struct {
 		name string
-		edit func(recs []transfer.Record, x int)
+		edit func(recs []nixl.Record, x int)
 		want []string
 	}{
-		{"descriptor dropped", func(recs []transfer.Record, x int) {
+		{"descriptor dropped", func(recs []nixl.Record, x int) {
 			recs[x].LocalIDs, recs[x].RemoteIDs = recs[x].LocalIDs[1:], recs[x].RemoteIDs[1:]
 		}, []string{transfer.Covered, transfer.Zeroed}},
-		{"remote ids shifted past the block", func(recs []transfer.Record, x int) {
+		{"remote ids shifted past the block", func(recs []nixl.Record, x int) {
 			recs[x].RemoteIDs[0]++
 		}, []string{transfer.Confined}},
-		{"remote ids of the next position", func(recs []transfer.Record, x int) {
+		{"remote ids of the next position", func(recs []nixl.Record, x int) {
 			recs[x].RemoteIDs[0] = recs[x].RemoteIDs[1]
 		}, []string{transfer.Aligned}},
-		{"local id of another request", func(recs []transfer.Record, x int) {
+		{"local id of another request", func(recs []nixl.Record, x int) {
 			y := nextXfer(recs, x) // the second request's transfer
 			recs[x].LocalIDs[0] = recs[y].LocalIDs[0]
 		}, []string{transfer.Confined, transfer.Covered, transfer.Twice, transfer.Zeroed}},
-		{"remote ids of another request", func(recs []transfer.Record, x int) {
+		{"remote ids of another request", func(recs []nixl.Record, x int) {
 			y := nextXfer(recs, x)
 			copy(recs[x].RemoteIDs, recs[y].RemoteIDs)
 		}, []string{transfer.Confined}},
-		{"lengths differ", func(recs []transfer.Record, x int) {
+		{"lengths differ", func(recs []nixl.Record, x int) {
 			recs[x].LocalIDs = recs[x].LocalIDs[:len(recs[x].LocalIDs)-1]
 		}, []string{transfer.Aligned, transfer.Covered, transfer.Zeroed}},
-		{"ERR", func(recs []transfer.Record, x int) {
-			recs[stateOf(recs, x)].State = transfer.Err
+		{"ERR", func(recs []nixl.Record, x int) {
+			recs[stateOf(recs, x)].State = nixl.Err
 		}, []string{transfer.Covered, transfer.Failed, transfer.Zeroed}},
 	}
 	g := geometries()[0]
@@ -304,19 +301,19 @@ func TestEveryGeometryCatches(t *testing.T) {
 }
 
 // recordsOf replans the correct pull and returns a log's records.
-func recordsOf(t testing.TB, prod, cons []*layout.Dump, path string) (transfer.Header, []transfer.Record) {
+func recordsOf(t testing.TB, prod, cons []*layout.Dump, path string) (nixl.Header, []nixl.Record) {
 	t.Helper()
-	planned, err := transfer.Plan(prod, cons, transfer.PlanOptions{Planner: transfer.PlannerExact})
+	planned, err := nixl.Plan(prod, cons, nixl.PlanOptions{Planner: nixl.PlannerExact})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range planned {
-		if filepath.Base(path) == l.Header.Agent+transfer.LogExt {
+		if filepath.Base(path) == l.Header.Agent+nixl.LogExt {
 			return l.Header, l.Records
 		}
 	}
 	t.Fatalf("no planned log for %s", path)
-	return transfer.Header{}, nil
+	return nixl.Header{}, nil
 }
 
 // TestRequestNotDumped: a transfer of a request the consumer's dumps do
@@ -351,21 +348,21 @@ func TestPushWrite(t *testing.T) {
 	_, recs := records(t, logs[0])
 	// The producer's view of the same transfers: its list is local, the
 	// consumer's remote.
-	h := transfer.Header{Agent: *prod[0].Manifest.Parallel.Agent}
-	var push []transfer.Record
+	h := nixl.Header{Agent: *prod[0].Manifest.Parallel.Agent}
+	var push []nixl.Record
 	for _, r := range recs {
 		switch r.Op {
-		case transfer.OpDList:
-			if r.Agent == transfer.LocalAgent {
+		case nixl.OpDList:
+			if r.Agent == nixl.LocalAgent {
 				r.Agent = *cons[0].Manifest.Parallel.Agent
 			} else {
-				r.Agent = transfer.LocalAgent
+				r.Agent = nixl.LocalAgent
 			}
-		case transfer.OpXfer:
-			r.Kind = transfer.Write
+		case nixl.OpXfer:
+			r.Kind = nixl.Write
 			r.Local, r.Remote = r.Remote, r.Local
 			r.LocalIDs, r.RemoteIDs = r.RemoteIDs, r.LocalIDs
-		case transfer.OpRegister:
+		case nixl.OpRegister:
 			continue
 		}
 		push = append(push, r)

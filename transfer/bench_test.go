@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/transfer"
 )
@@ -34,7 +35,9 @@ func TestMain(m *testing.M) {
 		fmt.Printf("%s %d %d\n", res.Verdict, pairs, peakRSS())
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeFixtures()
+	os.Exit(code)
 }
 
 // peakRSS is the process's peak resident memory in bytes since it
@@ -127,11 +130,11 @@ func BenchmarkReadLog(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		r, err := transfer.NewReader(f, path)
+		r, err := nixl.NewReader(f, path)
 		if err != nil {
 			b.Fatal(err)
 		}
-		var rec transfer.Record
+		var rec nixl.Record
 		n := 0
 		for r.Next(&rec) == nil {
 			n++

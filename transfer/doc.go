@@ -6,8 +6,8 @@
 // byte written twice from different sources, no request loaded from a
 // failed transfer.
 //
-// Logs are streamed (Reader): a record at a time, arrays element by
-// element; what the audit keeps is compact (the prepared descriptor
+// Logs are streamed (the reader of internal/nixl): a record at a time,
+// arrays element by element; what the audit keeps is compact (the prepared descriptor
 // lists, and one interval per delivered descriptor).
 //
 // Audit the consumer's logs of a pull:
@@ -19,6 +19,6 @@
 //	res, err := transfer.Audit(ctx, []string{"kv/nixl/consumer-pp0-tp0.jsonl"}, producer, consumer, transfer.Options{})
 //	// res.Verdict: clean, violated or unresolved; res.Findings say where
 //
-// Plan writes the log of a correct pull between two sides, with the
-// descriptors vLLM's NIXL connector builds (kvaudit synth --transfers).
+// The log format's reader and writer, and the planner of a correct pull
+// (kvaudit synth --transfers), are in internal/nixl.
 package transfer

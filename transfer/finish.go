@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -23,7 +24,7 @@ func (a *auditor) finish(ctx context.Context) error {
 		if x.state == "" {
 			a.note("log %q: transfer %d (line %d) never reached DONE or ERR in the log: its bytes count as not delivered", x.log.path, x.id, x.line)
 		}
-		if end := x.req.pullEnd(a); x.state == Err && end > x.req.req.NumLocalComputedTokens {
+		if end := x.req.pullEnd(a); x.state == nixl.Err && end > x.req.req.NumLocalComputedTokens {
 			f := Finding{Invariant: Failed, Descriptor: -1, Group: -1, Position: -1, Block: -1, Heads: [2]int{-1, -1}, Tokens: [2]int{-1, -1}}
 			f.Message = fmt.Sprintf("transfer %d ended in ERR, but request %s was loaded anyway (its dump on rank %s holds tokens %d-%d as loaded)",
 				x.id, x.req.req.ID, x.dst.r, x.req.req.NumLocalComputedTokens, end-1)
@@ -65,7 +66,7 @@ func (a *auditor) finish(ctx context.Context) error {
 // the pull's to deliver, those from it up to num_tokens the consumer
 // recomputes (neither pulled nor required).
 func (r *request) pullEnd(a *auditor) int {
-	return PullTokens(r.req.NumTokens, r.rank.hybrid, a.opts.Lookahead)
+	return nixl.PullTokens(r.req.NumTokens, r.rank.hybrid, a.opts.Lookahead)
 }
 
 type ival struct{ lo, hi uint64 }
@@ -73,16 +74,22 @@ type ival struct{ lo, hi uint64 }
 // finishRank checks a consumer rank's requests.
 func (a *auditor) finishRank(rk *rank) {
 	done := rk.deliveries[:0] // filtered in place
+	var undone []delivery
 	for _, d := range rk.deliveries {
-		if a.xfers[d.x].state == Done {
+		if a.xfers[d.x].state == nixl.Done {
 			done = append(done, d)
+		} else {
+			undone = append(undone, d)
 		}
 	}
 	rk.deliveries = nil
-	slices.SortFunc(done, func(p, q delivery) int {
+	byAddress := func(p, q delivery) int {
 		return cmp.Or(cmp.Compare(p.lo, q.lo), cmp.Compare(p.x, q.x), cmp.Compare(p.desc, q.desc))
-	})
-	a.twice(rk, done)
+	}
+	slices.SortFunc(done, byAddress)
+	slices.SortFunc(undone, byAddress)
+	rc := &rankCover{rk: rk, done: done, undone: undone, twice: a.twice(rk, done)}
+	rc.segs, rc.usegs = segments(done), segments(undone)
 	var covered []ival
 	for _, d := range done {
 		if n := len(covered); n > 0 && d.lo <= covered[n-1].hi {
@@ -102,9 +109,10 @@ func (a *auditor) finishRank(rk *rank) {
 		}
 		if len(r.xfers) > 0 {
 			a.finishRequest(rk, r, covered)
-			continue
+		} else {
+			a.unserved(rk, r)
 		}
-		a.unserved(rk, r)
+		a.mapRequest(rc, r, len(r.xfers) > 0)
 	}
 }
 
@@ -127,12 +135,19 @@ func (a *auditor) unserved(rk *rank, r *request) {
 	a.keep(f)
 }
 
-// twice reports bytes delivered by transfers from different sources.
-func (a *auditor) twice(rk *rank, done []delivery) {
+// twice reports bytes delivered by transfers from different sources,
+// and returns them (sorted, disjoint).
+func (a *auditor) twice(rk *rank, done []delivery) []ival {
 	var prev *delivery
+	var out []ival
 	for i := range done {
 		d := &done[i]
 		if prev != nil && d.lo < prev.hi && d.source != prev.source {
+			if lo, hi := d.lo, min(d.hi, prev.hi); len(out) > 0 && lo <= out[len(out)-1].hi {
+				out[len(out)-1].hi = max(out[len(out)-1].hi, hi)
+			} else {
+				out = append(out, ival{lo, hi})
+			}
 			x, px := a.xfers[d.x], a.xfers[prev.x]
 			f := Finding{Invariant: Twice, Descriptor: int(d.desc), Group: -1, Position: -1, Block: -1, Bytes: min(d.hi, prev.hi) - d.lo,
 				Other: &Ref{Log: px.log.path, Transfer: px.id, Descriptor: int(prev.desc)}}
@@ -164,6 +179,7 @@ func (a *auditor) twice(rk *rank, done []delivery) {
 			prev = d
 		}
 	}
+	return out
 }
 
 func hasBlock(rg *reqGroup, block int) bool {

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kvaudit/kvaudit/internal/nixl"
 )
 
 // leases is the lease audit's state: when records name each producer
@@ -91,7 +93,7 @@ func (l *leases) header(lf *logFile) {
 // seen takes a timed record's message: "REQ:N" (a read notification, a
 // transfer's notif) or "HB:REQ,REQ,..." (vLLM's heartbeat, which extends
 // the lease).
-func (l *leases) seen(msg string, t Stamp) {
+func (l *leases) seen(msg string, t nixl.Stamp) {
 	if !t.Ok || msg == "" {
 		return
 	}
@@ -129,7 +131,7 @@ func (l *leases) audit() {
 	reads := map[string][]leaseEvent{}
 	n := 0
 	for _, x := range a.xfers {
-		if x.skip || x.req == nil || x.kind != Read || !x.at.Ok {
+		if x.skip || x.req == nil || x.kind != nixl.Read || !x.at.Ok {
 			continue
 		}
 		reads[x.prodReq] = append(reads[x.prodReq], leaseEvent{wall: x.at.Wall, x: x})
@@ -168,6 +170,7 @@ func (l *leases) audit() {
 			case e.x != nil && e.wall > expiry:
 				late++
 				x := e.x
+				x.late = true
 				f := Finding{Invariant: Lease, Descriptor: -1, Group: -1, Position: -1, Block: -1, Heads: [2]int{-1, -1}, Tokens: [2]int{-1, -1}}
 				last := ""
 				if hb >= 0 {

@@ -8,12 +8,13 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
 // sideNames are the log's names of the destination and source sides.
 func sideNames(kind string) (dst, src string) {
-	if kind == Write {
+	if kind == nixl.Write {
 		return "remote", "local"
 	}
 	return "local", "remote"
@@ -21,7 +22,7 @@ func sideNames(kind string) (dst, src string) {
 
 // pair checks one descriptor pair and records what it delivers; false
 // when the transfer cannot be resolved further.
-func (a *auditor) pair(x *xfer, i int, d, s Desc) bool {
+func (a *auditor) pair(x *xfer, i int, d, s nixl.Desc) bool {
 	collect := func(dst *[]layout.Cells) func(layout.Cells) error {
 		return func(c layout.Cells) error { *dst = append(*dst, c); return nil }
 	}
@@ -51,7 +52,7 @@ func (a *auditor) pair(x *xfer, i int, d, s Desc) bool {
 		x.prodReq = x.req.pairID()
 	}
 	a.ch = nil
-	if len(a.dcells) > 0 && len(a.scells) > 0 && !a.dcells[0].Region.State && converted(a.dcells[0].Region, a.scells[0].Region) {
+	if len(a.dcells) > 0 && len(a.scells) > 0 && !a.dcells[0].Region.State && nixl.Converted(a.dcells[0].Region, a.scells[0].Region) {
 		if ch, ok := chunkOf(a.dcells[0].Region, d); ok {
 			a.ch = &ch
 		}
@@ -63,6 +64,7 @@ func (a *auditor) pair(x *xfer, i int, d, s Desc) bool {
 		f.Invariant, f.Bytes = Aligned, d.Len
 		f.Message = fmt.Sprintf("transfer %d descriptor %d: the %s descriptor has %d bytes, the %s %d", x.id, i, dside, d.Len, sside, s.Len)
 		a.placeDst(&f, x)
+		a.flag(i, flagMisaligned)
 		a.add(x, f)
 	}
 	if dOut > 0 {
@@ -259,6 +261,7 @@ func (a *auditor) confinedDst(x *xfer, i int, dside string) bool {
 		}
 		f.Message = fmt.Sprintf("transfer %d descriptor %d wrote %s into %s, not a block request %s loads", x.id, i, what(&f), into, x.req.req.ID)
 		a.add(x, f)
+		a.flag(i, flagIntrude)
 		return false
 	}
 	return true
@@ -306,6 +309,7 @@ func (a *auditor) confinedSrc(x *xfer, i int, sside string) bool {
 		f.Source = src
 		f.Message = fmt.Sprintf("transfer %d read producer block %d (rank %s), %s, not request %s's", x.id, c.Block, x.src.r, holds, x.prodReq)
 		a.add(x, f)
+		a.flag(i, flagForeign)
 		return false
 	}
 	return true
@@ -338,15 +342,8 @@ func (l logical) equal(m logical) bool {
 		l.len == m.len && slices.Equal(l.dims, m.dims)
 }
 
-// converted says whether the destination converts what it receives (a
-// kernel block of other tokens, or pages of another order: vLLM permutes
-// them on receive), so that a pair is compared per chunk of tokens.
-func converted(d, s *layout.Region) bool {
-	return d.KernelTokens != s.KernelTokens || d.PageOrder() != s.PageOrder()
-}
-
 // aligned checks that a pair's two sides hold the same KV.
-func (a *auditor) aligned(x *xfer, i int, d, s Desc) {
+func (a *auditor) aligned(x *xfer, i int, d, s nixl.Desc) {
 	if len(a.dcells) == 0 || len(a.scells) == 0 {
 		return
 	}
@@ -364,8 +361,13 @@ func (a *auditor) aligned(x *xfer, i int, d, s Desc) {
 		f.Source = a.source(x, &a.scells[0], preq)
 		f.Message = fmt.Sprintf("transfer %d descriptor %d: the %s bytes hold %s, the %s bytes %s%s", x.id, i, dside, what(&f), sside, what(&sf), detail)
 		a.add(x, f)
+		if f.Source.Request != f.Source.Expected {
+			a.flag(i, flagForeign)
+		} else {
+			a.flag(i, flagMisaligned)
+		}
 	}
-	if !dr.State && converted(dr, sr) {
+	if !dr.State && nixl.Converted(dr, sr) {
 		ch, ok := chunkOf(dr, d)
 		if !ok {
 			mismatch(fmt.Sprintf(" (the consumer converts pages of %d tokens from %d, but the %s descriptor is not a whole chunk of one page)", dr.KernelTokens, sr.KernelTokens, dside))
@@ -421,7 +423,7 @@ type chunk struct {
 }
 
 // chunkOf reads a destination descriptor as a chunk of a page.
-func chunkOf(r *layout.Region, d Desc) (chunk, bool) {
+func chunkOf(r *layout.Region, d nixl.Desc) (chunk, bool) {
 	for _, p := range r.Pages() {
 		if d.Addr < p.Base || d.Len == 0 {
 			continue
@@ -478,9 +480,9 @@ func (a *auditor) chunkMatches(x *xfer, ch chunk, preq *request) bool {
 
 // deliver records what a pair delivers into the consumer: its bytes, or,
 // where the consumer converts what it receives, the chunk's cells.
-func (a *auditor) deliver(x *xfer, i int, d, s Desc) {
+func (a *auditor) deliver(x *xfer, i int, d, s nixl.Desc) {
 	dl := delivery{source: sourceKey(x.src.idx, s.Addr, d.Addr), x: uint32(len(a.xfers) - 1), desc: uint32(i)}
-	if len(a.dcells) > 0 && len(a.scells) > 0 && !a.dcells[0].Region.State && converted(a.dcells[0].Region, a.scells[0].Region) {
+	if len(a.dcells) > 0 && len(a.scells) > 0 && !a.dcells[0].Region.State && nixl.Converted(a.dcells[0].Region, a.scells[0].Region) {
 		if ch, ok := chunkOf(a.dcells[0].Region, d); ok {
 			ch.region.PartIntervals(ch.block, ch.k, ch.tokens, ch.part, func(lo, hi uint64) {
 				dl.lo, dl.hi = lo, hi

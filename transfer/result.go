@@ -71,6 +71,11 @@ type Result struct {
 	// mistake rather than a transfer fault: one dump given as both
 	// sides, the sides swapped, logs that belong to neither dump.
 	Pairing []string `json:"pairing"`
+	// Coverage draws, per consumer request and rank, what its transfers
+	// delivered, per layer and token (at most MaxCoverage requests, those
+	// with findings first; CoverageLeft more not drawn). Not in the JSON.
+	Coverage     []Coverage `json:"-"`
+	CoverageLeft int        `json:"-"`
 }
 
 // LogSummary is what one log held.

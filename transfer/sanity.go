@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -46,7 +47,7 @@ func (a *auditor) pairingOfDumps() {
 
 // inCaches says whether any byte of d lies in a cache of a dump of the
 // ranks (the dumps whose address map can be read).
-func (a *auditor) inCaches(d Desc, ranks []*rank) bool {
+func (a *auditor) inCaches(d nixl.Desc, ranks []*rank) bool {
 	for _, rk := range ranks {
 		am := rk.addressMap(a)
 		if am == nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/parse"
@@ -62,10 +63,10 @@ func TestLogsOfAnotherRun(t *testing.T) {
 	h, recs := records(t, logs[0])
 	h.Agent = "stranger"
 	for i := range recs {
-		if recs[i].Op == transfer.OpDList && recs[i].Agent != transfer.LocalAgent {
+		if recs[i].Op == nixl.OpDList && recs[i].Agent != nixl.LocalAgent {
 			recs[i].Agent = "stranger-producer"
 		}
-		if recs[i].Op == transfer.OpNotif {
+		if recs[i].Op == nixl.OpNotif {
 			recs[i].Agent = "stranger-producer"
 		}
 	}
@@ -102,7 +103,7 @@ func TestTransfersFromZero(t *testing.T) {
 	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
 	h, recs := records(t, logs[0])
 	for i := range recs {
-		if op := recs[i].Op; op == transfer.OpXfer || op == transfer.OpState || op == transfer.OpPost {
+		if op := recs[i].Op; op == nixl.OpXfer || op == nixl.OpState || op == nixl.OpPost {
 			recs[i].ID--
 		}
 	}
@@ -135,7 +136,7 @@ func TestTransferMadeTwice(t *testing.T) {
 	recs[x].Request = "req-9"
 	recs[y].ID = recs[x].ID
 	for i := y; i < len(recs); i++ {
-		if recs[i].Op != transfer.OpXfer && recs[i].ID == recs[x].ID+1 {
+		if recs[i].Op != nixl.OpXfer && recs[i].ID == recs[x].ID+1 {
 			recs[i].ID = recs[x].ID + 5
 		}
 	}
@@ -151,9 +152,9 @@ func TestTransferMadeTwice(t *testing.T) {
 func TestLeaseNotAudited(t *testing.T) {
 	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
 	h, recs := records(t, logs[0])
-	h.Time = transfer.Stamp{}
+	h.Time = nixl.Stamp{}
 	for i := range recs {
-		recs[i].Time = transfer.Stamp{}
+		recs[i].Time = nixl.Stamp{}
 	}
 	rewrite(t, logs[0], h, recs)
 	res := audit(t, logs, prod, cons)
@@ -187,7 +188,7 @@ func TestLeaseFlag(t *testing.T) {
 	// A heartbeat 4 s after the first, before the lapse, extends the lease
 	// to 4 + 3 s: the READ at 6 s is inside it.
 	hb := recs[x-1]
-	if hb.Op != transfer.OpNotif || !strings.HasPrefix(hb.Msg, "HB:") {
+	if hb.Op != nixl.OpNotif || !strings.HasPrefix(hb.Msg, "HB:") {
 		t.Fatalf("record before the READ: %+v", hb)
 	}
 	hb.Time.Wall += 4e9

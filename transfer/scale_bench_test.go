@@ -7,6 +7,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
@@ -18,26 +19,26 @@ import (
 // source: clean), each followed by its state. It holds one line at a
 // time, so that the benchmark measures the audit, not the log's memory.
 type xferLog struct {
-	w     *transfer.Writer
+	w     *nixl.Writer
 	buf   bytes.Buffer
-	setup []transfer.Record
-	pairs []transfer.Record
+	setup []nixl.Record
+	pairs []nixl.Record
 	n, k  int
-	rec   transfer.Record
+	rec   nixl.Record
 }
 
-func newXferLog(l *transfer.PlannedLog, n int) *xferLog {
+func newXferLog(l *nixl.PlannedLog, n int) *xferLog {
 	g := &xferLog{n: n}
-	g.w = transfer.NewWriter(&g.buf, l.Header)
+	g.w = nixl.NewWriter(&g.buf, l.Header)
 	for _, r := range l.Records {
 		switch r.Op {
-		case transfer.OpRegister, transfer.OpDList:
-			r.Time = transfer.Stamp{}
+		case nixl.OpRegister, nixl.OpDList:
+			r.Time = nixl.Stamp{}
 			g.setup = append(g.setup, r)
-		case transfer.OpXfer:
+		case nixl.OpXfer:
 			for i := range r.LocalIDs {
 				p := r
-				p.Time = transfer.Stamp{}
+				p.Time = nixl.Stamp{}
 				p.LocalIDs, p.RemoteIDs = []int{r.LocalIDs[i]}, []int{r.RemoteIDs[i]}
 				g.pairs = append(g.pairs, p)
 			}
@@ -55,7 +56,7 @@ func (g *xferLog) Read(p []byte) (int, error) {
 		g.rec = g.pairs[g.k%len(g.pairs)]
 		g.rec.ID = g.k
 		g.w.Write(&g.rec)
-		g.w.Write(&transfer.Record{Op: transfer.OpState, ID: g.k, State: transfer.Done})
+		g.w.Write(&nixl.Record{Op: nixl.OpState, ID: g.k, State: nixl.Done})
 		g.k++
 		g.w.Flush()
 	}
@@ -90,7 +91,7 @@ func BenchmarkAuditTransfers(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer layout.CloseAll(cons)
-	planned, err := transfer.Plan(prod, cons, transfer.PlanOptions{})
+	planned, err := nixl.Plan(prod, cons, nixl.PlanOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

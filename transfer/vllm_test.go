@@ -7,12 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/transfer"
 )
 
 // vllmGeometries are pulls planned as vLLM's connector plans them
-// (transfer.PlannerVLLM) where its pairing is right: 16 -> 64 and 64 -> 16
+// (nixl.PlannerVLLM) where its pairing is right: 16 -> 64 and 64 -> 16
 // token blocks, TP 1 -> 2 with blocks of other kernel counts, MLA TP
 // 2 -> 1, a prefix hit with a block-size ratio, a partial last block, Mamba
 // hybrids (which pull num_tokens - 1 tokens).
@@ -23,7 +24,7 @@ func vllmGeometries() []geometry {
 		if c.Tokens != 0 {
 			p.Tokens = c.Tokens
 		}
-		return geometry{name, p, c, transfer.PlannerVLLM}
+		return geometry{name, p, c, nixl.PlannerVLLM}
 	}
 	return []geometry{
 		g("16-to-64", "llama", synth.Config{Layout: "hnd", BlockSize: 16}, synth.Config{Layout: "hnd", BlockSize: 64}),
@@ -44,7 +45,7 @@ func vllmGeometries() []geometry {
 
 var lastStarts = geometry{"mamba2-last-token-starts-a-block",
 	synth.Config{Preset: "mamba2-hybrid", Layout: "hnd", Tokens: 32},
-	synth.Config{Preset: "mamba2-hybrid", Layout: "hnd", Tokens: 33, Role: "consumer", ZeroTails: true}, transfer.PlannerVLLM}
+	synth.Config{Preset: "mamba2-hybrid", Layout: "hnd", Tokens: 33, Role: "consumer", ZeroTails: true}, nixl.PlannerVLLM}
 
 // vllmMisaligned are the geometries where vLLM's pairing (the end-trim of
 // the producer's kernel-block list) shifts every pair by whole blocks:
@@ -61,7 +62,7 @@ func vllmMisaligned() []geometry {
 	} {
 		g.p.Preset, g.c.Preset = "llama", "llama"
 		g.c.Role, g.c.ZeroTails = "consumer", true
-		g.planner = transfer.PlannerVLLM
+		g.planner = nixl.PlannerVLLM
 		out = append(out, g)
 	}
 	return out
@@ -98,16 +99,16 @@ func TestVLLMPullIsClean(t *testing.T) {
 // wanted every token below num_tokens (PullTokens without the hybrid
 // rule) would have called the correct pull a gap.
 func TestVLLMHybridPullsAllButTheLastToken(t *testing.T) {
-	if got := transfer.PullTokens(40, true, 0); got != 39 {
+	if got := nixl.PullTokens(40, true, 0); got != 39 {
 		t.Fatalf("PullTokens(40, hybrid) = %d", got)
 	}
-	if got := transfer.PullTokens(40, false, 3); got != 38 {
+	if got := nixl.PullTokens(40, false, 3); got != 38 {
 		t.Fatalf("PullTokens(40, lookahead 3) = %d", got)
 	}
-	if got := transfer.PullTokens(40, true, 4); got != 37 {
+	if got := nixl.PullTokens(40, true, 4); got != 37 {
 		t.Fatalf("PullTokens(40, hybrid, lookahead 4) = %d", got)
 	}
-	if got := transfer.PullTokens(1, true, 0); got != 1 {
+	if got := nixl.PullTokens(1, true, 0); got != 1 {
 		t.Fatalf("PullTokens(1, hybrid) = %d", got)
 	}
 	gs := vllmGeometries()
@@ -116,7 +117,7 @@ func TestVLLMHybridPullsAllButTheLastToken(t *testing.T) {
 	_, recs := records(t, logs[0])
 	x := firstXfer(recs)
 	exact := g
-	exact.planner = transfer.PlannerExact
+	exact.planner = nixl.PlannerExact
 	_, _, elogs := pull(t, t.TempDir(), exact)
 	_, erecs := records(t, elogs[0])
 	// The exact planner pulls the same tokens: both leave token 32 out.
@@ -138,8 +139,8 @@ func TestLookahead(t *testing.T) {
 	g := geometries()[0]
 	g.p.Tokens, g.c.Tokens = 31, 40
 	dir := t.TempDir()
-	prod, cons := sides(t, dir, g)
-	logs, err := transfer.WritePlan(filepath.Join(dir, "nixl-mtp"), prod, cons, false, transfer.PlanOptions{Lookahead: 10})
+	prod, cons := sides(t, g)
+	logs, err := nixl.WritePlan(filepath.Join(dir, "nixl-mtp"), prod, cons, false, nixl.PlanOptions{Lookahead: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,14 +161,14 @@ func TestLookahead(t *testing.T) {
 func TestVLLMPullFaults(t *testing.T) {
 	faults := []struct {
 		name string
-		edit func(recs []transfer.Record, x int) bool
+		edit func(recs []nixl.Record, x int) bool
 		want string
 	}{
-		{"dropped pair", func(recs []transfer.Record, x int) bool {
+		{"dropped pair", func(recs []nixl.Record, x int) bool {
 			recs[x].LocalIDs, recs[x].RemoteIDs = recs[x].LocalIDs[1:], recs[x].RemoteIDs[1:]
 			return true
 		}, transfer.Covered},
-		{"misaligned pair", func(recs []transfer.Record, x int) bool {
+		{"misaligned pair", func(recs []nixl.Record, x int) bool {
 			ids := recs[x].RemoteIDs
 			j := slices.IndexFunc(ids, func(v int) bool { return v != ids[0] })
 			if j < 0 {
@@ -176,7 +177,7 @@ func TestVLLMPullFaults(t *testing.T) {
 			ids[0], ids[j] = ids[j], ids[0]
 			return true
 		}, transfer.Aligned},
-		{"co-resident write", func(recs []transfer.Record, x int) bool {
+		{"co-resident write", func(recs []nixl.Record, x int) bool {
 			y := nextXfer(recs, x)
 			if y <= x || recs[y].Request == recs[x].Request {
 				return false
@@ -184,7 +185,7 @@ func TestVLLMPullFaults(t *testing.T) {
 			recs[x].LocalIDs[0] = recs[y].LocalIDs[0]
 			return true
 		}, transfer.Confined},
-		{"stale source", func(recs []transfer.Record, x int) bool {
+		{"stale source", func(recs []nixl.Record, x int) bool {
 			y := nextXfer(recs, x)
 			if y <= x || recs[y].Request == recs[x].Request {
 				return false
@@ -192,7 +193,7 @@ func TestVLLMPullFaults(t *testing.T) {
 			recs[x].RemoteIDs[0] = recs[y].RemoteIDs[0]
 			return true
 		}, transfer.Confined},
-		{"late read", func(recs []transfer.Record, x int) bool {
+		{"late read", func(recs []nixl.Record, x int) bool {
 			// Every record from the READ on, 31 s later: past the 30 s
 			// lease that started at the request's heartbeat.
 			for i := x; i < len(recs); i++ {
@@ -235,7 +236,7 @@ func TestVLLMMisalignedIsFlagged(t *testing.T) {
 			if !strings.Contains(res.Findings[0].Message, "the remote bytes") {
 				t.Fatalf("finding %s", res.Findings[0].Message)
 			}
-			g.planner = transfer.PlannerExact
+			g.planner = nixl.PlannerExact
 			prod, cons, logs = pull(t, t.TempDir(), g)
 			if res := audit(t, logs, prod, cons); res.Verdict != transfer.Clean {
 				t.Fatalf("exact: verdict %s, invariants %v", res.Verdict, invariants(res))

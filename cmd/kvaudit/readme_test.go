@@ -45,8 +45,8 @@ var (
 	redirect    = regexp.MustCompile(`\s+>\s*(\S+)$`)
 )
 
-// walkthroughScript turns README.md's console blocks into a testscript and
-// counts the commands.
+// walkthroughScript turns a Markdown page's console blocks (README.md's,
+// or a docs/ page's) into a testscript and counts the commands.
 func walkthroughScript(readme string) (string, int, error) {
 	var script strings.Builder
 	var files strings.Builder
@@ -94,7 +94,7 @@ func walkthroughScript(readme string) (string, int, error) {
 		flush()
 		n++
 		if !strings.HasPrefix(cmd, "kvaudit ") {
-			return "", 0, fmt.Errorf("README command %q does not run kvaudit", cmd)
+			return "", 0, fmt.Errorf("command %q does not run kvaudit", cmd)
 		}
 		code := "0"
 		if m := exitComment.FindStringSubmatch(cmd); m != nil {
@@ -104,7 +104,7 @@ func walkthroughScript(readme string) (string, int, error) {
 		if m := redirect.FindStringSubmatch(cmd); m != nil {
 			out, cmd = m[1], cmd[:len(cmd)-len(m[0])]
 		}
-		fmt.Fprintf(&script, "# README: $ %s\nexits %s %s\n", line[2:], code, strings.TrimPrefix(cmd, "kvaudit "))
+		fmt.Fprintf(&script, "# $ %s\nexits %s %s\n", line[2:], code, strings.TrimPrefix(cmd, "kvaudit "))
 		if out != "" {
 			fmt.Fprintf(&script, "cp stdout %s\n", out)
 		}

@@ -12,11 +12,14 @@ package browsertest
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"html"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -239,4 +242,78 @@ func (b *Browser) Screenshot(t testing.TB, file, png string, width, height int, 
 		t.Fatalf("no screenshot: %v", err)
 	}
 	return requests
+}
+
+// Box is an element's box on the page, in CSS pixels from the
+// viewport's top left, and whether a person sees it: it has a size, it
+// is not hidden, and its left edge lies inside the viewport and inside
+// every box around it that clips (a box that scrolls on its own).
+type Box struct {
+	X, Y, W, H float64
+	Visible    bool
+}
+
+// Layout is what a page looks like in a window of a given width.
+type Layout struct {
+	// ScrollWidth and ClientWidth are the page's (the root element's):
+	// the page scrolls sideways when ScrollWidth > ClientWidth.
+	ScrollWidth, ClientWidth int
+	// Boxes are the boxes of the elements the selector matched, in
+	// document order.
+	Boxes []Box
+}
+
+// measureID is the element the measuring script writes into.
+const measureID = "kvaudit-browsertest-measure"
+
+// measureScript measures the page in the frame f (the selector is a JSON
+// string).
+const measureScript = `<script>function measure(f){
+var w = f.contentWindow, d = f.contentDocument.documentElement, out = {ScrollWidth: d.scrollWidth, ClientWidth: d.clientWidth, Boxes: []};
+f.contentDocument.querySelectorAll(SELECTOR).forEach(function(e){
+  var r = e.getBoundingClientRect(), s = w.getComputedStyle(e);
+  var vis = r.width > 0 && r.height > 0 && s.visibility !== "hidden" && s.display !== "none" && r.left >= 0 && r.left < d.clientWidth;
+  for (var p = e.parentElement; vis && p && p !== d; p = p.parentElement) {
+    if (w.getComputedStyle(p).overflowX !== "visible") {
+      var pr = p.getBoundingClientRect();
+      if (r.left < pr.left || r.left >= pr.right) vis = false;
+    }
+  }
+  out.Boxes.push({X: r.left, Y: r.top, W: r.width, H: r.height, Visible: vis});
+});
+var pre = document.createElement("pre"); pre.id = "` + measureID + `"; pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
+}</script>`
+
+var measureRe = regexp.MustCompile(`<pre id="` + measureID + `">([^<]*)</pre>`)
+
+// Layout loads the HTML file in a frame width x height pixels large (a
+// page of the test's own, which holds the file's text as the frame's
+// srcdoc: headless Chromium's window is at least 500 px wide, a frame may
+// be narrower) and measures the page once it has laid out, and the
+// elements the CSS selector matches. The page itself runs no script.
+func (b *Browser) Layout(t testing.TB, file string, width, height int, selector string) Layout {
+	t.Helper()
+	page, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel, _ := json.Marshal(selector)
+	outer := "<!DOCTYPE html><html><head><meta charset=\"utf-8\"></head><body style=\"margin:0\">" +
+		strings.Replace(measureScript, "SELECTOR", string(sel), 1) +
+		"<iframe style=\"border:0;width:" + strconv.Itoa(width) + "px;height:" + strconv.Itoa(height) + "px\" onload=\"measure(this)\" srcdoc=\"" +
+		html.EscapeString(string(page)) + "\"></iframe></body></html>"
+	cp := filepath.Join(t.TempDir(), "layout-"+filepath.Base(file))
+	if err := os.WriteFile(cp, []byte(outer), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dom, _ := b.run(t, cp, "--dump-dom", "--window-size="+strconv.Itoa(max(width, 500)+20)+","+strconv.Itoa(height+20), "--force-device-scale-factor=1")
+	m := measureRe.FindStringSubmatch(dom)
+	if m == nil {
+		t.Fatalf("%s: the measuring script wrote nothing", file)
+	}
+	var l Layout
+	if err := json.Unmarshal([]byte(html.UnescapeString(m[1])), &l); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return l
 }

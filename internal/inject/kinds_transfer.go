@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
 	"github.com/kvaudit/kvaudit/verify"
@@ -109,8 +110,8 @@ type prodRank struct {
 // faultLog is one log of the input, read whole.
 type faultLog struct {
 	path    string
-	header  transfer.Header
-	recs    []transfer.Record
+	header  nixl.Header
+	recs    []nixl.Record
 	cons    int // the consumer dump it records, -1: another agent's
 	changed bool
 }
@@ -119,7 +120,7 @@ type faultLog struct {
 type xpair struct {
 	i        int
 	lid, rid int
-	d, s     transfer.Desc
+	d, s     nixl.Desc
 	dst, src box
 	state    bool
 }
@@ -196,13 +197,13 @@ func readFaultLog(path string) (*faultLog, error) {
 		return nil, err
 	}
 	defer file.Close()
-	r, err := transfer.NewReader(file, path)
+	r, err := nixl.NewReader(file, path)
 	if err != nil {
 		return nil, err
 	}
 	l := &faultLog{path: path, header: r.Header()}
 	for {
-		var rec transfer.Record
+		var rec nixl.Record
 		if err := r.Next(&rec); err == io.EOF {
 			break
 		} else if err != nil {
@@ -214,9 +215,9 @@ func readFaultLog(path string) (*faultLog, error) {
 }
 
 // dlist returns a log's prepared list of a handle.
-func (l *faultLog) dlist(handle int) *transfer.Record {
+func (l *faultLog) dlist(handle int) *nixl.Record {
 	for i := range l.recs {
-		if r := &l.recs[i]; r.Op == transfer.OpDList && r.Handle == handle {
+		if r := &l.recs[i]; r.Op == nixl.OpDList && r.Handle == handle {
 			return r
 		}
 	}
@@ -225,8 +226,8 @@ func (l *faultLog) dlist(handle int) *transfer.Record {
 
 // done says whether a transfer of the log reached DONE.
 func (l *faultLog) done(id int) bool {
-	return slices.ContainsFunc(l.recs, func(r transfer.Record) bool {
-		return r.Op == transfer.OpState && r.ID == id && r.State == transfer.Done
+	return slices.ContainsFunc(l.recs, func(r nixl.Record) bool {
+		return r.Op == nixl.OpState && r.ID == id && r.State == nixl.Done
 	})
 }
 
@@ -242,7 +243,7 @@ func (t *logTamper) xfers() []*xref {
 		d := t.cons[l.cons]
 		for ri := range l.recs {
 			rec := &l.recs[ri]
-			if rec.Op != transfer.OpXfer || !rec.Prepped || rec.Kind != transfer.Read || !l.done(rec.ID) {
+			if rec.Op != nixl.OpXfer || !rec.Prepped || rec.Kind != nixl.Read || !l.done(rec.ID) {
 				continue
 			}
 			req := d.Manifest.Paired(rec.Request)
@@ -297,7 +298,7 @@ func (t *logTamper) resolve(x *xref) bool {
 
 // srcBox is the producer cells a descriptor reads, in its request's
 // table (pos -1 where the block is not the request's).
-func (t *logTamper) srcBox(pr *prodRank, preq *layout.Request, s transfer.Desc) (box, bool) {
+func (t *logTamper) srcBox(pr *prodRank, preq *layout.Request, s nixl.Desc) (box, bool) {
 	b := box{pos: -1, t0: 1 << 30, h0: 1 << 30, b0: 1 << 30}
 	n := 0
 	pr.am.Resolve(s.Addr, s.Len, func(c layout.Cells) error {
@@ -337,7 +338,7 @@ func positionOf(r *layout.Request, g *layout.Group, block int) int {
 // dstBox is the consumer cells a correct pair fills: the source's KV at
 // the request's block the destination descriptor lies in (a chunk of its
 // page where the consumer converts what it receives).
-func (t *logTamper) dstBox(ci int, req *layout.Request, d transfer.Desc, src box) (box, bool) {
+func (t *logTamper) dstBox(ci int, req *layout.Request, d nixl.Desc, src box) (box, bool) {
 	r := t.cmaps[ci].Find(d.Addr)
 	if r == nil || r.State || src.pos < 0 {
 		return box{}, false
@@ -517,9 +518,9 @@ func (t *logTamper) pick(ok func(x *xref, p xpair) bool) (*xref, xpair, error) {
 // valid clips a box's request tokens to those the pull delivers: from
 // the request's first token not computed locally to its last one pulled
 // (a hybrid's consumer recomputes its last prompt token:
-// transfer.PullTokens).
+// nixl.PullTokens).
 func (t *logTamper) valid(r *layout.Request, tokens [2]int) [2]int {
-	end := transfer.PullTokens(r.NumTokens, len(t.cons) > 0 && transfer.Hybrid(t.cons[0]), 0)
+	end := nixl.PullTokens(r.NumTokens, len(t.cons) > 0 && nixl.Hybrid(t.cons[0]), 0)
 	return [2]int{max(tokens[0], r.NumLocalComputedTokens), min(tokens[1], end-1)}
 }
 
@@ -615,7 +616,7 @@ func (t *logTamper) otherRequests(x *xref, p xpair) (box, int, bool) {
 				continue
 			}
 			addr := uint64(int64(p.s.Addr) + delta*int64(pg.Stride))
-			i := slices.IndexFunc(rdl.Descs, func(d transfer.Desc) bool { return d.Addr == addr && d.Len == p.s.Len })
+			i := slices.IndexFunc(rdl.Descs, func(d nixl.Desc) bool { return d.Addr == addr && d.Len == p.s.Len })
 			if i < 0 {
 				break
 			}
@@ -665,8 +666,8 @@ func (t *logTamper) remoteShift() error {
 
 // samePage says whether two descriptors lie in the same page kind (part)
 // of a region.
-func (t *logTamper) samePage(a, b transfer.Desc, r *layout.Region) bool {
-	part := func(d transfer.Desc) int {
+func (t *logTamper) samePage(a, b nixl.Desc, r *layout.Region) bool {
+	part := func(d nixl.Desc) int {
 		for i, pg := range r.Pages() {
 			if d.Addr >= pg.Base && (d.Addr-pg.Base)%pg.Stride+d.Len <= pg.Len {
 				return i
@@ -822,7 +823,7 @@ func (t *logTamper) writeLogs(dir string) error {
 		return err
 	}
 	for _, l := range t.logs {
-		pl := &transfer.PlannedLog{Header: l.header, Records: l.recs}
+		pl := &nixl.PlannedLog{Header: l.header, Records: l.recs}
 		var b bytes.Buffer
 		if err := pl.Write(&b); err != nil {
 			return err
@@ -846,7 +847,7 @@ func (t *logTamper) lateRead() error {
 	var cands []*xref
 	for _, x := range t.xfers() {
 		l, rec := x.log, &x.log.recs[x.rec]
-		last := !slices.ContainsFunc(l.recs[x.rec:], func(r transfer.Record) bool { return r.Op == transfer.OpXfer && r.Request != rec.Request })
+		last := !slices.ContainsFunc(l.recs[x.rec:], func(r nixl.Record) bool { return r.Op == nixl.OpXfer && r.Request != rec.Request })
 		if l.header.HasLease && l.header.LeaseS > 0 && rec.Time.Ok && last {
 			cands = append(cands, x)
 		}
@@ -860,7 +861,7 @@ func (t *logTamper) lateRead() error {
 	if pairID == "" {
 		pairID = x.req.ID
 	}
-	names := func(r *transfer.Record) bool {
+	names := func(r *nixl.Record) bool {
 		msgs := []string{r.Notif, r.Msg}
 		for _, n := range r.Notifs {
 			msgs = append(msgs, n.Msg)
@@ -876,7 +877,7 @@ func (t *logTamper) lateRead() error {
 		}
 		return false
 	}
-	first := slices.IndexFunc(l.recs, func(r transfer.Record) bool { return r.Time.Ok && names(&r) })
+	first := slices.IndexFunc(l.recs, func(r nixl.Record) bool { return r.Time.Ok && names(&r) })
 	if first < 0 || first > x.rec {
 		first = x.rec
 	}

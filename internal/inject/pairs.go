@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/side"
@@ -103,14 +104,14 @@ func defaultPairs(seed uint64) []Pair {
 		mk("mamba1", 40, sideConfig{tp: 2, bs: 16, noSplit: true}, sideConfig{tp: 2, bs: 16, noSplit: true}),
 		// Pulls vLLM's NIXL connector makes, whose logs the transfer-log
 		// kinds change: a head split planned as vLLM's connector pairs
-		// blocks (transfer.PlannerVLLM); producer blocks of two kernel
+		// blocks (nixl.PlannerVLLM); producer blocks of two kernel
 		// blocks with a prefix hit, and consumer blocks of two producer
 		// blocks with state blocks, paired by token
-		// (transfer.PlannerExact: vLLM's own pairing shifts the first by
+		// (nixl.PlannerExact: vLLM's own pairing shifts the first by
 		// a block, docs/transfers.md).
-		planned(mk("llama", 40, sideConfig{tp: 1, layout: "hnd", bs: 16}, sideConfig{tp: 2, layout: "hnd", bs: 16}), transfer.PlannerVLLM),
-		planned(mk("llama", 40, sideConfig{tp: 1, layout: "nhd", bs: 32, kb: 16}, sideConfig{tp: 1, layout: "nhd", bs: 16, prefix: 32}), transfer.PlannerExact),
-		planned(mk("mamba2-hybrid", 40, sideConfig{tp: 1, layout: "hnd", bs: 16}, sideConfig{tp: 1, layout: "hnd", bs: 32, format: "dir"}), transfer.PlannerExact),
+		planned(mk("llama", 40, sideConfig{tp: 1, layout: "hnd", bs: 16}, sideConfig{tp: 2, layout: "hnd", bs: 16}), nixl.PlannerVLLM),
+		planned(mk("llama", 40, sideConfig{tp: 1, layout: "nhd", bs: 32, kb: 16}, sideConfig{tp: 1, layout: "nhd", bs: 16, prefix: 32}), nixl.PlannerExact),
+		planned(mk("mamba2-hybrid", 40, sideConfig{tp: 1, layout: "hnd", bs: 16}, sideConfig{tp: 1, layout: "hnd", bs: 32, format: "dir"}), nixl.PlannerExact),
 	}
 }
 
@@ -286,7 +287,7 @@ func (s *pairState) runControl(ctx context.Context, synthesized bool) error {
 
 // planLogs gives the pair its NIXL logs: the given ones, or, for a
 // synthesized pair, those of a correct pull where vLLM's connector makes
-// one (transfer.Plan).
+// one (nixl.Plan).
 func (s *pairState) planLogs(p Pair, dir string) error {
 	if p.synth == nil {
 		if len(p.Logs) > 0 {
@@ -296,9 +297,9 @@ func (s *pairState) planLogs(p Pair, dir string) error {
 		}
 		return nil
 	}
-	logs, err := transfer.WritePlan(filepath.Join(dir, transferDir), s.producer, s.consumer, false,
-		transfer.PlanOptions{Planner: p.synth.Consumer.Planner})
-	var np *transfer.NotPlannableError
+	logs, err := nixl.WritePlan(filepath.Join(dir, transferDir), s.producer, s.consumer, false,
+		nixl.PlanOptions{Planner: p.synth.Consumer.Planner})
+	var np *nixl.NotPlannableError
 	if errors.As(err, &np) {
 		return nil
 	}

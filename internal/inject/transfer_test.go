@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/inject"
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout"
@@ -50,7 +51,7 @@ func pullPair(t *testing.T, p, c synth.Config) pulled {
 		t.Fatal(err)
 	}
 	pl := pulled{dir: dir, side: side, logs: filepath.Join(dir, "nixl"), prod: open(t, prodPaths), cons: open(t, paths)}
-	if _, err := transfer.WritePlan(pl.logs, pl.prod, pl.cons, false, transfer.PlanOptions{Planner: transfer.PlannerExact}); err != nil {
+	if _, err := nixl.WritePlan(pl.logs, pl.prod, pl.cons, false, nixl.PlanOptions{Planner: nixl.PlannerExact}); err != nil {
 		t.Fatal(err)
 	}
 	return pl
@@ -134,7 +135,7 @@ func checkTransferFault(t *testing.T, ctx context.Context, pl pulled, k inject.K
 		want[c.File] = append(want[c.File], [2]int64{c.Offset, c.Offset + c.Length})
 	}
 	filepath.WalkDir(out, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() == inject.FaultFile || strings.HasSuffix(p, transfer.LogExt) {
+		if err != nil || d.IsDir() || d.Name() == inject.FaultFile || strings.HasSuffix(p, nixl.LogExt) {
 			return err
 		}
 		rel, _ := filepath.Rel(out, p)
@@ -178,7 +179,7 @@ func checkTransferFault(t *testing.T, ctx context.Context, pl pulled, k inject.K
 			h1, r1 := readLog(t, filepath.Join(out, "nixl", e.Name()))
 			h0, r0 := readLog(t, filepath.Join(pl.logs, e.Name()))
 			for i := range r1 {
-				r1[i].Time, r0[i].Time = transfer.Stamp{}, transfer.Stamp{}
+				r1[i].Time, r0[i].Time = nixl.Stamp{}, nixl.Stamp{}
 			}
 			if len(changed) == 0 || changed[0] != f.Transfer.Line || h1 != h0 || fmt.Sprint(r1) != fmt.Sprint(r0) {
 				t.Errorf("%s: log %s: lines %v changed, fault.json names line %d, records equal but for times: %v", k, e.Name(), changed, f.Transfer.Line, fmt.Sprint(r1) == fmt.Sprint(r0))
@@ -233,20 +234,20 @@ func checkTransferFault(t *testing.T, ctx context.Context, pl pulled, k inject.K
 }
 
 // readLog reads a log's header and records.
-func readLog(t *testing.T, path string) (transfer.Header, []transfer.Record) {
+func readLog(t *testing.T, path string) (nixl.Header, []nixl.Record) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := transfer.NewReader(f, path)
+	r, err := nixl.NewReader(f, path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []transfer.Record
+	var out []nixl.Record
 	for {
-		var rec transfer.Record
+		var rec nixl.Record
 		if err := r.Next(&rec); err != nil {
 			break
 		}

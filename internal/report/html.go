@@ -120,7 +120,11 @@ type htmlPage struct {
 	Heat     *heatSection
 	Tables   []htmlTable
 	Campaign *campaignView
-	Limits   string
+	// Picture is the transfer audit's picture (html_transfers.go), and
+	// PictureStyle its style.
+	Picture      template.HTML
+	PictureStyle template.CSS
+	Limits       string
 }
 
 // badge is a verdict drawn with a symbol and a tone, never color alone.
@@ -271,6 +275,9 @@ func RenderDiffHTML(w io.Writer, res *verify.Result, info HTMLInfo) error {
 		}
 	}
 	if res.Audits != nil {
+		if res.Audits.Transfers != nil {
+			p.Picture, p.PictureStyle = transfersPicture(res.Audits.Transfers)
+		}
 		for _, t := range auditTables(res.Audits) {
 			p.Tables = append(p.Tables, newHTMLTable(t))
 		}

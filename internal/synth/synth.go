@@ -18,7 +18,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/kvaudit/kvaudit/parse"
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
@@ -28,9 +27,10 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/internal/memlimit"
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/transfer"
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // Layouts lists the --layout names.
@@ -279,8 +279,8 @@ func (c Config) Normalize() (Config, error) {
 		return c, fieldErrorf("PrefixTokens", c.PrefixTokens, "is not in 0..tokens (%d)", c.Tokens)
 	case c.PrefixTokens > 0 && c.Role != "consumer":
 		return c, fieldErrorf("PrefixTokens", c.PrefixTokens, "is a consumer's local prefix hit: the role must be consumer")
-	case c.Planner != "" && c.Planner != transfer.PlannerVLLM && c.Planner != transfer.PlannerExact:
-		return c, fmt.Errorf("unknown planner %q (want %s)", c.Planner, strings.Join(transfer.Planners, " or "))
+	case c.Planner != "" && c.Planner != nixl.PlannerVLLM && c.Planner != nixl.PlannerExact:
+		return c, fmt.Errorf("unknown planner %q (want %s)", c.Planner, strings.Join(nixl.Planners, " or "))
 	case c.Transfers && c.Role != "consumer":
 		return c, errors.New("transfers are a consumer's pull from its producer: the role must be consumer")
 	}
@@ -523,7 +523,7 @@ type Written struct {
 }
 
 // WriteSide is WriteContext, and, with c.Transfers, the consumer ranks'
-// logs of a correct pull from out/producer (transfer.Plan) written into
+// logs of a correct pull from out/producer (nixl.Plan) written into
 // out/nixl. The producer must have been synthesized into out first.
 func WriteSide(ctx context.Context, out string, cfg Config) (*Written, error) {
 	c, err := cfg.Normalize()
@@ -550,7 +550,7 @@ func WriteSide(ctx context.Context, out string, cfg Config) (*Written, error) {
 		return nil, err
 	}
 	defer layout.CloseAll(cons)
-	if w.Logs, err = transfer.WritePlan(filepath.Join(out, "nixl"), prod, cons, c.Force, transfer.PlanOptions{Planner: c.Planner}); err != nil {
+	if w.Logs, err = nixl.WritePlan(filepath.Join(out, "nixl"), prod, cons, c.Force, nixl.PlanOptions{Planner: c.Planner}); err != nil {
 		return nil, fmt.Errorf("transfers: %w", err)
 	}
 	return &w, nil

@@ -179,7 +179,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 		} else {
 			defer safeio.RemoveTemp(dir)
 		}
-		status.line(fmt.Sprintf("synthesizing %s of %s KV (%s layout)", decimalBytes(opts.Size), opts.Preset, opts.Layout))
+		status.show(fmt.Sprintf("synthesizing %s of %s KV (%s layout)", decimalBytes(opts.Size), opts.Preset, opts.Layout))
 		if paths, err = bench.WriteInput(dir, opts.Size, opts.Preset, opts.Layout, opts.PP); err != nil {
 			status.done()
 			return err
@@ -187,7 +187,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 	}
 	bo := opts.Bench
 	bo.Paths = paths
-	bo.Log = status.line
+	bo.Log = status.show
 	res, err := bench.Run(ctx, bo)
 	status.done()
 	if err != nil {

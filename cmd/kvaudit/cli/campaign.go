@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/internal/inject"
@@ -157,6 +156,31 @@ func (o *CampaignOptions) resolve(cfg *config) error {
 	return nil
 }
 
+// trialsProgress is a campaign's progress: a bar of its trials, made at
+// the first trial's end (the campaign knows their number then), nil when
+// stderr is not a terminal. finish removes the bar.
+func trialsProgress(s *Streams) (onTrial func(done, total int), finish func()) {
+	if !s.ErrTerminal {
+		return nil, func() {}
+	}
+	var bar *progress
+	var mu sync.Mutex
+	onTrial = func(done, total int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if bar == nil {
+			bar = newCountProgress(s, int64(total), "trials")
+		}
+		bar.Set(int64(done))
+	}
+	finish = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		bar.Finish()
+	}
+	return onTrial, finish
+}
+
 func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 	if opts.Engine == "sglang" {
 		return sglangCampaignRun(ctx, opts)
@@ -168,39 +192,12 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 			Producer: []string{opts.Paths[i]}, Consumer: []string{opts.Paths[i+1]},
 		})
 	}
-	var bar *progressbar.ProgressBar
-	var mu sync.Mutex
-	if opts.IO.ErrTerminal {
-		var once sync.Once
-		start := time.Now()
-		c.Progress = func(done, total int) {
-			mu.Lock()
-			defer mu.Unlock()
-			if time.Since(start) < progressDelay {
-				return
-			}
-			once.Do(func() {
-				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(opts.IO.Err),
-					progressbar.OptionSetDescription("trials"), progressbar.OptionShowCount(),
-					progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100*time.Millisecond),
-					progressbar.OptionClearOnFinish(), progressbar.OptionEnableColorCodes(opts.IO.errColor()))
-			})
-			draw(func() {
-				bar.Set(done)
-				if done == total {
-					bar.Finish()
-				}
-			})
-		}
-	}
+	var finish func()
+	c.Progress, finish = trialsProgress(opts.IO)
 	started := time.Now()
 	res, err := inject.Campaign(ctx, c)
+	finish() // an interrupted campaign leaves no bar behind
 	if err != nil {
-		mu.Lock()
-		if bar != nil {
-			draw(func() { bar.Clear() }) // an interrupted campaign leaves no bar behind
-		}
-		mu.Unlock()
 		return err
 	}
 	if err := report.RenderCampaign(opts.IO.Out, res, report.Format(opts.Output), tableStyle(opts.IO)); err != nil {

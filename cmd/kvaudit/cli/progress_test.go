@@ -39,7 +39,7 @@ func TestProgressSilentWhenPiped(t *testing.T) {
 	p.Add(10)
 	p.Finish()
 	st := newStatus(&Streams{Err: &errb})
-	st.line("working")
+	st.show("working")
 	st.done()
 	if errb.String() != "" {
 		t.Errorf("wrote %q to a pipe", errb.String())
@@ -104,7 +104,7 @@ func TestInterruptionClearsTheBar(t *testing.T) {
 	p.Add(300)
 	time.Sleep(300 * time.Millisecond) // a few of the bar's ticks
 	st := newStatus(s)
-	st.line("still working")
+	st.show("still working")
 	p.Finish()
 	out := errb.String()
 	if !strings.HasSuffix(out[:at], "\r\x1b[Kkvaudit: interrupted\n") {

@@ -117,7 +117,9 @@ func sglangAudit(opts *DiffOptions, res *verify.Result) error {
 // sglangCampaignRun is `kvaudit campaign --engine sglang`: exit 1 when
 // kvaudit misjudged a trial.
 func sglangCampaignRun(ctx context.Context, opts *CampaignOptions) error {
-	res, err := inject.SGLangCampaign(ctx, inject.SGLangCampaignOptions{Trials: opts.Trials, Seed: opts.Seed, Dir: opts.Dir})
+	progress, finish := trialsProgress(opts.IO)
+	res, err := inject.SGLangCampaign(ctx, inject.SGLangCampaignOptions{Trials: opts.Trials, Seed: opts.Seed, Dir: opts.Dir, Progress: progress})
+	finish()
 	if err != nil {
 		return err
 	}

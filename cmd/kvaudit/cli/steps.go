@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -11,29 +12,45 @@ import (
 
 // longStep shows msg as a status line on stderr while a step runs, once
 // it has taken longer than progressDelay (quick steps print nothing), for
-// steps whose bytes are not counted (synthesizing, injecting, preparing,
-// drilling down). The returned function ends the step and clears the
+// steps whose bytes are not counted (injecting, preparing, drilling
+// down). The line counts the seconds the step has taken, so a long step
+// is seen to go on. The returned function ends the step and clears the
 // line; it is safe to call more than once.
 func longStep(s *Streams, msg string) (done func()) {
 	if !s.ErrTerminal {
 		return func() {}
 	}
 	st := newStatus(s)
-	var mu sync.Mutex
-	ended := false
-	t := time.AfterFunc(progressDelay, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !ended {
-			st.line(msg + " ...")
+	stop := make(chan struct{})
+	ended := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(ended)
+		wait := time.NewTimer(progressDelay)
+		defer wait.Stop()
+		select {
+		case <-stop:
+			return
+		case <-wait.C:
 		}
-	})
+		tick := time.NewTicker(progressTick)
+		defer tick.Stop()
+		for {
+			st.show(fmt.Sprintf("%s ... %s", msg, time.Since(start).Truncate(time.Second)))
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var once sync.Once
 	return func() {
-		t.Stop()
-		mu.Lock()
-		defer mu.Unlock()
-		ended = true
-		st.done()
+		once.Do(func() {
+			close(stop)
+			<-ended
+			st.done()
+		})
 	}
 }
 

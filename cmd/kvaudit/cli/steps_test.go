@@ -6,7 +6,7 @@ import (
 )
 
 // TestLongStep: a step that outlasts progressDelay shows its line on a
-// terminal and clears it; a step that ends first, and a pipe, print
+// terminal, with the seconds it has taken, and clears it; a step that ends first, and a pipe, print
 // nothing.
 func TestLongStep(t *testing.T) {
 	defer func(d time.Duration) { progressDelay = d }(progressDelay)
@@ -18,7 +18,7 @@ func TestLongStep(t *testing.T) {
 	}
 	done()
 	done()
-	if got := errb.String(); got != "\r\x1b[Kinjecting bit-flip ...\r\x1b[K" {
+	if got := errb.String(); got != "\rinjecting bit-flip ... 0s\x1b[K\r\x1b[K" {
 		t.Errorf("long step drew %q", got)
 	}
 

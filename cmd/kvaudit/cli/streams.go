@@ -30,6 +30,12 @@ type Streams struct {
 	// Width is Out's terminal width in cells, 0 when unknown or not a
 	// terminal: tables on a terminal fit in it.
 	Width int
+	// ErrWidth is Err's terminal width in cells, 0 when unknown (80 is
+	// taken then): progress bars and status lines fit in it. ErrSize,
+	// when set, reads it again (the terminal may be resized while a bar
+	// is drawn); 0 from it means unknown.
+	ErrWidth int
+	ErrSize  func() int
 	// Quiet is -q: the command's output is discarded, no progress is
 	// drawn, and Main prints only the verdict line (quiet holds the
 	// output it goes to). With a document on stdout (Document: -o json
@@ -96,13 +102,43 @@ func SystemStreams() *Streams {
 		NoColor:     os.Getenv("NO_COLOR") != "",
 	}
 	if s.OutTerminal {
-		if w, _, err := term.GetSize(int(os.Stdout.Fd())); err == nil && w > 0 {
-			s.Width = w
-		} else if w, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && w > 0 {
-			s.Width = w
+		s.Width = terminalWidth(os.Stdout)
+	}
+	if s.ErrTerminal {
+		s.ErrWidth = terminalWidth(os.Stderr)
+		s.ErrSize = func() int {
+			if w, _, err := term.GetSize(int(os.Stderr.Fd())); err == nil && w > 0 {
+				return w
+			}
+			return 0
 		}
 	}
 	return s
+}
+
+// terminalWidth is the width of the terminal f, else $COLUMNS, else 0.
+func terminalWidth(f *os.File) int {
+	if w, _, err := term.GetSize(int(f.Fd())); err == nil && w > 0 {
+		return w
+	}
+	if w, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && w > 0 {
+		return w
+	}
+	return 0
+}
+
+// errWidth is the width progress bars and status lines fit in: Err's
+// terminal width now, else ErrWidth, else 80.
+func (s *Streams) errWidth() int {
+	if s.ErrSize != nil {
+		if w := s.ErrSize(); w > 0 {
+			return w
+		}
+	}
+	if s.ErrWidth > 0 {
+		return s.ErrWidth
+	}
+	return 80
 }
 
 // colorModes are the values of --color.

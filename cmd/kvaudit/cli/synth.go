@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kvaudit/kvaudit/parse"
 	"strings"
 
-	"github.com/spf13/cobra"
-
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/internal/synth"
-	"github.com/kvaudit/kvaudit/transfer"
+	"github.com/kvaudit/kvaudit/parse"
+	"github.com/spf13/cobra"
 )
 
 // SynthOptions are the settings of `kvaudit synth`.
@@ -126,7 +125,7 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 	f.Bool("no-state-split", false, "state presets: write state layers without their TP split (one slice per rank)")
 	f.String("store", "", storeFlagHelp)
 	f.Bool("transfers", false, "consumer: also write DIR/nixl/AGENT.jsonl, its ranks' NIXL logs of the pull from DIR/producer")
-	f.String("planner", transfer.PlannerVLLM, "with --transfers, how the pull pairs blocks: vllm (as vLLM's NIXL connector does at 9aaf83ef5, end-trim included, misaligned where vLLM's is: docs/transfers.md) or exact (by token)")
+	f.String("planner", nixl.PlannerVLLM, "with --transfers, how the pull pairs blocks: vllm (as vLLM's NIXL connector does at 9aaf83ef5, end-trim included, misaligned where vLLM's is: docs/transfers.md) or exact (by token)")
 	return cmd
 }
 
@@ -135,7 +134,7 @@ func synthRun(_ context.Context, opts *SynthOptions) error {
 	w, err := synth.WriteSide(context.Background(), opts.Out, opts.Config)
 	done()
 	if err != nil {
-		var np *transfer.NotPlannableError
+		var np *nixl.NotPlannableError
 		if errors.As(err, &np) {
 			return &UsageError{err}
 		}

@@ -1,5 +1,5 @@
 """Write a kvaudit dump from arrays saved with numpy.save: a command over
-kvaudit_export (which a vLLM worker calls directly; see the README's
+kvaudit_export (which a vLLM worker calls directly; see docs/vllm.md,
 "Exporting from vLLM").
 
     kvaudit-dump-kv spec.json out.safetensors      (installed: pip install ./examples/vllm)

@@ -1,11 +1,11 @@
-package transfer
+package nixl
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"strconv"
 
+	"github.com/kvaudit/kvaudit/internal/jsonscan"
 	"github.com/kvaudit/kvaudit/parse"
 )
 
@@ -146,7 +146,7 @@ type Notif struct{ Agent, Msg string }
 // Reader streams a log's records: it holds one record at a time, and
 // reads its arrays element by element, never a whole line.
 type Reader struct {
-	r      *bufio.Reader
+	sc     *jsonscan.Scanner
 	name   string
 	line   int
 	header Header
@@ -156,10 +156,8 @@ type Reader struct {
 	// may not precede.
 	mono    int64
 	hasMono bool
-	// keys are the keys of the line being read, sb a string's bytes
-	// (both reused).
+	// keys are the keys of the line being read (reused).
 	keys keySet
-	sb   []byte
 }
 
 // keySet is the keys of one line's object: a few, so a slice.
@@ -177,7 +175,8 @@ func (k keySet) has(key string) bool {
 // NewReader reads a log's header from r; name names the log in errors.
 // On error it returns nil and a *parse.Error (parse.NIXLLog) (or the reader's error).
 func NewReader(r io.Reader, name string) (*Reader, error) {
-	lr := &Reader{r: bufio.NewReaderSize(r, 1<<16), name: name, line: 1}
+	sc := jsonscan.NewReader(r, jsonscan.Options{Lines: true, MaxString: MaxString, LoneSurrogates: true})
+	lr := &Reader{sc: sc, name: name, line: 1}
 	if err := lr.readHeader(); err != nil {
 		return nil, err
 	}
@@ -241,11 +240,7 @@ func (r *Reader) readHeader() error {
 // int64 reads a non-negative integer that fits an int64 (a time in
 // nanoseconds).
 func (r *Reader) int64(field string) (int64, error) {
-	c, err := r.ws(field)
-	if err != nil {
-		return 0, err
-	}
-	v, err := r.uintFrom(c, field, 1<<63-1)
+	v, err := r.uint(field, 1<<63-1)
 	return int64(v), err
 }
 
@@ -277,7 +272,7 @@ func (r *Reader) Next(rec *Record) error {
 		return io.EOF
 	}
 	r.line++
-	if p, err := r.r.Peek(1); err == io.EOF || (err == nil && len(p) == 0) {
+	if r.sc.AtEnd() {
 		return io.EOF
 	}
 	*rec = Record{Line: r.line, Descs: rec.Descs[:0], LocalIDs: rec.LocalIDs[:0], RemoteIDs: rec.RemoteIDs[:0],
@@ -430,6 +425,7 @@ func (r *Reader) field(rec *Record, key string) error {
 		}
 		err = r.array(key, func(i int, first byte) error {
 			field := fmt.Sprintf("%s[%d]", key, i)
+			r.sc.Advance()
 			if first != '[' {
 				return r.errf(field, "want a notification [AGENT, TEXT], got %q", first)
 			}
@@ -477,23 +473,14 @@ func (r *Reader) field(rec *Record, key string) error {
 
 // nullable reads a non-negative integer or null (-1).
 func (r *Reader) nullable(field string) (int, error) {
-	c, err := r.ws(field)
+	c, err := r.peek(field)
 	if err != nil {
 		return 0, err
 	}
 	if c == 'n' {
-		for _, want := range []byte("ull") {
-			c, err := r.byteAt(field)
-			if err != nil {
-				return 0, err
-			}
-			if c != want {
-				return 0, r.errf(field, "want a number or null")
-			}
-		}
-		return -1, nil
+		return -1, r.null(field, "want a number or null")
 	}
-	v, err := r.uintFrom(c, field, 1<<62)
+	v, err := r.uint(field, 1<<62)
 	return int(v), err
 }
 

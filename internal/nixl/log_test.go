@@ -1,8 +1,7 @@
-package transfer_test
+package nixl_test
 
 import (
 	"bytes"
-	"github.com/kvaudit/kvaudit/parse"
 	"io"
 	"os"
 	"path/filepath"
@@ -10,25 +9,26 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/internal/testfiles"
-	"github.com/kvaudit/kvaudit/transfer"
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // readAll reads a whole log.
-func readAll(name string, data []byte) (transfer.Header, []transfer.Record, error) {
-	r, err := transfer.NewReader(bytes.NewReader(data), name)
+func readAll(name string, data []byte) (nixl.Header, []nixl.Record, error) {
+	r, err := nixl.NewReader(bytes.NewReader(data), name)
 	if err != nil {
-		return transfer.Header{}, nil, err
+		return nixl.Header{}, nil, err
 	}
-	var recs []transfer.Record
+	var recs []nixl.Record
 	for {
-		var rec transfer.Record
+		var rec nixl.Record
 		err := r.Next(&rec)
 		if err == io.EOF {
 			return r.Header(), recs, nil
 		}
 		if err != nil {
-			return transfer.Header{}, nil, err
+			return nixl.Header{}, nil, err
 		}
 		recs = append(recs, rec)
 	}
@@ -76,10 +76,10 @@ func TestLogCorpus(t *testing.T) {
 }
 
 // roundTrip writes records and reads them back.
-func roundTrip(t *testing.T, name string, h transfer.Header, recs []transfer.Record) {
+func roundTrip(t *testing.T, name string, h nixl.Header, recs []nixl.Record) {
 	t.Helper()
 	var b bytes.Buffer
-	w := transfer.NewWriter(&b, h)
+	w := nixl.NewWriter(&b, h)
 	for i := range recs {
 		w.Write(&recs[i])
 	}
@@ -98,12 +98,12 @@ func roundTrip(t *testing.T, name string, h transfer.Header, recs []transfer.Rec
 	}
 }
 
-func equalRecords(a, b []transfer.Record) bool {
+func equalRecords(a, b []nixl.Record) bool {
 	if len(a) != len(b) {
 		return false
 	}
-	norm := func(r transfer.Record) transfer.Record {
-		for _, s := range []*[]transfer.Desc{&r.Descs, &r.LocalDescs, &r.RemoteDescs} {
+	norm := func(r nixl.Record) nixl.Record {
+		for _, s := range []*[]nixl.Desc{&r.Descs, &r.LocalDescs, &r.RemoteDescs} {
 			if len(*s) == 0 {
 				*s = nil
 			}
@@ -127,13 +127,13 @@ func equalRecords(a, b []transfer.Record) bool {
 // (Python's json.dumps with ensure_ascii, compact separators).
 func TestWriterIsPython(t *testing.T) {
 	var b bytes.Buffer
-	w := transfer.NewWriter(&b, transfer.Header{Agent: "dec-0", TPRank: 1})
-	w.Write(&transfer.Record{Op: transfer.OpDList, Handle: 2, Agent: "prefill-3", Descs: []transfer.Desc{{Addr: 0x11000, Len: 256}}})
-	w.Write(&transfer.Record{Op: transfer.OpXfer, ID: 1, Kind: transfer.Read, Prepped: true, Local: 1, LocalIDs: []int{0, 2}, Remote: 2,
+	w := nixl.NewWriter(&b, nixl.Header{Agent: "dec-0", TPRank: 1})
+	w.Write(&nixl.Record{Op: nixl.OpDList, Handle: 2, Agent: "prefill-3", Descs: []nixl.Desc{{Addr: 0x11000, Len: 256}}})
+	w.Write(&nixl.Record{Op: nixl.OpXfer, ID: 1, Kind: nixl.Read, Prepped: true, Local: 1, LocalIDs: []int{0, 2}, Remote: 2,
 		RemoteIDs: []int{1, 3}, Notif: "req-7:2 é😀\x7f", Request: "req-7", HasRequest: true})
-	w.Write(&transfer.Record{Op: transfer.OpXfer, ID: 2, Kind: transfer.Write, LocalDescs: []transfer.Desc{{Addr: 1, Len: 2, Dev: 3}},
-		RemoteDescs: []transfer.Desc{}, RemoteAgent: "pre-0", Notif: ""})
-	w.Write(&transfer.Record{Op: transfer.OpState, ID: 1, State: transfer.Done})
+	w.Write(&nixl.Record{Op: nixl.OpXfer, ID: 2, Kind: nixl.Write, LocalDescs: []nixl.Desc{{Addr: 1, Len: 2, Dev: 3}},
+		RemoteDescs: []nixl.Desc{}, RemoteAgent: "pre-0", Notif: ""})
+	w.Write(&nixl.Record{Op: nixl.OpState, ID: 1, State: nixl.Done})
 	w.Flush()
 	// What kvaudit_export.nixl_log writes for the same calls
 	// (test_nixl_log.py's records).
@@ -192,14 +192,14 @@ func TestLogValues(t *testing.T) {
 		`\ud83dx`:                               "\ufffdx",
 		`\ud83d\u0041`:                          "\ufffdA",
 		`\ud83d\ud83d`:                          "\ufffd\ufffd",
-		strings.Repeat("a", transfer.MaxString): strings.Repeat("a", transfer.MaxString),
+		strings.Repeat("a", nixl.MaxString):     strings.Repeat("a", nixl.MaxString),
 	} {
 		got, err := notif(text)
 		if err != nil || got != want {
 			t.Errorf("notif %.40q: got %.40q, %v; want %.40q", text, got, err, want)
 		}
 	}
-	if _, err := notif(strings.Repeat("a", transfer.MaxString+1)); err == nil {
+	if _, err := notif(strings.Repeat("a", nixl.MaxString+1)); err == nil {
 		t.Errorf("a string of MaxString+1 bytes is accepted")
 	}
 	h, _, err := readAll("v.jsonl", []byte(header))
@@ -213,7 +213,7 @@ func TestLogValues(t *testing.T) {
 	// address space are the largest a descriptor holds (one byte more
 	// would wrap: the corpus's desc-overflow).
 	_, recs, err := readAll("v.jsonl", []byte(header+`{"op":"register","mem":"VRAM","descs":[["0xfffffffffffffff0",15,7],["0xF",1,0]]}`+"\n"))
-	if err != nil || len(recs) != 1 || recs[0].Descs[0] != (transfer.Desc{Addr: 0xfffffffffffffff0, Len: 15, Dev: 7}) || recs[0].Descs[1].Addr != 15 {
+	if err != nil || len(recs) != 1 || recs[0].Descs[0] != (nixl.Desc{Addr: 0xfffffffffffffff0, Len: 15, Dev: 7}) || recs[0].Descs[1].Addr != 15 {
 		t.Fatalf("descs: %+v, %v", recs, err)
 	}
 }
@@ -222,9 +222,9 @@ func TestLogValues(t *testing.T) {
 // json.dumps (ensure_ascii, compact separators) writes them, the line
 // below printed by it, and read back the same.
 func TestWriterEscapes(t *testing.T) {
-	h := transfer.Header{Agent: "a\"\\\n\r\t\b\f\x01\x7f\u00e9\u20ac\U0001F600z", TPRank: 1, PPRank: 2}
+	h := nixl.Header{Agent: "a\"\\\n\r\t\b\f\x01\x7f\u00e9\u20ac\U0001F600z", TPRank: 1, PPRank: 2}
 	var b bytes.Buffer
-	if err := transfer.NewWriter(&b, h).Flush(); err != nil {
+	if err := nixl.NewWriter(&b, h).Flush(); err != nil {
 		t.Fatal(err)
 	}
 	const want = `{"format":"kvaudit-nixl-log/1","agent":"a\"\\\n\r\t\b\f\u0001\u007f\u00e9\u20ac\ud83d\ude00z","tp_rank":1,"pp_rank":2}` + "\n"

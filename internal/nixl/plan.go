@@ -1,4 +1,4 @@
-package transfer
+package nixl
 
 import (
 	"fmt"
@@ -376,7 +376,7 @@ func planRankLog(cr *planRank, prods []*planRank, opts PlanOptions) (*PlannedLog
 				if r > 1 && n != cu.page.Len {
 					return nil, notPlannable("layer %q: a head split and another block size at once (vLLM rejects it at handshake)", cu.region.Layer.Name)
 				}
-				if r == 1 && !cu.region.State && converted(cu.region, pu.region) {
+				if r == 1 && !cu.region.State && Converted(cu.region, pu.region) {
 					// Pages of another order, converted on receive
 					// (vLLM's HND to NHD permute): whole pages only.
 					if n != cu.page.Len {
