@@ -376,15 +376,13 @@ func cmdFits(ts *testscript.TestScript, neg bool, args []string) {
 		// not shown: ...")
 		dropped := map[string]bool{}
 		scaled := strings.Contains(s.text, noSpace("blocks scaled to fit"))
-		if header != nil {
-			for _, h := range header {
-				if slices.Contains(s.header, h) {
-					continue
-				}
-				dropped[h] = true
-				if !leftOut.MatchString(s.prose) && !strings.Contains(s.prose, "empty, not shown:") || !strings.Contains(s.text, noSpace(h)) {
-					ts.Fatalf("table %q: column %q is left out and no note says so:\n%s", p.lines[0], h, tty)
-				}
+		for _, h := range header {
+			if slices.Contains(s.header, h) {
+				continue
+			}
+			dropped[h] = true
+			if !leftOut.MatchString(s.prose) && !strings.Contains(s.prose, "empty, not shown:") || !strings.Contains(s.text, noSpace(h)) {
+				ts.Fatalf("table %q: column %q is left out and no note says so:\n%s", p.lines[0], h, tty)
 			}
 		}
 		var kept []int
