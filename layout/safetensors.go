@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/kvaudit/kvaudit/parse"
 	"io"
 	"maps"
 	"math"
@@ -15,6 +14,9 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/kvaudit/kvaudit/internal/jsonscan"
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // MaxSafetensorsHeader is the largest header, in bytes, that
@@ -108,15 +110,9 @@ func parseSafetensors(path string, file []byte) (*Safetensors, *parse.Error) {
 	header := file[8 : 8+n]
 	data := file[8+n:]
 
-	s, ok := (*Safetensors)(nil), false
-	if utf8.Valid(header) && stCheckSurrogates(header) == "" {
-		s, ok = parseHeaderFast(path, header)
-	}
-	if !ok {
-		var serr *parse.Error
-		if s, serr = parseSafetensorsHeader(path, header); serr != nil {
-			return nil, serr
-		}
+	s, serr := parseHeader(path, header)
+	if serr != nil {
+		return nil, serr
 	}
 	slices.SortFunc(s.Tensors, func(a, b TensorInfo) int {
 		return cmp.Or(cmp.Compare(a.Begin, b.Begin), cmp.Compare(a.End, b.End), strings.Compare(a.Name, b.Name))
@@ -186,55 +182,58 @@ func (s *Safetensors) Close() error {
 	return m.Close()
 }
 
-// A stHeaderParser walks the header's JSON tokens. The accepted grammar has
-// fixed depth (object of objects of arrays of numbers), so any deeper
-// nesting is rejected at its first token, without recursion.
-type stHeaderParser struct {
+// A stParser reads a header's tokens through the scanner. The accepted
+// grammar has fixed depth (an object of objects of arrays of numbers), so
+// any deeper nesting is refused at its first token.
+type stParser struct {
 	path string
-	dec  *json.Decoder
+	sc   *jsonscan.Scanner
+	ints []int64 // an array being read (reused)
 }
 
-func (p *stHeaderParser) fail(field, format string, args ...any) *parse.Error {
+func (p *stParser) fail(field, format string, args ...any) *parse.Error {
 	return &parse.Error{Format: parse.Safetensors, File: p.path, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// next returns the next token; a syntax error is reported against "header".
-func (p *stHeaderParser) next() (json.Token, *parse.Error) {
-	off := p.dec.InputOffset()
-	tok, err := p.dec.Token()
+// next returns the next token; a syntax error is reported against
+// "header", at its byte.
+func (p *stParser) next() (jsonscan.Kind, *parse.Error) {
+	k, err := p.sc.Next()
 	if err == nil {
-		return tok, nil
+		return k, nil
 	}
-	var se *json.SyntaxError
-	switch {
-	case errors.As(err, &se):
-		return nil, p.fail("header", "invalid JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
-	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF):
-		return nil, p.fail("header", "invalid JSON: unexpected end of the header after byte %d", off)
-	default:
-		return nil, p.fail("header", "invalid JSON at byte %d: %s", off, strings.TrimPrefix(err.Error(), "json: "))
+	if e, ok := err.(*jsonscan.Error); ok && e.Code == jsonscan.ErrEOF {
+		return 0, p.fail("header", "invalid JSON: unexpected end of the header after byte %d", p.sc.TokenOffset())
+	} else if ok {
+		return 0, p.fail("header", "invalid JSON at byte %d: %v", e.Offset, e)
 	}
+	return 0, p.fail("header", "invalid JSON: %v", err)
 }
 
-// key returns the next object key, or "" and false at the object's end
-// (having consumed the closing brace).
-func (p *stHeaderParser) key() (string, bool, *parse.Error) {
-	tok, serr := p.next()
-	if serr != nil {
-		return "", false, serr
+// describe names token k (just read) for an error.
+func (p *stParser) describe(k jsonscan.Kind) string {
+	switch k {
+	case jsonscan.ObjectStart, jsonscan.ObjectEnd:
+		return "an object"
+	case jsonscan.ArrayStart, jsonscan.ArrayEnd:
+		return "an array"
+	case jsonscan.String:
+		return fmt.Sprintf("string %q", stTruncate(string(p.sc.Bytes())))
+	case jsonscan.Number:
+		return "number " + stTruncate(string(p.sc.Bytes()))
+	case jsonscan.True:
+		return "boolean true"
+	case jsonscan.False:
+		return "boolean false"
 	}
-	if tok == json.Delim('}') {
-		return "", false, nil
-	}
-	k, ok := tok.(string)
-	if !ok { // json.Decoder enforces string keys; keep the check anyway
-		return "", false, p.fail("header", "object key is %s, want a string", stDescribe(tok))
-	}
-	return k, true, nil
+	return "null"
 }
 
-func parseSafetensorsHeader(path string, header []byte) (*Safetensors, *parse.Error) {
-	p := &stHeaderParser{path: path}
+// parseHeader parses a header: an object of tensor entries and
+// "__metadata__", each key once. It allocates the result and little else:
+// names and metadata strings once, no token, no string for a known key.
+func parseHeader(path string, header []byte) (*Safetensors, *parse.Error) {
+	p := &stParser{path: path}
 	switch {
 	case !utf8.Valid(header):
 		return nil, p.fail("header", "not valid UTF-8 (at byte %d)", stInvalidUTF8At(header))
@@ -245,26 +244,23 @@ func parseSafetensorsHeader(path string, header []byte) (*Safetensors, *parse.Er
 	case header[0] != '{':
 		return nil, p.fail("header", "not a JSON object: starts with %q", stPrefix(header))
 	}
-	if msg := stCheckSurrogates(header); msg != "" {
-		return nil, p.fail("header", "%s", msg)
-	}
-	p.dec = json.NewDecoder(bytes.NewReader(header))
-	p.dec.UseNumber()
+	p.sc = jsonscan.New(header, jsonscan.Options{MaxDepth: 4})
 	if _, serr := p.next(); serr != nil { // the '{' checked above
 		return nil, serr
 	}
-	s := &Safetensors{Path: path}
-	seen := make(map[string]bool)
+	n := bytes.Count(header, []byte(`"data_offsets"`))
+	s := &Safetensors{Path: path, Tensors: make([]TensorInfo, 0, n), index: make(map[string]int, n)}
 	sawMetadata := false
 	for {
-		name, ok, serr := p.key()
+		k, serr := p.next()
 		if serr != nil {
 			return nil, serr
 		}
-		if !ok {
+		if k == jsonscan.ObjectEnd {
 			break
 		}
-		if name == "__metadata__" {
+		key := p.sc.Bytes()
+		if string(key) == "__metadata__" {
 			if sawMetadata {
 				return nil, p.fail("metadata", "duplicate key \"__metadata__\"")
 			}
@@ -274,126 +270,125 @@ func parseSafetensorsHeader(path string, header []byte) (*Safetensors, *parse.Er
 			}
 			continue
 		}
+		if _, dup := s.index[string(key)]; dup {
+			return nil, p.fail(fmt.Sprintf("tensors[%q]", key), "duplicate tensor name")
+		}
+		name := string(key)
 		if strings.EqualFold(name, "__metadata__") {
 			return nil, p.fail(fmt.Sprintf("tensors[%q]", name), "keys are case-sensitive: metadata goes under \"__metadata__\"")
 		}
-		if seen[name] {
-			return nil, p.fail(fmt.Sprintf("tensors[%q]", name), "duplicate tensor name")
-		}
-		seen[name] = true
 		t, serr := p.tensor(name)
 		if serr != nil {
 			return nil, serr
 		}
+		s.index[name] = len(s.Tensors)
 		s.Tensors = append(s.Tensors, t)
 	}
-	end := p.dec.InputOffset()
-	if _, err := p.dec.Token(); err != io.EOF {
+	end := p.sc.Offset()
+	if _, err := p.sc.Next(); err != nil {
 		return nil, p.fail("header", "trailing data after the header object, which ends at byte %d (only spaces may pad the header)", end)
 	}
 	return s, nil
 }
 
 // metadata parses the value of "__metadata__": null or an object of strings.
-func (p *stHeaderParser) metadata() (map[string]string, *parse.Error) {
-	tok, serr := p.next()
+func (p *stParser) metadata() (map[string]string, *parse.Error) {
+	k, serr := p.next()
 	if serr != nil {
 		return nil, serr
 	}
-	if tok == nil {
+	if k == jsonscan.Null {
 		return nil, nil
 	}
-	if tok != json.Delim('{') {
-		return nil, p.fail("metadata", "got %s, want an object of strings", stDescribe(tok))
+	if k != jsonscan.ObjectStart {
+		return nil, p.fail("metadata", "got %s, want an object of strings", p.describe(k))
 	}
 	m := make(map[string]string)
 	for {
-		k, ok, serr := p.key()
+		k, serr := p.next()
 		if serr != nil {
 			return nil, serr
 		}
-		if !ok {
+		if k == jsonscan.ObjectEnd {
 			return m, nil
 		}
-		field := fmt.Sprintf("metadata[%q]", k)
-		if _, dup := m[k]; dup {
+		key := string(p.sc.Bytes())
+		field := fmt.Sprintf("metadata[%q]", key)
+		if _, dup := m[key]; dup {
 			return nil, p.fail(field, "duplicate key")
 		}
-		tok, serr := p.next()
-		if serr != nil {
+		if k, serr = p.next(); serr != nil {
 			return nil, serr
 		}
-		v, ok := tok.(string)
-		if !ok {
-			return nil, p.fail(field, "got %s, want a string", stDescribe(tok))
+		if k != jsonscan.String {
+			return nil, p.fail(field, "got %s, want a string", p.describe(k))
 		}
-		m[k] = v
+		m[key] = string(p.sc.Bytes())
 	}
 }
 
 // tensor parses one tensor entry: an object with exactly the keys dtype,
 // shape and data_offsets.
-func (p *stHeaderParser) tensor(name string) (TensorInfo, *parse.Error) {
+func (p *stParser) tensor(name string) (TensorInfo, *parse.Error) {
 	t := TensorInfo{Name: name}
-	entry := fmt.Sprintf("tensors[%q]", name)
-	tok, serr := p.next()
+	k, serr := p.next()
 	if serr != nil {
 		return t, serr
 	}
-	if tok != json.Delim('{') {
-		return t, p.fail(entry, "got %s, want an object with dtype, shape and data_offsets", stDescribe(tok))
+	if k != jsonscan.ObjectStart {
+		return t, p.fail(fmt.Sprintf("tensors[%q]", name), "got %s, want an object with dtype, shape and data_offsets", p.describe(k))
 	}
 	var sawDtype, sawShape, sawOffsets bool
 	for {
-		k, ok, serr := p.key()
+		k, serr := p.next()
 		if serr != nil {
 			return t, serr
 		}
-		if !ok {
+		if k == jsonscan.ObjectEnd {
 			break
 		}
-		field := entry + "." + k
-		dup := false
-		switch k {
+		var saw *bool
+		switch key := p.sc.Bytes(); string(key) {
 		case "dtype":
-			dup, sawDtype = sawDtype, true
+			saw = &sawDtype
 		case "shape":
-			dup, sawShape = sawShape, true
+			saw = &sawShape
 		case "data_offsets":
-			dup, sawOffsets = sawOffsets, true
+			saw = &sawOffsets
 		default:
-			msg := fmt.Sprintf("unknown key %q", k)
+			msg := fmt.Sprintf("unknown key %q", key)
 			for _, want := range []string{"dtype", "shape", "data_offsets"} {
-				if strings.EqualFold(k, want) {
+				if bytes.EqualFold(key, []byte(want)) {
 					msg += fmt.Sprintf(" (keys are case-sensitive: did you mean %q?)", want)
 				}
 			}
-			return t, p.fail(entry, "%s", msg)
+			return t, p.fail(fmt.Sprintf("tensors[%q]", name), "%s", msg)
 		}
-		if dup {
-			return t, p.fail(entry, "duplicate key %q", k)
+		if *saw {
+			return t, p.fail(fmt.Sprintf("tensors[%q]", name), "duplicate key %q", p.sc.Bytes())
 		}
-		switch k {
-		case "dtype":
-			tok, serr := p.next()
+		*saw = true
+		switch saw {
+		case &sawDtype:
+			k, serr := p.next()
 			if serr != nil {
 				return t, serr
 			}
-			s, ok := tok.(string)
-			if !ok {
-				return t, p.fail(field, "got %s, want a dtype name", stDescribe(tok))
+			if k != jsonscan.String {
+				return t, p.fail(fmt.Sprintf("tensors[%q].dtype", name), "got %s, want a dtype name", p.describe(k))
 			}
-			d, err := ParseDtype(s)
-			if err != nil {
-				return t, p.fail(field, "%v", err)
+			d, ok := stDtype(p.sc.Bytes())
+			if !ok {
+				_, err := ParseDtype(string(p.sc.Bytes()))
+				return t, p.fail(fmt.Sprintf("tensors[%q].dtype", name), "%v", err)
 			}
 			t.Dtype = d
-		case "shape":
-			if t.Shape, serr = p.ints(field, -1); serr != nil {
+		case &sawShape:
+			if t.Shape, serr = p.intArray(name, "shape", -1); serr != nil {
 				return t, serr
 			}
-		case "data_offsets":
-			off, serr := p.ints(field, 2)
+		default:
+			off, serr := p.intArray(name, "data_offsets", 2)
 			if serr != nil {
 				return t, serr
 			}
@@ -402,54 +397,84 @@ func (p *stHeaderParser) tensor(name string) (TensorInfo, *parse.Error) {
 	}
 	switch {
 	case !sawDtype:
-		return t, p.fail(entry, "missing key \"dtype\"")
+		return t, p.fail(fmt.Sprintf("tensors[%q]", name), "missing key \"dtype\"")
 	case !sawShape:
-		return t, p.fail(entry, "missing key \"shape\"")
+		return t, p.fail(fmt.Sprintf("tensors[%q]", name), "missing key \"shape\"")
 	case !sawOffsets:
-		return t, p.fail(entry, "missing key \"data_offsets\"")
+		return t, p.fail(fmt.Sprintf("tensors[%q]", name), "missing key \"data_offsets\"")
 	}
 	return t, nil
 }
 
-// ints parses an array of integers in [0, 2^63-1]; with want >= 0 it must
-// hold exactly want of them.
-func (p *stHeaderParser) ints(field string, want int) ([]int64, *parse.Error) {
-	tok, serr := p.next()
+// stDtype looks a dtype name up without allocating.
+func stDtype(name []byte) (Dtype, bool) {
+	for _, d := range safetensorsDtypes {
+		if string(name) == d.Name {
+			return d, true
+		}
+	}
+	return Dtype{}, false
+}
+
+// intArray parses tensor name's key: an array of integers in [0,
+// 2^63-1]; with want >= 0 it must hold exactly want of them. The result
+// is allocated at its length.
+func (p *stParser) intArray(name, key string, want int) ([]int64, *parse.Error) {
+	field := func() string { return fmt.Sprintf("tensors[%q].%s", name, key) }
+	k, serr := p.next()
 	if serr != nil {
 		return nil, serr
 	}
-	if tok != json.Delim('[') {
-		return nil, p.fail(field, "got %s, want an array of non-negative integers", stDescribe(tok))
+	if k != jsonscan.ArrayStart {
+		return nil, p.fail(field(), "got %s, want an array of non-negative integers", p.describe(k))
 	}
-	vals := []int64{}
+	vals := p.ints[:0]
 	for {
-		tok, serr := p.next()
+		k, serr := p.next()
 		if serr != nil {
 			return nil, serr
 		}
-		if tok == json.Delim(']') {
+		if k == jsonscan.ArrayEnd {
 			break
 		}
 		if want >= 0 && len(vals) == want {
-			return nil, p.fail(field, "want exactly %d values [begin, end], got more", want)
+			return nil, p.fail(field(), "want exactly %d values [begin, end], got more", want)
 		}
-		num, ok := tok.(json.Number)
+		switch k {
+		case jsonscan.Number:
+		case jsonscan.ArrayStart, jsonscan.ObjectStart:
+			return nil, p.fail(field(), "got %s nested in the array, want a non-negative integer", p.describe(k))
+		default:
+			return nil, p.fail(field(), "got %s, want a non-negative integer", p.describe(k))
+		}
+		v, ok := stUint(p.sc.Bytes())
 		if !ok {
-			if tok == json.Delim('[') || tok == json.Delim('{') {
-				return nil, p.fail(field, "got %s nested in the array, want a non-negative integer", stDescribe(tok))
-			}
-			return nil, p.fail(field, "got %s, want a non-negative integer", stDescribe(tok))
-		}
-		v, msg := stParseInt(string(num))
-		if msg != "" {
-			return nil, p.fail(field, "%s", msg)
+			_, msg := stParseInt(string(p.sc.Bytes()))
+			return nil, p.fail(field(), "%s", msg)
 		}
 		vals = append(vals, v)
 	}
+	p.ints = vals
 	if want >= 0 && len(vals) != want {
-		return nil, p.fail(field, "want exactly %d values [begin, end], got %d", want, len(vals))
+		return nil, p.fail(field(), "want exactly %d values [begin, end], got %d", want, len(vals))
 	}
-	return vals, nil
+	return append(make([]int64, 0, len(vals)), vals...), nil
+}
+
+// stUint parses a number's text that is plain digits of at most 2^63-1.
+func stUint(b []byte) (int64, bool) {
+	var v int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := int64(c - '0')
+		if v > (math.MaxInt64-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	return v, len(b) > 0
 }
 
 // stParseInt parses a JSON number that must be an integer in [0, 2^63-1];
@@ -469,25 +494,6 @@ func stParseInt(s string) (int64, string) {
 		return 0, fmt.Sprintf("got %s, want a non-negative integer", s)
 	}
 	return v, ""
-}
-
-func stDescribe(tok json.Token) string {
-	switch v := tok.(type) {
-	case json.Delim:
-		if v == '{' || v == '}' {
-			return "an object"
-		}
-		return "an array"
-	case string:
-		return fmt.Sprintf("string %q", stTruncate(v))
-	case json.Number:
-		return "number " + stTruncate(string(v))
-	case bool:
-		return fmt.Sprintf("boolean %t", v)
-	case nil:
-		return "null"
-	}
-	return fmt.Sprintf("%T", tok)
 }
 
 func stTruncate(s string) string {
@@ -515,42 +521,6 @@ func stInvalidUTF8At(b []byte) int {
 		i += size
 	}
 	return len(b)
-}
-
-// stCheckSurrogates rejects \u escapes that encode a lone UTF-16 surrogate,
-// which encoding/json silently turns into U+FFFD but the reference loader
-// (serde_json) rejects. A backslash is only valid JSON inside a string, so
-// scanning every backslash escape needs no string tracking.
-func stCheckSurrogates(b []byte) string {
-	hex4 := func(i int) (rune, bool) {
-		if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
-			return 0, false
-		}
-		v, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 16)
-		return rune(v), err == nil
-	}
-	for i := 0; i < len(b); i++ {
-		if b[i] != '\\' {
-			continue
-		}
-		r, ok := hex4(i)
-		if !ok {
-			i++ // skip the escaped character (a quote or backslash)
-			continue
-		}
-		switch {
-		case r >= 0xD800 && r < 0xDC00:
-			if r2, ok := hex4(i + 6); !ok || r2 < 0xDC00 || r2 >= 0xE000 {
-				return fmt.Sprintf("invalid JSON at byte %d: lone UTF-16 surrogate %s in a string", i, b[i:i+6])
-			}
-			i += 11
-		case r >= 0xDC00 && r < 0xE000:
-			return fmt.Sprintf("invalid JSON at byte %d: lone UTF-16 surrogate %s in a string", i, b[i:i+6])
-		default:
-			i += 5
-		}
-	}
-	return ""
 }
 
 // A TensorData is a tensor to write with writeSafetensors.

@@ -9,11 +9,17 @@ import (
 	"reflect"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/kvaudit/kvaudit/internal/jsonscan"
 )
 
 // maxJSONDepth bounds the nesting of kvaudit's JSON files (manifests and
-// records are at most a handful of levels deep).
-const maxJSONDepth = 32
+// records are at most a handful of levels deep), maxJSONNumber a number's
+// text.
+const (
+	maxJSONDepth  = 32
+	maxJSONNumber = 1 << 10
+)
 
 // DecodeStrictJSON decodes one kvaudit JSON document (a manifest or a record)
 // into v, more strictly than encoding/json: the input must be valid UTF-8,
@@ -28,11 +34,15 @@ func DecodeStrictJSON(data []byte, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return errors.New("empty: no JSON value")
 	}
-	valid := json.Valid(data) // once for both scans below
-	if err := checkKeys(data, valid); err != nil {
+	end, more, err := checkKeys(data)
+	if err != nil {
 		return err
 	}
-	err := decodeJSON(data, v, valid)
+	// The first value, checked, is decoded where it lies (a record or a
+	// manifest of hundreds of MB is not copied); unknown fields are
+	// found by a scan of their own.
+	first := data[:end]
+	err = decodeJSON(first, v)
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) && (te.Type == blockIDType || te.Type == blockIDsType) {
 		// BlockIDs stops the decoder at its error, where encoding/json
@@ -40,7 +50,7 @@ func DecodeStrictJSON(data []byte, v any) error {
 		// again with the block tables as plain []int, whose errors are
 		// the same, to name the first error.
 		if t := plainBlockIDs(reflect.TypeOf(v)); t != nil {
-			if err2 := decodeJSON(data, reflect.New(t.Elem()).Interface(), valid); err2 != nil {
+			if err2 := decodeJSON(first, reflect.New(t.Elem()).Interface()); err2 != nil {
 				err = err2
 			}
 		}
@@ -48,30 +58,18 @@ func DecodeStrictJSON(data []byte, v any) error {
 	if err != nil {
 		return jsonError(err)
 	}
-	return nil
-}
-
-// decodeJSON decodes data into v; valid is json.Valid(data).
-func decodeJSON(data []byte, v any, valid bool) error {
-	if valid {
-		// In place: json.Unmarshal decodes data where it lies, where a
-		// Decoder would first copy it whole (a record or a manifest of
-		// hundreds of MB); unknown fields are found by a scan of their own.
-		if err := unknownField(data, reflect.TypeOf(v)); err != nil {
-			return err
-		}
-		return json.Unmarshal(data, v)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
+	if more {
 		return errors.New("trailing data after the JSON value")
 	}
 	return nil
+}
+
+// decodeJSON decodes one valid JSON value into v, refusing unknown fields.
+func decodeJSON(data []byte, v any) error {
+	if err := unknownField(data, reflect.TypeOf(v)); err != nil {
+		return err
+	}
+	return json.Unmarshal(data, v)
 }
 
 // plainBlockIDs returns t with every BlockIDs inside it replaced by []int
@@ -140,7 +138,7 @@ func jsonError(err error) error {
 
 // jsonKeys follows the objects and arrays open at a point of a JSON
 // document and checks each object key as it comes: the rules of
-// checkJSONKeys, shared by its two scanners.
+// checkKeys, as the scanner's tokens come.
 type jsonKeys struct {
 	stack []jsonContainer
 	// paths holds each container path made, by parent path and key, so
@@ -154,17 +152,10 @@ type jsonPathKey struct {
 }
 
 type jsonContainer struct {
-	object    bool
-	keys      map[string]bool
-	path      string
-	key       string // the current key of an object
-	expectKey bool
-}
-
-// wantsKey says whether the next token is an object's key (or its end).
-func (s *jsonKeys) wantsKey() bool {
-	n := len(s.stack)
-	return n > 0 && s.stack[n-1].object && s.stack[n-1].expectKey
+	object bool
+	keys   map[string]bool
+	path   string
+	key    string // the current key of an object
 }
 
 // key checks and records key k of the innermost object.
@@ -178,16 +169,11 @@ func (s *jsonKeys) key(k string) error {
 	}
 	top.keys[k] = true
 	top.key = k
-	top.expectKey = false
 	return nil
 }
 
-// open enters an object or an array, refusing nesting deeper than
-// maxJSONDepth.
-func (s *jsonKeys) open(object bool) error {
-	if len(s.stack) >= maxJSONDepth {
-		return fmt.Errorf("nested deeper than %d levels", maxJSONDepth)
-	}
+// open enters an object or an array (the scanner bounds the depth).
+func (s *jsonKeys) open(object bool) {
 	path := ""
 	if n := len(s.stack); n > 0 {
 		top := &s.stack[n-1]
@@ -213,121 +199,55 @@ func (s *jsonKeys) open(object bool) error {
 	c := jsonContainer{path: path, object: object}
 	if object {
 		c.keys = map[string]bool{}
-		c.expectKey = true
 	}
 	s.stack = append(s.stack, c)
-	return nil
 }
 
-// close leaves the innermost object or array, which is a value of its
-// parent.
+// close leaves the innermost object or array.
 func (s *jsonKeys) close() {
 	s.stack = s.stack[:len(s.stack)-1]
-	s.valueDone()
 }
 
-// valueDone ends a value: an object then expects its next key.
-func (s *jsonKeys) valueDone() {
-	if n := len(s.stack); n > 0 && s.stack[n-1].object {
-		s.stack[n-1].expectKey = true
-	}
-}
-
-// checkJSONKeys rejects duplicate keys, upper-case keys and nesting deeper
-// than maxJSONDepth, naming the first in document order. Valid JSON is
-// scanned in place, allocating only per object and key (a long array of
-// numbers costs nothing); anything else goes through checkJSONTokens, whose
-// syntax errors are encoding/json's. data is valid UTF-8 (DecodeStrictJSON
-// checks first).
+// checkJSONKeys is checkKeys's error alone.
 func checkJSONKeys(data []byte) error {
-	return checkKeys(data, json.Valid(data))
+	_, _, err := checkKeys(data)
+	return err
 }
 
-// checkKeys is checkJSONKeys for data that json.Valid says valid is.
-func checkKeys(data []byte, valid bool) error {
-	if !valid {
-		return checkJSONTokens(data)
-	}
+// checkKeys scans data, valid UTF-8, as JSON values one after the other
+// and returns the end of the first; more says whether another follows.
+// Its error is the first in document order of a syntax error (worded as
+// encoding/json words it), nesting deeper than maxJSONDepth, a duplicate
+// key or an upper-case key. It allocates per object and key only (a long
+// array of numbers costs nothing).
+func checkKeys(data []byte) (end int, more bool, err error) {
 	var s jsonKeys
-	for i := skipJSONSpace(data, 0); i < len(data); i = skipJSONSpace(data, i) {
-		c := data[i]
-		if c == ',' || c == ':' {
-			i++
-			continue
-		}
-		if s.wantsKey() {
-			if c == '}' {
-				s.close()
-				i++
-				continue
-			}
-			end, esc := skipJSONString(data, i)
-			var k string
-			if esc {
-				if err := json.Unmarshal(data[i:end], &k); err != nil {
-					return jsonError(err)
-				}
-			} else {
-				k = string(data[i+1 : end-1])
-			}
-			if err := s.key(k); err != nil {
-				return err
-			}
-			i = end
-			continue
-		}
-		switch c {
-		case '{', '[':
-			if err := s.open(c == '{'); err != nil {
-				return err
-			}
-			i++
-		case ']', '}':
-			s.close()
-			i++
-		default:
-			i = skipJSONValue(data, i)
-			s.valueDone()
-		}
-	}
-	return nil
-}
-
-// checkJSONTokens is checkJSONKeys through encoding/json's tokenizer, for
-// input that is not one valid JSON value: it reports the first of a key
-// error and a syntax error, as the tokens come.
-func checkJSONTokens(data []byte) error {
-	var s jsonKeys
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
+	sc := jsonscan.New(data, jsonscan.Options{MaxDepth: maxJSONDepth, MaxNumber: maxJSONNumber, Stream: true, LoneSurrogates: true})
 	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			return nil
-		}
+		k, err := sc.Next()
 		if err != nil {
-			return jsonError(err)
+			return 0, false, err
 		}
-		if s.wantsKey() {
-			if tok == json.Delim('}') {
-				s.close()
-				continue
-			}
-			k, _ := tok.(string) // the decoder only yields strings as keys
-			if err := s.key(k); err != nil {
-				return err
-			}
-			continue
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			if err := s.open(tok == json.Delim('{')); err != nil {
-				return err
-			}
-		case json.Delim(']'):
+		switch k {
+		case jsonscan.End:
+			return end, more, nil
+		case jsonscan.ObjectStart, jsonscan.ArrayStart:
+			s.open(k == jsonscan.ObjectStart)
+		case jsonscan.ObjectEnd, jsonscan.ArrayEnd:
 			s.close()
-		default:
-			s.valueDone()
+		case jsonscan.String:
+			if sc.IsKey() {
+				if err := s.key(string(sc.Bytes())); err != nil {
+					return 0, false, err
+				}
+			}
+		}
+		if sc.Depth() == 0 {
+			if end == 0 {
+				end = int(sc.Offset())
+			} else {
+				more = true
+			}
 		}
 	}
 }

@@ -13,9 +13,31 @@ type WriteOptions struct {
 	// Force replaces existing files (never through a symlink: the link
 	// itself is replaced).
 	Force bool
+	// Progress, when set, is told the bytes of each write into a file
+	// as it completes (a progress bar's).
+	Progress func(n int64)
 }
 
 func force(opts []WriteOptions) bool { return len(opts) > 0 && opts[0].Force }
+
+// counted returns w, telling opts' Progress of every write.
+func counted(w io.Writer, opts []WriteOptions) io.Writer {
+	if len(opts) == 0 || opts[0].Progress == nil {
+		return w
+	}
+	return progressWriter{w, opts[0].Progress}
+}
+
+type progressWriter struct {
+	w        io.Writer
+	progress func(int64)
+}
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	p.progress(int64(n))
+	return n, err
+}
 
 // MarshalManifest returns the manifest as indented JSON.
 func MarshalManifest(m *Manifest) ([]byte, error) {
@@ -32,7 +54,7 @@ func WriteDumpFile(path string, m *Manifest, tensors []TensorData, opts ...Write
 		return err
 	}
 	return safeio.Write(path, force(opts), func(w io.Writer) error {
-		return writeSafetensors(w, map[string]string{MetadataKey: string(text)}, tensors)
+		return writeSafetensors(counted(w, opts), map[string]string{MetadataKey: string(text)}, tensors)
 	})
 }
 
@@ -57,11 +79,17 @@ func WriteDumpDir(dir string, m *Manifest, tensors []TensorData, opts ...WriteOp
 		return nil
 	}
 	return safeio.Write(filepath.Join(dir, "data.safetensors"), force(opts), func(w io.Writer) error {
-		return writeSafetensors(w, nil, tensors)
+		return writeSafetensors(counted(w, opts), nil, tensors)
 	})
 }
 
 // WriteRawFile writes data to a new file (a raw tensor source).
 func WriteRawFile(path string, data []byte, opts ...WriteOptions) error {
-	return safeio.WriteFile(path, data, force(opts))
+	if err := safeio.WriteFile(path, data, force(opts)); err != nil {
+		return err
+	}
+	if len(opts) > 0 && opts[0].Progress != nil {
+		opts[0].Progress(int64(len(data)))
+	}
+	return nil
 }

@@ -320,3 +320,32 @@ func TestFaultKindsDocumented(t *testing.T) {
 		t.Errorf("inject.Kinds() has %d kinds", n)
 	}
 }
+
+// TestReadmeFrontDoor holds README.md to what it is for (issue #34): a
+// front door of at most 500 lines, with the two commands of a fresh
+// machine, that links every docs/*.md page.
+func TestReadmeFrontDoor(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	if n := strings.Count(readme, "\n"); n > 500 {
+		t.Errorf("README.md has %d lines; at most 500 (move the detail to a docs/ page)", n)
+	}
+	for _, want := range []string{"go run ./cmd/kvaudit demo", "go test ./..."} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("README.md does not show %q", want)
+		}
+	}
+	linked := map[string]bool{}
+	for _, m := range mdLink.FindAllStringSubmatch(prose(readme, true), -1) {
+		path, _, _ := strings.Cut(m[1], "#")
+		linked[path] = true
+	}
+	for _, page := range docPages(t)[1:] {
+		if !linked[page] {
+			t.Errorf("README.md does not link %s", page)
+		}
+	}
+}

@@ -16,9 +16,11 @@ import (
 )
 
 // TestInterrupt stops inject and campaign with SIGINT and SIGTERM while
-// they copy: it builds kvaudit with -tags kvaudit_testhooks, which holds
-// every copy after its first chunk until the command is cancelled
-// (internal/inject/copyhook_testhooks.go), so the signal always lands mid-copy.
+// they copy, and synth after its first rank: it builds kvaudit with -tags
+// kvaudit_testhooks, which holds every copy after its first chunk
+// (internal/inject/copyhook_testhooks.go), and synth after its first rank
+// with KVAUDIT_TEST_HOLD_SYNTH set (internal/synth/rankhook_testhooks.go),
+// until the command is cancelled, so the signal always lands mid-work.
 // Each exits 130 or 143 saying "interrupted", and leaves no output and no
 // temporary directory. The waits are deadlines for a hung process, not
 // timings.
@@ -47,6 +49,35 @@ func TestInterrupt(t *testing.T) {
 			}
 			assertEmpty(t, dir, stderr)
 		})
+		t.Run("synth/"+sig.name, func(t *testing.T) {
+			// Into a new directory: it is removed whole.
+			dir := t.TempDir()
+			out := filepath.Join(dir, "new", "kv")
+			started := func() bool { return len(glob(t, out, "producer/rank-0-0.safetensors")) > 0 }
+			stderr := interrupt(t, bin, dir, started, sig.sig, sig.code,
+				"synth", "--out", out, "--preset", "tiny", "--tp", "2")
+			assertEmpty(t, dir, stderr)
+			// Into a directory that holds a file and a producer: the
+			// consumer synth started is removed, nothing else.
+			mine := filepath.Join(dir, "mine")
+			if err := os.MkdirAll(filepath.Join(dir, "producer"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(mine, []byte("mine"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			started = func() bool { return len(glob(t, dir, "consumer/rank-0-0.safetensors")) > 0 }
+			stderr = interrupt(t, bin, dir, started, sig.sig, sig.code,
+				"synth", "--out", dir, "--preset", "tiny", "--tp", "2", "--role", "consumer")
+			if _, err := os.Stat(filepath.Join(dir, "consumer")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the consumer synth started is left behind (%v)\n%s", err, stderr)
+			}
+			for _, p := range []string{mine, filepath.Join(dir, "producer")} {
+				if _, err := os.Stat(p); err != nil {
+					t.Errorf("%s, which was there before, is gone: %v", p, err)
+				}
+			}
+		})
 		t.Run("campaign/"+sig.name, func(t *testing.T) {
 			dir := t.TempDir()
 			started := func() bool { return len(glob(t, dir, "kvaudit-campaign-*")) > 0 }
@@ -63,7 +94,7 @@ func interrupt(t *testing.T, bin, dir string, started func() bool, sig syscall.S
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "NO_COLOR=1")
+	cmd.Env = append(os.Environ(), "NO_COLOR=1", "KVAUDIT_TEST_HOLD_SYNTH=1")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

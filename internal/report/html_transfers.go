@@ -245,16 +245,17 @@ func sameStates(p, q *transfer.CoverageRow) bool {
 
 // newPictureRow draws rows of layers alike as one.
 func newPictureRow(c *transfer.Coverage, rows []transfer.CoverageRow) pictureRow {
-	first, last := &rows[0], &rows[len(rows)-1]
+	first := &rows[0]
 	pr := pictureRow{State: first.State}
 	name := fmt.Sprintf("layer %d (%s)", first.Layer, clip(first.LayerName))
 	if len(rows) == 1 {
 		pr.Label = fmt.Sprintf("L%d", first.Layer)
 		pr.Title = name
 	} else {
-		pr.Label = fmt.Sprintf("L%d-%d", first.Layer, last.Layer)
-		pr.Title = fmt.Sprintf("layers %d-%d, %d layers alike; hover names %s", first.Layer, last.Layer, len(rows), name)
-		name = fmt.Sprintf("layers %d-%d alike; %s", first.Layer, last.Layer, name)
+		layers := layerList(rows)
+		pr.Label = "L" + layers
+		pr.Title = fmt.Sprintf("layers %s, %d layers alike; hover names %s", layers, len(rows), name)
+		name = fmt.Sprintf("layers %s alike; %s", layers, name)
 	}
 	if first.State {
 		pr.Label += " state"
@@ -280,6 +281,28 @@ func newPictureRow(c *transfer.Coverage, rows []transfer.CoverageRow) pictureRow
 		pr.Cells = append(pr.Cells, pictureCell{Class: look.Class, Sym: look.Sym, Tip: tip, State: look.Name})
 	}
 	return pr
+}
+
+// layerList names the layers of rows drawn as one: "0-31" when they
+// are consecutive, else "1,3,5" (up to 4, then "1,3,5,7,… (n)": a
+// group's layers interleave with another's).
+func layerList(rows []transfer.CoverageRow) string {
+	consecutive := true
+	for i := 1; i < len(rows); i++ {
+		consecutive = consecutive && rows[i].Layer == rows[i-1].Layer+1
+	}
+	if consecutive {
+		return fmt.Sprintf("%d-%d", rows[0].Layer, rows[len(rows)-1].Layer)
+	}
+	var parts []string
+	for i, r := range rows {
+		if i == 4 {
+			parts = append(parts, fmt.Sprintf("… (%d)", len(rows)))
+			break
+		}
+		parts = append(parts, strconv.Itoa(r.Layer))
+	}
+	return strings.Join(parts, ",")
 }
 
 // tokenRange names tokens [lo, hi).

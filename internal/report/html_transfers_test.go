@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"html"
 	"maps"
 	"path/filepath"
@@ -293,4 +294,97 @@ func faultedAt(faulted map[pictureCell]bool, c pictureCell) bool {
 		}
 	}
 	return false
+}
+
+// TestTransfersPictureLong: a request longer than transfer.MaxColumns
+// tokens is drawn in columns of a power of two of tokens, the caption
+// says how many, and each column shows its tokens' gravest state: 193
+// tokens (blocks of 16, 208 slots) in 52 columns of 4, the 16-token
+// prefix hit in the first 4, tokens 16-190 delivered (and 191, which the
+// lookahead recomputes, delivered with its block: column 47 is
+// delivered), token 192 recomputed alone in the last block, which the
+// pull leaves (column 48, with zeroed slots 193-195), the zeroed slots
+// in the last three.
+func TestTransfersPictureLong(t *testing.T) {
+	const tokens = 193
+	pl := synthPull(t, synth.Config{Preset: "llama", Layers: 2, Layout: "nhd", Requests: 1, Tokens: tokens},
+		synth.Config{Preset: "llama", Layers: 2, Layout: "nhd", Requests: 1, Tokens: tokens, PrefixTokens: 16}, picLookahead)
+	logs, err := transfer.FindLogs([]string{pl.logs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := transfer.Audit(context.Background(), logs, pl.prod, pl.cons, transfer.Options{Lookahead: picLookahead})
+	if err != nil || res.Verdict != transfer.Clean {
+		t.Fatalf("%v %v", res.Summary(), err)
+	}
+	page := renderPicture(t, res)
+	if !strings.Contains(page, "each cell 4 tokens") {
+		t.Error("the caption does not say a cell holds 4 tokens")
+	}
+	cells := pictureCells(t, page)
+	if len(cells) != 2*52 {
+		t.Fatalf("%d cells, want 2 layers x 52 columns", len(cells))
+	}
+	for _, c := range cells {
+		want := stDelivered
+		switch {
+		case c.token < 16:
+			want = stPrefix
+		case c.token == 192:
+			want = stRecomputed
+		case c.token > 192:
+			want = stZeroed
+		}
+		if c.state != want {
+			t.Errorf("layer %d tokens %d-%d: %s, want %s", c.layer, c.token, c.token+3, c.state, want)
+		}
+	}
+}
+
+// TestTransfersPictureCaps: a page draws at most its cells' worth of
+// requests, those with findings first, and names the rest; the audit's
+// own cap is said.
+func TestTransfersPictureCaps(t *testing.T) {
+	res := &transfer.Result{Format: transfer.ResultFormat, Verdict: transfer.Clean, CoverageLeft: 7}
+	const rows, cols, n = 10, transfer.MaxColumns, 40
+	for i := range n {
+		c := transfer.Coverage{Request: fmt.Sprintf("req-%d", i), NumTokens: cols, Pulled: cols, Served: true, Per: 1, Columns: cols}
+		if i == n-1 {
+			c.Findings = 1 // the last, drawn first
+		}
+		for l := range rows {
+			row := transfer.CoverageRow{Layer: l, LayerName: fmt.Sprintf("layer.%d", l)}
+			for k := range cols {
+				st := transfer.CellDelivered
+				if k == l { // rows differ: none folds
+					st = transfer.CellHole
+				}
+				row.Cells = append(row.Cells, transfer.Cell{State: st, Transfer: transfer.NoTransfer, Descriptor: -1})
+			}
+			c.Rows = append(c.Rows, row)
+		}
+		res.Coverage = append(res.Coverage, c)
+	}
+	page := renderPicture(t, res)
+	const maxCells = 12288
+	drawn := maxCells / (rows * cols)
+	figs := picFigure.FindAllStringSubmatch(page, -1)
+	if len(figs) != drawn {
+		t.Fatalf("%d requests drawn, want %d (%d cells a page)", len(figs), drawn, maxCells)
+	}
+	if figs[0][1] != fmt.Sprintf("req-%d", n-1) {
+		t.Errorf("the first drawn is %s, want the one with findings", figs[0][1])
+	}
+	for _, want := range []string{
+		fmt.Sprintf("The page draws at most %d cells: %d more request(s) not drawn.", maxCells, n-drawn),
+		fmt.Sprintf("The audit draws at most %d request(s), those with findings first: 7 more not drawn.", transfer.MaxCoverage),
+		"not drawn: <code>req-" + strconv.Itoa(drawn-1) + " (pp 0 tp 0)</code>",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page does not say %q", want)
+		}
+	}
+	if len(page) > 4<<20 {
+		t.Errorf("the page is %d bytes", len(page))
+	}
 }

@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -97,6 +98,35 @@ func TestTransfersHTML(t *testing.T) {
 	if !strings.Contains(diff, `<h2>transfer audit: violated (1 log(s), 2 transfer(s), 2 finding(s))</h2>`) {
 		t.Error("a diff's page lacks the transfer audit's table")
 	}
+	if strings.Contains(diff, `<section id="picture">`) {
+		t.Error("a diff's page draws a picture of an audit that drew none")
+	}
+	// With the audit's picture, the diff's page draws it: a hole at
+	// token 1 of layer 1, named by its hover.
+	cov := transfer.Coverage{Request: hostileID, NumTokens: 2, Pulled: 2, Served: true, Per: 1, Columns: 2}
+	for l := range 2 {
+		row := transfer.CoverageRow{Layer: l, LayerName: "model.layers." + strconv.Itoa(l)}
+		for k := range 2 {
+			c := transfer.Cell{State: transfer.CellDelivered, Transfer: 7, Descriptor: 2*l + k, Log: "nixl/consumer-pp0-tp0.jsonl", Bytes: [2]uint64{0x1000, 0x1800}}
+			if l == 1 && k == 1 {
+				c = transfer.Cell{State: transfer.CellHole, Transfer: transfer.NoTransfer, Descriptor: -1}
+			}
+			row.Cells = append(row.Cells, c)
+		}
+		cov.Rows = append(cov.Rows, row)
+	}
+	res.Audits.Transfers.Coverage = []transfer.Coverage{cov}
+	diff = renderHTML(t, res)
+	for _, want := range []string{
+		`<section id="picture">`,
+		`title="layer 0 (model.layers.0), token 1: delivered · transfer 7 descriptor 1 · consumer bytes 0x1000-0x17ff · log nixl/consumer-pp0-tp0.jsonl" data-state="delivered">✓</td>`,
+		`title="layer 1 (model.layers.1), token 1: hole · delivered by no transfer that reached DONE" data-state="hole">✗</td>`,
+		"request <code>&lt;img src=x onerror=alert(1)&gt;</code>",
+	} {
+		if !strings.Contains(diff, want) {
+			t.Errorf("a diff's page with the audit's picture lacks %q", want)
+		}
+	}
 	if res.Verdict() != verify.Mismatch {
 		t.Errorf("verdict %s, want mismatch", res.Verdict())
 	}
@@ -111,6 +141,27 @@ func TestSpan(t *testing.T) {
 	}{{[2]int{-1, -1}, "-"}, {[2]int{3, 3}, "3"}, {[2]int{0, 7}, "0-7"}} {
 		if got := span(c.r); got != c.want {
 			t.Errorf("span(%v) = %q, want %q", c.r, got, c.want)
+		}
+	}
+}
+
+// TestLayerList: rows of layers alike are named as a range when the
+// layers are consecutive, else listed (a sliding window group's layers
+// interleave with the full attention group's), at most four of them.
+func TestLayerList(t *testing.T) {
+	rows := func(layers ...int) []transfer.CoverageRow {
+		var out []transfer.CoverageRow
+		for _, l := range layers {
+			out = append(out, transfer.CoverageRow{Layer: l})
+		}
+		return out
+	}
+	for _, c := range []struct {
+		layers []int
+		want   string
+	}{{[]int{0, 1, 2, 3}, "0-3"}, {[]int{0, 2}, "0,2"}, {[]int{1, 3, 5, 7, 9}, "1,3,5,7,… (5)"}} {
+		if got := layerList(rows(c.layers...)); got != c.want {
+			t.Errorf("layerList(%v) = %q, want %q", c.layers, got, c.want)
 		}
 	}
 }

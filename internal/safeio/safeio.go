@@ -252,8 +252,15 @@ func RemoveTemp(path string) error {
 	return os.RemoveAll(path)
 }
 
-// Forget stops tracking path (a temporary directory renamed into place).
+// Forget stops tracking path (a temporary directory renamed into place,
+// an output Track registered).
 func Forget(path string) { unregister(path) }
+
+// Track registers path, a file or directory the command is about to
+// create, for Cleanup: an interrupted command removes it and all it
+// holds. Forget it once the command is done with it. Never track a path
+// that exists: it is not the command's to remove.
+func Track(path string) { register(path) }
 
 var (
 	mu sync.Mutex

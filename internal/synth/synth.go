@@ -92,6 +92,10 @@ type Config struct {
 	// (the machine's memory, its cgroup's limit, GOMEMLIMIT). Normalize
 	// refuses a configuration past it.
 	MaxBytes int64 `json:"-"`
+	// Progress, when set, is told of the work Write does on the KV,
+	// in bytes: each cache's bytes once built in memory and again as
+	// they are written out; TotalWork is the sum.
+	Progress func(n int64) `json:"-"`
 }
 
 // Cache is one cache of a model preset.
@@ -511,6 +515,9 @@ func WriteContext(ctx context.Context, out string, cfg Config) ([]string, error)
 				return nil, err
 			}
 			paths = append(paths, p)
+			if err := rankWritten(ctx); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return paths, nil
@@ -675,6 +682,7 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockID
 				data = make([]byte, pl.total)
 				fillNoise(noise, data)
 				c.fillState(data, ca, pl, tables[g.ID], tp)
+				c.progress(pl.total)
 				layer = layout.Layer{Name: ca.Name, Dtype: ca.States[0].Dtype, Layout: pl.axes, States: c.manifestStates(ca)}
 				var off uint64
 				for i := range layer.States {
@@ -686,6 +694,7 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockID
 				data = make([]byte, pl.total)
 				fillNoise(noise, data)
 				c.fillCache(data, ca, pl, tables[g.ID])
+				c.progress(pl.total)
 				layer = layout.Layer{
 					Name: ca.Name, Dtype: ca.Dtype, HeadSize: ca.HeadSize,
 					Layout: pl.axes, MaxTPShards: ca.MaxTPShards, Spec: ca.Spec,
@@ -725,7 +734,7 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockID
 		man.Requests = append(man.Requests, req)
 	}
 	name := fmt.Sprintf("rank-%d-%d", pp, tp)
-	wo := layout.WriteOptions{Force: c.Force}
+	wo := layout.WriteOptions{Force: c.Force, Progress: c.Progress}
 	switch c.Format {
 	case "safetensors":
 		p := filepath.Join(dir, name+".safetensors")
@@ -740,6 +749,46 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockID
 		}
 		return p, layout.WriteRawFile(filepath.Join(p, "kv.bin"), raw, wo)
 	}
+}
+
+// progress tells c.Progress of n bytes done, if set.
+func (c *Config) progress(n int64) {
+	if c.Progress != nil {
+		c.Progress(n)
+	}
+}
+
+// TotalWork is the sum of what Write tells Progress for cfg: twice the
+// bytes of every rank's caches (built, then written), a few more for the
+// files' headers. It is 0 for the SGLang engine, whose ranks Write does
+// not count.
+func TotalWork(cfg Config) (int64, error) {
+	c, err := cfg.Normalize()
+	if err != nil || c.Engine == "sglang" {
+		return 0, err
+	}
+	m, err := BuildModel(c)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for pp := range c.PP {
+		lo, hi := stageLayers(c.Layers, pp, c.PP)
+		for tp := range c.TP {
+			for _, g := range m.Groups {
+				for _, ca := range g.Caches {
+					switch {
+					case ca.Layer < lo || ca.Layer >= hi:
+					case ca.States != nil:
+						total += 2 * c.placeState(ca).total
+					default:
+						total += 2 * c.place(ca, tp).total
+					}
+				}
+			}
+		}
+	}
+	return total, nil
 }
 
 // addressAlign is the alignment of a synthesized cache's device address

@@ -79,11 +79,19 @@ func NewCmdInject(s *Streams, runF func(context.Context, *InjectOptions) error) 
 // injectLong is inject's help: what it writes, and every kind with what
 // it models and what catches it.
 func injectLong() string {
-	var kinds []string
+	// The names in a column as wide as the longest (a name of 16 or more
+	// characters ran into its description); the help's wrapping
+	// (wrapHelp) hangs a long description under its column.
+	width := len("none")
+	for _, k := range inject.Kinds() {
+		width = max(width, len(k))
+	}
+	kinds := []string{}
 	for _, k := range inject.Kinds() {
 		in, _ := inject.InfoOf(k)
-		kinds = append(kinds, fmt.Sprintf("  %-16s %s (%s)", in.Kind, in.Models, in.Detector))
+		kinds = append(kinds, fmt.Sprintf("  %-*s  %s (%s)", width, in.Kind, in.Models, in.Detector))
 	}
+	kinds = append(kinds, fmt.Sprintf("  %-*s  %s", width, "none", "no change: a clean copy (a control)"))
 	return `Inject copies a side (its dumps, or the producer's payloads for payload
 faults) into --out with one seeded fault, the way KV transfers go wrong, and
 writes --out/fault.json: the kind, the seed, the rank, tensor and file, the
@@ -108,7 +116,6 @@ writes just the prepared copy.
 
 Kinds:
 ` + strings.Join(kinds, "\n") + `
-  none             no change: a clean copy (a control)
 
 ` + exitCodeHelp("inject")
 }

@@ -74,16 +74,33 @@ type progress struct {
 	total int64
 }
 
+// What a bar counts: bytes (it shows their rate), items (it shows how
+// many are done), or units of work that mean nothing to the reader
+// (synth's: it shows the percentage and times only).
+type barKind int
+
+const (
+	barBytes barKind = iota
+	barItems
+	barWork
+)
+
 // newProgress starts a bar for total bytes described by desc; it is nil
 // when stderr is not a terminal or total is not positive.
 func newProgress(s *Streams, total int64, desc string) *progress {
-	return startBar(s, total, desc, true)
+	return startBar(s, total, desc, barBytes)
 }
 
 // newCountProgress starts a bar for total items (trials, files)
 // described by desc; nil as for newProgress.
 func newCountProgress(s *Streams, total int64, desc string) *progress {
-	return startBar(s, total, desc, false)
+	return startBar(s, total, desc, barItems)
+}
+
+// newWorkProgress starts a bar for total units of work described by
+// desc; nil as for newProgress.
+func newWorkProgress(s *Streams, total int64, desc string) *progress {
+	return startBar(s, total, desc, barWork)
 }
 
 // The cells of a bar's line besides the description and the bar: the
@@ -101,7 +118,7 @@ const (
 
 func countStats(total int64) int { return 2*len(strconv.FormatInt(total, 10)) + len("(/)") }
 
-func startBar(s *Streams, total int64, desc string, bytes bool) *progress {
+func startBar(s *Streams, total int64, desc string, kind barKind) *progress {
 	if !s.ErrTerminal || total <= 0 {
 		return nil
 	}
@@ -113,8 +130,11 @@ func startBar(s *Streams, total int64, desc string, bytes bool) *progress {
 	line := &termLine{s: s}
 	width := s.errWidth() - 1 // the last column would wrap on some terminals
 	desc = termtext.Line(desc)
-	stats := countStats(total)
-	if bytes {
+	var stats int
+	switch kind {
+	case barItems:
+		stats = countStats(total)
+	case barBytes:
 		stats = rateStats
 		if width-ansi.StringWidth(desc)-barFrame-barTimes-byteStats >= 20 {
 			stats = byteStats
@@ -132,7 +152,8 @@ func startBar(s *Streams, total int64, desc string, bytes bool) *progress {
 		progressbar.OptionEnableColorCodes(s.errColor()),
 	}
 	switch {
-	case !bytes:
+	case kind == barWork:
+	case kind == barItems:
 		opts = append(opts, progressbar.OptionShowCount())
 	case stats == byteStats:
 		opts = append(opts, progressbar.OptionShowBytes(true), progressbar.OptionShowTotalBytes(true), progressbar.OptionShowCount())

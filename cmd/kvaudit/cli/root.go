@@ -99,7 +99,7 @@ func execute(root *cobra.Command, args []string, s *Streams) (code int) {
 	if errors.As(err, &dm) {
 		err = fmt.Errorf("%w (--engine cuda)", err)
 	}
-	err = asUsage(err)
+	err = asUsage(unknownCommand(err))
 	printed := s.quietVerdict(err)
 	var result *ResultError
 	isResult := errors.As(err, &result)
@@ -124,6 +124,27 @@ func execute(root *cobra.Command, args []string, s *Streams) (code int) {
 		writeErrorJSON(s.stdout(), err, code)
 	}
 	return code
+}
+
+// unknownCommand rewrites cobra's unknown command error, several lines
+// with its suggestions ("unknown command \"dif\" for \"kvaudit\"\n\nDid you
+// mean this?\n\tdiff\n"), as one usage error line, as a mistyped flag's:
+// unknown command "dif" for "kvaudit" (did you mean diff? see kvaudit
+// --help). Other errors are returned as they are.
+func unknownCommand(err error) error {
+	if err == nil || !strings.HasPrefix(err.Error(), "unknown command ") {
+		return err
+	}
+	first, rest, _ := strings.Cut(err.Error(), "\n")
+	root := "kvaudit"
+	if _, r, ok := strings.Cut(first, " for "); ok {
+		root = strings.Trim(r, `"`)
+	}
+	_, suggested, _ := strings.Cut(rest, "Did you mean this?")
+	if names := strings.Fields(suggested); len(names) > 0 {
+		return &UsageError{fmt.Errorf("%s (did you mean %s? see %s --help)", first, strings.Join(names, " or "), root)}
+	}
+	return &UsageError{fmt.Errorf("%s (see %s --help)", first, root)}
 }
 
 // interrupted ends a command stopped by sig: it removes the temporaries in
@@ -210,6 +231,7 @@ optional kvaudit.yaml (--config, the working directory or
 	root.SetVersionTemplate("{{.Version}}\n")
 	registerCompletions(root)
 	explainArgs(root)
+	wrapHelpOutput(root, s)
 	return root
 }
 

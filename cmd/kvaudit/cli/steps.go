@@ -24,9 +24,14 @@ func longStep(s *Streams, msg string) (done func()) {
 	stop := make(chan struct{})
 	ended := make(chan struct{})
 	start := time.Now()
+	first := progressDelay
+	if first <= 0 {
+		st.show(msg + " ... 0s") // at once: every step is long
+		first = progressTick
+	}
 	go func() {
 		defer close(ended)
-		wait := time.NewTimer(progressDelay)
+		wait := time.NewTimer(first)
 		defer wait.Stop()
 		select {
 		case <-stop:

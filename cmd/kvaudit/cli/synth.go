@@ -4,12 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/kvaudit/kvaudit/internal/nixl"
+	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/parse"
-	"github.com/spf13/cobra"
 )
 
 // SynthOptions are the settings of `kvaudit synth`.
@@ -129,9 +135,32 @@ Layouts: ` + strings.Join(synth.Layouts, ", ") + `.`,
 	return cmd
 }
 
-func synthRun(_ context.Context, opts *SynthOptions) error {
-	done := longStep(opts.IO, fmt.Sprintf("synthesizing %s (%s, tp %d, pp %d) into %s", opts.Config.Role, opts.Config.Preset, opts.Config.TP, opts.Config.PP, opts.Out))
-	w, err := synth.WriteSide(context.Background(), opts.Out, opts.Config)
+func synthRun(ctx context.Context, opts *SynthOptions) error {
+	created := synthCreates(opts.Out, opts.Config)
+	for _, p := range created {
+		safeio.Track(p) // an interrupted synth leaves nothing of its own behind
+	}
+	var err error
+	defer func() {
+		if err == nil { // on an interruption, Cleanup still has them
+			for _, p := range created {
+				safeio.Forget(p)
+			}
+		}
+	}()
+	cfg := opts.Config
+	desc := "synthesizing " + cfg.Role
+	var bar *progress
+	if total, err := synth.TotalWork(cfg); err == nil && total > 0 {
+		bar = newWorkProgress(opts.IO, total, desc)
+		cfg.Progress = bar.Callback()
+	}
+	done := bar.Finish
+	if bar == nil {
+		done = longStep(opts.IO, fmt.Sprintf("%s (%s, tp %d, pp %d) into %s", desc, cfg.Preset, cfg.TP, cfg.PP, opts.Out))
+	}
+	var w *synth.Written
+	w, err = synth.WriteSide(ctx, opts.Out, cfg)
 	done()
 	if err != nil {
 		var np *nixl.NotPlannableError
@@ -154,9 +183,50 @@ func synthRun(_ context.Context, opts *SynthOptions) error {
 		}
 	}
 	if opts.Store != "" {
-		return writeSynthStore(opts)
+		err = writeSynthStore(opts)
 	}
-	return nil
+	return err
+}
+
+// synthCreates lists what synth of c into out creates that does not
+// exist yet: the first directory of out/<role> (or out/nixl, out/store)
+// missing, and the rank files and directories out/<role> does not hold
+// yet. An interrupted synth removes them (safeio.Track), and nothing
+// else.
+func synthCreates(out string, c synth.Config) []string {
+	var paths []string
+	missing := func(p string) bool {
+		_, err := os.Lstat(p)
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	// newDir is the first directory of dir's path that is missing ("" if
+	// none is).
+	newDir := func(dir string) string {
+		first := ""
+		for d := filepath.Clean(dir); missing(d); d = filepath.Dir(d) {
+			first = d
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+		return first
+	}
+	role := filepath.Join(out, c.Role)
+	for _, dir := range []string{role, filepath.Join(out, "nixl"), filepath.Join(out, "store")} {
+		if d := newDir(dir); d != "" && !slices.Contains(paths, d) {
+			paths = append(paths, d)
+		}
+	}
+	for pp := range c.PP {
+		for tp := range c.TP {
+			for _, name := range []string{fmt.Sprintf("rank-%d-%d", pp, tp), fmt.Sprintf("rank-%d-%d.safetensors", pp, tp)} {
+				if p := filepath.Join(role, name); missing(p) && !slices.Contains(paths, role) && newDir(role) == "" {
+					paths = append(paths, p)
+				}
+			}
+		}
+	}
+	return paths
 }
 
 // synthFlags are the flags of synth.Config's fields (the Field of a
