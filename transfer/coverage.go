@@ -177,6 +177,11 @@ const (
 
 // mapRequest draws a request's picture on a rank, within MaxCoverage.
 func (a *auditor) mapRequest(rc *rankCover, r *request, served bool) {
+	if rc.rk.am == nil {
+		// No transfer into the rank was resolved (its address map
+		// is not read, or could not be): nothing to draw from.
+		return
+	}
 	n := a.counts[reqKey{rc.rk.r, r.req.ID}]
 	res := a.res
 	if len(res.Coverage) >= MaxCoverage {

@@ -70,7 +70,7 @@ func TestProgressTerminal(t *testing.T) {
 		{name: "inject", args: []string{"inject", kv + "/producer", "--fault", "bit-flip", "--out", filepath.Join(dir, "bad")}, out: "bad"},
 		{name: "campaign", args: []string{"campaign", "--faults", "bit-flip,zero-block", "--trials", "2", "--dir", dir}, bar: true},
 		{name: "scrub", args: []string{"scrub", kv + "/store/vllm-fs"}},
-		{name: "bench", args: []string{"bench", "--size", "4MB", "--reps", "1", "--warmup", "0", "--threads", "1", "--no-end-to-end", "--ref-sample", "1MB", "--dir", dir}},
+		{name: "bench", args: []string{"bench", "--size", "4MB", "--reps", "1", "--warmup", "0", "--threads", "1", "--no-end-to-end", "--ref-sample", "1MB", "--dir", dir}, bar: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			run := func(tty bool) (stderr []byte) {

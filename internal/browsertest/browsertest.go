@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"html"
 	"net"
 	"net/url"
@@ -243,6 +244,70 @@ func (b *Browser) Screenshot(t testing.TB, file, png string, width, height int, 
 	}
 	return requests
 }
+
+// Frame is a page to measure (Measure) and the size of the window it is
+// seen in.
+type Frame struct {
+	File          string
+	Width, Height int
+}
+
+// Measure loads each frame's HTML file as a person would see it in a
+// window of the frame's size (in the dark color scheme when dark), all
+// in one browser, and returns what script, run on each laid-out page,
+// returns (as JSON, in the frames' order), and the requests the pages
+// tried to send.
+//
+// The pages themselves run no script (their policy forbids any): each is
+// shown in a frame of exactly its size (srcdoc, so the frame's document
+// is the measuring page's), and script, the body of a function of doc
+// and win (the frame's document and window), runs in the page around
+// them once the page and every frame have loaded, writing its results into that
+// page's DOM, which --dump-dom gives back. Frames, not the window, set
+// the width: headless Chromium's window is at least 500 pixels wide.
+func (b *Browser) Measure(t testing.TB, frames []Frame, dark bool, script string) (results []string, requests []string) {
+	t.Helper()
+	var probe strings.Builder
+	probe.WriteString(`<!DOCTYPE html><html><head><meta charset="utf-8"><style>body{margin:0}iframe{border:0;display:block}</style></head><body>`)
+	width, height := 500, 0
+	for i, f := range frames {
+		page, err := os.ReadFile(f.File)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&probe, `<iframe id="kvaudit-frame-%d" width="%d" height="%d" srcdoc="%s"></iframe>`, i, f.Width, f.Height, html.EscapeString(string(page)))
+		width, height = max(width, f.Width), height+f.Height
+	}
+	fmt.Fprintf(&probe, `<script>var n=%d;function measure(doc,win){%s}`+
+		`function done(){var out=[];for(var i=0;i<n;i++){var f=document.getElementById("kvaudit-frame-"+i);`+
+		`try{out.push(measure(f.contentDocument,f.contentWindow))}catch(e){out.push({error:String(e)})}}`+
+		`var pre=document.createElement("pre");pre.id="kvaudit-result";pre.textContent=JSON.stringify(out);document.body.appendChild(pre)}`+
+		`window.addEventListener("load",done);</script></body></html>`,
+		len(frames), script)
+	wrapper := filepath.Join(t.TempDir(), "measure.html")
+	if err := os.WriteFile(wrapper, []byte(probe.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	flags := []string{"--dump-dom", "--window-size=" + strconv.Itoa(width+40) + "," + strconv.Itoa(min(height, 8000)+100), "--force-device-scale-factor=1"}
+	if dark {
+		flags = append(flags, "--force-dark-mode", "--blink-settings=preferredColorScheme=0")
+	}
+	dom, requests := b.run(t, wrapper, flags...)
+	m := resultRE.FindStringSubmatch(dom)
+	if m == nil {
+		t.Fatalf("the measuring script wrote no result:\n%s", tail(dom, 2000))
+	}
+	var raw []json.RawMessage
+	if err := json.Unmarshal([]byte(html.UnescapeString(m[1])), &raw); err != nil || len(raw) != len(frames) {
+		t.Fatalf("the measuring script wrote %d result(s) for %d frame(s) (%v)", len(raw), len(frames), err)
+	}
+	for _, r := range raw {
+		results = append(results, string(r))
+	}
+	return results, requests
+}
+
+var resultRE = regexp.MustCompile(`<pre id="kvaudit-result">(.*?)</pre>`)
 
 // Box is an element's box on the page, in CSS pixels from the
 // viewport's top left, and whether a person sees it: it has a size, it

@@ -186,11 +186,7 @@ func campaignTables(r *inject.CampaignResult) []*Table {
 		"caught by vLLM's checksum: the trials vLLM's checksum alone would have caught (kvaudit's mix check left out, no audit): the rest pass a connector's production check",
 		"example: the first trial's faulted group, one cell per consumer block position: . verified, X mismatch, - not compared, _ not loaded",
 		fmt.Sprintf("pairs: on how many of the campaign's %d producer/consumer pairs the kind's trials ran (each trial picks one the kind applies to; the store-* kinds run on one small side per store format; clean compares every pair untouched)", allPairs))
-	for _, p := range r.Pairs {
-		for _, n := range p.Notes {
-			t.Notes = append(t.Notes, fmt.Sprintf("pair %s: %s", p.Name, n))
-		}
-	}
+	t.Notes = append(t.Notes, noteTexts(campaignNotes(r))...)
 	tables := []*Table{t}
 	f := &Table{Title: "failing trials", Header: []string{"kind", "trial", "pair", "trial seed", "fault", "problem"}}
 	f.Notes = append(f.Notes, fmt.Sprintf("a trial depends only on the campaign's seed, its kind and its number: kvaudit campaign --fault KIND --seed %d --trials N (N past the trial's number) runs it again", r.Seed))

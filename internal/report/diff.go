@@ -305,30 +305,15 @@ func diffTables(res *verify.DiffResult, verdict verify.Verdict) []*Table {
 	}
 	numberings := map[string]bool{}
 	for _, rv := range res.Requests {
-		for _, h := range rv.Hints {
-			t.Notes = append(t.Notes, fmt.Sprintf("request %s: hint: %s", rv.ID, h))
-		}
-		for _, g := range rv.Groups {
-			if g.Hint != "" {
-				t.Notes = append(t.Notes, fmt.Sprintf("request %s group %d: hint: %s", rv.ID, g.ID, g.Hint))
-			}
-		}
 		if rv.Numbering != "" {
 			numberings[rv.Numbering] = true
 		}
 	}
-	for _, n := range res.Notes {
-		t.Notes = append(t.Notes, "note: "+n)
-	}
+	t.Notes = append(t.Notes, hintNotes(res)...)
+	t.Notes = append(t.Notes, noteTexts(pairingNotes(res))...)
 	t.Notes = append(t.Notes, fmt.Sprintf("%d request(s): %d verified, %d mismatch, %d unverified",
 		len(res.Requests), counts[verify.Verified], counts[verify.Mismatch], counts[verify.Unverified]))
-	t.Notes = append(t.Notes, strengthNotes(res)...)
-	if n := mixKeyTableNote(res); n != "" {
-		t.Notes = append(t.Notes, "note: "+n)
-	}
-	if n := RunnerCheckNote(res.EngineCheck); n != "" {
-		t.Notes = append(t.Notes, "note: "+n)
-	}
+	t.Notes = append(t.Notes, noteTexts(judgedNotes(res))...)
 	switch {
 	case numberings["block"] && numberings["request"]:
 		t.Notes = append(t.Notes, "numbering: block against flat payloads (vLLM's published form), request otherwise")

@@ -83,8 +83,48 @@ var htmlTemplateText string
 // htmlTemplate is the page's template, parsed when a report is first
 // written, not at start-up (which every command pays).
 var htmlTemplate = sync.OnceValue(func() *template.Template {
-	return template.Must(template.New("report").Parse(htmlTemplateText))
+	return template.Must(template.New("report").Funcs(template.FuncMap{"splitWords": splitWords}).Parse(htmlTemplateText))
 })
+
+// word is a run of text on the page: a token holding a hyphen between
+// other characters (Tok: a request id such as chatcmpl-<uuid>, a file
+// name, a range), which the page keeps on one line where it fits (a
+// browser would break it after a hyphen), or the text between such
+// tokens.
+type word struct {
+	S   string
+	Tok bool
+}
+
+// splitWords cuts s into words: the tokens (runs of non-space
+// characters) that hold a hyphen between other characters, and the text
+// around them.
+func splitWords(s string) []word {
+	var out []word
+	plain := 0
+	for i := 0; i < len(s); {
+		if s[i] == ' ' || s[i] == '\t' || s[i] == '\n' {
+			i++
+			continue
+		}
+		j := i
+		for j < len(s) && s[j] != ' ' && s[j] != '\t' && s[j] != '\n' {
+			j++
+		}
+		if strings.Contains(strings.Trim(s[i:j], "-"), "-") {
+			if plain < i {
+				out = append(out, word{S: s[plain:i]})
+			}
+			out = append(out, word{S: s[i:j], Tok: true})
+			plain = j
+		}
+		i = j
+	}
+	if plain < len(s) {
+		out = append(out, word{S: s[plain:]})
+	}
+	return out
+}
 
 // HTMLInfo is what an HTML report says about its run beside the result.
 type HTMLInfo struct {
@@ -99,27 +139,35 @@ type HTMLInfo struct {
 	// zero time leaves it out).
 	Version string
 	Time    time.Time
+	// Notes are what the command says of the result on stderr beyond
+	// the outputs (kvaudit: note: ...): the page says them beside the
+	// verdict.
+	Notes []string
 }
 
 // htmlPage is what the template draws.
 type htmlPage struct {
-	Title    string
-	Verdict  badge
-	Exit     int
-	Summary  string
+	Title   string
+	Verdict badge
+	Exit    int
+	Summary string
+	// Lead are the notes beside the verdict: those that qualify it
+	// (verdictNote), each said once on the page.
+	Lead     []leadNote
 	Command  string
 	Version  string
 	Time     string
 	Inputs   []inputRow
 	Rows     []mapRow
 	RowsLeft int
-	// MapNotes are said under the block maps: which requests were
-	// compared by vLLM's checksum alone and what that misses, as the
-	// table's notes say.
+	// MapNotes are said under the block maps: the notes the table says
+	// under its verdicts, but those beside the verdict (Lead), the
+	// hints (in their rows) and the legend (the page's own).
 	MapNotes []string
 	Heat     *heatSection
 	Tables   []htmlTable
 	Campaign *campaignView
+	Scrub    *scrubView
 	// Picture is the transfer audit's picture (html_transfers.go), and
 	// PictureStyle its style.
 	Picture      template.HTML
@@ -184,8 +232,9 @@ type htmlCell struct {
 var toneNames = map[Tone]string{Plain: "", Good: "good", Bad: "bad", Warn: "warn", Dim: "dim"}
 
 // newHTMLTable draws t: the same rows and notes as every other format
-// (so a column added to a table shows here too), capped.
-func newHTMLTable(t *Table) htmlTable {
+// (so a column added to a table shows here too), capped; but the notes
+// said beside the verdict (said), which the page says once.
+func newHTMLTable(t *Table, said []verdictNote) htmlTable {
 	t = t.escaped()
 	h := htmlTable{Title: clip(t.Title), Header: t.Header}
 	for _, r := range t.Rows {
@@ -210,8 +259,9 @@ func newHTMLTable(t *Table) htmlTable {
 		}
 		h.Rows = append(h.Rows, row)
 	}
-	h.Notes = clipNotes(slices.Clone(t.Notes[:min(len(t.Notes), htmlMaxNotes)]))
-	h.NotesLeft = len(t.Notes) - len(h.Notes)
+	notes := withoutNotes(t.Notes, said)
+	h.Notes = clipNotes(slices.Clone(notes[:min(len(notes), htmlMaxNotes)]))
+	h.NotesLeft = len(notes) - len(h.Notes)
 	return h
 }
 
@@ -220,12 +270,22 @@ func htmlLimits() string {
 		htmlMaxRows, htmlMapCells, htmlMaxHeatmaps, htmlHeatCells, htmlMaxTableRows, htmlMaxNotes, htmlMaxFiles)
 }
 
-func (info HTMLInfo) fill(p *htmlPage) {
+// fill draws the run's info on p, and beside the verdict the notes
+// that qualify it (lead) and the command's own: a verdict that is good
+// is drawn as a warning when a note says the inputs look like a mistake.
+func (info HTMLInfo) fill(p *htmlPage, lead []verdictNote) {
 	p.Exit, p.Command, p.Version = info.Exit, clipTo(info.Command, htmlMaxNote), info.Version
 	if !info.Time.IsZero() {
 		p.Time = info.Time.UTC().Format(time.RFC3339)
 	}
 	p.Limits = htmlLimits()
+	for _, n := range info.Notes {
+		lead = append(lead, verdictNote{Text: n})
+	}
+	p.Lead = leadNotes(lead)
+	if warned(lead) && p.Verdict.Tone == "good" {
+		p.Verdict.Sym, p.Verdict.Tone = "!", "warn"
+	}
 }
 
 // RenderDiffHTML writes a comparison and its audits as one self-contained
@@ -245,33 +305,36 @@ func RenderDiffHTML(w io.Writer, res *verify.Result, info HTMLInfo) error {
 			p.Summary = clipTo(StrengthLine(res.Diff), htmlMaxNote)
 		}
 	}
-	info.fill(p)
+	lead := auditNotes(res.Audits)
+	if res.Diff != nil {
+		lead = diffNotes(res.Diff, res.Audits)
+	}
+	info.fill(p, lead)
 	p.Inputs = []inputRow{
 		newInputRow("producer", info.Producer, res.Producer),
 		newInputRow("consumer", info.Consumer, res.Consumer),
 	}
 	if res.Diff != nil {
 		p.Rows, p.RowsLeft = mapRows(res.Diff)
-		for _, n := range strengthNotes(res.Diff) {
-			p.MapNotes = append(p.MapNotes, escapeText(n))
-		}
-		if n := mixKeyNote(res.Diff); n != "" && mixCompared(res.Diff) {
-			p.MapNotes = append(p.MapNotes, escapeText(n))
-		}
-		// The first table is the block maps above; then the drill-down
-		// and, with the transfer audit, the causes it names. Without a
-		// drill-down the requests' notes are said under the maps, as the
-		// table says them under the verdicts.
+		// The first table is the block maps above, its notes under them
+		// (but those beside the verdict, the hints, which the maps' rows
+		// say, and the legend); then the drill-down and, with the
+		// transfer audit, the causes it names.
 		tables := diffTables(res.Diff, v)
-		if !slices.ContainsFunc(tables, func(t *Table) bool { return t.Title == drillTitle }) {
-			for _, n := range requestNotes(res.Diff) {
-				p.MapNotes = append(p.MapNotes, escapeText(n))
-			}
+		p.MapNotes = withoutNotes(tables[0].escaped().Notes, lead)
+		hints := map[string]bool{escapeText(diffLegend): true}
+		for _, h := range hintNotes(res.Diff) {
+			hints[escapeText(h)] = true
+		}
+		p.MapNotes = slices.DeleteFunc(p.MapNotes, func(n string) bool { return hints[n] })
+		if mixKeyTableNote(res.Diff) == "" && mixCompared(res.Diff) {
+			// The run's random key, which the table leaves to -o json.
+			p.MapNotes = append(p.MapNotes, escapeText(mixKeyNote(res.Diff)))
 		}
 		p.MapNotes = capList(clipNotes(p.MapNotes), htmlMaxNotes)
 		p.Heat = newHeatSection(res.Diff)
 		for _, t := range tables[1:] {
-			p.Tables = append(p.Tables, newHTMLTable(t))
+			p.Tables = append(p.Tables, newHTMLTable(t, lead))
 		}
 	}
 	if res.Audits != nil {
@@ -279,7 +342,7 @@ func RenderDiffHTML(w io.Writer, res *verify.Result, info HTMLInfo) error {
 			p.Picture, p.PictureStyle = transfersPicture(res.Audits.Transfers)
 		}
 		for _, t := range auditTables(res.Audits) {
-			p.Tables = append(p.Tables, newHTMLTable(t))
+			p.Tables = append(p.Tables, newHTMLTable(t, lead))
 		}
 	}
 	return htmlTemplate().Execute(w, p)

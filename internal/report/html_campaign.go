@@ -126,7 +126,7 @@ func newCampaignView(r *inject.CampaignResult, tables []*Table) *campaignView {
 	}
 	v.Kinds = append(v.Kinds, clean)
 	if r.Stopped == "" && len(tables) > 0 {
-		v.Notes = clipNotes(tables[0].escaped().Notes)
+		v.Notes = clipNotes(withoutNotes(tables[0].escaped().Notes, campaignNotes(r)))
 	}
 	v.Notes = capList(v.Notes, htmlMaxNotes)
 	return v
@@ -149,13 +149,14 @@ func RenderCampaignHTML(w io.Writer, r *inject.CampaignResult, info HTMLInfo) er
 	}
 	tables := campaignTables(r)
 	p := &htmlPage{Title: "kvaudit campaign: " + b.Text, Verdict: b, Campaign: newCampaignView(r, tables)}
-	info.fill(p)
+	lead := campaignNotes(r)
+	info.fill(p, lead)
 	switch {
 	case r.Stopped != "":
 		p.Summary = clipTo(r.Stopped, htmlMaxNote) + "; no fault was injected"
-		p.Tables = append(p.Tables, newHTMLTable(tables[0]))
+		p.Tables = append(p.Tables, newHTMLTable(tables[0], lead))
 	case len(tables) > 1:
-		p.Tables = append(p.Tables, newHTMLTable(tables[1]))
+		p.Tables = append(p.Tables, newHTMLTable(tables[1], lead))
 	}
 	return htmlTemplate().Execute(w, p)
 }

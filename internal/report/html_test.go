@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +52,7 @@ func htmlFixture() *verify.Result {
 }
 
 // htmlInfo is a fixed run, for golden files.
-var htmlInfo = HTMLInfo{Command: "kvaudit diff --html=r.html p c", Producer: "p", Consumer: "c", Exit: 1,
+var htmlInfo = HTMLInfo{Command: "kvaudit diff --html r.html p c", Producer: "p", Consumer: "c", Exit: 1,
 	Version: "kvaudit test", Time: time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC)}
 
 func renderHTML(t *testing.T, res *verify.Result) string {
@@ -64,7 +65,7 @@ func renderHTML(t *testing.T, res *verify.Result) string {
 func TestGoldenHTML(t *testing.T) {
 	golden(t, "diff.html", []byte(renderHTML(t, htmlFixture())))
 	info := htmlInfo
-	info.Command, info.Producer, info.Consumer = "kvaudit campaign --html=c.html", "", ""
+	info.Command, info.Producer, info.Consumer = "kvaudit campaign --html c.html", "", ""
 	for name, pass := range map[string]bool{"campaign-pass.html": true, "campaign-fail.html": false} {
 		info.Exit = map[bool]int{true: 0, false: 1}[pass]
 		golden(t, name, render(t, func(b *bytes.Buffer) error { return RenderCampaignHTML(b, campaignResult(pass), info) }))
@@ -320,7 +321,7 @@ func TestHTMLStrength(t *testing.T) {
 	prod := &side.Checks{TPSize: 1, Complete: true, Requests: []*side.RequestChecks{req("mixed", g(7, 8, 9)), req("plain", g())}}
 	cons := &side.Checks{TPSize: 1, Complete: true, Requests: []*side.RequestChecks{req("mixed", g(7, 0, 9)), req("plain", g(7, 8, 9))}}
 	res := verify.Diff(prod, cons)
-	out := renderHTML(t, &verify.Result{Diff: res})
+	out := untok(renderHTML(t, &verify.Result{Diff: res}))
 	for _, want := range []string{
 		"<title>kvaudit diff: mismatch</title>",
 		`<b id="verdict">mismatch</b>`,
@@ -343,7 +344,7 @@ func TestHTMLStrength(t *testing.T) {
 func TestHTMLMapRowIDs(t *testing.T) {
 	res := everywhere(htmlMaxIDs+4, 2, false)
 	res.Diff.Requests[0].ProducerID = "prod-0"
-	out := renderHTML(t, res)
+	out := untok(renderHTML(t, res))
 	rows := regexp.MustCompile(`<td class="ids">.*?</td>`).FindAllString(out, -1)
 	if len(rows) != 1 {
 		t.Fatalf("%d block-map rows of alike requests, want 1", len(rows))
@@ -353,6 +354,33 @@ func TestHTMLMapRowIDs(t *testing.T) {
 	}
 	if n := strings.Count(rows[0], "<code>"); n != htmlMaxIDs || !strings.Contains(rows[0], "and 4 more alike") {
 		t.Errorf("row %s: %d ids, want %d and 4 more alike", rows[0], n, htmlMaxIDs)
+	}
+}
+
+// tokSpan is a token the page keeps on one line (splitWords).
+var tokSpan = regexp.MustCompile(`<span class="tok">([^<]*)</span>`)
+
+// untok is a page without its token spans: the text as a person reads
+// it, in the page's markup.
+func untok(page string) string { return tokSpan.ReplaceAllString(page, "$1") }
+
+// TestSplitWords: the tokens that hold a hyphen are cut out of the
+// text, every other character kept where it was.
+func TestSplitWords(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []word
+	}{
+		{"", nil},
+		{"plain text", []word{{S: "plain text"}}},
+		{"req-1", []word{{S: "req-1", Tok: true}}},
+		{"- --flag x-", []word{{S: "- --flag x-"}}},
+		{"request chatcmpl-a-b: tokens 0-15 of  x", []word{{S: "request "}, {S: "chatcmpl-a-b:", Tok: true}, {S: " tokens "}, {S: "0-15", Tok: true}, {S: " of  x"}}},
+		{" a-b\tc\n", []word{{S: " "}, {S: "a-b", Tok: true}, {S: "\tc\n"}}},
+	} {
+		if got := splitWords(c.in); !slices.Equal(got, c.want) {
+			t.Errorf("splitWords(%q) = %+v, want %+v", c.in, got, c.want)
+		}
 	}
 }
 

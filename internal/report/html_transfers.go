@@ -38,7 +38,8 @@ func RenderTransfersHTML(w io.Writer, res *transfer.Result, info HTMLInfo) error
 	if res.Verdict != transfer.Clean {
 		p.Summary = clipTo(res.Summary(), htmlMaxNote)
 	}
-	info.fill(p)
+	lead := transfersNotes(res)
+	info.fill(p, lead)
 	logs := inputRow{Side: "logs", Given: clip(info.Logs), Form: "kvaudit-nixl-log/1"}
 	for _, l := range res.Logs {
 		if len(logs.Files) == htmlMaxFiles {
@@ -54,7 +55,7 @@ func RenderTransfersHTML(w io.Writer, res *transfer.Result, info HTMLInfo) error
 	}
 	p.Picture, p.PictureStyle = transfersPicture(res)
 	for _, t := range transfersTables(res, true) {
-		p.Tables = append(p.Tables, newHTMLTable(t))
+		p.Tables = append(p.Tables, newHTMLTable(t, lead))
 	}
 	return htmlTemplate().Execute(w, p)
 }

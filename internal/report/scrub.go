@@ -94,9 +94,7 @@ func scrubTables(res *scrub.Result) []*Table {
 		dirs.Add(C("%s", d.Path), C("%s", d.Format), C("%d", d.Files), Cell{Text: fmt.Sprint(d.Verified), Tone: Good},
 			Cell{Text: fmt.Sprint(d.Mismatch), Tone: toneIf(d.Mismatch > 0, Bad)}, Cell{Text: fmt.Sprint(d.Unverified), Tone: toneIf(d.Unverified > 0, Warn)}, C("%s", d.How))
 	}
-	if n := len(res.Skipped); n > 0 {
-		dirs.Notes = append(dirs.Notes, fmt.Sprintf("%d files not read (symlinks, temporary files, files of no store): -o json lists them", n))
-	}
+	dirs.Notes = append(dirs.Notes, noteTexts(scrubNotes(res))...)
 	out := []*Table{dirs}
 	bad := &Table{
 		Title:  "files and records not verified",

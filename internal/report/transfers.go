@@ -81,13 +81,7 @@ func transfersTables(res *transfer.Result, requests bool) []*Table {
 			logs = append(logs, fmt.Sprintf("%s (agent %s, %s, %d transfer(s), %d descriptor pair(s), %d done, %d failed)", l.File, l.Agent, orNone(l.Side), l.Xfers, l.Pairs, l.Done, l.Failed))
 		}
 		t.Notes = append(t.Notes, fmt.Sprintf("%d log(s): %s", len(res.Logs), strings.Join(logs, "; ")))
-		for _, p := range res.Pairing {
-			t.Notes = append(t.Notes, "pairing: "+p)
-		}
-		for _, u := range res.Unresolved {
-			t.Notes = append(t.Notes, "unresolved: "+u)
-		}
-		t.Notes = append(t.Notes, res.Notes...)
+		t.Notes = append(t.Notes, noteTexts(transfersNotes(res))...)
 		out = append(out, t)
 	}
 	if len(res.Findings) > 0 || !requests {
@@ -126,13 +120,7 @@ func transfersTables(res *transfer.Result, requests bool) []*Table {
 				C("%d", f.Bytes), C("%s", f.Message))
 		}
 		if !requests {
-			for _, p := range res.Pairing {
-				ft.Notes = append(ft.Notes, "pairing: "+p)
-			}
-			for _, u := range res.Unresolved {
-				ft.Notes = append(ft.Notes, "unresolved: "+u)
-			}
-			ft.Notes = append(ft.Notes, res.Notes...)
+			ft.Notes = append(ft.Notes, noteTexts(transfersNotes(res))...)
 		}
 		out = append(out, ft)
 	}

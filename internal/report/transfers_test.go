@@ -39,7 +39,7 @@ func transfersFixture() *transfer.Result {
 }
 
 // transfersInfo is a fixed run of kvaudit transfers, for golden files.
-var transfersInfo = HTMLInfo{Command: "kvaudit transfers --html=t.html --producer=p --consumer=c nixl", Producer: "p", Consumer: "c", Logs: "nixl", Exit: 1,
+var transfersInfo = HTMLInfo{Command: "kvaudit transfers --html t.html --producer p --consumer c nixl", Producer: "p", Consumer: "c", Logs: "nixl", Exit: 1,
 	Version: "kvaudit test", Time: time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC)}
 
 // TestGoldenTransfers: kvaudit transfers' output in every format and its
@@ -59,7 +59,7 @@ func TestGoldenTransfers(t *testing.T) {
 // draws the requests and findings tables with untrusted ids as text and
 // lists the logs read; a diff's page carries the transfer audit too.
 func TestTransfersHTML(t *testing.T) {
-	out := string(render(t, func(b *bytes.Buffer) error { return RenderTransfersHTML(b, transfersFixture(), transfersInfo) }))
+	out := untok(string(render(t, func(b *bytes.Buffer) error { return RenderTransfersHTML(b, transfersFixture(), transfersInfo) })))
 	for _, want := range []string{
 		`<header class="top t-bad">`,
 		`<span id="title">kvaudit transfers: violated</span>`,
@@ -77,9 +77,14 @@ func TestTransfersHTML(t *testing.T) {
 		t.Errorf("the page could fetch or run: %q", m)
 	}
 
-	for verdict, want := range map[string]string{transfer.Clean: `<header class="top t-good">`, transfer.Unresolved: `<header class="top t-warn">`} {
+	// A clean audit is good, but where a log matches neither dump (a
+	// mistake in the inputs, said beside the verdict).
+	for verdict, want := range map[string]string{transfer.Clean: `<header class="top t-good">`, transfer.Unresolved: `<header class="top t-warn">`, "clean, a log of neither dump": `<header class="top t-warn">`} {
 		res := transfersFixture()
-		res.Verdict, res.Findings = verdict, nil
+		res.Verdict, res.Findings, res.Pairing = verdict, nil, nil
+		if verdict != transfer.Clean && verdict != transfer.Unresolved {
+			res.Verdict, res.Pairing = transfer.Clean, transfersFixture().Pairing
+		}
 		if verdict == transfer.Unresolved {
 			res.Unresolved = []string{`log "x.jsonl": agent "nobody" names no dump`}
 		}
@@ -87,7 +92,7 @@ func TestTransfersHTML(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("%s: the page lacks %q", verdict, want)
 		}
-		if hasSummary := strings.Contains(out, `id="summary"`); hasSummary != (verdict != transfer.Clean) {
+		if hasSummary := strings.Contains(out, `id="summary"`); hasSummary != (res.Verdict != transfer.Clean) {
 			t.Errorf("%s: a summary shown: %v", verdict, hasSummary)
 		}
 	}

@@ -179,9 +179,7 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 		} else {
 			defer safeio.RemoveTemp(dir)
 		}
-		status.show(fmt.Sprintf("synthesizing %s of %s KV (%s layout)", decimalBytes(opts.Size), opts.Preset, opts.Layout))
-		if paths, err = bench.WriteInput(dir, opts.Size, opts.Preset, opts.Layout, opts.PP); err != nil {
-			status.done()
+		if paths, err = benchInput(opts, dir, status); err != nil {
 			return err
 		}
 	}
@@ -197,6 +195,29 @@ func benchRun(ctx context.Context, opts *BenchOptions) error {
 		return report.WriteJSON(opts.IO.Out, benchJSON{Format: BenchFormat, Engine: "cpu", Result: res})
 	}
 	return opts.IO.renderTables(opts.Output, benchTable(res))
+}
+
+// benchInput synthesizes bench's side into dir (bench.WriteInput) under a
+// bar of the work, or a status line where synth cannot count it.
+func benchInput(opts *BenchOptions, dir string, status *status) ([]string, error) {
+	cfg, err := bench.InputConfig(opts.Size, opts.Preset, opts.Layout, opts.PP)
+	if err != nil {
+		return nil, err
+	}
+	desc := fmt.Sprintf("synthesizing %s of %s KV", decimalBytes(opts.Size), opts.Preset)
+	var bar *progress
+	if total, err := synth.TotalWork(cfg); err == nil && total > 0 {
+		bar = newWorkProgress(opts.IO, total, desc)
+		cfg.Progress = bar.Callback()
+	} else {
+		status.show(fmt.Sprintf("%s (%s layout)", desc, opts.Layout))
+	}
+	paths, err := synth.Write(dir, cfg)
+	bar.Finish()
+	if err != nil {
+		status.done()
+	}
+	return paths, err
 }
 
 // The versions of bench -o json (docs/spec.md §12: fields are added, never renamed

@@ -91,7 +91,7 @@ mislocalised or a control was flagged.
 			if err := opts.resolve(cfg); err != nil {
 				return err
 			}
-			opts.command = commandLine(cmd, args)
+			opts.command = commandLine(opts.IO, cmd, args)
 			switch opts.Engine = cfg.String("engine"); opts.Engine {
 			case "vllm":
 				opts.Engine = ""
@@ -204,7 +204,7 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 		return err
 	}
 	if opts.JUnit != "" {
-		if err := report.WriteFile(opts.JUnit, func(w io.Writer) error { return report.WriteCampaignJUnit(w, res) }); err != nil {
+		if err := writeReport(opts.IO, "JUnit report", opts.JUnit, func(w io.Writer) error { return report.WriteCampaignJUnit(w, res) }); err != nil {
 			return err
 		}
 	}
@@ -226,7 +226,7 @@ func campaignRun(ctx context.Context, opts *CampaignOptions) error {
 	}
 	if opts.HTML != "" {
 		info := report.HTMLInfo{Command: opts.command, Exit: exitCode(exit), Version: versionString(), Time: started}
-		if err := writeHTML(opts.HTML, func(w io.Writer) error { return report.RenderCampaignHTML(w, res, info) }); err != nil {
+		if err := writeReport(opts.IO, "report", opts.HTML, func(w io.Writer) error { return report.RenderCampaignHTML(w, res, info) }); err != nil {
 			return err
 		}
 	}

@@ -244,7 +244,7 @@ func writeRecords(opts *ChecksumOptions, recs []*wire.Record) error {
 		if err := safeio.WriteFile(p, b, opts.Force); err != nil {
 			return err
 		}
-		fmt.Fprintf(opts.IO.Err, "wrote %s\n", p)
+		wrote(opts.IO, "", p)
 	}
 	return nil
 }

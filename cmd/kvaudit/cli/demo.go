@@ -62,7 +62,7 @@ an HTML report (kvaudit diff --html), for a browser, and says where.`,
 			}
 			opts.Seed = cfg.Uint64("seed")
 			opts.HTML = cfg.String("html")
-			opts.command = commandLine(cmd, args)
+			opts.command = commandLine(opts.IO, cmd, args)
 			if err := checkOutputFile("--html", opts.HTML, nil); err != nil {
 				return err
 			}
@@ -158,7 +158,7 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 	}
 	info := report.HTMLInfo{Command: opts.command, Producer: filepath.Join(dir, pc.Role), Consumer: filepath.Join(dir, cc.Role),
 		Exit: exitCode(resultExit(res, false)), Version: versionString(), Time: time.Now()}
-	if err := writeHTML(html, func(w io.Writer) error { return report.RenderDiffHTML(w, res, info) }); err != nil {
+	if err := safeio.WriteOutput(html, func(w io.Writer) error { return report.RenderDiffHTML(w, res, info) }); err != nil {
 		return err
 	}
 	say("\n5. The same verdict for a browser (block maps, a heatmap of layers by heads, the drill-down): %s\n", html)
@@ -166,8 +166,10 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 		say("\nThe dumps are kept in %s: run it yourself with\n  kvaudit diff %s %s\n",
 			opts.Dir, filepath.Join(dir, pc.Role), filepath.Join(dir, cc.Role))
 	} else {
-		say("\nThe dumps were temporary and are removed: kvaudit demo --out DIR keeps them, to run\n  kvaudit diff DIR/%s DIR/%s\n",
-			pc.Role, cc.Role)
+		// The drill-down names files there: say they are gone. Each line
+		// fits 80 columns.
+		say("\nThe dumps were temporary and are removed, the drill-down's files with them:\n  %s\nkvaudit demo --out DIR keeps them, to run\n  kvaudit diff DIR/%s DIR/%s\n",
+			dir, pc.Role, cc.Role)
 	}
 	return nil
 }

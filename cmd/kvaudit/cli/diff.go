@@ -120,7 +120,7 @@ producer block 12, which holds request req-1's KV (position 0)").
 			}
 			opts.Threads = cfg.Int("threads")
 			opts.started = time.Now()
-			opts.command = commandLine(cmd, args)
+			opts.command = commandLine(opts.IO, cmd, args)
 			if err := checkOutputFile("--html", opts.HTML, slices.Concat(opts.Producer, opts.Consumer, opts.Transfers)); err != nil {
 				return err
 			}
@@ -242,7 +242,10 @@ func diffRun(ctx context.Context, opts *DiffOptions) error {
 	if opts.HTML != "" {
 		info := report.HTMLInfo{Command: opts.command, Producer: strings.Join(opts.Producer, " "), Consumer: strings.Join(opts.Consumer, " "),
 			Exit: exitCode(exit), Version: versionString(), Time: opts.started}
-		if err := writeHTML(opts.HTML, func(w io.Writer) error { return report.RenderDiffHTML(w, res, info) }); err != nil {
+		if n := allowedNote(opts, res); n != "" {
+			info.Notes = append(info.Notes, n)
+		}
+		if err := writeReport(opts.IO, "report", opts.HTML, func(w io.Writer) error { return report.RenderDiffHTML(w, res, info) }); err != nil {
 			return err
 		}
 	}
@@ -259,7 +262,7 @@ func writeDiffJUnit(opts *DiffOptions, res *verify.Result) error {
 		return nil
 	}
 	do := report.DiffOptions{AllowUnverified: opts.AllowUnverified, Elapsed: time.Since(opts.started)}
-	return report.WriteFile(opts.JUnit, func(w io.Writer) error {
+	return writeReport(opts.IO, "JUnit report", opts.JUnit, func(w io.Writer) error {
 		return report.RenderDiffAudits(w, res.Diff, res.Audits, report.FormatJUnit, do)
 	})
 }

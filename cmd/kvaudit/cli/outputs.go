@@ -41,9 +41,18 @@ func outputRefused(flag string, err error) error {
 }
 
 // allowedNotice says on stderr when the configuration file, not a flag,
-// turns an unverified load into exit 0.
+// turns an unverified load into exit 0 (allowedNote).
 func allowedNotice(opts *DiffOptions, res *verify.Result) {
-	if opts.AllowUnverified && opts.AllowedBy != "" && res.Verdict() == verify.Unverified {
-		fmt.Fprintf(opts.IO.Err, "kvaudit: note: an unverified load exits 0 because %s sets allow-unverified\n", termtext.Line(opts.AllowedBy))
+	if n := allowedNote(opts, res); n != "" {
+		fmt.Fprintf(opts.IO.Err, "kvaudit: note: %s\n", termtext.Line(n))
 	}
+}
+
+// allowedNote says that the configuration file, not a flag, turns an
+// unverified load into exit 0; "" when it does not.
+func allowedNote(opts *DiffOptions, res *verify.Result) string {
+	if opts.AllowUnverified && opts.AllowedBy != "" && res.Verdict() == verify.Unverified {
+		return "an unverified load exits 0 because " + opts.AllowedBy + " sets allow-unverified"
+	}
+	return ""
 }

@@ -87,6 +87,7 @@ func execute(root *cobra.Command, args []string, s *Streams) (code int) {
 		}
 	}()
 	root.SetArgs(args)
+	s.argv = args
 	cmd, err := root.ExecuteContextC(ctx)
 	if sig := received(); sig != nil {
 		code := interrupted(s, sig)

@@ -89,7 +89,7 @@ not followed, and no read leaves PATH. docs/scrub.md has the formats.
 				return err
 			}
 			opts.started = time.Now()
-			opts.command = commandLine(cmd, args)
+			opts.command = commandLine(opts.IO, cmd, args)
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -118,7 +118,7 @@ func scrubRun(ctx context.Context, opts *ScrubOptions) error {
 	exit := scrubExit(res, opts.AllowUnverified)
 	if opts.HTML != "" {
 		info := report.HTMLInfo{Command: opts.command, Exit: exitCode(exit), Version: versionString(), Time: opts.started}
-		if err := writeHTML(opts.HTML, func(w io.Writer) error { return report.RenderScrubHTML(w, res, info) }); err != nil {
+		if err := writeReport(opts.IO, "report", opts.HTML, func(w io.Writer) error { return report.RenderScrubHTML(w, res, info) }); err != nil {
 			return err
 		}
 	}

@@ -52,6 +52,9 @@ type Streams struct {
 	// verdict is the verdict line of a command that succeeded (diff,
 	// campaign, checksum --stored), for -q.
 	verdict string
+	// argv are the arguments Main was given, for a report's command line
+	// (commandLine); nil for a command not run through Main.
+	argv []string
 }
 
 // beQuiet discards the command's output and progress for -q; a document

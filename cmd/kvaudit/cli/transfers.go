@@ -110,7 +110,7 @@ agent names (kvaudit_export and kvaudit synth write them).
 				return err
 			}
 			opts.started = time.Now()
-			opts.command = commandLine(cmd, args)
+			opts.command = commandLine(opts.IO, cmd, args)
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -157,7 +157,7 @@ func transfersRun(ctx context.Context, opts *TransfersOptions) error {
 		return err
 	}
 	if opts.JUnit != "" {
-		err := report.WriteFile(opts.JUnit, func(w io.Writer) error {
+		err := writeReport(opts.IO, "JUnit report", opts.JUnit, func(w io.Writer) error {
 			return report.RenderTransfers(w, res, report.FormatJUnit, style, time.Since(opts.started))
 		})
 		if err != nil {
@@ -168,7 +168,7 @@ func transfersRun(ctx context.Context, opts *TransfersOptions) error {
 	if opts.HTML != "" {
 		info := report.HTMLInfo{Command: opts.command, Producer: strings.Join(opts.Producer, " "), Consumer: strings.Join(opts.Consumer, " "),
 			Logs: strings.Join(opts.Logs, " "), Exit: exitCode(exit), Version: versionString(), Time: opts.started}
-		if err := writeHTML(opts.HTML, func(w io.Writer) error { return report.RenderTransfersHTML(w, res, info) }); err != nil {
+		if err := writeReport(opts.IO, "report", opts.HTML, func(w io.Writer) error { return report.RenderTransfersHTML(w, res, info) }); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,146 @@
+package transfer_test
+
+import (
+	"testing"
+
+	"github.com/kvaudit/kvaudit/internal/nixl"
+	"github.com/kvaudit/kvaudit/transfer"
+)
+
+// TestCoverageOfCorrectPulls: in every geometry's correct pull, every
+// request of every consumer rank is drawn, every layer's cells of the
+// tokens the pull delivers are delivered (a state layer's one cell too),
+// those of the prefix hit are the consumer's own, and no cell is in a
+// fault's state.
+func TestCoverageOfCorrectPulls(t *testing.T) {
+	for _, g := range geometries() {
+		t.Run(g.name, func(t *testing.T) {
+			prod, cons, logs := pull(t, t.TempDir(), g)
+			res := audit(t, logs, prod, cons)
+			if len(res.Coverage) != len(res.Requests) {
+				t.Fatalf("%d requests drawn, %d audited", len(res.Coverage), len(res.Requests))
+			}
+			for _, c := range res.Coverage {
+				attention := false // a model of state layers alone draws no token
+				for _, r := range c.Rows {
+					attention = attention || !r.State
+				}
+				if len(c.Rows) == 0 || c.Columns > transfer.MaxColumns || (attention && c.Columns*c.Per < c.NumTokens) {
+					t.Fatalf("%s on %s: %d rows, %d columns of %d tokens for %d tokens", c.Request, c.Rank, len(c.Rows), c.Columns, c.Per, c.NumTokens)
+				}
+				for _, r := range c.Rows {
+					for k, cell := range r.Cells {
+						lo, hi := k*c.Per, (k+1)*c.Per
+						want := transfer.CellState(255)
+						switch {
+						case r.State:
+							want = transfer.CellDelivered
+						case hi <= c.Local:
+							want = transfer.CellLocal
+						case lo >= c.Local && hi <= c.Pulled:
+							want = transfer.CellDelivered
+						}
+						if cell.State > transfer.CellDelivered || (want != 255 && cell.State != want) {
+							t.Errorf("%s on %s layer %d tokens %d-%d: state %d, want %d", c.Request, c.Rank, r.Layer, lo, hi-1, cell.State, want)
+						}
+						if cell.State == transfer.CellDelivered && (cell.Transfer == transfer.NoTransfer || cell.Descriptor < 0 || cell.Bytes[1] <= cell.Bytes[0]) {
+							t.Errorf("%s layer %d tokens %d-%d: delivered by %d/%d bytes %x", c.Request, r.Layer, lo, hi-1, cell.Transfer, cell.Descriptor, cell.Bytes)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestCoverageOfFaults: each way a log goes wrong (TestEachInvariant's)
+// draws its state in the requests it concerns.
+func TestCoverageOfFaults(t *testing.T) {
+	cases := []struct {
+		name string
+		edit func(recs []nixl.Record, x int)
+		// want: per request, a state some cell must be in.
+		want map[string]transfer.CellState
+	}{
+		{"descriptor dropped", func(recs []nixl.Record, x int) {
+			recs[x].LocalIDs, recs[x].RemoteIDs = recs[x].LocalIDs[1:], recs[x].RemoteIDs[1:]
+		}, map[string]transfer.CellState{"req-0": transfer.CellHole}},
+		{"remote ids of the next position", func(recs []nixl.Record, x int) {
+			recs[x].RemoteIDs[0] = recs[x].RemoteIDs[1]
+		}, map[string]transfer.CellState{"req-0": transfer.CellMisaligned}},
+		{"remote ids of another request", func(recs []nixl.Record, x int) {
+			y := nextXfer(recs, x)
+			copy(recs[x].RemoteIDs, recs[y].RemoteIDs)
+		}, map[string]transfer.CellState{"req-0": transfer.CellForeign}},
+		{"local id of another request", func(recs []nixl.Record, x int) {
+			y := nextXfer(recs, x)
+			recs[x].LocalIDs[0] = recs[y].LocalIDs[0]
+		}, map[string]transfer.CellState{"req-0": transfer.CellHole, "req-1": transfer.CellTwice}},
+		{"ERR", func(recs []nixl.Record, x int) {
+			recs[stateOf(recs, x)].State = nixl.Err
+		}, map[string]transfer.CellState{"req-0": transfer.CellFailed}},
+	}
+	g := geometries()[0]
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			prod, cons, logs := pull(t, t.TempDir(), g)
+			h, recs := records(t, logs[0])
+			x := firstXfer(recs)
+			tc.edit(recs, x)
+			rewrite(t, logs[0], h, recs)
+			res := audit(t, logs, prod, cons)
+			seen := map[string]map[transfer.CellState]int{}
+			for _, c := range res.Coverage {
+				if seen[c.Request] == nil {
+					seen[c.Request] = map[transfer.CellState]int{}
+				}
+				for _, r := range c.Rows {
+					for _, cell := range r.Cells {
+						seen[c.Request][cell.State]++
+					}
+				}
+			}
+			for req, st := range tc.want {
+				if seen[req][st] == 0 {
+					t.Errorf("%s: no cell in state %d (states %v)", req, st, seen[req])
+				}
+			}
+			// The other request is drawn as a correct pull leaves it.
+			for req, states := range seen {
+				if _, faulty := tc.want[req]; faulty {
+					continue
+				}
+				for st := range states {
+					if st > transfer.CellDelivered {
+						t.Errorf("%s: %d cell(s) in state %d, a fault's", req, states[st], st)
+					}
+				}
+			}
+			if st := transfer.CellFailed; tc.name == "ERR" {
+				// Every pulled cell of req-0 (the transfer that failed).
+				for _, c := range res.Coverage {
+					for _, r := range c.Rows {
+						for k, cell := range r.Cells {
+							if c.Request == "req-0" && k*c.Per < c.Pulled && cell.State != st {
+								t.Errorf("req-0 layer %d column %d: state %d, want failed", r.Layer, k, cell.State)
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestCoverageOfEmptyLog: a consumer rank whose log holds no transfer
+// (its address map never read) has its requests accounted for and none
+// drawn.
+func TestCoverageOfEmptyLog(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, _ := records(t, logs[0])
+	rewrite(t, logs[0], h, nil)
+	res := audit(t, logs, prod, cons)
+	if res.Verdict != transfer.Violated || len(res.Coverage) != 0 {
+		t.Fatalf("%s, %d requests drawn", res.Summary(), len(res.Coverage))
+	}
+}

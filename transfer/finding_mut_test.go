@@ -1,0 +1,98 @@
+package transfer_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/kvaudit/kvaudit/internal/nixl"
+	"github.com/kvaudit/kvaudit/transfer"
+)
+
+// TestUnservedRequestFinding: a dumped request no transfer served is one
+// covered finding of the request as a whole: no transfer, descriptor,
+// group, position, block or heads; its tokens are the ones it had to
+// pull (from num_local_computed_tokens to the last).
+func TestUnservedRequestFinding(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	recs[nextXfer(recs, x)].Request = "req-9" // req-1: served by no transfer
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Request == "req-1" })
+	if i < 0 {
+		t.Fatalf("no finding of req-1: %v", res.Findings)
+	}
+	r := cons[0].Manifest.Request("req-1")
+	lo, hi := r.NumLocalComputedTokens, r.NumTokens-1
+	f := res.Findings[i]
+	want := transfer.Finding{Invariant: transfer.Covered, Request: "req-1", Transfer: transfer.NoTransfer, Descriptor: -1,
+		Group: -1, Position: -1, Block: -1, Rank: f.Rank, Heads: [2]int{-1, -1}, Tokens: [2]int{lo, hi},
+		Message: fmt.Sprintf("request req-1 (rank pp 0 tp 0, producer request req-1): tokens %d-%d were delivered by no transfer in the logs", lo, hi)}
+	if f.Rank.PP != 0 || f.Rank.TP != 0 || fmt.Sprintf("%+v", f) != fmt.Sprintf("%+v", want) {
+		t.Fatalf("finding\n%+v\nwant\n%+v", f, want)
+	}
+}
+
+// TestWrittenTwiceFinding: a transfer writing into the block another
+// request's transfer also wrote is a finding of the block's request, at
+// its position and block, naming the other transfer and descriptor.
+func TestWrittenTwiceFinding(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	y := nextXfer(recs, x) // req-1's transfer
+	recs[x].LocalIDs[0] = recs[y].LocalIDs[0]
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Twice })
+	if i < 0 {
+		t.Fatalf("no twice finding: %v", invariants(res))
+	}
+	f := res.Findings[i]
+	block := cons[0].Manifest.Request("req-1").BlockTable["0"][0]
+	// The bytes written twice: the local descriptor both pairs name.
+	var bytes uint64
+	for _, r := range recs {
+		if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
+			bytes = r.Descs[recs[x].LocalIDs[0]].Len
+		}
+	}
+	if bytes == 0 || f.Bytes != bytes {
+		t.Fatalf("finding of %d bytes, the descriptor has %d: %+v", f.Bytes, bytes, f)
+	}
+	if f.Request != "req-1" || f.Group != 0 || f.Position != 0 || f.Block != block || f.Other == nil ||
+		f.Other.Log != logs[0] || f.Other.Descriptor != 0 || (f.Transfer != recs[x].ID && f.Transfer != recs[y].ID) ||
+		(f.Other.Transfer != recs[x].ID && f.Other.Transfer != recs[y].ID) || f.Other.Transfer == f.Transfer || f.Bytes == 0 {
+		t.Fatalf("finding %+v (other %+v): want req-1's block %d at position 0, transfers %d and %d", f, f.Other, block, recs[x].ID, recs[y].ID)
+	}
+}
+
+// TestForeignReadFinding: a descriptor reading another producer
+// request's block is a confined finding of the remote side at that
+// descriptor, of the descriptor's bytes, at the consumer block it wrote.
+func TestForeignReadFinding(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	y := nextXfer(recs, x)
+	recs[x].RemoteIDs[2] = recs[y].RemoteIDs[2]
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	if len(res.Findings) != 1 {
+		t.Fatalf("%d findings: %v", len(res.Findings), invariants(res))
+	}
+	var bytes uint64
+	for _, r := range recs {
+		if r.Op == nixl.OpDList && r.Handle == recs[x].Remote {
+			bytes = r.Descs[recs[x].RemoteIDs[2]].Len
+		}
+	}
+	f := res.Findings[0]
+	block := cons[0].Manifest.Request("req-0").BlockTable["0"][2]
+	if f.Invariant != transfer.Confined || f.Side != "remote" || f.Descriptor != 2 || f.Bytes != bytes || bytes == 0 ||
+		f.Group != 0 || f.Position != 2 || f.Block != block {
+		t.Fatalf("finding %+v\nwant remote, descriptor 2, %d bytes, position 2, block %d", f, bytes, block)
+	}
+}
