@@ -3,6 +3,8 @@ package transfer_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -233,5 +235,60 @@ func TestFailedFindingIsOfTheTransfer(t *testing.T) {
 	if f.Transfer != recs[x].ID || f.Request != "req-0" || f.Descriptor != -1 || f.Group != -1 || f.Position != -1 || f.Block != -1 ||
 		f.Heads != none || f.Tokens != none || f.Message != msg {
 		t.Fatalf("finding %+v\nwant the transfer as a whole: %q", f, msg)
+	}
+}
+
+// TestPairsOutsideEveryCache: a log (registering nothing) whose every
+// descriptor pair lies outside both sides' caches (recorded against other
+// dumps) is said not to belong with them, counting its pairs.
+func TestPairsOutsideEveryCache(t *testing.T) {
+	g := geometries()[0]
+	_, _, logs := pull(t, t.TempDir(), g)
+	g.p.Seed, g.c.Seed = 9, 9
+	oprod, ocons := openSides(t, synthesized(t, g.p, g.c))
+	h, recs := records(t, logs[0])
+	recs = slices.DeleteFunc(recs, func(r nixl.Record) bool { return r.Op == nixl.OpRegister })
+	pairs := 0
+	for _, r := range recs {
+		if r.Op == nixl.OpXfer {
+			pairs += len(r.LocalIDs)
+		}
+	}
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, oprod, ocons)
+	want := fmt.Sprintf("log %q: none of its %d descriptor pair(s) lies in a cache of the dumps (every byte outside both sides' caches): the log and the dumps do not belong together", logs[0], pairs)
+	if pairs == 0 || !slices.Contains(res.Pairing, want) {
+		t.Fatalf("pairing %q\nwant %q", res.Pairing, want)
+	}
+}
+
+// TestOneDumpByTwoPaths: one dump given as both sides by two spellings of
+// its path (relative and absolute) is said, as one path twice is.
+func TestOneDumpByTwoPaths(t *testing.T) {
+	g := geometries()[0]
+	g.p.Seed, g.c.Seed = 5, 5
+	dir := filepath.Join(synthesized(t, g.p, g.c), "consumer")
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(wd, dir)
+	if err != nil || filepath.IsAbs(rel) {
+		t.Fatalf("no relative path to %s from %s: %v", dir, wd, err)
+	}
+	abs, err := layout.OpenPaths([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layout.CloseAll(abs)
+	relDump, err := layout.OpenPaths([]string{rel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layout.CloseAll(relDump)
+	_, _, logs := pull(t, t.TempDir(), g)
+	res := audit(t, logs, relDump, abs)
+	if !hasNote(res.Pairing, "one dump given twice: ") || !hasNote(res.Pairing, "is both the producer's and the consumer's") || res.Verdict == transfer.Clean {
+		t.Fatalf("verdict %s, pairing %q", res.Verdict, res.Pairing)
 	}
 }

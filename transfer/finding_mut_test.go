@@ -3,9 +3,11 @@ package transfer_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/nixl"
+	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
 )
 
@@ -94,5 +96,126 @@ func TestForeignReadFinding(t *testing.T) {
 	if f.Invariant != transfer.Confined || f.Side != "remote" || f.Descriptor != 2 || f.Bytes != bytes || bytes == 0 ||
 		f.Group != 0 || f.Position != 2 || f.Block != block {
 		t.Fatalf("finding %+v\nwant remote, descriptor 2, %d bytes, position 2, block %d", f, bytes, block)
+	}
+}
+
+// TestWriteIntoAnotherRequestFinding: a descriptor writing into another
+// request's block is a confined finding of the local side at that
+// descriptor, of the descriptor's bytes, at that block (no position of
+// the writer's), naming the block's owner.
+func TestWriteIntoAnotherRequestFinding(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	y := nextXfer(recs, x)
+	recs[x].LocalIDs[0] = recs[y].LocalIDs[0]
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Confined })
+	if i < 0 {
+		t.Fatalf("no confined finding: %v", invariants(res))
+	}
+	var bytes uint64
+	for _, r := range recs {
+		if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
+			bytes = r.Descs[recs[x].LocalIDs[0]].Len
+		}
+	}
+	f := res.Findings[i]
+	block := cons[0].Manifest.Request("req-1").BlockTable["0"][0]
+	if f.Side != "local" || f.Request != "req-0" || f.Transfer != recs[x].ID || f.Descriptor != 0 || f.Bytes != bytes || bytes == 0 ||
+		f.Group != 0 || f.Position != -1 || f.Block != block || f.Owner == nil || f.Owner.Request != "req-1" || f.Owner.Position != 0 {
+		t.Fatalf("finding %+v (owner %+v)\nwant local, descriptor 0, %d bytes, req-1's block %d", f, f.Owner, bytes, block)
+	}
+	// The tokens are the ones the bytes carry: req-0's first block's, read
+	// from the producer.
+	S := cons[0].Groups[0].Group.BlockSize
+	into := fmt.Sprintf("into block %d, which request req-1 holds at position 0, not a block request req-0 loads", block)
+	if f.Tokens != [2]int{0, S - 1} || !strings.Contains(f.Message, into) {
+		t.Fatalf("tokens %v (want 0-%d), message %q, want %q", f.Tokens, S-1, f.Message, into)
+	}
+}
+
+// TestDroppedDescriptorBytes: a transfer's first descriptor dropped
+// leaves exactly its bytes undelivered: the covered findings add up to the
+// descriptor's length, in geometries with and without kernel-block
+// splits.
+func TestDroppedDescriptorBytes(t *testing.T) {
+	for _, gi := range []int{0, 2, 3} { // equal, producer-blocks-x2-kernel, consumer-kernel-split
+		g := geometries()[gi]
+		prod, cons, logs := pull(t, t.TempDir(), g)
+		h, recs := records(t, logs[0])
+		x := firstXfer(recs)
+		var bytes uint64
+		for _, r := range recs {
+			if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
+				bytes = r.Descs[recs[x].LocalIDs[0]].Len
+			}
+		}
+		recs[x].LocalIDs, recs[x].RemoteIDs = recs[x].LocalIDs[1:], recs[x].RemoteIDs[1:]
+		rewrite(t, logs[0], h, recs)
+		res := audit(t, logs, prod, cons)
+		var got uint64
+		for _, f := range res.Findings {
+			if f.Invariant == transfer.Covered {
+				got += f.Bytes
+			}
+		}
+		if bytes == 0 || got != bytes {
+			t.Fatalf("%s: covered findings of %d bytes, the dropped descriptor has %d: %v", g.name, got, bytes, invariants(res))
+		}
+	}
+}
+
+// TestWriteIntoAFreeBlockFinding: a descriptor writing into a block no
+// consumer request holds is a confined finding whose owner is no request.
+func TestWriteIntoAFreeBlockFinding(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	held := map[int]bool{}
+	for _, r := range cons[0].Manifest.Requests {
+		for _, bt := range r.BlockTable {
+			for _, b := range bt {
+				held[b] = true
+			}
+		}
+	}
+	am, err := cons[0].AddressMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, id := -1, -1
+	for _, r := range recs {
+		if r.Op != nixl.OpDList || r.Handle != recs[x].Local {
+			continue
+		}
+		for i, d := range r.Descs {
+			am.Resolve(d.Addr, d.Len, func(c layout.Cells) error {
+				if free < 0 && c.Block != layout.NoBlock && !held[c.Block] {
+					free, id = c.Block, i
+				}
+				return nil
+			})
+			if free >= 0 {
+				break
+			}
+		}
+	}
+	if free < 0 {
+		t.Fatal("the consumer's list names no free block")
+	}
+	recs[x].LocalIDs[0] = id
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Confined })
+	if i < 0 {
+		t.Fatalf("no confined finding: %v", invariants(res))
+	}
+	f := res.Findings[i]
+	into := fmt.Sprintf("into block %d, which no request of the consumer holds, not a block request req-0 loads", free)
+	if f.Side != "local" || f.Block != free || f.Position != -1 || f.Owner == nil || *f.Owner != (transfer.Owner{Position: -1, Block: free}) ||
+		!strings.Contains(f.Message, into) {
+		t.Fatalf("finding %+v (owner %+v)\nwant %q", f, f.Owner, into)
 	}
 }

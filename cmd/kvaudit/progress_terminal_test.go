@@ -42,7 +42,11 @@ func TestProgressTerminal(t *testing.T) {
 	m.Close()
 	s.Close()
 	bin := testfiles.BuildKvaudit(t, "kvaudit_testprogress")
-	dir := t.TempDir()
+	// A long directory name: a status line naming a path must still fit.
+	dir := filepath.Join(t.TempDir(), "a-directory-whose-name-alone-takes-most-of-an-eighty-column-line")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	kv := filepath.Join(dir, "kv")
 	for _, args := range [][]string{
 		{"synth", "--out", kv, "--preset", "tiny", "--layout", "hnd", "--store", "vllm-fs"},
@@ -67,7 +71,7 @@ func TestProgressTerminal(t *testing.T) {
 		{name: "diff", args: []string{"diff", kv + "/producer", kv + "/consumer"}, bar: true},
 		{name: "transfers", args: []string{"transfers", "--producer", kv + "/producer", "--consumer", kv + "/consumer", kv + "/nixl"}},
 		{name: "synth", args: []string{"synth", "--out", filepath.Join(dir, "synth"), "--preset", "tiny", "--tp", "2"}, bar: true, out: "synth"},
-		{name: "inject", args: []string{"inject", kv + "/producer", "--fault", "bit-flip", "--out", filepath.Join(dir, "bad")}, out: "bad"},
+		{name: "inject", args: []string{"inject", kv + "/producer", "--fault", "bit-flip", "--out", filepath.Join(dir, "bad")}, bar: true, out: "bad"},
 		{name: "campaign", args: []string{"campaign", "--faults", "bit-flip,zero-block", "--trials", "2", "--dir", dir}, bar: true},
 		{name: "scrub", args: []string{"scrub", kv + "/store/vllm-fs"}},
 		{name: "bench", args: []string{"bench", "--size", "4MB", "--reps", "1", "--warmup", "0", "--threads", "1", "--no-end-to-end", "--ref-sample", "1MB", "--dir", dir}, bar: true},

@@ -197,6 +197,19 @@ func relOf(ranks []rankFiles, f string) string {
 	return ""
 }
 
+// copyProgressKey holds, in a context, the function copyFile tells of each
+// chunk it copies (Options.Progress): it reaches every copy, however deep,
+// without a parameter through each.
+type copyProgressKey struct{}
+
+// withCopyProgress returns ctx carrying progress, when set.
+func withCopyProgress(ctx context.Context, progress func(int64)) context.Context {
+	if progress == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, copyProgressKey{}, progress)
+}
+
 // copyFile copies the regular file src to dst, which must not exist, in
 // chunks, stopping when ctx is cancelled, and syncs it unless it lies in
 // a scratch directory (safeio.InScratch: the campaign's trials, Prepare's
@@ -228,6 +241,9 @@ func copyFile(ctx context.Context, src, dst string) error {
 		}
 		n, err := io.CopyN(o, in, 16<<20)
 		if n > 0 {
+			if p, ok := ctx.Value(copyProgressKey{}).(func(int64)); ok {
+				p(n)
+			}
 			if err := chunkCopied(ctx); err != nil {
 				return err
 			}

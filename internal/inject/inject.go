@@ -52,6 +52,10 @@ type Options struct {
 	// Step, when set, is told of each long step (preparing, injecting)
 	// and returns the function that says it is done.
 	Step func(what string) (done func())
+	// Progress, when set, is told the bytes of each chunk of the side's
+	// files Inject copies (into a prepared copy, into the output), as it
+	// is written.
+	Progress func(n int64)
 	// Transfers are the NIXL logs (files or directories) of the pull into
 	// the side, and Producer the producer's dumps: the input of the
 	// transfer-log kinds.
@@ -118,6 +122,7 @@ func Inject(ctx context.Context, dumps []*layout.Dump, out string, opts Options)
 	if len(dumps) == 0 {
 		return nil, fmt.Errorf("fault %s: no dump", opts.Kind)
 	}
+	ctx = withCopyProgress(ctx, opts.Progress)
 	if opts.Prepare.asks() {
 		prepared, cleanup, err := prepareBeside(ctx, dumps, out, opts)
 		if err != nil {

@@ -40,6 +40,10 @@ type PrepareOptions struct {
 // asks says whether the options ask for any preparation.
 func (o PrepareOptions) asks() bool { return o.ZeroTails || o.ExtraBlocks > 0 || o.Stored }
 
+// Asks says whether o asks for anything: Inject then copies the side
+// twice, into the prepared copy and into the output.
+func (o PrepareOptions) Asks() bool { return o.asks() }
+
 // Prepare writes into out (created, and empty if it exists) a copy of the
 // side made of dumps with opts applied, each rank under the name it has
 // beside its input, and returns the paths of the dumps written. Every

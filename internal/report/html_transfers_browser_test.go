@@ -2,6 +2,7 @@ package report_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,8 +16,8 @@ import (
 // dropped descriptor in headless Chromium at 1400 and 390 px: every cell
 // of the picture is drawn with a size, at 1400 px every cell is in view,
 // at 390 px the first cell of every row is (the picture scrolls in its own
-// box) and the page does not scroll sideways; the holes the drop left are
-// drawn. KVAUDIT_SHOTS=DIR also keeps screenshots (light and dark) there.
+// box); the page does not scroll sideways, nor does any part of the
+// picture pass the window's edge; the holes the drop left are drawn. KVAUDIT_SHOTS=DIR also keeps screenshots (light and dark) there.
 func TestTransfersPictureInBrowser(t *testing.T) {
 	b := browsertest.Find(t)
 	pl := picturePull(t)
@@ -35,28 +36,45 @@ func TestTransfersPictureInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	cells := len(picCellTag.FindAllString(page, -1))
-	rows := len(picRowTag.FindAllString(page, -1))
-	if cells == 0 || rows == 0 {
+	if cells == 0 {
 		t.Fatal("the page draws no picture")
 	}
-	for _, width := range []int{1400, 390} {
-		l := b.Layout(t, file, width, 900, "table.xg td.xc")
-		if len(l.Boxes) != cells {
-			t.Fatalf("%d px: %d cells laid out, the page has %d", width, len(l.Boxes), cells)
+	widths := []int{1400, 390}
+	var frames []browsertest.Frame
+	for _, w := range widths {
+		frames = append(frames, browsertest.Frame{File: file, Width: w, Height: 900})
+	}
+	results, requests := b.Measure(t, frames, false, pictureScript)
+	if len(requests) > 0 {
+		t.Errorf("the page sent requests: %q", requests)
+	}
+	for fi, width := range widths {
+		var l pictureSeen
+		if err := json.Unmarshal([]byte(results[fi]), &l); err != nil || l.Error != "" {
+			t.Fatalf("%s: %v %s", results[fi], err, l.Error)
 		}
-		// The picture's parts (its legend, notes, captions, and the boxes
-		// the grids scroll in) stay inside the page's width.
-		for i, box := range b.Layout(t, file, width, 900, "#picture > *, #picture figure > *").Boxes {
-			if box.X < 0 || box.X+box.W > float64(l.ClientWidth)+0.5 {
-				t.Errorf("%d px: part %d of the picture spans x %g-%g, past the page's %d px", width, i, box.X, box.X+box.W, l.ClientWidth)
+		if l.Width != width {
+			t.Fatalf("measured a window %d wide, want %d", l.Width, width)
+		}
+		if len(l.Cells) != cells {
+			t.Fatalf("%d px: %d cells laid out, the page has %d", width, len(l.Cells), cells)
+		}
+		if l.Scroll > l.Width {
+			t.Errorf("%d px: the page scrolls sideways (%d px wide)", width, l.Scroll)
+		}
+		// The picture's parts (its legend, notes, captions, and the
+		// boxes the grids scroll in) stay inside the window.
+		for i, p := range l.Parts {
+			if p.X < 0 || p.X+p.W > float64(width)+0.5 {
+				t.Errorf("%d px: part %d of the picture spans x %g-%g", width, i, p.X, p.X+p.W)
 			}
 		}
 		seen := 0
-		for i, box := range l.Boxes {
-			if box.W < 8 || box.H < 8 {
-				t.Errorf("%d px: cell %d is %gx%g px", width, i, box.W, box.H)
+		for i, c := range l.Cells {
+			if c.W < 8 || c.H < 8 {
+				t.Errorf("%d px: cell %d is %gx%g px", width, i, c.W, c.H)
 			}
-			if box.Visible {
+			if c.Visible {
 				seen++
 			}
 		}
@@ -65,14 +83,13 @@ func TestTransfersPictureInBrowser(t *testing.T) {
 		}
 		if width == 390 {
 			// The first cell of each row (rows are picBlocks cells).
-			for i := 0; i < len(l.Boxes); i += picBlocks {
-				if !l.Boxes[i].Visible {
-					t.Errorf("%d px: the first cell of row %d is out of view (x %g)", width, i/picBlocks, l.Boxes[i].X)
+			for i := 0; i < len(l.Cells); i += picBlocks {
+				if !l.Cells[i].Visible {
+					t.Errorf("%d px: the first cell of row %d is out of view (x %g)", width, i/picBlocks, l.Cells[i].X)
 				}
 			}
 		}
-		holes := b.Layout(t, file, width, 900, "table.xg td.x-h")
-		if len(holes.Boxes) == 0 {
+		if l.Holes == 0 {
 			t.Errorf("%d px: no hole drawn", width)
 		}
 	}
@@ -86,4 +103,34 @@ func TestTransfersPictureInBrowser(t *testing.T) {
 			b.Screenshot(t, file, filepath.Join(dir, s.name), s.width, s.height, s.dark)
 		}
 	}
+}
+
+// pictureScript measures what a person sees of a transfers page's
+// picture (browsertest.Measure): the window's and the page's width, the
+// boxes of the picture's parts (a part wider than the window would make
+// the page scroll), its cells' boxes and whether each is in view (inside
+// the window and the box its grid scrolls in), and its holes.
+const pictureScript = `
+var out = {width: win.innerWidth, scroll: doc.scrollingElement.scrollWidth, parts: [], cells: [],
+  holes: doc.querySelectorAll("table.xg td.x-h").length};
+for (var e of doc.querySelectorAll("#picture > *, #picture figure > *")) {
+  var r = e.getBoundingClientRect(); out.parts.push({x: r.left, w: r.width});
+}
+for (var e of doc.querySelectorAll("table.xg td.xc")) {
+  var r = e.getBoundingClientRect(), box = e.closest(".xwrap").getBoundingClientRect();
+  out.cells.push({x: r.left, w: r.width, h: r.height,
+    visible: r.width > 0 && r.height > 0 && r.left >= 0 && r.left < win.innerWidth && r.left >= box.left && r.left < box.right});
+}
+return out;`
+
+// pictureSeen is what pictureScript reports.
+type pictureSeen struct {
+	Width, Scroll int
+	Parts         []struct{ X, W float64 }
+	Cells         []struct {
+		X, W, H float64
+		Visible bool
+	}
+	Holes int
+	Error string
 }

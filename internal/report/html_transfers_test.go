@@ -76,9 +76,8 @@ var (
 	picRow    = regexp.MustCompile(`<tr><th scope="row" title="[^"]*">L(\d+)(?:-(\d+))?( state)?</th>(.*?)</tr>`)
 	picCell   = regexp.MustCompile(`<td class="xc x-[a-z]" tabindex="0" title="([^"]*)" data-state="([^"]*)">[^<]*</td>`)
 	picPer    = regexp.MustCompile(`each cell (\d+) tokens`)
-	// picCellTag and picRowTag count a page's cells and rows.
+	// picCellTag counts a page's cells.
 	picCellTag = regexp.MustCompile(`<td class="xc `)
-	picRowTag  = regexp.MustCompile(`<tr><th scope="row"`)
 )
 
 // pictureCells reads the cells of every picture of a page, a cell per

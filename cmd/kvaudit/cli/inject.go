@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -264,7 +266,22 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 	if err := checkOutsideInputs(opts.Out, inputs, opts.Force); err != nil {
 		return err
 	}
-	f, err := inject.Inject(ctx, dumps, opts.Out, opts.Options)
+	o := opts.Options
+	// A bar of the side's bytes copied (twice when the side is prepared
+	// first), in place of the steps' status lines.
+	total := filesBytes(opts.Paths)
+	if o.Prepare.Asks() {
+		total *= 2
+	}
+	bar := newProgress(opts.IO, total, "injecting "+string(o.Kind))
+	if bar != nil {
+		o.Progress, o.Step = bar.Callback(), nil
+	}
+	f, err := inject.Inject(ctx, dumps, opts.Out, o)
+	if err == nil {
+		bar.Set(total) // done, whatever was copied
+	}
+	bar.Finish()
 	var na *inject.NotApplicableError
 	if errors.As(err, &na) {
 		return fmt.Errorf("%w (kvaudit inject --help lists what each kind needs)", err)
@@ -276,6 +293,22 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 		return report.WriteJSON(opts.IO.Out, f)
 	}
 	return opts.IO.renderTables(opts.Output, faultTable(f, opts.Out))
+}
+
+// filesBytes is the bytes of the regular files at paths and under them.
+func filesBytes(paths []string) int64 {
+	var n int64
+	for _, p := range paths {
+		_ = filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if info, err := d.Info(); err == nil {
+					n += info.Size()
+				}
+			}
+			return nil
+		})
+	}
+	return n
 }
 
 // injectFlags are the flags of inject's options (inject.OptionError).
