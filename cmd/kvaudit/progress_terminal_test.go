@@ -42,7 +42,11 @@ func TestProgressTerminal(t *testing.T) {
 	m.Close()
 	s.Close()
 	bin := testfiles.BuildKvaudit(t, "kvaudit_testprogress")
-	dir := t.TempDir()
+	// A long directory name: a status line naming a path must still fit.
+	dir := filepath.Join(t.TempDir(), "a-directory-whose-name-alone-takes-most-of-an-eighty-column-line")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	kv := filepath.Join(dir, "kv")
 	for _, args := range [][]string{
 		{"synth", "--out", kv, "--preset", "tiny", "--layout", "hnd", "--store", "vllm-fs"},

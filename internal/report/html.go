@@ -86,19 +86,18 @@ var htmlTemplate = sync.OnceValue(func() *template.Template {
 	return template.Must(template.New("report").Funcs(template.FuncMap{"splitWords": splitWords}).Parse(htmlTemplateText))
 })
 
-// word is a run of text on the page: a token holding a hyphen between
-// other characters (Tok: a request id such as chatcmpl-<uuid>, a file
-// name, a range), which the page keeps on one line where it fits (a
-// browser would break it after a hyphen), or the text between such
-// tokens.
+// word is a run of text on the page: a token holding a hyphen (Tok: a
+// request id such as chatcmpl-<uuid>, a file name, a range, a flag),
+// which the page keeps on one line where it fits (a browser would break
+// it after a hyphen), or the text between such tokens.
 type word struct {
 	S   string
 	Tok bool
 }
 
 // splitWords cuts s into words: the tokens (runs of non-space
-// characters) that hold a hyphen between other characters, and the text
-// around them.
+// characters) that hold a hyphen, but a hyphen alone, and the text around
+// them.
 func splitWords(s string) []word {
 	var out []word
 	plain := 0
@@ -111,7 +110,7 @@ func splitWords(s string) []word {
 		for j < len(s) && s[j] != ' ' && s[j] != '\t' && s[j] != '\n' {
 			j++
 		}
-		if strings.Contains(strings.Trim(s[i:j], "-"), "-") {
+		if j-i > 1 && strings.ContainsRune(s[i:j], '-') {
 			if plain < i {
 				out = append(out, word{S: s[plain:i]})
 			}
@@ -327,9 +326,9 @@ func RenderDiffHTML(w io.Writer, res *verify.Result, info HTMLInfo) error {
 			hints[escapeText(h)] = true
 		}
 		p.MapNotes = slices.DeleteFunc(p.MapNotes, func(n string) bool { return hints[n] })
-		if mixKeyTableNote(res.Diff) == "" && mixCompared(res.Diff) {
+		if n := mixKeyNote(res.Diff); n != "" && mixKeyTableNote(res.Diff) == "" && mixCompared(res.Diff) {
 			// The run's random key, which the table leaves to -o json.
-			p.MapNotes = append(p.MapNotes, escapeText(mixKeyNote(res.Diff)))
+			p.MapNotes = append(p.MapNotes, escapeText(n))
 		}
 		p.MapNotes = capList(clipNotes(p.MapNotes), htmlMaxNotes)
 		p.Heat = newHeatSection(res.Diff)

@@ -43,6 +43,7 @@ if (notes) {
   out.first_note_top = notes.firstElementChild.getBoundingClientRect().top;
   for (var li of notes.children) out.notes.push(li.textContent);
 }
+out.empty_notes = doc.querySelectorAll("ul.notes li:empty, ul.lead li:empty").length;
 out.id_lines = [];
 var walk = doc.createTreeWalker(doc.body, NodeFilter.SHOW_TEXT);
 for (var n = walk.nextNode(); n; n = walk.nextNode()) {
@@ -77,6 +78,7 @@ type seen struct {
 	}
 	Notes         []string
 	NotesInHeader bool    `json:"notes_in_header"`
+	EmptyNotes    int     `json:"empty_notes"`
 	FirstNoteTop  float64 `json:"first_note_top"`
 	IDLines       []struct {
 		Lines, Width, Room int
@@ -228,6 +230,9 @@ func checkSeen(t *testing.T, p pageCase, width int, dark bool, out string) {
 	}
 	if len(p.notes) > 0 && (!s.NotesInHeader || s.FirstNoteTop > float64(s.Height)) {
 		t.Errorf("the notes are not in the verdict's box at the top (in it: %v, first at %.0f px)", s.NotesInHeader, s.FirstNoteTop)
+	}
+	if s.EmptyNotes > 0 {
+		t.Errorf("%d empty note(s)", s.EmptyNotes)
 	}
 	if len(s.IDLines) != p.ids {
 		t.Errorf("the id is shown %d times, want %d", len(s.IDLines), p.ids)

@@ -374,7 +374,7 @@ func TestSplitWords(t *testing.T) {
 		{"", nil},
 		{"plain text", []word{{S: "plain text"}}},
 		{"req-1", []word{{S: "req-1", Tok: true}}},
-		{"- --flag x-", []word{{S: "- --flag x-"}}},
+		{"- --flag x", []word{{S: "- "}, {S: "--flag", Tok: true}, {S: " x"}}},
 		{"request chatcmpl-a-b: tokens 0-15 of  x", []word{{S: "request "}, {S: "chatcmpl-a-b:", Tok: true}, {S: " tokens "}, {S: "0-15", Tok: true}, {S: " of  x"}}},
 		{" a-b\tc\n", []word{{S: " "}, {S: "a-b", Tok: true}, {S: "\tc\n"}}},
 	} {
