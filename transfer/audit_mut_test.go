@@ -133,6 +133,25 @@ func TestReadPostedLate(t *testing.T) {
 	if err != nil || !slices.Equal(invariants(res), []string{transfer.Lease}) || res.Findings[0].Transfer != recs[x].ID {
 		t.Fatalf("posted 6 s after it was made: %v, %v", err, invariants(res))
 	}
+	// The lease is the transfer's as a whole: no descriptor, place, heads
+	// or tokens.
+	none := [2]int{-1, -1}
+	if f := res.Findings[0]; f.Request != "req-0" || f.Descriptor != -1 || f.Group != -1 || f.Position != -1 || f.Block != -1 || f.Heads != none || f.Tokens != none {
+		t.Fatalf("lease finding %+v", f)
+	}
+}
+
+// TestOnlyProducerLogs: logs that are all the producer's, none of whose
+// transfers writes into the consumer's dumps, are said to be the wrong
+// side's.
+func TestOnlyProducerLogs(t *testing.T) {
+	prod, cons, _ := pull(t, t.TempDir(), geometries()[0])
+	plog := filepath.Join(t.TempDir(), "producer.jsonl")
+	rewrite(t, plog, nixl.Header{Agent: *prod[0].Manifest.Parallel.Agent}, nil)
+	res := audit(t, []string{plog}, prod, cons)
+	if !hasNote(res.Pairing, "every log is a producer's (1), and none of their transfers writes into the consumer's dumps") {
+		t.Fatalf("pairing %q", res.Pairing)
+	}
 }
 
 // TestStrangerLogNamesItsAgents: a log no dump names, recorded against

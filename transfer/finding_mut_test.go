@@ -160,6 +160,11 @@ func TestDroppedDescriptorBytes(t *testing.T) {
 			if f.Invariant == transfer.Covered {
 				got += f.Bytes
 			}
+			// Bytes no descriptor delivered: no descriptor, at the
+			// request's block.
+			if (f.Invariant == transfer.Covered || f.Invariant == transfer.Zeroed) && (f.Descriptor != -1 || f.Position < 0 || f.Request != recs[x].Request) {
+				t.Fatalf("%s: finding %+v", g.name, f)
+			}
 		}
 		if bytes == 0 || got != bytes {
 			t.Fatalf("%s: covered findings of %d bytes, the dropped descriptor has %d: %v", g.name, got, bytes, invariants(res))
@@ -217,5 +222,101 @@ func TestWriteIntoAFreeBlockFinding(t *testing.T) {
 	if f.Side != "local" || f.Block != free || f.Position != -1 || f.Owner == nil || *f.Owner != (transfer.Owner{Position: -1, Block: free}) ||
 		!strings.Contains(f.Message, into) {
 		t.Fatalf("finding %+v (owner %+v)\nwant %q", f, f.Owner, into)
+	}
+}
+
+// TestGapLaidToItsTransfer: with two producer ranks (TP 2 -> 1) each
+// request is pulled by two transfers; a descriptor dropped from the
+// second is a gap laid to the second (the rank that holds those heads),
+// not to the request's first transfer.
+func TestGapLaidToItsTransfer(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[5]) // tp2-tp1
+	h, recs := records(t, logs[0])
+	var xs []int
+	for i, r := range recs {
+		if r.Op == nixl.OpXfer && r.Request == "req-0" {
+			xs = append(xs, i)
+		}
+	}
+	if len(xs) != 2 {
+		t.Fatalf("req-0 has %d transfers, want one per producer rank", len(xs))
+	}
+	for _, x := range xs {
+		recs := slices.Clone(recs)
+		recs[x].LocalIDs, recs[x].RemoteIDs = recs[x].LocalIDs[1:], recs[x].RemoteIDs[1:]
+		rewrite(t, logs[0], h, recs)
+		res := audit(t, logs, prod, cons)
+		i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Covered })
+		if i < 0 || res.Findings[i].Transfer != recs[x].ID || res.Findings[i].Request != "req-0" {
+			t.Fatalf("descriptor of transfer %d dropped: findings %+v", recs[x].ID, res.Findings)
+		}
+	}
+}
+
+// TestLogWithoutTransfers: a consumer's log that made no transfer is not
+// said to have its pairs outside the caches.
+func TestLogWithoutTransfers(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	recs = slices.DeleteFunc(recs, func(r nixl.Record) bool {
+		return r.Op == nixl.OpXfer || r.Op == nixl.OpPost || r.Op == nixl.OpState
+	})
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	if hasNote(res.Pairing, "descriptor pair(s)") || res.Logs[0].Pairs != 0 || res.Verdict == transfer.Clean {
+		t.Fatalf("verdict %s, pairing %q, summary %+v", res.Verdict, res.Pairing, res.Logs[0])
+	}
+}
+
+// TestReadOfAReleasedBlockFinding: a descriptor reading a producer block
+// no producer request holds is a confined remote finding whose source is
+// that block, of no request.
+func TestReadOfAReleasedBlockFinding(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	held := map[int]bool{}
+	for _, r := range prod[0].Manifest.Requests {
+		for _, bt := range r.BlockTable {
+			for _, b := range bt {
+				held[b] = true
+			}
+		}
+	}
+	am, err := prod[0].AddressMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, id := -1, -1
+	for _, r := range recs {
+		if r.Op != nixl.OpDList || r.Handle != recs[x].Remote {
+			continue
+		}
+		for i, d := range r.Descs {
+			am.Resolve(d.Addr, d.Len, func(c layout.Cells) error {
+				if free < 0 && c.Block != layout.NoBlock && !held[c.Block] {
+					free, id = c.Block, i
+				}
+				return nil
+			})
+			if free >= 0 {
+				break
+			}
+		}
+	}
+	if free < 0 {
+		t.Fatal("the producer's list names no free block")
+	}
+	recs[x].RemoteIDs[0] = id
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Confined && f.Side == "remote" })
+	if i < 0 {
+		t.Fatalf("no confined remote finding: %v", invariants(res))
+	}
+	f := res.Findings[i]
+	msg := fmt.Sprintf("read producer block %d (rank pp 0 tp 0), which no request of the producer holds (a released block), not request req-0's", free)
+	if f.Descriptor != 0 || f.Source == nil || f.Source.Block != free || f.Source.Request != "" || f.Source.Position != -1 || !strings.Contains(f.Message, msg) {
+		t.Fatalf("finding %+v (source %+v)\nwant %q", f, f.Source, msg)
 	}
 }
