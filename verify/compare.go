@@ -179,7 +179,7 @@ func (r *Result) Summary() string {
 		if a := r.Audits; a != nil {
 			if a.Tail != nil && len(a.Tail.Findings) > 0 {
 				x := a.Tail.Findings[0]
-				msgs = append(msgs, fmt.Sprintf("tail audit: %d block(s) hold non-zero bytes past the transferred range (request %s group %d position %d, ...)", len(a.Tail.Findings), termtext.Escape(x.Request), x.Group, x.Position))
+				msgs = append(msgs, fmt.Sprintf("tail audit: non-zero bytes past the transferred range in %s (request %s group %d position %d, ...)", a.Tail.Extent(), termtext.Escape(x.Request), x.Group, x.Position))
 			}
 			if a.Stored != nil && StoredVerdict(a.Stored) == Mismatch {
 				msgs = append(msgs, "stored checksums: some block differs from the checksum stored with it")
