@@ -29,13 +29,13 @@ type Plan struct {
 	Dump    *layout.Dump
 	Tasks   []Task
 	Outputs int
-	// Slopes asks a SlopeEngine for each output slot's slope D = sum over
+	// Slopes asks a slopeEngine for each output slot's slope D = sum over
 	// the slot's slices of m*P*A (A the slice's plain piece sum) in
 	// out[Outputs+slot], in the same pass: c_block = c_request - 2*f*D for
 	// the block's first token f (docs/spec.md §1). out then holds
 	// 2*Outputs values.
 	Slopes bool
-	// Mix asks a MixEngine for each output slot's mix check (docs/spec.md
+	// Mix asks a mixEngine for each output slot's mix check (docs/spec.md
 	// §14) in out[2*Outputs+slot], in the same pass. out then holds
 	// 3*Outputs values (the slopes' third unused without Slopes).
 	Mix bool
@@ -48,7 +48,7 @@ type Plan struct {
 	Progress func(bytes int64)
 	// Copies are output slots that no row fills: a block that several
 	// requests read at the same position is read once (NewPlan), and
-	// Spread copies its values to the other requests' slots once an
+	// spread copies its values to the other requests' slots once an
 	// engine has run.
 	Copies []SlotCopy
 }
@@ -56,11 +56,11 @@ type Plan struct {
 // SlotCopy copies the N output slots from Src to the N from Dst.
 type SlotCopy struct{ Dst, Src, N int }
 
-// Spread applies p.Copies to an engine's output, and to the slopes in
+// spread applies p.Copies to an engine's output, and to the slopes in
 // out[p.Outputs:] and the mix checks in out[2*p.Outputs:] when out holds
 // them: a shared block's mix check is copied as its values are (both
 // depend only on the block's bytes, position and valid tokens).
-func (p *Plan) Spread(out []uint64) {
+func (p *Plan) spread(out []uint64) {
 	for part := range 3 {
 		base := part * p.Outputs
 		if base+p.Outputs > len(out) {
@@ -90,7 +90,7 @@ type Engine interface {
 	// Run adds, for every task and row, the cache's contribution to the
 	// block checksum, sum over its heads of m*s, to out[row.Out] (mod
 	// 2^64). len(out) >= p.Outputs (2*p.Outputs with p.Slopes, see
-	// SlopeEngine; 3*p.Outputs with p.Mix, see MixEngine). A fault on mapped memory (a file
+	// slopeEngine; 3*p.Outputs with p.Mix, see mixEngine). A fault on mapped memory (a file
 	// truncated while mapped) is an error, not a crash.
 	Run(ctx context.Context, p *Plan, out []uint64) error
 }

@@ -86,11 +86,11 @@ func MixSlice(c *layout.LayerView, head int) uint64 {
 // of 2- or 4-byte elements packs them; an attention cell is its pieces).
 func cellWords(c *layout.LayerView) int { return (c.Cells.CellBytes + 7) / 8 }
 
-// A MixEngine is an Engine that honours Plan.Mix: in the same pass over
+// A mixEngine is an Engine that honours Plan.Mix: in the same pass over
 // the bytes it also adds each row's mix check. Engines that do not (the
 // CUDA runner) leave the mix check out of what they compute; records and
 // payloads then carry vLLM's checksum only.
-type MixEngine interface {
+type mixEngine interface {
 	Engine
 	// Mixes reports whether the engine fills the mix check.
 	Mixes() bool
@@ -98,6 +98,6 @@ type MixEngine interface {
 
 // EngineMixes says whether e fills Plan.Mix.
 func EngineMixes(e Engine) bool {
-	m, ok := e.(MixEngine)
+	m, ok := e.(mixEngine)
 	return ok && m.Mixes()
 }

@@ -40,41 +40,41 @@ func (n Numbering) String() string {
 	return fmt.Sprintf("Numbering(%d)", int(n))
 }
 
-// BlockNumbered converts a request-numbered block checksum to block
+// blockNumbered converts a request-numbered block checksum to block
 // numbering: c_block = c_request - 2*f*D, f the block's first token
 // (position * block size) and D = sum over slices of m*P*A, the slope an
 // engine gives with Plan.Slopes (docs/spec.md §1).
-func BlockNumbered(cRequest, slope uint64, first int64) uint64 {
+func blockNumbered(cRequest, slope uint64, first int64) uint64 {
 	return cRequest - 2*uint64(first)*slope
 }
 
-// RequestNumbered is the inverse of BlockNumbered.
-func RequestNumbered(cBlock, slope uint64, first int64) uint64 {
+// requestNumbered is the inverse of blockNumbered.
+func requestNumbered(cBlock, slope uint64, first int64) uint64 {
 	return cBlock + 2*uint64(first)*slope
 }
 
-// A SlopeEngine is an Engine that honours Plan.Slopes: in the same pass
+// A slopeEngine is an Engine that honours Plan.Slopes: in the same pass
 // over the bytes it also adds each row's slope D, so that one pass gives
 // both numberings. Engines that do not (the CUDA runner, whose kernel
 // returns one sum per row) are given a block-numbered plan instead when
 // block numbering is wanted (see Plan.BlockRows).
-type SlopeEngine interface {
+type slopeEngine interface {
 	Engine
 	// Slopes reports whether the engine fills slopes.
 	Slopes() bool
 }
 
 func engineSlopes(e Engine) bool {
-	s, ok := e.(SlopeEngine)
+	s, ok := e.(slopeEngine)
 	return ok && s.Slopes()
 }
 
-// BlockRows returns a copy of the plan whose rows count pieces from each
+// blockRows returns a copy of the plan whose rows count pieces from each
 // block's first token (FirstToken 0: a row is one whole logical block, its
 // kernel blocks included), so that any engine computes block-numbered
 // values with it. It asks for neither slopes nor the mix check (which is
 // request-numbered only).
-func (p *Plan) BlockRows() *Plan {
+func (p *Plan) blockRows() *Plan {
 	q := *p
 	q.Slopes, q.Mix = false, false
 	q.Tasks = make([]Task, len(p.Tasks))

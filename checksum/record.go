@@ -25,7 +25,7 @@ type Options struct {
 	// Progress is passed to each plan (see Plan.Progress).
 	Progress func(bytes int64)
 	// BlockValues asks for block-numbered values (wire.RecordRequestGroup.
-	// ValuesBlock) from every engine. A SlopeEngine gives them in the same
+	// ValuesBlock) from every engine. A slopeEngine gives them in the same
 	// pass regardless; another engine then runs a block-numbered plan too.
 	BlockValues bool
 	// MixKey is the run key of the mix check (Plan.MixKey): 0, the
@@ -54,7 +54,7 @@ func (o Options) engine() Engine {
 // valid tokens by several requests (a shared prefix) adds the same values
 // (request numbering depends only on the position), so it is read once:
 // the later requests' slots are listed in Plan.Copies instead of getting
-// rows. A plan that would still read more than MaxReadFactor times the
+// rows. A plan that would still read more than maxReadFactor times the
 // cell bytes its caches hold is refused with a *parse.Error (parse.Dump) naming
 // the dump (docs/spec.md §10).
 func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
@@ -207,27 +207,27 @@ func (g *planGroup) read(b, pos, valid, slot int) (int, bool) {
 	return 0, false
 }
 
-// MaxReadFactor caps the work one manifest can ask for (docs/spec.md
+// maxReadFactor caps the work one manifest can ask for (docs/spec.md
 // §10): a rank's plan may read at most this many times the cell bytes of
 // its checksummed caches (num_blocks blocks each), once shared prefix
 // blocks are read once. A block read at the same position by any number
 // of requests counts once; only a block read at many different positions
 // (or with many different token counts) can reach the cap, which no
 // prefix cache does.
-const MaxReadFactor = 4
+const maxReadFactor = 4
 
-// ReadCapError is a manifest whose block tables would make kvaudit read
-// more than MaxReadFactor times the cells its caches hold (NewPlan wraps
+// readCapError is a manifest whose block tables would make kvaudit read
+// more than maxReadFactor times the cells its caches hold (NewPlan wraps
 // it in a *parse.Error (parse.Dump) naming the manifest's file and its
 // "requests").
-type ReadCapError struct {
+type readCapError struct {
 	// Read is the cell bytes the plan would read; Held the cell bytes of
 	// the caches.
 	Read, Held int64
 }
 
-func (e *ReadCapError) Error() string {
-	return fmt.Sprintf("the block tables ask kvaudit to read %d bytes of cells, more than %d times the %d bytes its caches hold: blocks read at many different positions (the cap of docs/spec.md §10)", e.Read, MaxReadFactor, e.Held)
+func (e *readCapError) Error() string {
+	return fmt.Sprintf("the block tables ask kvaudit to read %d bytes of cells, more than %d times the %d bytes its caches hold: blocks read at many different positions (the cap of docs/spec.md §10)", e.Read, maxReadFactor, e.Held)
 }
 
 // manifestFile names the file holding a dump's manifest: the
@@ -239,15 +239,15 @@ func manifestFile(d *layout.Dump) string {
 	return filepath.Join(d.Path, "manifest.json")
 }
 
-// checkReads refuses a plan that reads more than MaxReadFactor times the
+// checkReads refuses a plan that reads more than maxReadFactor times the
 // cell bytes of its caches.
 func (p *Plan) checkReads() error {
 	var held int64
 	for _, t := range p.Tasks {
 		held += int64(p.Dump.Manifest.NumBlocks) * t.Cache.Cells.BlockBytes()
 	}
-	if read := p.Bytes(); read > MaxReadFactor*held {
-		return &parse.Error{Format: parse.Dump, File: manifestFile(p.Dump), Field: "requests", Err: &ReadCapError{Read: read, Held: held}}
+	if read := p.Bytes(); read > maxReadFactor*held {
+		return &parse.Error{Format: parse.Dump, File: manifestFile(p.Dump), Field: "requests", Err: &readCapError{Read: read, Held: held}}
 	}
 	return nil
 }
@@ -298,22 +298,22 @@ func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*wire.Record
 	if err := eng.Run(ctx, plan, out); err != nil {
 		return nil, err
 	}
-	plan.Spread(out)
+	plan.spread(out)
 	fillAll(rec, plan, out)
 	if !plan.Slopes && opts.BlockValues {
-		bp := plan.BlockRows()
+		bp := plan.blockRows()
 		bout := make([]uint64, bp.Outputs)
 		if err := eng.Run(ctx, bp, bout); err != nil {
 			return nil, err
 		}
-		bp.Spread(bout)
+		bp.spread(bout)
 		fillValues(rec, func(g *wire.RecordRequestGroup) *wire.Values { return &g.ValuesBlock }, func(slot int, _ int64) uint64 { return bout[slot] })
 	}
 	return rec, nil
 }
 
 // fillAll fills the record NewPlan returned from the output of a run of
-// its plan (Spread applied): the values, the mix check with p.Mix and the
+// its plan (spread applied): the values, the mix check with p.Mix and the
 // block-numbered values with p.Slopes.
 func fillAll(rec *wire.Record, p *Plan, out []uint64) {
 	fillRecord(rec, out[:p.Outputs])
@@ -324,7 +324,7 @@ func fillAll(rec *wire.Record, p *Plan, out []uint64) {
 	}
 	if p.Slopes {
 		fillValues(rec, func(g *wire.RecordRequestGroup) *wire.Values { return &g.ValuesBlock }, func(slot int, first int64) uint64 {
-			return BlockNumbered(out[slot], out[p.Outputs+slot], first)
+			return blockNumbered(out[slot], out[p.Outputs+slot], first)
 		})
 	}
 }
@@ -395,7 +395,7 @@ func (f Fast) records(ctx context.Context, dumps []*layout.Dump, opts Options) (
 		return nil, err
 	}
 	parallel.Each(len(plans), func(i int) error {
-		plans[i].Spread(outs[i])
+		plans[i].spread(outs[i])
 		fillAll(recs[i], plans[i], outs[i])
 		return nil
 	})

@@ -30,14 +30,14 @@ type SGLangSegment struct {
 	Indices []int64
 }
 
-// SGLangPages returns the pages of req_to_token[req_pool_idx, start:end]
+// sglangPages returns the pages of req_to_token[req_pool_idx, start:end]
 // as SGLang computes them: row[start:end] read at every pageSize-th slot,
 // each slot divided by pageSize (the whole row when pageSize is 1). start
 // is 0 for the value PR #39500 defines, the first token sent
 // (start_send_idx) for the suffix-only form; SGLang keeps start on a page
 // boundary, and so must a caller, for a slot in between names its page
 // and the pages after it are read from slots pageSize further on.
-func SGLangPages(row []int64, pageSize, start, end int) ([]int64, error) {
+func sglangPages(row []int64, pageSize, start, end int) ([]int64, error) {
 	if pageSize < 1 {
 		return nil, fmt.Errorf("page size %d is less than 1", pageSize)
 	}
@@ -54,10 +54,10 @@ func SGLangPages(row []int64, pageSize, start, end int) ([]int64, error) {
 	return pages, nil
 }
 
-// SGLangEnd is the end of the range SGLang checksums for a request: the
+// sglangEnd is the end of the range SGLang checksums for a request: the
 // end of its last prefill chunk, at most the request's input length
 // (end_idx = min(extend_range.end, len(origin_input_ids))).
-func SGLangEnd(extendEnd, inputLen int) int { return min(extendEnd, inputLen) }
+func sglangEnd(extendEnd, inputLen int) int { return min(extendEnd, inputLen) }
 
 // SGLangItem is one item of the stream: the buffer's index in the
 // segments' order (KV buffers first, then the state buffers), the index
@@ -98,7 +98,7 @@ const sglangSerialBytes = 1 << 20
 // SGLangAdler32 is SGLang's checksum of a request on one rank: Adler-32 of
 // the stream of segs (SGLangItems), 1 for an empty stream. threads workers
 // (GOMAXPROCS when 0 or less) each take a run of consecutive items, and
-// their values are joined in order with Adler32Combine, as SGLang's kernel
+// their values are joined in order with adler32Combine, as SGLang's kernel
 // joins its threads' (the value is that of one serial pass).
 func SGLangAdler32(segs []SGLangSegment, threads int) (uint32, error) {
 	items, err := SGLangItems(segs)
@@ -160,7 +160,7 @@ func sglangItemsAdler32(items []SGLangItem, threads int) uint32 {
 	wg.Wait()
 	v := parts[0].v
 	for _, p := range parts[1:] {
-		v = Adler32Combine(v, p.v, p.n)
+		v = adler32Combine(v, p.v, p.n)
 	}
 	return v
 }

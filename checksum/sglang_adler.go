@@ -9,10 +9,10 @@ const adlerMod = 65521
 // of prefix sums stay below 2^32 (at most 2040*C*(C-1)/2 per lane).
 const adlerMaxChunks = 1024
 
-// Adler32 is zlib's Adler-32 of p (RFC 1950), as Go's hash/adler32
+// adler32Sum is zlib's Adler-32 of p (RFC 1950), as Go's hash/adler32
 // computes it; on amd64 with AVX2 it runs a vectorised kernel that gives
-// the same value. Adler32(nil) is 1.
-func Adler32(p []byte) uint32 { return adlerUpdate(1, p) }
+// the same value. adler32Sum(nil) is 1.
+func adler32Sum(p []byte) uint32 { return adlerUpdate(1, p) }
 
 // adlerUpdate continues the Adler-32 value adler over p.
 func adlerUpdate(adler uint32, p []byte) uint32 {
@@ -42,16 +42,16 @@ func adlerGeneric(adler uint32, p []byte) uint32 {
 	}
 	// hash/adler32 continues a state through its binary marshalling only;
 	// combining with the value of p alone gives the same result.
-	return Adler32Combine(adler, adler32.Checksum(p), int64(len(p)))
+	return adler32Combine(adler, adler32.Checksum(p), int64(len(p)))
 }
 
-// Adler32Combine returns the Adler-32 value of the concatenation A||B from
+// adler32Combine returns the Adler-32 value of the concatenation A||B from
 // adler1 = Adler-32(A), adler2 = Adler-32(B) and len2 = len(B), as zlib's
 // adler32_combine does (len2 >= 0). Writing A's value as (b1, a1) and B's
 // as (b2, a2): the concatenation's A-sum is a1 + a2 - 1 and its B-sum is
 // b1 + b2 + len2*(a1 - 1), modulo 65521 (docs/sglang.md). Go's
 // hash/adler32 has no combine.
-func Adler32Combine(adler1, adler2 uint32, len2 int64) uint32 {
+func adler32Combine(adler1, adler2 uint32, len2 int64) uint32 {
 	if len2 < 0 {
 		return 0xffffffff // zlib's answer to a negative length
 	}

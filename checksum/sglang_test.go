@@ -32,15 +32,15 @@ func withAdler(t *testing.T, f func(t *testing.T)) {
 // (../docs/sglang.md, the textbook value).
 func TestAdler32Textbook(t *testing.T) {
 	withAdler(t, func(t *testing.T) {
-		if got := Adler32([]byte("123456789")); got != 0x091E01DE {
+		if got := adler32Sum([]byte("123456789")); got != 0x091E01DE {
 			t.Errorf("Adler32(123456789) = %#08x, want 0x091e01de", got)
 		}
-		if got := Adler32(nil); got != 1 {
+		if got := adler32Sum(nil); got != 1 {
 			t.Errorf("Adler32(nil) = %#x, want 1", got)
 		}
 		// 100 KiB of 0xFF: B wraps the modulus many times.
 		ff := bytes.Repeat([]byte{0xff}, 100<<10)
-		if got, want := Adler32(ff), adler32.Checksum(ff); got != want {
+		if got, want := adler32Sum(ff), adler32.Checksum(ff); got != want {
 			t.Errorf("Adler32(100 KiB of 0xff) = %#08x, hash/adler32 %#08x", got, want)
 		}
 	})
@@ -64,7 +64,7 @@ func TestAdler32Kernel(t *testing.T) {
 		for off := range 32 {
 			for n := 0; n <= 300; n++ {
 				p := data[off : off+n]
-				if got, want := Adler32(p), adler32.Checksum(p); got != want {
+				if got, want := adler32Sum(p), adler32.Checksum(p); got != want {
 					t.Fatalf("offset %d length %d: kernel %#08x, hash/adler32 %#08x", off, n, got, want)
 				}
 			}
@@ -72,7 +72,7 @@ func TestAdler32Kernel(t *testing.T) {
 		for range 200 {
 			off, n := r.IntN(64), r.IntN(200<<10)
 			p := data[off : off+n]
-			if got, want := Adler32(p), adler32.Checksum(p); got != want {
+			if got, want := adler32Sum(p), adler32.Checksum(p); got != want {
 				t.Fatalf("offset %d length %d: kernel %#08x, hash/adler32 %#08x", off, n, got, want)
 			}
 		}
@@ -96,13 +96,13 @@ func TestAdler32Combine(t *testing.T) {
 		}
 		for _, c := range cuts {
 			a, b := d[:c], d[c:]
-			got := Adler32Combine(adler32.Checksum(a), adler32.Checksum(b), int64(len(b)))
+			got := adler32Combine(adler32.Checksum(a), adler32.Checksum(b), int64(len(b)))
 			if want := adler32.Checksum(d); got != want {
 				t.Fatalf("split at %d: combine %#08x, hash/adler32 of the whole %#08x", c, got, want)
 			}
 		}
 	}
-	if got := Adler32Combine(0x12345678, 1, 0); got != 0x12345678 {
+	if got := adler32Combine(0x12345678, 1, 0); got != 0x12345678 {
 		t.Errorf("combine with the empty stream = %#08x, want the first value", got)
 	}
 }
@@ -155,7 +155,7 @@ func TestSGLangWorkedExample(t *testing.T) {
 			for _, pages := range [][2]int64{{0, 1}, {5, 2}} {
 				bufs := workedPool(pages, c.tail)
 				row := []int64{pages[0] * 2, pages[0]*2 + 1, pages[1] * 2}
-				all, err := SGLangPages(row, 2, 0, 3)
+				all, err := sglangPages(row, 2, 0, 3)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -168,7 +168,7 @@ func TestSGLangWorkedExample(t *testing.T) {
 						t.Errorf("tail %#x pages %v threads %d: %#08x, want %#08x", c.tail, pages, threads, got, c.full)
 					}
 				}
-				suffix, err := SGLangPages(row, 2, 2, 3)
+				suffix, err := sglangPages(row, 2, 2, 3)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -203,24 +203,24 @@ func TestSGLangWorkedExample(t *testing.T) {
 // below 1 is an error.
 func TestSGLangPages(t *testing.T) {
 	row := []int64{20, 21, 22, 23, 8, 9}
-	if got, err := SGLangPages(row, 4, 0, 6); err != nil || fmt.Sprint(got) != "[5 2]" {
+	if got, err := sglangPages(row, 4, 0, 6); err != nil || fmt.Sprint(got) != "[5 2]" {
 		t.Errorf("pages = %v, %v; want [5 2]", got, err)
 	}
-	if got, _ := SGLangPages(row, 4, 4, 6); fmt.Sprint(got) != "[2]" {
+	if got, _ := sglangPages(row, 4, 4, 6); fmt.Sprint(got) != "[2]" {
 		t.Errorf("suffix pages = %v, want [2]", got)
 	}
-	if got, _ := SGLangPages(row, 1, 1, 5); fmt.Sprint(got) != "[21 22 23 8]" {
+	if got, _ := sglangPages(row, 1, 1, 5); fmt.Sprint(got) != "[21 22 23 8]" {
 		t.Errorf("page size 1: %v", got)
 	}
 	for _, c := range []struct {
 		row            []int64
 		ps, start, end int
 	}{{row, 4, 0, 7}, {row, 0, 0, 6}, {row, 4, 3, 2}, {[]int64{-1}, 1, 0, 1}} {
-		if _, err := SGLangPages(c.row, c.ps, c.start, c.end); err == nil {
+		if _, err := sglangPages(c.row, c.ps, c.start, c.end); err == nil {
 			t.Errorf("SGLangPages(%v, %d, %d, %d): no error", c.row, c.ps, c.start, c.end)
 		}
 	}
-	if SGLangEnd(40, 37) != 37 || SGLangEnd(32, 37) != 32 {
+	if sglangEnd(40, 37) != 37 || sglangEnd(32, 37) != 32 {
 		t.Error("SGLangEnd is not min(extend end, input length)")
 	}
 }

@@ -14,8 +14,8 @@ import (
 // attention layer's shape and strides in the engine (in the dump's axis
 // order), which the device addresses are relative to.
 const (
-	MetadataBlockIDs = "kvaudit_export.block_ids"
-	MetadataEngine   = "kvaudit_export.engine"
+	metadataBlockIDs = "kvaudit_export.block_ids"
+	metadataEngine   = "kvaudit_export.engine"
 )
 
 // An AddressMap places a rank's caches at the device addresses its engine
@@ -238,7 +238,7 @@ type engineEntry struct {
 // engineMetadata reads the exporter's engine geometry and block ids (nil
 // when the dump has none: its geometry is the engine's).
 func (d *Dump) engineMetadata() (map[string]engineEntry, []int, error) {
-	text, ok := d.metadata[MetadataBlockIDs]
+	text, ok := d.metadata[metadataBlockIDs]
 	if !ok {
 		return nil, nil, nil
 	}
@@ -247,22 +247,22 @@ func (d *Dump) engineMetadata() (map[string]engineEntry, []int, error) {
 	}
 	var ids []int
 	if err := json.Unmarshal([]byte(text), &ids); err != nil {
-		return nil, nil, bad(MetadataBlockIDs, "not a list of block ids: %v", err)
+		return nil, nil, bad(metadataBlockIDs, "not a list of block ids: %v", err)
 	}
 	if len(ids) != d.Manifest.NumBlocks {
-		return nil, nil, bad(MetadataBlockIDs, "%d block ids for num_blocks %d", len(ids), d.Manifest.NumBlocks)
+		return nil, nil, bad(metadataBlockIDs, "%d block ids for num_blocks %d", len(ids), d.Manifest.NumBlocks)
 	}
 	seen := map[int]bool{}
 	for i, id := range ids {
 		if id < 0 || id >= 1<<40 || seen[id] {
-			return nil, nil, bad(MetadataBlockIDs, "block id %d at %d is negative, too large or repeated", id, i)
+			return nil, nil, bad(metadataBlockIDs, "block id %d at %d is negative, too large or repeated", id, i)
 		}
 		seen[id] = true
 	}
 	eng := map[string]engineEntry{}
-	if text, ok := d.metadata[MetadataEngine]; ok {
+	if text, ok := d.metadata[metadataEngine]; ok {
 		if err := json.Unmarshal([]byte(text), &eng); err != nil {
-			return nil, nil, bad(MetadataEngine, "%v", err)
+			return nil, nil, bad(metadataEngine, "%v", err)
 		}
 	}
 	return eng, ids, nil
@@ -296,10 +296,10 @@ func (d *Dump) newRegion(gv *GroupView, l *Layer, views []*LayerView, eng map[st
 		if blockIDs != nil {
 			e, ok := eng[l.Name]
 			if !ok {
-				return nil, &NoAddressError{Dump: d.Path, Field: "__metadata__[" + strconv.Quote(MetadataEngine) + "]", Msg: fmt.Sprintf("no engine geometry for layer %q, whose blocks the dump renumbered", l.Name)}
+				return nil, &NoAddressError{Dump: d.Path, Field: "__metadata__[" + strconv.Quote(metadataEngine) + "]", Msg: fmt.Sprintf("no engine geometry for layer %q, whose blocks the dump renumbered", l.Name)}
 			}
 			if geo, err = engineGeometry(e, geo, l); err != nil {
-				return nil, &NoAddressError{Dump: d.Path, Field: "__metadata__[" + strconv.Quote(MetadataEngine) + "]", Msg: fmt.Sprintf("layer %q: %v", l.Name, err)}
+				return nil, &NoAddressError{Dump: d.Path, Field: "__metadata__[" + strconv.Quote(metadataEngine) + "]", Msg: fmt.Sprintf("layer %q: %v", l.Name, err)}
 			}
 		}
 		err = r.placeAttention(l, geo, views[0])

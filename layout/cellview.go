@@ -206,12 +206,12 @@ func buildCellView(m *Manifest, g *Group, l *Layer, t tensorGeometry) (CellView,
 	}
 	nb := size("block")
 	if nb < int64(m.NumBlocks) || nb%int64(m.NumBlocks) != 0 {
-		return v, ReasonNumBlocks, nil
+		return v, reasonNumBlocks, nil
 	}
 	v.KernelBlocks = int(nb / int64(m.NumBlocks))
 	v.KernelTokens = int(size("token"))
 	if v.KernelTokens*v.KernelBlocks != g.BlockSize {
-		return v, ReasonKernelBlocks, nil
+		return v, reasonKernelBlocks, nil
 	}
 	v.RowStride, v.TokenStride = stride("block"), stride("token")
 	v.Heads = 1
@@ -271,7 +271,7 @@ func buildCellView(m *Manifest, g *Group, l *Layer, t tensorGeometry) (CellView,
 	}
 	v.Runs = slices.Clip(v.Runs)
 	if v.CellBytes == 0 || v.CellBytes%8 != 0 {
-		return v, ReasonPieces, nil
+		return v, reasonPieces, nil
 	}
 	return v, "", nil
 }

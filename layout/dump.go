@@ -147,9 +147,9 @@ func (o *opener) readEmbeddedManifest(path string) error {
 	o.files[""] = embedded
 	o.files[filepath.Base(path)] = embedded
 	o.d.metadata = embedded.Metadata
-	text, ok := embedded.Metadata[MetadataKey]
+	text, ok := embedded.Metadata[metadataKey]
 	if !ok {
-		return &parse.Error{Format: parse.Dump, File: path, Field: "__metadata__", Err: fmt.Errorf("no %q key: not a kvaudit dump (a dump directory holds manifest.json)", MetadataKey)}
+		return &parse.Error{Format: parse.Dump, File: path, Field: "__metadata__", Err: fmt.Errorf("no %q key: not a kvaudit dump (a dump directory holds manifest.json)", metadataKey)}
 	}
 	o.d.Manifest, err = ParseManifest(path, []byte(text))
 	return err
@@ -607,7 +607,7 @@ func hasEmbeddedManifest(path string) (bool, error) {
 		if n > MaxSafetensorsHeader || n > uint64(len(m.Data)-8) {
 			return nil
 		}
-		found = bytes.Contains(m.Data[8:8+n], []byte(`"`+MetadataKey+`"`))
+		found = bytes.Contains(m.Data[8:8+n], []byte(`"`+metadataKey+`"`))
 		return nil
 	})
 	return found, err

@@ -15,23 +15,23 @@ const MaxHeadsPerLayer = 1 << 16
 
 // Reasons a group is not checksummed (docs/spec.md §4), reported verbatim.
 const (
-	ReasonNoLayerNumber     = "no single layer number"
-	ReasonSharedLayerNumber = "two caches share a layer number"
-	ReasonTooManyHeads      = "more than 65536 KV heads per layer"
-	ReasonReplication       = "KV head replication is unknown"
-	ReasonNumBlocks         = "cache does not hold num_blocks blocks"
-	ReasonPieces            = "cells are not whole 8-byte pieces"
-	ReasonKernelBlocks      = "kernel blocks do not tile the block size"
-	ReasonCompressed        = "compressed cache (tokens_per_state != 1)"
-	ReasonHeadSlots         = "KV heads packed into head slots"
-	ReasonHostResident      = "host-resident KV"
+	reasonNoLayerNumber     = "no single layer number"
+	reasonSharedLayerNumber = "two caches share a layer number"
+	reasonTooManyHeads      = "more than 65536 KV heads per layer"
+	reasonReplication       = "KV head replication is unknown"
+	reasonNumBlocks         = "cache does not hold num_blocks blocks"
+	reasonPieces            = "cells are not whole 8-byte pieces"
+	reasonKernelBlocks      = "kernel blocks do not tile the block size"
+	reasonCompressed        = "compressed cache (tokens_per_state != 1)"
+	reasonHeadSlots         = "KV heads packed into head slots"
+	reasonHostResident      = "host-resident KV"
 )
 
 // Reasons lists every fixed reason, for documentation and tests.
 var Reasons = []string{
-	ReasonNoLayerNumber, ReasonSharedLayerNumber, ReasonTooManyHeads,
-	ReasonReplication, ReasonNumBlocks, ReasonPieces, ReasonKernelBlocks,
-	ReasonCompressed, ReasonHeadSlots, ReasonHostResident, ReasonStateWidth,
+	reasonNoLayerNumber, reasonSharedLayerNumber, reasonTooManyHeads,
+	reasonReplication, reasonNumBlocks, reasonPieces, reasonKernelBlocks,
+	reasonCompressed, reasonHeadSlots, reasonHostResident, reasonStateWidth,
 }
 
 // GroupView is a group of one rank resolved for checksumming.
@@ -271,13 +271,13 @@ func configSkip(g *Group) string {
 		l := &g.Layers[i]
 		switch {
 		case l.TokensPerState != nil && *l.TokensPerState != 1:
-			return ReasonCompressed
+			return reasonCompressed
 		case l.NumHeadSlots != nil:
-			return ReasonHeadSlots
+			return reasonHeadSlots
 		}
 	}
 	if g.HostResident {
-		return ReasonHostResident
+		return reasonHostResident
 	}
 	return ""
 }
@@ -302,7 +302,7 @@ func (gl *groupLayers) distinctCaches() ([]*groupCache, string) {
 		l := &g.Layers[i]
 		n, mod, ok := layerNumber(l.Name)
 		if !ok {
-			return nil, ReasonNoLayerNumber
+			return nil, reasonNoLayerNumber
 		}
 		t, _ := gl.target(l) // checked by describe
 		key := tensorKey(t)
@@ -337,7 +337,7 @@ func (gl *groupLayers) views(m *Manifest, caches []*groupCache, tensor func(gf s
 	var views []*LayerView
 	for _, c := range caches {
 		if mod, seen := moduleAt[c.number]; seen && mod != c.module {
-			return nil, ReasonSharedLayerNumber, nil
+			return nil, reasonSharedLayerNumber, nil
 		}
 		moduleAt[c.number] = c.module
 		o, reason, err := tensor(gl.gf, g, c.layer)
@@ -351,7 +351,7 @@ func (gl *groupLayers) views(m *Manifest, caches []*groupCache, tensor func(gf s
 		if g.Kind == KindMamba {
 			// State rows take the place of heads (docs/spec.md §6).
 			if base+o.rows > MaxHeadsPerLayer {
-				return nil, ReasonTooManyHeads, nil
+				return nil, reasonTooManyHeads, nil
 			}
 			headsAt[c.number] = base + o.rows
 			for i, cells := range o.views {
@@ -368,14 +368,14 @@ func (gl *groupLayers) views(m *Manifest, caches []*groupCache, tensor func(gf s
 		heads := cells.Heads
 		r, ok := replicas(m, g, c.layer, heads)
 		if !ok {
-			return nil, ReasonReplication, nil
+			return nil, reasonReplication, nil
 		}
 		if r < 1 || tp%r != 0 {
 			return nil, "", &parse.Error{Format: parse.Manifest, Field: gl.gf, Msg: fmt.Sprintf("layer %q: %d replicas do not divide tp_size %d", c.layer.Name, r, tp)}
 		}
 		global := heads * (tp / r)
 		if base+global > MaxHeadsPerLayer {
-			return nil, ReasonTooManyHeads, nil
+			return nil, reasonTooManyHeads, nil
 		}
 		headsAt[c.number] = base + global
 		views = append(views, &LayerView{

@@ -11,9 +11,9 @@ import (
 // ManifestFormat is the format tag of a dump manifest.
 const ManifestFormat = "kvaudit-dump/1"
 
-// MetadataKey is the safetensors __metadata__ key that holds an embedded
+// metadataKey is the safetensors __metadata__ key that holds an embedded
 // manifest.
-const MetadataKey = "kvaudit.manifest"
+const metadataKey = "kvaudit.manifest"
 
 // Group kinds (docs/spec.md §10).
 const (

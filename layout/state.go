@@ -7,7 +7,7 @@ import (
 
 // Reasons a state group is not checksummed, beside those of docs/spec.md §4.
 const (
-	ReasonStateWidth = "state elements are not 2 or 4 bytes"
+	reasonStateWidth = "state elements are not 2 or 4 bytes"
 )
 
 // StateShape is a covered state as a fingerprint sees it (docs/spec.md §7):
@@ -124,7 +124,7 @@ func stateViews(m *Manifest, l *Layer, t tensorGeometry) (views []CellView, keys
 		}
 	}
 	if t.shape[0] != int64(m.NumBlocks) {
-		return nil, nil, nil, nil, 0, ReasonNumBlocks, nil
+		return nil, nil, nil, nil, 0, reasonNumBlocks, nil
 	}
 	page := t.shape[1]
 	var offsets []int64
@@ -150,7 +150,7 @@ func stateViews(m *Manifest, l *Layer, t tensorGeometry) (views []CellView, keys
 		v.Heads, v.CellBytes = 1, int(total)
 		v.Runs = []CellRun{{Offset: 0, Len: int(total)}}
 		if total == 0 || total%8 != 0 {
-			return nil, nil, nil, nil, 0, ReasonPieces, nil
+			return nil, nil, nil, nil, 0, reasonPieces, nil
 		}
 		return []CellView{v}, []ReplicaKey{{1, 0}}, []int{rank}, []int{0}, tp, "", nil
 	}
@@ -158,7 +158,7 @@ func stateViews(m *Manifest, l *Layer, t tensorGeometry) (views []CellView, keys
 		dt, _ := TorchDtype(s.Dtype)
 		w := dt.Size()
 		if w != 2 && w != 4 {
-			return nil, nil, nil, nil, 0, ReasonStateWidth, nil
+			return nil, nil, nil, nil, 0, reasonStateWidth, nil
 		}
 		// Row-major element strides of the local state.
 		st := make([]int64, len(s.Shape))

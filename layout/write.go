@@ -45,7 +45,7 @@ func MarshalManifest(m *Manifest) ([]byte, error) {
 }
 
 // WriteDumpFile writes a one-file dump: a .safetensors file whose
-// __metadata__ holds the manifest under MetadataKey. It refuses to replace
+// __metadata__ holds the manifest under metadataKey. It refuses to replace
 // an existing file unless opts say Force. The file appears complete or
 // not at all (internal/safeio).
 func WriteDumpFile(path string, m *Manifest, tensors []TensorData, opts ...WriteOptions) error {
@@ -54,7 +54,7 @@ func WriteDumpFile(path string, m *Manifest, tensors []TensorData, opts ...Write
 		return err
 	}
 	return safeio.Write(path, force(opts), func(w io.Writer) error {
-		return writeSafetensors(counted(w, opts), map[string]string{MetadataKey: string(text)}, tensors)
+		return writeSafetensors(counted(w, opts), map[string]string{metadataKey: string(text)}, tensors)
 	})
 }
 

@@ -81,9 +81,9 @@ func (e *Error) Error() string {
 // Unwrap returns the cause, or nil.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Errorf returns an *Error of format in file at field, its message
+// errorf returns an *Error of format in file at field, its message
 // formatted.
-func Errorf(format, file, field, msg string, args ...any) *Error {
+func errorf(format, file, field, msg string, args ...any) *Error {
 	return &Error{Format: format, File: file, Field: field, Msg: fmt.Sprintf(msg, args...)}
 }
 

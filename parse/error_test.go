@@ -25,7 +25,7 @@ func TestError(t *testing.T) {
 		{&Error{Format: Dump, File: "r.safetensors", Field: "parallel", Err: cause}, `dump "r.safetensors": parallel: ` + cause.Error()},
 		{&Error{Format: Dump, File: "r", Msg: "m", Err: cause}, `dump "r": m`},
 		{&Error{Format: SynthConfig, Field: "TP", Msg: "0 is not in 1..64"}, "synth.Config: TP: 0 is not in 1..64"},
-		{Errorf(Record, "r.json", "values", "%d of %d", 1, 2), `record "r.json": values: 1 of 2`},
+		{errorf(Record, "r.json", "values", "%d of %d", 1, 2), `record "r.json": values: 1 of 2`},
 	} {
 		if got := c.e.Error(); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.e, got, c.want)

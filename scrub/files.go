@@ -65,7 +65,7 @@ func (w *walker) planVLLM(d *dirRoot, rel string, files []string, dir func() *di
 }
 
 func checkVLLM(h *dirHandle, file, path string, name Name, buf []byte) (Entry, int64) {
-	e := Entry{Path: path, Format: VLLMFS, Name: name, Algorithm: AlgCRC32C}
+	e := Entry{Path: path, Format: VLLMFS, Name: name, Algorithm: algCRC32C}
 	f, st, err := h.open(file)
 	if err != nil {
 		return readErr(path, VLLMFS, err), 0
@@ -77,7 +77,7 @@ func checkVLLM(h *dirHandle, file, path string, name Name, buf []byte) (Entry, i
 	k, xerr := getxattr(f, vllmXattr, attr[:])
 	if errors.Is(xerr, errNoAttr) {
 		if k2, err2 := getxattr(f, vllmXattrIEEE, attr[:]); err2 == nil {
-			k, xerr, table, e.Algorithm = k2, nil, crc32.IEEETable, AlgCRC32
+			k, xerr, table, e.Algorithm = k2, nil, crc32.IEEETable, algCRC32
 		}
 	}
 	var sum uint32
@@ -113,7 +113,7 @@ func checkVLLM(h *dirHandle, file, path string, name Name, buf []byte) (Entry, i
 }
 
 func xattrName(alg string) string {
-	if alg == AlgCRC32 {
+	if alg == algCRC32 {
 		return vllmXattrIEEE
 	}
 	return vllmXattr
@@ -204,7 +204,7 @@ func (w *walker) planLMCache(d *dirRoot, rel string, files []string, format Form
 // bytes are the trailer) first, then the O_DIRECT form (the trailer opens
 // the last block).
 func checkTrailer(h *dirHandle, file, path string, name lmcacheName, expect, bs int64, buf []byte) (Entry, int64) {
-	e := Entry{Path: path, Format: LMCacheFS, Name: name.Name, Algorithm: AlgCRC32}
+	e := Entry{Path: path, Format: LMCacheFS, Name: name.Name, Algorithm: algCRC32}
 	f, st, err := h.open(file)
 	if err != nil {
 		return readErr(path, LMCacheFS, err), 0
@@ -333,7 +333,7 @@ func zeros(f interface {
 
 // checkFrame checks an lmcache-frame file.
 func checkFrame(h *dirHandle, file, path string, name lmcacheName, expect int64, buf []byte) (Entry, int64) {
-	e := Entry{Path: path, Format: LMCacheFrame, Name: name.Name, Algorithm: AlgXXH3}
+	e := Entry{Path: path, Format: LMCacheFrame, Name: name.Name, Algorithm: algXXH3}
 	f, st, err := h.open(file)
 	if err != nil {
 		return readErr(path, LMCacheFrame, err), 0

@@ -34,7 +34,7 @@ func scrubBytes(t *testing.T, format Format, name string, b, meta []byte) *Resul
 // node counts past Mooncake's bound, a multiplier of 32 bits or more, used
 // nodes pointing past the data file.
 func FuzzMooncakeMeta(f *testing.F) {
-	data, meta := MooncakeStore([]MooncakeRecord{{Key: "a", Value: []byte("123456789"), CRC: true}, {Key: "b", Value: bytes.Repeat([]byte{1}, 5000)}})
+	data, meta := mooncakeStore([]mcRecord{{Key: "a", Value: []byte("123456789"), CRC: true}, {Key: "b", Value: bytes.Repeat([]byte{1}, 5000)}})
 	f.Add(meta)
 	f.Add(meta[:len(meta)/2])
 	f.Add([]byte{})
@@ -52,7 +52,7 @@ func FuzzMooncakeMeta(f *testing.F) {
 	far := bytes.Clone(meta)
 	f.Add(bytes.ReplaceAll(far, []byte{1, 0, 0, 0, 0xff}, []byte{1, 0, 0, 0x7f, 0xff}))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := ParseMooncakeMeta(b)
+		m, err := parseMooncakeMeta(b)
 		if err == nil {
 			if m.Version != mooncakeVersion {
 				t.Fatalf("accepted version %d", m.Version)
@@ -76,8 +76,8 @@ func FuzzMooncakeMeta(f *testing.F) {
 // Hostile kv_cache.data under a valid checkpoint: headers with huge
 // key_len or value_len, unknown flags, records cut short, zeros.
 func FuzzMooncakeRecords(f *testing.F) {
-	recs := []MooncakeRecord{{Key: "k", Value: []byte("123456789"), CRC: true}, {Key: "key2", Value: bytes.Repeat([]byte("v"), 3000), CRC: true}}
-	data, meta := MooncakeStore(recs)
+	recs := []mcRecord{{Key: "k", Value: []byte("123456789"), CRC: true}, {Key: "key2", Value: bytes.Repeat([]byte("v"), 3000), CRC: true}}
+	data, meta := mooncakeStore(recs)
 	f.Add(data)
 	f.Add(data[:30])
 	f.Add(data[:4096+4])
@@ -109,7 +109,7 @@ func FuzzMooncakeRecords(f *testing.F) {
 // fingerprint of another chunk, a flipped digest.
 func FuzzFrameHeader(f *testing.F) {
 	chunk := []byte{1, 2, 3, 4, 5, 6, 7, 8, 9}
-	good := Frame(chunk, []byte("123456789"))
+	good := frame(chunk, []byte("123456789"))
 	f.Add(good)
 	f.Add([]byte{})
 	f.Add(good[:4])
@@ -119,7 +119,7 @@ func FuzzFrameHeader(f *testing.F) {
 		b[0] = v
 		f.Add(b)
 	}
-	f.Add(Frame([]byte{9, 9}, []byte("123456789")))
+	f.Add(frame([]byte{9, 9}, []byte("123456789")))
 	d := bytes.Clone(good)
 	d[12] ^= 1
 	f.Add(d)
@@ -130,7 +130,7 @@ func FuzzFrameHeader(f *testing.F) {
 			t.Fatalf("%d entries", len(res.Entries))
 		}
 		e := res.Entries[0]
-		valid := len(b) >= frameHeader && bytes.Equal(b, Frame(chunk, b[frameHeader:]))
+		valid := len(b) >= frameHeader && bytes.Equal(b, frame(chunk, b[frameHeader:]))
 		if valid != (e.Status == Verified) {
 			t.Fatalf("frame %x: %s (%s)", b, e.Status, e.Reason)
 		}
@@ -140,7 +140,7 @@ func FuzzFrameHeader(f *testing.F) {
 // Hostile LMC1 trailers: none, a damaged magic, a wrong CRC, an O_DIRECT
 // block whose padding is not zero, files shorter than a trailer.
 func FuzzLMC1Trailer(f *testing.F) {
-	good := LMCacheTrailed([]byte("123456789"))
+	good := lmcacheTrailed([]byte("123456789"))
 	f.Add(good)
 	f.Add([]byte{})
 	f.Add([]byte("LMC1"))
@@ -157,7 +157,7 @@ func FuzzLMC1Trailer(f *testing.F) {
 			t.Fatalf("%d entries", len(res.Entries))
 		}
 		e := res.Entries[0]
-		if len(b) >= 8 && bytes.Equal(b, LMCacheTrailed(b[:len(b)-8])) && e.Status != Verified {
+		if len(b) >= 8 && bytes.Equal(b, lmcacheTrailed(b[:len(b)-8])) && e.Status != Verified {
 			t.Fatalf("a trailed file: %s (%s)", e.Status, e.Reason)
 		}
 		if e.Status == Verified && e.Expected != e.Actual {

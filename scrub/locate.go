@@ -56,7 +56,7 @@ func LayoutOf(e Entry) (Layout, error) {
 		if _, err := f.ReadAt(hb[:], e.Offset); err != nil {
 			return l, err
 		}
-		h, _ := ParseRecordHeader(hb[:])
+		h, _ := parseRecordHeader(hb[:])
 		l.Payload = [2]int64{e.Offset + int64(h.ValueOffset()), int64(h.ValueLen)}
 		l.Checksum, l.Header = [2]int64{e.Offset + recordPrefix, 4}, e.Offset
 	default:

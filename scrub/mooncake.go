@@ -28,7 +28,7 @@ const (
 	maxMetaSize = 1 << 30
 )
 
-// A record (RecordHeader, mooncake-store/include/storage_backend.h):
+// A record (mcHeader, mooncake-store/include/storage_backend.h):
 // [u32 key_len][u32 value_len][u64 seq][u32 flags][u32 crc32], little-
 // endian, then the key, zero padding so that the value starts at a 4096
 // boundary of the record, then the value. The CRC-32C covers the first 20
@@ -45,24 +45,24 @@ const (
 	allocatorMaxCap = 1 << 24
 )
 
-// RecordHeader is a Mooncake SSD record's header.
-type RecordHeader struct {
+// mcHeader is a Mooncake SSD record's header.
+type mcHeader struct {
 	KeyLen, ValueLen uint32
 	Seq              uint64
 	Flags, CRC       uint32
 }
 
-// ParseRecordHeader reads the 24-byte header at the start of b.
-func ParseRecordHeader(b []byte) (RecordHeader, error) {
+// parseRecordHeader reads the 24-byte header at the start of b.
+func parseRecordHeader(b []byte) (mcHeader, error) {
 	if len(b) < recordHeader {
-		return RecordHeader{}, fmt.Errorf("%d bytes, less than the %d-byte record header", len(b), recordHeader)
+		return mcHeader{}, fmt.Errorf("%d bytes, less than the %d-byte record header", len(b), recordHeader)
 	}
 	le := binary.LittleEndian
-	return RecordHeader{KeyLen: le.Uint32(b), ValueLen: le.Uint32(b[4:]), Seq: le.Uint64(b[8:]), Flags: le.Uint32(b[16:]), CRC: le.Uint32(b[20:])}, nil
+	return mcHeader{KeyLen: le.Uint32(b), ValueLen: le.Uint32(b[4:]), Seq: le.Uint64(b[8:]), Flags: le.Uint32(b[16:]), CRC: le.Uint32(b[20:])}, nil
 }
 
 // Append appends the header's 24 bytes to b.
-func (h RecordHeader) Append(b []byte) []byte {
+func (h mcHeader) Append(b []byte) []byte {
 	le := binary.LittleEndian
 	b = le.AppendUint32(b, h.KeyLen)
 	b = le.AppendUint32(b, h.ValueLen)
@@ -72,35 +72,35 @@ func (h RecordHeader) Append(b []byte) []byte {
 }
 
 // ValueOffset is where the value starts in the record.
-func (h RecordHeader) ValueOffset() uint64 {
+func (h mcHeader) ValueOffset() uint64 {
 	head := uint64(recordHeader) + uint64(h.KeyLen)
 	return head + (valueAlignment-head%valueAlignment)%valueAlignment
 }
 
 // Size is the record's whole extent.
-func (h RecordHeader) Size() uint64 { return h.ValueOffset() + uint64(h.ValueLen) }
+func (h mcHeader) Size() uint64 { return h.ValueOffset() + uint64(h.ValueLen) }
 
-// MooncakeMeta is what a scrub reads of kv_cache.meta.
-type MooncakeMeta struct {
+// mcMeta is what a scrub reads of kv_cache.meta.
+type mcMeta struct {
 	Version   uint32
 	InsertSeq uint64
 	// Keys maps a write's sequence number to its key (the FIFO index).
 	Keys map[uint64]string
 	// Extents are the allocator's used nodes: where records are.
-	Extents []Extent
+	Extents []extent
 }
 
-// Extent is one used allocator node.
-type Extent struct{ Offset, Size uint64 }
+// extent is one used allocator node.
+type extent struct{ Offset, Size uint64 }
 
-// ParseMooncakeMeta reads kv_cache.meta: the struct_pb (protobuf) encoding
+// parseMooncakeMeta reads kv_cache.meta: the struct_pb (protobuf) encoding
 // of OffsetAllocatorPersistedMetadata, fields numbered in YLT_REFL order —
 // 1 version, 2 allocator_state, 3 insert_seq, 4 fifo_entries {1 seq,
 // 2 key}, 5 evicted_keys_this_batch — whose allocator_state is the
 // OffsetAllocator's serialize_to bytes (mooncake-store/include/
 // offset_allocator/offset_allocator.h). A field that cannot be right is an
 // error naming it.
-func ParseMooncakeMeta(b []byte) (*MooncakeMeta, error) {
+func parseMooncakeMeta(b []byte) (*mcMeta, error) {
 	m, err := parseMeta(b)
 	if err != nil {
 		// "field: what": one parse.Error naming the field.
@@ -108,16 +108,16 @@ func ParseMooncakeMeta(b []byte) (*MooncakeMeta, error) {
 		if !ok || strings.ContainsAny(field, " ") {
 			field, msg = "", err.Error()
 		}
-		return nil, &parse.Error{Format: MetaFormat, Field: field, Msg: msg}
+		return nil, &parse.Error{Format: metaFormat, Field: field, Msg: msg}
 	}
 	return m, nil
 }
 
-// MetaFormat is how a *parse.Error names a Mooncake kv_cache.meta.
-const MetaFormat = "mooncake kv_cache.meta"
+// metaFormat is how a *parse.Error names a Mooncake kv_cache.meta.
+const metaFormat = "mooncake kv_cache.meta"
 
-func parseMeta(b []byte) (*MooncakeMeta, error) {
-	m := &MooncakeMeta{Keys: map[uint64]string{}}
+func parseMeta(b []byte) (*mcMeta, error) {
+	m := &mcMeta{Keys: map[uint64]string{}}
 	var state []byte
 	err := protoFields(b, func(num int, wire int, v uint64, data []byte) error {
 		switch num {
@@ -184,7 +184,7 @@ func parseMeta(b []byte) (*MooncakeMeta, error) {
 // used (bool), 3 bytes padding} and m_current_capacity free-node indices.
 // A used node is a record at m_base + dataOffset<<m_multiplier_bits of
 // dataSize<<m_multiplier_bits bytes (visit_used_nodes).
-func parseAllocator(b []byte) ([]Extent, error) {
+func parseAllocator(b []byte) ([]extent, error) {
 	le := binary.LittleEndian
 	if len(b) < allocatorFixed {
 		return nil, fmt.Errorf("%d bytes, less than the %d-byte fixed part", len(b), allocatorFixed)
@@ -201,16 +201,16 @@ func parseAllocator(b []byte) ([]Extent, error) {
 	if uint64(len(b)) != want {
 		return nil, fmt.Errorf("%d bytes, where %d nodes make %d", len(b), cur, want)
 	}
-	var ext []Extent
+	var ext []extent
 	nodes := b[allocatorFixed:]
 	for i := range uint64(cur) {
 		n := nodes[i*allocatorNode:]
 		if n[24] == 0 {
 			continue
 		}
-		ext = append(ext, Extent{Offset: base + uint64(le.Uint32(n))<<bits, Size: uint64(le.Uint32(n[4:])) << bits})
+		ext = append(ext, extent{Offset: base + uint64(le.Uint32(n))<<bits, Size: uint64(le.Uint32(n[4:])) << bits})
 	}
-	slices.SortFunc(ext, func(a, b Extent) int {
+	slices.SortFunc(ext, func(a, b extent) int {
 		switch {
 		case a.Offset < b.Offset:
 			return -1
@@ -310,7 +310,7 @@ func (w *walker) planMooncake(d *dirRoot, rel string, files []string, dir func()
 
 // checkRecords checks the records of kv_cache.data at ext, which
 // kv_cache.meta locates.
-func checkRecords(h *dirHandle, dataPath string, meta *MooncakeMeta, ext []Extent, buf []byte, add func(Entry)) int64 {
+func checkRecords(h *dirHandle, dataPath string, meta *mcMeta, ext []extent, buf []byte, add func(Entry)) int64 {
 	f, st, err := h.open(mooncakeData)
 	if err != nil {
 		add(readErr(dataPath, MooncakeSSD, err))
@@ -320,7 +320,7 @@ func checkRecords(h *dirHandle, dataPath string, meta *MooncakeMeta, ext []Exten
 	size := uint64(st.Size())
 	var total int64
 	for _, x := range ext {
-		e := Entry{Path: dataPath, Format: MooncakeSSD, Offset: int64(x.Offset), Length: int64(x.Size), Algorithm: AlgCRC32C}
+		e := Entry{Path: dataPath, Format: MooncakeSSD, Offset: int64(x.Offset), Length: int64(x.Size), Algorithm: algCRC32C}
 		if x.Offset+recordHeader > size {
 			e.Status, e.Problem = Mismatch, ProblemTruncated
 			e.Reason = fmt.Sprintf("the allocator places a record at %d, past the end of kv_cache.data (%d bytes)", x.Offset, size)
@@ -332,7 +332,7 @@ func checkRecords(h *dirHandle, dataPath string, meta *MooncakeMeta, ext []Exten
 			add(readErr(dataPath, MooncakeSSD, err))
 			continue
 		}
-		h, _ := ParseRecordHeader(hb[:])
+		h, _ := parseRecordHeader(hb[:])
 		seq := h.Seq
 		e.Name.Seq = &seq
 		e.Expected = hex4(h.CRC)
@@ -397,7 +397,7 @@ func checkRecords(h *dirHandle, dataPath string, meta *MooncakeMeta, ext []Exten
 	return total
 }
 
-func readMeta(h *dirHandle) (*MooncakeMeta, error) {
+func readMeta(h *dirHandle) (*mcMeta, error) {
 	f, st, err := h.open(mooncakeMeta)
 	if err != nil {
 		return nil, err
@@ -410,5 +410,5 @@ func readMeta(h *dirHandle) (*MooncakeMeta, error) {
 	if k, err := f.ReadAt(b, 0); k < len(b) {
 		return nil, fmt.Errorf("read %d of %d bytes: %v", k, len(b), err)
 	}
-	return ParseMooncakeMeta(b)
+	return parseMooncakeMeta(b)
 }

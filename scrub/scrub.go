@@ -57,9 +57,9 @@ const (
 
 // Algorithms, as Entry.Algorithm names them.
 const (
-	AlgCRC32C = "crc32c"
-	AlgCRC32  = "crc32"
-	AlgXXH3   = "xxh3_64"
+	algCRC32C = "crc32c"
+	algCRC32  = "crc32"
+	algXXH3   = "xxh3_64"
 )
 
 // Problems, as Entry.Problem names them: what exactly failed, for a

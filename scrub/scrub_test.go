@@ -35,32 +35,32 @@ func TestGoldenVectors(t *testing.T) {
 	if got := crc32.Checksum(make([]byte, 32), castagnoli); got != 0x8A9136AA {
 		t.Errorf("CRC-32C(32 x 00) = %#x, want 0x8A9136AA (RFC 3720)", got)
 	}
-	if got := hex.EncodeToString(LMCacheTrailed(v)); got != "313233343536373839"+"4c4d4331"+"2639f4cb" {
+	if got := hex.EncodeToString(lmcacheTrailed(v)); got != "313233343536373839"+"4c4d4331"+"2639f4cb" {
 		t.Errorf("LMC1 file of 123456789 = %s, want the payload then 4c4d4331 2639f4cb", got)
 	}
-	if n := len(LMCacheTrailed(v)); n != 17 {
+	if n := len(lmcacheTrailed(v)); n != 17 {
 		t.Errorf("LMC1 file of 9 bytes: %d bytes, want 17", n)
 	}
 	chunk := make([]byte, 32)
 	for i := range chunk {
 		chunk[i] = byte(i + 1)
 	}
-	if got := hex.EncodeToString(Frame(chunk, v)); got != "01"+"0102030405060708"+"72dcb18b67a17dff"+"313233343536373839" {
+	if got := hex.EncodeToString(frame(chunk, v)); got != "01"+"0102030405060708"+"72dcb18b67a17dff"+"313233343536373839" {
 		t.Errorf("frame of 123456789 = %s", got)
 	}
 	if got := xxh3.Hash(nil); got != 0x2D06800538D394C2 {
 		t.Errorf("xxh3_64('') = %#x", got)
 	}
-	rec := MooncakeRecordBytes("k", v, 7, true)
+	rec := mooncakeRecordBytes("k", v, 7, true)
 	if got := hex.EncodeToString(rec[:24]); got != "01000000"+"09000000"+"0700000000000000"+"01000000"+"a201a418" {
 		t.Errorf("Mooncake header = %s", got)
 	}
 	if !bytes.Equal(rec[4096:], v) || len(rec) != 4096+9 || !bytes.Equal(rec[24:25], []byte("k")) || !allZero(rec[25:4096]) {
 		t.Errorf("Mooncake record: the key at 24, zeros, the value at 4096 (%d bytes)", len(rec))
 	}
-	h, err := ParseRecordHeader(rec)
+	h, err := parseRecordHeader(rec)
 	if err != nil || h.CRC != 0x18A401A2 || h.Seq != 7 || h.Flags != 1 || h.Size() != 4105 {
-		t.Errorf("ParseRecordHeader = %+v, %v", h, err)
+		t.Errorf("parseRecordHeader = %+v, %v", h, err)
 	}
 }
 
@@ -167,7 +167,7 @@ func frameOf(chunk, payload []byte) []byte {
 
 // mooncakeRecord writes a record as Mooncake's OffsetAllocator backend
 // does at kvcache-ai/Mooncake 30eff961 (PR #2932; storage_backend.cpp
-// BatchOffload): RecordHeader{key_len, value_len, seq, flags=kFlagHasCrc,
+// BatchOffload): mcHeader{key_len, value_len, seq, flags=kFlagHasCrc,
 // crc32} written field by field little-endian, the CRC-32C extended over
 // the 20-byte prefix, the key and the value's slices, then the key, the
 // zero padding ValuePadding(key_len) = (4096 - (24+key_len)%4096)%4096 and
@@ -230,7 +230,7 @@ func TestVLLMFS(t *testing.T) {
 
 	res := scrubDir(t, Auto, root)
 	e := entryOf(t, res, good+".bin")
-	if e.Status != Verified || e.Algorithm != AlgCRC32C || e.Expected != e.Actual || e.Expected != hex4(crc32.Checksum(block, castagnoli)) {
+	if e.Status != Verified || e.Algorithm != algCRC32C || e.Expected != e.Actual || e.Expected != hex4(crc32.Checksum(block, castagnoli)) {
 		t.Errorf("good block: %+v", e)
 	}
 	if e.Name.BlockHash != good || *e.Name.Rank != 1 || *e.Name.Group != 0 || e.Name.Model != "meta-llama_Llama-3.1-8B" || e.Name.ConfigHash != "0123456789ab" {
@@ -272,7 +272,7 @@ func TestVLLMFSEarlierRevision(t *testing.T) {
 		t.Skip(err)
 	}
 	e := scrubDir(t, Auto, root).Entries[0]
-	if e.Status != Verified || e.Algorithm != AlgCRC32 || e.Expected != "cbf43926" {
+	if e.Status != Verified || e.Algorithm != algCRC32 || e.Expected != "cbf43926" {
 		t.Errorf("%+v", e)
 	}
 }
@@ -395,7 +395,7 @@ func TestLMCacheFrame(t *testing.T) {
 			t.Errorf("%s: %s %s (%s), want %v", filepath.Base(e.Path), e.Status, e.Problem, e.Reason, w)
 		}
 	}
-	if e := entryOf(t, res, filepath.Base(good)); e.Expected != hex8(xxh3.Hash(pay)) || e.Algorithm != AlgXXH3 {
+	if e := entryOf(t, res, filepath.Base(good)); e.Expected != hex8(xxh3.Hash(pay)) || e.Algorithm != algXXH3 {
 		t.Errorf("good frame: %+v", e)
 	}
 	if len(res.Entries) != len(want) {
@@ -563,25 +563,25 @@ func TestAutoFormatPerDirectory(t *testing.T) {
 func TestWriteStoreMatchesEngines(t *testing.T) {
 	chunk := []byte{1, 2, 3}
 	pay := []byte("payload")
-	if got, want := LMCacheTrailed(pay), func() []byte {
+	if got, want := lmcacheTrailed(pay), func() []byte {
 		b, _ := os.ReadFile(lmcacheStore(t, t.TempDir(), "m", 0, 0, chunk, pay, true, 0))
 		return b
 	}(); !bytes.Equal(got, want) {
 		t.Errorf("trailer %x, engine %x", got, want)
 	}
-	if !bytes.Equal(Frame(chunk, pay), frameOf(chunk, pay)) {
+	if !bytes.Equal(frame(chunk, pay), frameOf(chunk, pay)) {
 		t.Error("frame differs")
 	}
 	for _, crc := range []bool{true, false} {
-		if !bytes.Equal(MooncakeRecordBytes("key", pay, 3, crc), mooncakeRecord("key", pay, 3, crc)) {
+		if !bytes.Equal(mooncakeRecordBytes("key", pay, 3, crc), mooncakeRecord("key", pay, 3, crc)) {
 			t.Errorf("record (crc %v) differs", crc)
 		}
 	}
 	b := Block{Model: "org/m", Rank: 3, TP: 4, Group: 2, Hash: []byte{0xab, 0xcd, 0xef}}
-	if got := LMCacheFileName(b); got != "org-SEP-m@0x04030403@2@abcdef.data" {
+	if got := lmcacheFileName(b); got != "org-SEP-m@0x04030403@2@abcdef.data" {
 		t.Errorf("LMCache name %s", got)
 	}
-	if got := VLLMFileName(b, "0123456789ab"); got != "org_m_0123456789ab_r3/abc/de_g2/abcdef.bin" {
+	if got := vllmFileName(b, "0123456789ab"); got != "org_m_0123456789ab_r3/abc/de_g2/abcdef.bin" {
 		t.Errorf("vLLM name %s", got)
 	}
 }
@@ -715,11 +715,11 @@ func TestRecogniseFrames(t *testing.T) {
 	mostly := t.TempDir()
 	put(mostly, 1, frameOf([]byte{1}, pay))
 	put(mostly, 2, frameOf([]byte{2}, pay))
-	put(mostly, 3, LMCacheTrailed(pay))
+	put(mostly, 3, lmcacheTrailed(pay))
 	few := t.TempDir()
 	put(few, 1, frameOf([]byte{1}, pay))
-	put(few, 2, LMCacheTrailed(pay))
-	put(few, 3, LMCacheTrailed(pay))
+	put(few, 2, lmcacheTrailed(pay))
+	put(few, 3, lmcacheTrailed(pay))
 	foreign := t.TempDir()
 	put(foreign, 1, frameOf([]byte{7}, pay))
 	put(foreign, 2, frameOf([]byte{8}, pay))
@@ -740,9 +740,9 @@ func TestRecogniseFrames(t *testing.T) {
 func TestNearMagic(t *testing.T) {
 	dir := t.TempDir()
 	pay := bytes.Repeat([]byte{5}, 32)
-	two := LMCacheTrailed(pay)
+	two := lmcacheTrailed(pay)
 	two[32], two[33] = 'X', 'Y'
-	three := LMCacheTrailed(pay)
+	three := lmcacheTrailed(pay)
 	three[32], three[33], three[34] = 'X', 'Y', 'Z'
 	writeRaw(t, filepath.Join(dir, "m@0x00000000@0@01.data"), two)
 	writeRaw(t, filepath.Join(dir, "m@0x00000000@0@02.data"), three)
@@ -795,8 +795,8 @@ func TestNames(t *testing.T) {
 // Hostile kv_cache.meta bytes, each an error naming its field (a
 // truncated tag must not loop).
 func TestParseMooncakeMetaHostile(t *testing.T) {
-	_, good := MooncakeStore([]MooncakeRecord{{Key: "a", Value: []byte("v"), CRC: true}})
-	if m, err := ParseMooncakeMeta(good); err != nil || len(m.Extents) != 1 || m.InsertSeq != 1 || m.Keys[0] != "a" {
+	_, good := mooncakeStore([]mcRecord{{Key: "a", Value: []byte("v"), CRC: true}})
+	if m, err := parseMooncakeMeta(good); err != nil || len(m.Extents) != 1 || m.InsertSeq != 1 || m.Keys[0] != "a" {
 		t.Fatalf("%+v %v", m, err)
 	}
 	state := func(bits uint64, cur, maxCap uint32) []byte {
@@ -821,12 +821,12 @@ func TestParseMooncakeMetaHostile(t *testing.T) {
 		{state(12, 1, 1<<24+1), "m_max_capacity 16777217"},
 		{state(12, 1, 0), "m_max_capacity 0"},
 	} {
-		if _, err := ParseMooncakeMeta(c.b); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := parseMooncakeMeta(c.b); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%x: %v, want %q", c.b, err, c.want)
 		}
 	}
 	for _, b := range [][]byte{state(31, 1, 1), state(12, 1, 1<<24)} {
-		if _, err := ParseMooncakeMeta(b); err != nil {
+		if _, err := parseMooncakeMeta(b); err != nil {
 			t.Errorf("%v", err)
 		}
 	}

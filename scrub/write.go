@@ -47,10 +47,10 @@ func WriteStore(dir string, format Format, blocks []Block) (files, warnings []st
 		return writeVLLM(dir, blocks)
 	case LMCacheFS, LMCacheFrame:
 		for _, b := range blocks {
-			p := filepath.Join(dir, LMCacheFileName(b))
-			data := LMCacheTrailed(b.Data)
+			p := filepath.Join(dir, lmcacheFileName(b))
+			data := lmcacheTrailed(b.Data)
 			if format == LMCacheFrame {
-				data = Frame(b.Hash, b.Data)
+				data = frame(b.Hash, b.Data)
 			}
 			if err := writeNew(p, data, nil); err != nil {
 				return files, warnings, err
@@ -69,11 +69,11 @@ func WriteStore(dir string, format Format, blocks []Block) (files, warnings []st
 		}
 		slices.Sort(keys)
 		for _, r := range keys {
-			var recs []MooncakeRecord
+			var recs []mcRecord
 			for _, b := range ranks[r] {
-				recs = append(recs, MooncakeRecord{Key: hex.EncodeToString(b.Hash), Value: b.Data, CRC: true})
+				recs = append(recs, mcRecord{Key: hex.EncodeToString(b.Hash), Value: b.Data, CRC: true})
 			}
-			data, meta := MooncakeStore(recs)
+			data, meta := mooncakeStore(recs)
 			d := filepath.Join(dir, fmt.Sprintf("rank-%d", r))
 			if err := os.MkdirAll(d, 0o755); err != nil {
 				return files, warnings, err
@@ -94,10 +94,10 @@ func WriteStore(dir string, format Format, blocks []Block) (files, warnings []st
 	return nil, nil, fmt.Errorf("no writer for store format %q", format)
 }
 
-// VLLMFileName is the path vLLM's FS tier gives a block under its root
+// vllmFileName is the path vLLM's FS tier gives a block under its root
 // (FileMapper.get_file_name), with cfg standing for the namespace's
 // sha256(config)[:12]: <model>_<cfg>_r<rank>/<h[:3]>/<h[3:5]>_g<group>/<h>.bin.
-func VLLMFileName(b Block, cfg string) string {
+func vllmFileName(b Block, cfg string) string {
 	h := hex.EncodeToString(b.Hash)
 	return filepath.Join(fmt.Sprintf("%s_%s_r%d", strings.ReplaceAll(b.Model, "/", "_"), cfg, b.Rank), h[:3], fmt.Sprintf("%s_g%d", h[3:5], b.Group), h+".bin")
 }
@@ -106,7 +106,7 @@ func writeVLLM(dir string, blocks []Block) (files, warnings []string, err error)
 	cfg := sha256.Sum256([]byte("kvaudit synth --store vllm-fs"))
 	noXattrs := false
 	for _, b := range blocks {
-		p := filepath.Join(dir, VLLMFileName(b, hex.EncodeToString(cfg[:])[:12]))
+		p := filepath.Join(dir, vllmFileName(b, hex.EncodeToString(cfg[:])[:12]))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return files, warnings, err
 		}
@@ -151,25 +151,25 @@ func writeNew(path string, data []byte, before func(*os.File) error) error {
 	return f.Commit()
 }
 
-// LMCacheFileName is the name LMCache's FS L2 adapter gives a chunk
+// lmcacheFileName is the name LMCache's FS L2 adapter gives a chunk
 // (_object_key_to_filename): the model with "/" as "-SEP-", the kv_rank
 // (world_size<<24)|(rank<<16)|(local_world_size<<8)|local_rank, the group
 // and the chunk hash.
-func LMCacheFileName(b Block) string {
+func lmcacheFileName(b Block) string {
 	kvRank := uint32(b.TP)<<24 | uint32(b.Rank)<<16 | uint32(b.TP)<<8 | uint32(b.Rank)
 	return fmt.Sprintf("%s@0x%08x@%x@%x.data", strings.ReplaceAll(b.Model, "/", lmcacheSlash), kvRank, b.Group, b.Hash)
 }
 
-// LMCacheTrailed is payload as the FS L2 adapter stores it with
+// lmcacheTrailed is payload as the FS L2 adapter stores it with
 // checksum="crc32" (buffered): the payload, "LMC1", zlib.crc32(payload)
 // little-endian.
-func LMCacheTrailed(payload []byte) []byte {
+func lmcacheTrailed(payload []byte) []byte {
 	out := append(slices.Clip(payload), lmcacheMagic...)
 	return binary.LittleEndian.AppendUint32(out, crc32.ChecksumIEEE(payload))
 }
 
-// Frame is payload framed by LMCache's checksum serde for chunk.
-func Frame(chunk, payload []byte) []byte {
+// frame is payload framed by LMCache's checksum serde for chunk.
+func frame(chunk, payload []byte) []byte {
 	out := make([]byte, 0, frameHeader+len(payload))
 	out = append(out, frameVersion)
 	out = append(out, fingerprint(chunk)...)
@@ -177,19 +177,19 @@ func Frame(chunk, payload []byte) []byte {
 	return append(out, payload...)
 }
 
-// MooncakeRecord is a record to write: its key and value, and whether it
+// mcRecord is a record to write: its key and value, and whether it
 // carries a CRC (MOONCAKE_OFFSET_RECORD_CRC, on by default).
-type MooncakeRecord struct {
+type mcRecord struct {
 	Key   string
 	Value []byte
 	CRC   bool
 }
 
-// MooncakeRecordBytes is one record as BatchOffload writes it with write
+// mooncakeRecordBytes is one record as BatchOffload writes it with write
 // sequence number seq: the header (CRC-32C over its first 20 bytes, the
 // key and the value, when crc), the key, zero padding, the value.
-func MooncakeRecordBytes(key string, value []byte, seq uint64, crc bool) []byte {
-	h := RecordHeader{KeyLen: uint32(len(key)), ValueLen: uint32(len(value)), Seq: seq}
+func mooncakeRecordBytes(key string, value []byte, seq uint64, crc bool) []byte {
+	h := mcHeader{KeyLen: uint32(len(key)), ValueLen: uint32(len(value)), Seq: seq}
 	if crc {
 		h.Flags = flagHasCrc
 	}
@@ -206,23 +206,23 @@ func MooncakeRecordBytes(key string, value []byte, seq uint64, crc bool) []byte 
 	return append(out, value...)
 }
 
-// MooncakeStore lays records out as the OffsetAllocator backend would
+// mooncakeStore lays records out as the OffsetAllocator backend would
 // leave them: each at a 4 KiB boundary of kv_cache.data (allocator units
 // of 1<<12 bytes), with kv_cache.meta holding a version-3 checkpoint whose
 // insert_seq follows the last record and whose allocator state marks each
 // record's node used. (The allocator's free-space bins are left empty:
 // enough for a scrub, which reads only the used nodes, not a state
 // Mooncake would resume allocating from.)
-func MooncakeStore(recs []MooncakeRecord) (data, meta []byte) {
+func mooncakeStore(recs []mcRecord) (data, meta []byte) {
 	const bits = 12
-	var nodes []Extent
+	var nodes []extent
 	for i, r := range recs {
 		off := uint64(len(data))
-		rec := MooncakeRecordBytes(r.Key, r.Value, uint64(i), r.CRC)
+		rec := mooncakeRecordBytes(r.Key, r.Value, uint64(i), r.CRC)
 		data = append(data, rec...)
 		size := (uint64(len(rec)) + 1<<bits - 1) &^ (1<<bits - 1)
 		data = append(data, make([]byte, size-uint64(len(rec)))...)
-		nodes = append(nodes, Extent{Offset: off, Size: size})
+		nodes = append(nodes, extent{Offset: off, Size: size})
 	}
 	le := binary.LittleEndian
 	cap := uint32(len(nodes) + 1)

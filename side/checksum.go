@@ -107,15 +107,15 @@ func (e *IncompleteError) Error() string {
 	return fmt.Sprintf("got %s: give every rank of the side, or allow partial sums (ChecksumOptions.Partial)", e.Ranks())
 }
 
-// NothingChecksummedError says why no request of a side has a checksummed
+// nothingChecksummedError says why no request of a side has a checksummed
 // group: every group skipped (a state group of unknown shape, ...), or no
 // request at all. A side of which nothing could be checksummed is never a
 // silent success.
-type NothingChecksummedError struct {
+type nothingChecksummedError struct {
 	Reasons []string
 }
 
-func (e *NothingChecksummedError) Error() string {
+func (e *nothingChecksummedError) Error() string {
 	return "nothing checksummed: " + strings.Join(e.Reasons, "; ")
 }
 
@@ -174,7 +174,7 @@ func records(ctx context.Context, in Input, opts RecordsOptions, blockValues boo
 	return recs, RepeatedBlocks("", side.Dumps, opts.Requests), nil
 }
 
-// Unchecked returns a *NothingChecksummedError when no request of the
+// Unchecked returns a *nothingChecksummedError when no request of the
 // side has a checksummed group, with the reasons (the side holds no
 // request, each skipped group and why), and nil otherwise.
 func (c *Checksums) Unchecked() error {
@@ -198,5 +198,5 @@ func (c *Checksums) Unchecked() error {
 	if len(why) == 0 {
 		why = append(why, "no request has a block in a checksummed group")
 	}
-	return &NothingChecksummedError{Reasons: why}
+	return &nothingChecksummedError{Reasons: why}
 }

@@ -141,7 +141,7 @@ func TestUnchecked(t *testing.T) {
 		{"no block", Checks{Requests: []*RequestChecks{{ID: "a"}}}, "nothing checksummed: no request has a block in a checksummed group"},
 	} {
 		err := (&Checksums{Checks: &c.checks}).Unchecked()
-		var nc *NothingChecksummedError
+		var nc *nothingChecksummedError
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%s: %v", c.name, err)

@@ -12,10 +12,10 @@ import (
 	"github.com/kvaudit/kvaudit/wire"
 )
 
-// MergeError is a set of records that do not belong together.
-type MergeError struct{ Msg string }
+// mergeError is a set of records that do not belong together.
+type mergeError struct{ Msg string }
 
-func (e *MergeError) Error() string { return "merging records: " + e.Msg }
+func (e *mergeError) Error() string { return "merging records: " + e.Msg }
 
 // Merge sums the records of one side's ranks into whole-model checks. The
 // records must come from one deployment (equal tp_size and pp_size, no rank
@@ -26,7 +26,7 @@ func (e *MergeError) Error() string { return "merging records: " + e.Msg }
 // record's Values.Flat, never copied): neither is changed afterwards.
 func Merge(records []*wire.Record) (*Checks, error) {
 	if len(records) == 0 {
-		return nil, &MergeError{"no records"}
+		return nil, &mergeError{"no records"}
 	}
 	recs := slices.Clone(records)
 	slices.SortFunc(recs, func(a, b *wire.Record) int {
@@ -35,10 +35,10 @@ func Merge(records []*wire.Record) (*Checks, error) {
 	c := &Checks{TPSize: recs[0].TPSize, PPSize: recs[0].PPSize, Skipped: map[int]string{}}
 	for i, r := range recs {
 		if r.TPSize != c.TPSize || r.PPSize != c.PPSize {
-			return nil, &MergeError{fmt.Sprintf("%q is tp_size %d x pp_size %d, %q is %d x %d", r.Source, r.TPSize, r.PPSize, recs[0].Source, c.TPSize, c.PPSize)}
+			return nil, &mergeError{fmt.Sprintf("%q is tp_size %d x pp_size %d, %q is %d x %d", r.Source, r.TPSize, r.PPSize, recs[0].Source, c.TPSize, c.PPSize)}
 		}
 		if i > 0 && recs[i-1].PPRank == r.PPRank && recs[i-1].TPRank == r.TPRank {
-			return nil, &MergeError{fmt.Sprintf("rank pp %d tp %d reported twice (%q and %q)", r.PPRank, r.TPRank, recs[i-1].Source, r.Source)}
+			return nil, &mergeError{fmt.Sprintf("rank pp %d tp %d reported twice (%q and %q)", r.PPRank, r.TPRank, recs[i-1].Source, r.Source)}
 		}
 	}
 	c.Complete = len(recs) == c.TPSize*c.PPSize
@@ -98,7 +98,7 @@ func mergeGroups(recs []*wire.Record, c *Checks) (map[int]*GroupInfo, error) {
 			// whether its states are split: the stages that hold them do.
 			gi.SplitLess = gi.SplitLess || g.SplitLess
 			if gi.Kind != g.Kind || gi.BlockSize != g.BlockSize {
-				return nil, &MergeError{fmt.Sprintf("group %d is %s with block size %d in %q, %s with %d elsewhere", g.ID, g.Kind, g.BlockSize, r.Source, gi.Kind, gi.BlockSize)}
+				return nil, &mergeError{fmt.Sprintf("group %d is %s with block size %d in %q, %s with %d elsewhere", g.ID, g.Kind, g.BlockSize, r.Source, gi.Kind, gi.BlockSize)}
 			}
 			if !stageDone[[2]int{r.PPRank, g.ID}] {
 				stageDone[[2]int{r.PPRank, g.ID}] = true
@@ -144,7 +144,7 @@ func mergeRequests(recs []*wire.Record, c *Checks, info map[int]*GroupInfo) erro
 				order = append(order, rr.ID)
 			}
 			if p.rc.NumTokens != rr.NumTokens || p.rc.NumLocalComputedTokens != rr.NumLocalComputedTokens {
-				return &MergeError{fmt.Sprintf("request %q: %q says %d tokens (%d local), other ranks %d (%d)", rr.ID, r.Source, rr.NumTokens, rr.NumLocalComputedTokens, p.rc.NumTokens, p.rc.NumLocalComputedTokens)}
+				return &mergeError{fmt.Sprintf("request %q: %q says %d tokens (%d local), other ranks %d (%d)", rr.ID, r.Source, rr.NumTokens, rr.NumLocalComputedTokens, p.rc.NumTokens, p.rc.NumLocalComputedTokens)}
 			}
 			p.ranks++
 			for _, g := range rr.Groups {
@@ -158,7 +158,7 @@ func mergeRequests(recs []*wire.Record, c *Checks, info map[int]*GroupInfo) erro
 					p.ordered = append(p.ordered, g.ID)
 				}
 				if s.start != g.Start || s.n != g.Values.Len() {
-					return &MergeError{fmt.Sprintf("request %q group %d: %q checksums positions %d..%d, other ranks %d..%d", rr.ID, g.ID, r.Source, g.Start, g.Start+g.Values.Len()-1, s.start, s.start+s.n-1)}
+					return &mergeError{fmt.Sprintf("request %q group %d: %q checksums positions %d..%d, other ranks %d..%d", rr.ID, g.ID, r.Source, g.Start, g.Start+g.Values.Len()-1, s.start, s.start+s.n-1)}
 				}
 				s.add(g)
 			}

@@ -41,10 +41,10 @@ type Options struct {
 // DefaultMaxFindings is the findings an audit keeps by default.
 const DefaultMaxFindings = 10000
 
-// MaxHeld bounds the runs of descriptors (descriptors whose addresses step
+// maxHeld bounds the runs of descriptors (descriptors whose addresses step
 // by one stride) of the prepared lists an audit holds (over every log): a
 // log preparing more is refused.
-const MaxHeld = 1 << 24
+const maxHeld = 1 << 24
 
 // FindLogs expands the logs given as paths: a file is a log; a directory
 // holds logs (its *.jsonl files, in name order; a .jsonl.partial file, a
@@ -590,8 +590,8 @@ func (a *auditor) dlist(lf *logFile, rec *nixl.Record, dl *dlist) error {
 		return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "handle", Msg: fmt.Sprintf("list %d is prepared twice", rec.Handle)}
 	}
 	a.held += len(dl.runs)
-	if a.held > MaxHeld {
-		return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "descs", Msg: fmt.Sprintf("the logs' prepared lists hold more than %d runs of descriptors", MaxHeld)}
+	if a.held > maxHeld {
+		return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "descs", Msg: fmt.Sprintf("the logs' prepared lists hold more than %d runs of descriptors", maxHeld)}
 	}
 	dl.agent = rec.Agent
 	lf.dlists[rec.Handle] = dl

@@ -27,10 +27,10 @@ type Audits struct {
 	SGLang *SGLangAudit
 }
 
-// Failed reports whether an audit found something: a non-zero byte past
+// failed reports whether an audit found something: a non-zero byte past
 // the transferred range, a stored checksum that differs, a block given
 // at two positions of one request, or a violated transfer invariant.
-func (a *Audits) Failed() bool {
+func (a *Audits) failed() bool {
 	if a.Tail != nil && len(a.Tail.Findings) > 0 {
 		return true
 	}

@@ -45,7 +45,7 @@ type CompareOptions struct {
 	// its blocks against the stored checksums in its manifests.
 	AuditTail, Stored bool
 	// Strict makes any loaded block that was not compared unverified
-	// (DiffOptions.Strict).
+	// (diffOptions.Strict).
 	Strict bool
 	// Transfers are NIXL logs (files or directories, transfer.FindLogs)
 	// of the transfer the comparison checks: their audit runs beside it
@@ -60,7 +60,7 @@ type CompareOptions struct {
 	// other key is then an ErrMixKeySides.
 	MixKey *uint64
 	// RequireMix makes a group compared by vLLM's checksum alone
-	// unverified (DiffOptions.RequireMix).
+	// unverified (diffOptions.RequireMix).
 	RequireMix bool
 	Progress   side.Progress
 	Step       Step
@@ -141,7 +141,7 @@ func (r *Result) Verdict() Verdict {
 		}
 	}
 	if a := r.Audits; a != nil {
-		if a.Failed() {
+		if a.failed() {
 			return Mismatch
 		}
 		if v == Verified && a.Stored != nil && StoredVerdict(a.Stored) == Unverified {
@@ -179,7 +179,7 @@ func (r *Result) Summary() string {
 		if a := r.Audits; a != nil {
 			if a.Tail != nil && len(a.Tail.Findings) > 0 {
 				x := a.Tail.Findings[0]
-				msgs = append(msgs, fmt.Sprintf("tail audit: %d block(s) hold non-zero bytes past the transferred range (request %s group %d position %d, ...)", len(a.Tail.Findings), termtext.Escape(x.Request), x.Group, x.Position))
+				msgs = append(msgs, fmt.Sprintf("tail audit: non-zero bytes past the transferred range in %s (request %s group %d position %d, ...)", a.Tail.Extent(), termtext.Escape(x.Request), x.Group, x.Position))
 			}
 			if a.Stored != nil && StoredVerdict(a.Stored) == Mismatch {
 				msgs = append(msgs, "stored checksums: some block differs from the checksum stored with it")
@@ -191,7 +191,7 @@ func (r *Result) Summary() string {
 				msgs = append(msgs, a.Transfers.Summary())
 			}
 			if a.SGLang.Mismatched() {
-				msgs = append(msgs, a.SGLang.Summary())
+				msgs = append(msgs, a.SGLang.summary())
 			}
 		}
 	case Unverified:
@@ -291,7 +291,7 @@ func Compare(ctx context.Context, producer, consumer side.Input, opts CompareOpt
 		return nil, err
 	}
 
-	res := &Result{Diff: DiffWith(prod, cons, DiffOptions{Strict: opts.Strict, RequireMix: opts.RequireMix}), Producer: pside.Info(), Consumer: cside.Info()}
+	res := &Result{Diff: diffWith(prod, cons, diffOptions{Strict: opts.Strict, RequireMix: opts.RequireMix}), Producer: pside.Info(), Consumer: cside.Info()}
 	res.Diff.MixKey, res.Diff.MixKeySource = key, keySource
 	if ce, ok := opts.Engine.(checksum.CheckedEngine); ok {
 		c := ce.Checked()

@@ -15,12 +15,12 @@ func diffGroup(pr, cr *side.RequestChecks, pg, cg *side.GroupChecks, id int, con
 	_, consumerSkipped := consumer.Skipped[id]
 	switch {
 	case pg == nil && cg == nil:
-		gv.Verdict, gv.Reason = LeftOut, LeftOutSkipped
+		gv.Verdict, gv.Reason = LeftOut, leftOutSkipped
 		return gv
 	case cg == nil && !consumerSkipped:
 		// The consumer does not hold the group for this load: vLLM's
 		// consumer compares only the groups it loaded (docs/spec.md §9).
-		gv.Verdict, gv.Reason = LeftOut, LeftOutProducerOnly
+		gv.Verdict, gv.Reason = LeftOut, leftOutProducerOnly
 		return gv
 	case pg == nil:
 		gv.Hint = fmt.Sprintf("the consumer checksummed group %d, the producer's checksums do not have it", id)
@@ -138,7 +138,7 @@ func comparable(pr, cr *side.RequestChecks, pg, cg *side.GroupChecks) (cchecks [
 		}
 	}
 	if (pg.SplitLess || cg.SplitLess) && pr.TPSize != 0 && cr.TPSize != 0 && pr.TPSize != cr.TPSize {
-		return nil, LeftOut, LeftOutSplitLess, ""
+		return nil, LeftOut, leftOutSplitLess, ""
 	}
 	if pg.BadFingerprint {
 		return nil, Unverified, ReasonFingerprint, "the producer sent a negative fingerprint"

@@ -22,7 +22,7 @@ const (
 	// checksum alone, without kvaudit's mix check (docs/spec.md §14).
 	ReasonVLLMOnly = "compared by vLLM's checksum only"
 
-	LeftOutSkipped      = "skipped on both sides"
-	LeftOutProducerOnly = "checksummed by the producer only: the consumer did not load it (ignored, as vLLM does)"
-	LeftOutSplitLess    = "state without a TP split is not comparable across TP sizes"
+	leftOutSkipped      = "skipped on both sides"
+	leftOutProducerOnly = "checksummed by the producer only: the consumer did not load it (ignored, as vLLM does)"
+	leftOutSplitLess    = "state without a TP split is not comparable across TP sizes"
 )

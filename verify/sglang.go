@@ -25,9 +25,9 @@ type SGLangAudit struct {
 
 // Sources of the value a consumer's sglang-adler32 is held to.
 const (
-	SGLangFromFlag     = "--sglang-checksum"
-	SGLangFromMetadata = "kv_checksum row"
-	SGLangFromProducer = "producer dump"
+	sglangFromFlag     = "--sglang-checksum"
+	sglangFromMetadata = "kv_checksum row"
+	sglangFromProducer = "producer dump"
 )
 
 // SGLangRequestAudit is one consumer request on one rank.
@@ -229,9 +229,9 @@ func sglangRequest(p, c *layout.Dump, r *layout.Request, opts SGLangOptions, use
 	key := fmt.Sprintf("%s@%d", r.ID, ra.TP)
 	if v, ok := opts.Sent[key]; ok {
 		used[key] = true
-		ra.Expected, ra.ExpectedFrom = &v, SGLangFromFlag
+		ra.Expected, ra.ExpectedFrom = &v, sglangFromFlag
 	} else if v, ok := r.SGLang.Sent(); ok {
-		ra.Expected, ra.ExpectedFrom = &v, SGLangFromMetadata
+		ra.Expected, ra.ExpectedFrom = &v, sglangFromMetadata
 	}
 	var pitems []checksum.SGLangItem
 	if p != nil {
@@ -265,7 +265,7 @@ func sglangRequest(p, c *layout.Dump, r *layout.Request, opts SGLangOptions, use
 			ra.Producer = &v
 			if ra.Expected == nil {
 				e := uint64(v)
-				ra.Expected, ra.ExpectedFrom = &e, SGLangFromProducer
+				ra.Expected, ra.ExpectedFrom = &e, sglangFromProducer
 			}
 			sglangBytes(ra, c, r, pitems, citems)
 		}
@@ -377,7 +377,7 @@ func agreement(a *SGLangAudit, d *DiffResult) {
 			ra.Agreement = "both caught it"
 		case s == Mismatch && kv == Verified && ra.DifferingBytes > 0 && ra.DifferingBytes == ra.TailBytes:
 			ra.Agreement = "SGLang only: the bytes differ only in unused tail slots past num_tokens, which SGLang hashes (whole pages) and which hold no KV; kvaudit's checks leave them out, so the request's KV arrived intact (a false alarm: SGLang aborts a good request)"
-		case s == Mismatch && kv == Verified && ra.ExpectedFrom != SGLangFromProducer && ra.Producer != nil && *ra.Producer == ra.Consumer:
+		case s == Mismatch && kv == Verified && ra.ExpectedFrom != sglangFromProducer && ra.Producer != nil && *ra.Producer == ra.Consumer:
 			ra.Agreement = "SGLang only: the consumer equals the producer, but the value sent differs from both (the value, not the KV, is wrong: a stale or another request's metadata row)"
 		case s == Mismatch && kv == Verified:
 			ra.Agreement = "SGLang only: kvaudit verified the request's KV"
@@ -411,8 +411,8 @@ func (a *SGLangAudit) Mismatched() bool {
 	return false
 }
 
-// Summary names the requests SGLang's check fails.
-func (a *SGLangAudit) Summary() string {
+// summary names the requests SGLang's check fails.
+func (a *SGLangAudit) summary() string {
 	var ids []string
 	for _, r := range a.Requests {
 		if r.Verdict == Mismatch && !slices.Contains(ids, r.Request) {

@@ -8,10 +8,10 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/dumpindex"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
-	"github.com/kvaudit/kvaudit/verify/drill"
 	"github.com/kvaudit/kvaudit/wire"
 )
 
@@ -22,7 +22,7 @@ func TestCompareSides(t *testing.T) {
 	ctx := context.Background()
 	pp := writeSide(t, synth.Config{Preset: "llama", Seed: 3, PP: 2})
 	cp := writeSide(t, synth.Config{Preset: "llama", Seed: 3, Role: "consumer", TP: 2})
-	flipBit(t, cp, drill.CellRef{Request: "req-0", Group: 0, Layer: "model.layers.1.self_attn.attn", Head: 6, Token: 4}, 0, 0)
+	flipBit(t, cp, dumpindex.CellRef{Request: "req-0", Group: 0, Layer: "model.layers.1.self_attn.attn", Head: 6, Token: 4}, 0, 0)
 	res, err := verify.Compare(ctx, side.Input{Paths: pp}, side.Input{Paths: cp}, verify.CompareOptions{})
 	if err != nil {
 		t.Fatal(err)

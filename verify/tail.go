@@ -167,3 +167,35 @@ func auditRank(a *TailAudit, d *layout.Dump, requests []string) {
 	slices.Sort(a.Notes)
 	a.Notes = slices.Compact(a.Notes)
 }
+
+// Extent says how much the findings cover, exactly: "1 block over 4
+// layers" (every block not zeroed in every layer named), else the blocks,
+// the layers and the (block, layer) regions ("2 blocks over 3 layers, 4
+// block-layer regions"); "" without findings. A block is a request's
+// group's position on one rank.
+func (a *TailAudit) Extent() string {
+	if len(a.Findings) == 0 {
+		return ""
+	}
+	type block struct {
+		request         string
+		group, position int
+		rank            layout.Rank
+	}
+	blocks, layers := map[block]bool{}, map[string]bool{}
+	for _, f := range a.Findings {
+		blocks[block{f.Request, f.Group, f.Position, f.Rank}] = true
+		layers[f.Layer] = true
+	}
+	plural := func(n int, what string) string {
+		if n == 1 {
+			return "1 " + what
+		}
+		return fmt.Sprintf("%d %ss", n, what)
+	}
+	s := plural(len(blocks), "block") + " over " + plural(len(layers), "layer")
+	if len(a.Findings) != len(blocks)*len(layers) {
+		s += ", " + plural(len(a.Findings), "block-layer region")
+	}
+	return s
+}

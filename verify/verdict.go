@@ -269,11 +269,11 @@ func mixOnlyNote(g int, positions []int) string {
 // checksums. Diff never fails: whatever cannot be compared is unverified,
 // with a fixed reason.
 func Diff(producer, consumer *side.Checks) *DiffResult {
-	return DiffWith(producer, consumer, DiffOptions{})
+	return diffWith(producer, consumer, diffOptions{})
 }
 
-// DiffOptions change how Diff judges.
-type DiffOptions struct {
+// diffOptions change how Diff judges.
+type diffOptions struct {
 	// Strict makes a group unverified (ReasonNotCovered) when any loaded
 	// consumer position was not compared, e.g. a flat payload that covers
 	// only part of the load, which vLLM's consumer verifies on the
@@ -285,8 +285,8 @@ type DiffOptions struct {
 	RequireMix bool
 }
 
-// DiffWith is Diff with options.
-func DiffWith(producer, consumer *side.Checks, opts DiffOptions) *DiffResult {
+// diffWith is Diff with options.
+func diffWith(producer, consumer *side.Checks, opts diffOptions) *DiffResult {
 	res := &DiffResult{}
 	for _, cr := range consumer.Requests {
 		rv := diffRequest(producer, consumer, cr)
@@ -405,8 +405,8 @@ func diffRequest(producer, consumer *side.Checks, cr *side.RequestChecks) *Reque
 	slices.Sort(ids)
 	for _, id := range ids {
 		gv := diffGroup(pr, cr, pr.Group(id), cr.Group(id), id, consumer)
-		if gv.Verdict == LeftOut && gv.Reason == LeftOutProducerOnly {
-			rv.Notes = append(rv.Notes, fmt.Sprintf("group %d: %s", id, LeftOutProducerOnly))
+		if gv.Verdict == LeftOut && gv.Reason == leftOutProducerOnly {
+			rv.Notes = append(rv.Notes, fmt.Sprintf("group %d: %s", id, leftOutProducerOnly))
 		}
 		if len(gv.MixOnly) > 0 {
 			rv.Notes = append(rv.Notes, mixOnlyNote(id, gv.MixOnly))

@@ -9,11 +9,11 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/dumpindex"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
-	"github.com/kvaudit/kvaudit/verify/drill"
 	"github.com/kvaudit/kvaudit/wire"
 )
 
@@ -44,13 +44,13 @@ func sideChecks(t testing.TB, paths []string) *side.Checks {
 
 // flipBit flips one bit of byte i of a cell of the dumps at paths, in
 // place (the dumps are the test's own).
-func flipBit(t testing.TB, paths []string, ref drill.CellRef, i, bit int) {
+func flipBit(t testing.TB, paths []string, ref dumpindex.CellRef, i, bit int) {
 	t.Helper()
 	dumps, err := layout.OpenSide(paths)
 	if err != nil {
 		t.Fatal(err)
 	}
-	file, off, err := drill.Locate(dumps, ref, i)
+	file, off, err := dumpindex.Locate(dumps, ref, i)
 	layout.CloseAll(dumps)
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +188,7 @@ func TestDiffCorruptedByte(t *testing.T) {
 			if v := verify.Diff(prod, sideChecks(t, cpaths)).Verdict; v != verify.Verified {
 				t.Fatalf("before the flip: %q", v)
 			}
-			flipBit(t, cpaths, drill.CellRef{Request: "req-1", Group: 0, Layer: "model.layers.1.self_attn.attn", Head: 3, Token: 20}, 77, 5)
+			flipBit(t, cpaths, dumpindex.CellRef{Request: "req-1", Group: 0, Layer: "model.layers.1.self_attn.attn", Head: 3, Token: 20}, 77, 5)
 			res := verify.Diff(prod, sideChecks(t, cpaths))
 			if res.Verdict != verify.Mismatch {
 				t.Fatalf("after the flip: %q", res.Verdict)
@@ -222,7 +222,7 @@ func TestDiffDivergedReplica(t *testing.T) {
 	if len(before.Requests[0].Groups[0].Checks) != 2 {
 		t.Fatalf("consumer has %d checks, want 2 (two copies of each head)", len(before.Requests[0].Groups[0].Checks))
 	}
-	flipBit(t, cpaths, drill.CellRef{Request: "req-0", Group: 0, Layer: "model.layers.0.self_attn.attn", Head: 1, Replica: 1, Token: 4}, 3, 0)
+	flipBit(t, cpaths, dumpindex.CellRef{Request: "req-0", Group: 0, Layer: "model.layers.0.self_attn.attn", Head: 1, Replica: 1, Token: 4}, 3, 0)
 	res := verify.Diff(prod, sideChecks(t, cpaths))
 	g := res.Requests[0].Groups[0]
 	if res.Verdict != verify.Mismatch || !slices.Equal(g.Checks, []int{1}) || !slices.Equal(g.Positions, []int{2}) {

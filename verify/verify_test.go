@@ -45,7 +45,7 @@ func TestVerdictAndSummary(t *testing.T) {
 		{"unverified", Result{Diff: diff(Unverified, "a")}, Unverified, "unverified: request a"},
 		{"no request", Result{Diff: diff(Unverified)}, Unverified, "unverified: the consumer holds no request"},
 		{"tail finding", Result{Diff: diff(Verified, "a"), Audits: &Audits{Tail: finding}}, Mismatch,
-			"mismatch: tail audit: 1 block(s) hold non-zero bytes past the transferred range (request req-1 group 0 position 3, ...)"},
+			"mismatch: tail audit: non-zero bytes past the transferred range in 1 block over 1 layer (request req-1 group 0 position 3, ...)"},
 		{"tail clean", Result{Diff: diff(Verified, "a"), Audits: &Audits{Tail: &TailAudit{Checked: 4}}}, Verified, ""},
 		{"stored differs", Result{Audits: &Audits{Stored: []*StoredRank{storedRank(match), storedRank(differs)}}}, Mismatch,
 			"mismatch: stored checksums: some block differs from the checksum stored with it"},
@@ -55,7 +55,7 @@ func TestVerdictAndSummary(t *testing.T) {
 		{"unverified load, nothing stored", Result{Diff: diff(Unverified, "a"), Audits: &Audits{Stored: []*StoredRank{}}}, Unverified,
 			"unverified: request a"},
 		{"mismatch and finding", Result{Diff: diff(Mismatch, "a"), Audits: &Audits{Tail: finding}}, Mismatch,
-			"mismatch: request a; tail audit: 1 block(s) hold non-zero bytes past the transferred range (request req-1 group 0 position 3, ...)"},
+			"mismatch: request a; tail audit: non-zero bytes past the transferred range in 1 block over 1 layer (request req-1 group 0 position 3, ...)"},
 	} {
 		if v := c.res.Verdict(); v != c.verdict {
 			t.Errorf("%s: verdict %s, want %s", c.name, v, c.verdict)

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -347,5 +350,108 @@ func TestReadmeFrontDoor(t *testing.T) {
 		if !linked[page] {
 			t.Errorf("README.md does not link %s", page)
 		}
+	}
+}
+
+// goNames returns the top-level names of the Go package in dir (every
+// non-test file, whatever its build tags): functions, types, constants and
+// variables by name, methods and struct fields as Type.Name.
+func goNames(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range file.Decls {
+			switch d := decl.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil || len(d.Recv.List) == 0 {
+					names[d.Name.Name] = true
+					continue
+				}
+				typ := d.Recv.List[0].Type
+				if s, ok := typ.(*ast.StarExpr); ok {
+					typ = s.X
+				}
+				if ix, ok := typ.(*ast.IndexExpr); ok {
+					typ = ix.X
+				}
+				if id, ok := typ.(*ast.Ident); ok {
+					names[id.Name+"."+d.Name.Name] = true
+				}
+			case *ast.GenDecl:
+				for _, spec := range d.Specs {
+					switch s := spec.(type) {
+					case *ast.TypeSpec:
+						names[s.Name.Name] = true
+						if st, ok := s.Type.(*ast.StructType); ok {
+							for _, field := range st.Fields.List {
+								for _, n := range field.Names {
+									names[s.Name.Name+"."+n.Name] = true
+								}
+							}
+						}
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							names[n.Name] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	return names
+}
+
+// TestDocGoNames checks the Go names README.md and docs/*.md give in code
+// (`verify.Compare`, `layout.Manifest.SGLangPages`, `nixl.PullTokens`):
+// each is declared in its package, so that a name renamed, moved or
+// unexported does not stay in the documentation.
+func TestDocGoNames(t *testing.T) {
+	pkgs := map[string]string{
+		"parse": "parse", "layout": "layout", "wire": "wire", "checksum": "checksum",
+		"transfer": "transfer", "side": "side", "verify": "verify", "drill": "verify/drill",
+		"scrub": "scrub", "nixl": "internal/nixl", "report": "internal/report",
+		"inject": "internal/inject", "synth": "internal/synth",
+	}
+	ref := regexp.MustCompile(`^([a-z]+)\.([A-Z]\w*(?:\.[A-Z]\w*)?)(?:\(\))?$`)
+	names := map[string]map[string]bool{}
+	checked := 0
+	for _, page := range docPages(t) {
+		b, err := os.ReadFile(filepath.Join(repoRoot, page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := prose(string(b), false)
+		for _, span := range codeSpan.FindAllString(text, -1) {
+			m := ref.FindStringSubmatch(strings.Trim(span, "`"))
+			if m == nil {
+				continue
+			}
+			dir, ok := pkgs[m[1]]
+			if !ok {
+				continue
+			}
+			if names[dir] == nil {
+				names[dir] = goNames(t, filepath.Join(repoRoot, filepath.FromSlash(dir)))
+			}
+			checked++
+			if !names[dir][m[2]] {
+				t.Errorf("%s names %s, which package %s does not declare", page, span, dir)
+			}
+		}
+	}
+	if checked < 20 {
+		t.Errorf("checked %d Go names in README.md and docs/*.md; the pages give more", checked)
 	}
 }

@@ -9,10 +9,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/rogpeppe/go-internal/testscript"
-
+	"github.com/kvaudit/kvaudit/internal/dumpindex"
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/verify/drill"
+	"github.com/rogpeppe/go-internal/testscript"
 )
 
 // cmdFlipKV flips one bit of one logical cell of a side's dumps, in place:
@@ -34,8 +33,8 @@ func cmdFlipKV(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	dumps, err := layout.OpenSide(paths)
 	ts.Check(err)
-	ref := drill.CellRef{Request: args[1], Group: n[0], Layer: args[3], Head: n[1], Replica: n[2], Token: n[3]}
-	file, off, err := drill.Locate(dumps, ref, n[4])
+	ref := dumpindex.CellRef{Request: args[1], Group: n[0], Layer: args[3], Head: n[1], Replica: n[2], Token: n[3]}
+	file, off, err := dumpindex.Locate(dumps, ref, n[4])
 	for _, d := range dumps {
 		d.Close()
 	}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,6 +38,7 @@ func TestTerminal(t *testing.T) {
 	p := scriptParams(testscript.Params{Dir: "testdata/terminal"})
 	p.Cmds["pty"] = cmdPty
 	p.Cmds["fits"] = cmdFits
+	p.Cmds["shows"] = cmdShows
 	p.Cmds["jsonset"] = cmdJSONSet
 	testscript.Run(t, p)
 }
@@ -244,11 +246,17 @@ func parseTerminal(out string) []ttyTable {
 			}
 		}
 		start := 0
-		if headerAt == 1 {
-			for _, h := range rows[0] {
-				t.header = append(t.header, strings.TrimSpace(h))
+		if headerAt >= 1 {
+			// a header may wrap at its spaces over several lines
+			t.header = make([]string, len(rows[0]))
+			for _, r := range rows[:headerAt] {
+				for k, h := range r {
+					if k < len(t.header) {
+						t.header[k] = strings.TrimSpace(t.header[k] + " " + strings.TrimSpace(h))
+					}
+				}
 			}
-			start = 1
+			start = headerAt
 		}
 		for _, r := range rows[start:] {
 			if t.cols == nil {
@@ -266,6 +274,41 @@ func parseTerminal(out string) []ttyTable {
 }
 
 var checksumWord = regexp.MustCompile(`0x[0-9a-f]{16}`)
+
+var sentenceRefs = regexp.MustCompile(`^(\[\d+\]|-)*$`)
+
+// sentencesBelow says whether the terminal's column shown holds, for each
+// piped cell of column k, the number of its sentence ("[1]"; "" and "-"
+// cells as they are), and the terminal shows each sentence below a grid
+// under its number (a Prose column, moved below the table).
+func sentencesBelow(tty, shown string, p ttyTable, k int) bool {
+	if !sentenceRefs.MatchString(shown) {
+		return false
+	}
+	all := noSpace(ansi.Strip(tty))
+	refs := regexp.MustCompile(`\[\d+\]|-`).FindAllString(shown, -1)
+	for _, l := range p.lines[1:] {
+		cells := strings.Split(l, "\t")
+		if k >= len(cells) || noSpace(cells[k]) == "" {
+			continue
+		}
+		if len(refs) == 0 {
+			return false
+		}
+		ref := refs[0]
+		refs = refs[1:]
+		if cells[k] == "-" {
+			if ref != "-" {
+				return false
+			}
+			continue
+		}
+		if !strings.Contains(all, ref+noSpace(cells[k])) {
+			return false
+		}
+	}
+	return len(refs) == 0
+}
 
 // cmdFits checks the terminal output of the last pty command against the
 // piped output in FILE: fits COLS FILE. Every line fits in COLS cells;
@@ -294,6 +337,23 @@ func cmdFits(ts *testscript.TestScript, neg bool, args []string) {
 	if len(piped) != len(shown) {
 		ts.Fatalf("%d tables piped, %d on the terminal:\n%s", len(piped), len(shown), tty)
 	}
+	// the sentences of Prose columns written below a grid ("[1] ...")
+	// are not among the piped notes
+	var cells []string
+	for _, p := range piped {
+		for _, l := range p.lines {
+			for c := range strings.SplitSeq(l, "\t") {
+				if c = noSpace(c); len(c) > 1 {
+					cells = append(cells, c)
+				}
+			}
+		}
+	}
+	for i := range shown {
+		for _, c := range cells {
+			shown[i].text = regexp.MustCompile(`\[\d+\]`+regexp.QuoteMeta(c)).ReplaceAllString(shown[i].text, "")
+		}
+	}
 	for i, p := range piped {
 		s := shown[i]
 		if !strings.Contains(s.text, p.text) {
@@ -311,11 +371,18 @@ func cmdFits(ts *testscript.TestScript, neg bool, args []string) {
 				p.cols[k] = strings.TrimPrefix(p.cols[k], noSpace(header[k]))
 			}
 		}
+		// the columns left out are those the terminal's header lacks; a
+		// note names each ("left out to fit N columns: ...", or "empty,
+		// not shown: ...")
 		dropped := map[string]bool{}
 		scaled := strings.Contains(s.text, noSpace("blocks scaled to fit"))
-		if m := leftOut.FindStringSubmatch(s.prose); m != nil {
-			for d := range strings.SplitSeq(m[1], ", ") {
-				dropped[strings.TrimSuffix(d, " (empty)")] = true
+		for _, h := range header {
+			if slices.Contains(s.header, h) {
+				continue
+			}
+			dropped[h] = true
+			if !leftOut.MatchString(s.prose) && !strings.Contains(s.prose, "empty, not shown:") || !strings.Contains(s.text, noSpace(h)) {
+				ts.Fatalf("table %q: column %q is left out and no note says so:\n%s", p.lines[0], h, tty)
 			}
 		}
 		var kept []int
@@ -334,7 +401,7 @@ func cmdFits(ts *testscript.TestScript, neg bool, args []string) {
 			if header != nil && header[k] == "blocks" && scaled {
 				continue
 			}
-			if s.cols[j] != p.cols[k] {
+			if s.cols[j] != p.cols[k] && !sentencesBelow(tty, s.cols[j], p, k) {
 				ts.Fatalf("table %q column %d: the terminal shows\n%s\nthe pipe\n%s", title, k, s.cols[j], p.cols[k])
 			}
 		}
@@ -349,4 +416,27 @@ func cmdFits(ts *testscript.TestScript, neg bool, args []string) {
 			}
 		}
 	}
+}
+
+// cmdShows checks the columns of a table of the last pty command's
+// output: shows TITLE COLUMN... finds the table whose title or notes hold
+// TITLE and checks its header (wrapped or not) has every COLUMN; with !,
+// none of them.
+func cmdShows(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 2 {
+		ts.Fatalf("usage: shows TITLE COLUMN...")
+	}
+	tty := ts.ReadFile("stdout")
+	for _, t := range parseTerminal(tty) {
+		if !strings.Contains(t.text, noSpace(args[0])) {
+			continue
+		}
+		for _, c := range args[1:] {
+			if has := slices.Contains(t.header, c); has == neg {
+				ts.Fatalf("table %q: column %q shown: %v (header %q):\n%s", args[0], c, has, t.header, tty)
+			}
+		}
+		return
+	}
+	ts.Fatalf("no table %q in:\n%s", args[0], tty)
 }

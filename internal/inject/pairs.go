@@ -260,8 +260,8 @@ func (s *pairState) runControl(ctx context.Context, synthesized bool) error {
 	}
 	s.tailClean = len(tail.Findings) == 0
 	if !s.tailClean {
-		msg := fmt.Sprintf("tail audit: %d block(s) hold non-zero bytes past the transferred range (e.g. request %s group %d position %d)",
-			len(tail.Findings), tail.Findings[0].Request, tail.Findings[0].Group, tail.Findings[0].Position)
+		msg := fmt.Sprintf("tail audit: non-zero bytes past the transferred range in %s (e.g. request %s group %d position %d)",
+			tail.Extent(), tail.Findings[0].Request, tail.Findings[0].Group, tail.Findings[0].Position)
 		if synthesized {
 			c.Problems = append(c.Problems, msg)
 		} else {

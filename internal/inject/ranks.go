@@ -3,18 +3,19 @@ package inject
 import (
 	"slices"
 
+	"github.com/kvaudit/kvaudit/internal/dumpindex"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
 // ranks are the dumps a dump fault is planned on, indexed by rank: their
 // requests, groups, caches and blocks, with what planning needs of them.
 type ranks struct {
-	*layout.DumpIndex
+	*dumpindex.Index
 	ids []string // request ids, the first rank's first
 }
 
 func newRanks(dumps []*layout.Dump) *ranks {
-	r := &ranks{DumpIndex: layout.NewDumpIndex(dumps)}
+	r := &ranks{Index: dumpindex.New(dumps)}
 	r.ids = r.RequestIDs()
 	return r
 }
@@ -26,7 +27,7 @@ func (r *ranks) rankOf(di int) Rank {
 }
 
 // cache is one distinct cache of a group on one rank.
-type cache = layout.RankCache
+type cache = dumpindex.RankCache
 
 // maxReplicas is the number of checks of a group on the ranks.
 func (r *ranks) maxReplicas(group int) int {

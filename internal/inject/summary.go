@@ -66,7 +66,11 @@ func (f *Fault) expectSummary() string {
 		}
 	}
 	if len(f.Expect.Tail) > 0 {
-		parts = append(parts, fmt.Sprintf("the tail audit finds %d block(s) not zeroed", len(f.Expect.Tail)))
+		a := &verify.TailAudit{}
+		for _, t := range f.Expect.Tail {
+			a.Findings = append(a.Findings, verify.TailFinding{Request: t.Request, Group: t.Group, Position: t.Position, Rank: t.Rank, Layer: t.Layer})
+		}
+		parts = append(parts, fmt.Sprintf("the tail audit finds %s not zeroed", a.Extent()))
 	}
 	if len(f.Expect.Stored) > 0 {
 		parts = append(parts, fmt.Sprintf("%d stored checksum(s) fail", len(f.Expect.Stored)))

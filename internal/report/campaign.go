@@ -128,7 +128,10 @@ func campaignTables(r *inject.CampaignResult) []*Table {
 	t := &Table{
 		Title:  fmt.Sprintf("kvaudit campaign: %s (%d trials per kind, seed %d)", verdict, r.Trials, r.Seed),
 		Header: []string{"kind", "detector", "trials", "detected", "localised exactly", "missed", "false positives", "caught by vLLM's checksum", "pairs", "example"},
-		Drop:   []string{"pairs", "example", "detector", "detected", "caught by vLLM's checksum"},
+		// caught by vLLM's checksum is what a connector's production check
+		// lets through: it stays, as missed and false positives do
+		Drop:  []string{"pairs", "example", "detector", "detected", "localised exactly"},
+		Whole: []string{"kind"},
 	}
 	dash := Cell{Text: "-", Tone: Dim}
 	count := func(n int, bad bool) Cell {
@@ -181,7 +184,8 @@ func campaignTables(r *inject.CampaignResult) []*Table {
 		"detected: the kind's detector reported it; localised exactly: every judged detector reported exactly what fault.json expects (group, consumer positions, replica checks, drill-down layer/head/hint, audit findings)",
 		"controls (clean pairs, past-num-tokens) must never be flagged; stale-tail is judged by the tail audit alone, with every checksum verified",
 		"caught by vLLM's checksum: the trials vLLM's checksum alone would have caught (kvaudit's mix check left out, no audit): the rest pass a connector's production check",
-		"example: the first trial's faulted group, one cell per consumer block position: . verified, X mismatch, - not compared, _ not loaded")
+		"example: the first trial's faulted group, one cell per consumer block position: . verified, X mismatch, - not compared, _ not loaded",
+		fmt.Sprintf("pairs: on how many of the campaign's %d producer/consumer pairs the kind's trials ran (each trial picks one the kind applies to; the store-* kinds run on one small side per store format; clean compares every pair untouched)", allPairs))
 	t.Notes = append(t.Notes, noteTexts(campaignNotes(r))...)
 	tables := []*Table{t}
 	f := &Table{Title: "failing trials", Header: []string{"kind", "trial", "pair", "trial seed", "fault", "problem"}}

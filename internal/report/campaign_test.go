@@ -183,7 +183,7 @@ func TestDiffAudits(t *testing.T) {
 	if err := RenderDiffAudits(&b, res, a, FormatTable, DiffOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"# kvaudit diff: mismatch (the comparison: verified; an audit below found a fault)\n", "transferred-or-zeroed audit: 1 block(s) not zeroed", "x.safetensors:123", "stored checksums: mismatch", "DIFFERS"} {
+	for _, want := range []string{"# kvaudit diff: mismatch (the comparison: verified; an audit below found a fault)\n", "transferred-or-zeroed audit: 1 block over 1 layer not zeroed", "x.safetensors:123", "stored checksums: mismatch", "DIFFERS"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}

@@ -281,6 +281,7 @@ func diffTables(res *verify.DiffResult, verdict verify.Verdict) []*Table {
 		Header: []string{"request", "group", "kind", "verdict", "positions", "checks", "reason", "blocks"},
 		Drop:   []string{"kind", "checks", "positions"},
 		Whole:  []string{"request"},
+		Prose:  []string{"reason"},
 	}
 	counts := map[verify.Verdict]int{}
 	for _, rv := range res.Requests {
@@ -350,7 +351,7 @@ func diffTables(res *verify.DiffResult, verdict verify.Verdict) []*Table {
 					head += "-" + strconv.Itoa(x.LastHead)
 				}
 			}
-			d.Add(C("%s", rv.ID), C("%d", x.Group), C("%d", x.Position), C("%s", layer), C("%s", x.LayerName),
+			d.Add(C("%s", rv.ID), C("%d", x.Group), C("%d", x.Position), C("%s", layer), C("%s", layerRangeName(x.LayerName, x.Layer, x.Layers)),
 				C("%s", head), C("%d", x.Replica), C("%d:%d", x.PPRank, x.TPRank), C("%s", tokens), C("%d", x.Bytes),
 				C("%d", x.Block), C("%s", x.File), C("%d", x.Offset), Cell{Text: x.Hint, Tone: Bad})
 		}
@@ -476,10 +477,10 @@ func diffJUnit(res *verify.DiffResult, opts DiffOptions) junitSuites {
 					case d.Group != g.ID:
 					case d.State:
 						fmt.Fprintf(&text, "layers %s (%s) state %d rows %d-%d replica %d, %d differing bytes, rank pp %d tp %d block %d, %s at %d: %s\n",
-							ranges.Format(d.Layers), d.LayerName, d.StateIndex, d.Head, d.LastHead, d.Replica, d.Bytes, d.PPRank, d.TPRank, d.Block, d.File, d.Offset, d.Hint)
+							ranges.Format(d.Layers), layerRangeName(d.LayerName, d.Layer, d.Layers), d.StateIndex, d.Head, d.LastHead, d.Replica, d.Bytes, d.PPRank, d.TPRank, d.Block, d.File, d.Offset, d.Hint)
 					default:
 						fmt.Fprintf(&text, "position %d layers %s (%s) heads %s replica %d tokens %d-%d, %d differing bytes, rank pp %d tp %d block %d, %s at %d: %s\n",
-							d.Position, ranges.Format(d.Layers), d.LayerName, ranges.Format(d.Heads), d.Replica, d.FirstToken, d.LastToken, d.Bytes, d.PPRank, d.TPRank, d.Block, d.File, d.Offset, d.Hint)
+							d.Position, ranges.Format(d.Layers), layerRangeName(d.LayerName, d.Layer, d.Layers), ranges.Format(d.Heads), d.Replica, d.FirstToken, d.LastToken, d.Bytes, d.PPRank, d.TPRank, d.Block, d.File, d.Offset, d.Hint)
 					}
 				}
 				msg := fmt.Sprintf("mismatch at consumer block positions %s (checks %s)", ranges.Format(g.Positions), ranges.Format(g.Checks))
@@ -578,4 +579,22 @@ func RenderDiffAudits(w io.Writer, res *verify.DiffResult, a *verify.Audits, f F
 		return writeJUnit(w, doc)
 	}
 	return renderTables(w, append(diffTables(res, verdict), auditTables(a)...), f, opts.Style)
+}
+
+// layerRangeName names the layers of a drill-down row that covers
+// several: the first layer's name with its number made the range
+// ("model.layers.0-3.self_attn.attn"), or, when the name holds no such
+// number, the first name and how many more ("cache_a (+3 layers)").
+func layerRangeName(first string, layer int, layers []int) string {
+	if len(layers) <= 1 {
+		return first
+	}
+	parts := strings.Split(first, ".")
+	for i, p := range parts {
+		if p == strconv.Itoa(layer) {
+			parts[i] = ranges.Format(layers)
+			return strings.Join(parts, ".")
+		}
+	}
+	return fmt.Sprintf("%s (+%d layers)", first, len(layers)-1)
 }

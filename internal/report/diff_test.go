@@ -164,7 +164,7 @@ func TestDiffTable(t *testing.T) {
 		"req-3\t0\tfull_attention\tmismatch\t1\t0\t\t.X.\n",
 		"request req-3: group 0: block position(s) 1 differ in kvaudit's mix check only: vLLM's checksum alone would have verified them\n",
 		"req-0\t0\t2\t1\tmodel.layers.1.self_attn.attn\t0\t0\t0:1\t33\t1\t7\tbad/rank-0-1.safetensors\t123456\t1 bit flipped\n",
-		"req-0\t0\t2\t2-3\tmodel.layers.2.self_attn.attn\t4-5,7\t0\t0:1\t32-39\t6144\t7\tbad/rank-0-1.safetensors\t654321\tholds the block of position 0\n",
+		"req-0\t0\t2\t2-3\tmodel.layers.2-3.self_attn.attn\t4-5,7\t0\t0:1\t32-39\t6144\t7\tbad/rank-0-1.safetensors\t654321\tholds the block of position 0\n",
 		"request req-0: a note\n",
 	} {
 		if !strings.Contains(out, want) {
@@ -241,7 +241,7 @@ func TestDiffFitsWidth(t *testing.T) {
 		}
 		out := string(sgr.ReplaceAll(b.Bytes(), nil))
 		fits(t, []byte(out), 80)
-		for _, want := range []string{"verdict", "blocks", "mismatch", "X", strings.Repeat(".", 20), "blocks scaled to fit: one cell per", "left out to fit 80 columns: reason (empty), kind"} {
+		for _, want := range []string{"verdict", "blocks", "mismatch", "X", strings.Repeat(".", 20), "blocks scaled to fit: one cell per", "empty, not shown: reason\n", "left out to fit 80 columns: kind, checks, positions"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("%+v: lacks %q:\n%s", style, want, out)
 			}

@@ -150,7 +150,8 @@ func InspectTables(in *InspectJSON) []*Table {
 			Title: fmt.Sprintf("%s: %s, tp %d/%d, pp %d/%d, %d blocks, %d requests",
 				d.Path, d.Model, d.TPRank, d.TPSize, d.PPRank, d.PPSize, d.NumBlocks, len(d.Requests)),
 			Header: []string{"group", "kind", "block size", "cache", "layer", "dtype", "layout", "heads", "replicas", "cell size", "cache size"},
-			Drop:   []string{"layout", "replicas", "cell size", "layer", "block size", "dtype"},
+			// the cache, its layer, dtype, layout and heads tell most
+			Drop: []string{"replicas", "cell size", "cache size", "group", "block size", "kind"},
 		}
 		for _, g := range d.Groups {
 			kind := g.Kind

@@ -8,12 +8,8 @@ import (
 	"strings"
 
 	"github.com/charmbracelet/lipgloss"
-	"github.com/charmbracelet/lipgloss/table"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/muesli/termenv"
-	"github.com/olekukonko/tablewriter"
-	"github.com/olekukonko/tablewriter/renderer"
-	"github.com/olekukonko/tablewriter/tw"
 
 	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/verify"
@@ -34,7 +30,7 @@ const (
 // colors (Color), aligned in bordered columns without color (Aligned), or
 // else as tab-separated text, one row per line, for a pipe.
 type Style struct {
-	// Color draws a styled table (lipgloss: borders, colors).
+	// Color draws a styled table (rounded borders, colors).
 	Color bool
 	// ForceColor writes the color codes even when the writer is not a
 	// terminal (--color always).
@@ -46,6 +42,10 @@ type Style struct {
 	// in: low-value columns are left out, then long cells wrap and block
 	// maps are scaled down (0: no limit).
 	Width int
+	// book numbers the sentences that tables of one output move below
+	// their grids (Table.Prose), so that a sentence cited by two tables
+	// is written once.
+	book *sentenceBook
 }
 
 // Tone colors a cell on a terminal.
@@ -85,11 +85,22 @@ type Table struct {
 	Header []string
 	Rows   [][]Cell
 	Notes  []string
-	// Drop names the columns (by header) that a styled or aligned table
-	// leaves out, in this order, when it is wider than Style.Width; the
-	// verdicts and block maps are never in it. Columns whose every cell
-	// is empty are left out before them.
+	// Drop ranks the columns (by header) that a styled or aligned table
+	// may leave out when it is wider than Style.Width, least telling
+	// first: it leaves them out in this order until the table fits. A
+	// column not named (the verdicts, block maps, what tells one row from
+	// another) is never left out. Columns whose every cell is empty are
+	// left out first, whatever the width.
 	Drop []string
+	// Prose names the columns (by header) of sentences: findings, causes,
+	// problems. A styled or aligned table that would not fit Style.Width
+	// unwrapped does not squeeze them into a column: each cell holds the
+	// number of its sentence ("[1]") and the sentences are written below
+	// the grid, numbered, each once, however many rows or tables of the
+	// output cite it.
+	Prose []string
+	// below are the numbered sentences to write under the grid.
+	below []string
 	// Whole names the columns (by header) whose words a narrow table never
 	// breaks: identifiers such as request ids, which wrap only after their
 	// hyphens and other breakpoints. Checksums (0x and 16 hex digits) are
@@ -122,6 +133,9 @@ func (t *Table) Render(w io.Writer, f Format, style Style) error {
 		t = &c
 	}
 	t = t.escaped()
+	if f != FormatMarkdown && style.Width > 0 && len(t.Prose) > 0 {
+		t = t.proseBelow(style)
+	}
 	var b strings.Builder
 	switch {
 	case f == FormatMarkdown:
@@ -176,8 +190,8 @@ func (t *Table) plain(w io.Writer) error {
 	return bw.Flush()
 }
 
-// markdown writes a GitHub table (tablewriter's markdown renderer), each
-// note a paragraph of its own.
+// markdown writes a GitHub table (grid with the markdown box), each note
+// a paragraph of its own.
 func (t *Table) markdown(b *strings.Builder) {
 	if t.Title != "" {
 		fmt.Fprintf(b, "### %s\n\n", t.Title)
@@ -186,20 +200,18 @@ func (t *Table) markdown(b *strings.Builder) {
 	if header := t.header(); len(header) > 0 {
 		// A table without a header (name and value rows) gets an empty
 		// one: a markdown table needs a header row.
-		tb := newTableWriter(b, tablewriter.WithRenderer(renderer.NewMarkdown()))
 		hdr := make([]string, len(header))
 		for i, h := range header {
 			hdr[i] = esc(h)
 		}
-		tb.Header(hdr)
-		for _, r := range t.Rows {
-			cols := make([]string, len(header))
-			for i, c := range r[:min(len(r), len(cols))] {
-				cols[i] = esc(c.Text)
+		rows := make([][]string, len(t.Rows))
+		for k, r := range t.Rows {
+			rows[k] = make([]string, len(header))
+			for i, c := range r[:min(len(r), len(header))] {
+				rows[k][i] = esc(c.Text)
 			}
-			_ = tb.Append(cols)
 		}
-		_ = tb.Render()
+		grid{box: markdownBox, header: hdr, rows: rows}.draw(b)
 	}
 	for _, n := range t.Notes {
 		fmt.Fprintf(b, "\n%s\n", n)
@@ -275,12 +287,15 @@ func pieces(text string) []string {
 }
 
 // minWidth is the narrowest a column may wrap to, and whether its words
-// must stay whole even then: its header (one line), its cells' longest
+// must stay whole even then: its header's longest word (a header wraps
+// at its spaces), its cells' longest
 // piece (pieces) up to 20 cells, a map of 16 cells. A checksum, and any
 // piece of a whole column (Table.Whole), is never broken: it counts in
 // full.
 func minWidth(header string, cells []Cell, whole bool) (w int, unbreakable bool) {
-	w = ansi.StringWidth(header)
+	for f := range strings.FieldsSeq(header) {
+		w = max(w, ansi.StringWidth(f))
+	}
 	unbreakable = whole
 	for _, c := range cells {
 		if c.Map != nil {
@@ -324,20 +339,39 @@ func (t *Table) layout(width int) *laidOut {
 		}
 		return cs
 	}
-	natural, least := make([]int, n), make([]int, n)
+	// body is a column's width with its header wrapped at spaces: a
+	// wrapped header costs a line, not a line per row
+	natural, body, least := make([]int, n), make([]int, n), make([]int, n)
 	unbreakable, empty := make([]bool, n), make([]bool, n)
 	for i, h := range header {
-		natural[i] = ansi.StringWidth(h)
+		for f := range strings.FieldsSeq(h) {
+			body[i] = max(body[i], ansi.StringWidth(f))
+		}
 		empty[i] = len(t.Rows) > 0
 		for _, c := range column(i) {
-			natural[i] = max(natural[i], cellWidth(c))
+			body[i] = max(body[i], cellWidth(c))
 			if c.Text != "" || c.Map != nil {
 				empty[i] = false
 			}
 		}
+		natural[i] = max(body[i], ansi.StringWidth(h))
 		var w int
 		w, unbreakable[i] = minWidth(h, column(i), slices.Contains(t.Whole, h))
 		least[i] = min(natural[i], w)
+	}
+	// a block map is scaled to 32 cells before anything is left out
+	isMap := make([]bool, n)
+	for _, r := range t.Rows {
+		for i, c := range r {
+			if i < n && c.Map != nil {
+				isMap[i] = true
+			}
+		}
+	}
+	for i := range body {
+		if isMap[i] {
+			body[i] = max(least[i], min(body[i], 32))
+		}
 	}
 	keep := make([]bool, n)
 	for i := range keep {
@@ -352,14 +386,14 @@ func (t *Table) layout(width int) *laidOut {
 		}
 		return s
 	}
-	var dropped []string
+	var dropped, emptied []string
 	// wrap when that takes at most an eighth of the width
-	fits := func() bool { return sum(least) <= width && sum(natural) <= width+width/8 }
+	fits := func() bool { return sum(least) <= width && sum(body) <= width+width/8 }
 	if width > 0 {
 		for i, h := range header {
-			if empty[i] && !fits() {
+			if empty[i] {
 				keep[i] = false
-				dropped = append(dropped, h+" (empty)")
+				emptied = append(emptied, h)
 			}
 		}
 		for _, name := range t.Drop {
@@ -392,14 +426,6 @@ func (t *Table) layout(width int) *laidOut {
 	// Block maps shrink first, to 32 cells; then text wraps; then maps
 	// shrink to their least; then words break too, down to 4 cells a
 	// column or the header's width.
-	isMap := make([]bool, n)
-	for _, r := range t.Rows {
-		for i, c := range r {
-			if i < n && c.Map != nil {
-				isMap[i] = true
-			}
-		}
-	}
 	step := make([]int, n)
 	for i := range step {
 		step[i] = natural[i]
@@ -407,6 +433,7 @@ func (t *Table) layout(width int) *laidOut {
 			step[i] = max(least[i], min(natural[i], 32))
 		}
 	}
+	narrow(body) // headers wrap first
 	narrow(step)
 	for i := range step {
 		if !isMap[i] {
@@ -417,7 +444,11 @@ func (t *Table) layout(width int) *laidOut {
 	narrow(least)
 	for i, h := range header {
 		if !unbreakable[i] {
-			least[i] = min(least[i], max(4, ansi.StringWidth(h)))
+			hw := 0
+			for f := range strings.FieldsSeq(h) {
+				hw = max(hw, ansi.StringWidth(f))
+			}
+			least[i] = min(least[i], max(4, hw))
 		}
 	}
 	narrow(least)
@@ -425,9 +456,12 @@ func (t *Table) layout(width int) *laidOut {
 	for i := range n {
 		if keep[i] {
 			out.cols = append(out.cols, i)
-			out.header = append(out.header, header[i])
+			out.header = append(out.header, ansi.Wrap(header[i], widths[i], ""))
 			out.widths = append(out.widths, widths[i])
 		}
+	}
+	if len(emptied) > 0 {
+		out.notes = append(out.notes, "empty, not shown: "+strings.Join(emptied, ", "))
 	}
 	if len(dropped) > 0 {
 		out.notes = append(out.notes, fmt.Sprintf("left out to fit %d columns: %s (-o json has every field)", width, strings.Join(dropped, ", ")))
@@ -485,15 +519,6 @@ func scaledNote(per int) string {
 	return fmt.Sprintf("blocks scaled to fit: one cell per %d positions, showing the worst", per)
 }
 
-// newTableWriter makes a tablewriter that writes cells as they are (no
-// header capitals, wrapping or trimming: the layout did that), aligned left.
-func newTableWriter(w io.Writer, opts ...tablewriter.Option) *tablewriter.Table {
-	return tablewriter.NewTable(w, append([]tablewriter.Option{tablewriter.WithHeaderAutoFormat(tw.Off),
-		tablewriter.WithHeaderAlignment(tw.AlignLeft), tablewriter.WithRowAlignment(tw.AlignLeft),
-		tablewriter.WithRowAutoWrap(tw.WrapNone), tablewriter.WithHeaderAutoWrap(tw.WrapNone),
-		tablewriter.WithTrimSpace(tw.Off)}, opts...)...)
-}
-
 // fit lays the table out in width cells for the aligned and styled grids:
 // the layout, each row's kept cells (maps colored by r when not nil) and
 // the notes to write under the grid (the table's, then the layout's).
@@ -506,28 +531,25 @@ func (t *Table) fit(width int, r *lipgloss.Renderer) (l *laidOut, rows [][]strin
 		scaled = max(scaled, per)
 		rows[i] = cells
 	}
-	notes = append(append([]string{}, t.Notes...), l.notes...)
+	notes = append(append(append([]string{}, t.below...), t.Notes...), l.notes...)
 	if scaled > 1 {
 		notes = append(notes, scaledNote(scaled))
 	}
 	return l, rows, notes
 }
 
-// aligned writes the table in aligned columns with borders and no color
-// (tablewriter).
+// aligned writes the table in aligned columns with square borders and no
+// color.
 func (t *Table) aligned(b *strings.Builder, style Style) {
 	if t.Title != "" {
 		b.WriteString(ansi.Wrap(t.Title, widthOr(style.Width), " ") + "\n")
 	}
 	l, rows, notes := t.fit(style.Width, nil)
-	tb := newTableWriter(b)
+	g := grid{box: squareBox, rows: rows}
 	if len(t.Header) > 0 {
-		tb.Header(l.header)
+		g.header = l.header
 	}
-	for _, cells := range rows {
-		_ = tb.Append(cells)
-	}
-	_ = tb.Render()
+	g.draw(b)
 	for _, n := range notes {
 		b.WriteString(ansi.Wrap(n, widthOr(style.Width), " ") + "\n")
 	}
@@ -546,8 +568,8 @@ func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 		r.SetColorProfile(termenv.ANSI256)
 	}
 	title := r.NewStyle().Bold(true)
-	header := r.NewStyle().Bold(true).Padding(0, 1)
-	cell := r.NewStyle().Padding(0, 1)
+	header := r.NewStyle().Bold(true)
+	cell := r.NewStyle()
 	tones := map[Tone]lipgloss.Style{
 		Plain: cell,
 		Good:  cell.Foreground(lipgloss.Color("2")),
@@ -569,23 +591,22 @@ func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 			tone[i] = append(tone[i], tn)
 		}
 	}
-	tb := table.New().
-		Border(lipgloss.RoundedBorder()).
-		BorderStyle(r.NewStyle().Foreground(lipgloss.Color("8"))).
-		Rows(rows...).
-		StyleFunc(func(row, col int) lipgloss.Style {
-			if row == table.HeaderRow {
-				return header
+	border := r.NewStyle().Foreground(lipgloss.Color("8"))
+	g := grid{box: roundBox, rows: rows,
+		line: func(s string) string { return border.Render(s) },
+		paint: func(row, col int, s string) string {
+			if row < 0 {
+				return header.Render(s)
 			}
-			if row < 0 || row >= len(tone) || col >= len(tone[row]) {
-				return cell
+			if row >= len(tone) || col >= len(tone[row]) {
+				return s
 			}
-			return tones[tone[row][col]]
-		})
+			return tones[tone[row][col]].Render(s)
+		}}
 	if len(t.Header) > 0 {
-		tb.Headers(l.header...)
+		g.header = l.header
 	}
-	b.WriteString(tb.Render() + "\n")
+	g.draw(b)
 	faint := r.NewStyle().Faint(true)
 	for _, n := range notes {
 		for l := range strings.SplitSeq(ansi.Wrap(n, widthOr(style.Width), " "), "\n") {
@@ -596,7 +617,7 @@ func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 
 // escaped returns a copy of the table with every text escaped.
 func (t *Table) escaped() *Table {
-	e := &Table{Title: escapeText(t.Title), Header: make([]string, len(t.Header)), Rows: make([][]Cell, len(t.Rows)), Notes: make([]string, len(t.Notes)), Drop: t.Drop, Whole: t.Whole}
+	e := &Table{Title: escapeText(t.Title), Header: make([]string, len(t.Header)), Rows: make([][]Cell, len(t.Rows)), Notes: make([]string, len(t.Notes)), Drop: t.Drop, Whole: t.Whole, Prose: t.Prose}
 	for i, h := range t.Header {
 		e.Header[i] = escapeText(h)
 	}
@@ -619,6 +640,9 @@ func (t *Table) escaped() *Table {
 func escapeText(s string) string { return termtext.Escape(s) }
 
 func renderTables(w io.Writer, tables []*Table, f Format, style Style) error {
+	if style.book == nil {
+		style.book = &sentenceBook{}
+	}
 	for i, t := range tables {
 		if i > 0 && f != FormatMarkdown {
 			if _, err := io.WriteString(w, "\n"); err != nil {

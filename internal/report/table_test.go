@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// TestLayoutLeavesOutEmptyColumnsFirst: a table too wide for the
-// terminal leaves out a column whose every cell is empty before the
-// columns its Drop list names, and says so.
+// TestLayoutLeavesOutEmptyColumnsFirst: a table on a terminal leaves out
+// a column whose every cell is empty, whatever the width, and says so;
+// then, when still too wide, the columns its Drop list names.
 func TestLayoutLeavesOutEmptyColumnsFirst(t *testing.T) {
 	tb := &Table{
 		Header: []string{"request", "kind", "verdict", "reason", "positions"},
@@ -17,22 +17,34 @@ func TestLayoutLeavesOutEmptyColumnsFirst(t *testing.T) {
 	for range 3 {
 		tb.Add(C("a-rather-long-request-id-000"), C("full_attention"), C("verified"), C(""), C("0-3"))
 	}
+	for _, width := range []int{70, 200} {
+		var b bytes.Buffer
+		if err := tb.Render(&b, FormatTable, Style{Aligned: true, Width: width}); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		fits(t, b.Bytes(), width)
+		if !strings.Contains(out, "empty, not shown: reason\n") || strings.Contains(out, "left out") || strings.Contains(out, "reason │") ||
+			!strings.Contains(out, "full_attention") || !strings.Contains(out, "positions") {
+			t.Errorf("width %d: the empty reason is not the only column left out:\n%s", width, out)
+		}
+	}
+	// too narrow for kind too: kind goes next, as Drop says
 	var b bytes.Buffer
-	if err := tb.Render(&b, FormatTable, Style{Aligned: true, Width: 70}); err != nil {
+	if err := tb.Render(&b, FormatTable, Style{Aligned: true, Width: 50}); err != nil {
 		t.Fatal(err)
 	}
-	out := b.String()
-	fits(t, b.Bytes(), 70)
-	if !strings.Contains(out, "left out to fit 70 columns: reason (empty) (-o json") || !strings.Contains(out, "full_attention") || !strings.Contains(out, "positions") {
-		t.Errorf("the empty reason is not the only column left out:\n%s", out)
+	fits(t, b.Bytes(), 50)
+	if out := b.String(); !strings.Contains(out, "left out to fit 50 columns: kind (-o json") || !strings.Contains(out, "positions") {
+		t.Errorf("at 50 columns:\n%s", out)
 	}
-	// with the room for every column, nothing is left out
+	// without a width (no terminal), nothing is left out
 	b.Reset()
-	if err := tb.Render(&b, FormatTable, Style{Aligned: true, Width: 100}); err != nil {
+	if err := tb.Render(&b, FormatTable, Style{Aligned: true}); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(b.String(), "left out") || !strings.Contains(b.String(), "reason") {
-		t.Errorf("at 100 columns:\n%s", b.String())
+	if strings.Contains(b.String(), "not shown") || !strings.Contains(b.String(), "reason") {
+		t.Errorf("without a width:\n%s", b.String())
 	}
 }
 

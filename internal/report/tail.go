@@ -56,7 +56,7 @@ func NewTailAuditJSON(a *verify.TailAudit) *TailAuditJSON {
 func tailAuditTable(a *verify.TailAudit) *Table {
 	verdict := "clean"
 	if len(a.Findings) > 0 {
-		verdict = fmt.Sprintf("%d block(s) not zeroed", len(a.Findings))
+		verdict = a.Extent() + " not zeroed"
 	}
 	t := &Table{
 		Title:  "transferred-or-zeroed audit: " + verdict,

@@ -88,7 +88,10 @@ func transfersTables(res *transfer.Result, requests bool) []*Table {
 		ft := &Table{
 			Title:  fmt.Sprintf("transfer findings: %d", len(res.Findings)),
 			Header: []string{"invariant", "request", "transfer", "descriptor", "rank", "position", "layer", "part", "heads", "tokens", "bytes", "what"},
-			Drop:   []string{"bytes", "part", "heads", "rank", "descriptor"},
+			// what tells one finding from another (descriptor, layer,
+			// part, heads) stays; the sentence goes below the grid
+			Drop:  []string{"bytes", "tokens", "rank", "position", "transfer"},
+			Prose: []string{"what"},
 		}
 		if !requests {
 			xfers := 0
@@ -172,7 +175,8 @@ func causesTable(res *verify.DiffResult) *Table {
 	t := &Table{
 		Title:  "causes: the transfer audit's findings at the mismatches",
 		Header: []string{"request", "group", "position", "transfer", "descriptor", "invariant", "cause"},
-		Drop:   []string{"descriptor", "group"},
+		Drop:   []string{"group"},
+		Prose:  []string{"cause"},
 	}
 	for _, rv := range res.Requests {
 		for _, c := range rv.Causes {
@@ -181,7 +185,7 @@ func causesTable(res *verify.DiffResult) *Table {
 				desc = fmt.Sprint(c.Descriptor)
 			}
 			t.Add(C("%s", rv.ID), C("%d", c.Group), C("%d", c.Position), C("%d", c.Transfer), C("%s", desc),
-				Cell{Text: c.Invariant, Tone: Bad}, C("position %d: %s", c.Position, c.Message))
+				Cell{Text: c.Invariant, Tone: Bad}, C("%s", c.Message))
 		}
 	}
 	if len(t.Rows) == 0 {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/dumpindex"
 	"github.com/kvaudit/kvaudit/internal/ranges"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
@@ -41,7 +42,7 @@ func write(t *testing.T, cfg synth.Config) *kv {
 }
 
 // locate returns the file and the offset of every byte of a cell.
-func (s *kv) locate(ref drill.CellRef) (string, []int64) {
+func (s *kv) locate(ref dumpindex.CellRef) (string, []int64) {
 	s.t.Helper()
 	if s.dumps == nil {
 		dumps, err := layout.OpenSide(s.paths)
@@ -55,7 +56,7 @@ func (s *kv) locate(ref drill.CellRef) (string, []int64) {
 	var file string
 	var offs []int64
 	for i := 0; ; i++ {
-		f, off, err := drill.Locate(dumps, ref, i)
+		f, off, err := dumpindex.Locate(dumps, ref, i)
 		if err != nil {
 			if i == 0 {
 				s.t.Fatal(err)
@@ -66,7 +67,7 @@ func (s *kv) locate(ref drill.CellRef) (string, []int64) {
 	}
 }
 
-func (s *kv) read(ref drill.CellRef) []byte {
+func (s *kv) read(ref dumpindex.CellRef) []byte {
 	s.t.Helper()
 	file, offs := s.locate(ref)
 	f, err := os.Open(file)
@@ -89,7 +90,7 @@ func (s *kv) read(ref drill.CellRef) []byte {
 }
 
 // write replaces a cell's logical bytes (the side is the test's own).
-func (s *kv) write(ref drill.CellRef, b []byte) {
+func (s *kv) write(ref dumpindex.CellRef, b []byte) {
 	s.t.Helper()
 	old := s.read(ref)
 	file, offs := s.locate(ref)
@@ -162,8 +163,8 @@ func detailsOf(res *verify.DiffResult, id string) (out []string, bytes int) {
 	return out, bytes
 }
 
-func cell(req string, layer string, head, token int) drill.CellRef {
-	return drill.CellRef{Request: req, Group: 0, Layer: layer, Head: head, Token: token}
+func cell(req string, layer string, head, token int) dumpindex.CellRef {
+	return dumpindex.CellRef{Request: req, Group: 0, Layer: layer, Head: head, Token: token}
 }
 
 func llama(role string, edits ...func(*synth.Config)) synth.Config {
@@ -284,7 +285,7 @@ func checkWhere(t *testing.T, c *kv, res *verify.DiffResult) {
 		t.Fatal(err)
 	}
 	defer layout.CloseAll(dumps)
-	index := layout.NewDumpIndex(dumps)
+	index := dumpindex.New(dumps)
 	for _, r := range res.Requests {
 		for _, d := range r.Details {
 			offs := c.at[d.File]
@@ -344,7 +345,7 @@ func TestExplainStaleRead(t *testing.T) {
 func TestExplainReplica(t *testing.T) {
 	prod := write(t, synth.Config{Preset: "tiny", Seed: 4, Tokens: 7})
 	c := write(t, synth.Config{Preset: "tiny", Seed: 4, Tokens: 7, TP: 4, Layout: "nhd", Role: "consumer"})
-	ref := drill.CellRef{Request: "req-0", Group: 0, Layer: "model.layers.0.self_attn.attn", Head: 1, Replica: 1, Token: 3}
+	ref := dumpindex.CellRef{Request: "req-0", Group: 0, Layer: "model.layers.0.self_attn.attn", Head: 1, Replica: 1, Token: 3}
 	b := c.read(ref)
 	b[9] ^= 0x10
 	c.write(ref, b)

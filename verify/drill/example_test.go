@@ -6,6 +6,7 @@ import (
 	"log"
 	"os"
 
+	"github.com/kvaudit/kvaudit/internal/dumpindex"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/verify/drill"
@@ -20,7 +21,7 @@ func ExampleExplain() {
 	defer os.RemoveAll(dir)
 	ppaths, _ := synth.Write(dir, synth.Config{Preset: "llama", Requests: 1, Seed: 1})
 	cpaths, _ := synth.Write(dir, synth.Config{Preset: "llama", Requests: 1, Seed: 1, TP: 2, Layout: "hnd", Role: "consumer"})
-	flip(cpaths, drill.CellRef{Request: "req-0", Layer: "model.layers.3.self_attn.attn", Head: 6, Token: 9}, 40, 2)
+	flip(cpaths, dumpindex.CellRef{Request: "req-0", Layer: "model.layers.3.self_attn.attn", Head: 6, Token: 9}, 40, 2)
 
 	pd, err := layout.OpenSide(ppaths)
 	if err != nil {
@@ -45,12 +46,12 @@ func ExampleExplain() {
 }
 
 // flip flips one bit of one byte of a cell of the dumps at paths.
-func flip(paths []string, ref drill.CellRef, i, bit int) {
+func flip(paths []string, ref dumpindex.CellRef, i, bit int) {
 	dumps, err := layout.OpenSide(paths)
 	if err != nil {
 		log.Fatal(err)
 	}
-	file, off, err := drill.Locate(dumps, ref, i)
+	file, off, err := dumpindex.Locate(dumps, ref, i)
 	layout.CloseAll(dumps)
 	if err != nil {
 		log.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/dumpindex"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/verify/drill"
@@ -105,7 +106,7 @@ func TestHeatPastCap(t *testing.T) {
 func TestHeatReplica(t *testing.T) {
 	prod := write(t, synth.Config{Preset: "tiny", Seed: 4, Tokens: 7})
 	c := write(t, synth.Config{Preset: "tiny", Seed: 4, Tokens: 7, TP: 4, Layout: "nhd", Role: "consumer"})
-	ref := drill.CellRef{Request: "req-0", Group: 0, Layer: "model.layers.0.self_attn.attn", Head: 1, Replica: 1, Token: 3}
+	ref := dumpindex.CellRef{Request: "req-0", Group: 0, Layer: "model.layers.0.self_attn.attn", Head: 1, Replica: 1, Token: 3}
 	b := c.read(ref)
 	b[9] ^= 0x10
 	c.write(ref, b)
@@ -166,7 +167,7 @@ func TestHeatState(t *testing.T) {
 	p := write(t, cfg)
 	cfg.Role, cfg.TP, cfg.Layout = "consumer", 2, "hnd"
 	c := write(t, cfg)
-	ref := drill.CellRef{Request: "req-1", Group: 1, Layer: "model.layers.3.mixer", Head: 70, Replica: 1}
+	ref := dumpindex.CellRef{Request: "req-1", Group: 1, Layer: "model.layers.3.mixer", Head: 70, Replica: 1}
 	b := c.read(ref)
 	b[1] ^= 0x10
 	c.write(ref, b)
@@ -186,7 +187,7 @@ func TestHeatState(t *testing.T) {
 func TestHeatIndexer(t *testing.T) {
 	prod := write(t, synth.Config{Preset: "indexer", Seed: 8})
 	c := write(t, synth.Config{Preset: "indexer", Seed: 8, Role: "consumer", TP: 2})
-	ref := drill.CellRef{Request: "req-0", Group: 0, Layer: "model.layers.1.self_attn.indexer.k_cache", Head: 4, Token: 9}
+	ref := dumpindex.CellRef{Request: "req-0", Group: 0, Layer: "model.layers.1.self_attn.indexer.k_cache", Head: 4, Token: 9}
 	b := c.read(ref)
 	b[3] ^= 1
 	c.write(ref, b)

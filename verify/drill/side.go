@@ -5,15 +5,16 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/kvaudit/kvaudit/internal/dumpindex"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
 // cache is one distinct cache of a group on one rank.
-type cache = layout.RankCache
+type cache = dumpindex.RankCache
 
 // side is one side's dumps, indexed for the drill-down's lookups.
 type side struct {
-	*layout.DumpIndex
+	*dumpindex.Index
 	ids      []string       // request ids, the first rank's first
 	index    map[string]int // request id -> index in ids
 	producer bool
@@ -22,7 +23,7 @@ type side struct {
 }
 
 func newSide(dumps []*layout.Dump, producer bool) *side {
-	s := &side{DumpIndex: layout.NewDumpIndex(dumps), index: map[string]int{}, grps: map[int]*sideGroup{}, producer: producer}
+	s := &side{Index: dumpindex.New(dumps), index: map[string]int{}, grps: map[int]*sideGroup{}, producer: producer}
 	s.ids = s.RequestIDs()
 	for i, id := range s.ids {
 		s.index[id] = i

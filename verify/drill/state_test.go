@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/dumpindex"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/verify"
 	"github.com/kvaudit/kvaudit/verify/drill"
@@ -23,7 +24,7 @@ func TestExplainStateRows(t *testing.T) {
 			cfg.Role, cfg.TP, cfg.Layout = "consumer", 2, "hnd"
 			c := write(t, cfg)
 			// Global rows of the conv state: x 0-63, B 64-79, C 80-95.
-			ref := drill.CellRef{Request: "req-1", Group: 1, Layer: "model.layers.3.mixer", Head: 70, Replica: 1}
+			ref := dumpindex.CellRef{Request: "req-1", Group: 1, Layer: "model.layers.3.mixer", Head: 70, Replica: 1}
 			b := c.read(ref)
 			b[1] ^= 0x10
 			c.write(ref, b)
@@ -69,7 +70,7 @@ func TestExplainStaleState(t *testing.T) {
 	c := write(t, cfg)
 	// Copy request 0's rows 0-31 (rank 0's share of Q) into request 1.
 	for row := range 32 {
-		src := drill.CellRef{Request: "req-0", Group: 1, Layer: "model.layers.1.mixer", Head: row}
+		src := dumpindex.CellRef{Request: "req-0", Group: 1, Layer: "model.layers.1.mixer", Head: row}
 		dst := src
 		dst.Request = "req-1"
 		c.write(dst, c.read(src))

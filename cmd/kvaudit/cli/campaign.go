@@ -60,8 +60,12 @@ it is (kinds a pair cannot take are counted as not applicable). Trials run
 in parallel in-process; each writes and recomputes only the consumer ranks
 its fault changes. The inputs are never written.
 
---trials counts trials per kind. The command exits 1 when a detectable
-fault was missed or mislocalised or a control was flagged.
+--trials counts trials per kind. The table's pairs column says on how
+many of the campaign's pairs a kind's trials ran (each trial picks one the
+kind applies to; the store-* kinds run on one small side per store format);
+caught by vLLM's checksum counts the trials vLLM's checksum alone would have
+caught. The command exits 1 when a detectable fault was missed or
+mislocalised or a control was flagged.
 
 ` + exitCodeHelp("campaign"),
 		Example: `  # every kind, 20 trials each, over the synthesized pairs

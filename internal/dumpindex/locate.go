@@ -1,4 +1,4 @@
-package drill
+package dumpindex
 
 import (
 	"fmt"
@@ -29,8 +29,8 @@ func (r CellRef) String() string {
 // for a cell the side does not hold (no such request, layer, head or copy,
 // a null or missing block) or held in device memory.
 func Locate(dumps []*layout.Dump, ref CellRef, i int) (string, int64, error) {
-	s := layout.NewDumpIndex(dumps)
-	var c layout.RankCache
+	s := New(dumps)
+	var c RankCache
 	ok := false
 	for _, x := range s.Caches(ref.Group) {
 		v := x.View

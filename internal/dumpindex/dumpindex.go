@@ -1,24 +1,28 @@
-package layout
+// Package dumpindex indexes the dumps of every rank of one side by
+// request, group, layer and head, for the drill-down and fault injection.
+package dumpindex
 
 import (
 	"slices"
 	"strconv"
+
+	"github.com/kvaudit/kvaudit/layout"
 )
 
-// DumpIndex indexes the dumps of every rank of one producer or consumer, for
+// Index indexes the dumps of every rank of one producer or consumer, for
 // tools that look cells up by request, group, layer and head (the
 // drill-down, fault injection).
-type DumpIndex struct {
-	Dumps []*Dump
+type Index struct {
+	Dumps []*layout.Dump
 	// reqs maps, per dump, a request id to its request.
-	reqs []map[string]*Request
+	reqs []map[string]*layout.Request
 }
 
-// NewDumpIndex indexes dumps (they stay open; the caller closes them).
-func NewDumpIndex(dumps []*Dump) *DumpIndex {
-	s := &DumpIndex{Dumps: dumps}
+// New indexes dumps (they stay open; the caller closes them).
+func New(dumps []*layout.Dump) *Index {
+	s := &Index{Dumps: dumps}
 	for _, d := range dumps {
-		m := map[string]*Request{}
+		m := map[string]*layout.Request{}
 		for i := range d.Manifest.Requests {
 			m[d.Manifest.Requests[i].ID] = &d.Manifest.Requests[i]
 		}
@@ -29,7 +33,7 @@ func NewDumpIndex(dumps []*Dump) *DumpIndex {
 
 // Request returns request id as the first rank holding it lists it, or
 // nil.
-func (s *DumpIndex) Request(id string) *Request {
+func (s *Index) Request(id string) *layout.Request {
 	for _, m := range s.reqs {
 		if r := m[id]; r != nil {
 			return r
@@ -39,10 +43,10 @@ func (s *DumpIndex) Request(id string) *Request {
 }
 
 // RankRequest returns request id as dump di lists it, or nil.
-func (s *DumpIndex) RankRequest(di int, id string) *Request { return s.reqs[di][id] }
+func (s *Index) RankRequest(di int, id string) *layout.Request { return s.reqs[di][id] }
 
 // RequestIDs lists the side's request ids, the first rank's first.
-func (s *DumpIndex) RequestIDs() []string {
+func (s *Index) RequestIDs() []string {
 	var ids []string
 	for _, d := range s.Dumps {
 		for _, r := range d.Manifest.Requests {
@@ -56,7 +60,7 @@ func (s *DumpIndex) RequestIDs() []string {
 
 // Group returns group id as the first rank that has it describes it, or
 // nil.
-func (s *DumpIndex) Group(id int) *Group {
+func (s *Index) Group(id int) *layout.Group {
 	for _, d := range s.Dumps {
 		if g := d.Manifest.Group(id); g != nil {
 			return g
@@ -66,7 +70,7 @@ func (s *DumpIndex) Group(id int) *Group {
 }
 
 // GroupIDs lists the side's group ids in manifest order.
-func (s *DumpIndex) GroupIDs() []int {
+func (s *Index) GroupIDs() []int {
 	var ids []int
 	for _, d := range s.Dumps {
 		for _, g := range d.Manifest.Groups {
@@ -80,14 +84,14 @@ func (s *DumpIndex) GroupIDs() []int {
 
 // RankCache is one distinct cache of a group on one rank of a side.
 type RankCache struct {
-	Dump  int // index in DumpIndex.Dumps
-	Group *Group
-	View  *LayerView
+	Dump  int // index in Index.Dumps
+	Group *layout.Group
+	View  *layout.LayerView
 }
 
 // Caches returns the checksummed caches of group id on every rank, in rank
 // order (none for a skipped group).
-func (s *DumpIndex) Caches(group int) []RankCache {
+func (s *Index) Caches(group int) []RankCache {
 	var out []RankCache
 	for di, d := range s.Dumps {
 		gv := d.GroupView(group)
@@ -105,19 +109,19 @@ func (s *DumpIndex) Caches(group int) []RankCache {
 // in group g on dump di: from the block table, or, for a state group, the
 // request's state block at position 0. ok is false where there is none (no
 // such request or position, a null block, an id out of range).
-func (s *DumpIndex) Block(di int, id string, g *Group, pos int) (block int, ok bool) {
+func (s *Index) Block(di int, id string, g *layout.Group, pos int) (block int, ok bool) {
 	r := s.reqs[di][id]
 	if r == nil {
 		return 0, false
 	}
 	key := strconv.Itoa(g.ID)
-	if g.Kind == KindMamba {
+	if g.Kind == layout.KindMamba {
 		var found bool
 		block, found = r.StateBlock[key]
 		ok = found && pos == 0
 	} else {
 		t := r.BlockTable[key]
-		if pos < 0 || pos >= len(t) || t[pos] == NoBlock {
+		if pos < 0 || pos >= len(t) || t[pos] == layout.NoBlock {
 			return 0, false
 		}
 		block, ok = t[pos], true

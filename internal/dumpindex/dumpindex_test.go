@@ -1,9 +1,10 @@
-package layout_test
+package dumpindex_test
 
 import (
 	"slices"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/dumpindex"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -18,7 +19,7 @@ func TestDumpIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer layout.CloseAll(dumps)
-	s := layout.NewDumpIndex(dumps)
+	s := dumpindex.New(dumps)
 	if ids := s.RequestIDs(); !slices.Equal(ids, []string{"req-0", "req-1"}) {
 		t.Errorf("request ids %v", ids)
 	}

@@ -1,0 +1,73 @@
+package report
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/charmbracelet/x/ansi"
+)
+
+// sentenceBook numbers the sentences of one output's tables (Table.Prose).
+type sentenceBook struct{ sentences []string }
+
+// number is a sentence's number, from 1, and whether it is new.
+func (b *sentenceBook) number(s string) (int, bool) {
+	if i := slices.Index(b.sentences, s); i >= 0 {
+		return i + 1, false
+	}
+	b.sentences = append(b.sentences, s)
+	return len(b.sentences), true
+}
+
+// naturalWidth is how wide the table is unwrapped, its empty columns left
+// out (they always are, on a terminal).
+func (t *Table) naturalWidth() int {
+	header := t.header()
+	w := 1
+	for i, h := range header {
+		cw, empty := ansi.StringWidth(h), len(t.Rows) > 0
+		for _, r := range t.Rows {
+			if i < len(r) {
+				cw = max(cw, cellWidth(r[i]))
+				if r[i].Text != "" || r[i].Map != nil {
+					empty = false
+				}
+			}
+		}
+		if !empty {
+			w += cw + 3
+		}
+	}
+	return w
+}
+
+// proseBelow returns a copy of the table whose Prose columns hold the
+// numbers of their sentences, the sentences new to style's book written
+// below the grid, when the table would not fit style.Width unwrapped;
+// else the table itself. A cell without a sentence ("", "-") stays.
+func (t *Table) proseBelow(style Style) *Table {
+	if t.naturalWidth() <= style.Width {
+		return t
+	}
+	book := style.book
+	if book == nil {
+		book = &sentenceBook{}
+	}
+	c := *t
+	c.Rows = make([][]Cell, len(t.Rows))
+	c.below = slices.Clone(t.below)
+	for k, r := range t.Rows {
+		c.Rows[k] = slices.Clone(r)
+		for i, h := range t.header() {
+			if i >= len(r) || !slices.Contains(t.Prose, h) || r[i].Text == "" || r[i].Text == "-" || r[i].Map != nil {
+				continue
+			}
+			n, isNew := book.number(r[i].Text)
+			if isNew {
+				c.below = append(c.below, fmt.Sprintf("[%d] %s", n, r[i].Text))
+			}
+			c.Rows[k][i] = Cell{Text: fmt.Sprintf("[%d]", n), Tone: r[i].Tone, Styled: r[i].Styled}
+		}
+	}
+	return &c
+}
