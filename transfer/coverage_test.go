@@ -28,7 +28,10 @@ func TestCoverageOfCorrectPulls(t *testing.T) {
 				if len(c.Rows) == 0 || c.Columns > transfer.MaxColumns || (attention && c.Columns*c.Per < c.NumTokens) {
 					t.Fatalf("%s on %s: %d rows, %d columns of %d tokens for %d tokens", c.Request, c.Rank, len(c.Rows), c.Columns, c.Per, c.NumTokens)
 				}
-				for _, r := range c.Rows {
+				for i, r := range c.Rows {
+					if i > 0 && (r.Group < c.Rows[i-1].Group || (r.Group == c.Rows[i-1].Group && r.Layer <= c.Rows[i-1].Layer)) {
+						t.Errorf("%s: row %d (group %d layer %d) after group %d layer %d", c.Request, i, r.Group, r.Layer, c.Rows[i-1].Group, c.Rows[i-1].Layer)
+					}
 					for k, cell := range r.Cells {
 						lo, hi := k*c.Per, (k+1)*c.Per
 						want := transfer.CellState(255)
