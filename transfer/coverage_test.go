@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/nixl"
+	"github.com/kvaudit/kvaudit/internal/synth"
+	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
 )
 
@@ -145,5 +147,47 @@ func TestCoverageOfEmptyLog(t *testing.T) {
 	res := audit(t, logs, prod, cons)
 	if res.Verdict != transfer.Violated || len(res.Coverage) != 0 {
 		t.Fatalf("%s, %d requests drawn", res.Summary(), len(res.Coverage))
+	}
+}
+
+// TestCoverageOfSlidingWindow: a sliding window group's layers hold no
+// block of the tokens before its window (drawn as no block), those past
+// it delivered; the full attention group's layers hold every token.
+func TestCoverageOfSlidingWindow(t *testing.T) {
+	g := geometry{"swa", synth.Config{Preset: "swa", Tokens: 100}, synth.Config{Preset: "swa", Tokens: 100, Role: "consumer", ZeroTails: true}, nixl.PlannerExact}
+	prod, cons, logs := pull(t, t.TempDir(), g)
+	res := audit(t, logs, prod, cons)
+	if res.Verdict != transfer.Clean || len(res.Coverage) == 0 {
+		t.Fatalf("%s, %d drawn", res.Summary(), len(res.Coverage))
+	}
+	window := map[int]int{} // group -> the first token its span holds
+	for _, grp := range cons[0].Manifest.Groups {
+		if grp.Kind == layout.KindSlidingWindow {
+			keep := (grp.SlidingWindow+grp.BlockSize-1)/grp.BlockSize + 1 // RequestSpan's blocks kept
+			blocks := (100 + grp.BlockSize - 1) / grp.BlockSize
+			window[grp.ID] = max(0, blocks-keep) * grp.BlockSize
+		}
+	}
+	if len(window) == 0 {
+		t.Fatal("the swa preset has no sliding window group")
+	}
+	none := 0
+	for _, c := range res.Coverage {
+		for _, r := range c.Rows {
+			for k, cell := range r.Cells {
+				lo, hi := k*c.Per, (k+1)*c.Per
+				want := transfer.CellDelivered
+				if first, ok := window[r.Group]; ok && hi <= first {
+					want = transfer.CellNone
+					none++
+				}
+				if hi <= c.Pulled && cell.State != want {
+					t.Errorf("%s group %d layer %d tokens %d-%d: state %d, want %d", c.Request, r.Group, r.Layer, lo, hi-1, cell.State, want)
+				}
+			}
+		}
+	}
+	if none == 0 {
+		t.Error("no token lies before the window: the test tests nothing")
 	}
 }
