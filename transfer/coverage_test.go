@@ -191,3 +191,56 @@ func TestCoverageOfSlidingWindow(t *testing.T) {
 		t.Error("no token lies before the window: the test tests nothing")
 	}
 }
+
+// TestCoverageOfStaleSlots: slots past the request's last token that no
+// transfer delivers and that are not zero (a consumer that did not zero
+// them) are drawn not zeroed, where the zeroed findings are; zeroed
+// ones, zeroed.
+func TestCoverageOfStaleSlots(t *testing.T) {
+	for _, zero := range []bool{true, false} {
+		c := synth.Config{Preset: "llama", Layout: "hnd", BlockSize: 32, Role: "consumer", ZeroTails: zero}
+		g := geometry{"stale", synth.Config{Preset: "llama", Layout: "hnd", BlockSize: 16}, c, nixl.PlannerExact}
+		prod, cons, logs := pull(t, t.TempDir(), g)
+		res := audit(t, logs, prod, cons)
+		findings := map[string][2]int{} // request -> the zeroed findings' tokens
+		for _, f := range res.Findings {
+			if f.Invariant != transfer.Zeroed {
+				t.Fatalf("zero %v: %s", zero, f.Message)
+			}
+			findings[f.Request] = [2]int{f.Tokens[0], f.Tokens[1]}
+		}
+		if zero != (len(findings) == 0) {
+			t.Fatalf("zero %v: %d requests with zeroed findings", zero, len(findings))
+		}
+		stale := 0
+		for _, cv := range res.Coverage {
+			for _, r := range cv.Rows {
+				for k, cell := range r.Cells {
+					lo := k * cv.Per
+					if lo < cv.NumTokens {
+						continue
+					}
+					// Slots the producer's blocks (of 16) hold are
+					// delivered; the rest zero or stale.
+					want := transfer.CellZeroed
+					switch {
+					case lo < (cv.NumTokens+15)/16*16:
+						want = transfer.CellDelivered
+					case !zero:
+						want = transfer.CellNotZeroed
+						if f, ok := findings[cv.Request]; !ok || lo < f[0] || lo > f[1] {
+							t.Errorf("%s token %d: stale, but no zeroed finding there (%v)", cv.Request, lo, f)
+						}
+						stale++
+					}
+					if cell.State != want {
+						t.Errorf("zero %v: %s layer %d slot %d: state %d, want %d", zero, cv.Request, r.Layer, lo, cell.State, want)
+					}
+				}
+			}
+		}
+		if !zero && stale == 0 {
+			t.Error("no stale slot drawn")
+		}
+	}
+}
