@@ -213,6 +213,10 @@ type Options struct {
 	Format Format
 	// Threads read files at once (0: GOMAXPROCS).
 	Threads int
+	// Progress, when set, is told the bytes of each file read, once it
+	// is checked (from the reading goroutines, at once); they add up to
+	// Result.Bytes.
+	Progress func(n int64)
 }
 
 // An InputError is a path or store file a scrub cannot read as what it
@@ -313,7 +317,11 @@ func Scrub(ctx context.Context, paths []string, opts Options) (*Result, error) {
 			buf := make([]byte, chunkSize)
 			for j := range queue {
 				if ctx.Err() == nil {
-					bytes.Add(j.run(buf, j.dir.add))
+					n := j.run(buf, j.dir.add)
+					bytes.Add(n)
+					if opts.Progress != nil {
+						opts.Progress(n)
+					}
 				}
 				j.root.release()
 			}

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -829,5 +830,25 @@ func TestParseMooncakeMetaHostile(t *testing.T) {
 		if _, err := parseMooncakeMeta(b); err != nil {
 			t.Errorf("%v", err)
 		}
+	}
+}
+
+// TestProgressAddsUpToBytes: Options.Progress is told every file's bytes
+// read, from the reading goroutines: they add up to Result.Bytes, the
+// bytes of the blocks checked.
+func TestProgressAddsUpToBytes(t *testing.T) {
+	root := t.TempDir()
+	base := "meta-llama_Llama-3.1-8B_0123456789ab"
+	block := bytes.Repeat([]byte("kv"), 4096)
+	for i := range 3 {
+		vllmStore(t, root, base, 0, i, fmt.Sprintf("%08x", i)+strings.Repeat("0", 56), block, be32(crc32.Checksum(block, castagnoli)))
+	}
+	var told atomic.Int64
+	res, err := Scrub(context.Background(), []string{root}, Options{Threads: 2, Progress: func(n int64) { told.Add(n) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(3 * len(block)); res.Bytes != want || told.Load() != res.Bytes {
+		t.Errorf("Progress was told %d bytes, the result says %d, the blocks hold %d", told.Load(), res.Bytes, want)
 	}
 }

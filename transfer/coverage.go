@@ -4,6 +4,8 @@ package transfer
 // layer and token (Result.Coverage): the picture the HTML report draws.
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -309,6 +311,10 @@ func (a *auditor) coverage(rc *rankCover, r *request, served bool, findings int)
 			}
 		}
 	}
+	// Regions come in address order: rows go by group, then layer.
+	slices.SortStableFunc(c.Rows, func(p, q CoverageRow) int {
+		return cmp.Or(cmp.Compare(p.Group, q.Group), cmp.Compare(p.Layer, q.Layer))
+	})
 	return c
 }
 

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/nixl"
+	"github.com/kvaudit/kvaudit/internal/synth"
+	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
 )
 
@@ -28,7 +30,10 @@ func TestCoverageOfCorrectPulls(t *testing.T) {
 				if len(c.Rows) == 0 || c.Columns > transfer.MaxColumns || (attention && c.Columns*c.Per < c.NumTokens) {
 					t.Fatalf("%s on %s: %d rows, %d columns of %d tokens for %d tokens", c.Request, c.Rank, len(c.Rows), c.Columns, c.Per, c.NumTokens)
 				}
-				for _, r := range c.Rows {
+				for i, r := range c.Rows {
+					if i > 0 && (r.Group < c.Rows[i-1].Group || (r.Group == c.Rows[i-1].Group && r.Layer <= c.Rows[i-1].Layer)) {
+						t.Errorf("%s: row %d (group %d layer %d) after group %d layer %d", c.Request, i, r.Group, r.Layer, c.Rows[i-1].Group, c.Rows[i-1].Layer)
+					}
 					for k, cell := range r.Cells {
 						lo, hi := k*c.Per, (k+1)*c.Per
 						want := transfer.CellState(255)
@@ -142,5 +147,100 @@ func TestCoverageOfEmptyLog(t *testing.T) {
 	res := audit(t, logs, prod, cons)
 	if res.Verdict != transfer.Violated || len(res.Coverage) != 0 {
 		t.Fatalf("%s, %d requests drawn", res.Summary(), len(res.Coverage))
+	}
+}
+
+// TestCoverageOfSlidingWindow: a sliding window group's layers hold no
+// block of the tokens before its window (drawn as no block), those past
+// it delivered; the full attention group's layers hold every token.
+func TestCoverageOfSlidingWindow(t *testing.T) {
+	g := geometry{"swa", synth.Config{Preset: "swa", Tokens: 100}, synth.Config{Preset: "swa", Tokens: 100, Role: "consumer", ZeroTails: true}, nixl.PlannerExact}
+	prod, cons, logs := pull(t, t.TempDir(), g)
+	res := audit(t, logs, prod, cons)
+	if res.Verdict != transfer.Clean || len(res.Coverage) == 0 {
+		t.Fatalf("%s, %d drawn", res.Summary(), len(res.Coverage))
+	}
+	window := map[int]int{} // group -> the first token its span holds
+	for _, grp := range cons[0].Manifest.Groups {
+		if grp.Kind == layout.KindSlidingWindow {
+			keep := (grp.SlidingWindow+grp.BlockSize-1)/grp.BlockSize + 1 // RequestSpan's blocks kept
+			blocks := (100 + grp.BlockSize - 1) / grp.BlockSize
+			window[grp.ID] = max(0, blocks-keep) * grp.BlockSize
+		}
+	}
+	if len(window) == 0 {
+		t.Fatal("the swa preset has no sliding window group")
+	}
+	none := 0
+	for _, c := range res.Coverage {
+		for _, r := range c.Rows {
+			for k, cell := range r.Cells {
+				lo, hi := k*c.Per, (k+1)*c.Per
+				want := transfer.CellDelivered
+				if first, ok := window[r.Group]; ok && hi <= first {
+					want = transfer.CellNone
+					none++
+				}
+				if hi <= c.Pulled && cell.State != want {
+					t.Errorf("%s group %d layer %d tokens %d-%d: state %d, want %d", c.Request, r.Group, r.Layer, lo, hi-1, cell.State, want)
+				}
+			}
+		}
+	}
+	if none == 0 {
+		t.Error("no token lies before the window: the test tests nothing")
+	}
+}
+
+// TestCoverageOfStaleSlots: slots past the request's last token that no
+// transfer delivers and that are not zero (a consumer that did not zero
+// them) are drawn not zeroed, where the zeroed findings are; zeroed
+// ones, zeroed.
+func TestCoverageOfStaleSlots(t *testing.T) {
+	for _, zero := range []bool{true, false} {
+		c := synth.Config{Preset: "llama", Layout: "hnd", BlockSize: 32, Role: "consumer", ZeroTails: zero}
+		g := geometry{"stale", synth.Config{Preset: "llama", Layout: "hnd", BlockSize: 16}, c, nixl.PlannerExact}
+		prod, cons, logs := pull(t, t.TempDir(), g)
+		res := audit(t, logs, prod, cons)
+		findings := map[string][2]int{} // request -> the zeroed findings' tokens
+		for _, f := range res.Findings {
+			if f.Invariant != transfer.Zeroed {
+				t.Fatalf("zero %v: %s", zero, f.Message)
+			}
+			findings[f.Request] = [2]int{f.Tokens[0], f.Tokens[1]}
+		}
+		if zero != (len(findings) == 0) {
+			t.Fatalf("zero %v: %d requests with zeroed findings", zero, len(findings))
+		}
+		stale := 0
+		for _, cv := range res.Coverage {
+			for _, r := range cv.Rows {
+				for k, cell := range r.Cells {
+					lo := k * cv.Per
+					if lo < cv.NumTokens {
+						continue
+					}
+					// Slots the producer's blocks (of 16) hold are
+					// delivered; the rest zero or stale.
+					want := transfer.CellZeroed
+					switch {
+					case lo < (cv.NumTokens+15)/16*16:
+						want = transfer.CellDelivered
+					case !zero:
+						want = transfer.CellNotZeroed
+						if f, ok := findings[cv.Request]; !ok || lo < f[0] || lo > f[1] {
+							t.Errorf("%s token %d: stale, but no zeroed finding there (%v)", cv.Request, lo, f)
+						}
+						stale++
+					}
+					if cell.State != want {
+						t.Errorf("zero %v: %s layer %d slot %d: state %d, want %d", zero, cv.Request, r.Layer, lo, cell.State, want)
+					}
+				}
+			}
+		}
+		if !zero && stale == 0 {
+			t.Error("no stale slot drawn")
+		}
 	}
 }

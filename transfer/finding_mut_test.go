@@ -320,3 +320,31 @@ func TestReadOfAReleasedBlockFinding(t *testing.T) {
 		t.Fatalf("finding %+v (source %+v)\nwant %q", f, f.Source, msg)
 	}
 }
+
+// TestMisalignedPairFinding: a pair reading the request's next block is
+// an aligned finding at that descriptor, of the descriptor's bytes, whose
+// source is the request's own block at the next position.
+func TestMisalignedPairFinding(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	recs[x].RemoteIDs[0] = recs[x].RemoteIDs[1]
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	if !slices.Equal(invariants(res), []string{transfer.Aligned}) {
+		t.Fatalf("invariants %v", invariants(res))
+	}
+	var bytes uint64
+	for _, r := range recs {
+		if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
+			bytes = r.Descs[recs[x].LocalIDs[0]].Len
+		}
+	}
+	f := res.Findings[0]
+	pblock := prod[0].Manifest.Request("req-0").BlockTable["0"][1]
+	if f.Descriptor != 0 || f.Request != "req-0" || f.Bytes != bytes || bytes == 0 || f.Position != 0 || f.Source == nil ||
+		*f.Source != (transfer.Source{Agent: f.Source.Agent, Rank: f.Source.Rank, Block: pblock, Request: "req-0", Position: 1, Expected: "req-0"}) ||
+		!strings.Contains(f.Message, "descriptor 0: the local bytes hold layer ") || !strings.Contains(f.Message, ", the remote bytes layer ") {
+		t.Fatalf("finding %+v (source %+v)", f, f.Source)
+	}
+}

@@ -73,7 +73,7 @@ func TestProgressTerminal(t *testing.T) {
 		{name: "synth", args: []string{"synth", "--out", filepath.Join(dir, "synth"), "--preset", "tiny", "--tp", "2"}, bar: true, out: "synth"},
 		{name: "inject", args: []string{"inject", kv + "/producer", "--fault", "bit-flip", "--out", filepath.Join(dir, "bad")}, bar: true, out: "bad"},
 		{name: "campaign", args: []string{"campaign", "--faults", "bit-flip,zero-block", "--trials", "2", "--dir", dir}, bar: true},
-		{name: "scrub", args: []string{"scrub", kv + "/store/vllm-fs"}},
+		{name: "scrub", args: []string{"scrub", kv + "/store/vllm-fs"}, bar: true},
 		{name: "bench", args: []string{"bench", "--size", "4MB", "--reps", "1", "--warmup", "0", "--threads", "1", "--no-end-to-end", "--ref-sample", "1MB", "--dir", dir}, bar: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -275,39 +275,31 @@ func parseTerminal(out string) []ttyTable {
 
 var checksumWord = regexp.MustCompile(`0x[0-9a-f]{16}`)
 
-var sentenceRefs = regexp.MustCompile(`^(\[\d+\]|-)*$`)
+var sentenceRef = regexp.MustCompile(`^\[\d+\]`)
 
 // sentencesBelow says whether the terminal's column shown holds, for each
-// piped cell of column k, the number of its sentence ("[1]"; "" and "-"
-// cells as they are), and the terminal shows each sentence below a grid
-// under its number (a Prose column, moved below the table).
+// piped cell of column k, the cell itself (a short one) or the number of
+// its sentence ("[1]"), the terminal showing the sentence below a grid
+// under that number (a Prose column, moved below the table).
 func sentencesBelow(tty, shown string, p ttyTable, k int) bool {
-	if !sentenceRefs.MatchString(shown) {
-		return false
-	}
 	all := noSpace(ansi.Strip(tty))
-	refs := regexp.MustCompile(`\[\d+\]|-`).FindAllString(shown, -1)
+	rest, refs := shown, 0
 	for _, l := range p.lines[1:] {
 		cells := strings.Split(l, "\t")
-		if k >= len(cells) || noSpace(cells[k]) == "" {
+		if k >= len(cells) {
 			continue
 		}
-		if len(refs) == 0 {
-			return false
-		}
-		ref := refs[0]
-		refs = refs[1:]
-		if cells[k] == "-" {
-			if ref != "-" {
-				return false
-			}
+		c := noSpace(cells[k])
+		if ref := sentenceRef.FindString(rest); ref != "" && strings.Contains(all, ref+c) {
+			rest, refs = rest[len(ref):], refs+1
 			continue
 		}
-		if !strings.Contains(all, ref+noSpace(cells[k])) {
+		if !strings.HasPrefix(rest, c) {
 			return false
 		}
+		rest = rest[len(c):]
 	}
-	return len(refs) == 0
+	return rest == "" && refs > 0
 }
 
 // cmdFits checks the terminal output of the last pty command against the

@@ -188,7 +188,7 @@ func campaignTables(r *inject.CampaignResult) []*Table {
 		fmt.Sprintf("pairs: on how many of the campaign's %d producer/consumer pairs the kind's trials ran (each trial picks one the kind applies to; the store-* kinds run on one small side per store format; clean compares every pair untouched)", allPairs))
 	t.Notes = append(t.Notes, noteTexts(campaignNotes(r))...)
 	tables := []*Table{t}
-	f := &Table{Title: "failing trials", Header: []string{"kind", "trial", "pair", "trial seed", "fault", "problem"}}
+	f := &Table{Title: "failing trials", Header: []string{"kind", "trial", "pair", "trial seed", "fault", "problem"}, Prose: []string{"fault", "problem"}}
 	f.Notes = append(f.Notes, fmt.Sprintf("a trial depends only on the campaign's seed, its kind and its number: kvaudit campaign --fault KIND --seed %d --trials N (N past the trial's number) runs it again", r.Seed))
 	for _, k := range r.Kinds {
 		for _, x := range k.Failures {

@@ -41,10 +41,14 @@ func (t *Table) naturalWidth() int {
 	return w
 }
 
+// shortCell is the widest cell of a Prose column that stays in the grid
+// ("-", "no fault", "zeroed"): a number would be no shorter to read.
+const shortCell = 10
+
 // proseBelow returns a copy of the table whose Prose columns hold the
 // numbers of their sentences, the sentences new to style's book written
 // below the grid, when the table would not fit style.Width unwrapped;
-// else the table itself. A cell without a sentence ("", "-") stays.
+// else the table itself. A short cell (shortCell) stays.
 func (t *Table) proseBelow(style Style) *Table {
 	if t.naturalWidth() <= style.Width {
 		return t
@@ -59,7 +63,7 @@ func (t *Table) proseBelow(style Style) *Table {
 	for k, r := range t.Rows {
 		c.Rows[k] = slices.Clone(r)
 		for i, h := range t.header() {
-			if i >= len(r) || !slices.Contains(t.Prose, h) || r[i].Text == "" || r[i].Text == "-" || r[i].Map != nil {
+			if i >= len(r) || !slices.Contains(t.Prose, h) || ansi.StringWidth(r[i].Text) <= shortCell || r[i].Map != nil {
 				continue
 			}
 			n, isNew := book.number(r[i].Text)

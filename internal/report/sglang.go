@@ -236,6 +236,7 @@ func SGLangAuditTable(a *verify.SGLangAudit) *Table {
 		Header: []string{"request", "rank", "consumer", "expected", "sglang", "kvaudit", "first difference", "which saw what"},
 		Whole:  []string{"request"},
 		Drop:   []string{"first difference"},
+		Prose:  []string{"which saw what"},
 	}
 	tone := map[verify.Verdict]Tone{verify.Verified: Good, verify.Mismatch: Bad, verify.Unverified: Warn}
 	for _, r := range a.Requests {
@@ -306,7 +307,8 @@ func SGLangCampaignTable(r *inject.SGLangCampaignResult) *Table {
 	t := &Table{
 		Title:  fmt.Sprintf("SGLang campaign: %d trials per kind over %d pairs (seed %d)", r.Trials, len(r.Pairs), r.Seed),
 		Header: []string{"kind", "trials", "kvaudit", "SGLang's Adler-32", "pinned", "what it is"},
-		Drop:   []string{"what it is", "pinned"},
+		Drop:   []string{"pinned"},
+		Prose:  []string{"what it is"},
 	}
 	for _, k := range r.Kinds {
 		kv := Cell{Text: fmt.Sprintf("%d/%d", k.KVAudit, k.Trials), Tone: Good}

@@ -120,3 +120,46 @@ func TestWrapCellFits(t *testing.T) {
 		}
 	}
 }
+
+// TestProseBelow: a table too wide for its sentences numbers them, writes
+// each once below the grid (however many rows and tables of one output
+// cite it), leaves short cells in place, and keeps the sentences in the
+// grid when the table fits unwrapped.
+func TestProseBelow(t *testing.T) {
+	long := "transfer 1 read producer block 4 (rank pp 0 tp 0), which holds request req-1's KV (position 0), not request req-0's"
+	mk := func(title string) *Table {
+		tb := &Table{Title: title, Header: []string{"descriptor", "layer", "what"}, Prose: []string{"what"}}
+		tb.Add(C("0"), C("0"), C("%s", long))
+		tb.Add(C("3"), C("1"), C("%s", long))
+		tb.Add(C("6"), C("1"), C("zeroed"))
+		return tb
+	}
+	var b bytes.Buffer
+	if err := renderTables(&b, []*Table{mk("causes"), mk("findings")}, FormatTable, Style{Aligned: true, Width: 80}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	fits(t, b.Bytes(), 80)
+	if n := strings.Count(out, "which holds"); n != 1 {
+		t.Errorf("the sentence is written %d times, want once:\n%s", n, out)
+	}
+	if strings.Count(out, "│ [1]    │") != 4 || !strings.Contains(out, "[1] transfer 1 read") || !strings.Contains(out, "│ zeroed │") {
+		t.Errorf("rows do not cite [1], or the short cell moved:\n%s", out)
+	}
+	// wide enough for the sentence unwrapped: it stays in the grid
+	b.Reset()
+	if err := mk("t").Render(&b, FormatTable, Style{Aligned: true, Width: 200}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "[1]") || !strings.Contains(b.String(), "│ "+long+" │") {
+		t.Errorf("at 200 columns:\n%s", b.String())
+	}
+	// a pipe gets the sentences in their column
+	b.Reset()
+	if err := mk("t").Render(&b, FormatTable, Style{}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(b.String(), "which holds") != 2 {
+		t.Errorf("piped:\n%s", b.String())
+	}
+}

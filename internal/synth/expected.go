@@ -1,9 +1,10 @@
 package synth
 
 import (
-	"github.com/kvaudit/kvaudit/layout"
 	"slices"
 	"strings"
+
+	"github.com/kvaudit/kvaudit/layout"
 )
 
 // ExpectedGroup is a request's expected checks of one group: Values[i] at

@@ -1,11 +1,11 @@
 package synth
 
 import (
-	"github.com/kvaudit/kvaudit/parse"
 	"strings"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/memlimit"
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // TestNormalizeMemory: a configuration whose rank does not fit in

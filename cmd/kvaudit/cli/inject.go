@@ -269,7 +269,10 @@ func injectRun(ctx context.Context, opts *InjectOptions) error {
 	o := opts.Options
 	// A bar of the side's bytes copied (twice when the side is prepared
 	// first), in place of the steps' status lines.
-	total := filesBytes(opts.Paths)
+	var total int64
+	if opts.IO.ErrTerminal {
+		total = filesBytes(opts.Paths)
+	}
 	if o.Prepare.Asks() {
 		total *= 2
 	}

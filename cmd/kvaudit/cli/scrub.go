@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -106,9 +105,19 @@ not followed, and no read leaves PATH. docs/scrub.md has the formats.
 }
 
 func scrubRun(ctx context.Context, opts *ScrubOptions) error {
-	done := longStep(opts.IO, "scrubbing "+strings.Join(opts.Paths, " "))
-	res, err := scrub.Scrub(ctx, opts.Paths, scrub.Options{Format: scrub.Format(opts.Format), Threads: opts.Threads})
-	done()
+	// A bar of the bytes read, of every file under the paths (a store's
+	// own files: a few may be skipped, so it is full once the scrub is
+	// done).
+	var total int64
+	if opts.IO.ErrTerminal {
+		total = filesBytes(opts.Paths)
+	}
+	bar := newProgress(opts.IO, total, "scrubbing")
+	res, err := scrub.Scrub(ctx, opts.Paths, scrub.Options{Format: scrub.Format(opts.Format), Threads: opts.Threads, Progress: bar.Callback()})
+	if err == nil {
+		bar.Set(total)
+	}
+	bar.Finish()
 	if err != nil {
 		return err
 	}
