@@ -3,11 +3,12 @@ package layout
 import (
 	"errors"
 	"fmt"
-	"github.com/kvaudit/kvaudit/internal/mapped"
-	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"io"
 	"io/fs"
 	"os"
+
+	"github.com/kvaudit/kvaudit/internal/mapped"
+	"github.com/kvaudit/kvaudit/internal/safetensors"
 )
 
 // Size limits of what kvaudit reads whole into memory. Data files are

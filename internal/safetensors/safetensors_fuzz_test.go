@@ -2,10 +2,11 @@ package safetensors
 
 import (
 	"bytes"
-	"github.com/kvaudit/kvaudit/parse"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // FuzzSafetensors checks that Parse never panics, that a
