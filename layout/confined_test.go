@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -21,7 +22,7 @@ func rewriteEmbedded(t *testing.T, src, dst string, edit func(m *layout.Manifest
 		t.Fatal(err)
 	}
 	defer d.Close()
-	f, err := layout.OpenSafetensors(src)
+	f, err := safetensors.Open(src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func TestOpenRefusesNonRegular(t *testing.T) {
 	if _, err := os.Stat("/dev/zero"); err != nil {
 		t.Skip("no /dev/zero")
 	}
-	_, err := layout.OpenSafetensors("/dev/zero")
+	_, err := safetensors.Open("/dev/zero")
 	var re *layout.ReadError
 	if !errors.As(err, &re) || !strings.Contains(err.Error(), "not a regular file (a character device)") {
 		t.Fatalf("got %v, want a ReadError for a character device", err)

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/internal/mapped"
 	"github.com/kvaudit/kvaudit/parse"
 	"io"
 	"io/fs"
@@ -17,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/internal/parallel"
+	"github.com/kvaudit/kvaudit/internal/safetensors"
 )
 
 // Dump is one rank's KV cache: its manifest, the resolved groups and the
@@ -68,7 +70,7 @@ func Open(path string) (*Dump, error) {
 	if err != nil {
 		return nil, &parse.Error{Format: parse.Dump, File: path, Err: err}
 	}
-	o := &opener{d: &Dump{Path: path}, files: map[string]*Safetensors{}, raws: map[string]*Mapping{}}
+	o := &opener{d: &Dump{Path: path}, files: map[string]*safetensors.File{}, raws: map[string]*mapped.Mapping{}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -104,8 +106,8 @@ type opener struct {
 	dir          string   // the dump directory, or the .safetensors file's
 	manifestFile string   // manifest.json, or the .safetensors file
 	root         *os.Root // the dump directory; nil for a .safetensors dump
-	files        map[string]*Safetensors
-	raws         map[string]*Mapping
+	files        map[string]*safetensors.File
+	raws         map[string]*mapped.Mapping
 }
 
 // readManifestFile reads the manifest of a dump directory.
@@ -117,7 +119,7 @@ func (o *opener) readManifestFile(path string) error {
 		return &parse.Error{Format: parse.Dump, File: path, Err: err}
 	}
 	o.root = root
-	f, fi, err := openRegular(root, "manifest.json", o.manifestFile)
+	f, fi, err := mapped.OpenRegular(root, "manifest.json", o.manifestFile)
 	if err != nil {
 		var re *ReadError
 		if errors.As(err, &re) {
@@ -139,7 +141,7 @@ func (o *opener) readManifestFile(path string) error {
 func (o *opener) readEmbeddedManifest(path string) error {
 	o.dir = filepath.Dir(path)
 	o.manifestFile = path
-	embedded, err := OpenSafetensors(path)
+	embedded, err := safetensors.Open(path)
 	if err != nil {
 		return err
 	}
@@ -194,7 +196,7 @@ func (o *opener) confined(name string, err error) error {
 }
 
 // safetensorsFile returns the file a layer's tensor lives in.
-func (o *opener) safetensorsFile(name string) (*Safetensors, error) {
+func (o *opener) safetensorsFile(name string) (*safetensors.File, error) {
 	if f, ok := o.files[name]; ok {
 		return f, nil
 	}
@@ -214,11 +216,11 @@ func (o *opener) safetensorsFile(name string) (*Safetensors, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := mapIn(o.root, local, filepath.Join(o.dir, local))
-	if err != nil && !errors.Is(err, errEmptyFile) {
+	m, err := mapped.MapIn(o.root, local, filepath.Join(o.dir, local))
+	if err != nil && !errors.Is(err, mapped.ErrEmpty) {
 		return nil, o.confined(name, err)
 	}
-	f, err := openSafetensorsMapping(filepath.Join(o.dir, local), m)
+	f, err := safetensors.OpenMapping(filepath.Join(o.dir, local), m)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +230,7 @@ func (o *opener) safetensorsFile(name string) (*Safetensors, error) {
 }
 
 // rawFile maps a raw source's file.
-func (o *opener) rawFile(name string) (*Mapping, error) {
+func (o *opener) rawFile(name string) (*mapped.Mapping, error) {
 	if f, ok := o.raws[name]; ok {
 		return f, nil
 	}
@@ -236,7 +238,7 @@ func (o *opener) rawFile(name string) (*Mapping, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := mapIn(o.root, local, filepath.Join(o.dir, local))
+	f, err := mapped.MapIn(o.root, local, filepath.Join(o.dir, local))
 	if err != nil {
 		return nil, o.confined(name, err)
 	}
@@ -590,8 +592,8 @@ func (e *NoDumpError) Error() string {
 // A file whose header cannot be located is reported as a dump, for Open to
 // say what is wrong with it; a file that is not a regular file is an error.
 func hasEmbeddedManifest(path string) (bool, error) {
-	m, err := mapFile(path)
-	if errors.Is(err, errEmptyFile) {
+	m, err := mapped.Map(path)
+	if errors.Is(err, mapped.ErrEmpty) {
 		return true, nil
 	}
 	if err != nil {
@@ -604,7 +606,7 @@ func hasEmbeddedManifest(path string) (bool, error) {
 			return nil
 		}
 		n := binary.LittleEndian.Uint64(m.Data)
-		if n > MaxSafetensorsHeader || n > uint64(len(m.Data)-8) {
+		if n > safetensors.MaxHeader || n > uint64(len(m.Data)-8) {
 			return nil
 		}
 		found = bytes.Contains(m.Data[8:8+n], []byte(`"`+metadataKey+`"`))

@@ -3,6 +3,8 @@ package layout
 import (
 	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/internal/mapped"
+	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"io"
 	"io/fs"
 	"os"
@@ -10,12 +12,12 @@ import (
 
 // Size limits of what kvaudit reads whole into memory. Data files are
 // mapped, not read, so they have no limit of their own; a safetensors
-// header is limited by MaxSafetensorsHeader.
+// header is limited by safetensors.MaxHeader.
 const (
 	// MaxManifestSize bounds a dump directory's manifest.json: the bound of
-	// an embedded manifest, MaxSafetensorsHeader (decoded, a manifest takes
+	// an embedded manifest, safetensors.MaxHeader (decoded, a manifest takes
 	// several times its size in memory).
-	MaxManifestSize = MaxSafetensorsHeader
+	MaxManifestSize = safetensors.MaxHeader
 	// MaxRecordSize bounds a record file (`checksum -o record`), and
 	// MaxPayloadSize a payload or kv_transfer_params file, or payloads on
 	// stdin.
@@ -29,60 +31,13 @@ const (
 // A ReadError is an input file kvaudit refuses to read: not a regular
 // file, larger than the limit for what it is, or named by a dump outside
 // the dump's directory.
-type ReadError struct {
-	Path string
-	Msg  string
-}
-
-func (e *ReadError) Error() string { return fmt.Sprintf("%q: %s", e.Path, e.Msg) }
-
-// openRegular opens path for reading without blocking and checks that it
-// is a regular file: a FIFO, a device (/dev/zero), a socket or a directory
-// is refused at once, never read. root, when not nil, confines name to it.
-func openRegular(root *os.Root, name, display string) (*os.File, fs.FileInfo, error) {
-	var f *os.File
-	var err error
-	if root != nil {
-		f, err = root.OpenFile(name, os.O_RDONLY|oNonblock, 0)
-	} else {
-		f, err = os.OpenFile(name, os.O_RDONLY|oNonblock, 0)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, nil, &ReadError{Path: display, Msg: fmt.Sprintf("not a regular file (%s)", describeMode(fi.Mode()))}
-	}
-	return f, fi, nil
-}
-
-func describeMode(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m.IsDir():
-		return "a directory"
-	}
-	return m.Type().String()
-}
+type ReadError = mapped.ReadError
 
 // OpenRegular opens the regular file at path for reading, refusing (with
 // a *ReadError) a FIFO, device, socket or directory without blocking on
 // it. It returns the file's information from the open descriptor.
 func OpenRegular(path string) (*os.File, fs.FileInfo, error) {
-	return openRegular(nil, path, path)
+	return mapped.OpenRegular(nil, path, path)
 }
 
 // ReadRegularFile reads the whole regular file at path, refusing (with a
@@ -91,7 +46,7 @@ func OpenRegular(path string) (*os.File, fs.FileInfo, error) {
 // "payload file"). It never blocks on a FIFO and never reads more than
 // limit+1 bytes, even from a file that grows while it is read.
 func ReadRegularFile(path string, limit int64, what string) ([]byte, error) {
-	f, fi, err := openRegular(nil, path, path)
+	f, fi, err := mapped.OpenRegular(nil, path, path)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +99,7 @@ func readAllCapped(r io.Reader, limit, hint int64) ([]byte, error) {
 // readHead returns up to n bytes from the start of the regular file at
 // path.
 func readHead(path string, n int) ([]byte, error) {
-	f, _, err := openRegular(nil, path, path)
+	f, _, err := mapped.OpenRegular(nil, path, path)
 	if err != nil {
 		return nil, err
 	}

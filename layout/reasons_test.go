@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/side"
 )
@@ -103,7 +104,7 @@ func buildDumpWith(t *testing.T, add func(m *layout.Manifest, tensors *[]layout.
 	})
 	m := d.Manifest
 	var tensors []layout.TensorData
-	f, err := layout.OpenSafetensors(d.Path)
+	f, err := safetensors.Open(d.Path)
 	if err != nil {
 		t.Fatal(err)
 	}

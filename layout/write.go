@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/kvaudit/kvaudit/internal/safeio"
+	"github.com/kvaudit/kvaudit/internal/safetensors"
 )
 
 // WriteOptions change how the Write functions treat existing files.
@@ -54,7 +55,7 @@ func WriteDumpFile(path string, m *Manifest, tensors []TensorData, opts ...Write
 		return err
 	}
 	return safeio.Write(path, force(opts), func(w io.Writer) error {
-		return writeSafetensors(counted(w, opts), map[string]string{metadataKey: string(text)}, tensors)
+		return safetensors.Write(counted(w, opts), map[string]string{metadataKey: string(text)}, tensors)
 	})
 }
 
@@ -79,7 +80,7 @@ func WriteDumpDir(dir string, m *Manifest, tensors []TensorData, opts ...WriteOp
 		return nil
 	}
 	return safeio.Write(filepath.Join(dir, "data.safetensors"), force(opts), func(w io.Writer) error {
-		return writeSafetensors(counted(w, opts), nil, tensors)
+		return safetensors.Write(counted(w, opts), nil, tensors)
 	})
 }
 

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/internal/testlong"
@@ -151,7 +152,7 @@ func writeSpec(t *testing.T, dir string, i int, p string) string {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	f, err := layout.OpenSafetensors(p)
+	f, err := safetensors.Open(p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -255,7 +256,7 @@ func readManifestBytes(path string) ([]byte, error) {
 		return nil, err
 	}
 	size := binary.LittleEndian.Uint64(n[:])
-	if size > layout.MaxSafetensorsHeader {
+	if size > safetensors.MaxHeader {
 		return nil, fmt.Errorf("%q: header of %d bytes", path, size)
 	}
 	b := make([]byte, 8+size)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/verify"
 )
@@ -323,7 +324,7 @@ func writeDump(ctx context.Context, d *layout.Dump, out string, m *layout.Manife
 // from the mapped input, never held in memory) and manifest m in its
 // metadata, then the edits patched in at the tensors' new offsets.
 func rewriteEmbedded(src, dst string, m *layout.Manifest, edits []edit) error {
-	st, err := layout.OpenSafetensors(src)
+	st, err := safetensors.Open(src)
 	if err != nil {
 		return err
 	}
@@ -342,7 +343,7 @@ func rewriteEmbedded(src, dst string, m *layout.Manifest, edits []edit) error {
 	if err != nil || len(edits) == 0 {
 		return err
 	}
-	out, err := layout.OpenSafetensors(dst)
+	out, err := safetensors.Open(dst)
 	if err != nil {
 		return err
 	}
@@ -351,7 +352,7 @@ func rewriteEmbedded(src, dst string, m *layout.Manifest, edits []edit) error {
 	moved := make([]edit, 0, len(edits))
 	for _, e := range edits {
 		rel := e.off - st.DataOffset
-		i := slices.IndexFunc(st.Tensors, func(t layout.TensorInfo) bool {
+		i := slices.IndexFunc(st.Tensors, func(t safetensors.TensorInfo) bool {
 			return rel >= t.Begin && rel+int64(len(e.data)) <= t.End
 		})
 		if i < 0 {

@@ -1,6 +1,6 @@
 //go:build linux || darwin
 
-package layout
+package mapped
 
 import (
 	"errors"
@@ -11,19 +11,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// mapFile maps the regular file at path read-only and shared. A zero-length
-// file is an error wrapping errEmptyFile (mmap of zero bytes is invalid);
+// Map maps the regular file at path read-only and shared. A zero-length
+// file is an error wrapping ErrEmpty (mmap of zero bytes is invalid);
 // a file that is not a regular file (a FIFO, a device) is a *ReadError,
-// refused without blocking. The file descriptor is closed before mapFile
+// refused without blocking. The file descriptor is closed before Map
 // returns; the mapping stays valid until Close.
-func mapFile(path string) (*Mapping, error) {
-	return mapIn(nil, path, path)
+func Map(path string) (*Mapping, error) {
+	return MapIn(nil, path, path)
 }
 
-// mapIn maps the regular file name, confined to root when root is not nil;
+// MapIn maps the regular file name, confined to root when root is not nil;
 // display names it in errors.
-func mapIn(root *os.Root, name, display string) (*Mapping, error) {
-	f, fi, err := openRegular(root, name, display)
+func MapIn(root *os.Root, name, display string) (*Mapping, error) {
+	f, fi, err := OpenRegular(root, name, display)
 	if err != nil {
 		var re *ReadError
 		if errors.As(err, &re) {
@@ -34,7 +34,7 @@ func mapIn(root *os.Root, name, display string) (*Mapping, error) {
 	defer f.Close()
 	size := fi.Size()
 	if size == 0 {
-		return nil, fmt.Errorf("mapping %q: %w", display, errEmptyFile)
+		return nil, fmt.Errorf("mapping %q: %w", display, ErrEmpty)
 	}
 	if size < 0 || size > math.MaxInt {
 		return nil, fmt.Errorf("mapping %q: file size %d cannot be mapped", display, size)

@@ -1,4 +1,8 @@
-package layout
+// Package mapped opens kvaudit's input files safely: regular files only
+// (a FIFO or a device is refused without blocking), mapped read-only, and
+// reads of mapped memory guarded, so that a file truncated while mapped is
+// an error (FaultError) instead of a crash.
+package mapped
 
 import (
 	"errors"
@@ -12,13 +16,13 @@ import (
 // a write faults. After Close, Data is nil and slices taken from it must
 // not be used. A Mapping is not safe for concurrent Close.
 type Mapping struct {
-	Path string // the path given to mapFile
+	Path string // the path given to Map
 	Data []byte // the whole file, read-only
 }
 
-// errEmptyFile is returned (wrapped, naming the file) by mapFile for a file
+// ErrEmpty is returned (wrapped, naming the file) by Map for a file
 // of zero bytes, which cannot be mapped.
-var errEmptyFile = errors.New("empty file")
+var ErrEmpty = errors.New("empty file")
 
 // A FaultError reports that reading mapped memory faulted, which happens
 // when a mapped file is truncated (or its storage fails) while it is mapped.

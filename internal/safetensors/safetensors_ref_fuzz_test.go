@@ -1,4 +1,4 @@
-package layout
+package safetensors
 
 import (
 	"encoding/binary"
@@ -15,9 +15,9 @@ import (
 // with the same message unless it is a syntax error (whose wording and
 // order differ: the reference finds a lone surrogate before anything).
 func FuzzHeaderReference(f *testing.F) {
-	seeds, _ := filepath.Glob(filepath.Join(stCorpusDir, "*.safetensors"))
+	seeds, _ := filepath.Glob(filepath.Join(corpusDir, "*.safetensors"))
 	if len(seeds) < 20 {
-		f.Fatalf("%d seeds in %s", len(seeds), stCorpusDir)
+		f.Fatalf("%d seeds in %s", len(seeds), corpusDir)
 	}
 	for _, p := range seeds {
 		b, err := os.ReadFile(p)

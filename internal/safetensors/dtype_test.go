@@ -1,4 +1,4 @@
-package layout
+package safetensors
 
 import (
 	"strings"
@@ -6,7 +6,7 @@ import (
 )
 
 func TestParseDtype(t *testing.T) {
-	all := safetensorsDtypes
+	all := dtypes
 	if len(all) != 22 {
 		t.Fatalf("%d safetensors dtypes, want 22", len(all))
 	}

@@ -1,4 +1,4 @@
-package layout
+package safetensors
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ func bigHeaderFile(tb testing.TB, size int) []byte {
 		tensors = append(tensors, TensorData{Name: fmt.Sprintf("model.layers.%d.%s.%d", i/64, pad, i%64), Dtype: u8, Shape: []int64{1}, Data: []byte{byte(i)}})
 	}
 	var buf bytes.Buffer
-	if err := writeSafetensors(&buf, map[string]string{"kvaudit.manifest": "{}"}, tensors); err != nil {
+	if err := Write(&buf, map[string]string{"kvaudit.manifest": "{}"}, tensors); err != nil {
 		tb.Fatal(err)
 	}
 	return buf.Bytes()
@@ -75,10 +75,10 @@ func heapDuring(fn func()) (peak, kept uint64) {
 // keeps (kept-MB), beyond the file itself (header-MB, mapped in real use).
 func BenchmarkSafetensorsBigHeader(b *testing.B) {
 	file := bigHeaderFile(b, 62<<20)
-	var s *Safetensors
+	var s *File
 	parse := func() {
 		var err error
-		if s, err = ParseSafetensors("big.safetensors", file); err != nil {
+		if s, err = Parse("big.safetensors", file); err != nil {
 			b.Fatal(err)
 		}
 	}

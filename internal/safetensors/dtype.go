@@ -1,4 +1,4 @@
-package layout
+package safetensors
 
 import (
 	"fmt"
@@ -56,8 +56,8 @@ func (d Dtype) ByteSize(shape []int64) (int64, error) {
 	return int64(nbits / 8), nil // nbits < 2^64, so this fits
 }
 
-// safetensorsDtypes lists every safetensors dtype, narrowest first.
-var safetensorsDtypes = []Dtype{
+// dtypes lists every safetensors dtype, narrowest first.
+var dtypes = []Dtype{
 	{"F4", 4},
 	{"F6_E2M3", 6},
 	{"F6_E3M2", 6},
@@ -85,12 +85,12 @@ var safetensorsDtypes = []Dtype{
 // ParseDtype returns the safetensors dtype with exactly the given name
 // ("BF16", not "bf16"). Any other name is an error quoting it.
 func ParseDtype(name string) (Dtype, error) {
-	for _, d := range safetensorsDtypes {
+	for _, d := range dtypes {
 		if d.Name == name {
 			return d, nil
 		}
 	}
-	for _, d := range safetensorsDtypes {
+	for _, d := range dtypes {
 		if strings.EqualFold(d.Name, name) {
 			return Dtype{}, fmt.Errorf("unknown dtype %q (dtype names are case-sensitive: did you mean %q?)", name, d.Name)
 		}

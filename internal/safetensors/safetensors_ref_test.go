@@ -1,4 +1,4 @@
-package layout
+package safetensors
 
 // The safetensors header parser kvaudit had before internal/jsonscan, on
 // encoding/json's tokenizer, kept as the reference the scanner-based
@@ -64,7 +64,7 @@ func (p *refHeaderParser) key() (string, bool, *parse.Error) {
 	return k, true, nil
 }
 
-func refParseHeader(path string, header []byte) (*Safetensors, *parse.Error) {
+func refParseHeader(path string, header []byte) (*File, *parse.Error) {
 	p := &refHeaderParser{path: path}
 	switch {
 	case !utf8.Valid(header):
@@ -84,7 +84,7 @@ func refParseHeader(path string, header []byte) (*Safetensors, *parse.Error) {
 	if _, serr := p.next(); serr != nil { // the '{' checked above
 		return nil, serr
 	}
-	s := &Safetensors{Path: path}
+	s := &File{Path: path}
 	seen := make(map[string]bool)
 	sawMetadata := false
 	for {

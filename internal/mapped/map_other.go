@@ -1,6 +1,6 @@
 //go:build !linux && !darwin
 
-package layout
+package mapped
 
 import (
 	"errors"
@@ -9,15 +9,15 @@ import (
 	"os"
 )
 
-// mapFile reads the regular file at path into memory (this system has no
-// supported mmap). A zero-length file is an error wrapping errEmptyFile, as
+// Map reads the regular file at path into memory (this system has no
+// supported mmap). A zero-length file is an error wrapping ErrEmpty, as
 // on systems with mmap; a file that is not a regular file is a *ReadError.
-func mapFile(path string) (*Mapping, error) {
-	return mapIn(nil, path, path)
+func Map(path string) (*Mapping, error) {
+	return MapIn(nil, path, path)
 }
 
-func mapIn(root *os.Root, name, display string) (*Mapping, error) {
-	f, _, err := openRegular(root, name, display)
+func MapIn(root *os.Root, name, display string) (*Mapping, error) {
+	f, _, err := OpenRegular(root, name, display)
 	if err != nil {
 		var re *ReadError
 		if errors.As(err, &re) {
@@ -31,7 +31,7 @@ func mapIn(root *os.Root, name, display string) (*Mapping, error) {
 		return nil, fmt.Errorf("mapping %q: %w", display, err)
 	}
 	if len(data) == 0 {
-		return nil, fmt.Errorf("mapping %q: %w", display, errEmptyFile)
+		return nil, fmt.Errorf("mapping %q: %w", display, ErrEmpty)
 	}
 	return &Mapping{Path: display, Data: data}, nil
 }

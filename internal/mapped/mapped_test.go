@@ -1,4 +1,4 @@
-package layout
+package mapped
 
 import (
 	"bytes"
@@ -18,12 +18,12 @@ func TestMapFile(t *testing.T) {
 	if err := os.WriteFile(path, want, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, err := mapFile(path)
+	m, err := Map(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m.Path != path || !bytes.Equal(m.Data, want) {
-		t.Fatalf("mapFile(%q) = {%q, %d bytes}, want the file's %d bytes", path, m.Path, len(m.Data), len(want))
+		t.Fatalf("Map(%q) = {%q, %d bytes}, want the file's %d bytes", path, m.Path, len(m.Data), len(want))
 	}
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
@@ -46,18 +46,18 @@ func TestMapFileErrors(t *testing.T) {
 	if err := os.WriteFile(empty, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, err := mapFile(empty)
-	if m != nil || !errors.Is(err, errEmptyFile) {
-		t.Fatalf("mapFile(empty) = %v, %v; want errEmptyFile", m, err)
+	m, err := Map(empty)
+	if m != nil || !errors.Is(err, ErrEmpty) {
+		t.Fatalf("Map(empty) = %v, %v; want ErrEmpty", m, err)
 	}
 	if !strings.Contains(err.Error(), strconv.Quote(empty)) || !strings.Contains(err.Error(), "empty file") {
 		t.Errorf("error %q does not name the file and say it is empty", err)
 	}
-	if _, err := mapFile(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("mapFile(missing) error = %v, want ErrNotExist", err)
+	if _, err := Map(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Map(missing) error = %v, want ErrNotExist", err)
 	}
-	if _, err := mapFile(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
-		t.Errorf("mapFile(dir) error = %v, want not a regular file", err)
+	if _, err := Map(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("Map(dir) error = %v, want not a regular file", err)
 	}
 }
 
@@ -70,7 +70,7 @@ func TestGuardTruncatedWhileMapped(t *testing.T) {
 	if err := os.WriteFile(path, bytes.Repeat([]byte{0xA5}, 4*page), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, err := mapFile(path)
+	m, err := Map(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,5 @@
 //go:build !unix
 
-package layout
+package mapped
 
 const oNonblock = 0

@@ -1,4 +1,4 @@
-package layout
+package safetensors
 
 import (
 	"bytes"
@@ -8,17 +8,17 @@ import (
 	"testing"
 )
 
-// FuzzSafetensors checks that ParseSafetensors never panics, that a
+// FuzzSafetensors checks that Parse never panics, that a
 // successful parse satisfies every invariant (re-validated from the raw
 // bytes) and survives a write/parse round trip, and that a failure returns
 // a nil result and a *parse.Error (parse.Safetensors).
 func FuzzSafetensors(f *testing.F) {
-	seeds, err := filepath.Glob(filepath.Join(stCorpusDir, "*.safetensors"))
+	seeds, err := filepath.Glob(filepath.Join(corpusDir, "*.safetensors"))
 	if err != nil {
 		f.Fatal(err)
 	}
 	if len(seeds) < 20 {
-		f.Fatalf("%s holds %d seed files, want at least 20", stCorpusDir, len(seeds))
+		f.Fatalf("%s holds %d seed files, want at least 20", corpusDir, len(seeds))
 	}
 	for _, p := range seeds {
 		b, err := os.ReadFile(p)
@@ -28,19 +28,19 @@ func FuzzSafetensors(f *testing.F) {
 		f.Add(b)
 	}
 	var buf bytes.Buffer
-	if err := writeSafetensors(&buf, map[string]string{"kvaudit.manifest": "{}"}, stRoundTripTensors()); err != nil {
+	if err := Write(&buf, map[string]string{"kvaudit.manifest": "{}"}, roundTripTensors()); err != nil {
 		f.Fatal(err)
 	}
 	f.Add(bytes.Clone(buf.Bytes()))
 	u8, _ := ParseDtype("U8")
 	buf.Reset()
-	if err := writeSafetensors(&buf, nil, []TensorData{{Name: "a", Dtype: u8, Shape: []int64{2, 1}, Data: []byte{1, 2}}}); err != nil {
+	if err := Write(&buf, nil, []TensorData{{Name: "a", Dtype: u8, Shape: []int64{2, 1}, Data: []byte{1, 2}}}); err != nil {
 		f.Fatal(err)
 	}
 	f.Add(bytes.Clone(buf.Bytes()))
 
 	f.Fuzz(func(t *testing.T, file []byte) {
-		s, err := ParseSafetensors("fuzz.safetensors", file)
+		s, err := Parse("fuzz.safetensors", file)
 		if err != nil {
 			if s != nil {
 				t.Fatalf("error %v with a non-nil result", err)
@@ -64,10 +64,10 @@ func FuzzSafetensors(f *testing.F) {
 			tensors[i] = TensorData{Name: ti.Name, Dtype: ti.Dtype, Shape: ti.Shape, Data: ti.Data}
 		}
 		var out bytes.Buffer
-		if err := writeSafetensors(&out, s.Metadata, tensors); err != nil {
+		if err := Write(&out, s.Metadata, tensors); err != nil {
 			t.Fatalf("rewriting a parsed file: %v", err)
 		}
-		s2, err := ParseSafetensors("rewritten.safetensors", out.Bytes())
+		s2, err := Parse("rewritten.safetensors", out.Bytes())
 		if err != nil {
 			t.Fatalf("parsing a rewritten file: %v", err)
 		}

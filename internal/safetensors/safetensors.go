@@ -1,4 +1,8 @@
-package layout
+// Package safetensors reads and writes safetensors files, the container of
+// kvaudit's dumps: the header (through internal/jsonscan, every check of
+// the reference loader and more), the dtypes, and a writer whose files the
+// reference loader accepts. Errors are *parse.Error (parse.Safetensors).
+package safetensors
 
 import (
 	"bytes"
@@ -16,12 +20,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/kvaudit/kvaudit/internal/jsonscan"
+	"github.com/kvaudit/kvaudit/internal/mapped"
 	"github.com/kvaudit/kvaudit/parse"
 )
 
-// MaxSafetensorsHeader is the largest header, in bytes, that
-// ParseSafetensors accepts (the reference loader's limit).
-const MaxSafetensorsHeader = 100_000_000
+// MaxHeader is the largest header, in bytes, that Parse accepts (the
+// reference loader's limit).
+const MaxHeader = 100_000_000
 
 // TensorInfo describes one tensor of a safetensors file.
 type TensorInfo struct {
@@ -32,40 +37,40 @@ type TensorInfo struct {
 	Data       []byte // the tensor's bytes: a sub-slice of the file, never copied
 }
 
-// Safetensors is a parsed, fully validated safetensors file.
-type Safetensors struct {
+// File is a parsed, fully validated safetensors file.
+type File struct {
 	Path       string
 	Metadata   map[string]string // the header's "__metadata__"; nil when absent or null
 	Tensors    []TensorInfo      // sorted by Begin (then End, then Name)
 	DataOffset int64             // file offset of the data section: 8 + the header length
 
 	index   map[string]int
-	mapping *Mapping
+	mapping *mapped.Mapping
 }
 
-// OpenSafetensors maps the file at path read-only and parses it with
-// ParseSafetensors. The tensors' Data slices point into the mapping and are
-// valid until Close. A malformed file (including an empty one) is a
-// *parse.Error (parse.Safetensors); failing to open or map the file is an error from
-// mapFile; a file truncated while it is parsed is a *FaultError.
-func OpenSafetensors(path string) (*Safetensors, error) {
-	m, err := mapFile(path)
-	if err != nil && !errors.Is(err, errEmptyFile) {
+// Open maps the file at path read-only and parses it with Parse. The
+// tensors' Data slices point into the mapping and are valid until Close. A
+// malformed file (including an empty one) is a *parse.Error
+// (parse.Safetensors); failing to open or map the file is an error from
+// mapped.Map; a file truncated while it is parsed is a *mapped.FaultError.
+func Open(path string) (*File, error) {
+	m, err := mapped.Map(path)
+	if err != nil && !errors.Is(err, mapped.ErrEmpty) {
 		return nil, err
 	}
-	return openSafetensorsMapping(path, m)
+	return OpenMapping(path, m)
 }
 
-// openSafetensorsMapping parses a mapped file (nil for an empty one) and
-// takes ownership of the mapping.
-func openSafetensorsMapping(path string, m *Mapping) (*Safetensors, error) {
+// OpenMapping parses a mapped file (nil for an empty one) as Open does,
+// and takes ownership of the mapping.
+func OpenMapping(path string, m *mapped.Mapping) (*File, error) {
 	if m == nil {
-		return ParseSafetensors(path, nil)
+		return Parse(path, nil)
 	}
-	var s *Safetensors
-	err := Guard(path, func() error {
+	var s *File
+	err := mapped.Guard(path, func() error {
 		var perr error
-		s, perr = ParseSafetensors(path, m.Data)
+		s, perr = Parse(path, m.Data)
 		return perr
 	})
 	if err != nil {
@@ -76,24 +81,24 @@ func openSafetensorsMapping(path string, m *Mapping) (*Safetensors, error) {
 	return s, nil
 }
 
-// ParseSafetensors parses and validates a whole safetensors file held in
-// file, making every check of the reference loader and more: the header
+// Parse parses and validates a whole safetensors file held in file,
+// making every check of the reference loader and more: the header
 // length, UTF-8 and JSON syntax of the header, no duplicate or unknown keys
 // at any level (keys are exact-case), known dtypes, integer shapes and
 // offsets, offsets contiguous from 0 without gap or overlap, each tensor's
 // size matching its shape and dtype, and the data section ending exactly
 // at the end of the file. path is used only in errors. The result refers to
-// file without copying it. On error it returns a nil *Safetensors and a
+// file without copying it. On error it returns a nil *File and a
 // *parse.Error (parse.Safetensors).
-func ParseSafetensors(path string, file []byte) (*Safetensors, error) {
-	s, serr := parseSafetensors(path, file)
+func Parse(path string, file []byte) (*File, error) {
+	s, serr := parseFile(path, file)
 	if serr != nil {
 		return nil, serr
 	}
 	return s, nil
 }
 
-func parseSafetensors(path string, file []byte) (*Safetensors, *parse.Error) {
+func parseFile(path string, file []byte) (*File, *parse.Error) {
 	fail := func(field, format string, args ...any) *parse.Error {
 		return &parse.Error{Format: parse.Safetensors, File: path, Field: field, Msg: fmt.Sprintf(format, args...)}
 	}
@@ -101,8 +106,8 @@ func parseSafetensors(path string, file []byte) (*Safetensors, *parse.Error) {
 		return nil, fail("", "file is %d bytes, too short to hold the 8-byte header length", len(file))
 	}
 	n := binary.LittleEndian.Uint64(file)
-	if n > MaxSafetensorsHeader {
-		return nil, fail("", "header length %d exceeds the %d-byte limit", n, MaxSafetensorsHeader)
+	if n > MaxHeader {
+		return nil, fail("", "header length %d exceeds the %d-byte limit", n, MaxHeader)
 	}
 	if n > uint64(len(file)-8) {
 		return nil, fail("", "header length %d runs past the end of the file (8+%d > %d bytes)", n, n, len(file))
@@ -162,7 +167,7 @@ func parseSafetensors(path string, file []byte) (*Safetensors, *parse.Error) {
 }
 
 // Tensor returns the tensor with exactly the given name.
-func (s *Safetensors) Tensor(name string) (TensorInfo, bool) {
+func (s *File) Tensor(name string) (TensorInfo, bool) {
 	i, ok := s.index[name]
 	if !ok {
 		return TensorInfo{}, false
@@ -170,10 +175,10 @@ func (s *Safetensors) Tensor(name string) (TensorInfo, bool) {
 	return s.Tensors[i], true
 }
 
-// Close unmaps a file opened with OpenSafetensors; the tensors' Data slices
-// must not be used afterwards. For a result of ParseSafetensors, and when
+// Close unmaps a file opened with Open; the tensors' Data slices
+// must not be used afterwards. For a result of Parse, and when
 // called again, it does nothing.
-func (s *Safetensors) Close() error {
+func (s *File) Close() error {
 	if s == nil || s.mapping == nil {
 		return nil
 	}
@@ -182,22 +187,22 @@ func (s *Safetensors) Close() error {
 	return m.Close()
 }
 
-// A stParser reads a header's tokens through the scanner. The accepted
+// A headerParser reads a header's tokens through the scanner. The accepted
 // grammar has fixed depth (an object of objects of arrays of numbers), so
 // any deeper nesting is refused at its first token.
-type stParser struct {
+type headerParser struct {
 	path string
 	sc   *jsonscan.Scanner
 	ints []int64 // an array being read (reused)
 }
 
-func (p *stParser) fail(field, format string, args ...any) *parse.Error {
+func (p *headerParser) fail(field, format string, args ...any) *parse.Error {
 	return &parse.Error{Format: parse.Safetensors, File: p.path, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
 // next returns the next token; a syntax error is reported against
 // "header", at its byte.
-func (p *stParser) next() (jsonscan.Kind, *parse.Error) {
+func (p *headerParser) next() (jsonscan.Kind, *parse.Error) {
 	k, err := p.sc.Next()
 	if err == nil {
 		return k, nil
@@ -211,16 +216,16 @@ func (p *stParser) next() (jsonscan.Kind, *parse.Error) {
 }
 
 // describe names token k (just read) for an error.
-func (p *stParser) describe(k jsonscan.Kind) string {
+func (p *headerParser) describe(k jsonscan.Kind) string {
 	switch k {
 	case jsonscan.ObjectStart, jsonscan.ObjectEnd:
 		return "an object"
 	case jsonscan.ArrayStart, jsonscan.ArrayEnd:
 		return "an array"
 	case jsonscan.String:
-		return fmt.Sprintf("string %q", stTruncate(string(p.sc.Bytes())))
+		return fmt.Sprintf("string %q", truncate(string(p.sc.Bytes())))
 	case jsonscan.Number:
-		return "number " + stTruncate(string(p.sc.Bytes()))
+		return "number " + truncate(string(p.sc.Bytes()))
 	case jsonscan.True:
 		return "boolean true"
 	case jsonscan.False:
@@ -232,24 +237,24 @@ func (p *stParser) describe(k jsonscan.Kind) string {
 // parseHeader parses a header: an object of tensor entries and
 // "__metadata__", each key once. It allocates the result and little else:
 // names and metadata strings once, no token, no string for a known key.
-func parseHeader(path string, header []byte) (*Safetensors, *parse.Error) {
-	p := &stParser{path: path}
+func parseHeader(path string, header []byte) (*File, *parse.Error) {
+	p := &headerParser{path: path}
 	switch {
 	case !utf8.Valid(header):
-		return nil, p.fail("header", "not valid UTF-8 (at byte %d)", stInvalidUTF8At(header))
+		return nil, p.fail("header", "not valid UTF-8 (at byte %d)", invalidUTF8At(header))
 	case bytes.HasPrefix(header, []byte("\uFEFF")):
 		return nil, p.fail("header", "not a JSON object: starts with a byte order mark")
 	case len(header) == 0:
 		return nil, p.fail("header", "not a JSON object: the header is empty")
 	case header[0] != '{':
-		return nil, p.fail("header", "not a JSON object: starts with %q", stPrefix(header))
+		return nil, p.fail("header", "not a JSON object: starts with %q", prefix(header))
 	}
 	p.sc = jsonscan.New(header, jsonscan.Options{MaxDepth: 4})
 	if _, serr := p.next(); serr != nil { // the '{' checked above
 		return nil, serr
 	}
 	n := bytes.Count(header, []byte(`"data_offsets"`))
-	s := &Safetensors{Path: path, Tensors: make([]TensorInfo, 0, n), index: make(map[string]int, n)}
+	s := &File{Path: path, Tensors: make([]TensorInfo, 0, n), index: make(map[string]int, n)}
 	sawMetadata := false
 	for {
 		k, serr := p.next()
@@ -292,7 +297,7 @@ func parseHeader(path string, header []byte) (*Safetensors, *parse.Error) {
 }
 
 // metadata parses the value of "__metadata__": null or an object of strings.
-func (p *stParser) metadata() (map[string]string, *parse.Error) {
+func (p *headerParser) metadata() (map[string]string, *parse.Error) {
 	k, serr := p.next()
 	if serr != nil {
 		return nil, serr
@@ -329,7 +334,7 @@ func (p *stParser) metadata() (map[string]string, *parse.Error) {
 
 // tensor parses one tensor entry: an object with exactly the keys dtype,
 // shape and data_offsets.
-func (p *stParser) tensor(name string) (TensorInfo, *parse.Error) {
+func (p *headerParser) tensor(name string) (TensorInfo, *parse.Error) {
 	t := TensorInfo{Name: name}
 	k, serr := p.next()
 	if serr != nil {
@@ -377,7 +382,7 @@ func (p *stParser) tensor(name string) (TensorInfo, *parse.Error) {
 			if k != jsonscan.String {
 				return t, p.fail(fmt.Sprintf("tensors[%q].dtype", name), "got %s, want a dtype name", p.describe(k))
 			}
-			d, ok := stDtype(p.sc.Bytes())
+			d, ok := lookupDtype(p.sc.Bytes())
 			if !ok {
 				_, err := ParseDtype(string(p.sc.Bytes()))
 				return t, p.fail(fmt.Sprintf("tensors[%q].dtype", name), "%v", err)
@@ -406,9 +411,9 @@ func (p *stParser) tensor(name string) (TensorInfo, *parse.Error) {
 	return t, nil
 }
 
-// stDtype looks a dtype name up without allocating.
-func stDtype(name []byte) (Dtype, bool) {
-	for _, d := range safetensorsDtypes {
+// lookupDtype looks a dtype name up without allocating.
+func lookupDtype(name []byte) (Dtype, bool) {
+	for _, d := range dtypes {
 		if string(name) == d.Name {
 			return d, true
 		}
@@ -419,7 +424,7 @@ func stDtype(name []byte) (Dtype, bool) {
 // intArray parses tensor name's key: an array of integers in [0,
 // 2^63-1]; with want >= 0 it must hold exactly want of them. The result
 // is allocated at its length.
-func (p *stParser) intArray(name, key string, want int) ([]int64, *parse.Error) {
+func (p *headerParser) intArray(name, key string, want int) ([]int64, *parse.Error) {
 	field := func() string { return fmt.Sprintf("tensors[%q].%s", name, key) }
 	k, serr := p.next()
 	if serr != nil {
@@ -447,9 +452,9 @@ func (p *stParser) intArray(name, key string, want int) ([]int64, *parse.Error) 
 		default:
 			return nil, p.fail(field(), "got %s, want a non-negative integer", p.describe(k))
 		}
-		v, ok := stUint(p.sc.Bytes())
+		v, ok := plainUint(p.sc.Bytes())
 		if !ok {
-			_, msg := stParseInt(string(p.sc.Bytes()))
+			_, msg := parseInt(string(p.sc.Bytes()))
 			return nil, p.fail(field(), "%s", msg)
 		}
 		vals = append(vals, v)
@@ -461,8 +466,8 @@ func (p *stParser) intArray(name, key string, want int) ([]int64, *parse.Error) 
 	return append(make([]int64, 0, len(vals)), vals...), nil
 }
 
-// stUint parses a number's text that is plain digits of at most 2^63-1.
-func stUint(b []byte) (int64, bool) {
+// plainUint parses a number's text that is plain digits of at most 2^63-1.
+func plainUint(b []byte) (int64, bool) {
 	var v int64
 	for _, c := range b {
 		if c < '0' || c > '9' {
@@ -477,9 +482,9 @@ func stUint(b []byte) (int64, bool) {
 	return v, len(b) > 0
 }
 
-// stParseInt parses a JSON number that must be an integer in [0, 2^63-1];
+// parseInt parses a JSON number that must be an integer in [0, 2^63-1];
 // it returns a message saying why not otherwise.
-func stParseInt(s string) (int64, string) {
+func parseInt(s string) (int64, string) {
 	if strings.ContainsAny(s, ".eE") {
 		return 0, fmt.Sprintf("got %s, want a non-negative integer (not a float)", s)
 	}
@@ -496,7 +501,7 @@ func stParseInt(s string) (int64, string) {
 	return v, ""
 }
 
-func stTruncate(s string) string {
+func truncate(s string) string {
 	if len(s) <= 40 {
 		return s
 	}
@@ -507,12 +512,12 @@ func stTruncate(s string) string {
 	return s[:i] + "..."
 }
 
-// stPrefix returns the first few bytes of b for an error message.
-func stPrefix(b []byte) string {
-	return stTruncate(string(b[:min(len(b), 16)]))
+// prefix returns the first few bytes of b for an error message.
+func prefix(b []byte) string {
+	return truncate(string(b[:min(len(b), 16)]))
 }
 
-func stInvalidUTF8At(b []byte) int {
+func invalidUTF8At(b []byte) int {
 	for i := 0; i < len(b); {
 		r, size := utf8.DecodeRune(b[i:])
 		if r == utf8.RuneError && size <= 1 {
@@ -523,7 +528,7 @@ func stInvalidUTF8At(b []byte) int {
 	return len(b)
 }
 
-// A TensorData is a tensor to write with writeSafetensors.
+// A TensorData is a tensor to write with Write.
 type TensorData struct {
 	Name  string
 	Dtype Dtype
@@ -531,7 +536,7 @@ type TensorData struct {
 	Data  []byte // exactly Dtype.ByteSize(Shape) bytes
 }
 
-// writeSafetensors writes a safetensors file that ParseSafetensors and the
+// Write writes a safetensors file that Parse and the
 // reference loader accept: the header's keys in a deterministic order
 // ("__metadata__" first, with its keys sorted, when metadata is non-empty;
 // then the tensors in the given order), the header padded with spaces to a
@@ -542,7 +547,7 @@ type TensorData struct {
 // metadata string that is not UTF-8, a dtype that is not exactly a
 // safetensors dtype, a shape whose size does not match len(Data). Errors
 // from w are returned as they are.
-func writeSafetensors(w io.Writer, metadata map[string]string, tensors []TensorData) error {
+func Write(w io.Writer, metadata map[string]string, tensors []TensorData) error {
 	fail := func(field, format string, args ...any) error {
 		return &parse.Error{Format: parse.Safetensors, Field: field, Msg: fmt.Sprintf(format, args...)}
 	}
@@ -617,8 +622,8 @@ func writeSafetensors(w io.Writer, metadata map[string]string, tensors []TensorD
 	for h.Len()%8 != 0 {
 		h.WriteByte(' ')
 	}
-	if h.Len() > MaxSafetensorsHeader {
-		return fail("header", "header of %d bytes exceeds the %d-byte limit", h.Len(), MaxSafetensorsHeader)
+	if h.Len() > MaxHeader {
+		return fail("header", "header of %d bytes exceeds the %d-byte limit", h.Len(), MaxHeader)
 	}
 	var n [8]byte
 	binary.LittleEndian.PutUint64(n[:], uint64(h.Len()))
