@@ -48,9 +48,11 @@ const shortCell = 10
 // proseBelow returns a copy of the table whose Prose columns hold the
 // numbers of their sentences, the sentences new to style's book written
 // below the grid, when the table would not fit style.Width unwrapped;
-// else the table itself. A short cell (shortCell) stays.
+// or when one of its sentences repeats (in two rows, or already below an
+// earlier table of the output); else the table itself. A short cell
+// (shortCell) stays.
 func (t *Table) proseBelow(style Style) *Table {
-	if t.naturalWidth() <= style.Width {
+	if t.naturalWidth() <= style.Width && !t.repeats(style.book) {
 		return t
 	}
 	book := style.book
@@ -74,4 +76,22 @@ func (t *Table) proseBelow(style Style) *Table {
 		}
 	}
 	return &c
+}
+
+// repeats says whether a sentence of the table's Prose columns is in two
+// of its rows, or in book already.
+func (t *Table) repeats(book *sentenceBook) bool {
+	seen := map[string]bool{}
+	for _, r := range t.Rows {
+		for i, h := range t.header() {
+			if i >= len(r) || !slices.Contains(t.Prose, h) || ansi.StringWidth(r[i].Text) <= shortCell {
+				continue
+			}
+			if seen[r[i].Text] || book != nil && slices.Contains(book.sentences, r[i].Text) {
+				return true
+			}
+			seen[r[i].Text] = true
+		}
+	}
+	return false
 }

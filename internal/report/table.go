@@ -94,7 +94,8 @@ type Table struct {
 	Drop []string
 	// Prose names the columns (by header) of sentences: findings, causes,
 	// problems. A styled or aligned table that would not fit Style.Width
-	// unwrapped does not squeeze them into a column: each cell holds the
+	// unwrapped, or whose sentences repeat, does not squeeze them into a
+	// column (nor repeat them): each cell holds the
 	// number of its sentence ("[1]") and the sentences are written below
 	// the grid, numbered, each once, however many rows or tables of the
 	// output cite it.

@@ -146,13 +146,23 @@ func TestProseBelow(t *testing.T) {
 	if strings.Count(out, "│ [1]    │") != 4 || !strings.Contains(out, "[1] transfer 1 read") || !strings.Contains(out, "│ zeroed │") {
 		t.Errorf("rows do not cite [1], or the short cell moved:\n%s", out)
 	}
-	// wide enough for the sentence unwrapped: it stays in the grid
+	// wide enough for the sentence unwrapped, but it repeats: below
 	b.Reset()
 	if err := mk("t").Render(&b, FormatTable, Style{Aligned: true, Width: 200}); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(b.String(), "[1]") || !strings.Contains(b.String(), "│ "+long+" │") {
+	if strings.Count(b.String(), "which holds") != 1 {
 		t.Errorf("at 200 columns:\n%s", b.String())
+	}
+	// wide enough, said once: it stays in the grid
+	once := mk("t")
+	once.Rows = once.Rows[:1]
+	b.Reset()
+	if err := once.Render(&b, FormatTable, Style{Aligned: true, Width: 200}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "[1]") || !strings.Contains(b.String(), "│ "+long+" │") {
+		t.Errorf("at 200 columns, one row:\n%s", b.String())
 	}
 	// a pipe gets the sentences in their column
 	b.Reset()
