@@ -33,6 +33,9 @@ type Options struct {
 	// LeaseS is the producer's lease on a request's blocks in seconds (0:
 	// the producer's logs' lease_s, else the consumer's).
 	LeaseS int
+	// Progress, when set, is told the bytes of the logs as they are read
+	// (they add up to the logs' sizes once every log is read).
+	Progress func(n int64)
 }
 
 // DefaultMaxFindings is the findings an audit keeps by default.

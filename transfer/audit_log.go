@@ -22,7 +22,25 @@ func (a *auditor) readLog(ctx context.Context, path string) error {
 		return err
 	}
 	defer f.Close()
-	return a.readFrom(ctx, f, path)
+	var r io.Reader = f
+	if a.opts.Progress != nil {
+		r = &countingReader{r: f, progress: a.opts.Progress}
+	}
+	return a.readFrom(ctx, r, path)
+}
+
+// countingReader tells progress the bytes read through it.
+type countingReader struct {
+	r        io.Reader
+	progress func(int64)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		c.progress(int64(n))
+	}
+	return n, err
 }
 
 // readFrom streams one log from r (path names it).

@@ -69,7 +69,7 @@ func TestProgressTerminal(t *testing.T) {
 	}{
 		{name: "checksum", args: []string{"checksum", kv + "/producer"}, bar: true},
 		{name: "diff", args: []string{"diff", kv + "/producer", kv + "/consumer"}, bar: true},
-		{name: "transfers", args: []string{"transfers", "--producer", kv + "/producer", "--consumer", kv + "/consumer", kv + "/nixl"}},
+		{name: "transfers", args: []string{"transfers", "--producer", kv + "/producer", "--consumer", kv + "/consumer", kv + "/nixl"}, bar: true},
 		{name: "synth", args: []string{"synth", "--out", filepath.Join(dir, "synth"), "--preset", "tiny", "--tp", "2"}, bar: true, out: "synth"},
 		{name: "inject", args: []string{"inject", kv + "/producer", "--fault", "bit-flip", "--out", filepath.Join(dir, "bad")}, bar: true, out: "bad"},
 		{name: "campaign", args: []string{"campaign", "--faults", "bit-flip,zero-block", "--trials", "2", "--dir", dir}, bar: true},

@@ -146,9 +146,20 @@ func transfersRun(ctx context.Context, opts *TransfersOptions) error {
 		return err
 	}
 	defer cons.Close()
-	done := longStep(opts.IO, "auditing the transfers")
-	res, err := transfer.Audit(ctx, logs, prod.Dumps, cons.Dumps, opts.Options)
-	done()
+	// A bar of the logs' bytes read (the audit's work after reading, its
+	// checks of what the logs delivered, is short beside it).
+	var total int64
+	if opts.IO.ErrTerminal {
+		total = filesBytes(logs)
+	}
+	bar := newProgress(opts.IO, total, "auditing the transfers")
+	aopts := opts.Options
+	aopts.Progress = bar.Callback()
+	res, err := transfer.Audit(ctx, logs, prod.Dumps, cons.Dumps, aopts)
+	if err == nil {
+		bar.Set(total)
+	}
+	bar.Finish()
 	if err != nil {
 		return err
 	}
