@@ -1,0 +1,175 @@
+package transfer_test
+
+import (
+	"testing"
+
+	"github.com/kvaudit/kvaudit/internal/nixl"
+	"github.com/kvaudit/kvaudit/internal/synth"
+	"github.com/kvaudit/kvaudit/transfer"
+)
+
+// wantColumns is a picture's columns of a request whose layers' blocks
+// end at token end (docs/spec.md: at most MaxColumns columns, each of a
+// power of two tokens, the fewest that fit).
+func wantColumns(end int) (per, columns int) {
+	per = 1
+	for per*transfer.MaxColumns < end {
+		per *= 2
+	}
+	return per, (end + per - 1) / per
+}
+
+// TestCoverageColumns: a picture's columns hold the fewest tokens (a
+// power of two) that draw the request's blocks in MaxColumns columns: at
+// exactly MaxColumns tokens one each, past it two, the last column
+// partial where the blocks end inside it.
+func TestCoverageColumns(t *testing.T) {
+	for _, tc := range []struct {
+		tokens, block, per, columns int
+	}{
+		{60, 16, 1, 64},  // blocks end at 64: one token a column
+		{100, 16, 2, 56}, // 112: two
+		{120, 16, 2, 64}, // 128: two, every column
+		{129, 16, 4, 36}, // 144: four
+		{200, 16, 4, 52}, // 208
+		{250, 16, 4, 64}, // 256
+		{257, 16, 8, 34}, // 272
+		{63, 16, 1, 64},  // 64
+		{65, 16, 2, 40},  // 80
+		{30, 16, 1, 32},  // 32
+		{1, 16, 1, 16},   // one token, one block
+		{130, 2, 4, 33},  // 130: the last column holds two tokens of four
+		{127, 2, 2, 64},  // 128
+		{131, 2, 4, 33},  // 132
+		{258, 2, 8, 33},  // 258: the last column holds two tokens of eight
+		{255, 2, 4, 64},  // 256
+	} {
+		p := synth.Config{Preset: "llama", Layout: "hnd", BlockSize: tc.block, Tokens: tc.tokens, Requests: 1}
+		c := p
+		c.Role, c.ZeroTails = "consumer", true
+		if tc.block == 2 {
+			p.Preset, c.Preset = "tiny", "tiny"
+		}
+		if per, cols := wantColumns((tc.tokens + tc.block - 1) / tc.block * tc.block); per != tc.per || cols != tc.columns {
+			t.Fatalf("case %+v: the table says %d/%d", tc, per, cols)
+		}
+		prod, cons, logs := pull(t, t.TempDir(), geometry{"columns", p, c, nixl.PlannerExact})
+		res := audit(t, logs, prod, cons)
+		if res.Verdict != transfer.Clean || len(res.Coverage) == 0 {
+			t.Fatalf("%d tokens: %s, %d drawn", tc.tokens, res.Summary(), len(res.Coverage))
+		}
+		for _, cv := range res.Coverage {
+			if cv.NumTokens != tc.tokens || cv.Per != tc.per || cv.Columns != tc.columns {
+				t.Errorf("%d tokens in blocks of %d: %s drawn %d tokens in %d columns of %d, want %d of %d", tc.tokens, tc.block, cv.Request, cv.NumTokens, cv.Columns, cv.Per, tc.columns, tc.per)
+			}
+			for _, r := range cv.Rows {
+				if len(r.Cells) != tc.columns {
+					t.Errorf("%d tokens: layer %d has %d cells, want %d", tc.tokens, r.Layer, len(r.Cells), tc.columns)
+					continue
+				}
+				// A clean pull of whole blocks (of one size on both
+				// sides) delivers every slot of every block.
+				for k, cell := range r.Cells {
+					if want := transfer.CellDelivered; cell.State != want {
+						t.Errorf("%d tokens: layer %d column %d (tokens %d-%d): state %d, want %d", tc.tokens, r.Layer, k, k*tc.per, (k+1)*tc.per-1, cell.State, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestCoverageCap: an audit draws MaxCoverage requests and counts the
+// rest; a request with findings takes the place of one without.
+func TestCoverageCap(t *testing.T) {
+	p := synth.Config{Preset: "tiny", Layout: "hnd", BlockSize: 2, Tokens: 3, Requests: transfer.MaxCoverage + 2}
+	c := p
+	c.Role, c.ZeroTails = "consumer", true
+	g := geometry{"cap", p, c, nixl.PlannerExact}
+	for _, fault := range []bool{false, true} {
+		prod, cons, logs := pull(t, t.TempDir(), g)
+		faulty := ""
+		if fault {
+			// The last transfer fails: its request has findings.
+			h, recs := records(t, logs[0])
+			x := -1
+			for i := range recs {
+				if recs[i].Op == nixl.OpXfer {
+					x = i
+				}
+			}
+			recs[stateOf(recs, x)].State = nixl.Err
+			rewrite(t, logs[0], h, recs)
+			res := audit(t, logs, prod, cons)
+			for _, f := range res.Findings {
+				faulty = f.Request
+			}
+			if faulty == "" {
+				t.Fatal("a failed transfer, no finding")
+			}
+		}
+		res := audit(t, logs, prod, cons)
+		if len(res.Requests) != transfer.MaxCoverage+2 {
+			t.Fatalf("%d requests audited", len(res.Requests))
+		}
+		if len(res.Coverage) != transfer.MaxCoverage || res.CoverageLeft != 2 {
+			t.Errorf("fault %v: %d drawn, %d left; want %d, 2", fault, len(res.Coverage), res.CoverageLeft, transfer.MaxCoverage)
+		}
+		drawn := map[string]bool{}
+		for _, cv := range res.Coverage {
+			if drawn[cv.Request] {
+				t.Errorf("%s drawn twice", cv.Request)
+			}
+			drawn[cv.Request] = true
+			if (cv.Request == faulty) != (cv.Findings > 0) {
+				t.Errorf("%s: %d findings drawn", cv.Request, cv.Findings)
+			}
+		}
+		if fault && !drawn[faulty] {
+			t.Errorf("%s, with findings, not drawn", faulty)
+		}
+	}
+}
+
+// TestCoverageOfFailedColumns: the first transfer of a pull with a
+// prefix hit, its columns of several tokens, ends in ERR: every column
+// holding a token of [Local, Pulled) is failed and names a transfer;
+// every column wholly before Local is the consumer's own.
+func TestCoverageOfFailedColumns(t *testing.T) {
+	for _, tc := range []struct{ tokens, prefix int }{{200, 16}, {200, 48}, {130, 32}, {90, 64}} {
+		p := synth.Config{Preset: "llama", Layout: "hnd", BlockSize: 16, Tokens: tc.tokens, Requests: 1}
+		c := p
+		c.Role, c.ZeroTails, c.PrefixTokens = "consumer", true, tc.prefix
+		prod, cons, logs := pull(t, t.TempDir(), geometry{"failed", p, c, nixl.PlannerExact})
+		h, recs := records(t, logs[0])
+		for i := range recs {
+			if recs[i].Op == nixl.OpXfer {
+				recs[stateOf(recs, i)].State = nixl.Err
+			}
+		}
+		rewrite(t, logs[0], h, recs)
+		res := audit(t, logs, prod, cons)
+		if len(res.Coverage) != 1 {
+			t.Fatalf("%d drawn", len(res.Coverage))
+		}
+		cv := res.Coverage[0]
+		if cv.Local != tc.prefix || cv.Per < 2 {
+			t.Fatalf("local %d, per %d", cv.Local, cv.Per)
+		}
+		for _, r := range cv.Rows {
+			for k, cell := range r.Cells {
+				lo, hi := k*cv.Per, (k+1)*cv.Per
+				switch {
+				case lo < cv.Pulled && hi > cv.Local:
+					if cell.State != transfer.CellFailed || cell.Transfer == transfer.NoTransfer || cell.Bytes[1] <= cell.Bytes[0] {
+						t.Errorf("%+v layer %d tokens %d-%d: %+v, want failed", tc, r.Layer, lo, hi-1, cell)
+					}
+				case hi <= cv.Local:
+					if cell.State != transfer.CellLocal || cell.Transfer != transfer.NoTransfer {
+						t.Errorf("%+v layer %d tokens %d-%d: %+v, want the consumer's own", tc, r.Layer, lo, hi-1, cell)
+					}
+				}
+			}
+		}
+	}
+}
