@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/bench"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -18,7 +19,7 @@ type benchShape struct {
 	name string
 	// cfg, for a synthesized dump; else view builds a cache in memory.
 	cfg  synth.Config
-	view func() (*layout.LayerView, []checksum.Row)
+	view func() (*layout.LayerView, []ckplan.Row)
 	// stateOnly keeps the state caches of a synthesized hybrid.
 	stateOnly bool
 }
@@ -40,12 +41,12 @@ func benchShapes() []benchShape {
 		{name: "packed-contiguous-cells", cfg: llama("packed")},
 		{name: "packed-token-major", cfg: llama("packed-token-major")},
 		{name: "mla-1152-byte-cells", cfg: synth.Config{Preset: "mla", Layers: 4, Layout: "flash", Requests: 6, Tokens: benchBytes / (4 * 1152) / 6, Seed: 1}},
-		{name: "long-16KiB-cells", view: func() (*layout.LayerView, []checksum.Row) {
+		{name: "long-16KiB-cells", view: func() (*layout.LayerView, []ckplan.Row) {
 			return memView(layout.CellView{KernelBlocks: 1, KernelTokens: 16, Heads: 2, CellBytes: 16 << 10,
 				TokenStride: 16 << 10, HeadStride: 16 * 16 << 10, RowStride: 2 * 16 * 16 << 10,
 				Runs: []layout.CellRun{{Offset: 0, Len: 16 << 10}}})
 		}},
-		{name: "state-rows-2-byte-channels-last", view: func() (*layout.LayerView, []checksum.Row) {
+		{name: "state-rows-2-byte-channels-last", view: func() (*layout.LayerView, []ckplan.Row) {
 			// A conv state [width 4, channels 4096] of bfloat16 split on
 			// channels: a row's elements are 8192 bytes apart.
 			runs := make([]layout.CellRun, 4)
@@ -69,33 +70,33 @@ func benchShapes() []benchShape {
 
 // memView fills a cache of about benchBytes in memory with the view's
 // geometry and returns it with one row per block.
-func memView(v layout.CellView) (*layout.LayerView, []checksum.Row) {
+func memView(v layout.CellView) (*layout.LayerView, []ckplan.Row) {
 	blocks := max(int(benchBytes/v.RowStride), 1)
 	v.Data = make([]byte, int64(blocks)*v.RowStride)
 	for i := range v.Data {
 		v.Data[i] = byte(i*131 + i>>9)
 	}
 	c := &layout.LayerView{Layer: &layout.Layer{Name: "model.layers.3.x"}, Number: 3, Heads: v.Heads, Pieces: v.Pieces(), Cells: v}
-	rows := make([]checksum.Row, blocks)
+	rows := make([]ckplan.Row, blocks)
 	tokens := v.KernelBlocks * v.KernelTokens
 	for b := range rows {
-		rows[b] = checksum.Row{Block: b, FirstToken: int64(b * tokens), Valid: tokens, Out: b % 7}
+		rows[b] = ckplan.Row{Block: b, FirstToken: int64(b * tokens), Valid: tokens, Out: b % 7}
 	}
 	return c, rows
 }
 
 // benchPlan returns the plans of a shape (opened under dir).
-func benchPlan(b *testing.B, s benchShape, dir string) []*checksum.Plan {
+func benchPlan(b *testing.B, s benchShape, dir string) []*ckplan.Plan {
 	b.Helper()
 	if s.view != nil {
 		c, rows := s.view()
-		return []*checksum.Plan{{Tasks: []checksum.Task{{Cache: c, Rows: rows}}, Outputs: 7}}
+		return []*ckplan.Plan{{Tasks: []ckplan.Task{{Cache: c, Rows: rows}}, Outputs: 7}}
 	}
 	paths, err := synth.Write(dir, s.cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var plans []*checksum.Plan
+	var plans []*ckplan.Plan
 	for _, p := range paths {
 		d, err := layout.Open(p)
 		if err != nil {
@@ -107,7 +108,7 @@ func benchPlan(b *testing.B, s benchShape, dir string) []*checksum.Plan {
 			b.Fatal(err)
 		}
 		if s.stateOnly {
-			plan.Tasks = slices.DeleteFunc(plan.Tasks, func(t checksum.Task) bool { return !t.Cache.State })
+			plan.Tasks = slices.DeleteFunc(plan.Tasks, func(t ckplan.Task) bool { return !t.Cache.State })
 		}
 		plans = append(plans, plan)
 	}
@@ -119,8 +120,8 @@ func benchPlan(b *testing.B, s benchShape, dir string) []*checksum.Plan {
 // read-scalar: the same sum in a scalar loop) and the fast engine over the
 // same bytes, on one thread and on GOMAXPROCS; the ratio of their MB/s is
 // the engine's efficiency. cpu+slopes is the fast engine giving both
-// numberings in its one pass (Plan.Slopes), cpu+mix both numberings and
-// kvaudit's mix check (Plan.Mix, docs/spec.md §14): what records hold.
+// numberings in its one pass (ckplan.Plan.Slopes), cpu+mix both numberings and
+// kvaudit's mix check (ckplan.Plan.Mix, docs/spec.md §14): what records hold.
 func BenchmarkHotLoop(b *testing.B) {
 	ctx := context.Background()
 	for _, s := range benchShapes() {
@@ -133,8 +134,8 @@ func BenchmarkHotLoop(b *testing.B) {
 			plans := benchPlan(b, s, dir)
 			work := bench.NewWork(plans, 0)
 			outs := make([][]uint64, len(plans))
-			slopePlans := make([]*checksum.Plan, len(plans))
-			mixPlans := make([]*checksum.Plan, len(plans))
+			slopePlans := make([]*ckplan.Plan, len(plans))
+			mixPlans := make([]*ckplan.Plan, len(plans))
 			for i, p := range plans {
 				outs[i] = make([]uint64, 3*p.Outputs)
 				q := *p
@@ -164,7 +165,7 @@ func BenchmarkHotLoop(b *testing.B) {
 				}
 				for _, e := range []struct {
 					name  string
-					plans []*checksum.Plan
+					plans []*ckplan.Plan
 				}{{"cpu", plans}, {"cpu+slopes", slopePlans}, {"cpu+mix", mixPlans}} {
 					b.Run(e.name+"/"+suffix, func(b *testing.B) {
 						b.SetBytes(work.Bytes)

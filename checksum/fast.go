@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -33,11 +34,11 @@ type Fast struct {
 // Name returns "cpu".
 func (Fast) Name() string { return "cpu" }
 
-// Slopes returns true: Fast fills Plan.Slopes from the sums it forms
+// Slopes returns true: Fast fills ckplan.Plan.Slopes from the sums it forms
 // anyway (the slope is P times the weighted plain sum X of block).
 func (Fast) Slopes() bool { return true }
 
-// Mixes returns true: Fast fills Plan.Mix in the same pass (the mix check
+// Mixes returns true: Fast fills ckplan.Plan.Mix in the same pass (the mix check
 // of docs/spec.md §14, fused with the A/B sums in the SIMD kernel).
 func (Fast) Mixes() bool { return true }
 
@@ -56,24 +57,24 @@ type chunk struct {
 // job is one task prepared for the walk: its rows in block order and how
 // to walk its tensor.
 type job struct {
-	task  *Task
+	task  *ckplan.Task
 	order []int32 // row indices sorted by block id
 	walk  *walk
 	// plan is the task's plan and pi its index among runPlans' plans
 	// (and their outputs).
-	plan *Plan
+	plan *ckplan.Plan
 	pi   int
 }
 
 // Run implements Engine.
-func (f Fast) Run(ctx context.Context, p *Plan, out []uint64) error {
-	return f.runPlans(ctx, []*Plan{p}, [][]uint64{out})
+func (f Fast) Run(ctx context.Context, p *ckplan.Plan, out []uint64) error {
+	return f.runPlans(ctx, []*ckplan.Plan{p}, [][]uint64{out})
 }
 
 // runPlans runs several plans (the ranks of a side) as one piece of work:
 // out[i] is plans[i]'s output. The threads take chunks of any plan, so
 // that no thread waits at the end of one rank while another finishes it.
-func (f Fast) runPlans(ctx context.Context, plans []*Plan, outs [][]uint64) error {
+func (f Fast) runPlans(ctx context.Context, plans []*ckplan.Plan, outs [][]uint64) error {
 	for _, p := range plans {
 		if err := deviceCheck("cpu", p); err != nil {
 			return err
@@ -183,12 +184,12 @@ func (f Fast) runPlans(ctx context.Context, plans []*Plan, outs [][]uint64) erro
 
 // blockOrder returns the indices of rows sorted by block id (stable), so
 // that a chunk reads the tensor front to back.
-func blockOrder(rows []Row) []int32 {
+func blockOrder(rows []ckplan.Row) []int32 {
 	order := make([]int32, len(rows))
 	for i := range order {
 		order[i] = int32(i)
 	}
-	if slices.IsSortedFunc(rows, func(a, b Row) int { return a.Block - b.Block }) {
+	if slices.IsSortedFunc(rows, func(a, b ckplan.Row) int { return a.Block - b.Block }) {
 		return order
 	}
 	slices.SortStableFunc(order, func(a, b int32) int { return rows[a].Block - rows[b].Block })
@@ -197,13 +198,13 @@ func blockOrder(rows []Row) []int32 {
 
 // sameBlocks says whether two tasks' rows name the same blocks in the same
 // order (then they share one block order).
-func sameBlocks(a, b []Row) bool {
-	return sameRows(a, b) || slices.EqualFunc(a, b, func(x, y Row) bool { return x.Block == y.Block })
+func sameBlocks(a, b []ckplan.Row) bool {
+	return sameRows(a, b) || slices.EqualFunc(a, b, func(x, y ckplan.Row) bool { return x.Block == y.Block })
 }
 
 // sameRows says whether two tasks share one Rows slice (NewPlan gives the
 // caches of a group with one replica key the same rows).
-func sameRows(a, b []Row) bool {
+func sameRows(a, b []ckplan.Row) bool {
 	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
 }
 

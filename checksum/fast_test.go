@@ -13,6 +13,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -58,7 +59,7 @@ var fastVariants = []Fast{
 func checkAgainstReference(t interface {
 	Helper()
 	Fatalf(string, ...any)
-}, p *Plan, what string) {
+}, p *ckplan.Plan, what string) {
 	t.Helper()
 	for _, extra := range []bool{false, true} {
 		q := *p
@@ -98,13 +99,13 @@ func checkAgainstReference(t interface {
 var referenceCalls atomic.Uint64
 
 // planDumps synthesizes cfg, opens every rank and returns its plans.
-func planDumps(t testing.TB, cfg synth.Config) []*Plan {
+func planDumps(t testing.TB, cfg synth.Config) []*ckplan.Plan {
 	t.Helper()
 	paths, err := synth.Write(t.TempDir(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var plans []*Plan
+	var plans []*ckplan.Plan
 	for _, path := range paths {
 		d, err := layout.Open(path)
 		if err != nil {
@@ -267,7 +268,7 @@ func TestFastMatchesReferenceHandViews(t *testing.T) {
 		}
 	})
 	views := handViews()
-	var all []Task
+	var all []ckplan.Task
 	for i, name := range names {
 		v := views[name]
 		blocks := 6
@@ -276,20 +277,20 @@ func TestFastMatchesReferenceHandViews(t *testing.T) {
 		}
 		c := memCache(v, blocks, i+1, 3*i, rng)
 		tokens := v.KernelBlocks * v.KernelTokens
-		var rows []Row
+		var rows []ckplan.Row
 		for b := range blocks {
 			for _, valid := range []int{tokens, max(tokens-1, 1), 1} {
-				rows = append(rows, Row{Block: (b * 5) % blocks, FirstToken: int64(b*tokens + valid), Valid: valid, Out: (b + valid) % 4})
+				rows = append(rows, ckplan.Row{Block: (b * 5) % blocks, FirstToken: int64(b*tokens + valid), Valid: valid, Out: (b + valid) % 4})
 			}
 		}
-		task := Task{Cache: c, Rows: rows}
+		task := ckplan.Task{Cache: c, Rows: rows}
 		all = append(all, task)
 		t.Run(name, func(t *testing.T) {
-			checkAgainstReference(t, &Plan{Tasks: []Task{task}, Outputs: 4}, name)
+			checkAgainstReference(t, &ckplan.Plan{Tasks: []ckplan.Task{task}, Outputs: 4}, name)
 		})
 	}
 	t.Run("all-in-one-plan", func(t *testing.T) {
-		checkAgainstReference(t, &Plan{Tasks: all, Outputs: 4}, "all")
+		checkAgainstReference(t, &ckplan.Plan{Tasks: all, Outputs: 4}, "all")
 	})
 }
 
@@ -326,10 +327,10 @@ func checkView(v *layout.CellView, blocks int) error {
 func TestFastEmpty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	c := memCache(handViews()["packed-1152"], 2, 1, 0, rng)
-	for _, p := range []*Plan{
+	for _, p := range []*ckplan.Plan{
 		{Outputs: 2},
-		{Outputs: 2, Tasks: []Task{{Cache: c}}},
-		{Outputs: 2, Tasks: []Task{{Cache: c}, {Cache: c, Rows: []Row{{Block: 1, Valid: 1, Out: 1}}}, {Cache: c}}},
+		{Outputs: 2, Tasks: []ckplan.Task{{Cache: c}}},
+		{Outputs: 2, Tasks: []ckplan.Task{{Cache: c}, {Cache: c, Rows: []ckplan.Row{{Block: 1, Valid: 1, Out: 1}}}, {Cache: c}}},
 	} {
 		checkAgainstReference(t, p, fmt.Sprintf("%d tasks", len(p.Tasks)))
 	}
@@ -464,7 +465,7 @@ func TestFastMatchesReferenceRapid(t *testing.T) {
 		rng := rand.New(rand.NewPCG(rapid.Uint64().Draw(t, "seed"), 1))
 		caches := rapid.IntRange(1, 3).Draw(t, "caches")
 		outputs := rapid.IntRange(1, 4).Draw(t, "outputs")
-		p := &Plan{Outputs: outputs, Mix: true, MixKey: rapid.SampledFrom([]uint64{PublishedMixKey, rapid.Uint64().Draw(t, "key")}).Draw(t, "mix key")}
+		p := &ckplan.Plan{Outputs: outputs, Mix: true, MixKey: rapid.SampledFrom([]uint64{PublishedMixKey, rapid.Uint64().Draw(t, "key")}).Draw(t, "mix key")}
 		for ci := range caches {
 			v := genView(t)
 			blocks := rapid.IntRange(1, 4).Draw(t, "blocks")
@@ -474,16 +475,16 @@ func TestFastMatchesReferenceRapid(t *testing.T) {
 			c := memCache(v, blocks, rapid.IntRange(0, 200).Draw(t, "layer"), ci*7, rng)
 			tokens := v.KernelBlocks * v.KernelTokens
 			n := rapid.IntRange(0, 6).Draw(t, "rows")
-			rows := make([]Row, n)
+			rows := make([]ckplan.Row, n)
 			for i := range rows {
-				rows[i] = Row{
+				rows[i] = ckplan.Row{
 					Block:      rapid.IntRange(0, blocks-1).Draw(t, "block"),
 					FirstToken: int64(rapid.IntRange(0, 1<<20).Draw(t, "first token")),
 					Valid:      rapid.IntRange(1, tokens).Draw(t, "valid"),
 					Out:        rapid.IntRange(0, outputs-1).Draw(t, "out"),
 				}
 			}
-			p.Tasks = append(p.Tasks, Task{Cache: c, Rows: rows})
+			p.Tasks = append(p.Tasks, ckplan.Task{Cache: c, Rows: rows})
 		}
 		want := make([]uint64, 3*outputs)
 		if err := (Reference{}).Run(context.Background(), p, want); err != nil {
@@ -513,7 +514,7 @@ func TestFastBlockAllocs(t *testing.T) {
 			withSIMD(simd, func() {
 				k := newWalk(c, 0)
 				s := newScratch(v.Heads)
-				row := Row{Block: 2, FirstToken: 5, Valid: v.KernelBlocks * v.KernelTokens}
+				row := ckplan.Row{Block: 2, FirstToken: 5, Valid: v.KernelBlocks * v.KernelTokens}
 				if n := testing.AllocsPerRun(100, func() { s.block(k, &row) }); n != 0 {
 					t.Errorf("%s %s: %v allocations per block, want 0", name, kernelName(simd), n)
 				}
@@ -528,12 +529,12 @@ func TestFastRunAllocsIndependentOfBlocks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	v := handViews()["kv-apart-v-first"]
 	c := memCache(v, 64, 1, 0, rng)
-	plan := func(rows int) *Plan {
-		rs := make([]Row, rows)
+	plan := func(rows int) *ckplan.Plan {
+		rs := make([]ckplan.Row, rows)
 		for i := range rs {
-			rs[i] = Row{Block: (i * 7) % 64, FirstToken: int64(i), Valid: 8, Out: i % 3}
+			rs[i] = ckplan.Row{Block: (i * 7) % 64, FirstToken: int64(i), Valid: 8, Out: i % 3}
 		}
-		return &Plan{Outputs: 3, Tasks: []Task{{Cache: c, Rows: rs}}}
+		return &ckplan.Plan{Outputs: 3, Tasks: []ckplan.Task{{Cache: c, Rows: rs}}}
 	}
 	out := make([]uint64, 3)
 	f := Fast{Threads: 1, ChunkBytes: 1}
@@ -622,7 +623,7 @@ func TestFastFaultIsError(t *testing.T) {
 
 // TestBlockOrder: rows are visited in block order, ties in plan order.
 func TestBlockOrder(t *testing.T) {
-	rows := []Row{{Block: 5}, {Block: 1}, {Block: 5}, {Block: 0}, {Block: 1}}
+	rows := []ckplan.Row{{Block: 5}, {Block: 1}, {Block: 5}, {Block: 0}, {Block: 1}}
 	if got, want := blockOrder(rows), []int32{3, 1, 4, 0, 2}; !slices.Equal(got, want) {
 		t.Errorf("blockOrder = %v, want %v", got, want)
 	}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -69,9 +70,9 @@ func BenchmarkStateKernels(b *testing.B) {
 		v := layout.CellView{KernelBlocks: 1, KernelTokens: 1, Heads: heads, CellBytes: shape.cell, PieceBytes: shape.piece,
 			HeadStride: int64(shape.cell), RowStride: int64(heads * shape.cell), Runs: []layout.CellRun{{Offset: 0, Len: shape.cell}}}
 		c := memCache(v, blocks, 1, 0, rand.New(rand.NewPCG(1, 2)))
-		rows := make([]Row, blocks)
+		rows := make([]ckplan.Row, blocks)
 		for i := range rows {
-			rows[i] = Row{Block: i, FirstToken: int64(i), Valid: 1}
+			rows[i] = ckplan.Row{Block: i, FirstToken: int64(i), Valid: 1}
 		}
 		for _, mix := range []bool{false, true} {
 			name := shape.name + "/ab"

@@ -86,7 +86,7 @@ func MixSlice(c *layout.LayerView, head int) uint64 {
 // of 2- or 4-byte elements packs them; an attention cell is its pieces).
 func cellWords(c *layout.LayerView) int { return (c.Cells.CellBytes + 7) / 8 }
 
-// A mixEngine is an Engine that honours Plan.Mix: in the same pass over
+// A mixEngine is an Engine that honours ckplan.Plan.Mix: in the same pass over
 // the bytes it also adds each row's mix check. Engines that do not (the
 // CUDA runner) leave the mix check out of what they compute; records and
 // payloads then carry vLLM's checksum only.
@@ -96,7 +96,7 @@ type mixEngine interface {
 	Mixes() bool
 }
 
-// EngineMixes says whether e fills Plan.Mix.
+// EngineMixes says whether e fills ckplan.Plan.Mix.
 func EngineMixes(e Engine) bool {
 	m, ok := e.(mixEngine)
 	return ok && m.Mixes()

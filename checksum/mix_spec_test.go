@@ -180,7 +180,7 @@ func TestMixSpecDoc(t *testing.T) {
 
 // TestMixSpecDocEngines: the engines give the document's mix checks from
 // the worked example written as a dump, in the same pass as vLLM's
-// checksum (Plan.Mix beside Plan.Slopes).
+// checksum (ckplan.Plan.Mix beside ckplan.Plan.Slopes).
 func TestMixSpecDocEngines(t *testing.T) {
 	v := readGolden(t)
 	path := writeGoldenDump(t, v)
@@ -212,7 +212,7 @@ var mixKeyed = regexp.MustCompile("run key `k = (0x[0-9a-f]{16})`, `K_k\\(0, 0\\
 
 // TestMixSpecDocKeyed: docs/spec.md §14's example under a run key, from
 // the independent implementation (refKeyOf) and from every engine
-// (Plan.MixKey), which differ from the published key's.
+// (ckplan.Plan.MixKey), which differ from the published key's.
 func TestMixSpecDocKeyed(t *testing.T) {
 	sec := mixSpecSection(t)
 	m := mixKeyed.FindStringSubmatch(strings.Join(strings.Fields(sec), " "))

@@ -1,6 +1,10 @@
 package checksum
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/kvaudit/kvaudit/internal/ckplan"
+)
 
 // Numbering says where the piece index j of a block checksum counts from
 // (docs/spec.md §1).
@@ -43,7 +47,7 @@ func (n Numbering) String() string {
 // blockNumbered converts a request-numbered block checksum to block
 // numbering: c_block = c_request - 2*f*D, f the block's first token
 // (position * block size) and D = sum over slices of m*P*A, the slope an
-// engine gives with Plan.Slopes (docs/spec.md §1).
+// engine gives with ckplan.Plan.Slopes (docs/spec.md §1).
 func blockNumbered(cRequest, slope uint64, first int64) uint64 {
 	return cRequest - 2*uint64(first)*slope
 }
@@ -53,11 +57,11 @@ func requestNumbered(cBlock, slope uint64, first int64) uint64 {
 	return cBlock + 2*uint64(first)*slope
 }
 
-// A slopeEngine is an Engine that honours Plan.Slopes: in the same pass
+// A slopeEngine is an Engine that honours ckplan.Plan.Slopes: in the same pass
 // over the bytes it also adds each row's slope D, so that one pass gives
 // both numberings. Engines that do not (the CUDA runner, whose kernel
 // returns one sum per row) are given a block-numbered plan instead when
-// block numbering is wanted (see Plan.BlockRows).
+// block numbering is wanted (see blockRows).
 type slopeEngine interface {
 	Engine
 	// Slopes reports whether the engine fills slopes.
@@ -74,21 +78,21 @@ func engineSlopes(e Engine) bool {
 // kernel blocks included), so that any engine computes block-numbered
 // values with it. It asks for neither slopes nor the mix check (which is
 // request-numbered only).
-func (p *Plan) blockRows() *Plan {
+func blockRows(p *ckplan.Plan) *ckplan.Plan {
 	q := *p
 	q.Slopes, q.Mix = false, false
-	q.Tasks = make([]Task, len(p.Tasks))
+	q.Tasks = make([]ckplan.Task, len(p.Tasks))
 	for i, t := range p.Tasks {
 		if i > 0 && sameRows(t.Rows, p.Tasks[i-1].Rows) {
-			q.Tasks[i] = Task{Cache: t.Cache, Rows: q.Tasks[i-1].Rows} // shared, as in p
+			q.Tasks[i] = ckplan.Task{Cache: t.Cache, Rows: q.Tasks[i-1].Rows} // shared, as in p
 			continue
 		}
-		rows := make([]Row, len(t.Rows))
+		rows := make([]ckplan.Row, len(t.Rows))
 		for k, r := range t.Rows {
 			r.FirstToken = 0
 			rows[k] = r
 		}
-		q.Tasks[i] = Task{Cache: t.Cache, Rows: rows}
+		q.Tasks[i] = ckplan.Task{Cache: t.Cache, Rows: rows}
 	}
 	return &q
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/parse"
 	"os"
 	"path/filepath"
@@ -117,7 +118,7 @@ func TestNewPlanSharedPrefix(t *testing.T) {
 			rg := rr.Groups[0]
 			for i := range rg.Values.Len() {
 				pos := rg.Start + i
-				row := checksum.Row{Block: r.BlockTable["0"][pos], FirstToken: int64(pos * S), Valid: layout.ValidTokens(r.NumTokens, pos, S)}
+				row := ckplan.Row{Block: r.BlockTable["0"][pos], FirstToken: int64(pos * S), Valid: layout.ValidTokens(r.NumTokens, pos, S)}
 				var req, blk uint64
 				for _, c := range g.Caches {
 					req += checksum.ReferenceBlock(c, row)

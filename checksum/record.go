@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/parse"
 	"path/filepath"
 	"slices"
@@ -22,13 +23,13 @@ type Options struct {
 	// Requests restricts the work to these request ids; empty means all.
 	// Compute fails for an id that no dump holds.
 	Requests []string
-	// Progress is passed to each plan (see Plan.Progress).
+	// Progress is passed to each plan (see ckplan.Plan.Progress).
 	Progress func(bytes int64)
 	// BlockValues asks for block-numbered values (wire.RecordRequestGroup.
 	// ValuesBlock) from every engine. A slopeEngine gives them in the same
 	// pass regardless; another engine then runs a block-numbered plan too.
 	BlockValues bool
-	// MixKey is the run key of the mix check (Plan.MixKey): 0, the
+	// MixKey is the run key of the mix check (ckplan.Plan.MixKey): 0, the
 	// published key, for records and payloads that are stored or sent; a
 	// random one when the caller computes both sides it compares.
 	MixKey uint64
@@ -53,11 +54,11 @@ func (o Options) engine() Engine {
 // the number of layers. A block read at the same position with the same
 // valid tokens by several requests (a shared prefix) adds the same values
 // (request numbering depends only on the position), so it is read once:
-// the later requests' slots are listed in Plan.Copies instead of getting
+// the later requests' slots are listed in ckplan.Plan.Copies instead of getting
 // rows. A plan that would still read more than maxReadFactor times the
 // cell bytes its caches hold is refused with a *parse.Error (parse.Dump) naming
 // the dump (docs/spec.md §10).
-func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
+func NewPlan(d *layout.Dump, ids []string) (*ckplan.Plan, *wire.Record, error) {
 	m := d.Manifest
 	rec := &wire.Record{
 		Format: wire.RecordFormat, Source: d.Path, Model: m.Model.Name,
@@ -76,7 +77,7 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 			rec.SkippedGroups[strconv.Itoa(g.Group.ID)] = g.Skip
 		}
 	}
-	plan := &Plan{Dump: d}
+	plan := &ckplan.Plan{Dump: d}
 	groups := make([]*planGroup, len(d.Groups))
 	for gi, g := range d.Groups {
 		if g.Skip != "" || len(g.Caches) == 0 {
@@ -91,7 +92,7 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 		slices.SortFunc(gr.keys, func(a, b layout.ReplicaKey) int {
 			return cmp.Or(cmp.Compare(a.Replicas, b.Replicas), cmp.Compare(a.Index, b.Index))
 		})
-		gr.rows = make([][]Row, len(gr.keys))
+		gr.rows = make([][]ckplan.Row, len(gr.keys))
 		groups[gi] = gr
 	}
 	n := len(m.Requests)
@@ -139,11 +140,11 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 				}
 				slot := base + i*K
 				if first, ok := gr.read(b, pos, valid, slot); ok {
-					plan.Copies = append(plan.Copies, SlotCopy{Dst: slot, Src: first, N: K})
+					plan.Copies = append(plan.Copies, ckplan.SlotCopy{Dst: slot, Src: first, N: K})
 					continue
 				}
 				for k := range K {
-					gr.rows[k] = append(gr.rows[k], Row{Block: b, FirstToken: int64(pos) * int64(S), Valid: valid, Out: slot + k})
+					gr.rows[k] = append(gr.rows[k], ckplan.Row{Block: b, FirstToken: int64(pos) * int64(S), Valid: valid, Out: slot + k})
 				}
 			}
 			rr.Groups = append(rr.Groups, rg)
@@ -158,11 +159,11 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 		for _, c := range g.Caches {
 			rows := gr.rows[slices.Index(gr.keys, c.Key())]
 			if len(rows) > 0 {
-				plan.Tasks = append(plan.Tasks, Task{Cache: c, Rows: rows})
+				plan.Tasks = append(plan.Tasks, ckplan.Task{Cache: c, Rows: rows})
 			}
 		}
 	}
-	if err := plan.checkReads(); err != nil {
+	if err := checkReads(plan); err != nil {
 		return nil, nil, err
 	}
 	return plan, rec, nil
@@ -173,7 +174,7 @@ func NewPlan(d *layout.Dump, ids []string) (*Plan, *wire.Record, error) {
 // the first slot of each (position, block, valid tokens) read.
 type planGroup struct {
 	keys []layout.ReplicaKey
-	rows [][]Row
+	rows [][]ckplan.Row
 	// first[b] is block b's first read; its reads at other positions or
 	// token counts are in more.
 	first []firstRead
@@ -241,7 +242,7 @@ func manifestFile(d *layout.Dump) string {
 
 // checkReads refuses a plan that reads more than maxReadFactor times the
 // cell bytes of its caches.
-func (p *Plan) checkReads() error {
+func checkReads(p *ckplan.Plan) error {
 	var held int64
 	for _, t := range p.Tasks {
 		held += int64(p.Dump.Manifest.NumBlocks) * t.Cache.Cells.BlockBytes()
@@ -298,15 +299,15 @@ func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*wire.Record
 	if err := eng.Run(ctx, plan, out); err != nil {
 		return nil, err
 	}
-	plan.spread(out)
+	plan.Spread(out)
 	fillAll(rec, plan, out)
 	if !plan.Slopes && opts.BlockValues {
-		bp := plan.blockRows()
+		bp := blockRows(plan)
 		bout := make([]uint64, bp.Outputs)
 		if err := eng.Run(ctx, bp, bout); err != nil {
 			return nil, err
 		}
-		bp.spread(bout)
+		bp.Spread(bout)
 		fillValues(rec, func(g *wire.RecordRequestGroup) *wire.Values { return &g.ValuesBlock }, func(slot int, _ int64) uint64 { return bout[slot] })
 	}
 	return rec, nil
@@ -315,7 +316,7 @@ func RankRecord(ctx context.Context, d *layout.Dump, opts Options) (*wire.Record
 // fillAll fills the record NewPlan returned from the output of a run of
 // its plan (spread applied): the values, the mix check with p.Mix and the
 // block-numbered values with p.Slopes.
-func fillAll(rec *wire.Record, p *Plan, out []uint64) {
+func fillAll(rec *wire.Record, p *ckplan.Plan, out []uint64) {
 	fillRecord(rec, out[:p.Outputs])
 	if p.Mix {
 		fillValues(rec, func(g *wire.RecordRequestGroup) *wire.Values { return &g.Mix }, func(slot int, _ int64) uint64 {
@@ -376,7 +377,7 @@ func Records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*wire.R
 // The ranks' plans are laid out, and their records filled, on up to
 // GOMAXPROCS goroutines (each is its own work: a TP 8 side has eight).
 func (f Fast) records(ctx context.Context, dumps []*layout.Dump, opts Options) ([]*wire.Record, error) {
-	plans := make([]*Plan, len(dumps))
+	plans := make([]*ckplan.Plan, len(dumps))
 	recs := make([]*wire.Record, len(dumps))
 	outs := make([][]uint64, len(dumps))
 	err := parallel.Each(len(dumps), func(i int) error {
@@ -395,7 +396,7 @@ func (f Fast) records(ctx context.Context, dumps []*layout.Dump, opts Options) (
 		return nil, err
 	}
 	parallel.Each(len(plans), func(i int) error {
-		plans[i].spread(outs[i])
+		plans[i].Spread(outs[i])
 		fillAll(recs[i], plans[i], outs[i])
 		return nil
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -12,17 +13,17 @@ import (
 // and exists to check the other engines.
 type Reference struct{}
 
-// Slopes returns true: Reference fills Plan.Slopes.
+// Slopes returns true: Reference fills ckplan.Plan.Slopes.
 func (Reference) Slopes() bool { return true }
 
-// Mixes returns true: Reference fills Plan.Mix.
+// Mixes returns true: Reference fills ckplan.Plan.Mix.
 func (Reference) Mixes() bool { return true }
 
 // Name returns "ref".
 func (Reference) Name() string { return "ref" }
 
 // Run implements Engine.
-func (Reference) Run(ctx context.Context, p *Plan, out []uint64) error {
+func (Reference) Run(ctx context.Context, p *ckplan.Plan, out []uint64) error {
 	if err := deviceCheck("ref", p); err != nil {
 		return err
 	}
@@ -58,7 +59,7 @@ func (Reference) Run(ctx context.Context, p *Plan, out []uint64) error {
 // c = sum over heads of m*s, s = sum_j x_j*(2j+1), j = t*P + p for piece p
 // of the token at request position t. Pieces are little-endian unsigned
 // integers of the view's piece width, zero-extended.
-func ReferenceBlock(c *layout.LayerView, row Row) uint64 {
+func ReferenceBlock(c *layout.LayerView, row ckplan.Row) uint64 {
 	v, _, _ := referenceRow(c, row, PublishedMixKey)
 	return v
 }
@@ -71,7 +72,7 @@ func ReferenceBlock(c *layout.LayerView, row Row) uint64 {
 // bytes in logical order, the last word zero-padded) of
 // Mix(x ^ MixKeyOf(mixKey, layer*65536 + head, j)), j = t*W + p for word p of the
 // token at request position t, W the words of a cell.
-func referenceRow(c *layout.LayerView, row Row, mixKey uint64) (block, slope, mix uint64) {
+func referenceRow(c *layout.LayerView, row ckplan.Row, mixKey uint64) (block, slope, mix uint64) {
 	P := uint64(c.Pieces)
 	w := uint64(c.Cells.Width())
 	W := uint64(cellWords(c))

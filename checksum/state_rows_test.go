@@ -7,6 +7,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -48,10 +49,10 @@ func TestStateRowsRapid(t *testing.T) {
 		if rapid.Bool().Draw(rt, "tensor ends at the last row") {
 			c.Cells.Data = c.Cells.Data[:len(c.Cells.Data)-64]
 		}
-		var rows []Row
+		var rows []ckplan.Row
 		for b := range blocks {
-			rows = append(rows, Row{Block: b, FirstToken: int64(rapid.IntRange(0, 1<<20).Draw(rt, "first token")), Valid: 1, Out: b % 2})
+			rows = append(rows, ckplan.Row{Block: b, FirstToken: int64(rapid.IntRange(0, 1<<20).Draw(rt, "first token")), Valid: 1, Out: b % 2})
 		}
-		checkAgainstReference(rt, &Plan{Outputs: 2, Tasks: []Task{{Cache: c, Rows: rows}}}, fmt.Sprintf("w %d elements %d rows %d", w, E, H))
+		checkAgainstReference(rt, &ckplan.Plan{Outputs: 2, Tasks: []ckplan.Task{{Cache: c, Rows: rows}}}, fmt.Sprintf("w %d elements %d rows %d", w, E, H))
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -317,7 +318,7 @@ func TestAdjacent16(t *testing.T) {
 		v := layout.CellView{KernelBlocks: 1, KernelTokens: 1, Heads: rows, CellBytes: 2 * E, PieceBytes: 2,
 			HeadStride: 2, RowStride: int64(E)*(2*rows+6) + 8, Runs: runs}
 		c := memCache(v, 3, 2, 5, rng)
-		p := &Plan{Outputs: 2, Tasks: []Task{{Cache: c, Rows: []Row{{Block: 2, Valid: 1, Out: 0}, {Block: 0, FirstToken: 7, Valid: 1, Out: 1}, {Block: 1, Valid: 1, Out: 1}}}}}
+		p := &ckplan.Plan{Outputs: 2, Tasks: []ckplan.Task{{Cache: c, Rows: []ckplan.Row{{Block: 2, Valid: 1, Out: 0}, {Block: 0, FirstToken: 7, Valid: 1, Out: 1}, {Block: 1, Valid: 1, Out: 1}}}}}
 		checkAgainstReference(t, p, fmt.Sprintf("%d elements", E))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"slices"
 
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -38,7 +39,7 @@ type walk struct {
 	// m is the slice factor of each local head.
 	m []uint64
 	// keys is each local head's mix key of its word 0 under the plan's
-	// run key, MixKeyOf(Plan.MixKey, s, 0) (docs/spec.md §14); W the mix words of a cell.
+	// run key, MixKeyOf(ckplan.Plan.MixKey, s, 0) (docs/spec.md §14); W the mix words of a cell.
 	keys []uint64
 	W    uint64
 	// mixInRuns: the mix words are the pieces the runs hold (8-byte
@@ -125,7 +126,7 @@ type scratch struct {
 	// state holds the SIMD kernel's lanes, 12 per head (16 with the mix
 	// check).
 	state []uint64
-	// mixOn: the plan asks for the mix check (Plan.Mix); mix is the
+	// mixOn: the plan asks for the mix check (ckplan.Plan.Mix); mix is the
 	// current row's, jbase the index of the row's first word (the
 	// block's first token times W).
 	mixOn bool
@@ -282,7 +283,7 @@ func (s *scratch) simdAccum(k *walk, data []byte, off, stride int64, n, R int, h
 }
 
 // chunk adds the rows of one chunk to out (the worker's own sums).
-func (s *scratch) chunk(j *job, c *chunk, out []uint64, p *Plan) {
+func (s *scratch) chunk(j *job, c *chunk, out []uint64, p *ckplan.Plan) {
 	rows := j.task.Rows
 	s.mixOn = p.Mix
 	for _, ri := range j.order[c.begin:c.end] {
@@ -302,9 +303,9 @@ func (s *scratch) chunk(j *job, c *chunk, out []uint64, p *Plan) {
 // sum over heads of m * s, s = (2*first*P+1)*A + 2*Y, A the head's sum of
 // pieces and Y the sum of piece * j with j counted from the block's first
 // valid token (first = row.FirstToken). X = sum over heads of m*A is
-// returned too: P*X is the row's slope (Plan.Slopes). Each kernel row is
+// returned too: P*X is the row's slope (ckplan.Plan.Slopes). Each kernel row is
 // walked the way the cache's memory order allows (newWalk).
-func (s *scratch) block(k *walk, row *Row) (uint64, uint64) {
+func (s *scratch) block(k *walk, row *ckplan.Row) (uint64, uint64) {
 	v := k.v
 	s.mix = 0
 	s.jbase = uint64(row.FirstToken) * k.W

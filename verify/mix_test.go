@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/side"
@@ -115,7 +116,7 @@ func TestDiffVLLMStrength(t *testing.T) {
 type vllmOnlyEngine struct{}
 
 func (vllmOnlyEngine) Name() string { return "nomix" }
-func (vllmOnlyEngine) Run(ctx context.Context, p *checksum.Plan, out []uint64) error {
+func (vllmOnlyEngine) Run(ctx context.Context, p *ckplan.Plan, out []uint64) error {
 	q := *p
 	q.Mix, q.Slopes = false, false
 	return checksum.Reference{}.Run(ctx, &q, out)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/parse"
 	"slices"
 	"strconv"
@@ -94,7 +95,7 @@ func RankStored(ctx context.Context, d *layout.Dump, opts checksum.Options) (*St
 			return nil, &parse.Error{Format: parse.Dump, File: d.Path, Field: "requests", Err: fmt.Errorf("no request %q", id)}
 		}
 	}
-	plan := &checksum.Plan{Dump: d, Progress: opts.Progress}
+	plan := &ckplan.Plan{Dump: d, Progress: opts.Progress}
 	taskOf := map[*layout.LayerView]int{}
 	// A block read at the same position (a shared prefix) sums the same
 	// for every request: one output slot and one read per (group,
@@ -159,9 +160,9 @@ func RankStored(ctx context.Context, d *layout.Dump, opts checksum.Options) (*St
 					if !ok {
 						ti = len(plan.Tasks)
 						taskOf[c] = ti
-						plan.Tasks = append(plan.Tasks, checksum.Task{Cache: c})
+						plan.Tasks = append(plan.Tasks, ckplan.Task{Cache: c})
 					}
-					plan.Tasks[ti].Rows = append(plan.Tasks[ti].Rows, checksum.Row{Block: b.Block, FirstToken: int64(p) * int64(S), Valid: S, Out: out})
+					plan.Tasks[ti].Rows = append(plan.Tasks[ti].Rows, ckplan.Row{Block: b.Block, FirstToken: int64(p) * int64(S), Valid: S, Out: out})
 				}
 			}
 		}

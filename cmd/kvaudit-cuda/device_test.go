@@ -23,6 +23,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/internal/kernels"
 	"github.com/kvaudit/kvaudit/internal/kerneltest"
 	"github.com/kvaudit/kvaudit/internal/synth"
@@ -81,7 +82,7 @@ var variants = []variant{
 }
 
 // runOn runs plan on the GPU as v says and returns the outputs.
-func runOn(t tb, g *gpu, v variant, plan *checksum.Plan) []uint64 {
+func runOn(t tb, g *gpu, v variant, plan *ckplan.Plan) []uint64 {
 	t.Helper()
 	defer func(mode kernels.Mode, slot int64) { g.mode, g.slotBytes = mode, slot }(g.mode, g.slotBytes)
 	g.mode = v.mode

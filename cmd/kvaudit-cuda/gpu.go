@@ -14,8 +14,8 @@ import (
 
 	"gorgonia.org/cu"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/buildinfo"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/internal/kernels"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -270,7 +270,7 @@ func layoutSlot(job *kernels.Job, nrows int) slotLayout {
 // Run implements checksum.Engine: staged copies of the needed spans of
 // mapped dumps, double-buffered on two streams, and device tensors read
 // in place; every kernel adds to one output array on the device.
-func (g *gpu) Run(ctx context.Context, p *checksum.Plan, out []uint64) (err error) {
+func (g *gpu) Run(ctx context.Context, p *ckplan.Plan, out []uint64) (err error) {
 	if p.Outputs == 0 {
 		return nil
 	}
@@ -363,7 +363,7 @@ func roundUp(n, a int64) int64 { return (n + a - 1) / a * a }
 // fill writes a batch into a pinned slot as layoutSlot places it: the row
 // table, the factors and offsets and, for staged data, the rows' bytes,
 // these with several goroutines at once (none calls CUDA).
-func (g *gpu) fill(job *kernels.Job, rows []checksum.Row, slot []byte, l slotLayout) error {
+func (g *gpu) fill(job *kernels.Job, rows []ckplan.Row, slot []byte, l slotLayout) error {
 	table := make([]int64, len(rows)*kernels.RowWords)
 	job.RowTable(table, rows)
 	for i, v := range table {
@@ -462,7 +462,7 @@ func (b *benchCache) alloc(n int64) (cu.DevicePtr, error) {
 
 // setUp allocates the cache, fills it on the device and uploads the
 // checksum kernel's job for rows, and waits for all of it.
-func (b *benchCache) setUp(rows []checksum.Row) error {
+func (b *benchCache) setUp(rows []ckplan.Row) error {
 	var err error
 	for _, a := range []struct {
 		p *cu.DevicePtr

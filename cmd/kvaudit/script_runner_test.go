@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/internal/kernels"
 )
 
@@ -46,4 +46,4 @@ func fakeRunner() {
 // zeroDevice answers every checksum with 0.
 type zeroDevice struct{ kernels.ModelDevice }
 
-func (zeroDevice) Run(context.Context, *checksum.Plan, []uint64) error { return nil }
+func (zeroDevice) Run(context.Context, *ckplan.Plan, []uint64) error { return nil }

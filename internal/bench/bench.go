@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/side"
 )
@@ -262,7 +263,7 @@ type subject struct {
 	dumps []*layout.Dump
 	// plans ask for vLLM's checksum alone, mixPlans for what records hold
 	// (both numberings and the mix check); outs have room for either.
-	plans, mixPlans []*checksum.Plan
+	plans, mixPlans []*ckplan.Plan
 	outs            [][]uint64
 	caches, rows    int
 }
@@ -274,7 +275,7 @@ func openSubject(paths []string) (*subject, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &subject{dumps: dumps, plans: make([]*checksum.Plan, len(dumps)), mixPlans: make([]*checksum.Plan, len(dumps)), outs: make([][]uint64, len(dumps))}
+	s := &subject{dumps: dumps, plans: make([]*ckplan.Plan, len(dumps)), mixPlans: make([]*ckplan.Plan, len(dumps)), outs: make([][]uint64, len(dumps))}
 	for i, d := range dumps {
 		if s.plans[i], _, err = checksum.NewPlan(d, nil); err != nil {
 			closeAll(dumps)
@@ -301,7 +302,7 @@ func openSubject(paths []string) (*subject, error) {
 // each method's median time and median ratio to the plain read of the
 // same repetition.
 func measure(ctx context.Context, t int, s *subject, work, sample *Work, o Options, logf func(string, ...any), peak *heapSampler) ([]Measurement, error) {
-	fast := func(plans []*checksum.Plan) func() error {
+	fast := func(plans []*ckplan.Plan) func() error {
 		return func() error {
 			f := checksum.Fast{Threads: t}
 			for i, p := range plans {
@@ -407,7 +408,7 @@ func endToEnd(ctx context.Context, paths []string, threads, reps, warm int, logf
 			return err
 		}
 		defer closeAll(dumps)
-		plans := make([]*checksum.Plan, len(dumps))
+		plans := make([]*ckplan.Plan, len(dumps))
 		for i, d := range dumps {
 			if plans[i], _, err = checksum.NewPlan(d, nil); err != nil {
 				return err

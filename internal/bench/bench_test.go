@@ -9,18 +9,19 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
 // openPlans synthesizes cfg and returns every rank's plan.
-func openPlans(t *testing.T, cfg synth.Config) ([]*checksum.Plan, []string) {
+func openPlans(t *testing.T, cfg synth.Config) ([]*ckplan.Plan, []string) {
 	t.Helper()
 	paths, err := synth.Write(t.TempDir(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var plans []*checksum.Plan
+	var plans []*ckplan.Plan
 	for _, p := range paths {
 		d, err := layout.Open(p)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -32,9 +33,9 @@ type Work struct {
 
 // unit is a range of rows of one task, in block order.
 type unit struct {
-	plan  *checksum.Plan
+	plan  *ckplan.Plan
 	cache *layout.LayerView
-	rows  []checksum.Row
+	rows  []ckplan.Row
 	bytes int64
 	shape *shape
 }
@@ -59,7 +60,7 @@ const DefaultUnitBytes = 4 << 20
 // NewWork cuts the plans' tasks into units of about unitBytes (0 means
 // DefaultUnitBytes) and works out their extents. Plans reading device
 // memory are not supported.
-func NewWork(plans []*checksum.Plan, unitBytes int64) *Work {
+func NewWork(plans []*ckplan.Plan, unitBytes int64) *Work {
 	if unitBytes <= 0 {
 		unitBytes = DefaultUnitBytes
 	}
@@ -78,7 +79,7 @@ func NewWork(plans []*checksum.Plan, unitBytes int64) *Work {
 			// Rows in block order, so that the work reads each tensor
 			// front to back, as fast as memory allows.
 			rows := slices.Clone(t.Rows)
-			slices.SortStableFunc(rows, func(a, b checksum.Row) int { return a.Block - b.Block })
+			slices.SortStableFunc(rows, func(a, b ckplan.Row) int { return a.Block - b.Block })
 			u := unit{plan: p, cache: t.Cache, shape: sh}
 			begin := 0
 			for i, r := range rows {
@@ -149,10 +150,10 @@ func (w *Work) Sample(bytes int64) *Work {
 
 // Plans returns the units as plans, one per unit, for engines (the
 // sample's own checksums, to compare engines on it).
-func (w *Work) Plans() []*checksum.Plan {
-	ps := make([]*checksum.Plan, len(w.units))
+func (w *Work) Plans() []*ckplan.Plan {
+	ps := make([]*ckplan.Plan, len(w.units))
 	for i, u := range w.units {
-		ps[i] = &checksum.Plan{Dump: u.plan.Dump, Outputs: u.plan.Outputs, Tasks: []checksum.Task{{Cache: u.cache, Rows: u.rows}}}
+		ps[i] = &ckplan.Plan{Dump: u.plan.Dump, Outputs: u.plan.Outputs, Tasks: []ckplan.Task{{Cache: u.cache, Rows: u.rows}}}
 	}
 	return ps
 }
@@ -173,7 +174,7 @@ type Unit struct{ u *unit }
 func (u *Unit) Cache() *layout.LayerView { return u.u.cache }
 
 // Rows returns the unit's rows, in block order.
-func (u *Unit) Rows() []checksum.Row { return u.u.rows }
+func (u *Unit) Rows() []ckplan.Row { return u.u.rows }
 
 // Extents calls fn with every contiguous extent the unit's rows cover, in
 // memory order within each kernel row.

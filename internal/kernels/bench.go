@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -99,16 +100,16 @@ const (
 // BenchCache returns the benchmark's cache of about bytes (at least one
 // block) in device memory, and one row per block: a request whose block
 // position b is block id b, all 16 tokens valid, output slot b.
-func BenchCache(bytes int64) (*layout.LayerView, []checksum.Row) {
+func BenchCache(bytes int64) (*layout.LayerView, []ckplan.Row) {
 	blocks := max(1, bytes/(2*benchHalf))
 	c := benchView(blocks)
 	c.Cells.Device = &layout.DeviceTensor{
 		Dtype: layout.Dtype{Name: "BF16", Bits: 16},
 		Shape: []int64{2, blocks, benchTokens, benchHeads, benchHeadSize},
 	}
-	rows := make([]checksum.Row, blocks)
+	rows := make([]ckplan.Row, blocks)
 	for b := range rows {
-		rows[b] = checksum.Row{Block: b, FirstToken: int64(b) * benchTokens, Valid: benchTokens, Out: b}
+		rows[b] = ckplan.Row{Block: b, FirstToken: int64(b) * benchTokens, Valid: benchTokens, Out: b}
 	}
 	return c, rows
 }
@@ -158,7 +159,7 @@ func BenchSampleBlocks(blocks int) []int {
 func BenchCheck(sample []byte, b int) uint64 {
 	c := benchView(1)
 	c.Cells.Data = sample
-	return checksum.ReferenceBlock(c, checksum.Row{Block: 0, FirstToken: int64(b) * benchTokens, Valid: benchTokens, Out: b})
+	return checksum.ReferenceBlock(c, ckplan.Row{Block: 0, FirstToken: int64(b) * benchTokens, Valid: benchTokens, Out: b})
 }
 
 // FillWord is word i of the pattern kvaudit_fill writes with seed seed:

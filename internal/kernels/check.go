@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 )
 
 // What the cpu engine recomputes of each answer of the runner: a sample
@@ -60,16 +61,16 @@ func sampleName(check int) string {
 // in device memory moved to output slots past p.Outputs, one per slot
 // they add to (dev[i] is the slot of p that slot p.Outputs+i adds to).
 // Every slot below p.Outputs then sums host-resident rows only.
-func splitDevice(p *checksum.Plan) (q *checksum.Plan, dev []int) {
+func splitDevice(p *ckplan.Plan) (q *ckplan.Plan, dev []int) {
 	c := *p
-	c.Tasks = make([]checksum.Task, len(p.Tasks))
+	c.Tasks = make([]ckplan.Task, len(p.Tasks))
 	moved := map[int]int{}
 	for i, t := range p.Tasks {
 		c.Tasks[i] = t
 		if t.Cache.Cells.Device == nil {
 			continue
 		}
-		rows := make([]checksum.Row, len(t.Rows))
+		rows := make([]ckplan.Row, len(t.Rows))
 		for j, row := range t.Rows {
 			d, ok := moved[row.Out]
 			if !ok {
@@ -94,7 +95,7 @@ func splitDevice(p *checksum.Plan) (q *checksum.Plan, dev []int) {
 // checked as the first). A difference is an *checksum.InternalError
 // naming the runner: its results cannot be trusted. It adds what it
 // checked to r's EngineCheck.
-func (r *Runner) checkResults(ctx context.Context, q *checksum.Plan, got []uint64, hosts int) error {
+func (r *Runner) checkResults(ctx context.Context, q *ckplan.Plan, got []uint64, hosts int) error {
 	n := q.Outputs
 	if n == 0 || len(got)%n != 0 {
 		return nil
@@ -141,14 +142,14 @@ func (r *Runner) checkResults(ctx context.Context, q *checksum.Plan, got []uint6
 		if t.Cache.Cells.Device != nil {
 			continue
 		}
-		var rows []checksum.Row
+		var rows []ckplan.Row
 		for _, row := range t.Rows {
 			if pick[row.Out] {
 				rows = append(rows, row)
 			}
 		}
 		if len(rows) > 0 {
-			c.Tasks = append(c.Tasks, checksum.Task{Cache: t.Cache, Rows: rows})
+			c.Tasks = append(c.Tasks, ckplan.Task{Cache: t.Cache, Rows: rows})
 		}
 	}
 	if len(c.Tasks) == 0 {
@@ -200,7 +201,7 @@ func (r *Runner) Checked() checksum.EngineCheck {
 }
 
 // slotName names output slot k of p by the first row adding to it.
-func slotName(p *checksum.Plan, k int) string {
+func slotName(p *ckplan.Plan, k int) string {
 	for _, t := range p.Tasks {
 		for _, row := range t.Rows {
 			if row.Out == k {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -115,7 +116,7 @@ type JobOptions struct {
 	InPlace bool
 	Base    uint64
 	Mode    Mode
-	// MixKey is the mix check's run key (checksum.Plan.MixKey): MixKeys
+	// MixKey is the mix check's run key (ckplan.Plan.MixKey): MixKeys
 	// are keyed by it.
 	MixKey uint64
 }
@@ -128,7 +129,7 @@ type Span struct{ Src, Dst, Len int64 }
 // tables and, for staged data, where each needed byte goes.
 type Job struct {
 	Cache *layout.LayerView
-	Rows  []checksum.Row
+	Rows  []ckplan.Row
 	// InPlace is JobOptions.InPlace.
 	InPlace bool
 	// Spans are the bytes of a kernel row that are staged, and
@@ -154,7 +155,7 @@ type Job struct {
 
 // NewJob prepares a cache's rows. It fails for a geometry the kernel cannot
 // read (which layout never builds) or rows outside the cache.
-func NewJob(c *layout.LayerView, rows []checksum.Row, o JobOptions) (*Job, error) {
+func NewJob(c *layout.LayerView, rows []ckplan.Row, o JobOptions) (*Job, error) {
 	v := &c.Cells
 	fail := func(format string, args ...any) (*Job, error) {
 		return nil, fmt.Errorf("layer %q: %s", c.Layer.Name, fmt.Sprintf(format, args...))
@@ -328,7 +329,7 @@ func (j *Job) Batches(maxBytes int64, maxRows int) [][2]int {
 // RowTable writes the row table of rows (a batch of the job, in order) to
 // dst, RowWords words per row: staged row i starts at i*RowBytes(); in
 // place, block b starts at b*kernel blocks*RowStride.
-func (j *Job) RowTable(dst []int64, rows []checksum.Row) {
+func (j *Job) RowTable(dst []int64, rows []ckplan.Row) {
 	v := &j.Cache.Cells
 	for i, r := range rows {
 		base := int64(i) * j.RowBytes()
@@ -347,7 +348,7 @@ var errOutside = errors.New("past the end of the tensor's data")
 // dst, RowBytes() per row: for each kernel row holding a valid token, its
 // spans. Kernel rows past the valid tokens are left as they are: the kernel
 // never reads them. Call it under layout.Guard when the data is mapped.
-func (j *Job) Fill(dst []byte, rows []checksum.Row) error {
+func (j *Job) Fill(dst []byte, rows []ckplan.Row) error {
 	v := &j.Cache.Cells
 	kt := int64(v.KernelTokens)
 	for i, r := range rows {
@@ -368,7 +369,7 @@ func (j *Job) Fill(dst []byte, rows []checksum.Row) error {
 
 // ReadBytes returns the bytes of cells the rows hold (a measure of work
 // for progress reports).
-func (j *Job) ReadBytes(rows []checksum.Row) int64 {
+func (j *Job) ReadBytes(rows []ckplan.Row) int64 {
 	var n int64
 	for _, r := range rows {
 		n += int64(r.Valid*j.Cache.Cells.Heads) * int64(j.Cache.Cells.CellBytes)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -42,7 +43,7 @@ func (Model) Name() string { return "model" }
 func (Model) Mixes() bool { return true }
 
 // Run implements checksum.Engine.
-func (m Model) Run(ctx context.Context, p *checksum.Plan, out []uint64) error {
+func (m Model) Run(ctx context.Context, p *ckplan.Plan, out []uint64) error {
 	for _, t := range p.Tasks {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/internal/kernels"
 	"github.com/kvaudit/kvaudit/internal/kerneltest"
 	"github.com/kvaudit/kvaudit/internal/synth"
@@ -30,7 +31,7 @@ var variants = []kernels.Model{
 	{BatchBytes: 1, MaxRows: 1},
 }
 
-func run(t testing.TB, e checksum.Engine, p *checksum.Plan) []uint64 {
+func run(t testing.TB, e checksum.Engine, p *ckplan.Plan) []uint64 {
 	t.Helper()
 	out := make([]uint64, p.Outputs)
 	if err := e.Run(context.Background(), p, out); err != nil {
@@ -45,7 +46,7 @@ func run(t testing.TB, e checksum.Engine, p *checksum.Plan) []uint64 {
 func runMix(t interface {
 	Helper()
 	Fatalf(string, ...any)
-}, e checksum.Engine, p *checksum.Plan) []uint64 {
+}, e checksum.Engine, p *ckplan.Plan) []uint64 {
 	t.Helper()
 	q := *p
 	q.Mix = true

@@ -13,7 +13,7 @@ import (
 
 // TestModelBlockNumbering: the kernel model (the CUDA kernel's work in Go,
 // which returns one sum per row and no slope) gives vLLM's block
-// numbering through a block-numbered plan (checksum.Plan.BlockRows), equal
+// numbering through a block-numbered plan (blockRows in checksum), equal
 // to the cpu engine's one-pass values, in every load variant.
 func TestModelBlockNumbering(t *testing.T) {
 	for _, cfg := range []synth.Config{

@@ -49,7 +49,7 @@ import (
 //     the one kvaudit computed: a kvaudit and a kvaudit-cuda of different
 //     releases. A row is [block id, request
 //     position of the block's first token, valid tokens, output slot]
-//     (checksum.Row). The runner answers with zero or more progress lines,
+//     (ckplan.Row). The runner answers with zero or more progress lines,
 //     {"id":1,"progress":1048576} (cell bytes done since the last one),
 //     then one final line: {"id":1,"done":true,"out":["0x...", ...]}
 //     (outputs values: out[k] is the sum of the rows whose slot is k), or

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/internal/termtext"
 )
 
@@ -351,7 +352,7 @@ func (r *Runner) Found() string { return r.found }
 // slots of their own (splitDevice), and checks the answer against the cpu
 // engine (see checkResults): a runner whose results differ is an
 // *checksum.InternalError naming it, and broken for good.
-func (r *Runner) Run(ctx context.Context, orig *checksum.Plan, out []uint64) error {
+func (r *Runner) Run(ctx context.Context, orig *ckplan.Plan, out []uint64) error {
 	dump, err := filepath.Abs(orig.Dump.Path)
 	if err != nil {
 		return err

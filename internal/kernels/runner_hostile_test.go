@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/internal/kernels"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
@@ -26,7 +27,7 @@ type liar struct {
 	lie func(out []uint64)
 }
 
-func (d liar) Run(ctx context.Context, p *checksum.Plan, out []uint64) error {
+func (d liar) Run(ctx context.Context, p *ckplan.Plan, out []uint64) error {
 	if err := d.ModelDevice.Run(ctx, p, out); err != nil {
 		return err
 	}
@@ -180,7 +181,7 @@ func TestRunnerLongLine(t *testing.T) {
 // deviceLayer marks the first cache of the plan's dump as living in device
 // memory (cuda_ipc) in kvaudit's view of it; the fake runner still reads
 // its bytes from the file.
-func deviceLayer(t *testing.T, p *checksum.Plan) {
+func deviceLayer(t *testing.T, p *ckplan.Plan) {
 	t.Helper()
 	c := p.Dump.Groups[0].Caches[0]
 	c.Cells.Device = &layout.DeviceTensor{}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/internal/kernels"
 	"github.com/kvaudit/kvaudit/internal/kerneltest"
 	"github.com/kvaudit/kvaudit/internal/synth"
@@ -112,7 +113,7 @@ func TestRunnerMatchesReference(t *testing.T) {
 				var done int64
 				plan.Progress = func(n int64) { done += n }
 				got := run(t, r, plan)
-				if want := run(t, checksum.Reference{}, &checksum.Plan{Dump: plan.Dump, Tasks: plan.Tasks, Outputs: plan.Outputs}); !slices.Equal(got, want) {
+				if want := run(t, checksum.Reference{}, &ckplan.Plan{Dump: plan.Dump, Tasks: plan.Tasks, Outputs: plan.Outputs}); !slices.Equal(got, want) {
 					t.Errorf("%s:\n got %x\nwant %x", p, got, want)
 				}
 				if done != plan.Bytes() {
@@ -146,7 +147,7 @@ func TestRunnerAddsToOut(t *testing.T) {
 	}
 }
 
-func synthPlan(t *testing.T, cfg synth.Config) *checksum.Plan {
+func synthPlan(t *testing.T, cfg synth.Config) *ckplan.Plan {
 	t.Helper()
 	paths, err := synth.Write(t.TempDir(), cfg)
 	if err != nil {
@@ -295,8 +296,8 @@ func TestServeRejectsBadRequests(t *testing.T) {
 	if len(lines) != len(cases)+2 {
 		t.Fatalf("%d lines:\n%s", len(lines), out.String())
 	}
-	want := run(t, checksum.Reference{}, &checksum.Plan{Dump: plan.Dump, Outputs: 1,
-		Tasks: []checksum.Task{{Cache: c, Rows: []checksum.Row{{Block: 0, FirstToken: 0, Valid: 16, Out: 0}}}}})
+	want := run(t, checksum.Reference{}, &ckplan.Plan{Dump: plan.Dump, Outputs: 1,
+		Tasks: []ckplan.Task{{Cache: c, Rows: []ckplan.Row{{Block: 0, FirstToken: 0, Valid: 16, Out: 0}}}}})
 	for i, c := range cases {
 		var resp kernels.Response
 		if err := json.Unmarshal([]byte(lines[i+1]), &resp); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/buildinfo"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -131,16 +132,16 @@ func (s *server) checksum(req *Request) ([]uint64, error) {
 		}
 		s.dumps[req.Dump] = d
 	}
-	plan := &checksum.Plan{Dump: d, Outputs: req.Outputs}
+	plan := &ckplan.Plan{Dump: d, Outputs: req.Outputs}
 	for ti, t := range req.Tasks {
 		c, err := findCache(d, t)
 		if err != nil {
 			return nil, fmt.Errorf("task %d: %w", ti, err)
 		}
 		S := c.Cells.KernelBlocks * c.Cells.KernelTokens
-		rows := make([]checksum.Row, len(t.Rows))
+		rows := make([]ckplan.Row, len(t.Rows))
 		for i, r := range t.Rows {
-			row := checksum.Row{Block: int(r[0]), FirstToken: r[1], Valid: int(r[2]), Out: int(r[3])}
+			row := ckplan.Row{Block: int(r[0]), FirstToken: r[1], Valid: int(r[2]), Out: int(r[3])}
 			if r[0] < 0 || r[0] >= int64(d.Manifest.NumBlocks) || r[1] < 0 || r[1] > 1<<40 ||
 				r[2] < 1 || r[2] > int64(S) || r[3] < 0 || r[3] >= int64(req.Outputs) {
 				return nil, fmt.Errorf("task %d: row %d %v: want [block < %d, first token >= 0, valid tokens 1..%d, output slot < %d]",
@@ -148,7 +149,7 @@ func (s *server) checksum(req *Request) ([]uint64, error) {
 			}
 			rows[i] = row
 		}
-		plan.Tasks = append(plan.Tasks, checksum.Task{Cache: c, Rows: rows})
+		plan.Tasks = append(plan.Tasks, ckplan.Task{Cache: c, Rows: rows})
 	}
 	var mu sync.Mutex
 	var sendErr error
@@ -207,7 +208,7 @@ func (m ModelDevice) Bench(ctx context.Context, req BenchRequest) (*BenchResult,
 	c.Cells.Device = nil
 	c.Cells.Data = buf
 	res := &BenchResult{Device: m.Hello().Device, Cache: BenchDescription(benchWithShape(blocks)), Bytes: int64(len(buf)), Reps: max(1, req.Reps)}
-	plan := &checksum.Plan{Dump: &layout.Dump{Path: "bench"}, Tasks: []checksum.Task{{Cache: c, Rows: rows}}, Outputs: blocks}
+	plan := &ckplan.Plan{Dump: &layout.Dump{Path: "bench"}, Tasks: []ckplan.Task{{Cache: c, Rows: rows}}, Outputs: blocks}
 	var tc, tr, tcp []float64
 	out := make([]uint64, blocks)
 	dst := make([]byte, len(buf))

@@ -12,6 +12,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -90,15 +91,15 @@ func (g Geometry) Build(seed uint64) *layout.LayerView {
 type Case struct {
 	Name    string
 	Cache   *layout.LayerView
-	Rows    []checksum.Row
+	Rows    []ckplan.Row
 	Outputs int
 }
 
 // Plan returns the case as a one-task plan.
-func (c Case) Plan() *checksum.Plan {
-	return &checksum.Plan{
+func (c Case) Plan() *ckplan.Plan {
+	return &ckplan.Plan{
 		Dump:    &layout.Dump{Path: "memory:" + c.Name},
-		Tasks:   []checksum.Task{{Cache: c.Cache, Rows: c.Rows}},
+		Tasks:   []ckplan.Task{{Cache: c.Cache, Rows: c.Rows}},
 		Outputs: c.Outputs,
 	}
 }
@@ -114,12 +115,12 @@ func (c Case) Reference() []uint64 {
 
 // rows returns every block once, with valid token counts cycling through
 // 1 .. S and outputs shared by pairs of rows.
-func rows(g Geometry, firstToken int64) []checksum.Row {
+func rows(g Geometry, firstToken int64) []ckplan.Row {
 	S := g.KernelBlocks * g.KernelTokens
-	var rs []checksum.Row
+	var rs []ckplan.Row
 	for b := range g.Blocks {
 		valid := S - (b*5)%S // S, then partial blocks
-		rs = append(rs, checksum.Row{Block: (b * 7) % g.Blocks, FirstToken: firstToken + int64(b*S), Valid: valid, Out: b / 2})
+		rs = append(rs, ckplan.Row{Block: (b * 7) % g.Blocks, FirstToken: firstToken + int64(b*S), Valid: valid, Out: b / 2})
 	}
 	return rs
 }
@@ -218,7 +219,7 @@ func Random(t *rapid.T) Case {
 	c := Case{Name: "random", Cache: g.Build(rapid.Uint64().Draw(t, "seed"))}
 	nrows := rapid.IntRange(1, 8).Draw(t, "rows")
 	for range nrows {
-		r := checksum.Row{
+		r := ckplan.Row{
 			Block:      rapid.IntRange(0, g.Blocks-1).Draw(t, "block"),
 			FirstToken: int64(rapid.IntRange(0, 1<<20).Draw(t, "first_token")),
 			Valid:      rapid.IntRange(1, S).Draw(t, "valid"),

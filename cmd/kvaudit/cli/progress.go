@@ -265,7 +265,7 @@ func (l *termLine) clear() {
 	}
 }
 
-// Add records n more bytes done. It matches checksum.Plan.Progress.
+// Add records n more bytes done. It matches ckplan.Plan.Progress.
 func (p *progress) Add(n int64) {
 	if p != nil {
 		p.done.Add(n)
