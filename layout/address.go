@@ -52,10 +52,10 @@ type Region struct {
 	// bytes of one part of a cell.
 	Parts, PartBytes int
 	// Covered is, for a state layer, the bytes of its covered states at
-	// the start of each page; StateOffsets their first bytes in the page.
+	// the start of each page; stateOffsets their first bytes in the page.
 	Covered      int64
-	StateOffsets []int64
-	StateSizes   []int64
+	stateOffsets []int64
+	stateSizes   []int64
 
 	axes  []axis // by stride, outermost first; only axes of 2 or more
 	order []axis // every axis of the layout, by stride
@@ -466,8 +466,8 @@ func (r *Region) placeState(d *Dump, l *Layer, geo tensorGeometry, blockIDs []in
 				return fmt.Errorf("states[%d] at 0x%x is not at its place in the layer's pages (0x%x): states in tensors of their own are not supported", i, a, r.Start+uint64(off))
 			}
 		}
-		r.StateOffsets = append(r.StateOffsets, off)
-		r.StateSizes = append(r.StateSizes, n)
+		r.stateOffsets = append(r.stateOffsets, off)
+		r.stateSizes = append(r.stateSizes, n)
 		off += n
 	}
 	r.Covered = off
@@ -489,16 +489,16 @@ func (r *Region) placeState(d *Dump, l *Layer, geo tensorGeometry, blockIDs []in
 func (r *Region) statePages(l *Layer, rowStride uint64) []Page {
 	var pages []Page
 	for si, s := range l.States {
-		base := r.Start + uint64(r.StateOffsets[si])
+		base := r.Start + uint64(r.stateOffsets[si])
 		switch {
 		case s.Split == nil:
-			pages = append(pages, Page{Part: -1, Base: base, Stride: rowStride, Len: uint64(r.StateSizes[si]), View: r.viewOf(si, 0), State: si})
+			pages = append(pages, Page{Part: -1, Base: base, Stride: rowStride, Len: uint64(r.stateSizes[si]), View: r.viewOf(si, 0), State: si})
 			continue
 		case s.Split.Axis != 0:
-			pages = append(pages, Page{Part: -1, Base: base, Stride: rowStride, Len: uint64(r.StateSizes[si]), State: si})
+			pages = append(pages, Page{Part: -1, Base: base, Stride: rowStride, Len: uint64(r.stateSizes[si]), State: si})
 			continue
 		}
-		rowBytes := uint64(r.StateSizes[si] / s.Shape[0])
+		rowBytes := uint64(r.stateSizes[si] / s.Shape[0])
 		var lo uint64
 		for k, seg := range s.Split.Segments {
 			pages = append(pages, Page{Part: -1, Base: base + lo*rowBytes, Stride: rowStride, Len: uint64(seg[0]) * rowBytes,

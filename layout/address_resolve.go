@@ -228,8 +228,8 @@ func (r *Region) cells(b box, fn func(Cells) error) error {
 func (r *Region) stateCells(c Cells, b box, off int64, fn func(Cells) error) error {
 	pi := len(r.axes) - 1 // the page axis
 	p0, p1 := b.idx[pi], b.idx[pi]+b.cnt[pi]
-	for si, so := range r.StateOffsets {
-		lo, hi := max(p0, so), min(p1, so+r.StateSizes[si])
+	for si, so := range r.stateOffsets {
+		lo, hi := max(p0, so), min(p1, so+r.stateSizes[si])
 		if lo >= hi {
 			continue
 		}
@@ -255,7 +255,7 @@ func (r *Region) stateCells(c Cells, b box, off int64, fn func(Cells) error) err
 			}
 			continue
 		}
-		rowBytes := r.StateSizes[si] / st.Shape[0]
+		rowBytes := r.stateSizes[si] / st.Shape[0]
 		var segLo int64
 		for k, seg := range st.Split.Segments {
 			segHi := segLo + int64(seg[0])

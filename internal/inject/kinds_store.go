@@ -194,13 +194,13 @@ func copyStore(ctx context.Context, src, dst string) error {
 			out.Close()
 			return err
 		}
-		attrs, err := scrub.Xattrs(p)
+		attrs, err := xattrs(p)
 		if err != nil {
 			out.Close()
 			return err
 		}
 		for name, v := range attrs {
-			if err := scrub.SetXattr(out, name, v); err != nil {
+			if err := setXattr(out, name, v); err != nil {
 				out.Close()
 				return err
 			}
@@ -296,7 +296,7 @@ func (t *storeTamper) crc() error {
 	}
 	bit := byte(1) << t.rng.IntN(8)
 	if l.Xattr != "" {
-		attrs, err := scrub.Xattrs(e.Path)
+		attrs, err := xattrs(e.Path)
 		if err != nil {
 			return err
 		}
@@ -310,7 +310,7 @@ func (t *storeTamper) crc() error {
 		if err != nil {
 			return err
 		}
-		err = scrub.SetXattr(f, l.Xattr, v)
+		err = setXattr(f, l.Xattr, v)
 		f.Close()
 		if err != nil {
 			return err
@@ -403,7 +403,7 @@ func (t *storeTamper) missingChecksum() error {
 		if err != nil {
 			return err
 		}
-		err = scrub.SetXattr(f, l.Xattr, nil)
+		err = setXattr(f, l.Xattr, nil)
 		f.Close()
 		if err != nil {
 			return err
