@@ -80,40 +80,20 @@ func TestCoverageColumns(t *testing.T) {
 }
 
 // TestCoverageCap: an audit draws MaxCoverage requests and counts the
-// rest; a request with findings takes the place of one without.
+// rest; a request with findings takes the place of one without, and a
+// request without findings takes no one's place.
 func TestCoverageCap(t *testing.T) {
 	p := synth.Config{Preset: "tiny", Layout: "hnd", BlockSize: 2, Tokens: 3, Requests: transfer.MaxCoverage + 2}
 	c := p
 	c.Role, c.ZeroTails = "consumer", true
 	g := geometry{"cap", p, c, nixl.PlannerExact}
-	for _, fault := range []bool{false, true} {
-		prod, cons, logs := pull(t, t.TempDir(), g)
-		faulty := ""
-		if fault {
-			// The last transfer fails: its request has findings.
-			h, recs := records(t, logs[0])
-			x := -1
-			for i := range recs {
-				if recs[i].Op == nixl.OpXfer {
-					x = i
-				}
-			}
-			recs[stateOf(recs, x)].State = nixl.Err
-			rewrite(t, logs[0], h, recs)
-			res := audit(t, logs, prod, cons)
-			for _, f := range res.Findings {
-				faulty = f.Request
-			}
-			if faulty == "" {
-				t.Fatal("a failed transfer, no finding")
-			}
-		}
-		res := audit(t, logs, prod, cons)
+	drawnOf := func(res *transfer.Result) map[string]bool {
+		t.Helper()
 		if len(res.Requests) != transfer.MaxCoverage+2 {
 			t.Fatalf("%d requests audited", len(res.Requests))
 		}
 		if len(res.Coverage) != transfer.MaxCoverage || res.CoverageLeft != 2 {
-			t.Errorf("fault %v: %d drawn, %d left; want %d, 2", fault, len(res.Coverage), res.CoverageLeft, transfer.MaxCoverage)
+			t.Errorf("%d drawn, %d left; want %d, 2", len(res.Coverage), res.CoverageLeft, transfer.MaxCoverage)
 		}
 		drawn := map[string]bool{}
 		for _, cv := range res.Coverage {
@@ -121,13 +101,109 @@ func TestCoverageCap(t *testing.T) {
 				t.Errorf("%s drawn twice", cv.Request)
 			}
 			drawn[cv.Request] = true
+		}
+		return drawn
+	}
+	prod, cons, logs := pull(t, t.TempDir(), g)
+	clean := drawnOf(audit(t, logs, prod, cons))
+	var left []string
+	for i := range transfer.MaxCoverage + 2 {
+		if id := synth.RequestID(i); !clean[id] {
+			left = append(left, id)
+		}
+	}
+	// The audit goes through a dump's requests in its order: without
+	// findings, the first MaxCoverage are drawn.
+	if len(left) != 2 || left[0] != synth.RequestID(transfer.MaxCoverage) || left[1] != synth.RequestID(transfer.MaxCoverage+1) {
+		t.Fatalf("not drawn: %v", left)
+	}
+	// Each request not drawn, its transfers failed, is drawn in the place
+	// of one request without findings; the rest are drawn as before.
+	for _, faulty := range left {
+		prod, cons, logs := pull(t, t.TempDir(), g)
+		h, recs := records(t, logs[0])
+		failed := 0
+		for i := range recs {
+			if recs[i].Op == nixl.OpXfer && recs[i].Request == faulty {
+				recs[stateOf(recs, i)].State = nixl.Err
+				failed++
+			}
+		}
+		if failed == 0 {
+			t.Fatalf("no transfer names %s", faulty)
+		}
+		rewrite(t, logs[0], h, recs)
+		res := audit(t, logs, prod, cons)
+		drawn := drawnOf(res)
+		if !drawn[faulty] {
+			t.Errorf("%s, with findings, not drawn", faulty)
+		}
+		gone := 0
+		for id := range clean {
+			if !drawn[id] {
+				gone++
+			}
+		}
+		if gone != 1 {
+			t.Errorf("%s drawn: %d requests drawn without it are not, want 1", faulty, gone)
+		}
+		for _, cv := range res.Coverage {
 			if (cv.Request == faulty) != (cv.Findings > 0) {
 				t.Errorf("%s: %d findings drawn", cv.Request, cv.Findings)
 			}
 		}
-		if fault && !drawn[faulty] {
-			t.Errorf("%s, with findings, not drawn", faulty)
+	}
+}
+
+// TestCoverageFindingsFirst: every request's transfers fail but the
+// first's: MaxCoverage+1 requests have findings, so the one without is
+// not drawn (those with findings first), and one with findings is left.
+func TestCoverageFindingsFirst(t *testing.T) {
+	p := synth.Config{Preset: "tiny", Layout: "hnd", BlockSize: 2, Tokens: 3, Requests: transfer.MaxCoverage + 2}
+	c := p
+	c.Role, c.ZeroTails = "consumer", true
+	prod, cons, logs := pull(t, t.TempDir(), geometry{"cap", p, c, nixl.PlannerExact})
+	h, recs := records(t, logs[0])
+	for i := range recs {
+		if recs[i].Op == nixl.OpXfer && recs[i].Request != synth.RequestID(0) {
+			recs[stateOf(recs, i)].State = nixl.Err
 		}
+	}
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	if len(res.Coverage) != transfer.MaxCoverage || res.CoverageLeft != 2 {
+		t.Fatalf("%d drawn, %d left", len(res.Coverage), res.CoverageLeft)
+	}
+	for _, cv := range res.Coverage {
+		if cv.Findings == 0 || cv.Request == synth.RequestID(0) {
+			t.Errorf("%s drawn with %d findings, while a request with findings is not", cv.Request, cv.Findings)
+		}
+	}
+}
+
+// TestCoverageUntouchedCells: a sliding window's dropped blocks (no
+// descriptor could write them) are drawn as no block, naming no
+// transfer and no descriptor.
+func TestCoverageUntouchedCells(t *testing.T) {
+	g := geometry{"swa", synth.Config{Preset: "swa", Tokens: 100}, synth.Config{Preset: "swa", Tokens: 100, Role: "consumer", ZeroTails: true}, nixl.PlannerExact}
+	prod, cons, logs := pull(t, t.TempDir(), g)
+	res := audit(t, logs, prod, cons)
+	none := 0
+	for _, cv := range res.Coverage {
+		for _, r := range cv.Rows {
+			for k, cell := range r.Cells {
+				if cell.State != transfer.CellNone {
+					continue
+				}
+				none++
+				if cell.Transfer != transfer.NoTransfer || cell.Descriptor != -1 || cell.Log != "" || cell.More != 0 {
+					t.Errorf("%s layer %d column %d: %+v, want no descriptor", cv.Request, r.Layer, k, cell)
+				}
+			}
+		}
+	}
+	if none == 0 {
+		t.Error("no cell drawn as no block: the test tests nothing")
 	}
 }
 
