@@ -1,6 +1,8 @@
 package transfer_test
 
 import (
+	"context"
+	"path/filepath"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/nixl"
@@ -244,6 +246,75 @@ func TestCoverageOfFailedColumns(t *testing.T) {
 					if cell.State != transfer.CellLocal || cell.Transfer != transfer.NoTransfer {
 						t.Errorf("%+v layer %d tokens %d-%d: %+v, want the consumer's own", tc, r.Layer, lo, hi-1, cell)
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestCoverageOfRecomputedTokens: with a lookahead the consumer
+// recomputes the tokens past PullTokens; a pull of whole blocks delivers
+// some of them, which are drawn recomputed (not required), as are those
+// no transfer delivered.
+func TestCoverageOfRecomputedTokens(t *testing.T) {
+	g := geometries()[0]
+	g.p.Tokens, g.c.Tokens = 31, 40
+	prod, cons := sides(t, g)
+	logs, err := nixl.WritePlan(filepath.Join(t.TempDir(), "nixl"), prod, cons, false, nixl.PlanOptions{Lookahead: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := transfer.Audit(context.Background(), logs, prod, cons, transfer.Options{Lookahead: 10})
+	if err != nil || res.Verdict != transfer.Clean || len(res.Coverage) == 0 {
+		t.Fatalf("%v, %+v", err, res)
+	}
+	recomputed := 0
+	for _, cv := range res.Coverage {
+		if cv.Pulled != nixl.PullTokens(40, false, 10) || cv.Per != 1 {
+			t.Fatalf("%s: pulled %d, %d tokens a column", cv.Request, cv.Pulled, cv.Per)
+		}
+		for _, r := range cv.Rows {
+			for k, cell := range r.Cells {
+				want := transfer.CellDelivered
+				if k >= cv.Pulled && k < cv.NumTokens {
+					want = transfer.CellRecomputed
+					recomputed++
+				}
+				if k < cv.NumTokens && cell.State != want {
+					t.Errorf("%s layer %d token %d: state %d, want %d", cv.Request, r.Layer, k, cell.State, want)
+				}
+			}
+		}
+	}
+	if recomputed == 0 {
+		t.Error("no token recomputed")
+	}
+}
+
+// TestCoverageOfSeveralDescriptors: a column of several blocks (each
+// delivered by its own descriptor: the consumer's blocks are not
+// contiguous) names one descriptor and counts the others in More: at
+// least one a block.
+func TestCoverageOfSeveralDescriptors(t *testing.T) {
+	p := synth.Config{Preset: "tiny", Layout: "hnd", BlockSize: 2, Tokens: 258, Requests: 1}
+	c := p
+	c.Role, c.ZeroTails = "consumer", true
+	prod, cons, logs := pull(t, t.TempDir(), geometry{"several", p, c, nixl.PlannerExact})
+	res := audit(t, logs, prod, cons)
+	if res.Verdict != transfer.Clean || len(res.Coverage) == 0 {
+		t.Fatalf("%s, %d drawn", res.Summary(), len(res.Coverage))
+	}
+	for _, cv := range res.Coverage {
+		if cv.Per != 8 {
+			t.Fatalf("%d tokens a column", cv.Per)
+		}
+		for _, r := range cv.Rows {
+			for k, cell := range r.Cells {
+				if (k+1)*cv.Per > cv.NumTokens {
+					continue // the last, partial column
+				}
+				if cell.State != transfer.CellDelivered || cell.Transfer == transfer.NoTransfer || cell.Descriptor < 0 || cell.More < 3 {
+					t.Errorf("%s layer %d column %d (4 blocks): %+v, want delivered by one descriptor and at least 3 more", cv.Request, r.Layer, k, cell)
 				}
 			}
 		}
