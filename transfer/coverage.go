@@ -9,106 +9,9 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/kvaudit/kvaudit/internal/picture"
 	"github.com/kvaudit/kvaudit/layout"
 )
-
-// CellState is what a consumer's token (or run of tokens) of one layer
-// holds after the logs' transfers, as the audit judges it (Coverage).
-// States are ordered by weight: a cell of several tokens, layers' parts
-// or descriptors shows the heaviest.
-type CellState uint8
-
-const (
-	// CellNone: the layer holds no block of these tokens (a sliding
-	// window's dropped blocks, tokens past the layer's blocks), or, for
-	// a request no transfer served, a slot past its last token (not
-	// checked).
-	CellNone CellState = iota
-	// CellZeroed: a slot of the last block past the request's last
-	// token, which nothing delivered and which is zero, as vLLM leaves it.
-	CellZeroed
-	// CellLocal: tokens the consumer computed itself (a prefix hit):
-	// not pulled, not required.
-	CellLocal
-	// CellRecomputed: tokens the consumer recomputes (a lookahead, a
-	// hybrid's last token; PullTokens): not required (a pull of whole
-	// blocks may deliver them too).
-	CellRecomputed
-	// CellDelivered: delivered by a transfer that reached DONE.
-	CellDelivered
-	// CellLate: delivered by a READ posted after the producer's lease on
-	// its request lapsed (lease).
-	CellLate
-	// CellIntruded: written by a descriptor that wrote outside the
-	// blocks its request loads (confined, the consumer's side): another
-	// request's transfer, or one into the request's prefix hit.
-	CellIntruded
-	// CellTwice: written by transfers from different sources
-	// (written-twice).
-	CellTwice
-	// CellMisaligned: delivered from producer bytes that hold other KV
-	// of the request (other tokens, layer, heads: aligned).
-	CellMisaligned
-	// CellForeign: delivered from another request's block, or a block
-	// no producer request holds (confined, the producer's side; aligned).
-	CellForeign
-	// CellNotZeroed: not delivered, and not zero (zeroed).
-	CellNotZeroed
-	// CellHole: a token the pull had to deliver that no transfer
-	// delivered (covered).
-	CellHole
-	// CellFailed: to be delivered by a transfer that ended in ERR, or
-	// never ended (failed; the bytes count as not delivered).
-	CellFailed
-)
-
-// Cell is one layer's tokens of a Coverage column.
-type Cell struct {
-	State CellState
-	// Transfer and Descriptor name the descriptor that delivered the
-	// cell's first bytes of its state (that was to, for a failed cell;
-	// that wrote them, for another fault); NoTransfer and -1 when none
-	// did. Log is the transfer's log.
-	Transfer, Descriptor int
-	Log                  string
-	// Bytes are that descriptor's bytes in the cell, as consumer
-	// addresses [lo, hi).
-	Bytes [2]uint64
-	// More counts the other descriptors that wrote bytes of the cell
-	// (at least).
-	More int
-}
-
-// CoverageRow is a layer of a request's picture.
-type CoverageRow struct {
-	Group     int
-	Layer     int
-	LayerName string
-	// State: a state (Mamba) layer, whose one cell is the request's
-	// state.
-	State bool
-	Cells []Cell
-}
-
-// Coverage is what a consumer request's transfers delivered into one
-// consumer rank: per layer (Rows), per token column (tokens
-// [c*Per, (c+1)*Per) in column c).
-type Coverage struct {
-	Request string
-	Rank    layout.Rank
-	// NumTokens, Local and Pulled: the request's tokens, its prefix hit
-	// (num_local_computed_tokens) and its first token not pulled
-	// (PullTokens).
-	NumTokens, Local, Pulled int
-	// Served: some audited transfer served the request.
-	Served bool
-	// Findings counts the request's findings on the rank.
-	Findings int
-	// Per is the tokens a column holds, Columns the columns: up to the
-	// end of the request's last block.
-	Per, Columns int
-	Rows         []CoverageRow
-}
 
 // MaxCoverage bounds the requests an audit draws (Result.Coverage):
 // past it, a request with findings takes the place of one without.
@@ -204,10 +107,10 @@ func (a *auditor) mapRequest(rc *rankCover, r *request, served bool) {
 }
 
 // coverage draws one request's picture.
-func (a *auditor) coverage(rc *rankCover, r *request, served bool, findings int) Coverage {
+func (a *auditor) coverage(rc *rankCover, r *request, served bool, findings int) picture.Coverage {
 	rk := rc.rk
 	m := r.req
-	c := Coverage{Request: m.ID, Rank: rk.r, NumTokens: m.NumTokens, Local: m.NumLocalComputedTokens, Pulled: r.pullEnd(a), Served: served, Findings: findings}
+	c := picture.Coverage{Request: m.ID, Rank: rk.r, NumTokens: m.NumTokens, Local: m.NumLocalComputedTokens, Pulled: r.pullEnd(a), Served: served, Findings: findings}
 	type span struct {
 		gv *layout.GroupView
 		sp layout.Span
@@ -244,14 +147,14 @@ func (a *auditor) coverage(rc *rankCover, r *request, served bool, findings int)
 			if !ok {
 				ri = len(c.Rows)
 				rows[key] = ri
-				row := CoverageRow{Group: gv.Group.ID, Layer: reg.Views[0].Number, LayerName: reg.Layer.Name, State: reg.State}
+				row := picture.CoverageRow{Group: gv.Group.ID, Layer: reg.Views[0].Number, LayerName: reg.Layer.Name, State: reg.State}
 				n := c.Columns
 				if reg.State {
 					n = 1
 				}
-				row.Cells = make([]Cell, n)
+				row.Cells = make([]picture.Cell, n)
 				for i := range row.Cells {
-					row.Cells[i] = Cell{Transfer: NoTransfer, Descriptor: -1}
+					row.Cells[i] = picture.Cell{Transfer: NoTransfer, Descriptor: -1}
 				}
 				c.Rows = append(c.Rows, row)
 			}
@@ -312,7 +215,7 @@ func (a *auditor) coverage(rc *rankCover, r *request, served bool, findings int)
 		}
 	}
 	// Regions come in address order: rows go by group, then layer.
-	slices.SortStableFunc(c.Rows, func(p, q CoverageRow) int {
+	slices.SortStableFunc(c.Rows, func(p, q picture.CoverageRow) int {
 		return cmp.Or(cmp.Compare(p.Group, q.Group), cmp.Compare(p.Layer, q.Layer))
 	})
 	return c
@@ -320,12 +223,12 @@ func (a *auditor) coverage(rc *rankCover, r *request, served bool, findings int)
 
 // cell folds what the bytes intervals gives (of tokens of one class)
 // hold into a cell.
-func (a *auditor) cell(rc *rankCover, reg *layout.Region, c *Cell, class int, check bool, intervals func(func(lo, hi uint64))) {
-	var got Cell
+func (a *auditor) cell(rc *rankCover, reg *layout.Region, c *picture.Cell, class int, check bool, intervals func(func(lo, hi uint64))) {
+	var got picture.Cell
 	got.Transfer, got.Descriptor = NoTransfer, -1
 	var gap, nonZero bool
 	var fail *seg
-	put := func(st CellState, d *delivery, lo, hi uint64) {
+	put := func(st picture.CellState, d *delivery, lo, hi uint64) {
 		if st < got.State {
 			return
 		}
@@ -372,23 +275,23 @@ func (a *auditor) cell(rc *rankCover, reg *layout.Region, c *Cell, class int, ch
 			}
 			l, h := max(at, s.lo), min(hi, s.hi)
 			d := &rc.done[s.d]
-			st := CellDelivered
+			st := picture.CellDelivered
 			x := a.xfers[d.x]
 			f := a.flagged[uint64(d.x)<<32|uint64(d.desc)]
 			switch {
 			case f&flagForeign != 0:
-				st = CellForeign
+				st = picture.CellForeign
 			case f&flagMisaligned != 0:
-				st = CellMisaligned
+				st = picture.CellMisaligned
 			case overlaps(rc.twice, l, h):
-				st = CellTwice
+				st = picture.CellTwice
 			case f&flagIntrude != 0:
-				st = CellIntruded
+				st = picture.CellIntruded
 			case x.late:
-				st = CellLate
+				st = picture.CellLate
 			}
-			if st == CellDelivered && class == classRecomputed {
-				st = CellRecomputed // delivered, but not required
+			if st == picture.CellDelivered && class == classRecomputed {
+				st = picture.CellRecomputed // delivered, but not required
 			}
 			put(st, d, l, h)
 			at = h
@@ -398,33 +301,33 @@ func (a *auditor) cell(rc *rankCover, reg *layout.Region, c *Cell, class int, ch
 		}
 	})
 	if gap || none {
-		var st CellState
+		var st picture.CellState
 		switch class {
 		case classPull:
-			st = CellHole
+			st = picture.CellHole
 			if fail != nil {
-				st = CellFailed
+				st = picture.CellFailed
 			}
 		case classLocal:
-			st = CellLocal
+			st = picture.CellLocal
 			if nonZero {
-				st = CellNotZeroed
+				st = picture.CellNotZeroed
 			}
 		case classRecomputed:
-			st = CellRecomputed
+			st = picture.CellRecomputed
 		case classPad:
 			switch {
 			case !check:
-				st = CellNone
+				st = picture.CellNone
 			case nonZero:
-				st = CellNotZeroed
+				st = picture.CellNotZeroed
 			default:
-				st = CellZeroed
+				st = picture.CellZeroed
 			}
 		}
 		var d *delivery
 		var lo, hi uint64
-		if st == CellFailed {
+		if st == picture.CellFailed {
 			d = &rc.undone[fail.d]
 			lo, hi = fail.lo, fail.hi
 		}

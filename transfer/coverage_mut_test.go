@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/nixl"
+	"github.com/kvaudit/kvaudit/internal/picture"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/transfer"
 )
@@ -72,7 +73,7 @@ func TestCoverageColumns(t *testing.T) {
 				// A clean pull of whole blocks (of one size on both
 				// sides) delivers every slot of every block.
 				for k, cell := range r.Cells {
-					if want := transfer.CellDelivered; cell.State != want {
+					if want := picture.CellDelivered; cell.State != want {
 						t.Errorf("%d tokens: layer %d column %d (tokens %d-%d): state %d, want %d", tc.tokens, r.Layer, k, k*tc.per, (k+1)*tc.per-1, cell.State, want)
 					}
 				}
@@ -194,7 +195,7 @@ func TestCoverageUntouchedCells(t *testing.T) {
 	for _, cv := range res.Coverage {
 		for _, r := range cv.Rows {
 			for k, cell := range r.Cells {
-				if cell.State != transfer.CellNone {
+				if cell.State != picture.CellNone {
 					continue
 				}
 				none++
@@ -239,11 +240,11 @@ func TestCoverageOfFailedColumns(t *testing.T) {
 				lo, hi := k*cv.Per, (k+1)*cv.Per
 				switch {
 				case lo < cv.Pulled && hi > cv.Local:
-					if cell.State != transfer.CellFailed || cell.Transfer == transfer.NoTransfer || cell.Bytes[1] <= cell.Bytes[0] {
+					if cell.State != picture.CellFailed || cell.Transfer == transfer.NoTransfer || cell.Bytes[1] <= cell.Bytes[0] {
 						t.Errorf("%+v layer %d tokens %d-%d: %+v, want failed", tc, r.Layer, lo, hi-1, cell)
 					}
 				case hi <= cv.Local:
-					if cell.State != transfer.CellLocal || cell.Transfer != transfer.NoTransfer {
+					if cell.State != picture.CellLocal || cell.Transfer != transfer.NoTransfer {
 						t.Errorf("%+v layer %d tokens %d-%d: %+v, want the consumer's own", tc, r.Layer, lo, hi-1, cell)
 					}
 				}
@@ -275,9 +276,9 @@ func TestCoverageOfRecomputedTokens(t *testing.T) {
 		}
 		for _, r := range cv.Rows {
 			for k, cell := range r.Cells {
-				want := transfer.CellDelivered
+				want := picture.CellDelivered
 				if k >= cv.Pulled && k < cv.NumTokens {
-					want = transfer.CellRecomputed
+					want = picture.CellRecomputed
 					recomputed++
 				}
 				if k < cv.NumTokens && cell.State != want {
@@ -313,7 +314,7 @@ func TestCoverageOfSeveralDescriptors(t *testing.T) {
 				if (k+1)*cv.Per > cv.NumTokens {
 					continue // the last, partial column
 				}
-				if cell.State != transfer.CellDelivered || cell.Transfer == transfer.NoTransfer || cell.Descriptor < 0 || cell.More < 3 {
+				if cell.State != picture.CellDelivered || cell.Transfer == transfer.NoTransfer || cell.Descriptor < 0 || cell.More < 3 {
 					t.Errorf("%s layer %d column %d (4 blocks): %+v, want delivered by one descriptor and at least 3 more", cv.Request, r.Layer, k, cell)
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/nixl"
+	"github.com/kvaudit/kvaudit/internal/picture"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
@@ -36,19 +37,19 @@ func TestCoverageOfCorrectPulls(t *testing.T) {
 					}
 					for k, cell := range r.Cells {
 						lo, hi := k*c.Per, (k+1)*c.Per
-						want := transfer.CellState(255)
+						want := picture.CellState(255)
 						switch {
 						case r.State:
-							want = transfer.CellDelivered
+							want = picture.CellDelivered
 						case hi <= c.Local:
-							want = transfer.CellLocal
+							want = picture.CellLocal
 						case lo >= c.Local && hi <= c.Pulled:
-							want = transfer.CellDelivered
+							want = picture.CellDelivered
 						}
-						if cell.State > transfer.CellDelivered || (want != 255 && cell.State != want) {
+						if cell.State > picture.CellDelivered || (want != 255 && cell.State != want) {
 							t.Errorf("%s on %s layer %d tokens %d-%d: state %d, want %d", c.Request, c.Rank, r.Layer, lo, hi-1, cell.State, want)
 						}
-						if cell.State == transfer.CellDelivered && (cell.Transfer == transfer.NoTransfer || cell.Descriptor < 0 || cell.Bytes[1] <= cell.Bytes[0]) {
+						if cell.State == picture.CellDelivered && (cell.Transfer == transfer.NoTransfer || cell.Descriptor < 0 || cell.Bytes[1] <= cell.Bytes[0]) {
 							t.Errorf("%s layer %d tokens %d-%d: delivered by %d/%d bytes %x", c.Request, r.Layer, lo, hi-1, cell.Transfer, cell.Descriptor, cell.Bytes)
 						}
 					}
@@ -65,25 +66,25 @@ func TestCoverageOfFaults(t *testing.T) {
 		name string
 		edit func(recs []nixl.Record, x int)
 		// want: per request, a state some cell must be in.
-		want map[string]transfer.CellState
+		want map[string]picture.CellState
 	}{
 		{"descriptor dropped", func(recs []nixl.Record, x int) {
 			recs[x].LocalIDs, recs[x].RemoteIDs = recs[x].LocalIDs[1:], recs[x].RemoteIDs[1:]
-		}, map[string]transfer.CellState{"req-0": transfer.CellHole}},
+		}, map[string]picture.CellState{"req-0": picture.CellHole}},
 		{"remote ids of the next position", func(recs []nixl.Record, x int) {
 			recs[x].RemoteIDs[0] = recs[x].RemoteIDs[1]
-		}, map[string]transfer.CellState{"req-0": transfer.CellMisaligned}},
+		}, map[string]picture.CellState{"req-0": picture.CellMisaligned}},
 		{"remote ids of another request", func(recs []nixl.Record, x int) {
 			y := nextXfer(recs, x)
 			copy(recs[x].RemoteIDs, recs[y].RemoteIDs)
-		}, map[string]transfer.CellState{"req-0": transfer.CellForeign}},
+		}, map[string]picture.CellState{"req-0": picture.CellForeign}},
 		{"local id of another request", func(recs []nixl.Record, x int) {
 			y := nextXfer(recs, x)
 			recs[x].LocalIDs[0] = recs[y].LocalIDs[0]
-		}, map[string]transfer.CellState{"req-0": transfer.CellHole, "req-1": transfer.CellTwice}},
+		}, map[string]picture.CellState{"req-0": picture.CellHole, "req-1": picture.CellTwice}},
 		{"ERR", func(recs []nixl.Record, x int) {
 			recs[stateOf(recs, x)].State = nixl.Err
-		}, map[string]transfer.CellState{"req-0": transfer.CellFailed}},
+		}, map[string]picture.CellState{"req-0": picture.CellFailed}},
 	}
 	g := geometries()[0]
 	for _, tc := range cases {
@@ -94,10 +95,10 @@ func TestCoverageOfFaults(t *testing.T) {
 			tc.edit(recs, x)
 			rewrite(t, logs[0], h, recs)
 			res := audit(t, logs, prod, cons)
-			seen := map[string]map[transfer.CellState]int{}
+			seen := map[string]map[picture.CellState]int{}
 			for _, c := range res.Coverage {
 				if seen[c.Request] == nil {
-					seen[c.Request] = map[transfer.CellState]int{}
+					seen[c.Request] = map[picture.CellState]int{}
 				}
 				for _, r := range c.Rows {
 					for _, cell := range r.Cells {
@@ -116,12 +117,12 @@ func TestCoverageOfFaults(t *testing.T) {
 					continue
 				}
 				for st := range states {
-					if st > transfer.CellDelivered {
+					if st > picture.CellDelivered {
 						t.Errorf("%s: %d cell(s) in state %d, a fault's", req, states[st], st)
 					}
 				}
 			}
-			if st := transfer.CellFailed; tc.name == "ERR" {
+			if st := picture.CellFailed; tc.name == "ERR" {
 				// Every pulled cell of req-0 (the transfer that failed).
 				for _, c := range res.Coverage {
 					for _, r := range c.Rows {
@@ -176,9 +177,9 @@ func TestCoverageOfSlidingWindow(t *testing.T) {
 		for _, r := range c.Rows {
 			for k, cell := range r.Cells {
 				lo, hi := k*c.Per, (k+1)*c.Per
-				want := transfer.CellDelivered
+				want := picture.CellDelivered
 				if first, ok := window[r.Group]; ok && hi <= first {
-					want = transfer.CellNone
+					want = picture.CellNone
 					none++
 				}
 				if hi <= c.Pulled && cell.State != want {
@@ -222,12 +223,12 @@ func TestCoverageOfStaleSlots(t *testing.T) {
 					}
 					// Slots the producer's blocks (of 16) hold are
 					// delivered; the rest zero or stale.
-					want := transfer.CellZeroed
+					want := picture.CellZeroed
 					switch {
 					case lo < (cv.NumTokens+15)/16*16:
-						want = transfer.CellDelivered
+						want = picture.CellDelivered
 					case !zero:
-						want = transfer.CellNotZeroed
+						want = picture.CellNotZeroed
 						if f, ok := findings[cv.Request]; !ok || lo < f[0] || lo > f[1] {
 							t.Errorf("%s token %d: stale, but no zeroed finding there (%v)", cv.Request, lo, f)
 						}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/picture"
 	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -74,8 +75,8 @@ type Result struct {
 	// Coverage draws, per consumer request and rank, what its transfers
 	// delivered, per layer and token (at most MaxCoverage requests, those
 	// with findings first; CoverageLeft more not drawn). Not in the JSON.
-	Coverage     []Coverage `json:"-"`
-	CoverageLeft int        `json:"-"`
+	Coverage     []picture.Coverage `json:"-"`
+	CoverageLeft int                `json:"-"`
 }
 
 // LogSummary is what one log held.

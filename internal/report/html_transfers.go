@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kvaudit/kvaudit/internal/picture"
 	"github.com/kvaudit/kvaudit/transfer"
 )
 
@@ -62,7 +63,7 @@ func RenderTransfersHTML(w io.Writer, res *transfer.Result, info HTMLInfo) error
 
 // The transfers picture: per consumer request and rank, a row per layer
 // and a cell per token (or run of tokens), each cell one state of
-// transfer.CellState with its own symbol and colour, and a hover naming
+// picture.CellState with its own symbol and colour, and a hover naming
 // the transfer, the descriptor and the consumer bytes behind it.
 
 // pictureMaxCells bounds the cells the picture draws on one page (rows of
@@ -79,27 +80,27 @@ type cellLook struct {
 	Class, Sym, Name, Means string
 }
 
-// cellLooks are the states' looks, by transfer.CellState.
-var cellLooks = map[transfer.CellState]cellLook{
-	transfer.CellDelivered:  {"x-d", "✓", "delivered", "delivered by a transfer that reached DONE"},
-	transfer.CellLocal:      {"x-l", "○", "not required: prefix hit", "the consumer's own tokens (num_local_computed_tokens): not pulled"},
-	transfer.CellRecomputed: {"x-r", "↻", "not required: recomputed", "the consumer recomputes them (a lookahead, a hybrid's last token): not required, even where a pull of whole blocks delivered them"},
-	transfer.CellZeroed:     {"x-z", "·", "zeroed", "a slot past the request's last token: nothing delivered, zero as vLLM leaves it"},
-	transfer.CellHole:       {"x-h", "✗", "hole", "to be pulled, but delivered by no transfer that reached DONE (covered)"},
-	transfer.CellFailed:     {"x-e", "E", "failed", "to be delivered by a transfer that ended in ERR or never ended (failed)"},
-	transfer.CellNotZeroed:  {"x-s", "!", "not zeroed", "nothing delivered, and not zero: stale bytes (zeroed)"},
-	transfer.CellTwice:      {"x-w", "2", "written twice", "written by transfers from different sources (written-twice)"},
-	transfer.CellForeign:    {"x-f", "⇄", "another request's block", "read from another request's block, or a block no producer request holds (confined, aligned)"},
-	transfer.CellMisaligned: {"x-m", "≠", "other KV", "read from producer bytes that hold other KV of the request: other tokens, layer or heads (aligned)"},
-	transfer.CellIntruded:   {"x-i", "↯", "written by another", "written by a descriptor outside its own request's blocks: another request's transfer, or one into a prefix hit (confined)"},
-	transfer.CellLate:       {"x-t", "◷", "read after the lease", "delivered by a READ posted after the producer's lease on the request lapsed (lease)"},
-	transfer.CellNone:       {"x-n", "", "no block", "the layer holds no block of these tokens (a sliding window's dropped blocks, past its blocks), or a slot not checked"},
+// cellLooks are the states' looks, by picture.CellState.
+var cellLooks = map[picture.CellState]cellLook{
+	picture.CellDelivered:  {"x-d", "✓", "delivered", "delivered by a transfer that reached DONE"},
+	picture.CellLocal:      {"x-l", "○", "not required: prefix hit", "the consumer's own tokens (num_local_computed_tokens): not pulled"},
+	picture.CellRecomputed: {"x-r", "↻", "not required: recomputed", "the consumer recomputes them (a lookahead, a hybrid's last token): not required, even where a pull of whole blocks delivered them"},
+	picture.CellZeroed:     {"x-z", "·", "zeroed", "a slot past the request's last token: nothing delivered, zero as vLLM leaves it"},
+	picture.CellHole:       {"x-h", "✗", "hole", "to be pulled, but delivered by no transfer that reached DONE (covered)"},
+	picture.CellFailed:     {"x-e", "E", "failed", "to be delivered by a transfer that ended in ERR or never ended (failed)"},
+	picture.CellNotZeroed:  {"x-s", "!", "not zeroed", "nothing delivered, and not zero: stale bytes (zeroed)"},
+	picture.CellTwice:      {"x-w", "2", "written twice", "written by transfers from different sources (written-twice)"},
+	picture.CellForeign:    {"x-f", "⇄", "another request's block", "read from another request's block, or a block no producer request holds (confined, aligned)"},
+	picture.CellMisaligned: {"x-m", "≠", "other KV", "read from producer bytes that hold other KV of the request: other tokens, layer or heads (aligned)"},
+	picture.CellIntruded:   {"x-i", "↯", "written by another", "written by a descriptor outside its own request's blocks: another request's transfer, or one into a prefix hit (confined)"},
+	picture.CellLate:       {"x-t", "◷", "read after the lease", "delivered by a READ posted after the producer's lease on the request lapsed (lease)"},
+	picture.CellNone:       {"x-n", "", "no block", "the layer holds no block of these tokens (a sliding window's dropped blocks, past its blocks), or a slot not checked"},
 }
 
 // pictureLegendOrder is the legend's order: what is right, then faults.
-var pictureLegendOrder = []transfer.CellState{transfer.CellDelivered, transfer.CellLocal, transfer.CellRecomputed, transfer.CellZeroed,
-	transfer.CellHole, transfer.CellFailed, transfer.CellNotZeroed, transfer.CellTwice, transfer.CellForeign, transfer.CellMisaligned,
-	transfer.CellIntruded, transfer.CellLate, transfer.CellNone}
+var pictureLegendOrder = []picture.CellState{picture.CellDelivered, picture.CellLocal, picture.CellRecomputed, picture.CellZeroed,
+	picture.CellHole, picture.CellFailed, picture.CellNotZeroed, picture.CellTwice, picture.CellForeign, picture.CellMisaligned,
+	picture.CellIntruded, picture.CellLate, picture.CellNone}
 
 type pictureView struct {
 	Legend  []cellLook
@@ -145,7 +146,7 @@ func transfersPicture(res *transfer.Result) (template.HTML, template.CSS) {
 	}
 	covs := slices.Clone(res.Coverage)
 	// Requests with findings first.
-	slices.SortStableFunc(covs, func(p, q transfer.Coverage) int { return cmp.Compare(boolInt(q.Findings > 0), boolInt(p.Findings > 0)) })
+	slices.SortStableFunc(covs, func(p, q picture.Coverage) int { return cmp.Compare(boolInt(q.Findings > 0), boolInt(p.Findings > 0)) })
 	cells, per := 0, 1
 	for i := range covs {
 		c := &covs[i]
@@ -185,7 +186,7 @@ func boolInt(b bool) int {
 }
 
 // newPictureFigure draws one request's picture.
-func newPictureFigure(c *transfer.Coverage, findings map[string]int) pictureFigure {
+func newPictureFigure(c *picture.Coverage, findings map[string]int) pictureFigure {
 	f := pictureFigure{ID: clip(c.Request), Rank: c.Rank.String()}
 	var what []string
 	what = append(what, fmt.Sprintf("%d token(s)", c.NumTokens))
@@ -232,7 +233,7 @@ func newPictureFigure(c *transfer.Coverage, findings map[string]int) pictureFigu
 }
 
 // sameStates says whether two rows draw alike.
-func sameStates(p, q *transfer.CoverageRow) bool {
+func sameStates(p, q *picture.CoverageRow) bool {
 	if p.State != q.State || p.Group != q.Group || len(p.Cells) != len(q.Cells) {
 		return false
 	}
@@ -245,7 +246,7 @@ func sameStates(p, q *transfer.CoverageRow) bool {
 }
 
 // newPictureRow draws rows of layers alike as one.
-func newPictureRow(c *transfer.Coverage, rows []transfer.CoverageRow) pictureRow {
+func newPictureRow(c *picture.Coverage, rows []picture.CoverageRow) pictureRow {
 	first := &rows[0]
 	pr := pictureRow{State: first.State}
 	name := fmt.Sprintf("layer %d (%s)", first.Layer, clip(first.LayerName))
@@ -276,7 +277,7 @@ func newPictureRow(c *transfer.Coverage, rows []transfer.CoverageRow) pictureRow
 				tip += fmt.Sprintf(" · and %d more descriptor(s)", cell.More)
 			}
 			tip += " · log " + clip(cell.Log)
-		} else if cell.State == transfer.CellHole {
+		} else if cell.State == picture.CellHole {
 			tip += " · delivered by no transfer that reached DONE"
 		}
 		pr.Cells = append(pr.Cells, pictureCell{Class: look.Class, Sym: look.Sym, Tip: tip, State: look.Name})
@@ -287,7 +288,7 @@ func newPictureRow(c *transfer.Coverage, rows []transfer.CoverageRow) pictureRow
 // layerList names the layers of rows drawn as one: "0-31" when they
 // are consecutive, else "1,3,5" (up to 4, then "1,3,5,7,… (n)": a
 // group's layers interleave with another's).
-func layerList(rows []transfer.CoverageRow) string {
+func layerList(rows []picture.CoverageRow) string {
 	consecutive := true
 	for i := 1; i < len(rows); i++ {
 		consecutive = consecutive && rows[i].Layer == rows[i-1].Layer+1

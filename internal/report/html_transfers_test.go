@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/internal/inject"
 	"github.com/kvaudit/kvaudit/internal/nixl"
+	"github.com/kvaudit/kvaudit/internal/picture"
 	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
@@ -347,18 +348,18 @@ func TestTransfersPictureCaps(t *testing.T) {
 	res := &transfer.Result{Format: transfer.ResultFormat, Verdict: transfer.Clean, CoverageLeft: 7}
 	const rows, cols, n = 10, transfer.MaxColumns, 40
 	for i := range n {
-		c := transfer.Coverage{Request: fmt.Sprintf("req-%d", i), NumTokens: cols, Pulled: cols, Served: true, Per: 1, Columns: cols}
+		c := picture.Coverage{Request: fmt.Sprintf("req-%d", i), NumTokens: cols, Pulled: cols, Served: true, Per: 1, Columns: cols}
 		if i == n-1 {
 			c.Findings = 1 // the last, drawn first
 		}
 		for l := range rows {
-			row := transfer.CoverageRow{Layer: l, LayerName: fmt.Sprintf("layer.%d", l)}
+			row := picture.CoverageRow{Layer: l, LayerName: fmt.Sprintf("layer.%d", l)}
 			for k := range cols {
-				st := transfer.CellDelivered
+				st := picture.CellDelivered
 				if k == l { // rows differ: none folds
-					st = transfer.CellHole
+					st = picture.CellHole
 				}
-				row.Cells = append(row.Cells, transfer.Cell{State: st, Transfer: transfer.NoTransfer, Descriptor: -1})
+				row.Cells = append(row.Cells, picture.Cell{State: st, Transfer: transfer.NoTransfer, Descriptor: -1})
 			}
 			c.Rows = append(c.Rows, row)
 		}

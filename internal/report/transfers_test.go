@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvaudit/kvaudit/internal/picture"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
 	"github.com/kvaudit/kvaudit/verify"
@@ -108,19 +109,19 @@ func TestTransfersHTML(t *testing.T) {
 	}
 	// With the audit's picture, the diff's page draws it: a hole at
 	// token 1 of layer 1, named by its hover.
-	cov := transfer.Coverage{Request: hostileID, NumTokens: 2, Pulled: 2, Served: true, Per: 1, Columns: 2}
+	cov := picture.Coverage{Request: hostileID, NumTokens: 2, Pulled: 2, Served: true, Per: 1, Columns: 2}
 	for l := range 2 {
-		row := transfer.CoverageRow{Layer: l, LayerName: "model.layers." + strconv.Itoa(l)}
+		row := picture.CoverageRow{Layer: l, LayerName: "model.layers." + strconv.Itoa(l)}
 		for k := range 2 {
-			c := transfer.Cell{State: transfer.CellDelivered, Transfer: 7, Descriptor: 2*l + k, Log: "nixl/consumer-pp0-tp0.jsonl", Bytes: [2]uint64{0x1000, 0x1800}}
+			c := picture.Cell{State: picture.CellDelivered, Transfer: 7, Descriptor: 2*l + k, Log: "nixl/consumer-pp0-tp0.jsonl", Bytes: [2]uint64{0x1000, 0x1800}}
 			if l == 1 && k == 1 {
-				c = transfer.Cell{State: transfer.CellHole, Transfer: transfer.NoTransfer, Descriptor: -1}
+				c = picture.Cell{State: picture.CellHole, Transfer: transfer.NoTransfer, Descriptor: -1}
 			}
 			row.Cells = append(row.Cells, c)
 		}
 		cov.Rows = append(cov.Rows, row)
 	}
-	res.Audits.Transfers.Coverage = []transfer.Coverage{cov}
+	res.Audits.Transfers.Coverage = []picture.Coverage{cov}
 	diff = renderHTML(t, res)
 	for _, want := range []string{
 		`<section id="picture">`,
@@ -154,10 +155,10 @@ func TestSpan(t *testing.T) {
 // layers are consecutive, else listed (a sliding window group's layers
 // interleave with the full attention group's), at most four of them.
 func TestLayerList(t *testing.T) {
-	rows := func(layers ...int) []transfer.CoverageRow {
-		var out []transfer.CoverageRow
+	rows := func(layers ...int) []picture.CoverageRow {
+		var out []picture.CoverageRow
 		for _, l := range layers {
-			out = append(out, transfer.CoverageRow{Layer: l})
+			out = append(out, picture.CoverageRow{Layer: l})
 		}
 		return out
 	}
