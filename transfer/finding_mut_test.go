@@ -178,38 +178,7 @@ func TestWriteIntoAFreeBlockFinding(t *testing.T) {
 	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
 	h, recs := records(t, logs[0])
 	x := firstXfer(recs)
-	held := map[int]bool{}
-	for _, r := range cons[0].Manifest.Requests {
-		for _, bt := range r.BlockTable {
-			for _, b := range bt {
-				held[b] = true
-			}
-		}
-	}
-	am, err := cons[0].AddressMap()
-	if err != nil {
-		t.Fatal(err)
-	}
-	free, id := -1, -1
-	for _, r := range recs {
-		if r.Op != nixl.OpDList || r.Handle != recs[x].Local {
-			continue
-		}
-		for i, d := range r.Descs {
-			am.Resolve(d.Addr, d.Len, func(c layout.Cells) error {
-				if free < 0 && c.Block != layout.NoBlock && !held[c.Block] {
-					free, id = c.Block, i
-				}
-				return nil
-			})
-			if free >= 0 {
-				break
-			}
-		}
-	}
-	if free < 0 {
-		t.Fatal("the consumer's list names no free block")
-	}
+	free, id := freeBlockDesc(t, cons[0], recs, recs[x].Local)
 	recs[x].LocalIDs[0] = id
 	rewrite(t, logs[0], h, recs)
 	res := audit(t, logs, prod, cons)
@@ -275,38 +244,7 @@ func TestReadOfAReleasedBlockFinding(t *testing.T) {
 	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
 	h, recs := records(t, logs[0])
 	x := firstXfer(recs)
-	held := map[int]bool{}
-	for _, r := range prod[0].Manifest.Requests {
-		for _, bt := range r.BlockTable {
-			for _, b := range bt {
-				held[b] = true
-			}
-		}
-	}
-	am, err := prod[0].AddressMap()
-	if err != nil {
-		t.Fatal(err)
-	}
-	free, id := -1, -1
-	for _, r := range recs {
-		if r.Op != nixl.OpDList || r.Handle != recs[x].Remote {
-			continue
-		}
-		for i, d := range r.Descs {
-			am.Resolve(d.Addr, d.Len, func(c layout.Cells) error {
-				if free < 0 && c.Block != layout.NoBlock && !held[c.Block] {
-					free, id = c.Block, i
-				}
-				return nil
-			})
-			if free >= 0 {
-				break
-			}
-		}
-	}
-	if free < 0 {
-		t.Fatal("the producer's list names no free block")
-	}
+	free, id := freeBlockDesc(t, prod[0], recs, recs[x].Remote)
 	recs[x].RemoteIDs[0] = id
 	rewrite(t, logs[0], h, recs)
 	res := audit(t, logs, prod, cons)
@@ -347,4 +285,41 @@ func TestMisalignedPairFinding(t *testing.T) {
 		!strings.Contains(f.Message, "descriptor 0: the local bytes hold layer ") || !strings.Contains(f.Message, ", the remote bytes layer ") {
 		t.Fatalf("finding %+v (source %+v)", f, f.Source)
 	}
+}
+
+// freeBlockDesc finds, in the prepared list handle of recs, a descriptor
+// (its index id) touching a block of d that no request of d holds.
+func freeBlockDesc(t *testing.T, d *layout.Dump, recs []nixl.Record, handle int) (free, id int) {
+	t.Helper()
+	held := map[int]bool{}
+	for _, r := range d.Manifest.Requests {
+		for _, bt := range r.BlockTable {
+			for _, b := range bt {
+				held[b] = true
+			}
+		}
+	}
+	am, err := d.AddressMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, id = -1, -1
+	for _, r := range recs {
+		if r.Op != nixl.OpDList || r.Handle != handle {
+			continue
+		}
+		for i, desc := range r.Descs {
+			am.Resolve(desc.Addr, desc.Len, func(c layout.Cells) error {
+				if free < 0 && c.Block != layout.NoBlock && !held[c.Block] {
+					free, id = c.Block, i
+				}
+				return nil
+			})
+			if free >= 0 {
+				return free, id
+			}
+		}
+	}
+	t.Fatalf("%s: the list %d names no free block", d.Path, handle)
+	return
 }
