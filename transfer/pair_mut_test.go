@@ -2,6 +2,7 @@ package transfer_test
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -79,5 +80,93 @@ func TestSkippedTransferLeavesNothing(t *testing.T) {
 	}
 	if !reflect.DeepEqual(res.Requests[0], next) {
 		t.Fatalf("no request: request %+v, want %+v", res.Requests[0], next)
+	}
+}
+
+// outsideDesc adds to the prepared list handle of recs a descriptor of
+// the length of its first, 1 MiB past every descriptor of the log (so
+// outside every cache), and returns its index and address.
+func outsideDesc(recs []nixl.Record, handle int) (id int, addr uint64) {
+	for _, r := range recs {
+		if r.Op == nixl.OpDList {
+			for _, d := range r.Descs {
+				addr = max(addr, d.Addr+d.Len+1<<20)
+			}
+		}
+	}
+	for i := range recs {
+		if r := &recs[i]; r.Op == nixl.OpDList && r.Handle == handle {
+			d := r.Descs[0]
+			d.Addr = addr
+			r.Descs = append(r.Descs, d)
+			return len(r.Descs) - 1, addr
+		}
+	}
+	return -1, 0
+}
+
+// TestPairOutsideEveryCache: a pair one side of which lies outside every
+// cache is a confined finding of that side, of the descriptor's bytes; it
+// is placed at its destination cells, and, with none, in no block, at no
+// head or token (before, heads 0-0 and tokens 0-0: a place it is not).
+// The pairs of the llama geometry are one layer's K or V of one block:
+// pair 0 of req-0's transfer is layer 0's K at position 0, the 8 KV heads
+// of the preset and the block's 16 tokens.
+func TestPairOutsideEveryCache(t *testing.T) {
+	none := [2]int{-1, -1}
+	for _, side := range []string{"local", "remote", "local, remote released"} {
+		t.Run(side, func(t *testing.T) {
+			prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+			h, recs := records(t, logs[0])
+			x := firstXfer(recs)
+			handle, ids := recs[x].Local, recs[x].LocalIDs
+			if side == "remote" {
+				handle, ids = recs[x].Remote, recs[x].RemoteIDs
+			}
+			id, addr := outsideDesc(recs, handle)
+			ids[0] = id
+			free := -1
+			if side == "local, remote released" {
+				free, recs[x].RemoteIDs[0] = freeBlockDesc(t, prod[0], recs, recs[x].Remote)
+			}
+			rewrite(t, logs[0], h, recs)
+			res := audit(t, logs, prod, cons)
+			var got []transfer.Finding
+			for _, f := range res.Findings {
+				if f.Descriptor == 0 {
+					f.Log, f.Line = "", 0
+					got = append(got, f)
+				}
+			}
+			const bytes = 16 * 8 * 128 * 2 // tokens, heads, head size, bf16: one block's K of one layer
+			base := transfer.Finding{Invariant: transfer.Confined, Request: "req-0", Transfer: recs[x].ID, Descriptor: 0, Rank: layout.Rank{},
+				Bytes: bytes}
+			var want []transfer.Finding
+			if side == "remote" {
+				f := base
+				f.Side, f.Group, f.Position, f.Block = "remote", 0, 0, cons[0].Manifest.Request("req-0").BlockTable["0"][0]
+				f.LayerName, f.Part, f.Heads, f.Tokens = "model.layers.0.self_attn.attn", "K", [2]int{0, 7}, [2]int{0, 15}
+				f.Message = fmt.Sprintf("transfer %d descriptor 0 reads %d bytes at %#x.. outside every cache of the producer's rank pp 0 tp 0", recs[x].ID, bytes, addr)
+				want = append(want, f)
+			} else {
+				f := base
+				f.Side, f.Group, f.Position, f.Block, f.Heads, f.Tokens = "local", -1, -1, -1, none, none
+				f.Message = fmt.Sprintf("transfer %d descriptor 0 writes %d bytes at %#x.. outside every cache of the consumer's rank pp 0 tp 0", recs[x].ID, bytes, addr)
+				want = append(want, f)
+			}
+			if free >= 0 {
+				// Read from a block no producer request holds, and
+				// written nowhere: the read is placed in no block.
+				f := base
+				f.Side, f.Group, f.Position, f.Block, f.Heads, f.Tokens = "remote", -1, -1, -1, none, none
+				f.LayerName = "model.layers.0.self_attn.attn"
+				f.Source = &transfer.Source{Agent: "producer-pp0-tp0", Block: free, Position: -1, Expected: "req-0"}
+				f.Message = fmt.Sprintf("transfer %d read producer block %d (rank pp 0 tp 0), which no request of the producer holds (a released block), not request req-0's", recs[x].ID, free)
+				want = append(want, f)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("findings of descriptor 0:\n%+v\nwant\n%+v", got, want)
+			}
+		})
 	}
 }
