@@ -170,3 +170,100 @@ func TestPairOutsideEveryCache(t *testing.T) {
 		})
 	}
 }
+
+// TestConvertedChunkFindings: where the consumer converts what it
+// receives (vLLM's pull of 16-token producer blocks into larger consumer
+// blocks, §12), a pair's finding is placed at its chunk: the consumer
+// page's layer and part, every head of the rank (the llama preset's 8),
+// and the chunk's 16 tokens at the block's position. vLLM's connector
+// lists a request's pairs layer by layer, K then V, then chunk by chunk
+// (one a producer block), so pair d of a request pulling n chunks a page
+// is layer d/(2n), part (d/n)%2, chunk d%n.
+func TestConvertedChunkFindings(t *testing.T) {
+	chunked := func(g geometry, n int, cpos, ppos0 int, prod, cons []*layout.Dump) func(inv string, d, srcChunk int) transfer.Finding {
+		ctable, ptable := cons[0].Manifest.Request("req-0").BlockTable["0"], prod[0].Manifest.Request("req-0").BlockTable["0"]
+		S := g.c.BlockSize
+		return func(inv string, d, srcChunk int) transfer.Finding {
+			layer, part, c := d/(2*n), "KV"[(d/n)%2:(d/n)%2+1], d%n
+			tok := func(c int) [2]int { return [2]int{cpos*S + 16*c, cpos*S + 16*c + 15} }
+			f := transfer.Finding{Invariant: inv, Request: "req-0", Transfer: 1, Descriptor: d, Rank: layout.Rank{}, Group: 0,
+				Position: cpos, Block: ctable[cpos], Layer: layer, LayerName: fmt.Sprintf("model.layers.%d.self_attn.attn", layer),
+				Part: part, Heads: [2]int{0, 7}, Tokens: tok(c), Bytes: 16 * 8 * 128 * 2,
+				Source: &transfer.Source{Agent: "producer-pp0-tp0", Block: ptable[ppos0+srcChunk], Request: "req-0", Position: ppos0 + srcChunk, Expected: "req-0"}}
+			st := tok(srcChunk)
+			f.Message = fmt.Sprintf("transfer 1 descriptor %d: the local bytes hold layer %d %s heads 0-7 tokens %d-%d, the remote bytes layer %d %s heads 0-7 tokens %d-%d (compared per chunk of tokens: the consumer converts what it receives)",
+				d, layer, part, f.Tokens[0], f.Tokens[1], layer, part, st[0], st[1])
+			return f
+		}
+	}
+	check := func(t *testing.T, g geometry, edit func(recs []nixl.Record, x int), want func(x int, recs []nixl.Record) []transfer.Finding) {
+		t.Helper()
+		prod, cons, logs := pull(t, t.TempDir(), g)
+		h, recs := records(t, logs[0])
+		x := firstXfer(recs)
+		if recs[x].ID != 1 || recs[x].Request != "req-0" {
+			t.Fatalf("first transfer %d of %s, want 1 of req-0", recs[x].ID, recs[x].Request)
+		}
+		edit(recs, x)
+		rewrite(t, logs[0], h, recs)
+		res := audit(t, logs, prod, cons)
+		var got []transfer.Finding
+		for _, f := range res.Findings {
+			if f.Descriptor >= 0 && f.Transfer == 1 {
+				f.Log, f.Line = "", 0
+				got = append(got, f)
+			}
+		}
+		if w := want(x, recs); !reflect.DeepEqual(got, w) {
+			t.Fatalf("findings\n%+v\nwant\n%+v", got, w)
+		}
+	}
+	swap := func(i, j int) func(recs []nixl.Record, x int) {
+		return func(recs []nixl.Record, x int) {
+			ids := recs[x].RemoteIDs
+			ids[i], ids[j] = ids[j], ids[i]
+		}
+	}
+
+	// 40 tokens from blocks of 16 into one block of 64: 3 chunks a page,
+	// 24 pairs; the producer's blocks at positions 0-2.
+	g := vllmGeometries()[0]
+	prod, cons := sides(t, g)
+	f := chunked(g, 3, 0, 0, prod, cons)
+	t.Run(g.name+"/K", func(t *testing.T) {
+		check(t, g, swap(0, 1), func(int, []nixl.Record) []transfer.Finding {
+			return []transfer.Finding{f(transfer.Aligned, 0, 1), f(transfer.Aligned, 1, 0)}
+		})
+	})
+	t.Run(g.name+"/V", func(t *testing.T) {
+		check(t, g, swap(22, 23), func(int, []nixl.Record) []transfer.Finding {
+			return []transfer.Finding{f(transfer.Aligned, 22, 2), f(transfer.Aligned, 23, 1)}
+		})
+	})
+	// req-0's pair 0 written into req-1's block (at position 0): confined,
+	// at the chunk, of no position of req-0, the tokens those read (and
+	// written twice, req-1's finding, not checked here).
+	t.Run(g.name+"/co-resident", func(t *testing.T) {
+		check(t, g, func(recs []nixl.Record, x int) {
+			recs[x].LocalIDs[0] = recs[nextXfer(recs, x)].LocalIDs[0]
+		}, func(x int, recs []nixl.Record) []transfer.Finding {
+			other := cons[0].Manifest.Request("req-1").BlockTable["0"][0]
+			w := f(transfer.Confined, 0, 0)
+			w.Side, w.Position, w.Block, w.Source = "local", -1, other, nil
+			w.Owner = &transfer.Owner{Request: "req-1", Position: 0, Block: other}
+			w.Message = fmt.Sprintf("transfer 1 descriptor 0 wrote layer 0 K heads 0-7 tokens 0-15 into block %d, which request req-1 holds at position 0, not a block request req-0 loads", other)
+			return []transfer.Finding{w}
+		})
+	})
+
+	// 64 tokens, the first 32 a prefix hit, into blocks of 32: position 1
+	// is pulled, 2 chunks a page, from the producer's positions 2 and 3.
+	g = vllmGeometries()[4]
+	prod, cons = sides(t, g)
+	f = chunked(g, 2, 1, 2, prod, cons)
+	t.Run(g.name, func(t *testing.T) {
+		check(t, g, swap(0, 1), func(int, []nixl.Record) []transfer.Finding {
+			return []transfer.Finding{f(transfer.Aligned, 0, 1), f(transfer.Aligned, 1, 0)}
+		})
+	})
+}
