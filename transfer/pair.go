@@ -59,7 +59,9 @@ func (a *auditor) pair(x *xfer, i int, d, s nixl.Desc) bool {
 		}
 	}
 	dside, sside := sideNames(x.kind)
-	base := Finding{Descriptor: i, Group: -1, Position: -1, Block: -1}
+	// Placed at its destination cells; with none (every destination
+	// byte outside the caches), in no block, at no head or token.
+	base := Finding{Descriptor: i, Group: -1, Position: -1, Block: -1, Heads: [2]int{-1, -1}, Tokens: [2]int{-1, -1}}
 	if d.Len != s.Len {
 		f := base
 		f.Invariant, f.Bytes = Aligned, d.Len
@@ -283,7 +285,7 @@ func (a *auditor) confinedSrc(x *xfer, i int, sside string) bool {
 			}
 		}
 		f := Finding{Invariant: Confined, Side: sside, Descriptor: i, Group: -1, Position: -1, Block: -1,
-			Layer: c.Region.Views[0].Number, LayerName: c.Region.Layer.Name}
+			Layer: c.Region.Views[0].Number, LayerName: c.Region.Layer.Name, Heads: [2]int{-1, -1}, Tokens: [2]int{-1, -1}}
 		if len(a.dcells) > 0 {
 			a.placeDst(&f, x)
 		}
