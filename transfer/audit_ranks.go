@@ -7,13 +7,14 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/kvaudit/kvaudit/internal/addrmap"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
 // addressMap returns a rank's address map, or nil (unresolved).
-func (rk *rank) addressMap(a *auditor) *layout.AddressMap {
+func (rk *rank) addressMap(a *auditor) *addrmap.Map {
 	if rk.am == nil && rk.amErr == nil {
-		rk.am, rk.amErr = rk.dump.AddressMap()
+		rk.am, rk.amErr = addrmap.New(rk.dump)
 		if rk.amErr != nil {
 			a.unresolve("%v", rk.amErr)
 		}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/kvaudit/kvaudit/internal/addrmap"
 	"github.com/kvaudit/kvaudit/internal/picture"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -223,7 +224,7 @@ func (a *auditor) coverage(rc *rankCover, r *request, served bool, findings int)
 
 // cell folds what the bytes intervals gives (of tokens of one class)
 // hold into a cell.
-func (a *auditor) cell(rc *rankCover, reg *layout.Region, c *picture.Cell, class int, check bool, intervals func(func(lo, hi uint64))) {
+func (a *auditor) cell(rc *rankCover, reg *addrmap.Region, c *picture.Cell, class int, check bool, intervals func(func(lo, hi uint64))) {
 	var got picture.Cell
 	got.Transfer, got.Descriptor = NoTransfer, -1
 	var gap, nonZero bool
