@@ -386,3 +386,20 @@ func TestMLAPairFinding(t *testing.T) {
 		t.Fatalf("findings\n%+v\nwant\n%+v", res.Findings, want)
 	}
 }
+
+// TestTransferWithoutRequest: a transfer whose record names no request
+// (the field is optional) is its first destination block's request's:
+// the correct pull with no request named audits as it does with them.
+func TestTransferWithoutRequest(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	named := audit(t, logs, prod, cons)
+	h, recs := records(t, logs[0])
+	for i := range recs {
+		recs[i].Request, recs[i].HasRequest = "", false
+	}
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	if res.Verdict != transfer.Clean || len(res.Requests) != 2 || !reflect.DeepEqual(res.Requests, named.Requests) {
+		t.Fatalf("verdict %s, requests %+v, want those named %+v (notes %q)", res.Verdict, res.Requests, named.Requests, res.Notes)
+	}
+}
