@@ -14,9 +14,10 @@ import (
 
 // vllmGeometries are pulls planned as vLLM's connector plans them
 // (nixl.PlannerVLLM) where its pairing is right: 16 -> 64 (with TP 1 -> 2
-// too: rank 1's chunks are of heads 4-7) and 64 -> 16 token blocks, TP 1 -> 2 with blocks of other kernel counts, MLA TP
-// 2 -> 1, a prefix hit with a block-size ratio, a partial last block, Mamba
-// hybrids (which pull num_tokens - 1 tokens), kernel rows on both sides.
+// too: rank 1's chunks are of heads 4-7) and 64 -> 16 token blocks, TP
+// 1 -> 2 with blocks of other kernel counts, MLA TP 2 -> 1, a prefix hit
+// with a block-size ratio, a partial last block, Mamba hybrids (which
+// pull num_tokens - 1 tokens), kernel rows on both sides.
 func vllmGeometries() []geometry {
 	g := func(name, preset string, p, c synth.Config) geometry {
 		p.Preset, c.Preset = preset, preset
