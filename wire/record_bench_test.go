@@ -25,7 +25,7 @@ func bigRecords(tb testing.TB) []byte {
 			for _, v := range []*wire.Values{&g.Values, &g.ValuesBlock, &g.Mix} {
 				*v = wire.NewValues(256, 2)
 				for i := range v.Flat() {
-					v.Flat()[i] = uint64(i+r)*0x9e3779b97f4a7c15
+					v.Flat()[i] = uint64(i+r) * 0x9e3779b97f4a7c15
 				}
 			}
 			rec.Requests = append(rec.Requests, wire.RecordRequest{
