@@ -1,11 +1,10 @@
-package wire_test
+package wire
 
 import (
 	"fmt"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/layout"
-	"github.com/kvaudit/kvaudit/wire"
 )
 
 // bigRecords returns two records one after the other, as a multi-rank
@@ -15,24 +14,24 @@ import (
 func bigRecords(tb testing.TB) []byte {
 	var out []byte
 	for rank := range 2 {
-		rec := &wire.Record{
-			Format: wire.RecordFormat, TPRank: rank, TPSize: 2, PPSize: 1,
-			Groups:        []wire.RecordGroup{{ID: 0, Kind: layout.KindFullAttention, BlockSize: 16, Fingerprint: 0x1234, FingerprintFlat: 0x5678, Layers: 32}},
+		rec := &Record{
+			Format: RecordFormat, TPRank: rank, TPSize: 2, PPSize: 1,
+			Groups:        []RecordGroup{{ID: 0, Kind: layout.KindFullAttention, BlockSize: 16, Fingerprint: 0x1234, FingerprintFlat: 0x5678, Layers: 32}},
 			SkippedGroups: map[string]string{},
 		}
 		for r := range 100 {
-			g := wire.RecordRequestGroup{ID: 0, ReplicaKeys: [][2]int{{2, 0}, {2, 1}}}
-			for _, v := range []*wire.Values{&g.Values, &g.ValuesBlock, &g.Mix} {
-				*v = wire.NewValues(256, 2)
+			g := RecordRequestGroup{ID: 0, ReplicaKeys: [][2]int{{2, 0}, {2, 1}}}
+			for _, v := range []*Values{&g.Values, &g.ValuesBlock, &g.Mix} {
+				*v = NewValues(256, 2)
 				for i := range v.Flat() {
 					v.Flat()[i] = uint64(i+r) * 0x9e3779b97f4a7c15
 				}
 			}
-			rec.Requests = append(rec.Requests, wire.RecordRequest{
-				ID: fmt.Sprintf("req-%d", r), NumTokens: 4096, Groups: []wire.RecordRequestGroup{g},
+			rec.Requests = append(rec.Requests, RecordRequest{
+				ID: fmt.Sprintf("req-%d", r), NumTokens: 4096, Groups: []RecordRequestGroup{g},
 			})
 		}
-		b, err := wire.MarshalRecord(rec)
+		b, err := MarshalRecord(rec)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -48,9 +47,30 @@ func BenchmarkParseRecords(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	for b.Loop() {
-		recs, err := wire.ParseRecords("big.json", data)
+		recs, err := ParseRecords("big.json", data)
 		if err != nil || len(recs) != 2 {
 			b.Fatal(len(recs), err)
 		}
+	}
+}
+
+// BenchmarkSplitJSONDocs splits BenchmarkParseRecords's two records,
+// through internal/jsonscan (new) and with the bracket matcher it
+// replaced (old).
+func BenchmarkSplitJSONDocs(b *testing.B) {
+	data := bigRecords(b)
+	for _, c := range []struct {
+		name  string
+		split func([]byte) ([][2]int, error)
+	}{{"old", oldSplitJSONDocs}, {"new", splitJSONDocs}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if docs, err := c.split(data); err != nil || len(docs) != 2 {
+					b.Fatal(docs, err)
+				}
+			}
+		})
 	}
 }
