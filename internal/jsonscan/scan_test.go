@@ -554,3 +554,22 @@ func FuzzScanner(f *testing.F) {
 		}
 	})
 }
+
+// TestPlainRun: the word-at-a-time test passes over no special byte,
+// whatever its value and place, and over every block of plain bytes.
+func TestPlainRun(t *testing.T) {
+	for c := range 256 {
+		for p := range 24 {
+			buf := bytes.Repeat([]byte("a"), 27)
+			buf[p] = byte(c)
+			got := plainRun(buf, 0)
+			want := 24 // the blocks of 8 before the last, shorter one
+			if special[c] {
+				want = p / 8 * 8
+			}
+			if got != want {
+				t.Fatalf("byte %#x at %d: plainRun %d, want %d", c, p, got, want)
+			}
+		}
+	}
+}

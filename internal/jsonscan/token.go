@@ -316,7 +316,7 @@ var jsonSpace, lineSpace = [256]bool{' ': true, '\t': true, '\r': true, '\n': tr
 // no escape, control character or non-ASCII byte, ends within buf and
 // within Options.MaxString.
 func (s *Scanner) plainString(buf []byte, i int) (int, bool) {
-	j := i + 1
+	j := plainRun(buf, i+1)
 	for j < len(buf) && !special[buf[j]] {
 		j++
 	}
