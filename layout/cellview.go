@@ -1,10 +1,11 @@
 package layout
 
 import (
-	"cmp"
 	"fmt"
 	"math/bits"
 	"slices"
+
+	"github.com/kvaudit/kvaudit/internal/strided"
 )
 
 // CellView is a layer's cache tensor seen as cells: the bytes of one token of
@@ -103,14 +104,6 @@ func (v *CellView) BlockBytes() int64 {
 	return int64(v.KernelBlocks*v.KernelTokens*v.Heads) * int64(v.CellBytes)
 }
 
-// tensorGeometry describes a tensor to build a CellView from.
-type tensorGeometry struct {
-	shape   []int64
-	strides []int64 // bytes
-	dtype   Dtype
-	size    int64 // bytes available from offset 0 (-1 for device memory)
-}
-
 // rowMajorStrides returns the byte strides of a contiguous row-major tensor
 // of elem-byte elements; ok is false when they overflow 2^62.
 func rowMajorStrides(shape []int64, elem int64) ([]int64, bool) {
@@ -127,57 +120,13 @@ func rowMajorStrides(shape []int64, elem int64) ([]int64, bool) {
 	return st, true
 }
 
-// overlapping says why two distinct elements of a strided tensor may share
-// memory, or returns "" when they cannot: sorted by stride, the axes of
-// more than one element must nest, each stride at least the bytes the
-// axes inside it span (an element for the innermost). A stride of 0 on an
-// axis of two or more elements, or strides that interleave, alias cells,
-// which would let one byte stand for several and a fault go unseen.
-// Axes are named from names (the layout) when it matches the shape. The
-// strides must not overflow (tensorEnd checks that first).
-func overlapping(t tensorGeometry, names []string) string {
-	type axis struct {
-		i      int
-		n, str int64
-	}
-	var axes []axis
-	for i, n := range t.shape {
-		if n == 0 {
-			return "" // no elements
-		}
-		if n > 1 {
-			axes = append(axes, axis{i, n, t.strides[i]})
-		}
-	}
-	slices.SortStableFunc(axes, func(a, b axis) int { return cmp.Compare(a.str, b.str) })
-	name := func(i int) string {
-		if len(names) == len(t.shape) {
-			return fmt.Sprintf("axis %d (%q)", i, names[i])
-		}
-		return fmt.Sprintf("axis %d", i)
-	}
-	span := int64(max(t.dtype.Bits/8, 1)) // bytes the inner axes cover
-	inner := "an element"
-	for _, a := range axes {
-		if a.str < span {
-			if a.str == 0 {
-				return fmt.Sprintf("%s has %d elements and stride 0: they alias one another", name(a.i), a.n)
-			}
-			return fmt.Sprintf("%s has stride %d bytes, less than the %d bytes of %s inside it: distinct cells overlap in memory", name(a.i), a.str, span, inner)
-		}
-		span = a.str*(a.n-1) + span
-		inner = name(a.i)
-	}
-	return ""
-}
-
 // buildCellView makes a layer's CellView from its tensor. It returns an
 // error for a tensor that disagrees with the manifest, and a reason for a
 // valid one the checksum cannot cover.
-func buildCellView(m *Manifest, g *Group, l *Layer, t tensorGeometry) (CellView, string, error) {
+func buildCellView(m *Manifest, g *Group, l *Layer, t strided.Tensor) (CellView, string, error) {
 	var v CellView
-	if len(t.shape) != len(l.Layout) {
-		return v, "", fmt.Errorf("tensor has %d dimensions %v, layout %q has %d", len(t.shape), t.shape, l.Layout, len(l.Layout))
+	if len(t.Shape) != len(l.Layout) {
+		return v, "", fmt.Errorf("tensor has %d dimensions %v, layout %q has %d", len(t.Shape), t.Shape, l.Layout, len(l.Layout))
 	}
 	ldt, err := TorchDtype(l.Dtype)
 	if err != nil {
@@ -187,21 +136,21 @@ func buildCellView(m *Manifest, g *Group, l *Layer, t tensorGeometry) (CellView,
 	for i, a := range l.Layout {
 		axis[a] = i
 	}
-	size := func(a string) int64 { return t.shape[axis[a]] }
-	stride := func(a string) int64 { return t.strides[axis[a]] }
+	size := func(a string) int64 { return t.Shape[axis[a]] }
+	stride := func(a string) int64 { return t.Strides[axis[a]] }
 	_, hasCell := axis["cell"]
 	if hasCell {
-		if t.dtype.Bits != 8 {
-			return v, "", fmt.Errorf("a cell axis needs a tensor of bytes (U8 or I8), got %s", t.dtype.Name)
+		if t.Dtype.Bits != 8 {
+			return v, "", fmt.Errorf("a cell axis needs a tensor of bytes (U8 or I8), got %s", t.Dtype.Name)
 		}
-	} else if t.dtype.Bits != ldt.Bits {
-		return v, "", fmt.Errorf("dtype size mismatch: tensor %s has %d-bit elements, layer dtype %q %d-bit", t.dtype.Name, t.dtype.Bits, l.Dtype, ldt.Bits)
+	} else if t.Dtype.Bits != ldt.Bits {
+		return v, "", fmt.Errorf("dtype size mismatch: tensor %s has %d-bit elements, layer dtype %q %d-bit", t.Dtype.Name, t.Dtype.Bits, l.Dtype, ldt.Bits)
 	}
 	// The extent of the tensor must lie in the bytes available.
-	if t.size >= 0 {
-		end, ok := tensorEnd(t)
-		if !ok || end > t.size {
-			return v, "", fmt.Errorf("tensor of shape %v and strides %v (bytes) needs %d bytes, %d available", t.shape, t.strides, end, t.size)
+	if t.Size >= 0 {
+		end, ok := strided.End(t)
+		if !ok || end > t.Size {
+			return v, "", fmt.Errorf("tensor of shape %v and strides %v (bytes) needs %d bytes, %d available", t.Shape, t.Strides, end, t.Size)
 		}
 	}
 	nb := size("block")
@@ -230,7 +179,7 @@ func buildCellView(m *Manifest, g *Group, l *Layer, t tensorGeometry) (CellView,
 		n := size("cell")
 		if l.HeadSize != 0 {
 			want := int64(l.HeadSize) * elem
-			if !isMLA(g, l) {
+			if !g.IsMLA(l) {
 				want *= 2
 			}
 			if n != want {
@@ -274,26 +223,4 @@ func buildCellView(m *Manifest, g *Group, l *Layer, t tensorGeometry) (CellView,
 		return v, reasonPieces, nil
 	}
 	return v, "", nil
-}
-
-// tensorEnd returns one past the last byte a strided tensor touches, with
-// overflow checks.
-func tensorEnd(t tensorGeometry) (int64, bool) {
-	var end uint64
-	elem := uint64(max(t.dtype.Bits/8, 1))
-	for i, n := range t.shape {
-		if n == 0 {
-			return 0, true
-		}
-		hi, lo := bits.Mul64(uint64(n-1), uint64(t.strides[i]))
-		if hi != 0 {
-			return 0, false
-		}
-		var carry uint64
-		end, carry = bits.Add64(end, lo, 0)
-		if carry != 0 || end > 1<<62 {
-			return 0, false
-		}
-	}
-	return int64(end + elem), true
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/internal/parallel"
 	"github.com/kvaudit/kvaudit/internal/safetensors"
+	"github.com/kvaudit/kvaudit/internal/strided"
 )
 
 // Dump is one rank's KV cache: its manifest, the resolved groups and the
@@ -31,7 +32,7 @@ type Dump struct {
 	closers  []io.Closer
 	// geometry is each layer's tensor as it was opened (shape and byte
 	// strides), for the address map.
-	geometry map[*Layer]tensorGeometry
+	geometry map[*Layer]strided.Tensor
 	// metadata is a .safetensors dump's __metadata__ (nil for a dump
 	// directory): an exporter's engine geometry, for the address map.
 	metadata map[string]string
@@ -280,7 +281,7 @@ func (o *opener) tensor(gf string, g *Group, l *Layer) (opened, string, error) {
 		v.Data, v.File, v.FileOffset, v.Device = t.data, t.file, t.fileOffset, t.device
 	}
 	if o.d.geometry == nil {
-		o.d.geometry = map[*Layer]tensorGeometry{}
+		o.d.geometry = map[*Layer]strided.Tensor{}
 	}
 	o.d.geometry[l] = t.geo
 	return op, reason, nil
@@ -289,7 +290,7 @@ func (o *opener) tensor(gf string, g *Group, l *Layer) (opened, string, error) {
 // layerTensor is where a layer's tensor lies: its geometry and bytes in a
 // mapped file, or, in live device memory, its device tensor.
 type layerTensor struct {
-	geo        tensorGeometry
+	geo        strided.Tensor
 	data       []byte
 	file       string
 	fileOffset int64
@@ -311,15 +312,15 @@ func (o *opener) tensorBytes(l *Layer) (t layerTensor, sub string, err error) {
 			return t, ".tensor", fmt.Errorf("tensor %q missing from %q", l.Tensor, f.Path)
 		}
 		t.data, t.file, t.fileOffset = ti.Data, f.Path, f.DataOffset+ti.Begin
-		t.geo = tensorGeometry{shape: ti.Shape, dtype: ti.Dtype, size: int64(len(ti.Data))}
-		t.geo.strides, _ = rowMajorStrides(ti.Shape, int64(max(ti.Dtype.Bits/8, 1))) // the shape's size was checked
+		t.geo = strided.Tensor{Shape: ti.Shape, Dtype: ti.Dtype, Size: int64(len(ti.Data))}
+		t.geo.Strides, _ = rowMajorStrides(ti.Shape, int64(max(ti.Dtype.Bits/8, 1))) // the shape's size was checked
 		return t, "", nil
 	}
 	if t.geo, sub, err = sourceGeometry(s, l.Layout); err != nil {
 		return t, ".source" + sub, err
 	}
 	if s.CUDAIPC != "" {
-		t.device = &DeviceTensor{IPCHandle: s.CUDAIPC, Offset: s.Offset, Dtype: t.geo.dtype, Shape: s.Shape, Strides: t.geo.strides}
+		t.device = &DeviceTensor{IPCHandle: s.CUDAIPC, Offset: s.Offset, Dtype: t.geo.Dtype, Shape: s.Shape, Strides: t.geo.Strides}
 		t.file = "cuda_ipc"
 		return t, "", nil
 	}
@@ -331,7 +332,7 @@ func (o *opener) tensorBytes(l *Layer) (t layerTensor, sub string, err error) {
 		return t, ".source.offset", fmt.Errorf("offset %d is past the end of %q (%d bytes)", s.Offset, f.Path, len(f.Data))
 	}
 	t.data, t.file, t.fileOffset = f.Data[s.Offset:], f.Path, s.Offset
-	t.geo.size = int64(len(t.data))
+	t.geo.Size = int64(len(t.data))
 	return t, "", nil
 }
 
@@ -339,16 +340,16 @@ func (o *opener) tensorBytes(l *Layer) (t layerTensor, sub string, err error) {
 // unknown, -1), refusing strides that overflow and layouts whose distinct
 // elements may share memory; the error's field is what follows ".source"
 // (".strides[2]", ".strides", ".shape", ""). names are the layout's axes.
-func sourceGeometry(s *Source, names []string) (tensorGeometry, string, error) {
+func sourceGeometry(s *Source, names []string) (strided.Tensor, string, error) {
 	dt, err := ParseDtype(s.Dtype)
 	if err != nil {
-		return tensorGeometry{}, ".dtype", err
+		return strided.Tensor{}, ".dtype", err
 	}
 	elem := int64(max(dt.Bits/8, 1))
-	geo := tensorGeometry{shape: s.Shape, dtype: dt, size: -1}
+	geo := strided.Tensor{Shape: s.Shape, Dtype: dt, Size: -1}
 	if s.Strides == nil {
 		var ok bool
-		if geo.strides, ok = rowMajorStrides(s.Shape, elem); !ok {
+		if geo.Strides, ok = rowMajorStrides(s.Shape, elem); !ok {
 			return geo, ".shape", fmt.Errorf("shape %v of %d-byte elements exceeds 2^62 bytes", s.Shape, elem)
 		}
 	} else {
@@ -359,7 +360,7 @@ func sourceGeometry(s *Source, names []string) (tensorGeometry, string, error) {
 			if st < 0 || st > math.MaxInt64/elem {
 				return geo, fmt.Sprintf(".strides[%d]", i), fmt.Errorf("stride %d of %d-byte elements overflows a 64-bit byte offset", st, elem)
 			}
-			geo.strides = append(geo.strides, st*elem)
+			geo.Strides = append(geo.Strides, st*elem)
 		}
 	}
 	for i, n := range s.Shape {
@@ -367,10 +368,10 @@ func sourceGeometry(s *Source, names []string) (tensorGeometry, string, error) {
 			return geo, fmt.Sprintf(".shape[%d]", i), fmt.Errorf("%d is negative", n)
 		}
 	}
-	if _, ok := tensorEnd(geo); !ok {
-		return geo, "", fmt.Errorf("tensor of shape %v and strides %v (bytes) spans more than 2^62 bytes", s.Shape, geo.strides)
+	if _, ok := strided.End(geo); !ok {
+		return geo, "", fmt.Errorf("tensor of shape %v and strides %v (bytes) spans more than 2^62 bytes", s.Shape, geo.Strides)
 	}
-	if msg := overlapping(geo, names); msg != "" {
+	if msg := strided.Overlapping(geo, names); msg != "" {
 		return geo, ".strides", errors.New(msg)
 	}
 	return geo, "", nil
@@ -393,6 +394,19 @@ type Rank struct {
 }
 
 func (r Rank) String() string { return fmt.Sprintf("pp %d tp %d", r.PP, r.TP) }
+
+// Metadata returns a .safetensors dump's __metadata__ (nil for a dump
+// directory): its manifest, and what an exporter wrote beside it
+// (kvaudit_export's engine geometry and block ids, docs/spec.md §13).
+func (d *Dump) Metadata() map[string]string { return d.metadata }
+
+// Geometry returns layer l's tensor as the dump opened it: its shape, its
+// strides in bytes and its element type; ok is false for a layer whose
+// tensor was not opened.
+func (d *Dump) Geometry(l *Layer) (shape, strides []int64, dtype Dtype, ok bool) {
+	g, ok := d.geometry[l]
+	return g.Shape, g.Strides, g.Dtype, ok
+}
 
 // Rank returns the dump's (pp_rank, tp_rank).
 func (d *Dump) Rank() (pp, tp int) {

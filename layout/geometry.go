@@ -135,9 +135,9 @@ func layerNumber(name string) (number int, module string, ok bool) {
 	return n, strings.Join(parts[:found+1], "."), true
 }
 
-// isMLA says whether a layer's cache is an MLA-type cache: held whole by
-// every rank unless max_tp_shards says otherwise.
-func isMLA(g *Group, l *Layer) bool {
+// IsMLA says whether layer l of the group holds an MLA-type cache: held
+// whole by every rank unless max_tp_shards says otherwise.
+func (g *Group) IsMLA(l *Layer) bool {
 	if l.Spec != "" {
 		return strings.Contains(l.Spec, "MLA")
 	}
@@ -153,7 +153,7 @@ func replicas(m *Manifest, g *Group, l *Layer, heads int) (int, bool) {
 		return *l.Replicas, true
 	case l.MaxTPShards != nil:
 		return tp / min(tp, *l.MaxTPShards), true
-	case isMLA(g, l):
+	case g.IsMLA(l):
 		return tp, true
 	case heads > 1 || tp == 1:
 		return 1, true

@@ -3,6 +3,8 @@ package layout
 import (
 	"fmt"
 	"math/bits"
+
+	"github.com/kvaudit/kvaudit/internal/strided"
 )
 
 // Reasons a state group is not checksummed, beside those of docs/spec.md §4.
@@ -67,9 +69,9 @@ func validateStates(l *Layer, lf string, tp int, bad func(string, string, ...any
 	return nil
 }
 
-// stateBytes returns the bytes of a state (validated, so no overflow
-// beyond int64 for shapes up to 2^32 per axis is checked here).
-func stateBytes(s State) (int64, bool) {
+// Bytes returns the bytes of a state (validated, so no overflow beyond
+// int64 for shapes up to 2^32 per axis is checked here).
+func (s State) Bytes() (int64, bool) {
 	dt, _ := TorchDtype(s.Dtype)
 	n := uint64(dt.Size())
 	for _, d := range s.Shape {
@@ -110,27 +112,27 @@ func stateShapes(l *Layer, tp int) []StateShape {
 // width; firstRows gives each view's first global row, states its state's
 // index, and rows counts the layer's global rows. Without a split, one view covers all the states'
 // bytes as 8-byte pieces, as head tp_rank. t is the [block, page] tensor.
-func stateViews(m *Manifest, l *Layer, t tensorGeometry) (views []CellView, keys []ReplicaKey, firstRows, states []int, rows int, reason string, err error) {
-	if len(t.shape) != 2 || l.Layout[0] != "block" || l.Layout[1] != "page" {
-		return nil, nil, nil, nil, 0, "", fmt.Errorf("a state layer's tensor is [block, page], got shape %v", t.shape)
+func stateViews(m *Manifest, l *Layer, t strided.Tensor) (views []CellView, keys []ReplicaKey, firstRows, states []int, rows int, reason string, err error) {
+	if len(t.Shape) != 2 || l.Layout[0] != "block" || l.Layout[1] != "page" {
+		return nil, nil, nil, nil, 0, "", fmt.Errorf("a state layer's tensor is [block, page], got shape %v", t.Shape)
 	}
-	if t.dtype.Bits != 8 {
-		return nil, nil, nil, nil, 0, "", fmt.Errorf("a state layer's tensor is bytes (U8 or I8), got %s", t.dtype.Name)
+	if t.Dtype.Bits != 8 {
+		return nil, nil, nil, nil, 0, "", fmt.Errorf("a state layer's tensor is bytes (U8 or I8), got %s", t.Dtype.Name)
 	}
-	if t.size >= 0 {
-		end, ok := tensorEnd(t)
-		if !ok || end > t.size {
-			return nil, nil, nil, nil, 0, "", fmt.Errorf("tensor of shape %v and strides %v (bytes) needs %d bytes, %d available", t.shape, t.strides, end, t.size)
+	if t.Size >= 0 {
+		end, ok := strided.End(t)
+		if !ok || end > t.Size {
+			return nil, nil, nil, nil, 0, "", fmt.Errorf("tensor of shape %v and strides %v (bytes) needs %d bytes, %d available", t.Shape, t.Strides, end, t.Size)
 		}
 	}
-	if t.shape[0] != int64(m.NumBlocks) {
+	if t.Shape[0] != int64(m.NumBlocks) {
 		return nil, nil, nil, nil, 0, reasonNumBlocks, nil
 	}
-	page := t.shape[1]
+	page := t.Shape[1]
 	var offsets []int64
 	var total int64
 	for i, s := range l.States {
-		n, ok := stateBytes(s)
+		n, ok := s.Bytes()
 		if !ok {
 			return nil, nil, nil, nil, 0, "", fmt.Errorf("states[%d] is too large", i)
 		}
@@ -140,10 +142,10 @@ func stateViews(m *Manifest, l *Layer, t tensorGeometry) (views []CellView, keys
 	if total > page {
 		return nil, nil, nil, nil, 0, "", fmt.Errorf("states take %d bytes, the page holds %d", total, page)
 	}
-	if t.strides[1] != 1 {
-		return nil, nil, nil, nil, 0, "", fmt.Errorf("the page axis must be contiguous bytes, its stride is %d", t.strides[1])
+	if t.Strides[1] != 1 {
+		return nil, nil, nil, nil, 0, "", fmt.Errorf("the page axis must be contiguous bytes, its stride is %d", t.Strides[1])
 	}
-	base := CellView{KernelBlocks: 1, KernelTokens: 1, RowStride: t.strides[0]}
+	base := CellView{KernelBlocks: 1, KernelTokens: 1, RowStride: t.Strides[0]}
 	tp, rank := m.Parallel.TPSize, m.Parallel.TPRank
 	if l.States[0].Split == nil {
 		v := base

@@ -45,24 +45,24 @@ func FuzzSourceStrides(f *testing.F) {
 			}
 			return
 		}
-		elem := int64(max(geo.dtype.Bits/8, 1))
+		elem := int64(max(geo.Dtype.Bits/8, 1))
 		for i := range 3 {
-			if geo.strides[i] != src.Strides[i]*elem || geo.strides[i] < 0 {
-				t.Fatalf("byte stride %d of axis %d, from %d elements of %d bytes", geo.strides[i], i, src.Strides[i], elem)
+			if geo.Strides[i] != src.Strides[i]*elem || geo.Strides[i] < 0 {
+				t.Fatalf("byte stride %d of axis %d, from %d elements of %d bytes", geo.Strides[i], i, src.Strides[i], elem)
 			}
 		}
 		var starts []int64
-		for a := range geo.shape[0] {
-			for b := range geo.shape[1] {
-				for c := range geo.shape[2] {
-					starts = append(starts, a*geo.strides[0]+b*geo.strides[1]+c*geo.strides[2])
+		for a := range geo.Shape[0] {
+			for b := range geo.Shape[1] {
+				for c := range geo.Shape[2] {
+					starts = append(starts, a*geo.Strides[0]+b*geo.Strides[1]+c*geo.Strides[2])
 				}
 			}
 		}
 		slices.Sort(starts)
 		for i := 1; i < len(starts); i++ {
 			if starts[i] < starts[i-1]+elem {
-				t.Fatalf("accepted shape %v strides %v (bytes): elements at %d and %d overlap", geo.shape, geo.strides, starts[i-1], starts[i])
+				t.Fatalf("accepted shape %v strides %v (bytes): elements at %d and %d overlap", geo.Shape, geo.Strides, starts[i-1], starts[i])
 			}
 		}
 	})

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/addrmap"
 	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -136,8 +137,8 @@ type auditor struct {
 	// producer's; lease is the lease audit's state.
 	swapped int
 	lease   *leases
-	dcells  []layout.Cells
-	scells  []layout.Cells
+	dcells  []addrmap.Cells
+	scells  []addrmap.Cells
 	// ch is the current pair's destination read as a chunk of a page,
 	// where the consumer converts what it receives (nil otherwise).
 	ch *chunk
@@ -168,7 +169,7 @@ type rank struct {
 	dump  *layout.Dump
 	agent string
 	r     layout.Rank
-	am    *layout.AddressMap
+	am    *addrmap.Map
 	amErr error
 	// owners: group id -> block id -> the requests holding it.
 	owners     map[int]map[int][]owner

@@ -286,20 +286,25 @@ func (a *auditor) resolveXfer(lf *logFile, rec *nixl.Record, sum *LogSummary, x 
 			return nil
 		}
 	}
-	if ps.nl != ps.nr {
-		a.add(x, Finding{Invariant: Aligned, Descriptor: -1, Position: -1, Block: -1, Group: -1,
-			Message: fmt.Sprintf("transfer %d pairs %d local descriptors with %d remote", x.id, ps.nl, ps.nr)})
-	}
 	for i := range min(ps.nl, ps.nr) {
 		l, r := ps.local(i), ps.remote(i)
 		d, s := l, r
 		if rec.Kind == nixl.Write {
 			d, s = r, l
 		}
+		// pair refuses only the first pair (x.req is known from then
+		// on, and wanted reads nothing else), so a transfer skipped here
+		// has recorded no delivery, flag or finding.
 		if !a.pair(x, i, d, s) {
 			x.skip = true
 			return nil
 		}
+	}
+	// After the pairs: a transfer of a request not audited (one the
+	// dumps do not hold, or not among Options.Requests) is no finding.
+	if ps.nl != ps.nr {
+		a.add(x, Finding{Invariant: Aligned, Descriptor: -1, Position: -1, Block: -1, Group: -1,
+			Message: fmt.Sprintf("transfer %d pairs %d local descriptors with %d remote", x.id, ps.nl, ps.nr)})
 	}
 	x.pairs = min(ps.nl, ps.nr)
 	if x.req != nil {

@@ -7,13 +7,15 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/kvaudit/kvaudit/internal/addrmap"
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
 // addressMap returns a rank's address map, or nil (unresolved).
-func (rk *rank) addressMap(a *auditor) *layout.AddressMap {
+func (rk *rank) addressMap(a *auditor) *addrmap.Map {
 	if rk.am == nil && rk.amErr == nil {
-		rk.am, rk.amErr = rk.dump.AddressMap()
+		rk.am, rk.amErr = addrmap.New(rk.dump)
 		if rk.amErr != nil {
 			a.unresolve("%v", rk.amErr)
 		}
@@ -97,7 +99,7 @@ func (rk *rank) request(id string) *request {
 					}
 				}
 			}
-			if span, st, err := layout.RequestSpan(m, gv.Group); err == nil && st == layout.SpanOK {
+			if span, st, err := blockspan.Of(m, gv.Group); err == nil && st == blockspan.OK {
 				for i, b := range span.Blocks {
 					if _, dup := rg.loaded[b]; !dup {
 						rg.loaded[b] = span.Start + i

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/kvaudit/kvaudit/internal/addrmap"
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/internal/picture"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -113,7 +115,7 @@ func (a *auditor) coverage(rc *rankCover, r *request, served bool, findings int)
 	c := picture.Coverage{Request: m.ID, Rank: rk.r, NumTokens: m.NumTokens, Local: m.NumLocalComputedTokens, Pulled: r.pullEnd(a), Served: served, Findings: findings}
 	type span struct {
 		gv *layout.GroupView
-		sp layout.Span
+		sp blockspan.Span
 	}
 	var spans []span
 	end := 0
@@ -121,8 +123,8 @@ func (a *auditor) coverage(rc *rankCover, r *request, served bool, findings int)
 		if gv.Skip != "" {
 			continue
 		}
-		sp, st, err := layout.RequestSpan(m, gv.Group)
-		if err != nil || st != layout.SpanOK {
+		sp, st, err := blockspan.Of(m, gv.Group)
+		if err != nil || st != blockspan.OK {
 			continue
 		}
 		spans = append(spans, span{gv, sp})
@@ -223,7 +225,7 @@ func (a *auditor) coverage(rc *rankCover, r *request, served bool, findings int)
 
 // cell folds what the bytes intervals gives (of tokens of one class)
 // hold into a cell.
-func (a *auditor) cell(rc *rankCover, reg *layout.Region, c *picture.Cell, class int, check bool, intervals func(func(lo, hi uint64))) {
+func (a *auditor) cell(rc *rankCover, reg *addrmap.Region, c *picture.Cell, class int, check bool, intervals func(func(lo, hi uint64))) {
 	var got picture.Cell
 	got.Transfer, got.Descriptor = NoTransfer, -1
 	var gap, nonZero bool

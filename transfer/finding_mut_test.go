@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/addrmap"
 	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
@@ -299,7 +300,7 @@ func freeBlockDesc(t *testing.T, d *layout.Dump, recs []nixl.Record, handle int)
 			}
 		}
 	}
-	am, err := d.AddressMap()
+	am, err := addrmap.New(d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +310,7 @@ func freeBlockDesc(t *testing.T, d *layout.Dump, recs []nixl.Record, handle int)
 			continue
 		}
 		for i, desc := range r.Descs {
-			am.Resolve(desc.Addr, desc.Len, func(c layout.Cells) error {
+			am.Resolve(desc.Addr, desc.Len, func(c addrmap.Cells) error {
 				if free < 0 && c.Block != layout.NoBlock && !held[c.Block] {
 					free, id = c.Block, i
 				}

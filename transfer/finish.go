@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/kvaudit/kvaudit/internal/addrmap"
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -151,8 +153,8 @@ func (a *auditor) twice(rk *rank, done []delivery) []ival {
 			x, px := a.xfers[d.x], a.xfers[prev.x]
 			f := Finding{Invariant: Twice, Descriptor: int(d.desc), Group: -1, Position: -1, Block: -1, Bytes: min(d.hi, prev.hi) - d.lo,
 				Other: &Ref{Log: px.log.path, Transfer: px.id, Descriptor: int(prev.desc)}}
-			var cells []layout.Cells
-			rk.am.Resolve(d.lo, f.Bytes, func(c layout.Cells) error { cells = append(cells, c); return nil })
+			var cells []addrmap.Cells
+			rk.am.Resolve(d.lo, f.Bytes, func(c addrmap.Cells) error { cells = append(cells, c); return nil })
 			// The finding is the request's whose block the bytes are
 			// in (the writer's, unless it wrote into another's).
 			owner := x.req
@@ -209,11 +211,11 @@ func (a *auditor) finishRequest(rk *rank, r *request, covered []ival) {
 		if gv.Skip != "" {
 			continue
 		}
-		span, st, err := layout.RequestSpan(r.req, gv.Group)
-		if err != nil || st != layout.SpanOK {
+		span, st, err := blockspan.Of(r.req, gv.Group)
+		if err != nil || st != blockspan.OK {
 			continue
 		}
-		var regions []*layout.Region
+		var regions []*addrmap.Region
 		for _, reg := range rk.am.Regions {
 			if reg.Group == gv {
 				regions = append(regions, reg)
@@ -224,10 +226,10 @@ func (a *auditor) finishRequest(rk *rank, r *request, covered []ival) {
 		for bi, blk := range span.Blocks {
 			pos := span.Start + bi
 			lo := max(0, r.req.NumLocalComputedTokens-pos*S)
-			hi := layout.ValidTokens(end, pos, S)
+			hi := blockspan.ValidTokens(end, pos, S)
 			// Tokens [hi, rec) the consumer recomputes: not pulled, not
 			// required, and not a hole either.
-			rec := layout.ValidTokens(r.req.NumTokens, pos, S)
+			rec := blockspan.ValidTokens(r.req.NumTokens, pos, S)
 			if gv.Group.Kind == layout.KindMamba {
 				lo, hi, rec = 0, 1, 1
 			}
@@ -274,7 +276,7 @@ func (a *auditor) finishRequest(rk *rank, r *request, covered []ival) {
 // blame is the transfer a request's gap is laid to: the request's
 // transfer from the producer rank that holds the gap's layer and heads,
 // else its first (nil: none).
-func blame(r *request, reg *layout.Region, heads [2]int) *xfer {
+func blame(r *request, reg *addrmap.Region, heads [2]int) *xfer {
 	for _, x := range r.xfers {
 		if x.src == nil || x.src.am == nil {
 			continue
@@ -293,13 +295,13 @@ func blame(r *request, reg *layout.Region, heads [2]int) *xfer {
 }
 
 // gap reports tokens of a request's block no transfer delivered.
-func (a *auditor) gap(r *request, reg *layout.Region, gv *layout.GroupView, pos, blk int, missing []ival, rk *rank) {
+func (a *auditor) gap(r *request, reg *addrmap.Region, gv *layout.GroupView, pos, blk int, missing []ival, rk *rank) {
 	f := Finding{Invariant: Covered, Request: r.req.ID, Descriptor: -1, Group: gv.Group.ID, Position: pos, Block: blk,
 		Layer: reg.Views[0].Number, LayerName: reg.Layer.Name, Rank: rk.r}
-	var cells []layout.Cells
+	var cells []addrmap.Cells
 	for _, m := range missing {
 		f.Bytes += m.hi - m.lo
-		rk.am.Resolve(m.lo, m.hi-m.lo, func(c layout.Cells) error { cells = append(cells, c); return nil })
+		rk.am.Resolve(m.lo, m.hi-m.lo, func(c addrmap.Cells) error { cells = append(cells, c); return nil })
 	}
 	a.describeCells(&f, cells, r, true)
 	x := blame(r, reg, f.Heads)
@@ -313,7 +315,7 @@ func (a *auditor) gap(r *request, reg *layout.Region, gv *layout.GroupView, pos,
 
 // stale reports non-zero bytes of a request's block that nothing
 // delivered.
-func (a *auditor) stale(r *request, reg *layout.Region, gv *layout.GroupView, pos, blk int, holes []ival, rk *rank) {
+func (a *auditor) stale(r *request, reg *addrmap.Region, gv *layout.GroupView, pos, blk int, holes []ival, rk *rank) {
 	var nonZero, first uint64
 	for _, h := range holes {
 		n, at := reg.NonZero(h.lo, h.hi)
@@ -328,10 +330,10 @@ func (a *auditor) stale(r *request, reg *layout.Region, gv *layout.GroupView, po
 	f := Finding{Invariant: Zeroed, Request: r.req.ID, Descriptor: -1, Group: gv.Group.ID, Position: pos, Block: blk,
 		Layer: reg.Views[0].Number, LayerName: reg.Layer.Name, Rank: rk.r, Bytes: nonZero}
 	// Describe the cells that hold the non-zero bytes, token by token.
-	var cells []layout.Cells
+	var cells []addrmap.Cells
 	var cell []byte
 	for _, h := range holes {
-		rk.am.Resolve(h.lo, h.hi-h.lo, func(c layout.Cells) error {
+		rk.am.Resolve(h.lo, h.hi-h.lo, func(c addrmap.Cells) error {
 			if c.Block == layout.NoBlock || c.View == nil || c.View.Cells.Data == nil {
 				return nil
 			}
@@ -357,8 +359,8 @@ func (a *auditor) stale(r *request, reg *layout.Region, gv *layout.GroupView, po
 	}
 	a.describeCells(&f, cells, r, true)
 	x := blame(r, reg, f.Heads)
-	var at []layout.Cells
-	rk.am.Resolve(first, 1, func(c layout.Cells) error { at = append(at, c); return nil })
+	var at []addrmap.Cells
+	rk.am.Resolve(first, 1, func(c addrmap.Cells) error { at = append(at, c); return nil })
 	from := ""
 	if len(at) > 0 && !reg.State {
 		from = fmt.Sprintf(", the first at token %d", pos*gv.Group.BlockSize+at[0].FirstToken())

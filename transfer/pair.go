@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/addrmap"
 	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -23,8 +24,8 @@ func sideNames(kind string) (dst, src string) {
 // pair checks one descriptor pair and records what it delivers; false
 // when the transfer cannot be resolved further.
 func (a *auditor) pair(x *xfer, i int, d, s nixl.Desc) bool {
-	collect := func(dst *[]layout.Cells) func(layout.Cells) error {
-		return func(c layout.Cells) error { *dst = append(*dst, c); return nil }
+	collect := func(dst *[]addrmap.Cells) func(addrmap.Cells) error {
+		return func(c addrmap.Cells) error { *dst = append(*dst, c); return nil }
 	}
 	a.dcells, a.scells = a.dcells[:0], a.scells[:0]
 	dOut, _, _ := x.dst.am.Resolve(d.Addr, d.Len, collect(&a.dcells))
@@ -58,7 +59,9 @@ func (a *auditor) pair(x *xfer, i int, d, s nixl.Desc) bool {
 		}
 	}
 	dside, sside := sideNames(x.kind)
-	base := Finding{Descriptor: i, Group: -1, Position: -1, Block: -1}
+	// Placed at its destination cells; with none (every destination
+	// byte outside the caches), in no block, at no head or token.
+	base := Finding{Descriptor: i, Group: -1, Position: -1, Block: -1, Heads: [2]int{-1, -1}, Tokens: [2]int{-1, -1}}
 	if d.Len != s.Len {
 		f := base
 		f.Invariant, f.Bytes = Aligned, d.Len
@@ -127,7 +130,7 @@ func (a *auditor) placeDst(f *Finding, x *xfer) {
 
 // place fills a finding's place in the consumer request from the first
 // destination cells.
-func (a *auditor) place(f *Finding, x *xfer, cells []layout.Cells) {
+func (a *auditor) place(f *Finding, x *xfer, cells []addrmap.Cells) {
 	if len(cells) == 0 {
 		return
 	}
@@ -145,7 +148,7 @@ func (a *auditor) place(f *Finding, x *xfer, cells []layout.Cells) {
 // describeCells sets a finding's part, heads and tokens from cells of a
 // request's blocks (tokens unknown, -1, where a block is not the
 // request's).
-func (a *auditor) describeCells(f *Finding, cells []layout.Cells, r *request, consumer bool) {
+func (a *auditor) describeCells(f *Finding, cells []addrmap.Cells, r *request, consumer bool) {
 	heads, tokens := [2]int{1 << 30, -1}, [2]int{1 << 30, -1}
 	parts := map[string]bool{}
 	for _, c := range cells {
@@ -282,7 +285,7 @@ func (a *auditor) confinedSrc(x *xfer, i int, sside string) bool {
 			}
 		}
 		f := Finding{Invariant: Confined, Side: sside, Descriptor: i, Group: -1, Position: -1, Block: -1,
-			Layer: c.Region.Views[0].Number, LayerName: c.Region.Layer.Name}
+			Layer: c.Region.Views[0].Number, LayerName: c.Region.Layer.Name, Heads: [2]int{-1, -1}, Tokens: [2]int{-1, -1}}
 		if len(a.dcells) > 0 {
 			a.placeDst(&f, x)
 		}
@@ -320,11 +323,11 @@ func (a *auditor) confinedSrc(x *xfer, i int, sside string) bool {
 type logical struct {
 	layer, state      int
 	head, token, byte int
-	dims              []layout.Dim
+	dims              []addrmap.Dim
 	len               uint64
 }
 
-func logicalOf(c *layout.Cells, pos int) logical {
+func logicalOf(c *addrmap.Cells, pos int) logical {
 	l := logical{layer: c.Region.Views[0].Number, state: -1, byte: c.Bytes[0], dims: c.Shape(), len: c.Len, head: -1}
 	if c.View != nil {
 		l.head = c.View.HeadBase + c.Heads[0]
@@ -399,7 +402,7 @@ func (a *auditor) aligned(x *xfer, i int, d, s nixl.Desc) {
 }
 
 // source names a producer block read.
-func (a *auditor) source(x *xfer, c *layout.Cells, preq *request) *Source {
+func (a *auditor) source(x *xfer, c *addrmap.Cells, preq *request) *Source {
 	src := &Source{Agent: x.src.agent, Rank: x.src.r, Block: c.Block, Position: -1, Expected: x.prodReq}
 	if own := x.src.ownersOf(c.Region.Group.Group.ID, c.Block); len(own) > 0 {
 		src.Request, src.Position = own[0].req, own[0].pos
@@ -416,14 +419,14 @@ func (a *auditor) source(x *xfer, c *layout.Cells, preq *request) *Source {
 // tokens [t0, t1) of one kernel row of one block, one part (or all), every
 // head of the rank.
 type chunk struct {
-	region   *layout.Region
+	region   *addrmap.Region
 	block, k int
 	tokens   [2]int
 	part     int
 }
 
 // chunkOf reads a destination descriptor as a chunk of a page.
-func chunkOf(r *layout.Region, d nixl.Desc) (chunk, bool) {
+func chunkOf(r *addrmap.Region, d nixl.Desc) (chunk, bool) {
 	for _, p := range r.Pages() {
 		if d.Addr < p.Base || d.Len == 0 {
 			continue

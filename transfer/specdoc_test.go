@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/addrmap"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
 )
@@ -110,12 +111,12 @@ func TestSpecWorkedExample(t *testing.T) {
 		addr  uint64
 		block int
 	}{{cons, 0x20060, 3}, {prod, 0x10000, 0}} {
-		am, err := c.d.AddressMap()
+		am, err := addrmap.New(c.d)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got []layout.Cells
-		am.Resolve(c.addr, 32, func(x layout.Cells) error { got = append(got, x); return nil })
+		var got []addrmap.Cells
+		am.Resolve(c.addr, 32, func(x addrmap.Cells) error { got = append(got, x); return nil })
 		if len(got) != 1 || got[0].Block != c.block || got[0].Tokens != [2]int{0, 2} || got[0].Heads != [2]int{0, 2} || got[0].Bytes != [2]int{0, 8} {
 			t.Fatalf("0x%x resolves to %+v, the document says block %d, K, tokens 0-1, heads 0-1", c.addr, got, c.block)
 		}

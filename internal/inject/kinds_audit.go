@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -142,7 +143,7 @@ func (p *planner) storedBlocks(di int) []storedBlock {
 				continue
 			}
 			for pos, text := range r.StoredChecksums[key] {
-				if pos >= len(r.BlockHashes[key]) || layout.ValidTokens(r.NumTokens, pos, g.BlockSize) != g.BlockSize {
+				if pos >= len(r.BlockHashes[key]) || blockspan.ValidTokens(r.NumTokens, pos, g.BlockSize) != g.BlockSize {
 					continue
 				}
 				if _, ok := p.ranks.Block(di, r.ID, g, pos); !ok {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/addrmap"
 	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
@@ -244,7 +245,7 @@ func (t *logTamper) remoteShift() error {
 
 // samePage says whether two descriptors lie in the same page kind (part)
 // of a region.
-func (t *logTamper) samePage(a, b nixl.Desc, r *layout.Region) bool {
+func (t *logTamper) samePage(a, b nixl.Desc, r *addrmap.Region) bool {
 	part := func(d nixl.Desc) int {
 		for i, pg := range r.Pages() {
 			if d.Addr >= pg.Base && (d.Addr-pg.Base)%pg.Stride+d.Len <= pg.Len {

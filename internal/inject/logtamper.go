@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/kvaudit/kvaudit/internal/addrmap"
 	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
@@ -34,7 +35,7 @@ type logTamper struct {
 	opts  Options
 	f     *Fault
 	cons  []*layout.Dump
-	cmaps []*layout.AddressMap
+	cmaps []*addrmap.Map
 	prod  map[string]*prodRank // by agent
 	logs  []*faultLog
 	edits []edit
@@ -48,7 +49,7 @@ type logTamper struct {
 
 type prodRank struct {
 	dump *layout.Dump
-	am   *layout.AddressMap
+	am   *addrmap.Map
 }
 
 // faultLog is one log of the input, read whole.
@@ -73,7 +74,7 @@ type xpair struct {
 // block (block-relative), global heads [h0, h1), cell bytes [b0, b1).
 type box struct {
 	dump   int
-	region *layout.Region
+	region *addrmap.Region
 	block  int
 	pos    int
 	t0, t1 int
@@ -102,7 +103,7 @@ func newLogTamper(cons []*layout.Dump, opts Options, f *Fault, rng *rand.Rand) (
 	}
 	t := &logTamper{rng: rng, opts: opts, f: f, cons: cons, prod: map[string]*prodRank{}, checks: map[Place][]int{}}
 	for _, d := range cons {
-		am, err := d.AddressMap()
+		am, err := addrmap.New(d)
 		if err != nil {
 			return nil, err
 		}
@@ -112,7 +113,7 @@ func newLogTamper(cons []*layout.Dump, opts Options, f *Fault, rng *rand.Rand) (
 		if d.Manifest.Parallel.Agent == nil {
 			continue
 		}
-		am, err := d.AddressMap()
+		am, err := addrmap.New(d)
 		if err != nil {
 			return nil, err
 		}
@@ -245,7 +246,7 @@ func (t *logTamper) resolve(x *xref) bool {
 func (t *logTamper) srcBox(pr *prodRank, preq *layout.Request, s nixl.Desc) (box, bool) {
 	b := box{pos: -1, t0: 1 << 30, h0: 1 << 30, b0: 1 << 30}
 	n := 0
-	pr.am.Resolve(s.Addr, s.Len, func(c layout.Cells) error {
+	pr.am.Resolve(s.Addr, s.Len, func(c addrmap.Cells) error {
 		if n == 0 {
 			b.region, b.block = c.Region, c.Block
 		}

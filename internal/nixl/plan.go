@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/addrmap"
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -166,14 +168,14 @@ func Plan(producer, consumer []*layout.Dump, opts PlanOptions) ([]*PlannedLog, e
 type planRank struct {
 	dump  *layout.Dump
 	agent string
-	am    *layout.AddressMap
+	am    *addrmap.Map
 	units []unit
 }
 
 // unit is a page kind of a region: a descriptor per kernel row.
 type unit struct {
-	region *layout.Region
-	page   layout.Page
+	region *addrmap.Region
+	page   addrmap.Page
 	// heads (rows) the page holds: global [h0, h1).
 	h0, h1 int
 	rows   int
@@ -183,7 +185,7 @@ func newPlanRank(d *layout.Dump) (*planRank, error) {
 	if d.Manifest.Parallel.Agent == nil {
 		return nil, notPlannable("dump %q has no agent name (parallel.agent)", d.Path)
 	}
-	am, err := d.AddressMap()
+	am, err := addrmap.New(d)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +193,7 @@ func newPlanRank(d *layout.Dump) (*planRank, error) {
 	// Attention units first, then state units (vLLM's [attention | state]
 	// descriptor ids); by group and layer within each.
 	regions := slices.Clone(am.Regions)
-	slices.SortStableFunc(regions, func(a, b *layout.Region) int {
+	slices.SortStableFunc(regions, func(a, b *addrmap.Region) int {
 		switch {
 		case a.State != b.State && a.State:
 			return 1
@@ -487,8 +489,8 @@ func pairRows(x *Record, r, preq *layout.Request, cu, pu unit, lbase, pbase, rat
 		x.RemoteIDs = append(x.RemoteIDs, pbase+pu.region.EngineBlockOf(pb))
 		return nil
 	}
-	span, st, err := layout.RequestSpan(r, cg)
-	if err != nil || st != layout.SpanOK {
+	span, st, err := blockspan.Of(r, cg)
+	if err != nil || st != blockspan.OK {
 		return err
 	}
 	ptable := preq.BlockTable[fmt.Sprint(pg.ID)]
@@ -531,8 +533,8 @@ func pairVLLM(x *Record, r, preq *layout.Request, cu, pu unit, lbase, pbase, rat
 	// The consumer's blocks: those of the positions holding a token it
 	// pulls, less its prefix hit and a sliding window's dropped blocks
 	// (get_unhashed_block_ids, get_sw_clipped_blocks).
-	span, st, err := layout.RequestSpan(r, cg)
-	if err != nil || st != layout.SpanOK {
+	span, st, err := blockspan.Of(r, cg)
+	if err != nil || st != blockspan.OK {
 		return err
 	}
 	var local []int

@@ -1,6 +1,9 @@
 package nixl
 
-import "github.com/kvaudit/kvaudit/layout"
+import (
+	"github.com/kvaudit/kvaudit/internal/addrmap"
+	"github.com/kvaudit/kvaudit/layout"
+)
 
 // PullTokens is the number of prompt tokens a consumer pulls of a request
 // of numTokens tokens, as vLLM's NIXL connector counts them
@@ -32,7 +35,7 @@ func Hybrid(d *layout.Dump) bool {
 // Converted says whether the destination converts what it receives (a
 // kernel block of other tokens, or pages of another order: vLLM permutes
 // them on receive), so that a pair is compared per chunk of tokens.
-func Converted(d, s *layout.Region) bool {
+func Converted(d, s *addrmap.Region) bool {
 	return d.KernelTokens != s.KernelTokens || d.PageOrder() != s.PageOrder()
 }
 

@@ -1,4 +1,9 @@
-package layout
+// Package addrmap places a rank's caches at the device addresses its
+// engine registered them at, so that a byte range a NIXL descriptor names
+// resolves to the cells it holds: the inverse of layout's geometry, which
+// turns a tensor into cells. The transfer audit, the NIXL log planner and
+// the transfer faults resolve descriptors with it.
+package addrmap
 
 import (
 	"cmp"
@@ -7,6 +12,9 @@ import (
 	"math"
 	"slices"
 	"strconv"
+
+	"github.com/kvaudit/kvaudit/internal/strided"
+	"github.com/kvaudit/kvaudit/layout"
 )
 
 // Metadata keys kvaudit_export writes beside the manifest of a dump whose
@@ -18,15 +26,15 @@ const (
 	metadataEngine   = "kvaudit_export.engine"
 )
 
-// An AddressMap places a rank's caches at the device addresses its engine
+// A Map places a rank's caches at the device addresses its engine
 // registered them at (the manifest's address fields, docs/spec.md §13), so
 // that a byte range a NIXL descriptor names resolves to the cells it holds:
 // the inverse of the geometry that turns a tensor into cells. Where an
 // exporter renumbered the blocks it dumped (kvaudit_export's metadata), the
 // engine's geometry and block ids are used, and a block the dump does not
-// hold resolves to NoBlock.
-type AddressMap struct {
-	Dump *Dump
+// hold resolves to layout.NoBlock.
+type Map struct {
+	Dump *layout.Dump
 	// Regions are the caches by start address.
 	Regions []*Region
 	// Skipped lists the groups left out, with why (a group that is not
@@ -38,12 +46,12 @@ type AddressMap struct {
 type Region struct {
 	// Start and End bound the addresses the tensor spans: [Start, End).
 	Start, End uint64
-	Group      *GroupView
-	Layer      *Layer
+	Group      *layout.GroupView
+	Layer      *layout.Layer
 	// Views are the cache's views: one for an attention cache, one per
 	// (state, segment) for a state layer with a split, one for a state
 	// layer without.
-	Views []*LayerView
+	Views []*layout.LayerView
 	State bool
 	// KernelBlocks and KernelTokens: kernel rows per block, tokens per
 	// kernel row (1 and 1 for a state layer).
@@ -116,8 +124,8 @@ type Cells struct {
 	// View is the cache view the cells belong to; nil for state bytes
 	// that do not fall into whole rows of a view (a split axis that is
 	// not the state's first).
-	View *LayerView
-	// Block is the dump's block id (NoBlock when the dump does not hold
+	View *layout.LayerView
+	// Block is the dump's block id (layout.NoBlock when the dump does not hold
 	// the engine's block EngineBlock).
 	Block, EngineBlock int
 	// Kernels are kernel rows [k0, k1) of the block; Tokens the tokens
@@ -165,7 +173,7 @@ type Page struct {
 	HeadBytes  uint64
 	// View is the (state, segment) view a state page holds; nil for an
 	// attention page (the region's only view).
-	View *LayerView
+	View *layout.LayerView
 	// State is a state page's state index.
 	State int
 }
@@ -186,12 +194,12 @@ func (e *NoAddressError) Error() string {
 	return fmt.Sprintf("dump %q: %s: %s", e.Dump, e.Field, e.Msg)
 }
 
-// AddressMap returns the dump's caches placed at their device addresses.
+// New returns the dump's caches placed at their device addresses.
 // A layer without an address is a *NoAddressError; so are regions that
 // overlap and engine metadata that does not describe the dump's tensors.
-func (d *Dump) AddressMap() (*AddressMap, error) {
-	am := &AddressMap{Dump: d}
-	eng, blockIDs, err := d.engineMetadata()
+func New(d *layout.Dump) (*Map, error) {
+	am := &Map{Dump: d}
+	eng, blockIDs, err := engineMetadata(d)
 	if err != nil {
 		return nil, err
 	}
@@ -201,8 +209,8 @@ func (d *Dump) AddressMap() (*AddressMap, error) {
 			continue
 		}
 		// One region per distinct layer (a state layer's views share it).
-		var layers []*Layer
-		views := map[*Layer][]*LayerView{}
+		var layers []*layout.Layer
+		views := map[*layout.Layer][]*layout.LayerView{}
 		for _, v := range gv.Caches {
 			if views[v.Layer] == nil {
 				layers = append(layers, v.Layer)
@@ -210,9 +218,9 @@ func (d *Dump) AddressMap() (*AddressMap, error) {
 			views[v.Layer] = append(views[v.Layer], v)
 		}
 		for _, l := range layers {
-			li := slices.IndexFunc(gv.Group.Layers, func(x Layer) bool { return x.Name == l.Name })
+			li := slices.IndexFunc(gv.Group.Layers, func(x layout.Layer) bool { return x.Name == l.Name })
 			field := fmt.Sprintf("groups[%d].layers[%d].address", gi, li)
-			r, err := d.newRegion(gv, l, views[l], eng, blockIDs, field)
+			r, err := newRegion(d, gv, l, views[l], eng, blockIDs, field)
 			if err != nil {
 				return nil, err
 			}
@@ -237,8 +245,8 @@ type engineEntry struct {
 
 // engineMetadata reads the exporter's engine geometry and block ids (nil
 // when the dump has none: its geometry is the engine's).
-func (d *Dump) engineMetadata() (map[string]engineEntry, []int, error) {
-	text, ok := d.metadata[metadataBlockIDs]
+func engineMetadata(d *layout.Dump) (map[string]engineEntry, []int, error) {
+	text, ok := d.Metadata()[metadataBlockIDs]
 	if !ok {
 		return nil, nil, nil
 	}
@@ -260,7 +268,7 @@ func (d *Dump) engineMetadata() (map[string]engineEntry, []int, error) {
 		seen[id] = true
 	}
 	eng := map[string]engineEntry{}
-	if text, ok := d.metadata[metadataEngine]; ok {
+	if text, ok := d.Metadata()[metadataEngine]; ok {
 		if err := json.Unmarshal([]byte(text), &eng); err != nil {
 			return nil, nil, bad(metadataEngine, "%v", err)
 		}
@@ -269,16 +277,17 @@ func (d *Dump) engineMetadata() (map[string]engineEntry, []int, error) {
 }
 
 // newRegion places one layer's cache.
-func (d *Dump) newRegion(gv *GroupView, l *Layer, views []*LayerView, eng map[string]engineEntry, blockIDs []int, field string) (*Region, error) {
+func newRegion(d *layout.Dump, gv *layout.GroupView, l *layout.Layer, views []*layout.LayerView, eng map[string]engineEntry, blockIDs []int, field string) (*Region, error) {
 	addr, ok := l.DeviceAddress()
 	if !ok {
 		return nil, &NoAddressError{Dump: d.Path, Field: field, Msg: fmt.Sprintf("layer %q has no device address: a NIXL log cannot be resolved without one (kvaudit_export and kvaudit synth write it)", l.Name)}
 	}
-	geo, ok := d.geometry[l]
+	shape, strides, dtype, ok := d.Geometry(l)
+	geo := strided.Tensor{Shape: shape, Strides: strides, Dtype: dtype}
 	if !ok {
 		return nil, &NoAddressError{Dump: d.Path, Field: field, Msg: fmt.Sprintf("layer %q: no tensor geometry", l.Name)}
 	}
-	r := &Region{Start: addr, Group: gv, Layer: l, Views: views, State: gv.Group.Kind == KindMamba, identity: true}
+	r := &Region{Start: addr, Group: gv, Layer: l, Views: views, State: gv.Group.Kind == layout.KindMamba, identity: true}
 	v := &views[0].Cells
 	r.KernelBlocks, r.KernelTokens = v.KernelBlocks, v.KernelTokens
 	r.engineBlocks = d.Manifest.NumBlocks
@@ -315,29 +324,29 @@ func (d *Dump) newRegion(gv *GroupView, l *Layer, views []*LayerView, eng map[st
 }
 
 // engineGeometry is a layer's tensor as the engine holds it.
-func engineGeometry(e engineEntry, dump tensorGeometry, l *Layer) (tensorGeometry, error) {
-	if len(e.Shape) != len(dump.shape) || len(e.Strides) != len(e.Shape) {
-		return tensorGeometry{}, fmt.Errorf("engine shape %v and strides %v for a %d-axis layout", e.Shape, e.Strides, len(dump.shape))
+func engineGeometry(e engineEntry, dump strided.Tensor, l *layout.Layer) (strided.Tensor, error) {
+	if len(e.Shape) != len(dump.Shape) || len(e.Strides) != len(e.Shape) {
+		return strided.Tensor{}, fmt.Errorf("engine shape %v and strides %v for a %d-axis layout", e.Shape, e.Strides, len(dump.Shape))
 	}
-	if e.Itemsize != int64(max(dump.dtype.Bits/8, 1)) {
-		return tensorGeometry{}, fmt.Errorf("engine itemsize %d, the dump's elements are %d bytes", e.Itemsize, dump.dtype.Bits/8)
+	if e.Itemsize != int64(max(dump.Dtype.Bits/8, 1)) {
+		return strided.Tensor{}, fmt.Errorf("engine itemsize %d, the dump's elements are %d bytes", e.Itemsize, dump.Dtype.Bits/8)
 	}
-	g := tensorGeometry{shape: e.Shape, dtype: dump.dtype, size: -1}
+	g := strided.Tensor{Shape: e.Shape, Dtype: dump.Dtype, Size: -1}
 	for i, s := range e.Strides {
 		if s < 0 || s > math.MaxInt64/e.Itemsize || e.Shape[i] < 0 {
-			return tensorGeometry{}, fmt.Errorf("engine stride %d or size %d", s, e.Shape[i])
+			return strided.Tensor{}, fmt.Errorf("engine stride %d or size %d", s, e.Shape[i])
 		}
-		g.strides = append(g.strides, s*e.Itemsize)
+		g.Strides = append(g.Strides, s*e.Itemsize)
 	}
-	if _, ok := tensorEnd(g); !ok {
-		return tensorGeometry{}, fmt.Errorf("engine tensor of shape %v spans more than 2^62 bytes", e.Shape)
+	if _, ok := strided.End(g); !ok {
+		return strided.Tensor{}, fmt.Errorf("engine tensor of shape %v spans more than 2^62 bytes", e.Shape)
 	}
-	if msg := overlapping(g, l.Layout); msg != "" {
-		return tensorGeometry{}, fmt.Errorf("engine strides: %s", msg)
+	if msg := strided.Overlapping(g, l.Layout); msg != "" {
+		return strided.Tensor{}, fmt.Errorf("engine strides: %s", msg)
 	}
 	for i, a := range l.Layout {
-		if a != "block" && e.Shape[i] != dump.shape[i] {
-			return tensorGeometry{}, fmt.Errorf("engine axis %q has %d, the dump's %d", a, e.Shape[i], dump.shape[i])
+		if a != "block" && e.Shape[i] != dump.Shape[i] {
+			return strided.Tensor{}, fmt.Errorf("engine axis %q has %d, the dump's %d", a, e.Shape[i], dump.Shape[i])
 		}
 	}
 	return g, nil
@@ -345,19 +354,19 @@ func engineGeometry(e engineEntry, dump tensorGeometry, l *Layer) (tensorGeometr
 
 // placeAttention builds an attention region's axes from its tensor's
 // geometry (the engine's).
-func (r *Region) placeAttention(l *Layer, geo tensorGeometry, v *LayerView) error {
+func (r *Region) placeAttention(l *layout.Layer, geo strided.Tensor, v *layout.LayerView) error {
 	c := &v.Cells
 	r.heads = c.Heads
-	r.elem = int64(max(geo.dtype.Bits/8, 1))
+	r.elem = int64(max(geo.Dtype.Bits/8, 1))
 	r.Parts = 2
 	if !slices.Contains(l.Layout, "kv") && isMLALayout(r.Group.Group, l) {
 		r.Parts = 1
 	}
 	r.PartBytes = c.CellBytes / r.Parts
-	dtype, _ := TorchDtype(l.Dtype)
+	dtype, _ := layout.TorchDtype(l.Dtype)
 	e := int64(dtype.Size())
 	for i, name := range l.Layout {
-		a := axis{name: name, n: geo.shape[i], stride: geo.strides[i]}
+		a := axis{name: name, n: geo.Shape[i], stride: geo.Strides[i]}
 		switch name {
 		case "block":
 			a.kind, a.step = DimToken, int64(c.KernelTokens) // within a block; rows split per block
@@ -383,7 +392,7 @@ func (r *Region) placeAttention(l *Layer, geo tensorGeometry, v *LayerView) erro
 	}
 	slices.SortStableFunc(r.axes, func(a, b axis) int { return cmp.Compare(b.stride, a.stride) })
 	slices.SortStableFunc(r.order, func(a, b axis) int { return cmp.Compare(b.stride, a.stride) })
-	end, ok := tensorEnd(geo)
+	end, ok := strided.End(geo)
 	if !ok {
 		return fmt.Errorf("the tensor spans more than 2^62 bytes")
 	}
@@ -393,9 +402,9 @@ func (r *Region) placeAttention(l *Layer, geo tensorGeometry, v *LayerView) erro
 }
 
 // isMLALayout says whether a layer's cell is one vector (no K and V).
-func isMLALayout(g *Group, l *Layer) bool {
+func isMLALayout(g *layout.Group, l *layout.Layer) bool {
 	if slices.Contains(l.Layout, "cell") {
-		return isMLA(g, l)
+		return g.IsMLA(l)
 	}
 	return !slices.Contains(l.Layout, "kv")
 }
@@ -451,15 +460,15 @@ func extent(axes []axis, elem int64) int64 {
 
 // placeState builds a state region: [block, page] bytes, the covered
 // states packed from the page start (docs/spec.md §6).
-func (r *Region) placeState(d *Dump, l *Layer, geo tensorGeometry, blockIDs []int) error {
+func (r *Region) placeState(d *layout.Dump, l *layout.Layer, geo strided.Tensor, blockIDs []int) error {
 	r.Parts, r.elem = 1, 1
-	page, rowStride := geo.shape[1], geo.strides[0]
+	page, rowStride := geo.Shape[1], geo.Strides[0]
 	if blockIDs != nil {
 		rowStride = page // the engine's pages follow one another
 	}
 	var off int64
 	for i, s := range l.States {
-		n, _ := stateBytes(s)
+		n, _ := s.Bytes()
 		if s.Address != "" {
 			a, _ := s.DeviceAddress()
 			if a != r.Start+uint64(off) {
@@ -471,7 +480,7 @@ func (r *Region) placeState(d *Dump, l *Layer, geo tensorGeometry, blockIDs []in
 		off += n
 	}
 	r.Covered = off
-	engineRows := geo.shape[0]
+	engineRows := geo.Shape[0]
 	if blockIDs != nil {
 		engineRows = int64(slices.Max(blockIDs) + 1)
 	}
@@ -486,7 +495,7 @@ func (r *Region) placeState(d *Dump, l *Layer, geo tensorGeometry, blockIDs []in
 // statePages are a state region's descriptor units: per state, its rows
 // of each segment when the split axis is the first (rows one after
 // another), else the whole state.
-func (r *Region) statePages(l *Layer, rowStride uint64) []Page {
+func (r *Region) statePages(l *layout.Layer, rowStride uint64) []Page {
 	var pages []Page
 	for si, s := range l.States {
 		base := r.Start + uint64(r.stateOffsets[si])
@@ -511,7 +520,7 @@ func (r *Region) statePages(l *Layer, rowStride uint64) []Page {
 
 // viewOf returns the view of segment k of state si (for a layer without
 // a split, its one view).
-func (r *Region) viewOf(si, k int) *LayerView {
+func (r *Region) viewOf(si, k int) *layout.LayerView {
 	if r.Layer.States[0].Split == nil {
 		return r.Views[0]
 	}

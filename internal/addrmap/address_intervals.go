@@ -1,8 +1,10 @@
-package layout
+package addrmap
 
 import (
 	"slices"
 	"strings"
+
+	"github.com/kvaudit/kvaudit/layout"
 )
 
 // PageOrder names what a page holds, in memory order: its axes inside the
@@ -57,7 +59,7 @@ func (r *Region) DumpBlock(engine int) int {
 	if b, ok := r.blockOf[engine]; ok {
 		return b
 	}
-	return NoBlock
+	return layout.NoBlock
 }
 
 // EngineBlockOf maps a dump block id to the engine's.
@@ -80,7 +82,7 @@ func (r *Region) Intervals(block, k int, tokens [2]int, fn func(lo, hi uint64)) 
 // both). A part is only apart from the other with a kv axis.
 func (r *Region) PartIntervals(block, k int, tokens [2]int, part int, fn func(lo, hi uint64)) {
 	eng := r.EngineBlockOf(block)
-	if eng == NoBlock || r.State || tokens[0] >= tokens[1] {
+	if eng == layout.NoBlock || r.State || tokens[0] >= tokens[1] {
 		return
 	}
 	idx := make([]int64, len(r.axes))
@@ -105,7 +107,7 @@ func (r *Region) PartIntervals(block, k int, tokens [2]int, part int, fn func(lo
 // block b's page, and false for a block the engine does not hold.
 func (r *Region) StateInterval(block int) (lo, hi uint64, ok bool) {
 	eng := r.EngineBlockOf(block)
-	if eng == NoBlock || !r.State {
+	if eng == layout.NoBlock || !r.State {
 		return 0, 0, false
 	}
 	base := r.Start
@@ -197,9 +199,9 @@ func (r *Region) NonZero(lo, hi uint64) (n, first uint64) {
 		return n, first
 	}
 	var cell []byte
-	m := &AddressMap{Regions: []*Region{r}}
+	m := &Map{Regions: []*Region{r}}
 	m.Resolve(lo, hi-lo, func(c Cells) error {
-		if c.Block == NoBlock || c.View == nil {
+		if c.Block == layout.NoBlock || c.View == nil {
 			return nil
 		}
 		v := &c.View.Cells

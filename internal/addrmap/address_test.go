@@ -1,12 +1,11 @@
-package layout_test
+package addrmap_test
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/addrmap"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -48,7 +47,7 @@ func TestResolveCell(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer d.Close()
-			am, err := d.AddressMap()
+			am, err := addrmap.New(d)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,7 +71,7 @@ func TestResolveCell(t *testing.T) {
 // cellAddress is the address of byte b of the logical cell (K then V) of
 // token tok (block-relative) of local head h in block blk, from the
 // CellView and the region's start.
-func cellAddress(r *layout.Region, v *layout.LayerView, blk, tok, h, b int) uint64 {
+func cellAddress(r *addrmap.Region, v *layout.LayerView, blk, tok, h, b int) uint64 {
 	c := &v.Cells
 	a := c.CellAddr(blk, tok, h)
 	for _, run := range c.Runs {
@@ -84,7 +83,7 @@ func cellAddress(r *layout.Region, v *layout.LayerView, blk, tok, h, b int) uint
 	panic("byte past the cell")
 }
 
-func checkCells(t *testing.T, am *layout.AddressMap, r *layout.Region, v *layout.LayerView, blocks int, rng *rand.Rand) {
+func checkCells(t *testing.T, am *addrmap.Map, r *addrmap.Region, v *layout.LayerView, blocks int, rng *rand.Rand) {
 	t.Helper()
 	c := &v.Cells
 	for range 40 {
@@ -93,8 +92,8 @@ func checkCells(t *testing.T, am *layout.AddressMap, r *layout.Region, v *layout
 		h := rng.IntN(c.Heads)
 		b := rng.IntN(c.CellBytes)
 		addr := cellAddress(r, v, blk, tok, h, b)
-		var got []layout.Cells
-		out, pad, err := am.Resolve(addr, 1, func(x layout.Cells) error { got = append(got, x); return nil })
+		var got []addrmap.Cells
+		out, pad, err := am.Resolve(addr, 1, func(x addrmap.Cells) error { got = append(got, x); return nil })
 		if err != nil || out != 0 || pad != 0 || len(got) != 1 {
 			t.Fatalf("resolve 0x%x: %d cells, outside %d, padding %d, %v", addr, len(got), out, pad, err)
 		}
@@ -123,7 +122,7 @@ func checkCells(t *testing.T, am *layout.AddressMap, r *layout.Region, v *layout
 	}
 }
 
-func checkIntervals(t *testing.T, am *layout.AddressMap, r *layout.Region, blocks int) {
+func checkIntervals(t *testing.T, am *addrmap.Map, r *addrmap.Region, blocks int) {
 	t.Helper()
 	v := r.Views[0]
 	c := &v.Cells
@@ -133,7 +132,7 @@ func checkIntervals(t *testing.T, am *layout.AddressMap, r *layout.Region, block
 			var total uint64
 			r.Intervals(blk, k, [2]int{0, c.KernelTokens}, func(lo, hi uint64) {
 				total += hi - lo
-				_, pad, _ := am.Resolve(lo, hi-lo, func(x layout.Cells) error {
+				_, pad, _ := am.Resolve(lo, hi-lo, func(x addrmap.Cells) error {
 					if x.Block != blk || x.Kernels != [2]int{k, k + 1} {
 						t.Fatalf("layer %s block %d kernel %d: an interval holds block %d kernels %v", r.Layer.Name, blk, k, x.Block, x.Kernels)
 					}
@@ -153,7 +152,7 @@ func checkIntervals(t *testing.T, am *layout.AddressMap, r *layout.Region, block
 // checkNonZero: NonZero over a kernel row's intervals, and from a zero
 // byte inside one, counts the non-zero bytes of the cells there and finds
 // the lowest address of one, as the cells read through the CellView say.
-func checkNonZero(t *testing.T, r *layout.Region, blocks int) {
+func checkNonZero(t *testing.T, r *addrmap.Region, blocks int) {
 	t.Helper()
 	v := r.Views[0]
 	c := &v.Cells
@@ -214,44 +213,22 @@ func TestResolveOutside(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	am, err := d.AddressMap()
+	am, err := addrmap.New(d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r0, r1 := am.Regions[0], am.Regions[1]
-	out, pad, _ := am.Resolve(r0.Start-16, 16, func(layout.Cells) error { t.Fatal("cells before the first region"); return nil })
+	out, pad, _ := am.Resolve(r0.Start-16, 16, func(addrmap.Cells) error { t.Fatal("cells before the first region"); return nil })
 	if out != 16 || pad != 0 {
 		t.Fatalf("before: outside %d padding %d", out, pad)
 	}
 	var n uint64
-	out, _, _ = am.Resolve(r0.End-8, r1.Start-r0.End+16, func(x layout.Cells) error { n += x.Len; return nil })
+	out, _, _ = am.Resolve(r0.End-8, r1.Start-r0.End+16, func(x addrmap.Cells) error { n += x.Len; return nil })
 	if out != r1.Start-r0.End {
 		t.Fatalf("gap: outside %d, want %d", out, r1.Start-r0.End)
 	}
 	// The raw format pads each kernel row: its last 8 bytes are padding.
 	if n == 0 || n > 16 {
 		t.Fatalf("gap: %d cell bytes", n)
-	}
-}
-
-// TestNoAddress: a dump without addresses cannot be placed; the error
-// names the field.
-func TestNoAddress(t *testing.T) {
-	dir := t.TempDir()
-	paths, err := synth.Write(dir, synth.Config{Preset: "tiny"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst := filepath.Join(dir, "bare.safetensors")
-	rewriteEmbedded(t, paths[0], dst, func(m *layout.Manifest) { m.Groups[0].Layers[1].Address = "" })
-	d, err := layout.Open(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	_, err = d.AddressMap()
-	var na *layout.NoAddressError
-	if !errors.As(err, &na) || na.Field != "groups[0].layers[1].address" {
-		t.Fatalf("got %v", err)
 	}
 }

@@ -1,12 +1,14 @@
-package layout
+package addrmap
 
 import (
 	"cmp"
 	"slices"
+
+	"github.com/kvaudit/kvaudit/layout"
 )
 
 // Find returns the region holding address a, or nil.
-func (m *AddressMap) Find(a uint64) *Region {
+func (m *Map) Find(a uint64) *Region {
 	i, _ := slices.BinarySearchFunc(m.Regions, a, func(r *Region, a uint64) int {
 		switch {
 		case r.End <= a:
@@ -26,7 +28,7 @@ func (m *AddressMap) Find(a uint64) *Region {
 // order, one box per block. It returns the bytes that fall in no cache
 // (outside every region) and those inside a region that hold no cell
 // (padding, the uncovered end of a state page); a non-nil error is fn's.
-func (m *AddressMap) Resolve(a, n uint64, fn func(Cells) error) (outside, padding uint64, err error) {
+func (m *Map) Resolve(a, n uint64, fn func(Cells) error) (outside, padding uint64, err error) {
 	for n > 0 {
 		r := m.Find(a)
 		if r == nil {
@@ -234,7 +236,7 @@ func (r *Region) stateCells(c Cells, b box, off int64, fn func(Cells) error) err
 			continue
 		}
 		st := r.Layer.States[si]
-		emit := func(v *LayerView, rows, bytes [2]int, dims []Dim, at int64) error {
+		emit := func(v *layout.LayerView, rows, bytes [2]int, dims []Dim, at int64) error {
 			x := c
 			x.View, x.State, x.Heads, x.Bytes, x.Tokens = v, si, rows, bytes, [2]int{0, 1}
 			x.Addr = r.Start + uint64(off+at)
