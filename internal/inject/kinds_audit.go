@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/kvaudit/kvaudit/internal/blockspan"
+	"github.com/kvaudit/kvaudit/internal/mapped"
 	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -245,9 +246,9 @@ func (p *planner) wrongPrefix() error {
 // .safetensors dump (where an embedded manifest lives).
 func readManifestBytes(path string) ([]byte, error) {
 	if filepath.Base(path) == "manifest.json" {
-		return layout.ReadRegularFile(path, layout.MaxManifestSize, "manifest")
+		return mapped.ReadRegularFile(path, layout.MaxManifestSize, "manifest")
 	}
-	f, _, err := layout.OpenRegular(path)
+	f, _, err := mapped.OpenRegular(nil, path, path)
 	if err != nil {
 		return nil, err
 	}
