@@ -8,6 +8,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/side"
@@ -98,7 +99,7 @@ func TestPropertyMixDetects(t *testing.T) {
 		}
 		g := rapid.SampledFrom(groups).Draw(t, "group")
 		req := &d.Manifest.Requests[rapid.IntRange(0, len(d.Manifest.Requests)-1).Draw(t, "request")]
-		span, _, err := layout.RequestSpan(req, g.Group)
+		span, _, err := blockspan.Of(req, g.Group)
 		if err != nil || len(span.Blocks) == 0 {
 			d.Close()
 			t.Skip("no blocks")
@@ -107,7 +108,7 @@ func TestPropertyMixDetects(t *testing.T) {
 		pos, S := span.Start+i, g.Group.BlockSize
 		c := rapid.SampledFrom(g.Caches).Draw(t, "cache")
 		key := [2]int{c.Replicas, c.ReplicaIndex}
-		valid := layout.ValidTokens(req.NumTokens, pos, S)
+		valid := blockspan.ValidTokens(req.NumTokens, pos, S)
 		if c.State {
 			valid = 1
 		}
@@ -193,7 +194,7 @@ func TestMixSynthTopBitAttack(t *testing.T) {
 			}
 			g := d.Groups[0]
 			req := &d.Manifest.Requests[0]
-			span, _, _ := layout.RequestSpan(req, g.Group)
+			span, _, _ := blockspan.Of(req, g.Group)
 			// Position 1, token 3 of the block, head 0, piece rank+1.
 			flip(t, locate(t, d, g, g.Caches[rank], span.Blocks[1-span.Start], 3, 0, 8*(rank+1)+7), 0x80)
 			d.Close()

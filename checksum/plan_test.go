@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -83,7 +84,7 @@ func TestNewPlanSharedPrefix(t *testing.T) {
 	distinct := map[read]bool{}
 	for _, r := range d.Manifest.Requests {
 		for pos, b := range r.BlockTable["0"][:(r.NumTokens+S-1)/S] {
-			distinct[read{pos, b, layout.ValidTokens(r.NumTokens, pos, S)}] = true
+			distinct[read{pos, b, blockspan.ValidTokens(r.NumTokens, pos, S)}] = true
 		}
 	}
 	var want int64
@@ -118,7 +119,7 @@ func TestNewPlanSharedPrefix(t *testing.T) {
 			rg := rr.Groups[0]
 			for i := range rg.Values.Len() {
 				pos := rg.Start + i
-				row := ckplan.Row{Block: r.BlockTable["0"][pos], FirstToken: int64(pos * S), Valid: layout.ValidTokens(r.NumTokens, pos, S)}
+				row := ckplan.Row{Block: r.BlockTable["0"][pos], FirstToken: int64(pos * S), Valid: blockspan.ValidTokens(r.NumTokens, pos, S)}
 				var req, blk uint64
 				for _, c := range g.Caches {
 					req += checksum.ReferenceBlock(c, row)

@@ -9,6 +9,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/side"
@@ -140,7 +141,7 @@ func TestPropertyOneByteChange(t *testing.T) {
 		c := rapid.SampledFrom(g.Caches).Draw(t, "cache")
 		ri := rapid.IntRange(0, len(d.Manifest.Requests)-1).Draw(t, "request")
 		req := &d.Manifest.Requests[ri]
-		span, _, err := layout.RequestSpan(req, g.Group)
+		span, _, err := blockspan.Of(req, g.Group)
 		if err != nil || len(span.Blocks) == 0 {
 			d.Close()
 			t.Skip("no blocks")

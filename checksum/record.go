@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/internal/parallel"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/wire"
@@ -112,11 +113,11 @@ func NewPlan(d *layout.Dump, ids []string) (*ckplan.Plan, *wire.Record, error) {
 			if gr == nil {
 				continue
 			}
-			span, status, err := layout.RequestSpan(r, g.Group)
+			span, status, err := blockspan.Of(r, g.Group)
 			if err != nil {
 				return nil, nil, &parse.Error{Format: parse.Dump, File: d.Path, Field: fmt.Sprintf("requests[%d]", ri), Err: err}
 			}
-			if status != layout.SpanOK {
+			if status != blockspan.OK {
 				continue
 			}
 			K := len(gr.keys)
@@ -131,7 +132,7 @@ func NewPlan(d *layout.Dump, ids []string) (*ckplan.Plan, *wire.Record, error) {
 			S := g.Group.BlockSize
 			for i, b := range span.Blocks {
 				pos := span.Start + i
-				valid := layout.ValidTokens(r.NumTokens, pos, S)
+				valid := blockspan.ValidTokens(r.NumTokens, pos, S)
 				if g.Group.Kind == layout.KindMamba {
 					valid = 1 // a state row is one "token": its whole state
 				}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/mapped"
 	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
@@ -92,7 +93,7 @@ func TestOpenRefusesNonRegular(t *testing.T) {
 	if !errors.As(err, &re) || !strings.Contains(err.Error(), "not a regular file (a character device)") {
 		t.Fatalf("got %v, want a ReadError for a character device", err)
 	}
-	_, err = layout.ReadRegularFile("/dev/zero", 1<<20, "record")
+	_, err = mapped.ReadRegularFile("/dev/zero", 1<<20, "record")
 	if !errors.As(err, &re) {
 		t.Fatalf("got %v, want a ReadError", err)
 	}

@@ -128,7 +128,7 @@ func (o *opener) readManifestFile(path string) error {
 		}
 		return &parse.Error{Format: parse.Dump, File: path, Err: fmt.Errorf("not a dump: %w", err)}
 	}
-	data, err := readCapped(f, fi.Size(), o.manifestFile, MaxManifestSize, "manifest")
+	data, err := mapped.ReadCapped(f, fi.Size(), o.manifestFile, MaxManifestSize, "manifest")
 	f.Close()
 	if err != nil {
 		return err

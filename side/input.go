@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/mapped"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/wire"
 )
@@ -65,14 +65,6 @@ type Source struct {
 	// remoteID is the remote_request_id of vLLM's kv_transfer_params
 	// given as the producer (the producer's request id), "" when none.
 	remoteID string
-}
-
-// TransferParams is what a kv_transfer_params.json beside a consumer's
-// dumps says of the pairing: the file, and the producer request it names
-// (its remote_request_id).
-type TransferParams struct {
-	File     string
-	RemoteID string
 }
 
 // Close releases the side's dumps.
@@ -135,9 +127,14 @@ func (s *Source) AllRecords(ctx context.Context, opts checksum.Options) ([]*wire
 	return append(recs, s.Records...), nil
 }
 
-// maxPayloadFile bounds a payload or kv_transfer_params file read whole
-// (a 128k-token prompt's payload is about 87 KB of base64 per group).
-const maxPayloadFile = layout.MaxPayloadSize
+// maxRecordFile bounds a record file (`checksum -o record`), and
+// maxPayloadFile a payload or kv_transfer_params file read whole (a
+// 128k-token prompt's payload is about 87 KB of base64 per group), or
+// payloads on stdin.
+const (
+	maxRecordFile  = 1 << 30
+	maxPayloadFile = 1 << 30
+)
 
 // Open opens a side: the one way from paths, an argument or payload bytes
 // to dumps, records or payloads, and the one place that decides what an
@@ -178,8 +175,8 @@ func openPaths(paths []string) (*Source, error) {
 	s := &Source{name: "the side"}
 	for _, p := range rest {
 		// Regular files only (a FIFO or /dev/zero is refused at once), at
-		// most layout.MaxRecordSize bytes.
-		data, err := layout.ReadRegularFile(p, layout.MaxRecordSize, "record")
+		// most maxRecordFile bytes.
+		data, err := mapped.ReadRegularFile(p, maxRecordFile, "record")
 		if err != nil {
 			return nil, err
 		}
@@ -218,45 +215,6 @@ func parseRecordFile(path string, data []byte) ([]*wire.Record, error) {
 		runtime.GC()
 	}
 	return recs, err
-}
-
-// paramsFile is the name vLLM's capture connector gives the
-// kv_transfer_params it writes beside a request's dumps.
-const paramsFile = "kv_transfer_params.json"
-
-// maxParamsFile bounds a kv_transfer_params.json read beside dumps.
-const maxParamsFile = 1 << 20
-
-// ReadTransferParams reads the kv_transfer_params.json in each directory
-// holding dumps (as vLLM's capture connector writes it beside a request's
-// dumps), where there is one, for its remote_request_id: the producer
-// request the dumps there load. The result is by directory. A file
-// that is not a JSON object, or has no string remote_request_id, says
-// nothing (it is the connector's, not kvaudit's input); one that cannot be
-// read as a regular file is an error.
-func ReadTransferParams(dumps []*layout.Dump) (map[string]TransferParams, error) {
-	out := map[string]TransferParams{}
-	for _, d := range dumps {
-		dir := filepath.Dir(d.Path)
-		if _, seen := out[dir]; seen {
-			continue
-		}
-		file := filepath.Join(dir, paramsFile)
-		if st, err := os.Lstat(file); err != nil || !st.Mode().IsRegular() {
-			continue // none, or a link: not followed
-		}
-		data, err := layout.ReadRegularFile(file, maxParamsFile, "kv_transfer_params")
-		if err != nil {
-			return nil, err
-		}
-		var obj map[string]json.RawMessage
-		var id string
-		if json.Unmarshal(data, &obj) != nil || json.Unmarshal(obj["remote_request_id"], &id) != nil || id == "" {
-			continue
-		}
-		out[dir] = TransferParams{File: file, RemoteID: id}
-	}
-	return out, nil
 }
 
 // looksLikeRecord says whether a file means to be a record (and so must be
@@ -406,7 +364,7 @@ func repeatedKeys(text []byte) map[string]int {
 // a device; at most maxPayloadFile bytes, its size when opened) into an
 // aligned buffer that in-place decoding can keep (wire.NewPayloadBuffer).
 func readPayloadFile(path string) ([]byte, error) {
-	f, st, err := layout.OpenRegular(path)
+	f, st, err := mapped.OpenRegular(nil, path, path)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/kvaudit/kvaudit/internal/mapped"
 	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/parse"
@@ -17,7 +18,7 @@ import (
 
 // readLog streams one log.
 func (a *auditor) readLog(ctx context.Context, path string) error {
-	f, _, err := layout.OpenRegular(path)
+	f, _, err := mapped.OpenRegular(nil, path, path)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/kvaudit/kvaudit/internal/addrmap"
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -98,7 +99,7 @@ func (rk *rank) request(id string) *request {
 					}
 				}
 			}
-			if span, st, err := layout.RequestSpan(m, gv.Group); err == nil && st == layout.SpanOK {
+			if span, st, err := blockspan.Of(m, gv.Group); err == nil && st == blockspan.OK {
 				for i, b := range span.Blocks {
 					if _, dup := rg.loaded[b]; !dup {
 						rg.loaded[b] = span.Start + i

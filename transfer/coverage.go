@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/kvaudit/kvaudit/internal/addrmap"
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/internal/picture"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -114,7 +115,7 @@ func (a *auditor) coverage(rc *rankCover, r *request, served bool, findings int)
 	c := picture.Coverage{Request: m.ID, Rank: rk.r, NumTokens: m.NumTokens, Local: m.NumLocalComputedTokens, Pulled: r.pullEnd(a), Served: served, Findings: findings}
 	type span struct {
 		gv *layout.GroupView
-		sp layout.Span
+		sp blockspan.Span
 	}
 	var spans []span
 	end := 0
@@ -122,8 +123,8 @@ func (a *auditor) coverage(rc *rankCover, r *request, served bool, findings int)
 		if gv.Skip != "" {
 			continue
 		}
-		sp, st, err := layout.RequestSpan(m, gv.Group)
-		if err != nil || st != layout.SpanOK {
+		sp, st, err := blockspan.Of(m, gv.Group)
+		if err != nil || st != blockspan.OK {
 			continue
 		}
 		spans = append(spans, span{gv, sp})

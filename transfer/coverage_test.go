@@ -164,7 +164,7 @@ func TestCoverageOfSlidingWindow(t *testing.T) {
 	window := map[int]int{} // group -> the first token its span holds
 	for _, grp := range cons[0].Manifest.Groups {
 		if grp.Kind == layout.KindSlidingWindow {
-			keep := (grp.SlidingWindow+grp.BlockSize-1)/grp.BlockSize + 1 // RequestSpan's blocks kept
+			keep := (grp.SlidingWindow+grp.BlockSize-1)/grp.BlockSize + 1 // blockspan.Of's blocks kept
 			blocks := (100 + grp.BlockSize - 1) / grp.BlockSize
 			window[grp.ID] = max(0, blocks-keep) * grp.BlockSize
 		}

@@ -11,6 +11,7 @@ import (
 	"sort"
 
 	"github.com/kvaudit/kvaudit/internal/addrmap"
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -210,8 +211,8 @@ func (a *auditor) finishRequest(rk *rank, r *request, covered []ival) {
 		if gv.Skip != "" {
 			continue
 		}
-		span, st, err := layout.RequestSpan(r.req, gv.Group)
-		if err != nil || st != layout.SpanOK {
+		span, st, err := blockspan.Of(r.req, gv.Group)
+		if err != nil || st != blockspan.OK {
 			continue
 		}
 		var regions []*addrmap.Region
@@ -225,10 +226,10 @@ func (a *auditor) finishRequest(rk *rank, r *request, covered []ival) {
 		for bi, blk := range span.Blocks {
 			pos := span.Start + bi
 			lo := max(0, r.req.NumLocalComputedTokens-pos*S)
-			hi := layout.ValidTokens(end, pos, S)
+			hi := blockspan.ValidTokens(end, pos, S)
 			// Tokens [hi, rec) the consumer recomputes: not pulled, not
 			// required, and not a hole either.
-			rec := layout.ValidTokens(r.req.NumTokens, pos, S)
+			rec := blockspan.ValidTokens(r.req.NumTokens, pos, S)
 			if gv.Group.Kind == layout.KindMamba {
 				lo, hi, rec = 0, 1, 1
 			}

@@ -5,6 +5,7 @@ import (
 	"github.com/kvaudit/kvaudit/side"
 	"slices"
 
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -323,7 +324,7 @@ func (s groupUnits) chunk(u int, out []uint64) (tokens int, ok bool) {
 	clear(out)
 	end := s.g.Start + s.g.Positions()
 	for q := u * s.r; q < (u+1)*s.r; q++ {
-		n := layout.ValidTokens(s.tokens, q, s.S)
+		n := blockspan.ValidTokens(s.tokens, q, s.S)
 		if n == 0 {
 			continue
 		}

@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"encoding/json"
 	"fmt"
 	"github.com/kvaudit/kvaudit/side"
 	"os"
@@ -8,7 +9,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/mapped"
 	"github.com/kvaudit/kvaudit/internal/termtext"
+	"github.com/kvaudit/kvaudit/layout"
 )
 
 // This file holds what Compare says of pairings that make no sense
@@ -24,7 +27,7 @@ import (
 // request id. A kv_transfer_params.json that cannot be read as a regular
 // file is an error (readTransferParams).
 func pairByParams(cside *side.Source, cons *side.Checks, hints map[string][]string) error {
-	params, err := side.ReadTransferParams(cside.Dumps)
+	params, err := readTransferParams(cside.Dumps)
 	if err != nil || len(params) == 0 {
 		return err
 	}
@@ -156,4 +159,51 @@ func swapped(prod *side.Checks, pside, cside *side.Source) string {
 		return fmt.Sprintf("the consumer is read from %q, a producer's directory", f)
 	}
 	return ""
+}
+
+// transferParams is what a kv_transfer_params.json beside a consumer's
+// dumps says of the pairing: the file, and the producer request it names
+// (its remote_request_id).
+type transferParams struct {
+	File     string
+	RemoteID string
+}
+
+// paramsFile is the name vLLM's capture connector gives the
+// kv_transfer_params it writes beside a request's dumps.
+const paramsFile = "kv_transfer_params.json"
+
+// maxParamsFile bounds a kv_transfer_params.json read beside dumps.
+const maxParamsFile = 1 << 20
+
+// readTransferParams reads the kv_transfer_params.json in each directory
+// holding dumps (as vLLM's capture connector writes it beside a request's
+// dumps), where there is one, for its remote_request_id: the producer
+// request the dumps there load. The result is by directory. A file
+// that is not a JSON object, or has no string remote_request_id, says
+// nothing (it is the connector's, not kvaudit's input); one that cannot be
+// read as a regular file is an error.
+func readTransferParams(dumps []*layout.Dump) (map[string]transferParams, error) {
+	out := map[string]transferParams{}
+	for _, d := range dumps {
+		dir := filepath.Dir(d.Path)
+		if _, seen := out[dir]; seen {
+			continue
+		}
+		file := filepath.Join(dir, paramsFile)
+		if st, err := os.Lstat(file); err != nil || !st.Mode().IsRegular() {
+			continue // none, or a link: not followed
+		}
+		data, err := mapped.ReadRegularFile(file, maxParamsFile, "kv_transfer_params")
+		if err != nil {
+			return nil, err
+		}
+		var obj map[string]json.RawMessage
+		var id string
+		if json.Unmarshal(data, &obj) != nil || json.Unmarshal(obj["remote_request_id"], &id) != nil || id == "" {
+			continue
+		}
+		out[dir] = transferParams{File: file, RemoteID: id}
+	}
+	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -90,7 +91,7 @@ func auditRank(a *TailAudit, d *layout.Dump, requests []string) {
 		for _, r := range m.Requests {
 			for pos, b := range r.BlockTable[key] {
 				if b != layout.NoBlock {
-					owned[b] = max(owned[b], layout.ValidTokens(r.NumTokens, pos, S))
+					owned[b] = max(owned[b], blockspan.ValidTokens(r.NumTokens, pos, S))
 				}
 			}
 		}

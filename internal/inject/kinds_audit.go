@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/kvaudit/kvaudit/internal/blockspan"
+	"github.com/kvaudit/kvaudit/internal/mapped"
 	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -142,7 +144,7 @@ func (p *planner) storedBlocks(di int) []storedBlock {
 				continue
 			}
 			for pos, text := range r.StoredChecksums[key] {
-				if pos >= len(r.BlockHashes[key]) || layout.ValidTokens(r.NumTokens, pos, g.BlockSize) != g.BlockSize {
+				if pos >= len(r.BlockHashes[key]) || blockspan.ValidTokens(r.NumTokens, pos, g.BlockSize) != g.BlockSize {
 					continue
 				}
 				if _, ok := p.ranks.Block(di, r.ID, g, pos); !ok {
@@ -244,9 +246,9 @@ func (p *planner) wrongPrefix() error {
 // .safetensors dump (where an embedded manifest lives).
 func readManifestBytes(path string) ([]byte, error) {
 	if filepath.Base(path) == "manifest.json" {
-		return layout.ReadRegularFile(path, layout.MaxManifestSize, "manifest")
+		return mapped.ReadRegularFile(path, layout.MaxManifestSize, "manifest")
 	}
-	f, _, err := layout.OpenRegular(path)
+	f, _, err := mapped.OpenRegular(nil, path, path)
 	if err != nil {
 		return nil, err
 	}

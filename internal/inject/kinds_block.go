@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 )
 
 // Block faults: whole blocks of a request holding the wrong contents
@@ -109,7 +109,7 @@ func (p *planner) shift() error {
 	}
 	for q := pl.pos; q <= last; q++ {
 		src, dst := p.blockOf(di, pl.id, pl.g, q-1), p.blockOf(di, pl.id, pl.g, q)
-		p.moveBlock(cs, src, dst, pl.id, pl.g, q, layout.ValidTokens(r.NumTokens, q, S), fmt.Sprintf("holds the block of position %d", q-1))
+		p.moveBlock(cs, src, dst, pl.id, pl.g, q, blockspan.ValidTokens(r.NumTokens, q, S), fmt.Sprintf("holds the block of position %d", q-1))
 	}
 	if len(p.details) == 0 {
 		return p.na("the shifted blocks are equal")
@@ -134,7 +134,7 @@ func (p *planner) staleBlock() error {
 				continue
 			}
 			r2 := p.ranks.Request(id)
-			if layout.ValidTokens(r2.NumTokens, pl.pos, pl.S()) < pl.valid {
+			if blockspan.ValidTokens(r2.NumTokens, pl.pos, pl.S()) < pl.valid {
 				continue
 			}
 			if len(p.filterCaches(pl.g.ID, func(c cache) bool {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/internal/ranges"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/verify"
@@ -194,14 +195,14 @@ func (p *planner) eachRead(di int, g *layout.Group, fn func(pl place, block int)
 		if r == nil {
 			continue
 		}
-		span, status, err := layout.RequestSpan(r, g)
-		if err != nil || status != layout.SpanOK {
+		span, status, err := blockspan.Of(r, g)
+		if err != nil || status != blockspan.OK {
 			continue
 		}
 		for i, b := range span.Blocks {
 			pl := place{id: id, g: g, pos: span.Start + i, valid: 1}
 			if g.Kind != layout.KindMamba {
-				pl.valid = layout.ValidTokens(r.NumTokens, pl.pos, g.BlockSize)
+				pl.valid = blockspan.ValidTokens(r.NumTokens, pl.pos, g.BlockSize)
 			}
 			if pl.valid > 0 {
 				fn(pl, b)
@@ -388,15 +389,15 @@ func (p *planner) places(state, changes bool, pred func(place) bool) []place {
 			if (t.Group != nil && gid != *t.Group) || (g.Kind == layout.KindMamba) != state || len(p.filterCaches(gid, nil)) == 0 {
 				continue
 			}
-			span, status, err := layout.RequestSpan(r, g)
-			if err != nil || status != layout.SpanOK {
+			span, status, err := blockspan.Of(r, g)
+			if err != nil || status != blockspan.OK {
 				continue
 			}
 			for i := range span.Blocks {
 				pos := span.Start + i
 				pl := place{id: id, g: g, pos: pos, valid: 1}
 				if !state {
-					pl.valid = layout.ValidTokens(r.NumTokens, pos, g.BlockSize)
+					pl.valid = blockspan.ValidTokens(r.NumTokens, pos, g.BlockSize)
 				}
 				if pl.valid == 0 || (t.Position != nil && pos != *t.Position) {
 					continue

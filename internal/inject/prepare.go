@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/verify"
@@ -242,7 +243,7 @@ func zeroEdits(d *layout.Dump, m *layout.Manifest) []edit {
 		for _, r := range m.Requests {
 			for pos, b := range r.BlockTable[key] {
 				if b != layout.NoBlock {
-					owned[b] = max(owned[b], layout.ValidTokens(r.NumTokens, pos, g.BlockSize))
+					owned[b] = max(owned[b], blockspan.ValidTokens(r.NumTokens, pos, g.BlockSize))
 				}
 			}
 		}

@@ -1,7 +1,9 @@
 package mapped
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 )
@@ -56,4 +58,60 @@ func describeMode(m fs.FileMode) string {
 		return "a directory"
 	}
 	return m.Type().String()
+}
+
+// ReadRegularFile reads the whole regular file at path, refusing (with a
+// *ReadError) anything that is not a regular file and any file of more
+// than limit bytes; what names the kind of file in the error ("record",
+// "payload file"). It never blocks on a FIFO and never reads more than
+// limit+1 bytes, even from a file that grows while it is read.
+func ReadRegularFile(path string, limit int64, what string) ([]byte, error) {
+	f, fi, err := OpenRegular(nil, path, path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ReadCapped(f, fi.Size(), path, limit, what)
+}
+
+// ReadCapped reads f whole (size is its size at open), at most limit
+// bytes.
+func ReadCapped(f io.Reader, size int64, path string, limit int64, what string) ([]byte, error) {
+	if size > limit {
+		return nil, &ReadError{Path: path, Msg: fmt.Sprintf("%d bytes is more than the %d-byte limit for a %s", size, limit, what)}
+	}
+	data, err := readAllCapped(f, limit, size)
+	if errors.Is(err, errTooLarge) {
+		return nil, &ReadError{Path: path, Msg: fmt.Sprintf("more than the %d-byte limit for a %s", limit, what)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %q: %w", path, err)
+	}
+	return data, nil
+}
+
+// errTooLarge is returned by readAllCapped for input beyond its limit.
+var errTooLarge = errors.New("input exceeds the size limit")
+
+// readAllCapped reads r to its end, or returns errTooLarge as soon as more
+// than limit bytes arrive (it reads at most limit+1 bytes). hint, when
+// positive, sizes the buffer (a file's size).
+func readAllCapped(r io.Reader, limit, hint int64) ([]byte, error) {
+	buf := make([]byte, 0, min(max(hint+1, 512), limit+1))
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):min(cap(buf), int(limit+1))])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, errTooLarge
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }

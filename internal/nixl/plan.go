@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/internal/addrmap"
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -488,8 +489,8 @@ func pairRows(x *Record, r, preq *layout.Request, cu, pu unit, lbase, pbase, rat
 		x.RemoteIDs = append(x.RemoteIDs, pbase+pu.region.EngineBlockOf(pb))
 		return nil
 	}
-	span, st, err := layout.RequestSpan(r, cg)
-	if err != nil || st != layout.SpanOK {
+	span, st, err := blockspan.Of(r, cg)
+	if err != nil || st != blockspan.OK {
 		return err
 	}
 	ptable := preq.BlockTable[fmt.Sprint(pg.ID)]
@@ -532,8 +533,8 @@ func pairVLLM(x *Record, r, preq *layout.Request, cu, pu unit, lbase, pbase, rat
 	// The consumer's blocks: those of the positions holding a token it
 	// pulls, less its prefix hit and a sliding window's dropped blocks
 	// (get_unhashed_block_ids, get_sw_clipped_blocks).
-	span, st, err := layout.RequestSpan(r, cg)
-	if err != nil || st != layout.SpanOK {
+	span, st, err := blockspan.Of(r, cg)
+	if err != nil || st != blockspan.OK {
 		return err
 	}
 	var local []int

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/side"
 )
@@ -160,7 +161,7 @@ func ChecksumsTableNumbered(c *side.Checks, n checksum.Numbering) *Table {
 				group := C("%d", g.ID)
 				for i := range g.Positions() {
 					pos := g.Start + i
-					tokens := C("%d", layout.ValidTokens(r.NumTokens, pos, g.BlockSize))
+					tokens := C("%d", blockspan.ValidTokens(r.NumTokens, pos, g.BlockSize))
 					if g.Kind == layout.KindMamba {
 						tokens = C("state")
 					}

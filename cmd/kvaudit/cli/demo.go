@@ -11,6 +11,7 @@ import (
 	"github.com/charmbracelet/x/ansi"
 	"github.com/spf13/cobra"
 
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/internal/report"
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/internal/synth"
@@ -243,7 +244,7 @@ func demoFlip(path string) (string, error) {
 	}
 	c := d.Groups[0].Caches[1]
 	req := &d.Manifest.Requests[0]
-	span, _, err := layout.RequestSpan(req, d.Groups[0].Group)
+	span, _, err := blockspan.Of(req, d.Groups[0].Group)
 	if err != nil {
 		d.Close()
 		return "", err

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/blockspan"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -95,7 +96,7 @@ func signFlips(t *testing.T, path string) []signFlip {
 	}
 	defer d.Close()
 	g := d.Groups[0]
-	span, _, err := layout.RequestSpan(&d.Manifest.Requests[0], g.Group)
+	span, _, err := blockspan.Of(&d.Manifest.Requests[0], g.Group)
 	if err != nil || span.Start != 0 {
 		t.Fatalf("span %+v: %v", span, err)
 	}
