@@ -425,3 +425,42 @@ func TestTransferWithoutRequest(t *testing.T) {
 		t.Fatalf("verdict %s, requests %+v, want those named %+v (notes %q)", res.Verdict, res.Requests, named.Requests, res.Notes)
 	}
 }
+
+// TestSameSourceDeliveredAgain: bytes delivered again from the same
+// source (the second halves of pair 0's two descriptors, added as a pair
+// of their own) are not written twice (docs/spec.md: the same source,
+// delivered again, is not a finding); from another source (the second
+// half of pair 1's remote descriptor: the next block's tokens 8-15) they
+// are, of the half's bytes, and misaligned.
+func TestSameSourceDeliveredAgain(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, orig := records(t, logs[0])
+	x := firstXfer(orig)
+	for _, from := range []int{0, 1} {
+		recs := slices.Clone(orig)
+		recs[x].LocalIDs = append(slices.Clone(recs[x].LocalIDs), halfDesc(recs, recs[x].Local, recs[x].LocalIDs[0], true))
+		recs[x].RemoteIDs = append(slices.Clone(recs[x].RemoteIDs), halfDesc(recs, recs[x].Remote, recs[x].RemoteIDs[from], true))
+		rewrite(t, logs[0], h, recs)
+		res := audit(t, logs, prod, cons)
+		if from == 0 {
+			if res.Verdict != transfer.Clean {
+				t.Fatalf("same source: verdict %s, findings %+v", res.Verdict, res.Findings)
+			}
+			continue
+		}
+		n := len(recs[x].LocalIDs) - 1 // the added pair
+		var got []string
+		for _, f := range res.Findings {
+			got = append(got, fmt.Sprintf("%s %d %d %d %v", f.Invariant, f.Transfer, f.Descriptor, f.Bytes, f.Tokens))
+		}
+		want := []string{
+			fmt.Sprintf("written-twice %d %d 16384 [8 15]", recs[x].ID, n),
+			fmt.Sprintf("aligned %d %d 16384 [8 15]", recs[x].ID, n),
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("another source: findings %q, want %q", got, want)
+		}
+	}
+}
