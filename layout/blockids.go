@@ -6,6 +6,8 @@ import (
 	"math"
 	"reflect"
 	"strconv"
+
+	"github.com/kvaudit/kvaudit/internal/jsonscan"
 )
 
 // NoBlock marks a null entry of a block table: a position whose block this
@@ -25,48 +27,64 @@ var (
 
 // UnmarshalJSON decodes an array of integers and nulls. It rejects what
 // encoding/json rejects for a []*int, with the same *json.UnmarshalTypeError
-// (the decoder adds the field's path), so the errors read as before.
+// (the decoder adds the field's path), so the errors read as before. It
+// reads data through internal/jsonscan into a table sized by the array's
+// commas (exactly, for a table of integers and nulls).
 func (b *BlockIDs) UnmarshalJSON(data []byte) error {
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 {
+	if len(bytes.TrimSpace(data)) == 0 {
 		return &json.UnmarshalTypeError{Value: "empty", Type: blockIDsType}
 	}
-	switch data[0] {
-	case 'n':
+	// encoding/json hands over one valid value: no limit on a number but
+	// its length. Nothing is read deeper than an element's first token.
+	sc := jsonscan.New(data, jsonscan.Options{MaxNumber: len(data)})
+	k, err := sc.Next()
+	switch {
+	case err != nil:
+		return err
+	case k == jsonscan.Null:
 		*b = nil
 		return nil
-	case '[':
-	default:
-		return &json.UnmarshalTypeError{Value: jsonKind(data), Type: blockIDsType}
+	case k != jsonscan.ArrayStart:
+		return &json.UnmarshalTypeError{Value: jsonKind(k), Type: blockIDsType}
 	}
-	n := 0
-	if err := eachArrayElem(data, func([]byte) error { n++; return nil }); err != nil {
-		return err
-	}
-	ids := make(BlockIDs, 0, n)
-	err := eachArrayElem(data, func(e []byte) error {
-		switch e[0] {
-		case 'n':
-			ids = append(ids, NoBlock)
+	var ids BlockIDs
+	for {
+		k, err := sc.Next()
+		if err != nil {
+			return err
+		}
+		switch k {
+		case jsonscan.ArrayEnd:
+			if ids == nil {
+				ids = BlockIDs{}
+			}
+			*b = ids
 			return nil
-		case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		case jsonscan.Null:
+			if ids == nil {
+				ids = make(BlockIDs, 0, bytes.Count(data, comma)+1)
+			}
+			ids = append(ids, NoBlock)
+			continue
+		case jsonscan.Number:
+			e := sc.Bytes()
 			v, err := strconv.ParseInt(string(e), 10, strconv.IntSize)
 			if err != nil || v == NoBlock {
 				// A fraction, an exponent or a value beyond int; and
 				// the one int that would read back as null.
 				return &json.UnmarshalTypeError{Value: "number " + string(e), Type: blockIDType}
 			}
+			if ids == nil {
+				ids = make(BlockIDs, 0, bytes.Count(data, comma)+1)
+			}
 			ids = append(ids, int(v))
-			return nil
+			continue
 		}
-		return &json.UnmarshalTypeError{Value: jsonKind(e), Type: blockIDType}
-	})
-	if err != nil {
-		return err
+		return &json.UnmarshalTypeError{Value: jsonKind(k), Type: blockIDType}
 	}
-	*b = ids
-	return nil
 }
+
+var comma = []byte{','}
 
 // MarshalJSON writes the table as an array with null for NoBlock.
 func (b BlockIDs) MarshalJSON() ([]byte, error) {
@@ -88,104 +106,20 @@ func (b BlockIDs) MarshalJSON() ([]byte, error) {
 	return append(out, ']'), nil
 }
 
-// jsonKind names the kind of the JSON value that starts data, as
+// jsonKind names the kind of the JSON value that starts with token k, as
 // encoding/json's type errors do.
-func jsonKind(data []byte) string {
-	switch data[0] {
-	case '{':
+func jsonKind(k jsonscan.Kind) string {
+	switch k {
+	case jsonscan.ObjectStart:
 		return "object"
-	case '[':
+	case jsonscan.ArrayStart:
 		return "array"
-	case '"':
+	case jsonscan.String:
 		return "string"
-	case 't', 'f':
+	case jsonscan.True, jsonscan.False:
 		return "bool"
-	case 'n':
+	case jsonscan.Null:
 		return "null"
 	}
 	return "number"
-}
-
-// eachArrayElem calls fn with each element of the JSON array data, which
-// encoding/json has already checked to be valid JSON.
-func eachArrayElem(data []byte, fn func([]byte) error) error {
-	i := 1 // past '['
-	for {
-		i = skipJSONSpace(data, i)
-		if i >= len(data) || data[i] == ']' {
-			return nil
-		}
-		if data[i] == ',' {
-			i++
-			continue
-		}
-		end := skipJSONValue(data, i)
-		if err := fn(data[i:end]); err != nil {
-			return err
-		}
-		i = end
-	}
-}
-
-func skipJSONSpace(data []byte, i int) int {
-	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipJSONString returns the index just past the string that starts at
-// data[i] (a '"'), and whether it holds an escape.
-func skipJSONString(data []byte, i int) (int, bool) {
-	esc := false
-	for i++; i < len(data); i++ {
-		switch data[i] {
-		case '\\':
-			esc = true
-			i++
-		case '"':
-			return i + 1, esc
-		}
-	}
-	return len(data), esc
-}
-
-// skipJSONValue returns the index just past the valid JSON value that
-// starts at data[i].
-func skipJSONValue(data []byte, i int) int {
-	switch data[i] {
-	case '"':
-		end, _ := skipJSONString(data, i)
-		return end
-	case '{', '[':
-		depth := 0
-		for i < len(data) {
-			switch data[i] {
-			case '"':
-				i, _ = skipJSONString(data, i)
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-			i++
-		}
-		return len(data)
-	}
-	for i < len(data) && !isJSONDelim(data[i]) {
-		i++
-	}
-	return i
-}
-
-func isJSONDelim(c byte) bool {
-	switch c {
-	case ' ', '\t', '\n', '\r', ',', ':', ']', '}', '[', '{', '"':
-		return true
-	}
-	return false
 }

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+
+	"github.com/kvaudit/kvaudit/internal/jsonscan"
 )
 
 var (
@@ -21,70 +23,66 @@ var (
 // follows t as encoding/json does (json tags, case-insensitive names,
 // embedded structs, pointers, slices, arrays, maps) and stops at a type
 // that decodes itself (json.Unmarshaler, encoding.TextUnmarshaler) or an
-// interface. It scans data in place and allocates only for escaped keys.
+// interface. It reads data through internal/jsonscan, with checkKeys's
+// limits, and allocates only for the keys of structs.
 func unknownField(data []byte, t reflect.Type) error {
-	_, err := knownValue(data, skipJSONSpace(data, 0), t)
-	return err
+	sc := jsonscan.New(data, jsonscan.Options{MaxDepth: maxJSONDepth, MaxNumber: maxJSONNumber, LoneSurrogates: true})
+	k, err := sc.Next()
+	if err != nil {
+		return err
+	}
+	return knownValue(sc, k, t)
 }
 
-// knownValue checks the value at data[i] against t and returns the index
-// just past it.
-func knownValue(data []byte, i int, t reflect.Type) (int, error) {
+// knownValue checks the value whose first token k sc has just returned
+// against t, and reads it to its end.
+func knownValue(sc *jsonscan.Scanner, k jsonscan.Kind, t reflect.Type) error {
 	for t != nil && t.Kind() == reflect.Pointer && !decodesItself(t) {
 		t = t.Elem()
 	}
-	if t == nil || decodesItself(t) || t.Kind() == reflect.Interface || (data[i] != '{' && data[i] != '[') {
-		return skipJSONValue(data, i), nil
+	if t == nil || decodesItself(t) || t.Kind() == reflect.Interface || (k != jsonscan.ObjectStart && k != jsonscan.ArrayStart) {
+		return sc.Skip(k)
 	}
-	if data[i] == '[' {
-		var elem reflect.Type
-		if k := t.Kind(); k == reflect.Slice || k == reflect.Array {
+	var elem reflect.Type
+	if k == jsonscan.ArrayStart {
+		if tk := t.Kind(); tk == reflect.Slice || tk == reflect.Array {
 			elem = t.Elem()
 		}
-		i = skipJSONSpace(data, i+1)
-		for data[i] != ']' {
-			var err error
-			if i, err = knownValue(data, i, elem); err != nil {
-				return 0, err
-			}
-			i = skipJSONSpace(data, i)
-			if data[i] == ',' {
-				i = skipJSONSpace(data, i+1)
-			}
-		}
-		return i + 1, nil
+	} else if t.Kind() == reflect.Map {
+		elem = t.Elem()
 	}
-	i = skipJSONSpace(data, i+1)
-	for data[i] != '}' {
-		end, esc := skipJSONString(data, i)
-		key := string(data[i+1 : end-1])
-		if esc {
-			if err := json.Unmarshal(data[i:end], &key); err != nil {
-				return 0, err
+	for {
+		k, err := sc.Next()
+		if err != nil {
+			return err
+		}
+		switch k {
+		case jsonscan.ArrayEnd, jsonscan.ObjectEnd:
+			return nil
+		case jsonscan.String:
+			if !sc.IsKey() {
+				break
 			}
-		}
-		i = skipJSONSpace(data, end)
-		i = skipJSONSpace(data, i+1) // the ':'
-		var field reflect.Type
-		switch t.Kind() {
-		case reflect.Map:
-			field = t.Elem()
-		case reflect.Struct:
-			var ok bool
-			if field, ok = structField(t, key); !ok {
-				return 0, fmt.Errorf("json: unknown field %q", key)
+			field := elem
+			if t.Kind() == reflect.Struct {
+				key := string(sc.Bytes())
+				var ok bool
+				if field, ok = structField(t, key); !ok {
+					return fmt.Errorf("json: unknown field %q", key)
+				}
 			}
+			if k, err = sc.Next(); err != nil {
+				return err
+			}
+			if err := knownValue(sc, k, field); err != nil {
+				return err
+			}
+			continue
 		}
-		var err error
-		if i, err = knownValue(data, i, field); err != nil {
-			return 0, err
-		}
-		i = skipJSONSpace(data, i)
-		if data[i] == ',' {
-			i = skipJSONSpace(data, i+1)
+		if err := knownValue(sc, k, elem); err != nil {
+			return err
 		}
 	}
-	return i + 1, nil
 }
 
 // decodesItself says whether encoding/json hands a value of type t its

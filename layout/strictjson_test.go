@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -181,7 +182,39 @@ func FuzzStrictJSON(f *testing.F) {
 		if !bytes.Contains(data, []byte("9223372036854775808")) {
 			checkLikePointers(t, data)
 		}
+		checkLikeOldWalkers(t, data)
 	})
+}
+
+// checkLikeOldWalkers: on valid JSON, unknownField and BlockIDs (through
+// internal/jsonscan) agree with the hand-written walkers they replaced.
+func checkLikeOldWalkers(t *testing.T, data []byte) {
+	t.Helper()
+	if !json.Valid(data) || checkJSONKeys(data) != nil {
+		return // DecodeStrictJSON refuses it first
+	}
+	for _, typ := range []reflect.Type{reflect.TypeFor[*knownDoc](), reflect.TypeFor[*withIDs](), reflect.TypeFor[*Manifest]()} {
+		if a, b := unknownField(data, typ), oldUnknownField(data, typ); fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Fatalf("%.200s as %v: unknownField says %v, the old walker %v", data, typ, a, b)
+		}
+	}
+	var a, b BlockIDs
+	errA, errB := a.UnmarshalJSON(data), oldUnmarshalBlockIDs(&b, data)
+	if fmt.Sprint(errA) != fmt.Sprint(errB) || fmt.Sprint([]int(a)) != fmt.Sprint([]int(b)) || (a == nil) != (b == nil) {
+		t.Fatalf("%.200s: BlockIDs %v, %v; the old walker %v, %v", data, []int(a), errA, []int(b), errB)
+	}
+}
+
+// TestLikeOldWalkers runs checkLikeOldWalkers on the key and block cases
+// and the manifest corpus.
+func TestLikeOldWalkers(t *testing.T) {
+	for _, in := range keyCorpus(t) {
+		checkLikeOldWalkers(t, in)
+	}
+	for _, c := range blockCases {
+		checkLikeOldWalkers(t, []byte(c))
+		checkLikeOldWalkers(t, []byte(`{"n":1,"b":{"0":`+c+`},"m":2}`))
+	}
 }
 
 // BenchmarkParseManifestBlockTable parses a 20 MB manifest (as
@@ -191,6 +224,24 @@ func FuzzStrictJSON(f *testing.F) {
 // in some 150 allocations. With []*int tables and a tokenizing key check it
 // was about 25 times the input, in 7 allocations an entry.
 func BenchmarkParseManifestBlockTable(b *testing.B) {
+	big, key, n := bigManifest(b)
+	b.SetBytes(int64(len(big)))
+	b.ReportAllocs()
+	for b.Loop() {
+		got, err := ParseManifest("big.json", big)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(got.Requests[0].BlockTable[key]) != n {
+			b.Fatal("table lost entries")
+		}
+	}
+	b.ReportMetric(float64(len(big))/1e6, "input-MB")
+}
+
+// bigManifest is BenchmarkParseManifestBlockTable's manifest, the key of
+// its block table and the table's length.
+func bigManifest(b *testing.B) ([]byte, string, int) {
 	data, err := os.ReadFile(filepath.Join("testdata", "manifest", "ok-minimal.json"))
 	if err != nil {
 		b.Fatal(err)
@@ -200,27 +251,17 @@ func BenchmarkParseManifestBlockTable(b *testing.B) {
 		b.Fatal(err)
 	}
 	const n = 2_500_000
+	key := fmt.Sprint(m.Groups[0].ID)
 	m.NumBlocks = 2
-	m.Requests = []Request{{ID: "big", NumTokens: 1, BlockTable: map[string]BlockIDs{fmt.Sprint(m.Groups[0].ID): make(BlockIDs, n)}}}
-	for i := range m.Requests[0].BlockTable[fmt.Sprint(m.Groups[0].ID)] {
-		m.Requests[0].BlockTable[fmt.Sprint(m.Groups[0].ID)][i] = 1
+	m.Requests = []Request{{ID: "big", NumTokens: 1, BlockTable: map[string]BlockIDs{key: make(BlockIDs, n)}}}
+	for i := range m.Requests[0].BlockTable[key] {
+		m.Requests[0].BlockTable[key][i] = 1
 	}
 	big, err := MarshalManifest(m)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.SetBytes(int64(len(big)))
-	b.ReportAllocs()
-	for b.Loop() {
-		got, err := ParseManifest("big.json", big)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(got.Requests[0].BlockTable[fmt.Sprint(m.Groups[0].ID)]) != n {
-			b.Fatal("table lost entries")
-		}
-	}
-	b.ReportMetric(float64(len(big))/1e6, "input-MB")
+	return big, key, n
 }
 
 // sameCheck says whether two key checks agree: the same error, or both a

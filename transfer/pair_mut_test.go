@@ -177,10 +177,13 @@ func TestPairOutsideEveryCache(t *testing.T) {
 // page's layer and part, every head of the rank (the llama preset's 8),
 // and the chunk's 16 tokens at the block's position. vLLM's connector
 // lists a request's pairs layer by layer, K then V, then chunk by chunk
-// (one a producer block), so pair d of a request pulling n chunks a page
-// is layer d/(2n), part (d/n)%2, chunk d%n.
+// (a producer block, or kernel row), so pair d of a request pulling n
+// chunks a page is layer d/(2n), part (d/n)%2, chunk d%n.
 func TestConvertedChunkFindings(t *testing.T) {
-	chunked := func(g geometry, n int, cpos, ppos0 int, prod, cons []*layout.Dump) func(inv string, d, srcChunk int) transfer.Finding {
+	// chunked makes the findings of a request pulling n chunks a page
+	// into its block at cpos, from the producer's blocks of per chunks
+	// from position ppos0 on.
+	chunked := func(g geometry, n, per int, cpos, ppos0 int, prod, cons []*layout.Dump) func(inv string, d, srcChunk int) transfer.Finding {
 		ctable, ptable := cons[0].Manifest.Request("req-0").BlockTable["0"], prod[0].Manifest.Request("req-0").BlockTable["0"]
 		S := g.c.BlockSize
 		return func(inv string, d, srcChunk int) transfer.Finding {
@@ -189,7 +192,7 @@ func TestConvertedChunkFindings(t *testing.T) {
 			f := transfer.Finding{Invariant: inv, Request: "req-0", Transfer: 1, Descriptor: d, Rank: layout.Rank{}, Group: 0,
 				Position: cpos, Block: ctable[cpos], Layer: layer, LayerName: fmt.Sprintf("model.layers.%d.self_attn.attn", layer),
 				Part: part, Heads: [2]int{0, 7}, Tokens: tok(c), Bytes: 16 * 8 * 128 * 2,
-				Source: &transfer.Source{Agent: "producer-pp0-tp0", Block: ptable[ppos0+srcChunk], Request: "req-0", Position: ppos0 + srcChunk, Expected: "req-0"}}
+				Source: &transfer.Source{Agent: "producer-pp0-tp0", Block: ptable[ppos0+srcChunk/per], Request: "req-0", Position: ppos0 + srcChunk/per, Expected: "req-0"}}
 			st := tok(srcChunk)
 			f.Message = fmt.Sprintf("transfer 1 descriptor %d: the local bytes hold layer %d %s heads 0-7 tokens %d-%d, the remote bytes layer %d %s heads 0-7 tokens %d-%d (compared per chunk of tokens: the consumer converts what it receives)",
 				d, layer, part, f.Tokens[0], f.Tokens[1], layer, part, st[0], st[1])
@@ -227,9 +230,13 @@ func TestConvertedChunkFindings(t *testing.T) {
 
 	// 40 tokens from blocks of 16 into one block of 64: 3 chunks a page,
 	// 24 pairs; the producer's blocks at positions 0-2.
-	g := vllmGeometries()[0]
+	named := func(name string) geometry {
+		gs := vllmGeometries()
+		return gs[slices.IndexFunc(gs, func(g geometry) bool { return g.name == name })]
+	}
+	g := named("16-to-64")
 	prod, cons := sides(t, g)
-	f := chunked(g, 3, 0, 0, prod, cons)
+	f := chunked(g, 3, 1, 0, 0, prod, cons)
 	t.Run(g.name+"/K", func(t *testing.T) {
 		check(t, g, swap(0, 1), func(int, []nixl.Record) []transfer.Finding {
 			return []transfer.Finding{f(transfer.Aligned, 0, 1), f(transfer.Aligned, 1, 0)}
@@ -258,12 +265,24 @@ func TestConvertedChunkFindings(t *testing.T) {
 
 	// 64 tokens, the first 32 a prefix hit, into blocks of 32: position 1
 	// is pulled, 2 chunks a page, from the producer's positions 2 and 3.
-	g = vllmGeometries()[4]
+	g = named("prefix-hit-ratio")
 	prod, cons = sides(t, g)
-	f = chunked(g, 2, 1, 2, prod, cons)
+	f = chunked(g, 2, 1, 1, 2, prod, cons)
 	t.Run(g.name, func(t *testing.T) {
 		check(t, g, swap(0, 1), func(int, []nixl.Record) []transfer.Finding {
 			return []transfer.Finding{f(transfer.Aligned, 0, 1), f(transfer.Aligned, 1, 0)}
+		})
+	})
+
+	// 64 tokens from blocks of 32 (rows of 16) into a block of 64 (rows
+	// of 32): 4 chunks a page, two a row; chunks 2 and 3 are the second
+	// row's, from the producer's second block, its two rows.
+	g = named("16x2-to-32x2")
+	prod, cons = sides(t, g)
+	f = chunked(g, 4, 2, 0, 0, prod, cons)
+	t.Run(g.name, func(t *testing.T) {
+		check(t, g, swap(2, 3), func(int, []nixl.Record) []transfer.Finding {
+			return []transfer.Finding{f(transfer.Aligned, 2, 3), f(transfer.Aligned, 3, 2)}
 		})
 	})
 }
@@ -294,7 +313,9 @@ func halfDesc(recs []nixl.Record, handle, id int, second bool) int {
 // llama geometry is nhd (token-major): the second half of a block's K is
 // tokens 8-15, every head. The tiny preset's TP 4 consumer ranks hold one
 // head each (tp 3: head 1), blocks of 2 tokens, hnd: the first half of a
-// head's K is token 0.
+// head's K is token 0. Where the consumer converts (vLLM 16 -> 64), both
+// are placed at the chunk (every head), and the first half of an hnd
+// producer block holds its 16 tokens (heads 0-3).
 func TestPairOfAnotherLengthOutsideItsBlocks(t *testing.T) {
 	for _, tc := range []struct {
 		g              geometry
@@ -306,6 +327,7 @@ func TestPairOfAnotherLengthOutsideItsBlocks(t *testing.T) {
 	}{
 		{geometries()[0], true, false, [2]int{0, 7}, [2]int{8, 15}, "K", layout.Rank{}, 32768, 16384},
 		{geometries()[6], false, true, [2]int{1, 1}, [2]int{0, 0}, "K", layout.Rank{TP: 3}, 16, 8},
+		{vllmGeometries()[0], false, false, [2]int{0, 7}, [2]int{0, 15}, "K", layout.Rank{}, 32768, 16384},
 	} {
 		t.Run(tc.g.name, func(t *testing.T) {
 			prod, cons, logs := pull(t, t.TempDir(), tc.g)
@@ -384,5 +406,22 @@ func TestMLAPairFinding(t *testing.T) {
 	}
 	if !reflect.DeepEqual(res.Findings, want) {
 		t.Fatalf("findings\n%+v\nwant\n%+v", res.Findings, want)
+	}
+}
+
+// TestTransferWithoutRequest: a transfer whose record names no request
+// (the field is optional) is its first destination block's request's:
+// the correct pull with no request named audits as it does with them.
+func TestTransferWithoutRequest(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	named := audit(t, logs, prod, cons)
+	h, recs := records(t, logs[0])
+	for i := range recs {
+		recs[i].Request, recs[i].HasRequest = "", false
+	}
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	if res.Verdict != transfer.Clean || len(res.Requests) != 2 || !reflect.DeepEqual(res.Requests, named.Requests) {
+		t.Fatalf("verdict %s, requests %+v, want those named %+v (notes %q)", res.Verdict, res.Requests, named.Requests, res.Notes)
 	}
 }

@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/kvaudit/kvaudit/parse"
 	"strconv"
 
+	"github.com/kvaudit/kvaudit/internal/jsonscan"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // RecordFormat is the format tag of a record.
@@ -110,54 +111,36 @@ func ParseRecords(file string, data []byte) ([]*Record, error) {
 }
 
 // splitJSONDocs returns the byte ranges of the JSON values that follow one
-// another in data (whitespace between), found by matching brackets
-// outside strings; DecodeStrictJSON then checks each. An empty input, or
-// one whose brackets do not close, is an error.
+// another in data (whitespace between), as internal/jsonscan reads them;
+// DecodeStrictJSON then checks and decodes each. A value with a syntax
+// error ends the split: the range from its start to the end of the input
+// is the last, and its check reports the error where it is. An input that
+// is empty, that ends inside a value, or that holds a closing bracket where
+// a value starts is an error of the split.
 func splitJSONDocs(data []byte) ([][2]int, error) {
+	sc := jsonscan.New(data, jsonscan.Options{Stream: true, LoneSurrogates: true})
 	var docs [][2]int
-	i := 0
 	for {
-		for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
-			i++
+		c, err := sc.Peek()
+		if err != nil {
+			break // only whitespace is left
 		}
-		if i == len(data) {
+		start := int(sc.Offset())
+		if c == '}' || c == ']' {
+			return nil, fmt.Errorf("unbalanced %q at offset %d", c, start)
+		}
+		k, err := sc.Next()
+		if err == nil {
+			err = sc.Skip(k)
+		}
+		if err != nil {
+			if je := (*jsonscan.Error)(nil); errors.As(err, &je) && je.Code == jsonscan.ErrEOF {
+				return nil, fmt.Errorf("unexpected end of input (a value opened at offset %d does not close)", start)
+			}
+			docs = append(docs, [2]int{start, len(data)})
 			break
 		}
-		start := i
-		depth, inString := 0, false
-		for ; i < len(data); i++ {
-			c := data[i]
-			if inString {
-				switch c {
-				case '\\':
-					i++
-				case '"':
-					inString = false
-				}
-				continue
-			}
-			switch c {
-			case '"':
-				inString = true
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-			}
-			if depth == 0 && (c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r') {
-				if c == '}' || c == ']' {
-					i++
-				}
-				break
-			}
-			if depth < 0 {
-				return nil, fmt.Errorf("unbalanced %q at offset %d", c, i)
-			}
-		}
-		if depth != 0 || inString {
-			return nil, fmt.Errorf("unexpected end of input (a value opened at offset %d does not close)", start)
-		}
-		docs = append(docs, [2]int{start, min(i, len(data))})
+		docs = append(docs, [2]int{start, int(sc.Offset())})
 	}
 	if len(docs) == 0 {
 		return nil, errors.New("unexpected end of JSON input")

@@ -291,17 +291,26 @@ func (s *Scanner) Peek() (byte, error) {
 // of a line).
 func (s *Scanner) skipSpace() (byte, bool) {
 	for {
-		for ; s.i < len(s.buf); s.i++ {
-			switch c := s.buf[s.i]; c {
+		buf := s.buf
+		for i := s.i; i < len(buf); i++ {
+			c := buf[i]
+			if c > ' ' { // no whitespace byte is above the space
+				s.i = i
+				return c, true
+			}
+			switch c {
 			case ' ', '\t', '\r':
 			case '\n':
 				if s.opt.Lines {
+					s.i = i
 					return 0, false
 				}
 			default:
+				s.i = i
 				return c, true
 			}
 		}
+		s.i = len(buf)
 		if !s.fill(1, s.i) {
 			return 0, false
 		}
@@ -349,6 +358,11 @@ func (s *Scanner) EndLine() (c byte, eof bool, err error) {
 // grammar; the byte after the number is not read.
 func (s *Scanner) Number() ([]byte, error) {
 	s.tokAt = s.Offset()
+	if j, ok := s.intEnd(s.buf, s.i); ok {
+		s.tok = s.buf[s.i:j]
+		s.i = j
+		return s.tok, nil
+	}
 	n := 0               // the number's bytes read so far, from s.i
 	peek := func() int { // the byte at s.i+n, or -1 at the end
 		if s.i+n >= len(s.buf) && !s.fill(n+1, s.i) {
@@ -409,6 +423,34 @@ func (s *Scanner) Number() ([]byte, error) {
 	s.tok = s.buf[s.i : s.i+n]
 	s.i += n
 	return s.tok, nil
+}
+
+// intEnd is Number's fast path: the end of the integer at buf[i] (buf is
+// s.buf), when it is one (no fraction, no exponent), well formed, within
+// Options.MaxNumber, and held whole in the buffer (a streaming Scanner's
+// may go on after a refill). Otherwise it returns false and Number reads
+// the number slowly.
+func (s *Scanner) intEnd(buf []byte, i int) (int, bool) {
+	j := i
+	if j < len(buf) && buf[j] == '-' {
+		j++
+	}
+	switch {
+	case j >= len(buf) || buf[j] < '0' || buf[j] > '9':
+		return 0, false
+	case buf[j] == '0':
+		j++
+	default:
+		for j++; j < len(buf) && buf[j] >= '0' && buf[j] <= '9'; j++ {
+		}
+	}
+	if j >= len(buf) {
+		return j, s.r == nil && j-i <= s.opt.MaxNumber
+	}
+	if c := buf[j]; c == '.' || c == 'e' || c == 'E' || j-i > s.opt.MaxNumber {
+		return 0, false
+	}
+	return j, true
 }
 
 // Uint reads a non-negative integer of at most max that starts at the

@@ -290,6 +290,11 @@ func TestHostile(t *testing.T) {
 		{`"abc\tef"`, Options{MaxString: 5}, ErrLongString, 7},
 		{`"abcd\t"`, Options{MaxString: 4}, ErrLongString, 5},
 		{`"abcde"`, Options{MaxString: 5}, 0, 0},
+		{`"a\uFFFF"`, Options{MaxString: 3}, ErrLongString, 2}, // the escape's offset, streamed too
+		// Too long and not UTF-8: the first error, however the input is read.
+		{`"aa` + "\xa9" + `a"`, Options{MaxString: 3}, ErrUTF8, 3},
+		{`"aaaa` + "\xa9" + `"`, Options{MaxString: 3}, ErrLongString, 4},
+		{`"日` + "\x9c\xac" + `"`, Options{MaxString: 3}, ErrUTF8, 4},
 		{`"a` + "\xff" + `b"`, Options{}, ErrUTF8, 2},
 		{`"\u00e9` + "\xc3" + `"`, Options{}, ErrUTF8, 7},
 		{`"\ud800"`, Options{}, ErrSurrogate, 1},
@@ -306,7 +311,8 @@ func TestHostile(t *testing.T) {
 		{"", Options{}, ErrEOF, 0},
 		{"[1,", Options{}, ErrEOF, 3},
 	} {
-		for _, s := range []*Scanner{New([]byte(c.in), c.opt), NewReader(iotest.OneByteReader(strings.NewReader(c.in)), c.opt)} {
+		for _, s := range []*Scanner{New([]byte(c.in), c.opt), NewReader(iotest.OneByteReader(strings.NewReader(c.in)), c.opt),
+			NewReader(iotest.HalfReader(strings.NewReader(c.in)), c.opt)} {
 			_, err := scanAll(s)
 			var e *Error
 			switch {
@@ -435,9 +441,93 @@ func scanAll2(s *Scanner) (int, error) {
 	}
 }
 
+// skipTrace reads data token by token, skipping each container that
+// opens at depth skipAt (Skip, or refSkip, which calls Next), and returns
+// what it saw: the tokens, the offsets after each skip, and the error.
+func skipTrace(s *Scanner, skipAt int, ref bool) string {
+	var out strings.Builder
+	for {
+		k, err := s.Next()
+		if err == nil && (k == ObjectStart || k == ArrayStart) && s.Depth() == skipAt {
+			if ref {
+				err = refSkip(s)
+			} else {
+				err = s.Skip(k)
+			}
+			if err == nil { // after an error, only the error counts
+				fmt.Fprintf(&out, "skip %c to %d (%d) depth %d; ", k, s.Offset(), s.TokenOffset(), s.Depth())
+			}
+		} else if err == nil {
+			fmt.Fprintf(&out, "%c at %d; ", k, s.TokenOffset())
+			if k == String || k == Number {
+				fmt.Fprintf(&out, "%q; ", s.Bytes())
+			}
+		}
+		var e *Error
+		if errors.As(err, &e) {
+			fmt.Fprintf(&out, "error %v at %d", e, e.Offset)
+			return out.String()
+		}
+		if err != nil || k == End {
+			fmt.Fprint(&out, err)
+			return out.String()
+		}
+	}
+}
+
+// refSkip is Skip as Next's loop: the reference of its fast path.
+func refSkip(s *Scanner) error {
+	for depth := s.Depth(); s.Depth() >= depth; {
+		if _, err := s.Next(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// compareSkip checks Skip against refSkip on data, in memory and streamed,
+// skipping at depths 1 to 3.
+func compareSkip(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, data []byte, opt Options) {
+	t.Helper()
+	for skipAt := 1; skipAt <= 3; skipAt++ {
+		want := skipTrace(New(data, opt), skipAt, true)
+		for _, s := range []*Scanner{New(data, opt), NewReader(iotest.OneByteReader(bytes.NewReader(data)), opt),
+			NewReader(iotest.HalfReader(bytes.NewReader(data)), opt)} {
+			if got := skipTrace(s, skipAt, false); got != want {
+				t.Fatalf("%q, %+v, skipping at depth %d:\nSkip %s\nNext %s", data, opt, skipAt, got, want)
+			}
+		}
+	}
+}
+
+// TestSkipAgainstNext: Skip (its fast path and Next where it stops) reads
+// random documents, broken ones and several in a stream as Next does,
+// under random limits, to the same offsets and the same errors.
+func TestSkipAgainstNext(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		opt := Options{
+			MaxDepth:       rapid.SampledFrom([]int{0, 2, 3}).Draw(t, "depth"),
+			MaxString:      rapid.SampledFrom([]int{0, 3}).Draw(t, "string"),
+			MaxNumber:      rapid.SampledFrom([]int{0, 4}).Draw(t, "number"),
+			Lines:          rapid.Bool().Draw(t, "lines"),
+			Stream:         rapid.Bool().Draw(t, "stream"),
+			LoneSurrogates: rapid.Bool().Draw(t, "surrogates"),
+		}
+		doc := genDoc(t, 4)
+		compareSkip(t, []byte(doc), opt)
+		for range 4 {
+			compareSkip(t, []byte(mutate(t, doc)), opt)
+		}
+		compareSkip(t, []byte(doc+" "+doc), opt)
+	})
+}
+
 // FuzzScanner: no input panics the scanner, in memory or streamed a byte
 // at a time; both give the same tokens and error; valid UTF-8 input agrees
-// with encoding/json.
+// with encoding/json; Skip agrees with Next.
 func FuzzScanner(f *testing.F) {
 	for _, h := range hostile {
 		f.Add([]byte(h))
@@ -458,5 +548,28 @@ func FuzzScanner(f *testing.F) {
 		if len(data) < 1000 && bytes.Count(data, []byte("[")) < 60 && bytes.Count(data, []byte("{")) < 60 {
 			compare(t, data)
 		}
+		if len(data) < 4000 {
+			compareSkip(t, data, Options{MaxString: 1 << 10, Stream: true})
+			compareSkip(t, data, Options{MaxDepth: 3, MaxString: 4, MaxNumber: 5, Lines: true})
+		}
 	})
+}
+
+// TestPlainRun: the word-at-a-time test passes over no special byte,
+// whatever its value and place, and over every block of plain bytes.
+func TestPlainRun(t *testing.T) {
+	for c := range 256 {
+		for p := range 24 {
+			buf := bytes.Repeat([]byte("a"), 27)
+			buf[p] = byte(c)
+			got := plainRun(buf, 0)
+			want := 24 // the blocks of 8 before the last, shorter one
+			if special[c] {
+				want = p / 8 * 8
+			}
+			if got != want {
+				t.Fatalf("byte %#x at %d: plainRun %d, want %d", c, p, got, want)
+			}
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package jsonscan
 
 import (
+	"encoding/binary"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -17,15 +18,33 @@ var special = func() (t [256]bool) {
 	return t
 }()
 
+// plainRun returns the index of the first 8-byte block of buf from i on
+// that may hold a special byte (or of the last, shorter one): the bytes
+// before it are none. It reads a block as one word: each of its tests
+// flags every byte it looks for, and may flag wrongly only a byte above
+// one rightly flagged.
+func plainRun(buf []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(buf); i += 8 {
+		w := binary.LittleEndian.Uint64(buf[i:])
+		quote, backslash := w^(ones*'"'), w^(ones*'\\')
+		if ((quote-ones)&^quote|(backslash-ones)&^backslash|(w-ones*0x20)&^w|w)&highs != 0 {
+			break
+		}
+	}
+	return i
+}
+
 // String reads the string that starts at the next unread byte (a '"',
 // which Peek returned) and returns its decoded bytes, valid until the
 // next call.
 func (s *Scanner) String() ([]byte, error) {
 	s.tokAt = s.Offset()
 	s.i++ // the opening quote
-	start, j, ascii := s.i, s.i, true
-	for j < len(s.buf) {
-		c := s.buf[j]
+	buf := s.buf
+	start, j, ascii := s.i, plainRun(s.buf, s.i), true
+	for j < len(buf) {
+		c := buf[j]
 		if !special[c] {
 			j++
 			continue
@@ -38,13 +57,19 @@ func (s *Scanner) String() ([]byte, error) {
 		if c != '"' {
 			break
 		}
-		// No escape, all in the buffer: the bytes themselves.
-		b := s.buf[start:j]
-		if max := s.opt.MaxString; max > 0 && len(b) > max {
+		// No escape, all in the buffer: the bytes themselves. Of a
+		// string too long and one not UTF-8, the first error counts (at
+		// the same byte, the UTF-8's, as stringSlow has it).
+		b := buf[start:j]
+		bad := len(b)
+		if !ascii && !utf8.Valid(b) {
+			bad = firstInvalid(b)
+		}
+		if max := s.opt.MaxString; max > 0 && len(b) > max && max < bad {
 			return nil, &Error{Code: ErrLongString, Offset: s.base + int64(start+max), Limit: uint64(max)}
 		}
-		if !ascii && !utf8.Valid(b) {
-			return nil, s.errAt(ErrUTF8, start+firstInvalid(b))
+		if bad < len(b) {
+			return nil, s.errAt(ErrUTF8, start+bad)
 		}
 		s.i = j + 1
 		s.tok = b
@@ -69,12 +94,13 @@ func (s *Scanner) stringSlow() ([]byte, error) {
 			s.tok = s.str
 			return s.str, nil
 		case c == '\\':
-			at, n := s.i, len(s.str)
+			// The escape's offset: escape may refill, moving the buffer.
+			at, n := s.Offset(), len(s.str)
 			if err := s.escape(); err != nil {
 				return nil, err
 			}
 			if max > 0 && len(s.str) > max && n <= max {
-				return nil, &Error{Code: ErrLongString, Offset: s.base + int64(at), Limit: uint64(max)}
+				return nil, &Error{Code: ErrLongString, Offset: at, Limit: uint64(max)}
 			}
 		case c < 0x20:
 			if c == '\n' && s.opt.Lines {
@@ -82,12 +108,14 @@ func (s *Scanner) stringSlow() ([]byte, error) {
 			}
 			return nil, s.errAt(ErrControl, s.i)
 		default:
+			// j ends the run, or is its invalid byte: the length's
+			// error first if it comes before it.
 			j, err := s.run()
-			if err != nil {
-				return nil, err
-			}
 			if max > 0 && len(s.str)+j-s.i > max {
 				return nil, &Error{Code: ErrLongString, Offset: s.base + int64(s.i+max-len(s.str)), Limit: uint64(max)}
+			}
+			if err != nil {
+				return nil, err
 			}
 			s.str = append(s.str, s.buf[s.i:j]...)
 			s.i = j
@@ -96,7 +124,9 @@ func (s *Scanner) stringSlow() ([]byte, error) {
 }
 
 // run returns the end of the run of plain string bytes at s.i (at least
-// one rune), checking their UTF-8; it may refill the buffer first.
+// one rune), checking their UTF-8; it may refill the buffer first. At a
+// byte that starts no valid rune it returns that byte's index and an
+// ErrUTF8.
 func (s *Scanner) run() (int, error) {
 	j := s.i
 	for j < len(s.buf) {
@@ -122,7 +152,7 @@ func (s *Scanner) run() (int, error) {
 		}
 		r, n := utf8.DecodeRune(s.buf[j:])
 		if r == utf8.RuneError && n <= 1 {
-			return 0, s.errAt(ErrUTF8, j)
+			return j, s.errAt(ErrUTF8, j)
 		}
 		j += n
 	}

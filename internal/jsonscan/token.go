@@ -160,15 +160,168 @@ func (s *Scanner) valueDone() {
 
 // Skip skips the value whose first token Next has just returned: for an
 // ObjectStart or ArrayStart, up to and including its end; for any other
-// token, nothing.
+// token, nothing. It checks what it skips as Next does, and fails as Next
+// would, at the same offset.
 func (s *Scanner) Skip(k Kind) error {
 	if k != ObjectStart && k != ArrayStart {
 		return nil
 	}
-	for depth := len(s.stack); len(s.stack) >= depth; {
+	for depth := len(s.stack); ; {
+		s.skipRun(depth)
+		if len(s.stack) < depth {
+			return nil
+		}
 		if _, err := s.Next(); err != nil {
 			return err
 		}
+		if len(s.stack) < depth {
+			return nil
+		}
 	}
-	return nil
+}
+
+// skipRun is Skip's fast path: it reads on as Next would, without
+// returning tokens, while the tokens are simple and held whole in the
+// buffer (whitespace, commas, colons, brackets, strings without escapes or
+// non-ASCII bytes, integers, literals), and stops at the first other
+// byte, at the end of the buffer, or once the container open at depth
+// has closed. Next reads what it stops at, and words any error. It leaves
+// the Scanner as Next would (TokenOffset, Bytes included). It works on
+// copies of the Scanner's fields, written back when it stops.
+func (s *Scanner) skipRun(depth int) {
+	buf, i := s.buf, s.i
+	state, opened, stack := s.state, s.opened, s.stack
+	at, tok, hasTok := -1, []byte(nil), false // the last token's
+	space := &jsonSpace
+	if s.opt.Lines {
+		space = &lineSpace
+	}
+	maxDepth := s.opt.MaxDepth
+loop:
+	for {
+		for i < len(buf) && space[buf[i]] {
+			i++
+		}
+		if i >= len(buf) {
+			break
+		}
+		c := buf[i]
+		var top byte
+		if n := len(stack); n > 0 {
+			top = stack[n-1]
+		}
+		// A closing bracket Next would take closes the container.
+		if c == '}' && top == '{' && (state == stComma || state == stKey && opened) ||
+			c == ']' && top == '[' && (state == stComma || state == stValue && opened) {
+			at = i
+			i++
+			stack = stack[:len(stack)-1]
+			opened = false
+			state = stComma
+			if len(stack) == 0 {
+				state = stTop
+			}
+			if len(stack) < depth {
+				break
+			}
+			continue
+		}
+		if state == stComma && c == ',' {
+			i++
+			opened = false
+			if top == '{' {
+				state = stKey
+			} else {
+				state = stValue
+			}
+			continue
+		}
+		if state == stColon && c == ':' {
+			i++
+			state = stValue
+			continue
+		}
+		if state == stKey && c == '"' {
+			j, ok := s.plainString(buf, i)
+			if !ok {
+				break
+			}
+			at, tok, hasTok = i, buf[i+1:j-1], true
+			i = j
+			state = stColon
+			continue
+		}
+		if state != stValue {
+			break
+		}
+		switch c {
+		case '{', '[':
+			if len(stack) >= maxDepth {
+				break loop
+			}
+			at = i
+			i++
+			stack = append(stack, c)
+			opened = true
+			if c == '{' {
+				state = stKey
+			}
+			continue
+		case '"':
+			j, ok := s.plainString(buf, i)
+			if !ok {
+				break loop
+			}
+			at, tok, hasTok = i, buf[i+1:j-1], true
+			i = j
+		case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+			j, ok := s.intEnd(buf, i)
+			if !ok {
+				break loop
+			}
+			at, tok, hasTok = i, buf[i:j], true
+			i = j
+		case 't', 'f', 'n':
+			word := "null"
+			if c == 't' {
+				word = "true"
+			} else if c == 'f' {
+				word = "false"
+			}
+			if len(buf)-i < len(word) || string(buf[i:i+len(word)]) != word {
+				break loop
+			}
+			at = i
+			i += len(word)
+		default:
+			break loop // Next reads it
+		}
+		opened = false
+		state = stComma // a value inside the container
+	}
+	s.i, s.state, s.opened, s.stack = i, state, opened, stack
+	if at >= 0 {
+		s.tokAt = s.base + int64(at)
+	}
+	if hasTok {
+		s.tok = tok
+	}
+}
+
+// jsonSpace marks JSON's whitespace, lineSpace that of a line of JSON
+// Lines (not the newline).
+var jsonSpace, lineSpace = [256]bool{' ': true, '\t': true, '\r': true, '\n': true}, [256]bool{' ': true, '\t': true, '\r': true}
+
+// plainString returns the index past the string at buf[i] when it holds
+// no escape, control character or non-ASCII byte, ends within buf and
+// within Options.MaxString.
+func (s *Scanner) plainString(buf []byte, i int) (int, bool) {
+	j := plainRun(buf, i+1)
+	for j < len(buf) && !special[buf[j]] {
+		j++
+	}
+	if j >= len(buf) || buf[j] != '"' || (s.opt.MaxString > 0 && j-i-1 > s.opt.MaxString) {
+		return 0, false
+	}
+	return j + 1, true
 }
