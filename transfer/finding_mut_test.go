@@ -300,27 +300,35 @@ func freeBlockDesc(t *testing.T, d *layout.Dump, recs []nixl.Record, handle int)
 			}
 		}
 	}
+	return blockDesc(t, d, recs, handle, func(c addrmap.Cells) bool { return c.Block != layout.NoBlock && !held[c.Block] })
+}
+
+// blockDesc finds, in the prepared list handle of recs, the first
+// descriptor (its index id) whose first cells of d's blocks are ones
+// want takes, and their block.
+func blockDesc(t *testing.T, d *layout.Dump, recs []nixl.Record, handle int, want func(addrmap.Cells) bool) (block, id int) {
+	t.Helper()
 	am, err := addrmap.New(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	free, id = -1, -1
+	block, id = -1, -1
 	for _, r := range recs {
 		if r.Op != nixl.OpDList || r.Handle != handle {
 			continue
 		}
 		for i, desc := range r.Descs {
 			am.Resolve(desc.Addr, desc.Len, func(c addrmap.Cells) error {
-				if free < 0 && c.Block != layout.NoBlock && !held[c.Block] {
-					free, id = c.Block, i
+				if block < 0 && want(c) {
+					block, id = c.Block, i
 				}
 				return nil
 			})
-			if free >= 0 {
-				return free, id
+			if block >= 0 {
+				return block, id
 			}
 		}
 	}
-	t.Fatalf("%s: the list %d names no free block", d.Path, handle)
+	t.Fatalf("%s: the list %d names no such block", d.Path, handle)
 	return
 }

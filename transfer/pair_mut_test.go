@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/addrmap"
 	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
@@ -423,5 +424,93 @@ func TestTransferWithoutRequest(t *testing.T) {
 	res := audit(t, logs, prod, cons)
 	if res.Verdict != transfer.Clean || len(res.Requests) != 2 || !reflect.DeepEqual(res.Requests, named.Requests) {
 		t.Fatalf("verdict %s, requests %+v, want those named %+v (notes %q)", res.Verdict, res.Requests, named.Requests, res.Notes)
+	}
+}
+
+// TestSameSourceDeliveredAgain: bytes delivered again from the same
+// source (the second halves of pair 0's two descriptors, added as a pair
+// of their own) are not written twice (docs/spec.md: the same source,
+// delivered again, is not a finding); from another source (the second
+// half of pair 1's remote descriptor: the next block's tokens 8-15) they
+// are, of the half's bytes, and misaligned.
+func TestSameSourceDeliveredAgain(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, orig := records(t, logs[0])
+	x := firstXfer(orig)
+	for _, from := range []int{0, 1} {
+		recs := slices.Clone(orig)
+		recs[x].LocalIDs = append(slices.Clone(recs[x].LocalIDs), halfDesc(recs, recs[x].Local, recs[x].LocalIDs[0], true))
+		recs[x].RemoteIDs = append(slices.Clone(recs[x].RemoteIDs), halfDesc(recs, recs[x].Remote, recs[x].RemoteIDs[from], true))
+		rewrite(t, logs[0], h, recs)
+		res := audit(t, logs, prod, cons)
+		if from == 0 {
+			if res.Verdict != transfer.Clean {
+				t.Fatalf("same source: verdict %s, findings %+v", res.Verdict, res.Findings)
+			}
+			continue
+		}
+		n := len(recs[x].LocalIDs) - 1 // the added pair
+		var got []string
+		for _, f := range res.Findings {
+			got = append(got, fmt.Sprintf("%s %d %d %d %v", f.Invariant, f.Transfer, f.Descriptor, f.Bytes, f.Tokens))
+		}
+		want := []string{
+			fmt.Sprintf("written-twice %d %d 16384 [8 15]", recs[x].ID, n),
+			fmt.Sprintf("aligned %d %d 16384 [8 15]", recs[x].ID, n),
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("another source: findings %q, want %q", got, want)
+		}
+	}
+}
+
+// TestWriteIntoAPrefixHitBlock: the consumer's req-0 holds its first 16
+// tokens (block 0 of its table) as a local prefix hit. Pair 0 of its
+// transfer, made to write that block (layer 0's K) from outside every
+// producer cache, is confined twice: a read outside the caches, and a
+// write into the request's own block it does not load, at position 0 and
+// that block's tokens 0-15 (with nothing read, the tokens are the
+// written block's). What pair 0 was to deliver, layer 0's K at position
+// 1 (tokens 16-31), is a gap, and its stale bytes a zeroed finding.
+func TestWriteIntoAPrefixHitBlock(t *testing.T) {
+	g := geometries()[13]
+	prod, cons, logs := pull(t, t.TempDir(), g)
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	table := cons[0].Manifest.Request("req-0").BlockTable["0"]
+	if n := cons[0].Manifest.Request("req-0").NumLocalComputedTokens; g.name != "prefix-hit" || n != 16 {
+		t.Fatalf("%s: %d tokens computed locally, want a prefix hit of 16", g.name, n)
+	}
+	_, recs[x].LocalIDs[0] = blockDesc(t, cons[0], recs, recs[x].Local, func(c addrmap.Cells) bool { return c.Block == table[0] })
+	id, addr := outsideDesc(recs, recs[x].Remote)
+	recs[x].RemoteIDs[0] = id
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	at := func(inv string, desc, pos int) transfer.Finding {
+		return transfer.Finding{Invariant: inv, Request: "req-0", Transfer: recs[x].ID, Descriptor: desc, Rank: layout.Rank{}, Group: 0,
+			Position: pos, Block: table[pos], LayerName: "model.layers.0.self_attn.attn", Part: "K", Heads: [2]int{0, 7},
+			Tokens: [2]int{16 * pos, 16*pos + 15}, Bytes: 32768}
+	}
+	read, wrote, gap := at(transfer.Confined, 0, 0), at(transfer.Confined, 0, 0), at(transfer.Covered, -1, 1)
+	read.Side = "remote"
+	read.Message = fmt.Sprintf("transfer %d descriptor 0 reads 32768 bytes at %#x.. outside every cache of the producer's rank pp 0 tp 0", recs[x].ID, addr)
+	wrote.Side, wrote.Owner = "local", &transfer.Owner{Request: "req-0", Position: 0, Block: table[0]}
+	wrote.Message = fmt.Sprintf("transfer %d descriptor 0 wrote layer 0 K heads 0-7 tokens 0-15 into block %d, the request's own block at position 0, which it does not load (a local prefix hit), not a block request req-0 loads", recs[x].ID, table[0])
+	gap.Message = fmt.Sprintf("request req-0 layer 0 K heads 0-7 tokens 16-31 (position 1, block %d, rank pp 0 tp 0): 32768 bytes delivered by no transfer that reached DONE", table[1])
+	if len(res.Findings) != 4 {
+		t.Fatalf("%d findings, want 4: %+v", len(res.Findings), res.Findings)
+	}
+	zeroed := res.Findings[1]
+	got := []transfer.Finding{res.Findings[0], res.Findings[2], res.Findings[3]}
+	for i := range got {
+		got[i].Log, got[i].Line = "", 0
+	}
+	if want := []transfer.Finding{gap, read, wrote}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("findings\n%+v\nwant\n%+v", got, want)
+	}
+	if zeroed.Invariant != transfer.Zeroed || zeroed.Position != 1 || zeroed.Block != table[1] || zeroed.Tokens != gap.Tokens || zeroed.Bytes == 0 || zeroed.Bytes > 32768 {
+		t.Fatalf("zeroed finding %+v, want one at position 1's layer 0 K", zeroed)
 	}
 }
