@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/dumpwrite"
+	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/side"
@@ -152,7 +154,7 @@ func writeGoldenDump(t *testing.T, v goldenVector) string {
 			"0": {table[0], table[1]},
 		}}},
 	}
-	var tensors []layout.TensorData
+	var tensors []safetensors.TensorData
 	dt, _ := layout.ParseDtype("F32")
 	for L, name := range v.layers {
 		// shape [kv=2, block=3, token=2, head=2, dim=2] of 4-byte elements
@@ -185,10 +187,10 @@ func writeGoldenDump(t *testing.T, v goldenVector) string {
 			Name: name, Dtype: "float32", NumKVHeads: v.heads, HeadSize: 2, Tensor: name,
 			Layout: []string{"kv", "block", "token", "head", "dim"},
 		})
-		tensors = append(tensors, layout.TensorData{Name: name, Dtype: dt, Shape: shape, Data: data})
+		tensors = append(tensors, safetensors.TensorData{Name: name, Dtype: dt, Shape: shape, Data: data})
 	}
 	path := filepath.Join(t.TempDir(), "golden.safetensors")
-	if err := layout.WriteDumpFile(path, m, tensors); err != nil {
+	if err := dumpwrite.File(path, m, tensors); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/dumpwrite"
 	"github.com/kvaudit/kvaudit/internal/mapped"
 	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/internal/synth"
@@ -28,12 +29,12 @@ func rewriteEmbedded(t *testing.T, src, dst string, edit func(m *layout.Manifest
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var tensors []layout.TensorData
+	var tensors []safetensors.TensorData
 	for _, ti := range f.Tensors {
-		tensors = append(tensors, layout.TensorData{Name: ti.Name, Dtype: ti.Dtype, Shape: ti.Shape, Data: ti.Data})
+		tensors = append(tensors, safetensors.TensorData{Name: ti.Name, Dtype: ti.Dtype, Shape: ti.Shape, Data: ti.Data})
 	}
 	edit(d.Manifest)
-	if err := layout.WriteDumpFile(dst, d.Manifest, tensors); err != nil {
+	if err := dumpwrite.File(dst, d.Manifest, tensors); err != nil {
 		t.Fatal(err)
 	}
 }

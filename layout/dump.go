@@ -150,9 +150,9 @@ func (o *opener) readEmbeddedManifest(path string) error {
 	o.files[""] = embedded
 	o.files[filepath.Base(path)] = embedded
 	o.d.metadata = embedded.Metadata
-	text, ok := embedded.Metadata[metadataKey]
+	text, ok := embedded.Metadata[ManifestKey]
 	if !ok {
-		return &parse.Error{Format: parse.Dump, File: path, Field: "__metadata__", Err: fmt.Errorf("no %q key: not a kvaudit dump (a dump directory holds manifest.json)", metadataKey)}
+		return &parse.Error{Format: parse.Dump, File: path, Field: "__metadata__", Err: fmt.Errorf("no %q key: not a kvaudit dump (a dump directory holds manifest.json)", ManifestKey)}
 	}
 	o.d.Manifest, err = ParseManifest(path, []byte(text))
 	return err
@@ -623,7 +623,7 @@ func hasEmbeddedManifest(path string) (bool, error) {
 		if n > safetensors.MaxHeader || n > uint64(len(m.Data)-8) {
 			return nil
 		}
-		found = bytes.Contains(m.Data[8:8+n], []byte(`"`+metadataKey+`"`))
+		found = bytes.Contains(m.Data[8:8+n], []byte(`"`+ManifestKey+`"`))
 		return nil
 	})
 	return found, err

@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"encoding/json"
 	"fmt"
 	"github.com/kvaudit/kvaudit/parse"
 	"slices"
@@ -11,9 +12,14 @@ import (
 // ManifestFormat is the format tag of a dump manifest.
 const ManifestFormat = "kvaudit-dump/1"
 
-// metadataKey is the safetensors __metadata__ key that holds an embedded
+// ManifestKey is the safetensors __metadata__ key that holds an embedded
 // manifest.
-const metadataKey = "kvaudit.manifest"
+const ManifestKey = "kvaudit.manifest"
+
+// MarshalManifest returns the manifest as indented JSON.
+func MarshalManifest(m *Manifest) ([]byte, error) {
+	return json.MarshalIndent(m, "", " ")
+}
 
 // Group kinds (docs/spec.md §10).
 const (

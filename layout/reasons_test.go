@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/dumpwrite"
 	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/side"
@@ -38,7 +39,7 @@ func buildDump(t *testing.T, g1 layout.Group, caches []testCache, edit func(*lay
 		Parallel:  layout.Parallel{TPSize: 1, PPSize: 1},
 		NumBlocks: numBlocks,
 	}
-	var tensors []layout.TensorData
+	var tensors []safetensors.TensorData
 	add := func(g *layout.Group, c testCache) {
 		if c.dtype == "" {
 			c.dtype = "float32"
@@ -73,7 +74,7 @@ func buildDump(t *testing.T, g1 layout.Group, caches []testCache, edit func(*lay
 			for i := range data {
 				data[i] = byte(i * 7)
 			}
-			tensors = append(tensors, layout.TensorData{Name: c.name, Dtype: dt, Shape: shape, Data: data})
+			tensors = append(tensors, safetensors.TensorData{Name: c.name, Dtype: dt, Shape: shape, Data: data})
 		}
 		g.Layers = append(g.Layers, l)
 	}
@@ -96,30 +97,30 @@ func buildDump(t *testing.T, g1 layout.Group, caches []testCache, edit func(*lay
 
 // buildDumpWith writes a dump with only the regular group 0, after add has
 // added groups and tensors, and opens it.
-func buildDumpWith(t *testing.T, add func(m *layout.Manifest, tensors *[]layout.TensorData)) *layout.Dump {
+func buildDumpWith(t *testing.T, add func(m *layout.Manifest, tensors *[]safetensors.TensorData)) *layout.Dump {
 	t.Helper()
 	d := buildDump(t, layout.Group{ID: 99, Kind: layout.KindFullAttention, BlockSize: 2}, nil, func(m *layout.Manifest) {
 		m.Groups = m.Groups[:1]
 		delete(m.Requests[0].BlockTable, "1")
 	})
 	m := d.Manifest
-	var tensors []layout.TensorData
+	var tensors []safetensors.TensorData
 	f, err := safetensors.Open(d.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	for _, ti := range f.Tensors {
-		tensors = append(tensors, layout.TensorData{Name: ti.Name, Dtype: ti.Dtype, Shape: ti.Shape, Data: append([]byte(nil), ti.Data...)})
+		tensors = append(tensors, safetensors.TensorData{Name: ti.Name, Dtype: ti.Dtype, Shape: ti.Shape, Data: append([]byte(nil), ti.Data...)})
 	}
 	add(m, &tensors)
 	return writeAndOpen(t, m, tensors)
 }
 
-func writeAndOpen(t *testing.T, m *layout.Manifest, tensors []layout.TensorData) *layout.Dump {
+func writeAndOpen(t *testing.T, m *layout.Manifest, tensors []safetensors.TensorData) *layout.Dump {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "dump.safetensors")
-	if err := layout.WriteDumpFile(path, m, tensors); err != nil {
+	if err := dumpwrite.File(path, m, tensors); err != nil {
 		t.Fatal(err)
 	}
 	d, err := layout.Open(path)
@@ -279,11 +280,11 @@ func TestStateWidthReason(t *testing.T) {
 // layer holding st in a 256-byte page.
 func buildStateDump(t *testing.T, g1 layout.Group, st layout.State) *layout.Dump {
 	t.Helper()
-	return buildDumpWith(t, func(m *layout.Manifest, tensors *[]layout.TensorData) {
+	return buildDumpWith(t, func(m *layout.Manifest, tensors *[]safetensors.TensorData) {
 		u8, _ := layout.ParseDtype("U8")
 		g1.Layers = []layout.Layer{{Name: "model.layers.7.mixer", Dtype: st.Dtype, Tensor: "state", Layout: []string{"block", "page"}, States: []layout.State{st}}}
 		m.Groups = append(m.Groups, g1)
-		*tensors = append(*tensors, layout.TensorData{Name: "state", Dtype: u8, Shape: []int64{int64(m.NumBlocks), 256}, Data: make([]byte, m.NumBlocks*256)})
+		*tensors = append(*tensors, safetensors.TensorData{Name: "state", Dtype: u8, Shape: []int64{int64(m.NumBlocks), 256}, Data: make([]byte, m.NumBlocks*256)})
 		m.Requests[0].StateBlock = map[string]int{"1": 2}
 	})
 }

@@ -6,9 +6,6 @@ import "github.com/kvaudit/kvaudit/internal/safetensors"
 // width in bits.
 type Dtype = safetensors.Dtype
 
-// TensorData is a tensor to write into a dump (WriteDumpFile).
-type TensorData = safetensors.TensorData
-
 // ParseDtype returns the safetensors dtype with exactly the given name
 // ("BF16", not "bf16"). Any other name is an error quoting it.
 func ParseDtype(name string) (Dtype, error) { return safetensors.ParseDtype(name) }

@@ -1,6 +1,7 @@
 package transfer_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -300,27 +301,67 @@ func freeBlockDesc(t *testing.T, d *layout.Dump, recs []nixl.Record, handle int)
 			}
 		}
 	}
+	return blockDesc(t, d, recs, handle, func(c addrmap.Cells) bool { return c.Block != layout.NoBlock && !held[c.Block] })
+}
+
+// blockDesc finds, in the prepared list handle of recs, the first
+// descriptor (its index id) whose first cells of d's blocks are ones
+// want takes, and their block.
+func blockDesc(t *testing.T, d *layout.Dump, recs []nixl.Record, handle int, want func(addrmap.Cells) bool) (block, id int) {
+	t.Helper()
 	am, err := addrmap.New(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	free, id = -1, -1
+	block, id = -1, -1
 	for _, r := range recs {
 		if r.Op != nixl.OpDList || r.Handle != handle {
 			continue
 		}
 		for i, desc := range r.Descs {
 			am.Resolve(desc.Addr, desc.Len, func(c addrmap.Cells) error {
-				if free < 0 && c.Block != layout.NoBlock && !held[c.Block] {
-					free, id = c.Block, i
+				if block < 0 && want(c) {
+					block, id = c.Block, i
 				}
 				return nil
 			})
-			if free >= 0 {
-				return free, id
+			if block >= 0 {
+				return block, id
 			}
 		}
 	}
-	t.Fatalf("%s: the list %d names no free block", d.Path, handle)
+	t.Fatalf("%s: the list %d names no such block", d.Path, handle)
 	return
+}
+
+// TestFailedWithNothingToPull: a transfer that ended in ERR is a failed
+// finding only where its request had tokens to pull. req-0 of the
+// prefix-hit geometry holds 16 of its 40 tokens as computed locally;
+// with a lookahead of 25 the consumer recomputes the last 24 (it pulls
+// none), with 24 it pulls token 16 (docs/spec.md: what a pull delivers).
+func TestFailedWithNothingToPull(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[13])
+	if m := cons[0].Manifest.Request("req-0"); m.NumLocalComputedTokens != 16 || m.NumTokens != 40 {
+		t.Fatalf("req-0: %d tokens, %d computed locally", m.NumTokens, m.NumLocalComputedTokens)
+	}
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	recs[stateOf(recs, x)].State = nixl.Err
+	rewrite(t, logs[0], h, recs)
+	for lookahead, want := range map[int]string{25: "", 24: "16-16"} {
+		res, err := transfer.Audit(context.Background(), logs, prod, cons, transfer.Options{Lookahead: lookahead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var failed []string
+		for _, f := range res.Findings {
+			if f.Invariant == transfer.Failed {
+				failed = append(failed, f.Message)
+			}
+		}
+		msg := fmt.Sprintf("transfer %d ended in ERR, but request req-0 was loaded anyway (its dump on rank pp 0 tp 0 holds tokens %s as loaded)", recs[x].ID, want)
+		if (want == "" && len(failed) != 0) || (want != "" && !slices.Equal(failed, []string{msg})) {
+			t.Fatalf("lookahead %d: failed findings %q, want %q", lookahead, failed, want)
+		}
+	}
 }

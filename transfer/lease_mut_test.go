@@ -14,9 +14,14 @@ import (
 
 // lateBy moves every record from recs[x] on by s seconds.
 func lateBy(recs []nixl.Record, x int, s int64) {
+	lateByNS(recs, x, s*1e9)
+}
+
+// lateByNS moves every record from recs[x] on by ns nanoseconds.
+func lateByNS(recs []nixl.Record, x int, ns int64) {
 	for i := x; i < len(recs); i++ {
-		recs[i].Time.Wall += s * 1e9
-		recs[i].Time.Mono += s * 1e9
+		recs[i].Time.Wall += ns
+		recs[i].Time.Mono += ns
 	}
 }
 
@@ -155,5 +160,64 @@ func TestLeaseStartsAtANotification(t *testing.T) {
 		if note := "lease: 1 of 2 READ(s) posted after the lease lapsed (5 s, --lease)"; (want == transfer.Violated) != hasNote(res.Notes, note) {
 			t.Fatalf("notification %q: notes %q, want %q: %v", msg, res.Notes, note, want == transfer.Violated)
 		}
+	}
+}
+
+// TestLeaseBoundaries: with a 5 s lease from req-0's heartbeat (the
+// record before its READ), a READ posted exactly 5 s later is in time,
+// one posted a nanosecond or 1.5 s later is late by that much; a
+// heartbeat exactly at the lapse extends the lease by two thirds of it
+// (3 s), one a nanosecond after it does not.
+func TestLeaseBoundaries(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, orig := records(t, logs[0])
+	x := firstXfer(orig)
+	hb, post := orig[x-1], orig[x+1]
+	if hb.Msg != "HB:req-0" || post.Op != nixl.OpPost || post.ID != orig[x].ID {
+		t.Fatalf("records around the READ: %+v, %+v", hb, post)
+	}
+	at := func(recs []nixl.Record) int64 {
+		return recs[slices.IndexFunc(recs, func(r nixl.Record) bool { return r.Op == nixl.OpPost })].Time.Wall
+	}
+	for _, tc := range []struct {
+		name     string
+		hb, read int64 // after the first heartbeat; hb < 0: none
+		late     string
+	}{
+		{"at the lapse", -1, 5e9, ""},
+		{"a nanosecond after", -1, 5e9 + 1, "0.000"},
+		{"1.5 s after", -1, 6.5e9, "1.500"},
+		{"heartbeat at the lapse", 5e9, 7.5e9, ""},
+		{"heartbeat a nanosecond after", 5e9 + 1, 7.5e9, "2.500"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			recs := slices.Clone(orig)
+			lateByNS(recs, x, tc.read-(post.Time.Wall-hb.Time.Wall))
+			if tc.hb >= 0 {
+				again := hb
+				again.Time.Wall += tc.hb
+				again.Time.Mono += tc.hb
+				recs = slices.Insert(recs, x, again)
+			}
+			if got := at(recs) - hb.Time.Wall; got != tc.read {
+				t.Fatalf("READ posted %d ns after the heartbeat, want %d", got, tc.read)
+			}
+			rewrite(t, logs[0], h, recs)
+			res, err := transfer.Audit(context.Background(), logs, prod, cons, transfer.Options{LeaseS: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.late == "" {
+				if res.Verdict != transfer.Clean {
+					t.Fatalf("verdict %s: %v", res.Verdict, res.Findings)
+				}
+				return
+			}
+			want := fmt.Sprintf(", %s s after the producer's lease on request req-0 lapsed (5 s from ", tc.late)
+			note := "lease: 1 of 2 READ(s) posted after the lease lapsed (5 s, --lease); the lease starts at the first record naming the request, heartbeats extend it by 3 s"
+			if len(res.Findings) != 1 || res.Findings[0].Invariant != transfer.Lease || !strings.Contains(res.Findings[0].Message, want) || !hasNote(res.Notes, note) {
+				t.Fatalf("findings %+v, notes %q\nwant %q and %q", res.Findings, res.Notes, want, note)
+			}
+		})
 	}
 }

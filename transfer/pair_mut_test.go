@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/addrmap"
 	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
@@ -177,10 +178,13 @@ func TestPairOutsideEveryCache(t *testing.T) {
 // page's layer and part, every head of the rank (the llama preset's 8),
 // and the chunk's 16 tokens at the block's position. vLLM's connector
 // lists a request's pairs layer by layer, K then V, then chunk by chunk
-// (one a producer block), so pair d of a request pulling n chunks a page
-// is layer d/(2n), part (d/n)%2, chunk d%n.
+// (a producer block, or kernel row), so pair d of a request pulling n
+// chunks a page is layer d/(2n), part (d/n)%2, chunk d%n.
 func TestConvertedChunkFindings(t *testing.T) {
-	chunked := func(g geometry, n int, cpos, ppos0 int, prod, cons []*layout.Dump) func(inv string, d, srcChunk int) transfer.Finding {
+	// chunked makes the findings of a request pulling n chunks a page
+	// into its block at cpos, from the producer's blocks of per chunks
+	// from position ppos0 on.
+	chunked := func(g geometry, n, per int, cpos, ppos0 int, prod, cons []*layout.Dump) func(inv string, d, srcChunk int) transfer.Finding {
 		ctable, ptable := cons[0].Manifest.Request("req-0").BlockTable["0"], prod[0].Manifest.Request("req-0").BlockTable["0"]
 		S := g.c.BlockSize
 		return func(inv string, d, srcChunk int) transfer.Finding {
@@ -189,7 +193,7 @@ func TestConvertedChunkFindings(t *testing.T) {
 			f := transfer.Finding{Invariant: inv, Request: "req-0", Transfer: 1, Descriptor: d, Rank: layout.Rank{}, Group: 0,
 				Position: cpos, Block: ctable[cpos], Layer: layer, LayerName: fmt.Sprintf("model.layers.%d.self_attn.attn", layer),
 				Part: part, Heads: [2]int{0, 7}, Tokens: tok(c), Bytes: 16 * 8 * 128 * 2,
-				Source: &transfer.Source{Agent: "producer-pp0-tp0", Block: ptable[ppos0+srcChunk], Request: "req-0", Position: ppos0 + srcChunk, Expected: "req-0"}}
+				Source: &transfer.Source{Agent: "producer-pp0-tp0", Block: ptable[ppos0+srcChunk/per], Request: "req-0", Position: ppos0 + srcChunk/per, Expected: "req-0"}}
 			st := tok(srcChunk)
 			f.Message = fmt.Sprintf("transfer 1 descriptor %d: the local bytes hold layer %d %s heads 0-7 tokens %d-%d, the remote bytes layer %d %s heads 0-7 tokens %d-%d (compared per chunk of tokens: the consumer converts what it receives)",
 				d, layer, part, f.Tokens[0], f.Tokens[1], layer, part, st[0], st[1])
@@ -227,9 +231,13 @@ func TestConvertedChunkFindings(t *testing.T) {
 
 	// 40 tokens from blocks of 16 into one block of 64: 3 chunks a page,
 	// 24 pairs; the producer's blocks at positions 0-2.
-	g := vllmGeometries()[0]
+	named := func(name string) geometry {
+		gs := vllmGeometries()
+		return gs[slices.IndexFunc(gs, func(g geometry) bool { return g.name == name })]
+	}
+	g := named("16-to-64")
 	prod, cons := sides(t, g)
-	f := chunked(g, 3, 0, 0, prod, cons)
+	f := chunked(g, 3, 1, 0, 0, prod, cons)
 	t.Run(g.name+"/K", func(t *testing.T) {
 		check(t, g, swap(0, 1), func(int, []nixl.Record) []transfer.Finding {
 			return []transfer.Finding{f(transfer.Aligned, 0, 1), f(transfer.Aligned, 1, 0)}
@@ -258,12 +266,24 @@ func TestConvertedChunkFindings(t *testing.T) {
 
 	// 64 tokens, the first 32 a prefix hit, into blocks of 32: position 1
 	// is pulled, 2 chunks a page, from the producer's positions 2 and 3.
-	g = vllmGeometries()[4]
+	g = named("prefix-hit-ratio")
 	prod, cons = sides(t, g)
-	f = chunked(g, 2, 1, 2, prod, cons)
+	f = chunked(g, 2, 1, 1, 2, prod, cons)
 	t.Run(g.name, func(t *testing.T) {
 		check(t, g, swap(0, 1), func(int, []nixl.Record) []transfer.Finding {
 			return []transfer.Finding{f(transfer.Aligned, 0, 1), f(transfer.Aligned, 1, 0)}
+		})
+	})
+
+	// 64 tokens from blocks of 32 (rows of 16) into a block of 64 (rows
+	// of 32): 4 chunks a page, two a row; chunks 2 and 3 are the second
+	// row's, from the producer's second block, its two rows.
+	g = named("16x2-to-32x2")
+	prod, cons = sides(t, g)
+	f = chunked(g, 4, 2, 0, 0, prod, cons)
+	t.Run(g.name, func(t *testing.T) {
+		check(t, g, swap(2, 3), func(int, []nixl.Record) []transfer.Finding {
+			return []transfer.Finding{f(transfer.Aligned, 2, 3), f(transfer.Aligned, 3, 2)}
 		})
 	})
 }
@@ -294,7 +314,9 @@ func halfDesc(recs []nixl.Record, handle, id int, second bool) int {
 // llama geometry is nhd (token-major): the second half of a block's K is
 // tokens 8-15, every head. The tiny preset's TP 4 consumer ranks hold one
 // head each (tp 3: head 1), blocks of 2 tokens, hnd: the first half of a
-// head's K is token 0.
+// head's K is token 0. Where the consumer converts (vLLM 16 -> 64), both
+// are placed at the chunk (every head), and the first half of an hnd
+// producer block holds its 16 tokens (heads 0-3).
 func TestPairOfAnotherLengthOutsideItsBlocks(t *testing.T) {
 	for _, tc := range []struct {
 		g              geometry
@@ -306,6 +328,7 @@ func TestPairOfAnotherLengthOutsideItsBlocks(t *testing.T) {
 	}{
 		{geometries()[0], true, false, [2]int{0, 7}, [2]int{8, 15}, "K", layout.Rank{}, 32768, 16384},
 		{geometries()[6], false, true, [2]int{1, 1}, [2]int{0, 0}, "K", layout.Rank{TP: 3}, 16, 8},
+		{vllmGeometries()[0], false, false, [2]int{0, 7}, [2]int{0, 15}, "K", layout.Rank{}, 32768, 16384},
 	} {
 		t.Run(tc.g.name, func(t *testing.T) {
 			prod, cons, logs := pull(t, t.TempDir(), tc.g)
@@ -384,5 +407,110 @@ func TestMLAPairFinding(t *testing.T) {
 	}
 	if !reflect.DeepEqual(res.Findings, want) {
 		t.Fatalf("findings\n%+v\nwant\n%+v", res.Findings, want)
+	}
+}
+
+// TestTransferWithoutRequest: a transfer whose record names no request
+// (the field is optional) is its first destination block's request's:
+// the correct pull with no request named audits as it does with them.
+func TestTransferWithoutRequest(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	named := audit(t, logs, prod, cons)
+	h, recs := records(t, logs[0])
+	for i := range recs {
+		recs[i].Request, recs[i].HasRequest = "", false
+	}
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	if res.Verdict != transfer.Clean || len(res.Requests) != 2 || !reflect.DeepEqual(res.Requests, named.Requests) {
+		t.Fatalf("verdict %s, requests %+v, want those named %+v (notes %q)", res.Verdict, res.Requests, named.Requests, res.Notes)
+	}
+}
+
+// TestSameSourceDeliveredAgain: bytes delivered again from the same
+// source (the second halves of pair 0's two descriptors, added as a pair
+// of their own) are not written twice (docs/spec.md: the same source,
+// delivered again, is not a finding); from another source (the second
+// half of pair 1's remote descriptor: the next block's tokens 8-15) they
+// are, of the half's bytes, and misaligned.
+func TestSameSourceDeliveredAgain(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, orig := records(t, logs[0])
+	x := firstXfer(orig)
+	for _, from := range []int{0, 1} {
+		recs := slices.Clone(orig)
+		recs[x].LocalIDs = append(slices.Clone(recs[x].LocalIDs), halfDesc(recs, recs[x].Local, recs[x].LocalIDs[0], true))
+		recs[x].RemoteIDs = append(slices.Clone(recs[x].RemoteIDs), halfDesc(recs, recs[x].Remote, recs[x].RemoteIDs[from], true))
+		rewrite(t, logs[0], h, recs)
+		res := audit(t, logs, prod, cons)
+		if from == 0 {
+			if res.Verdict != transfer.Clean {
+				t.Fatalf("same source: verdict %s, findings %+v", res.Verdict, res.Findings)
+			}
+			continue
+		}
+		n := len(recs[x].LocalIDs) - 1 // the added pair
+		var got []string
+		for _, f := range res.Findings {
+			got = append(got, fmt.Sprintf("%s %d %d %d %v", f.Invariant, f.Transfer, f.Descriptor, f.Bytes, f.Tokens))
+		}
+		want := []string{
+			fmt.Sprintf("written-twice %d %d 16384 [8 15]", recs[x].ID, n),
+			fmt.Sprintf("aligned %d %d 16384 [8 15]", recs[x].ID, n),
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("another source: findings %q, want %q", got, want)
+		}
+	}
+}
+
+// TestWriteIntoAPrefixHitBlock: the consumer's req-0 holds its first 16
+// tokens (block 0 of its table) as a local prefix hit. Pair 0 of its
+// transfer, made to write that block (layer 0's K) from outside every
+// producer cache, is confined twice: a read outside the caches, and a
+// write into the request's own block it does not load, at position 0 and
+// that block's tokens 0-15 (with nothing read, the tokens are the
+// written block's). What pair 0 was to deliver, layer 0's K at position
+// 1 (tokens 16-31), is a gap, and its stale bytes a zeroed finding.
+func TestWriteIntoAPrefixHitBlock(t *testing.T) {
+	g := geometries()[13]
+	prod, cons, logs := pull(t, t.TempDir(), g)
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	table := cons[0].Manifest.Request("req-0").BlockTable["0"]
+	if n := cons[0].Manifest.Request("req-0").NumLocalComputedTokens; g.name != "prefix-hit" || n != 16 {
+		t.Fatalf("%s: %d tokens computed locally, want a prefix hit of 16", g.name, n)
+	}
+	_, recs[x].LocalIDs[0] = blockDesc(t, cons[0], recs, recs[x].Local, func(c addrmap.Cells) bool { return c.Block == table[0] })
+	id, addr := outsideDesc(recs, recs[x].Remote)
+	recs[x].RemoteIDs[0] = id
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	at := func(inv string, desc, pos int) transfer.Finding {
+		return transfer.Finding{Invariant: inv, Request: "req-0", Transfer: recs[x].ID, Descriptor: desc, Rank: layout.Rank{}, Group: 0,
+			Position: pos, Block: table[pos], LayerName: "model.layers.0.self_attn.attn", Part: "K", Heads: [2]int{0, 7},
+			Tokens: [2]int{16 * pos, 16*pos + 15}, Bytes: 32768}
+	}
+	read, wrote, gap := at(transfer.Confined, 0, 0), at(transfer.Confined, 0, 0), at(transfer.Covered, -1, 1)
+	read.Side = "remote"
+	read.Message = fmt.Sprintf("transfer %d descriptor 0 reads 32768 bytes at %#x.. outside every cache of the producer's rank pp 0 tp 0", recs[x].ID, addr)
+	wrote.Side, wrote.Owner = "local", &transfer.Owner{Request: "req-0", Position: 0, Block: table[0]}
+	wrote.Message = fmt.Sprintf("transfer %d descriptor 0 wrote layer 0 K heads 0-7 tokens 0-15 into block %d, the request's own block at position 0, which it does not load (a local prefix hit), not a block request req-0 loads", recs[x].ID, table[0])
+	gap.Message = fmt.Sprintf("request req-0 layer 0 K heads 0-7 tokens 16-31 (position 1, block %d, rank pp 0 tp 0): 32768 bytes delivered by no transfer that reached DONE", table[1])
+	if len(res.Findings) != 4 {
+		t.Fatalf("%d findings, want 4: %+v", len(res.Findings), res.Findings)
+	}
+	zeroed := res.Findings[1]
+	got := []transfer.Finding{res.Findings[0], res.Findings[2], res.Findings[3]}
+	for i := range got {
+		got[i].Log, got[i].Line = "", 0
+	}
+	if want := []transfer.Finding{gap, read, wrote}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("findings\n%+v\nwant\n%+v", got, want)
+	}
+	if zeroed.Invariant != transfer.Zeroed || zeroed.Position != 1 || zeroed.Block != table[1] || zeroed.Tokens != gap.Tokens || zeroed.Bytes == 0 || zeroed.Bytes > 32768 {
+		t.Fatalf("zeroed finding %+v, want one at position 1's layer 0 K", zeroed)
 	}
 }

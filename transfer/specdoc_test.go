@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/addrmap"
+	"github.com/kvaudit/kvaudit/internal/dumpwrite"
+	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
 )
@@ -83,7 +85,7 @@ func exampleDump(t *testing.T, path, manifest string, fill byte) *layout.Dump {
 		}
 	}
 	f32, _ := layout.ParseDtype("F32")
-	if err := layout.WriteDumpFile(path, m, []layout.TensorData{{Name: l.Tensor, Dtype: f32, Shape: shape, Data: data}}); err != nil {
+	if err := dumpwrite.File(path, m, []safetensors.TensorData{{Name: l.Tensor, Dtype: f32, Shape: shape, Data: data}}); err != nil {
 		t.Fatal(err)
 	}
 	d, err := layout.Open(path)

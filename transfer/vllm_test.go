@@ -13,10 +13,11 @@ import (
 )
 
 // vllmGeometries are pulls planned as vLLM's connector plans them
-// (nixl.PlannerVLLM) where its pairing is right: 16 -> 64 and 64 -> 16
-// token blocks, TP 1 -> 2 with blocks of other kernel counts, MLA TP
-// 2 -> 1, a prefix hit with a block-size ratio, a partial last block, Mamba
-// hybrids (which pull num_tokens - 1 tokens).
+// (nixl.PlannerVLLM) where its pairing is right: 16 -> 64 (with TP 1 -> 2
+// too: rank 1's chunks are of heads 4-7) and 64 -> 16 token blocks, TP
+// 1 -> 2 with blocks of other kernel counts, MLA TP 2 -> 1, a prefix hit
+// with a block-size ratio, a partial last block, Mamba hybrids (which
+// pull num_tokens - 1 tokens), kernel rows on both sides.
 func vllmGeometries() []geometry {
 	g := func(name, preset string, p, c synth.Config) geometry {
 		p.Preset, c.Preset = preset, preset
@@ -36,6 +37,10 @@ func vllmGeometries() []geometry {
 		g("mamba2-tp1-tp2", "mamba2-hybrid", synth.Config{Layout: "hnd"}, synth.Config{Layout: "hnd", TP: 2}),
 		g("gdn-tp2-tp1", "gdn-hybrid", synth.Config{Layout: "hnd", TP: 2}, synth.Config{Layout: "hnd"}),
 		g("mamba2-16-to-32", "mamba2-hybrid", synth.Config{Layout: "hnd", BlockSize: 16}, synth.Config{Layout: "hnd", BlockSize: 32}),
+		// Kernel rows on both sides: rows of 16 tokens (blocks of 32) into
+		// rows of 32 (blocks of 64), each a chunk of two.
+		g("16-to-64-tp1-tp2", "llama", synth.Config{Layout: "hnd", BlockSize: 16}, synth.Config{Layout: "hnd", BlockSize: 64, TP: 2}),
+		g("16x2-to-32x2", "llama", synth.Config{Layout: "hnd", BlockSize: 32, KernelBlockSize: 16}, synth.Config{Layout: "hnd", BlockSize: 64, KernelBlockSize: 32, Tokens: 64}),
 		// The hybrid's last token starts a block: the consumer recomputes
 		// it, and that block is not pulled (33 tokens in blocks of 16; the
 		// producer, which vLLM truncates, computed 32).

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/sglangsum"
 	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/kvaudit/kvaudit/layout"
 )
@@ -215,15 +215,15 @@ func sglangRequest(p, c *layout.Dump, r *layout.Request, opts SGLangOptions, use
 	m := c.Manifest
 	start := r.SGLang.StartSendIdx
 	ra := &SGLangRequestAudit{Request: r.ID, PP: m.Parallel.PPRank, TP: m.Parallel.TPRank, StartSendIdx: start, NumTokens: r.NumTokens, Verdict: Unverified}
-	csegs, err := checksum.SGLangSegments(c, r, start)
+	csegs, err := sglangsum.Segments(c, r, start)
 	if err != nil {
 		return nil, err
 	}
-	citems, err := checksum.SGLangItems(csegs)
+	citems, err := sglangsum.Items(csegs)
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: request %q: %w", c.Path, r.ID, err)
 	}
-	if ra.Consumer, err = checksum.SGLangAdler32(csegs, opts.Threads); err != nil {
+	if ra.Consumer, err = sglangsum.Adler32(csegs, opts.Threads); err != nil {
 		return nil, err
 	}
 	key := fmt.Sprintf("%s@%d", r.ID, ra.TP)
@@ -233,7 +233,7 @@ func sglangRequest(p, c *layout.Dump, r *layout.Request, opts SGLangOptions, use
 	} else if v, ok := r.SGLang.Sent(); ok {
 		ra.Expected, ra.ExpectedFrom = &v, sglangFromMetadata
 	}
-	var pitems []checksum.SGLangItem
+	var pitems []sglangsum.Item
 	if p != nil {
 		pid := r.ID
 		if r.ProducerID != "" {
@@ -254,14 +254,14 @@ func sglangRequest(p, c *layout.Dump, r *layout.Request, opts SGLangOptions, use
 			for k, bt := range pr.BlockTable {
 				q.BlockTable[k] = bt[:min(len(bt), (r.NumTokens+m.SGLang.PageSize-1)/m.SGLang.PageSize)]
 			}
-			psegs, err := checksum.SGLangSegments(p, &q, start)
+			psegs, err := sglangsum.Segments(p, &q, start)
 			if err != nil {
 				return nil, err
 			}
-			if pitems, err = checksum.SGLangItems(psegs); err != nil {
+			if pitems, err = sglangsum.Items(psegs); err != nil {
 				return nil, fmt.Errorf("producer %s: request %q: %w", p.Path, pid, err)
 			}
-			v, _ := checksum.SGLangAdler32(psegs, opts.Threads)
+			v, _ := sglangsum.Adler32(psegs, opts.Threads)
 			ra.Producer = &v
 			if ra.Expected == nil {
 				e := uint64(v)
@@ -289,7 +289,7 @@ func sglangRequest(p, c *layout.Dump, r *layout.Request, opts SGLangOptions, use
 // sglangBytes compares the producer's and the consumer's streams item by
 // item (the same buffers and page count, checked by sglangComparable) and
 // records the first differing byte and the counts.
-func sglangBytes(ra *SGLangRequestAudit, c *layout.Dump, r *layout.Request, pitems, citems []checksum.SGLangItem) {
+func sglangBytes(ra *SGLangRequestAudit, c *layout.Dump, r *layout.Request, pitems, citems []sglangsum.Item) {
 	m := c.Manifest
 	ps := m.SGLang.PageSize
 	npages := 0 // the KV pages: every KV buffer is read at each

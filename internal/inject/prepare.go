@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/blockspan"
+	"github.com/kvaudit/kvaudit/internal/dumpwrite"
 	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/verify"
@@ -330,16 +331,16 @@ func rewriteEmbedded(src, dst string, m *layout.Manifest, edits []edit) error {
 		return err
 	}
 	defer st.Close()
-	tensors := make([]layout.TensorData, len(st.Tensors))
+	tensors := make([]safetensors.TensorData, len(st.Tensors))
 	begin := make([]int64, len(st.Tensors)) // in the new data section
 	var pos int64
 	for i, t := range st.Tensors {
-		tensors[i] = layout.TensorData{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape, Data: t.Data}
+		tensors[i] = safetensors.TensorData{Name: t.Name, Dtype: t.Dtype, Shape: t.Shape, Data: t.Data}
 		begin[i] = pos
 		pos += int64(len(t.Data))
 	}
 	err = layout.Guard("dump data while rewriting "+src, func() error {
-		return layout.WriteDumpFile(dst, m, tensors)
+		return dumpwrite.File(dst, m, tensors)
 	})
 	if err != nil || len(edits) == 0 {
 		return err

@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/safeio"
+	"github.com/kvaudit/kvaudit/internal/sglangsum"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/side"
@@ -217,12 +217,12 @@ func sglangTrial(ctx context.Context, sp sglangPair, k SGLangKind, rng *rand.Ran
 	}
 	m := d.Manifest
 	r := &m.Requests[rng.IntN(len(m.Requests))]
-	segs, err := checksum.SGLangSegments(d, r, r.SGLang.StartSendIdx)
+	segs, err := sglangsum.Segments(d, r, r.SGLang.StartSendIdx)
 	if err != nil {
 		d.Close()
 		return false, err
 	}
-	items, err := checksum.SGLangItems(segs)
+	items, err := sglangsum.Items(segs)
 	d.Close()
 	if err != nil {
 		return false, err
@@ -290,7 +290,7 @@ func sglangTrial(ctx context.Context, sp sglangPair, k SGLangKind, rng *rand.Ran
 type sglangFault struct {
 	m     *layout.Manifest
 	r     *layout.Request
-	items []checksum.SGLangItem
+	items []sglangsum.Item
 	rng   *rand.Rand
 	data  []byte
 }

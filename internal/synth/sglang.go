@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/kvaudit/kvaudit/internal/dumpwrite"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -194,11 +195,11 @@ func (c *Config) writeSGLangRank(dir string, m *Model, tables map[int][]layout.B
 		})
 	}
 	p := filepath.Join(dir, fmt.Sprintf("rank-0-%d", tp))
-	wo := layout.WriteOptions{Force: c.Force}
-	if err := layout.WriteDumpDir(p, man, nil, wo); err != nil {
+	wo := dumpwrite.Options{Force: c.Force}
+	if err := dumpwrite.Dir(p, man, nil, wo); err != nil {
 		return "", err
 	}
-	return p, layout.WriteRawFile(filepath.Join(p, "pool.bin"), data, wo)
+	return p, dumpwrite.Raw(filepath.Join(p, "pool.bin"), data, wo)
 }
 
 // sglangVector writes the K (role k), V (role v) or latent (role kv) vector

@@ -21,8 +21,10 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/kvaudit/kvaudit/internal/dumpwrite"
 	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/internal/safeio"
+	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -285,7 +287,7 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockID
 	}
 	next := c.baseAddress(pp, tp)
 	lo, hi := stageLayers(c.Layers, pp, c.PP)
-	var tensors []layout.TensorData
+	var tensors []safetensors.TensorData
 	var raw []byte
 	noise := rand.New(rand.NewPCG(c.configHash(), uint64(pp)<<32|uint64(tp)))
 	for _, g := range m.Groups {
@@ -333,7 +335,7 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockID
 			} else {
 				layer.Tensor = ca.Name
 				dt, _ := layout.ParseDtype(pl.dtype)
-				tensors = append(tensors, layout.TensorData{Name: ca.Name, Dtype: dt, Shape: pl.sizes, Data: data})
+				tensors = append(tensors, safetensors.TensorData{Name: ca.Name, Dtype: dt, Shape: pl.sizes, Data: data})
 			}
 			mg.Layers = append(mg.Layers, layer)
 		}
@@ -354,20 +356,20 @@ func (c *Config) writeRank(dir string, m *Model, tables map[int][]layout.BlockID
 		man.Requests = append(man.Requests, req)
 	}
 	name := fmt.Sprintf("rank-%d-%d", pp, tp)
-	wo := layout.WriteOptions{Force: c.Force, Progress: c.Progress}
+	wo := dumpwrite.Options{Force: c.Force, Progress: c.Progress}
 	switch c.Format {
 	case "safetensors":
 		p := filepath.Join(dir, name+".safetensors")
-		return p, layout.WriteDumpFile(p, man, tensors, wo)
+		return p, dumpwrite.File(p, man, tensors, wo)
 	case "dir":
 		p := filepath.Join(dir, name)
-		return p, layout.WriteDumpDir(p, man, tensors, wo)
+		return p, dumpwrite.Dir(p, man, tensors, wo)
 	default:
 		p := filepath.Join(dir, name)
-		if err := layout.WriteDumpDir(p, man, nil, wo); err != nil {
+		if err := dumpwrite.Dir(p, man, nil, wo); err != nil {
 			return "", err
 		}
-		return p, layout.WriteRawFile(filepath.Join(p, "kv.bin"), raw, wo)
+		return p, dumpwrite.Raw(filepath.Join(p, "kv.bin"), raw, wo)
 	}
 }
 

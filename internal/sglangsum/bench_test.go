@@ -1,4 +1,4 @@
-package checksum_test
+package sglangsum_test
 
 import (
 	"fmt"
@@ -7,18 +7,18 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/bench"
+	"github.com/kvaudit/kvaudit/internal/sglangsum"
 )
 
 // sglangBenchPool is an SGLang MHA pool of a Llama-8B-like rank (8 KV
 // heads of 128 bf16 elements: 2 KiB a slot) over 8 layers: 16 K and V
 // buffers of 512 pages of 16 slots, and a 2048-token request on 128 pages
 // in scattered order. 64 MiB are read.
-func sglangBenchPool() []checksum.SGLangSegment {
+func sglangBenchPool() []sglangsum.Segment {
 	const slot, pageSize, pages, nbuf, reqPages = 2048, 16, 512, 16, 128
 	r := rand.New(rand.NewPCG(9, 10))
-	var bufs []checksum.SGLangBuffer
+	var bufs []sglangsum.Buffer
 	for range nbuf {
 		d := make([]byte, slot*pageSize*pages)
 		for i := 0; i < len(d); i += 8 {
@@ -27,13 +27,13 @@ func sglangBenchPool() []checksum.SGLangSegment {
 				d[i+k] = byte(v >> (8 * k))
 			}
 		}
-		bufs = append(bufs, checksum.SGLangBuffer{Data: d, ItemLen: slot * pageSize})
+		bufs = append(bufs, sglangsum.Buffer{Data: d, ItemLen: slot * pageSize})
 	}
 	var idx []int64
 	for _, p := range r.Perm(pages)[:reqPages] {
 		idx = append(idx, int64(p))
 	}
-	return []checksum.SGLangSegment{{Buffers: bufs, Indices: idx}}
+	return []sglangsum.Segment{{Buffers: bufs, Indices: idx}}
 }
 
 // BenchmarkSGLangAdler32 measures sglang-adler32 over one request's
@@ -43,7 +43,7 @@ func sglangBenchPool() []checksum.SGLangSegment {
 // docs/sglang.md.
 func BenchmarkSGLangAdler32(b *testing.B) {
 	segs := sglangBenchPool()
-	items, err := checksum.SGLangItems(segs)
+	items, err := sglangsum.Items(segs)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func BenchmarkSGLangAdler32(b *testing.B) {
 		b.Run(fmt.Sprintf("sglang-adler32/threads=%d", threads), func(b *testing.B) {
 			b.SetBytes(total)
 			for b.Loop() {
-				if _, err := checksum.SGLangAdler32(segs, threads); err != nil {
+				if _, err := sglangsum.Adler32(segs, threads); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -81,7 +81,7 @@ func BenchmarkSGLangAdler32(b *testing.B) {
 
 // readItems is the plain read of the items on threads workers, each
 // taking every threads-th item.
-func readItems(items []checksum.SGLangItem, threads int) uint64 {
+func readItems(items []sglangsum.Item, threads int) uint64 {
 	sums := make([]uint64, threads)
 	var wg sync.WaitGroup
 	for w := range threads {

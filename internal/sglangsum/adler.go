@@ -1,4 +1,4 @@
-package checksum
+package sglangsum
 
 import "hash/adler32"
 

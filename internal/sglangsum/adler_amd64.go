@@ -1,8 +1,13 @@
 //go:build amd64 && !purego
 
-package checksum
+package sglangsum
 
-// adlerBlocksAVX2 is implemented in sglang_adler_amd64.s.
+import "golang.org/x/sys/cpu"
+
+// kernelAvailable says whether this machine runs the AVX2 kernel.
+var kernelAvailable = cpu.X86.HasAVX2
+
+// adlerBlocksAVX2 is implemented in adler_amd64.s.
 //
 //go:noescape
 func adlerBlocksAVX2(p *byte, chunks int, out *[24]uint32, consts *[64]byte)
@@ -15,9 +20,9 @@ var adlerConsts = [64]byte{
 	1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0,
 }
 
-// adlerSIMD is whether adlerUpdate runs the AVX2 kernel (simdAvailable,
+// adlerSIMD is whether adlerUpdate runs the AVX2 kernel (kernelAvailable,
 // switched off by tests to compare the two paths).
-var adlerSIMD = simdAvailable
+var adlerSIMD = kernelAvailable
 
 // adlerBlocks returns, for the 32*chunks bytes at p, their byte sum and
 // the sum of (n-k)*x_k (n their count), through the AVX2 kernel.

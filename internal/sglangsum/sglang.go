@@ -1,4 +1,11 @@
-package checksum
+// Package sglangsum is SGLang's own KV checksum, sglang-adler32
+// (docs/sglang.md): zlib Adler-32 of one byte stream per request and TP
+// rank, the stream being every buffer SGLang registers for transfer read
+// at the request's pages (its state buffers at its state indices), joined
+// across workers with adler32_combine as SGLang's kernel joins its
+// threads'. checksum.SGLangValues computes it for every request of a
+// dump; verify's SGLang audit and inject's SGLang faults walk the stream.
+package sglangsum
 
 import (
 	"fmt"
@@ -6,27 +13,21 @@ import (
 	"sync"
 )
 
-// SchemeSGLangAdler32 names SGLang's own KV checksum (docs/sglang.md): zlib
-// Adler-32 of one byte stream per request and TP rank, the value SGLang's
-// prefill sends in slot 0 of the request's kv_checksum metadata row and
-// its decode recomputes (sgl-project/sglang PR #39500).
-const SchemeSGLangAdler32 = "sglang-adler32"
-
-// SGLangBuffer is one buffer SGLang registers for transfer (one entry of
+// Buffer is one buffer SGLang registers for transfer (one entry of
 // kv_data_ptrs, or a state buffer): Data is the whole buffer, page 0 at
 // its start, and ItemLen the bytes of one item (one page of page_size
 // slots for a KV buffer: buffer[0].nbytes * page_size).
-type SGLangBuffer struct {
+type Buffer struct {
 	Data    []byte
 	ItemLen int
 }
 
-// SGLangSegment is buffers that share one index list: every KV buffer
+// Segment is buffers that share one index list: every KV buffer
 // takes the request's pages, the state buffers their state indices. The
 // stream holds, for each buffer in order, for each index in order, the
 // item [index*ItemLen, (index+1)*ItemLen) of the buffer.
-type SGLangSegment struct {
-	Buffers []SGLangBuffer
+type Segment struct {
+	Buffers []Buffer
 	Indices []int64
 }
 
@@ -59,19 +60,19 @@ func sglangPages(row []int64, pageSize, start, end int) ([]int64, error) {
 // (end_idx = min(extend_range.end, len(origin_input_ids))).
 func sglangEnd(extendEnd, inputLen int) int { return min(extendEnd, inputLen) }
 
-// SGLangItem is one item of the stream: the buffer's index in the
+// Item is one item of the stream: the buffer's index in the
 // segments' order (KV buffers first, then the state buffers), the index
 // (page) it reads, and its bytes.
-type SGLangItem struct {
+type Item struct {
 	Buffer int
 	Index  int64
 	Data   []byte
 }
 
-// SGLangItems lists the stream's items in order, checking that each lies
+// Items lists the stream's items in order, checking that each lies
 // in its buffer.
-func SGLangItems(segs []SGLangSegment) ([]SGLangItem, error) {
-	var items []SGLangItem
+func Items(segs []Segment) ([]Item, error) {
+	var items []Item
 	ord := 0
 	for _, s := range segs {
 		for _, b := range s.Buffers {
@@ -83,7 +84,7 @@ func SGLangItems(segs []SGLangSegment) ([]SGLangItem, error) {
 				if idx < 0 || (b.ItemLen > 0 && idx > int64(len(b.Data))/int64(b.ItemLen)) || at+int64(b.ItemLen) > int64(len(b.Data)) {
 					return nil, fmt.Errorf("buffer %d: item %d (bytes %d..%d) is past the end of its %d bytes", ord, idx, at, at+int64(b.ItemLen), len(b.Data))
 				}
-				items = append(items, SGLangItem{Buffer: ord, Index: idx, Data: b.Data[at : at+int64(b.ItemLen)]})
+				items = append(items, Item{Buffer: ord, Index: idx, Data: b.Data[at : at+int64(b.ItemLen)]})
 			}
 			ord++
 		}
@@ -91,24 +92,24 @@ func SGLangItems(segs []SGLangSegment) ([]SGLangItem, error) {
 	return items, nil
 }
 
-// sglangSerialBytes is the stream length below which SGLangAdler32 does
+// sglangSerialBytes is the stream length below which Adler32 does
 // not start goroutines.
 const sglangSerialBytes = 1 << 20
 
-// SGLangAdler32 is SGLang's checksum of a request on one rank: Adler-32 of
-// the stream of segs (SGLangItems), 1 for an empty stream. threads workers
+// Adler32 is SGLang's checksum of a request on one rank: Adler-32 of
+// the stream of segs (Items), 1 for an empty stream. threads workers
 // (GOMAXPROCS when 0 or less) each take a run of consecutive items, and
 // their values are joined in order with adler32Combine, as SGLang's kernel
 // joins its threads' (the value is that of one serial pass).
-func SGLangAdler32(segs []SGLangSegment, threads int) (uint32, error) {
-	items, err := SGLangItems(segs)
+func Adler32(segs []Segment, threads int) (uint32, error) {
+	items, err := Items(segs)
 	if err != nil {
 		return 0, err
 	}
-	return sglangItemsAdler32(items, threads), nil
+	return ItemsAdler32(items, threads), nil
 }
 
-func sglangItemsAdler32(items []SGLangItem, threads int) uint32 {
+func ItemsAdler32(items []Item, threads int) uint32 {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}

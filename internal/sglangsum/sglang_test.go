@@ -1,4 +1,4 @@
-package checksum
+package sglangsum
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ func withAdler(t *testing.T, f func(t *testing.T)) {
 	saved := adlerSIMD
 	defer func() { adlerSIMD = saved }()
 	for _, on := range []bool{false, true} {
-		if on && !simdAvailable {
+		if on && !kernelAvailable {
 			continue
 		}
 		adlerSIMD = on
@@ -51,7 +51,7 @@ func TestAdler32Textbook(t *testing.T) {
 // lengths to 200 KiB (past one kernel call's 32 KiB) of random and
 // all-0xFF bytes.
 func TestAdler32Kernel(t *testing.T) {
-	if !simdAvailable {
+	if !kernelAvailable {
 		t.Skip("no Adler-32 kernel in this build")
 	}
 	r := rand.New(rand.NewPCG(1, 2))
@@ -113,9 +113,9 @@ func TestAdler32Combine(t *testing.T) {
 // (kv_data_ptrs order), with the request's tokens 0..2 on pages
 // pages[0], pages[1] and the unused tail slot (token 3) filled with tail.
 // Each buffer holds 8 pages of 2 slots.
-func workedPool(pages [2]int64, tail byte) []SGLangBuffer {
+func workedPool(pages [2]int64, tail byte) []Buffer {
 	const pageSize, heads, slots = 2, 2, 16
-	var bufs []SGLangBuffer
+	var bufs []Buffer
 	for kv := range 2 {
 		for layer := range 2 {
 			data := make([]byte, slots*heads*8)
@@ -135,7 +135,7 @@ func workedPool(pages [2]int64, tail byte) []SGLangBuffer {
 					}
 				}
 			}
-			bufs = append(bufs, SGLangBuffer{Data: data, ItemLen: heads * 8 * pageSize})
+			bufs = append(bufs, Buffer{Data: data, ItemLen: heads * 8 * pageSize})
 		}
 	}
 	return bufs
@@ -160,7 +160,7 @@ func TestSGLangWorkedExample(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, threads := range []int{1, 2, 4} {
-					got, err := SGLangAdler32([]SGLangSegment{{Buffers: bufs, Indices: all}}, threads)
+					got, err := Adler32([]Segment{{Buffers: bufs, Indices: all}}, threads)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -172,19 +172,19 @@ func TestSGLangWorkedExample(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, _ := SGLangAdler32([]SGLangSegment{{Buffers: bufs, Indices: suffix}}, 1)
+				got, _ := Adler32([]Segment{{Buffers: bufs, Indices: suffix}}, 1)
 				if got != c.suffix {
 					t.Errorf("suffix, tail %#x pages %v: %#08x, want %#08x", c.tail, pages, got, c.suffix)
 				}
-				swapped := []SGLangBuffer{bufs[2], bufs[3], bufs[0], bufs[1]}
-				if v, _ := SGLangAdler32([]SGLangSegment{{Buffers: swapped, Indices: all}}, 1); v == c.full {
+				swapped := []Buffer{bufs[2], bufs[3], bufs[0], bufs[1]}
+				if v, _ := Adler32([]Segment{{Buffers: swapped, Indices: all}}, 1); v == c.full {
 					t.Errorf("K and V swapped: value unchanged %#08x", v)
 				}
-				items, _ := SGLangItems([]SGLangSegment{{Buffers: bufs, Indices: all}})
+				items, _ := Items([]Segment{{Buffers: bufs, Indices: all}})
 				for _, it := range items {
 					for i := range it.Data {
 						it.Data[i] ^= 1
-						if v, _ := SGLangAdler32([]SGLangSegment{{Buffers: bufs, Indices: all}}, 1); v == c.full {
+						if v, _ := Adler32([]Segment{{Buffers: bufs, Indices: all}}, 1); v == c.full {
 							t.Errorf("buffer %d page %d byte %d flipped: value unchanged", it.Buffer, it.Index, i)
 						}
 						it.Data[i] ^= 1
@@ -228,9 +228,9 @@ func TestSGLangPages(t *testing.T) {
 // TestSGLangItemBounds: a page past a buffer's end is an error naming the
 // buffer, not a panic.
 func TestSGLangItemBounds(t *testing.T) {
-	bufs := []SGLangBuffer{{Data: make([]byte, 64), ItemLen: 32}}
+	bufs := []Buffer{{Data: make([]byte, 64), ItemLen: 32}}
 	for _, idx := range []int64{2, -1, 1 << 62} {
-		if _, err := SGLangAdler32([]SGLangSegment{{Buffers: bufs, Indices: []int64{idx}}}, 1); err == nil || !strings.Contains(err.Error(), "buffer 0") {
+		if _, err := Adler32([]Segment{{Buffers: bufs, Indices: []int64{idx}}}, 1); err == nil || !strings.Contains(err.Error(), "buffer 0") {
 			t.Errorf("page %d: err %v", idx, err)
 		}
 	}
@@ -241,33 +241,33 @@ func TestSGLangItemBounds(t *testing.T) {
 // with KV and state segments and a page repeated.
 func TestSGLangParallel(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	mk := func(n, item int) SGLangBuffer {
+	mk := func(n, item int) Buffer {
 		d := make([]byte, n*item)
 		for i := range d {
 			d[i] = byte(r.Uint32())
 		}
-		return SGLangBuffer{Data: d, ItemLen: item}
+		return Buffer{Data: d, ItemLen: item}
 	}
-	segs := []SGLangSegment{
-		{Buffers: []SGLangBuffer{mk(40, 16384), mk(40, 16384), mk(40, 16384)}, Indices: []int64{7, 3, 39, 0, 3, 12, 25, 26, 27}},
-		{Buffers: []SGLangBuffer{mk(4, 1000), mk(4, 24)}, Indices: []int64{2}},
+	segs := []Segment{
+		{Buffers: []Buffer{mk(40, 16384), mk(40, 16384), mk(40, 16384)}, Indices: []int64{7, 3, 39, 0, 3, 12, 25, 26, 27}},
+		{Buffers: []Buffer{mk(4, 1000), mk(4, 24)}, Indices: []int64{2}},
 	}
 	var cat []byte
-	items, _ := SGLangItems(segs)
+	items, _ := Items(segs)
 	for _, it := range items {
 		cat = append(cat, it.Data...)
 	}
 	want := adler32.Checksum(cat)
 	withAdler(t, func(t *testing.T) {
 		for _, threads := range []int{1, 2, 3, 7, 0} {
-			if got, _ := SGLangAdler32(segs, threads); got != want {
+			if got, _ := Adler32(segs, threads); got != want {
 				t.Errorf("threads %d: %#08x, want %#08x", threads, got, want)
 			}
 		}
 	})
 }
 
-// TestSGLangAgainstZlib checks SGLangAdler32 against Python's
+// TestSGLangAgainstZlib checks Adler32 against Python's
 // zlib.adler32 over the same bytes: random pools, pages and page sizes
 // written to a file that Python reads item by item. It skips without a
 // python3.
@@ -289,14 +289,14 @@ func TestSGLangAgainstZlib(t *testing.T) {
 		slotBytes := 8 * (1 + r.IntN(40))
 		pages := 3 + r.IntN(20)
 		nbuf := 2 * (1 + r.IntN(3))
-		var bufs []SGLangBuffer
+		var bufs []Buffer
 		var all []byte
 		for range nbuf {
 			d := make([]byte, pages*pageSize*slotBytes)
 			for i := range d {
 				d[i] = byte(r.Uint32())
 			}
-			bufs = append(bufs, SGLangBuffer{Data: d, ItemLen: pageSize * slotBytes})
+			bufs = append(bufs, Buffer{Data: d, ItemLen: pageSize * slotBytes})
 			all = append(all, d...)
 		}
 		idx := r.Perm(pages)[:1+r.IntN(pages)]
@@ -322,7 +322,7 @@ print("%08x" % zlib.adler32(stream))`
 			t.Fatalf("python: %v", err)
 		}
 		want, _ := strconv.ParseUint(strings.TrimSpace(string(out)), 16, 32)
-		got, err := SGLangAdler32([]SGLangSegment{{Buffers: bufs, Indices: indices}}, 2)
+		got, err := Adler32([]Segment{{Buffers: bufs, Indices: indices}}, 2)
 		if err != nil {
 			t.Fatal(err)
 		}

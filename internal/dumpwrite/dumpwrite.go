@@ -1,16 +1,21 @@
-package layout
+// Package dumpwrite writes kvaudit dumps (docs/spec.md): a one-file
+// .safetensors dump with its manifest embedded, a dump directory, a raw
+// tensor file; each appears complete or not at all (internal/safeio).
+// kvaudit synth and the faults of kvaudit inject write with it; package
+// layout reads what it writes.
+package dumpwrite
 
 import (
-	"encoding/json"
 	"io"
 	"path/filepath"
 
 	"github.com/kvaudit/kvaudit/internal/safeio"
 	"github.com/kvaudit/kvaudit/internal/safetensors"
+	"github.com/kvaudit/kvaudit/layout"
 )
 
-// WriteOptions change how the Write functions treat existing files.
-type WriteOptions struct {
+// Options change how the write functions treat existing files.
+type Options struct {
 	// Force replaces existing files (never through a symlink: the link
 	// itself is replaced).
 	Force bool
@@ -19,10 +24,10 @@ type WriteOptions struct {
 	Progress func(n int64)
 }
 
-func force(opts []WriteOptions) bool { return len(opts) > 0 && opts[0].Force }
+func force(opts []Options) bool { return len(opts) > 0 && opts[0].Force }
 
 // counted returns w, telling opts' Progress of every write.
-func counted(w io.Writer, opts []WriteOptions) io.Writer {
+func counted(w io.Writer, opts []Options) io.Writer {
 	if len(opts) == 0 || opts[0].Progress == nil {
 		return w
 	}
@@ -40,33 +45,28 @@ func (p progressWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// MarshalManifest returns the manifest as indented JSON.
-func MarshalManifest(m *Manifest) ([]byte, error) {
-	return json.MarshalIndent(m, "", " ")
-}
-
-// WriteDumpFile writes a one-file dump: a .safetensors file whose
-// __metadata__ holds the manifest under metadataKey. It refuses to replace
+// File writes a one-file dump: a .safetensors file whose __metadata__
+// holds the manifest under layout.ManifestKey. It refuses to replace
 // an existing file unless opts say Force. The file appears complete or
 // not at all (internal/safeio).
-func WriteDumpFile(path string, m *Manifest, tensors []TensorData, opts ...WriteOptions) error {
-	text, err := MarshalManifest(m)
+func File(path string, m *layout.Manifest, tensors []safetensors.TensorData, opts ...Options) error {
+	text, err := layout.MarshalManifest(m)
 	if err != nil {
 		return err
 	}
 	return safeio.Write(path, force(opts), func(w io.Writer) error {
-		return safetensors.Write(counted(w, opts), map[string]string{metadataKey: string(text)}, tensors)
+		return safetensors.Write(counted(w, opts), map[string]string{layout.ManifestKey: string(text)}, tensors)
 	})
 }
 
-// WriteDumpDir writes a dump directory: manifest.json and, when tensors is
+// Dir writes a dump directory: manifest.json and, when tensors is
 // not empty, data.safetensors holding them (the layers' default file). It
 // refuses to replace an existing directory's files unless opts say Force.
-func WriteDumpDir(dir string, m *Manifest, tensors []TensorData, opts ...WriteOptions) error {
+func Dir(dir string, m *layout.Manifest, tensors []safetensors.TensorData, opts ...Options) error {
 	if err := safeio.MkdirOut(dir); err != nil {
 		return err
 	}
-	text, err := MarshalManifest(m)
+	text, err := layout.MarshalManifest(m)
 	if err != nil {
 		return err
 	}
@@ -84,8 +84,8 @@ func WriteDumpDir(dir string, m *Manifest, tensors []TensorData, opts ...WriteOp
 	})
 }
 
-// WriteRawFile writes data to a new file (a raw tensor source).
-func WriteRawFile(path string, data []byte, opts ...WriteOptions) error {
+// Raw writes data to a new file (a raw tensor source).
+func Raw(path string, data []byte, opts ...Options) error {
 	if err := safeio.WriteFile(path, data, force(opts)); err != nil {
 		return err
 	}

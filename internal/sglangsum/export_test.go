@@ -1,0 +1,7 @@
+package sglangsum
+
+// Internals the external tests reach.
+var (
+	Pages      = sglangPages
+	Adler32Sum = adler32Sum
+)
