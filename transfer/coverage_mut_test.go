@@ -382,3 +382,34 @@ func TestCoverageCellByCell(t *testing.T) {
 		}
 	}
 }
+
+// TestCoverageOfTwoBytesWrittenTwice: req-1's transfer writes its pairs
+// 0 and 2 into req-0's blocks at positions 0 and 2 (layer 0's K), which
+// req-0's pairs 0 and 2 wrote: req-0's layer 0 is drawn written twice at
+// tokens 0-15 and 32-47, and delivered between, at position 1 (whose
+// block lies between theirs), as the other layers are.
+func TestCoverageOfTwoBytesWrittenTwice(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	y := nextXfer(recs, x)
+	recs[y].LocalIDs[0], recs[y].LocalIDs[2] = recs[x].LocalIDs[0], recs[x].LocalIDs[2]
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	table := cons[0].Manifest.Request("req-0").BlockTable["0"]
+	if !(table[0] < table[1] && table[1] < table[2]) {
+		t.Fatalf("req-0's blocks %v: position 1's is not between the others", table)
+	}
+	cv := res.Coverage[slices.IndexFunc(res.Coverage, func(cv picture.Coverage) bool { return cv.Request == "req-0" })]
+	for L, r := range cv.Rows {
+		for tok, cell := range r.Cells {
+			want := picture.CellDelivered
+			if L == 0 && tok/16 != 1 {
+				want = picture.CellTwice
+			}
+			if cell.State != want {
+				t.Fatalf("layer %d token %d: state %d, want %d", L, tok, cell.State, want)
+			}
+		}
+	}
+}
