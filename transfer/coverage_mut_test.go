@@ -294,29 +294,36 @@ func TestCoverageOfRecomputedTokens(t *testing.T) {
 
 // TestCoverageOfSeveralDescriptors: a column of several blocks (each
 // delivered by its own descriptor: the consumer's blocks are not
-// contiguous) names one descriptor and counts the others in More: at
-// least one a block.
+// contiguous) names one descriptor and counts the others in More. 258
+// tokens in blocks of 2 are 129 positions; the exact planner's pairs of
+// layer L are its K blocks by position, then its V (pair L*258 + P*129
+// + p); a column of 8 tokens holds 4 blocks: it names the K pair of its
+// first block and 7 more (3 K, 4 V); the last column, tokens 256-257,
+// one block: its K pair and 1 more.
 func TestCoverageOfSeveralDescriptors(t *testing.T) {
 	p := synth.Config{Preset: "tiny", Layout: "hnd", BlockSize: 2, Tokens: 258, Requests: 1}
 	c := p
 	c.Role, c.ZeroTails = "consumer", true
 	prod, cons, logs := pull(t, t.TempDir(), geometry{"several", p, c, nixl.PlannerExact})
 	res := audit(t, logs, prod, cons)
-	if res.Verdict != transfer.Clean || len(res.Coverage) == 0 {
+	if res.Verdict != transfer.Clean || len(res.Coverage) != 1 {
 		t.Fatalf("%s, %d drawn", res.Summary(), len(res.Coverage))
 	}
-	for _, cv := range res.Coverage {
-		if cv.Per != 8 {
-			t.Fatalf("%d tokens a column", cv.Per)
+	cv := res.Coverage[0]
+	if cv.Per != 8 || len(cv.Rows) != 2 {
+		t.Fatalf("%d tokens a column, %d rows", cv.Per, len(cv.Rows))
+	}
+	for _, r := range cv.Rows {
+		if len(r.Cells) != 33 {
+			t.Fatalf("layer %d: %d columns, want 33", r.Layer, len(r.Cells))
 		}
-		for _, r := range cv.Rows {
-			for k, cell := range r.Cells {
-				if (k+1)*cv.Per > cv.NumTokens {
-					continue // the last, partial column
-				}
-				if cell.State != picture.CellDelivered || cell.Transfer == transfer.NoTransfer || cell.Descriptor < 0 || cell.More < 3 {
-					t.Errorf("%s layer %d column %d (4 blocks): %+v, want delivered by one descriptor and at least 3 more", cv.Request, r.Layer, k, cell)
-				}
+		for k, cell := range r.Cells {
+			desc, more := r.Layer*258+4*k, 7
+			if k == 32 {
+				more = 1
+			}
+			if cell.State != picture.CellDelivered || cell.Transfer != 1 || cell.Descriptor != desc || cell.More != more {
+				t.Errorf("%s layer %d column %d: %+v, want delivered by pair %d and %d more", cv.Request, r.Layer, k, cell, desc, more)
 			}
 		}
 	}

@@ -152,12 +152,12 @@ func (a *auditor) twice(rk *rank, done []delivery) []ival {
 			}
 			x, px := a.xfers[d.x], a.xfers[prev.x]
 			f := Finding{Invariant: Twice, Descriptor: int(d.desc), Group: -1, Position: -1, Block: -1, Bytes: min(d.hi, prev.hi) - d.lo,
-				Other: &Ref{Log: px.log.path, Transfer: px.id, Descriptor: int(prev.desc)}}
+				Heads: [2]int{-1, -1}, Tokens: [2]int{-1, -1}, Other: &Ref{Log: px.log.path, Transfer: px.id, Descriptor: int(prev.desc)}}
 			var cells []addrmap.Cells
 			rk.am.Resolve(d.lo, f.Bytes, func(c addrmap.Cells) error { cells = append(cells, c); return nil })
 			// The finding is the request's whose block the bytes are
 			// in (the writer's, unless it wrote into another's).
-			owner := x.req
+			owner, wrote := x.req, fmt.Sprintf("%d bytes at 0x%x.. outside every cache", f.Bytes, d.lo)
 			if len(cells) > 0 {
 				c := cells[0]
 				if rg := x.req.groups[c.Region.Group.Group.ID]; rg == nil || !hasBlock(rg, c.Block) {
@@ -168,13 +168,14 @@ func (a *auditor) twice(rk *rank, done []delivery) []ival {
 					}
 				}
 				a.place(&f, &xfer{req: owner}, cells)
+				wrote = what(&f)
 			}
 			f.Request = owner.req.ID
 			into := ""
 			if owner != x.req {
 				into = fmt.Sprintf(" (request %s's block, written by request %s's transfer)", owner.req.ID, x.req.req.ID)
 			}
-			f.Message = fmt.Sprintf("transfer %d descriptor %d wrote %s%s, which transfer %d descriptor %d (log %q) also wrote, from another source", x.id, d.desc, what(&f), into, px.id, prev.desc, px.log.path)
+			f.Message = fmt.Sprintf("transfer %d descriptor %d wrote %s%s, which transfer %d descriptor %d (log %q) also wrote, from another source", x.id, d.desc, wrote, into, px.id, prev.desc, px.log.path)
 			a.add(x, f)
 		}
 		if prev == nil || d.hi > prev.hi {

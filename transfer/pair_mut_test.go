@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/addrmap"
@@ -510,7 +511,63 @@ func TestWriteIntoAPrefixHitBlock(t *testing.T) {
 	if want := []transfer.Finding{gap, read, wrote}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("findings\n%+v\nwant\n%+v", got, want)
 	}
-	if zeroed.Invariant != transfer.Zeroed || zeroed.Position != 1 || zeroed.Block != table[1] || zeroed.Tokens != gap.Tokens || zeroed.Bytes == 0 || zeroed.Bytes > 32768 {
+	if zeroed.Invariant != transfer.Zeroed || zeroed.Position != 1 || zeroed.Block != table[1] || zeroed.Tokens != gap.Tokens || zeroed.Bytes == 0 || zeroed.Bytes > 32768 ||
+		!strings.HasSuffix(zeroed.Message, "are not zero, the first at token 16") {
 		t.Fatalf("zeroed finding %+v, want one at position 1's layer 0 K", zeroed)
+	}
+}
+
+// TestWrittenTwiceOutsideEveryCache: pairs 0 and 1 of req-0's transfer
+// both write one range outside every consumer cache, from their two
+// sources: each is confined, and the second wrote the first's bytes
+// again, a written-twice finding placed in no block, at no layer, head or
+// token (it said "wrote layer 0", heads 0-0, tokens 0-0).
+func TestWrittenTwiceOutsideEveryCache(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	id, addr := outsideDesc(recs, recs[x].Local)
+	recs[x].LocalIDs[0], recs[x].LocalIDs[1] = id, id
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Twice })
+	if i < 0 {
+		t.Fatalf("no written-twice finding: %v", invariants(res))
+	}
+	f := res.Findings[i]
+	f.Line = 0
+	none := [2]int{-1, -1}
+	want := transfer.Finding{Invariant: transfer.Twice, Request: "req-0", Transfer: recs[x].ID, Descriptor: 1, Log: logs[0], Rank: layout.Rank{},
+		Group: -1, Position: -1, Block: -1, Heads: none, Tokens: none, Bytes: 32768, Other: &transfer.Ref{Log: logs[0], Transfer: recs[x].ID, Descriptor: 0},
+		Message: fmt.Sprintf("transfer %d descriptor 1 wrote 32768 bytes at %#x.. outside every cache, which transfer %d descriptor 0 (log %q) also wrote, from another source", recs[x].ID, addr, recs[x].ID, logs[0])}
+	if !reflect.DeepEqual(f, want) {
+		t.Fatalf("finding\n%+v\nwant\n%+v", f, want)
+	}
+}
+
+// TestWrittenTwiceByAnIntruder: req-1's transfer (the log's second)
+// writes its pair 0 into req-0's block at position 0, which req-0's pair
+// 0 wrote: the written-twice finding is req-0's (the block's), of the
+// intruding transfer, and says whose block it is and whose transfer
+// wrote it.
+func TestWrittenTwiceByAnIntruder(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	y := nextXfer(recs, x)
+	recs[y].LocalIDs[0] = recs[x].LocalIDs[0]
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	var twice []transfer.Finding
+	for _, f := range res.Findings {
+		if f.Invariant == transfer.Twice {
+			twice = append(twice, f)
+		}
+	}
+	block := cons[0].Manifest.Request("req-0").BlockTable["0"][0]
+	msg := fmt.Sprintf("transfer %d descriptor 0 wrote layer 0 K heads 0-7 tokens 0-15 (request req-0's block, written by request req-1's transfer), which transfer %d descriptor 0 (log %q) also wrote, from another source",
+		recs[y].ID, recs[x].ID, logs[0])
+	if len(twice) != 1 || twice[0].Request != "req-0" || twice[0].Transfer != recs[y].ID || twice[0].Block != block || twice[0].Position != 0 || twice[0].Message != msg {
+		t.Fatalf("written-twice findings %+v\nwant one: %q", twice, msg)
 	}
 }

@@ -2,11 +2,13 @@ package transfer_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/kvaudit/kvaudit/internal/addrmap"
 	"github.com/kvaudit/kvaudit/internal/nixl"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
@@ -224,4 +226,56 @@ func openSides(t *testing.T, dir string) (prod, cons []*layout.Dump) {
 	}
 	t.Cleanup(func() { layout.CloseAll(cons) })
 	return prod, cons
+}
+
+// TestRegisteredNextToACache: a consumer log whose registered memory only
+// touches the caches' ends (a range ending where the first cache starts,
+// one starting where the last ends) registered none of their bytes: it
+// was recorded by another run. A byte more into either cache, and it was
+// not: the pull is audited, clean.
+func TestRegisteredNextToACache(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	am, err := addrmap.New(cons[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, last := am.Regions[0].Start, am.Regions[len(am.Regions)-1].End
+	h, orig := records(t, logs[0])
+	for _, in := range []uint64{0, 1} {
+		for end := range 2 {
+			recs := slices.Clone(orig)
+			for i := range recs {
+				if recs[i].Op != nixl.OpRegister {
+					continue
+				}
+				before, after := nixl.Desc{Addr: first - 4096, Len: 4096}, nixl.Desc{Addr: last, Len: 4096}
+				if end == 0 {
+					before.Len += in
+				} else {
+					after.Addr -= in
+				}
+				recs[i].Descs = []nixl.Desc{before, after}
+			}
+			rewrite(t, logs[0], h, recs)
+			res := audit(t, logs, prod, cons)
+			foreign := hasNote(res.Pairing, "recorded by another run")
+			if foreign != (in == 0) || (in == 0 && res.Verdict != transfer.Unresolved) || (in == 1 && res.Verdict != transfer.Clean) {
+				t.Fatalf("%d byte(s) into the caches at end %d: verdict %s, pairing %q", in, end, res.Verdict, res.Pairing)
+			}
+		}
+	}
+}
+
+// TestEmptyStrangerLog: a log of an agent no dump names that registered
+// nothing and named no remote agent is said to match neither dump, in
+// those words, with no remote agents listed.
+func TestEmptyStrangerLog(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	path := filepath.Join(t.TempDir(), "stranger.jsonl")
+	rewrite(t, path, nixl.Header{Agent: "stranger"}, nil)
+	res := audit(t, append(logs, path), prod, cons)
+	want := fmt.Sprintf("log %q (agent \"stranger\") matches neither dump: no dump names its agents, and it registered no memory: the logs and the dumps do not belong together", path)
+	if !slices.Equal(res.Pairing, []string{want}) {
+		t.Fatalf("pairing %q, want %q", res.Pairing, want)
+	}
 }

@@ -1,12 +1,14 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"iter"
 	"reflect"
 	"slices"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/jsonscan"
 	"github.com/kvaudit/kvaudit/layout"
 )
 
@@ -173,68 +175,72 @@ func appendHex(b []byte, x uint64) []byte {
 var rowType = reflect.TypeFor[[]layout.Hex64]()
 
 // UnmarshalJSON reads a list of lists of hex strings (as layout.Hex64
-// reads each) into one array sized by a first pass over data, which
-// encoding/json has checked is one valid JSON value. null leaves the
-// values absent. Lists of different lengths are kept for Validate to
-// refuse, naming the first.
+// reads each) into one array, sized by the count of quotes in data (exact
+// for hex strings), through internal/jsonscan. encoding/json has checked
+// that data is one valid JSON value. null leaves the values absent. Lists
+// of different lengths are kept for Validate to refuse, naming the first.
+// A position that is not a list is an error before any value's.
 func (v *Values) UnmarshalJSON(data []byte) error {
-	i := skipSpace(data, 0)
-	if string(data[i:]) == "null" {
+	// No limit but encoding/json's own: its nesting depth, the length of
+	// data.
+	sc := jsonscan.New(data, jsonscan.Options{MaxDepth: 10000, MaxNumber: len(data), LoneSurrogates: true})
+	k, err := sc.Next()
+	switch {
+	case err != nil:
+		return err
+	case k == jsonscan.Null:
 		*v = Values{}
 		return nil
+	case k != jsonscan.ArrayStart:
+		return &json.UnmarshalTypeError{Value: jsonKind(byte(k)), Type: reflect.TypeFor[[][]layout.Hex64](), Offset: sc.TokenOffset()}
 	}
-	if data[i] != '[' {
-		return &json.UnmarshalTypeError{Value: jsonKind(data[i]), Type: reflect.TypeFor[[][]layout.Hex64](), Offset: int64(i)}
-	}
-	// First pass: the positions and the values, and that each position
-	// is a list.
-	rows, total := 0, 0
-	for p := skipSpace(data, i+1); data[p] != ']'; {
-		if data[p] != '[' {
-			return &json.UnmarshalTypeError{Value: jsonKind(data[p]), Type: rowType, Offset: int64(p)}
+	out := Values{present: true}
+	flat := make([]uint64, 0, bytes.Count(data, quote)/2)
+	var valueErr error // the first value's error, returned once every position is a list
+	for row := 0; ; row++ {
+		k, err := sc.Next()
+		if err != nil {
+			return err
 		}
-		rows++
-		q := skipSpace(data, p+1)
-		for data[q] != ']' {
-			total++
-			q = skipSpace(data, skipElement(data, q))
-			if data[q] == ',' {
-				q = skipSpace(data, q+1)
-			}
+		if k == jsonscan.ArrayEnd {
+			break
 		}
-		p = skipSpace(data, q+1)
-		if data[p] == ',' {
-			p = skipSpace(data, p+1)
+		if k != jsonscan.ArrayStart {
+			return &json.UnmarshalTypeError{Value: jsonKind(byte(k)), Type: rowType, Offset: sc.TokenOffset()}
 		}
-	}
-	out := Values{rows: rows, present: true}
-	flat := make([]uint64, 0, total)
-	row := 0
-	for p := skipSpace(data, i+1); data[p] != ']'; row++ {
+		out.rows++
 		n := 0
-		q := skipSpace(data, p+1)
-		for data[q] != ']' {
-			end := skipElement(data, q)
-			var h layout.Hex64
-			if err := h.UnmarshalJSON(data[q:end]); err != nil {
+		for {
+			k, err := sc.Next()
+			if err != nil {
 				return err
+			}
+			if k == jsonscan.ArrayEnd {
+				break
+			}
+			start := sc.TokenOffset()
+			if err := sc.Skip(k); err != nil {
+				return err
+			}
+			if valueErr != nil {
+				continue
+			}
+			var h layout.Hex64
+			if err := h.UnmarshalJSON(data[start:sc.Offset()]); err != nil {
+				valueErr = err
+				continue
 			}
 			flat = append(flat, uint64(h))
 			n++
-			q = skipSpace(data, end)
-			if data[q] == ',' {
-				q = skipSpace(data, q+1)
-			}
 		}
 		if row == 0 {
 			out.len0 = n
 		} else if n != out.len0 && out.badRow == 0 {
 			out.badRow, out.badLen = row+1, n
 		}
-		p = skipSpace(data, q+1)
-		if data[p] == ',' {
-			p = skipSpace(data, p+1)
-		}
+	}
+	if valueErr != nil {
+		return valueErr
 	}
 	if out.badRow == 0 {
 		out.keys, out.flat = out.len0, flat
@@ -243,47 +249,7 @@ func (v *Values) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-func skipSpace(data []byte, i int) int {
-	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipElement returns the index just past the JSON value at data[i].
-func skipElement(data []byte, i int) int {
-	switch data[i] {
-	case '"':
-		for i++; i < len(data); i++ {
-			switch data[i] {
-			case '\\':
-				i++
-			case '"':
-				return i + 1
-			}
-		}
-		return len(data)
-	case '[', '{':
-		depth := 0
-		for ; i < len(data); i++ {
-			switch data[i] {
-			case '"':
-				i = skipElement(data, i) - 1
-			case '[', '{':
-				depth++
-			case ']', '}':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return len(data)
-	}
-	for i < len(data) && !strings.ContainsRune(" \t\r\n,]}", rune(data[i])) {
-		i++
-	}
-	return i
-}
+var quote = []byte{'"'}
 
 // jsonKind names the kind of JSON value that starts with c, as
 // json.UnmarshalTypeError does.

@@ -5,19 +5,21 @@ package mapped
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 )
 
 // Map reads the regular file at path into memory (this system has no
-// supported mmap). A zero-length file is an error wrapping ErrEmpty, as
+// supported mmap): the bytes its size at open counts, as a mapping holds
+// them (readWhole). A zero-length file is an error wrapping ErrEmpty, as
 // on systems with mmap; a file that is not a regular file is a *ReadError.
 func Map(path string) (*Mapping, error) {
 	return MapIn(nil, path, path)
 }
 
+// MapIn reads the regular file name, confined to root when root is not
+// nil; display names it in errors.
 func MapIn(root *os.Root, name, display string) (*Mapping, error) {
-	f, _, err := OpenRegular(root, name, display)
+	f, fi, err := OpenRegular(root, name, display)
 	if err != nil {
 		var re *ReadError
 		if errors.As(err, &re) {
@@ -26,12 +28,9 @@ func MapIn(root *os.Root, name, display string) (*Mapping, error) {
 		return nil, fmt.Errorf("mapping %q: %w", display, err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(f)
+	data, err := readWhole(f, fi.Size(), display)
 	if err != nil {
-		return nil, fmt.Errorf("mapping %q: %w", display, err)
-	}
-	if len(data) == 0 {
-		return nil, fmt.Errorf("mapping %q: %w", display, ErrEmpty)
+		return nil, err
 	}
 	return &Mapping{Path: display, Data: data}, nil
 }

@@ -3,6 +3,7 @@ package mapped
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func TestMapFile(t *testing.T) {
@@ -132,5 +134,47 @@ func TestGuardRepanics(t *testing.T) {
 	}
 	if _, ok := r.(*FaultError); ok {
 		t.Error("nil dereference was turned into a FaultError")
+	}
+}
+
+// countingReader counts the bytes it hands out.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+// TestReadWhole: where there is no mmap, Map reads exactly the bytes the
+// file's size at open counts: never more from a file that grew, an error
+// naming the file for one truncated while read, ErrEmpty for none.
+func TestReadWhole(t *testing.T) {
+	grown := &countingReader{r: iotest.HalfReader(strings.NewReader("0123456789" + strings.Repeat("x", 1<<20)))}
+	data, err := readWhole(grown, 10, "d/rank0.safetensors")
+	if err != nil || string(data) != "0123456789" || cap(data) != 10 || grown.n != 10 {
+		t.Errorf("a file grown past 10 bytes: %q (cap %d), %v; %d bytes read", data, cap(data), err, grown.n)
+	}
+	for _, c := range []struct {
+		in   io.Reader
+		size int64
+		want string
+	}{
+		{strings.NewReader("01234"), 10, `mapping "d/rank0.safetensors": the file ends after 5 of its 10 bytes at open: it was truncated while read`},
+		{strings.NewReader(""), 10, `mapping "d/rank0.safetensors": the file ends after 0 of its 10 bytes at open: it was truncated while read`},
+		{iotest.ErrReader(errors.New("input/output error")), 10, `mapping "d/rank0.safetensors": input/output error`},
+		{strings.NewReader("x"), 0, `mapping "d/rank0.safetensors": empty file`},
+		{strings.NewReader("x"), -1, `mapping "d/rank0.safetensors": file size -1 cannot be mapped`},
+	} {
+		data, err := readWhole(c.in, c.size, "d/rank0.safetensors")
+		if data != nil || err == nil || err.Error() != c.want {
+			t.Errorf("size %d: got %q, %v; want %s", c.size, data, err, c.want)
+		}
+		if c.size == 0 && !errors.Is(err, ErrEmpty) {
+			t.Errorf("an empty file: %v does not wrap ErrEmpty", err)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 )
 
@@ -114,4 +115,27 @@ func readAllCapped(r io.Reader, limit, hint int64) ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// readWhole reads, for Map on a system without mmap, the size bytes a
+// file had when it was opened, as a mapping holds them: never more (the
+// bytes of a file that grew are not read), into one buffer of that size.
+// A file that ends before them was truncated while read: an error naming
+// it, as reading a truncated mapping is (FaultError).
+func readWhole(r io.Reader, size int64, display string) ([]byte, error) {
+	switch {
+	case size == 0:
+		return nil, fmt.Errorf("mapping %q: %w", display, ErrEmpty)
+	case size < 0 || size > math.MaxInt:
+		return nil, fmt.Errorf("mapping %q: file size %d cannot be mapped", display, size)
+	}
+	data := make([]byte, size)
+	n, err := io.ReadFull(r, data)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("mapping %q: the file ends after %d of its %d bytes at open: it was truncated while read", display, n, size)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mapping %q: %w", display, err)
+	}
+	return data, nil
 }
