@@ -221,3 +221,17 @@ func TestLeaseBoundaries(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseOfZeroSeconds: a log whose header gives lease_s 0 gives no
+// lease (every READ would be late): the lease is not audited, and says
+// so; the pull is clean.
+func TestLeaseOfZeroSeconds(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	h.LeaseS = 0
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	if res.Verdict != transfer.Clean || !hasNote(res.Notes, "the lease was not audited: no log's header gives lease_s, and no --lease was given") {
+		t.Fatalf("verdict %s, notes %q", res.Verdict, res.Notes)
+	}
+}

@@ -2,6 +2,7 @@ package transfer_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -262,5 +263,19 @@ func TestRegisteredNextToACache(t *testing.T) {
 				t.Fatalf("%d byte(s) into the caches at end %d: verdict %s, pairing %q", in, end, res.Verdict, res.Pairing)
 			}
 		}
+	}
+}
+
+// TestEmptyStrangerLog: a log of an agent no dump names that registered
+// nothing and named no remote agent is said to match neither dump, in
+// those words, with no remote agents listed.
+func TestEmptyStrangerLog(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	path := filepath.Join(t.TempDir(), "stranger.jsonl")
+	rewrite(t, path, nixl.Header{Agent: "stranger"}, nil)
+	res := audit(t, append(logs, path), prod, cons)
+	want := fmt.Sprintf("log %q (agent \"stranger\") matches neither dump: no dump names its agents, and it registered no memory: the logs and the dumps do not belong together", path)
+	if !slices.Equal(res.Pairing, []string{want}) {
+		t.Fatalf("pairing %q, want %q", res.Pairing, want)
 	}
 }

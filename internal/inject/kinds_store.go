@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/kvaudit/kvaudit/internal/synth"
+	"github.com/kvaudit/kvaudit/internal/synthstore"
 	"github.com/kvaudit/kvaudit/scrub"
 )
 
@@ -463,7 +464,7 @@ func storeTrial(ctx context.Context, k Kind, trial int, seed uint64, dir string)
 
 func storeTrialOn(ctx context.Context, k Kind, format scrub.Format, seed uint64, dir string, o *trialOutcome) error {
 	defer os.RemoveAll(dir)
-	blocks, err := scrub.SynthBlocks(synth.Config{Preset: "tiny", Requests: 2, Tokens: 5, BlockSize: 2, Seed: seed})
+	blocks, err := synthstore.Blocks(synth.Config{Preset: "tiny", Requests: 2, Tokens: 5, BlockSize: 2, Seed: seed})
 	if err != nil {
 		return err
 	}

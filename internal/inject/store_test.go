@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/internal/inject"
 	"github.com/kvaudit/kvaudit/internal/synth"
+	"github.com/kvaudit/kvaudit/internal/synthstore"
 	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/scrub"
 )
@@ -20,7 +21,7 @@ var storeKinds = []inject.Kind{inject.StoreByteFlip, inject.StoreCRC, inject.Sto
 // store itself is unchanged; an lmcache-frame store takes no
 // store-missing-checksum.
 func TestStoreFaults(t *testing.T) {
-	blocks, err := scrub.SynthBlocks(synth.Config{Preset: "tiny", Requests: 2, Tokens: 5, BlockSize: 2})
+	blocks, err := synthstore.Blocks(synth.Config{Preset: "tiny", Requests: 2, Tokens: 5, BlockSize: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

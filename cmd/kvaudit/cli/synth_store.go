@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/internal/inject"
 	"github.com/kvaudit/kvaudit/internal/report"
+	"github.com/kvaudit/kvaudit/internal/synthstore"
 	"github.com/kvaudit/kvaudit/scrub"
 )
 
@@ -26,7 +27,7 @@ func checkStoreFormat(v string) error {
 // writeSynthStore writes the synthesized side's KV as the store (or
 // stores) --store names, under Out/store/FORMAT.
 func writeSynthStore(opts *SynthOptions) error {
-	blocks, err := scrub.SynthBlocks(opts.Config)
+	blocks, err := synthstore.Blocks(opts.Config)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,10 @@
-package scrub
+// Package synthstore is a synthetic side's KV as an engine's offload tier
+// stores it: the blocks scrub.WriteStore writes as a store (kvaudit synth
+// --store, and the campaign's store trials). It lies apart from
+// internal/synth, which cannot import scrub (scrub's tests import
+// internal/bench, and so internal/synth), and scrub reads stores without
+// the dump packages synth brings.
+package synthstore
 
 import (
 	"crypto/sha256"
@@ -6,9 +12,10 @@ import (
 	"fmt"
 
 	"github.com/kvaudit/kvaudit/internal/synth"
+	"github.com/kvaudit/kvaudit/scrub"
 )
 
-// SynthBlocks is a synthetic side's KV as an offload tier would store it:
+// Blocks is a synthetic side's KV as an offload tier would store it:
 // one block per request, attention group, block position and TP rank
 // (kvaudit synth --store, and the campaign's store trials). A block holds,
 // for each cache of the group in turn, K then V (a latent cache: its one
@@ -19,7 +26,7 @@ import (
 // out: the tiers store attention blocks. The block's hash chains the
 // seed, the request, the group and the positions before it, as vLLM's
 // prefix-cache hashes do.
-func SynthBlocks(cfg synth.Config) ([]Block, error) {
+func Blocks(cfg synth.Config) ([]scrub.Block, error) {
 	c, err := cfg.Normalize()
 	if err != nil {
 		return nil, err
@@ -28,7 +35,7 @@ func SynthBlocks(cfg synth.Config) ([]Block, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []Block
+	var out []scrub.Block
 	for i := range c.Requests {
 		req := synth.RequestID(i)
 		for _, g := range m.Groups {
@@ -46,7 +53,7 @@ func SynthBlocks(cfg synth.Config) ([]Block, error) {
 				hash := sha256.Sum256(fmt.Appendf(prev[:], " block %d", b))
 				prev = hash
 				for r := range c.TP {
-					out = append(out, Block{Model: m.Name, Rank: r, TP: c.TP, Group: g.ID, Hash: hash[:], Data: synthBlock(&c, req, caches, b, r)})
+					out = append(out, scrub.Block{Model: m.Name, Rank: r, TP: c.TP, Group: g.ID, Hash: hash[:], Data: synthBlock(&c, req, caches, b, r)})
 				}
 			}
 		}
