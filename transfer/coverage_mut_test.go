@@ -3,6 +3,7 @@ package transfer_test
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/nixl"
@@ -329,39 +330,85 @@ func TestCoverageOfSeveralDescriptors(t *testing.T) {
 	}
 }
 
-// TestCoverageCellsOfACleanPull: the picture of req-0's correct pull on
+// TestCoverageCellByCell: the picture of req-0's correct pull on
 // the llama geometry, cell by cell. Its 40 tokens lie in 3 blocks of 16
 // (48 columns of one token); the exact planner's pair of layer L, part P
 // (K 0, V 1), position p is L*6 + P*3 + p, one block's part; nhd blocks
 // hold a token's 8 heads of 128 values (2048 bytes) together. So every
 // cell, up to the last block's end, was delivered by transfer 1's pair of
 // its layer's K at its position (the cell's first bytes: 2048 from the
-// token's offset in that descriptor), and one more (its V).
-func TestCoverageCellsOfACleanPull(t *testing.T) {
+// token's offset in that descriptor), and one more (its V). With pair 0
+// dropped, layer 0's first 16 cells lack their K: holes, naming no
+// transfer (the V delivered is not the cell's state).
+func TestCoverageCellByCell(t *testing.T) {
 	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
-	_, recs := records(t, logs[0])
-	x := firstXfer(recs)
+	h, orig := records(t, logs[0])
+	x := firstXfer(orig)
 	var local []nixl.Desc
-	for _, r := range recs {
-		if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
+	for _, r := range orig {
+		if r.Op == nixl.OpDList && r.Handle == orig[x].Local {
 			local = r.Descs
 		}
 	}
-	res := audit(t, logs, prod, cons)
-	cv := res.Coverage[0]
-	if cv.Request != "req-0" || cv.Per != 1 || len(cv.Rows) != 4 {
-		t.Fatalf("picture of %s, %d tokens a column, %d rows", cv.Request, cv.Per, len(cv.Rows))
-	}
-	for L, r := range cv.Rows {
-		if r.Layer != L || len(r.Cells) != 48 {
-			t.Fatalf("row %d: layer %d, %d cells", L, r.Layer, len(r.Cells))
+	for _, dropped := range []bool{false, true} {
+		recs := slices.Clone(orig)
+		if dropped {
+			recs[x].LocalIDs, recs[x].RemoteIDs = recs[x].LocalIDs[1:], recs[x].RemoteIDs[1:]
 		}
+		rewrite(t, logs[0], h, recs)
+		res := audit(t, logs, prod, cons)
+		cv := res.Coverage[0]
+		if cv.Request != "req-0" || cv.Per != 1 || len(cv.Rows) != 4 {
+			t.Fatalf("picture of %s, %d tokens a column, %d rows", cv.Request, cv.Per, len(cv.Rows))
+		}
+		for L, r := range cv.Rows {
+			if r.Layer != L || len(r.Cells) != 48 {
+				t.Fatalf("row %d: layer %d, %d cells", L, r.Layer, len(r.Cells))
+			}
+			for tok, cell := range r.Cells {
+				d := L*6 + tok/16
+				a := local[orig[x].LocalIDs[d]].Addr + uint64(tok%16)*2048
+				want := picture.Cell{State: picture.CellDelivered, Transfer: orig[x].ID, Descriptor: d, Log: logs[0], Bytes: [2]uint64{a, a + 2048}, More: 1}
+				switch {
+				case dropped && d == 0:
+					want = picture.Cell{State: picture.CellHole, Transfer: transfer.NoTransfer, Descriptor: -1}
+				case dropped:
+					want.Descriptor-- // the pairs after it move up one
+				}
+				if cell != want {
+					t.Fatalf("dropped %v: layer %d token %d: %+v, want %+v", dropped, L, tok, cell, want)
+				}
+			}
+		}
+	}
+}
+
+// TestCoverageOfTwoBytesWrittenTwice: req-1's transfer writes its pairs
+// 0 and 2 into req-0's blocks at positions 0 and 2 (layer 0's K), which
+// req-0's pairs 0 and 2 wrote: req-0's layer 0 is drawn written twice at
+// tokens 0-15 and 32-47, and delivered between, at position 1 (whose
+// block lies between theirs), as the other layers are.
+func TestCoverageOfTwoBytesWrittenTwice(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	y := nextXfer(recs, x)
+	recs[y].LocalIDs[0], recs[y].LocalIDs[2] = recs[x].LocalIDs[0], recs[x].LocalIDs[2]
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	table := cons[0].Manifest.Request("req-0").BlockTable["0"]
+	if !(table[0] < table[1] && table[1] < table[2]) {
+		t.Fatalf("req-0's blocks %v: position 1's is not between the others", table)
+	}
+	cv := res.Coverage[slices.IndexFunc(res.Coverage, func(cv picture.Coverage) bool { return cv.Request == "req-0" })]
+	for L, r := range cv.Rows {
 		for tok, cell := range r.Cells {
-			d := L*6 + tok/16
-			a := local[recs[x].LocalIDs[d]].Addr + uint64(tok%16)*2048
-			want := picture.Cell{State: picture.CellDelivered, Transfer: recs[x].ID, Descriptor: d, Log: logs[0], Bytes: [2]uint64{a, a + 2048}, More: 1}
-			if cell != want {
-				t.Fatalf("layer %d token %d: %+v, want %+v", L, tok, cell, want)
+			want := picture.CellDelivered
+			if L == 0 && tok/16 != 1 {
+				want = picture.CellTwice
+			}
+			if cell.State != want {
+				t.Fatalf("layer %d token %d: state %d, want %d", L, tok, cell.State, want)
 			}
 		}
 	}

@@ -225,7 +225,8 @@ func TestGapLaidToItsTransfer(t *testing.T) {
 }
 
 // TestLogWithoutTransfers: a consumer's log that made no transfer is not
-// said to have its pairs outside the caches.
+// said to have its pairs outside the caches, nor the sides swapped, nor
+// every log a producer's; with no log at all, neither is said.
 func TestLogWithoutTransfers(t *testing.T) {
 	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
 	h, recs := records(t, logs[0])
@@ -234,8 +235,14 @@ func TestLogWithoutTransfers(t *testing.T) {
 	})
 	rewrite(t, logs[0], h, recs)
 	res := audit(t, logs, prod, cons)
-	if hasNote(res.Pairing, "descriptor pair(s)") || res.Logs[0].Pairs != 0 || res.Verdict == transfer.Clean {
+	// Nothing audited, but nothing swapped, and the log is the
+	// consumer's: neither is said.
+	if hasNote(res.Pairing, "descriptor pair(s)") || hasNote(res.Pairing, "look swapped") || hasNote(res.Pairing, "every log is a producer's") ||
+		res.Logs[0].Pairs != 0 || res.Verdict == transfer.Clean {
 		t.Fatalf("verdict %s, pairing %q, summary %+v", res.Verdict, res.Pairing, res.Logs[0])
+	}
+	if res := audit(t, nil, prod, cons); len(res.Pairing) != 0 || res.Verdict != transfer.Unresolved {
+		t.Fatalf("no log: verdict %s, pairing %q", res.Verdict, res.Pairing)
 	}
 }
 

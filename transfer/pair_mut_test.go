@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/internal/addrmap"
 	"github.com/kvaudit/kvaudit/internal/nixl"
+	"github.com/kvaudit/kvaudit/internal/picture"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/transfer"
 )
@@ -474,7 +475,8 @@ func TestSameSourceDeliveredAgain(t *testing.T) {
 // write into the request's own block it does not load, at position 0 and
 // that block's tokens 0-15 (with nothing read, the tokens are the
 // written block's). What pair 0 was to deliver, layer 0's K at position
-// 1 (tokens 16-31), is a gap, and its stale bytes a zeroed finding.
+// 1 (tokens 16-31), is a gap, and its stale bytes a zeroed finding. The
+// picture draws the prefix block's layer 0 intruded, by pair 0.
 func TestWriteIntoAPrefixHitBlock(t *testing.T) {
 	g := geometries()[13]
 	prod, cons, logs := pull(t, t.TempDir(), g)
@@ -514,6 +516,25 @@ func TestWriteIntoAPrefixHitBlock(t *testing.T) {
 	if zeroed.Invariant != transfer.Zeroed || zeroed.Position != 1 || zeroed.Block != table[1] || zeroed.Tokens != gap.Tokens || zeroed.Bytes == 0 || zeroed.Bytes > 32768 ||
 		!strings.HasSuffix(zeroed.Message, "are not zero, the first at token 16") {
 		t.Fatalf("zeroed finding %+v, want one at position 1's layer 0 K", zeroed)
+	}
+	// The picture: layer 0's first 16 tokens (the prefix block's K and V)
+	// were written by pair 0 outside the blocks req-0 loads, the first
+	// bytes of each the token's 2048 of the K; layer 1's are the
+	// consumer's own.
+	var addr0 uint64
+	for _, r := range recs {
+		if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
+			addr0 = r.Descs[recs[x].LocalIDs[0]].Addr
+		}
+	}
+	cv := res.Coverage[slices.IndexFunc(res.Coverage, func(cv picture.Coverage) bool { return cv.Request == "req-0" })]
+	for tok := range 16 {
+		a := addr0 + uint64(tok)*2048
+		want := picture.Cell{State: picture.CellIntruded, Transfer: recs[x].ID, Descriptor: 0, Log: logs[0], Bytes: [2]uint64{a, a + 2048}}
+		own := picture.Cell{State: picture.CellLocal, Transfer: transfer.NoTransfer, Descriptor: -1}
+		if cv.Rows[0].Cells[tok] != want || cv.Rows[1].Cells[tok] != own {
+			t.Fatalf("token %d: layer 0 %+v, want %+v; layer 1 %+v, want %+v", tok, cv.Rows[0].Cells[tok], want, cv.Rows[1].Cells[tok], own)
+		}
 	}
 }
 

@@ -279,3 +279,31 @@ func TestEmptyStrangerLog(t *testing.T) {
 		t.Fatalf("pairing %q, want %q", res.Pairing, want)
 	}
 }
+
+// TestIndexPastTheList: a transfer's index one past its local list (the
+// list's length) is refused, naming the file, the line and the field;
+// the list's last index is audited (docs/spec.md: an index past its list
+// is bad input).
+func TestIndexPastTheList(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	n := 0
+	for _, r := range recs {
+		if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
+			n = len(r.Descs)
+		}
+	}
+	recs[x].LocalIDs[1] = n - 1
+	rewrite(t, logs[0], h, recs)
+	if _, err := transfer.Audit(context.Background(), logs, prod, cons, transfer.Options{}); err != nil {
+		t.Fatalf("index %d, the list's last: %v", n-1, err)
+	}
+	recs[x].LocalIDs[1] = n
+	rewrite(t, logs[0], h, recs)
+	_, err := transfer.Audit(context.Background(), logs, prod, cons, transfer.Options{})
+	want := fmt.Sprintf("index %d past the %d descriptors of list %d", n, n, recs[x].Local)
+	if le := parse.As(err, parse.NIXLLog); le == nil || le.File != logs[0] || le.Line != recs[x].Line || le.Field != "local_ids[1]" || le.Msg != want {
+		t.Fatalf("index %d: %v, want %q at local_ids[1]", n, err, want)
+	}
+}
