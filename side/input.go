@@ -11,8 +11,10 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/kvaudit/kvaudit/checksum"
+	"github.com/kvaudit/kvaudit/internal/jsonscan"
 	"github.com/kvaudit/kvaudit/internal/mapped"
 	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/wire"
@@ -321,35 +323,29 @@ func repeatedNote(key string, n int) string {
 }
 
 // repeatedKeys returns the keys that the top level of a JSON object (valid
-// JSON: json.Unmarshal took it) holds more than once, with their counts.
-// It scans the text in place: only keys are copied.
+// JSON: json.Unmarshal took it) holds more than once, with their counts,
+// each as encoding/json decodes it (a byte of invalid UTF-8 as U+FFFD). It
+// reads the text through internal/jsonscan, skipping the values.
 func repeatedKeys(text []byte) map[string]int {
+	if !utf8.Valid(text) {
+		text = replaceInvalidUTF8(text)
+	}
 	counts := map[string]int{}
-	depth, key := 0, false
-	for i := 0; i < len(text); i++ {
-		switch text[i] {
-		case '"':
-			j := i + 1
-			for ; j < len(text) && text[j] != '"'; j++ {
-				if text[j] == '\\' {
-					j++
-				}
-			}
-			if depth == 1 && key {
-				var k string
-				if json.Unmarshal(text[i:min(j+1, len(text))], &k) == nil {
-					counts[k]++
-				}
-				key = false
-			}
-			i = j
-		case '{', '[':
-			depth++
-			key = depth == 1
-		case '}', ']':
-			depth--
-		case ',':
-			key = depth == 1
+	// No limit but encoding/json's own: its nesting depth, the length of
+	// the text.
+	sc := jsonscan.New(text, jsonscan.Options{MaxDepth: 10000, MaxNumber: len(text), LoneSurrogates: true})
+	if k, err := sc.Next(); err != nil || k != jsonscan.ObjectStart {
+		return counts
+	}
+	for {
+		k, err := sc.Next()
+		if err != nil || k == jsonscan.ObjectEnd {
+			break
+		}
+		if sc.IsKey() {
+			counts[string(sc.Bytes())]++
+		} else if sc.Skip(k) != nil {
+			break
 		}
 	}
 	for k, n := range counts {
@@ -358,6 +354,22 @@ func repeatedKeys(text []byte) map[string]int {
 		}
 	}
 	return counts
+}
+
+// replaceInvalidUTF8 returns text with each byte that starts no valid rune
+// replaced by U+FFFD, as encoding/json decodes a string.
+func replaceInvalidUTF8(text []byte) []byte {
+	out := make([]byte, 0, len(text)+16)
+	for i := 0; i < len(text); {
+		r, n := utf8.DecodeRune(text[i:])
+		if r == utf8.RuneError && n == 1 {
+			out = utf8.AppendRune(out, utf8.RuneError)
+		} else {
+			out = append(out, text[i:i+n]...)
+		}
+		i += n
+	}
+	return out
 }
 
 // readPayloadFile reads a regular payload or record file (never a FIFO or

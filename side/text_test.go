@@ -24,6 +24,10 @@ func TestRepeatedKeys(t *testing.T) {
 		`{"a": "a", "b": "a", "c": ["a", "a"]}`:              {},
 		`{"k": [1, 2], "k": [3], "z": {}}`:                   {"k": 2},
 		`{"x\\": 1, "x\\": 2}`:                               {`x\`: 2},
+		// Keys as encoding/json decodes them: a byte of invalid UTF-8
+		// (whichever) and a lone surrogate are each U+FFFD.
+		"{\"a\xff\": 1, \"a\xfe\": 2}": {"a\uFFFD": 2},
+		`{"\ud800": 1, "\udc00": 2}`:   {"\uFFFD": 2},
 	} {
 		if got := repeatedKeys([]byte(text)); !maps.Equal(got, want) {
 			t.Errorf("repeatedKeys(%s) = %v, want %v", text, got, want)

@@ -197,7 +197,6 @@ func (s *Scanner) skipRun(depth int) {
 		space = &lineSpace
 	}
 	maxDepth := s.opt.MaxDepth
-loop:
 	for {
 		for i < len(buf) && space[buf[i]] {
 			i++
@@ -206,99 +205,104 @@ loop:
 			break
 		}
 		c := buf[i]
-		var top byte
-		if n := len(stack); n > 0 {
-			top = stack[n-1]
-		}
-		// A closing bracket Next would take closes the container.
-		if c == '}' && top == '{' && (state == stComma || state == stKey && opened) ||
-			c == ']' && top == '[' && (state == stComma || state == stValue && opened) {
-			at = i
-			i++
-			stack = stack[:len(stack)-1]
-			opened = false
-			state = stComma
-			if len(stack) == 0 {
-				state = stTop
-			}
-			if len(stack) < depth {
-				break
-			}
-			continue
-		}
-		if state == stComma && c == ',' {
-			i++
-			opened = false
-			if top == '{' {
-				state = stKey
-			} else {
+		closes := false // c closes the innermost container
+		switch state {
+		case stComma:
+			top := stack[len(stack)-1]
+			if c == ',' {
+				i++
+				opened = false
 				state = stValue
+				if top == '{' {
+					state = stKey
+				}
+				continue
 			}
-			continue
-		}
-		if state == stColon && c == ':' {
+			closes = c == top+2 // '{'+2 is '}', '['+2 is ']'
+		case stColon:
+			if c != ':' {
+				goto stop
+			}
 			i++
 			state = stValue
 			continue
-		}
-		if state == stKey && c == '"' {
-			j, ok := s.plainString(buf, i)
-			if !ok {
-				break
+		case stKey:
+			if c == '"' {
+				j, ok := s.plainString(buf, i)
+				if !ok {
+					goto stop
+				}
+				at, tok, hasTok = i, buf[i+1:j-1], true
+				i = j
+				state = stColon
+				continue
 			}
-			at, tok, hasTok = i, buf[i+1:j-1], true
-			i = j
-			state = stColon
-			continue
+			closes = c == '}' && opened
+		case stValue:
+			switch c {
+			case '{', '[':
+				if len(stack) >= maxDepth {
+					goto stop
+				}
+				at = i
+				i++
+				stack = append(stack, c)
+				opened = true
+				if c == '{' {
+					state = stKey
+				}
+				continue
+			case ']':
+				closes = opened && stack[len(stack)-1] == '['
+			case '"':
+				j, ok := s.plainString(buf, i)
+				if !ok {
+					goto stop
+				}
+				at, tok, hasTok = i, buf[i+1:j-1], true
+				i = j
+				opened, state = false, stComma // a value inside the container
+				continue
+			case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+				j, ok := s.intEnd(buf, i)
+				if !ok {
+					goto stop
+				}
+				at, tok, hasTok = i, buf[i:j], true
+				i = j
+				opened, state = false, stComma
+				continue
+			case 't', 'f', 'n':
+				word := "null"
+				if c == 't' {
+					word = "true"
+				} else if c == 'f' {
+					word = "false"
+				}
+				if len(buf)-i < len(word) || string(buf[i:i+len(word)]) != word {
+					goto stop
+				}
+				at = i
+				i += len(word)
+				opened, state = false, stComma
+				continue
+			}
 		}
-		if state != stValue {
+		if !closes {
+			break // Next reads it
+		}
+		at = i
+		i++
+		stack = stack[:len(stack)-1]
+		opened, state = false, stComma
+		if len(stack) == 0 {
+			state = stTop
+		}
+		if len(stack) < depth {
 			break
 		}
-		switch c {
-		case '{', '[':
-			if len(stack) >= maxDepth {
-				break loop
-			}
-			at = i
-			i++
-			stack = append(stack, c)
-			opened = true
-			if c == '{' {
-				state = stKey
-			}
-			continue
-		case '"':
-			j, ok := s.plainString(buf, i)
-			if !ok {
-				break loop
-			}
-			at, tok, hasTok = i, buf[i+1:j-1], true
-			i = j
-		case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-			j, ok := s.intEnd(buf, i)
-			if !ok {
-				break loop
-			}
-			at, tok, hasTok = i, buf[i:j], true
-			i = j
-		case 't', 'f', 'n':
-			word := "null"
-			if c == 't' {
-				word = "true"
-			} else if c == 'f' {
-				word = "false"
-			}
-			if len(buf)-i < len(word) || string(buf[i:i+len(word)]) != word {
-				break loop
-			}
-			at = i
-			i += len(word)
-		default:
-			break loop // Next reads it
-		}
-		opened = false
-		state = stComma // a value inside the container
 	}
+stop:
 	s.i, s.state, s.opened, s.stack = i, state, opened, stack
 	if at >= 0 {
 		s.tokAt = s.base + int64(at)
