@@ -255,9 +255,12 @@ type logFile struct {
 	live  map[int]*xfer
 	ended idSet
 	// remotes are the remote agents the log's lists and transfers name
-	// (at most maxNamed); registered its first registered ranges.
-	remotes    []string
-	registered []nixl.Desc
+	// (at most maxNamed). registered counts the ranges the log registered,
+	// every one of them; regInCaches says whether one lies in a cache of
+	// the dump its agent names, or, naming none, of any dump (register).
+	remotes     []string
+	registered  int
+	regInCaches bool
 	// foreign: the log's registered memory lies in no cache of the dump
 	// its agent names (a log of another run): its transfers are not
 	// audited. outside counts its pairs whose both sides lie outside
@@ -267,8 +270,8 @@ type logFile struct {
 	readbacks        int
 }
 
-// maxNamed bounds the names and ranges a log's summary keeps for the
-// pairing notes.
+// maxNamed bounds the remote agents a log's summary keeps for the pairing
+// notes.
 const maxNamed = 64
 
 // idSet is a set of transfer ids held as sorted disjoint runs [lo, hi).

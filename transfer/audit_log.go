@@ -75,9 +75,7 @@ func (a *auditor) readFrom(ctx context.Context, r io.Reader, path string) error 
 			}
 			building.add(d)
 		case nixl.OpRegister:
-			if len(lf.registered) < maxNamed {
-				lf.registered = append(lf.registered, d)
-			}
+			a.register(lf, d)
 		}
 	})
 	var rec nixl.Record

@@ -7,6 +7,7 @@ package transfer
 import (
 	"fmt"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/kvaudit/kvaudit/internal/nixl"
@@ -53,13 +54,35 @@ func (a *auditor) inCaches(d nixl.Desc, ranks []*rank) bool {
 		if am == nil {
 			continue
 		}
-		for _, r := range am.Regions {
-			if d.Addr < r.End && r.Start < d.Addr+d.Len {
-				return true
-			}
+		// The caches by start address do not overlap: the first ending
+		// past d's start is the only one d can reach first.
+		i := sort.Search(len(am.Regions), func(i int) bool { return am.Regions[i].End > d.Addr })
+		if i < len(am.Regions) && am.Regions[i].Start < d.Addr+d.Len {
+			return true
 		}
 	}
 	return false
+}
+
+// register counts a range the log registered and decides, as it comes,
+// what checkForeign and pairingOfLog ask of all of them: whether one lies
+// in a cache of the dump the log's agent names (of any dump, for a log
+// whose agent names none). A worker registers a range per layer (and per
+// K/V), and other buffers before them: every range counts, and none is
+// kept.
+func (a *auditor) register(lf *logFile, d nixl.Desc) {
+	lf.registered++
+	if lf.regInCaches {
+		return
+	}
+	switch lf.side {
+	case "consumer":
+		lf.regInCaches = a.inCaches(d, []*rank{a.cons.byAgent[lf.header.Agent]})
+	case "producer":
+		lf.regInCaches = a.inCaches(d, []*rank{a.prod.byAgent[lf.header.Agent]})
+	default:
+		lf.regInCaches = a.inCaches(d, a.prod.ranks) || a.inCaches(d, a.cons.ranks)
+	}
 }
 
 // checkForeign decides, once the log has registered memory, whether it
@@ -67,7 +90,7 @@ func (a *auditor) inCaches(d nixl.Desc, ranks []*rank) bool {
 // memory it registered lies in that dump's caches. Its transfers are then
 // not audited (they would be findings on bytes outside every cache).
 func (a *auditor) checkForeign(lf *logFile) {
-	if lf.checked || lf.side == "" || len(lf.registered) == 0 {
+	if lf.checked || lf.side == "" || lf.registered == 0 {
 		return
 	}
 	lf.checked = true
@@ -78,10 +101,8 @@ func (a *auditor) checkForeign(lf *logFile) {
 	if rk.addressMap(a) == nil {
 		return
 	}
-	for _, d := range lf.registered {
-		if a.inCaches(d, []*rank{rk}) {
-			return
-		}
+	if lf.regInCaches {
+		return
 	}
 	lf.foreign = true
 	if lf.side == "consumer" {
@@ -93,7 +114,7 @@ func (a *auditor) checkForeign(lf *logFile) {
 		}
 	}
 	a.pairing("log %q: its agent %q names the %s's dump %q, but none of the %d memory range(s) it registered lies in that dump's caches: the log was recorded by another run, and its transfers were not audited",
-		lf.path, lf.header.Agent, lf.side, rk.dump.Path, len(lf.registered))
+		lf.path, lf.header.Agent, lf.side, rk.dump.Path, lf.registered)
 	a.unresolve("log %q belongs to another run than the dumps (its registered memory lies in none of their caches)", lf.path)
 }
 
@@ -107,13 +128,7 @@ func (a *auditor) pairingOfLog(lf *logFile) {
 				known = true
 			}
 		}
-		all := append(append([]*rank{}, a.prod.ranks...), a.cons.ranks...)
-		inDump := false
-		for _, d := range lf.registered {
-			if a.inCaches(d, all) {
-				inDump = true
-			}
-		}
+		inDump := lf.regInCaches
 		names := fmt.Sprintf("agent %q", lf.header.Agent)
 		if len(lf.remotes) > 0 {
 			names += fmt.Sprintf(", remote agents %s", quoteList(lf.remotes))
@@ -121,8 +136,8 @@ func (a *auditor) pairingOfLog(lf *logFile) {
 		switch {
 		case !known && !inDump:
 			regs := "it registered no memory"
-			if len(lf.registered) > 0 {
-				regs = fmt.Sprintf("none of the %d memory range(s) it registered lies in a dump's caches", len(lf.registered))
+			if lf.registered > 0 {
+				regs = fmt.Sprintf("none of the %d memory range(s) it registered lies in a dump's caches", lf.registered)
 			}
 			a.pairing("log %q (%s) matches neither dump: no dump names its agents, and %s: the logs and the dumps do not belong together", lf.path, names, regs)
 		case inDump:

@@ -307,3 +307,83 @@ func TestIndexPastTheList(t *testing.T) {
 		t.Fatalf("index %d: %v, want %q at local_ids[1]", n, err, want)
 	}
 }
+
+// rangesOutside returns n ranges of 4 KiB, one after another, 1 MiB past
+// the end of every cache of the dumps: memory a log registers that is no
+// cache (vLLM registers other buffers too).
+func rangesOutside(t *testing.T, n int, dumps ...[]*layout.Dump) []nixl.Desc {
+	t.Helper()
+	var end uint64
+	for _, side := range dumps {
+		for _, d := range side {
+			am, err := addrmap.New(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range am.Regions {
+				end = max(end, r.End)
+			}
+		}
+	}
+	out := make([]nixl.Desc, n)
+	for i := range out {
+		out[i] = nixl.Desc{Addr: end + 1<<20 + uint64(i)*8192, Len: 4096}
+	}
+	return out
+}
+
+// TestManyRegistrationsBeforeTheCaches: a consumer log that registers 70
+// ranges that are no cache before it registers its caches (more than the
+// pairing notes keep to name) registered memory in its dump's caches: it
+// is no log of another run, its pull is audited, clean. A log of an agent
+// no dump names that does the same registered memory in the dumps'
+// caches: it is said to be renamed, not to match neither dump.
+func TestManyRegistrationsBeforeTheCaches(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	reg := slices.IndexFunc(recs, func(r nixl.Record) bool { return r.Op == nixl.OpRegister })
+	if reg < 0 || reg > firstXfer(recs) {
+		t.Fatalf("the log registers its caches at record %d, its first transfer is %d", reg, firstXfer(recs))
+	}
+	other := nixl.Record{Op: nixl.OpRegister, Mem: "VRAM", Time: recs[reg].Time, Descs: rangesOutside(t, 70, prod, cons)}
+	recs = slices.Insert(recs, reg, other)
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	if res.Verdict != transfer.Clean || len(res.Pairing) > 0 || len(res.Requests) != len(cons[0].Manifest.Requests) {
+		t.Fatalf("verdict %s, %d requests audited, pairing %q, unresolved %q", res.Verdict, len(res.Requests), res.Pairing, res.Unresolved)
+	}
+	h.Agent = "renamed"
+	rewrite(t, logs[0], h, recs)
+	res = audit(t, logs, prod, cons)
+	if !hasNote(res.Pairing, `no dump names its agent "renamed", but memory it registered lies in the dumps' caches`) || hasNote(res.Pairing, "matches neither dump") {
+		t.Fatalf("renamed: pairing %q", res.Pairing)
+	}
+}
+
+// TestForeignLogCountsItsRanges: the pairing notes of a log of another
+// run, and of a log that matches neither dump, give the number of ranges
+// it registered (70), not as many as they keep.
+func TestForeignLogCountsItsRanges(t *testing.T) {
+	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
+	h, recs := records(t, logs[0])
+	ranges := rangesOutside(t, 70, prod, cons)
+	for i := range recs {
+		if recs[i].Op == nixl.OpRegister {
+			recs[i].Descs = ranges
+		}
+	}
+	rewrite(t, logs[0], h, recs)
+	res := audit(t, logs, prod, cons)
+	want := fmt.Sprintf("log %q: its agent %q names the consumer's dump %q, but none of the 70 memory range(s) it registered lies in that dump's caches: the log was recorded by another run, and its transfers were not audited",
+		logs[0], h.Agent, cons[0].Path)
+	if res.Verdict != transfer.Unresolved || !slices.Contains(res.Pairing, want) {
+		t.Fatalf("verdict %s, pairing %q\nwant %q", res.Verdict, res.Pairing, want)
+	}
+	path := filepath.Join(t.TempDir(), "stranger.jsonl")
+	rewrite(t, path, nixl.Header{Agent: "stranger"}, []nixl.Record{{Op: nixl.OpRegister, Mem: "VRAM", Descs: ranges}})
+	res = audit(t, append(logs, path), prod, cons)
+	want = fmt.Sprintf("log %q (agent \"stranger\") matches neither dump: no dump names its agents, and none of the 70 memory range(s) it registered lies in a dump's caches: the logs and the dumps do not belong together", path)
+	if !slices.Contains(res.Pairing, want) {
+		t.Fatalf("stranger: pairing %q\nwant %q", res.Pairing, want)
+	}
+}
