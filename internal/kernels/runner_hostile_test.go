@@ -234,7 +234,10 @@ func TestRunnerCheckDeviceLayer(t *testing.T) {
 // (CheckAll) recomputes every slot, and catches a runner wrong in one
 // slot of hundreds every time; a number recomputes that many.
 func TestRunnerCheckSample(t *testing.T) {
-	plan := synthPlan(t, synth.Config{Preset: "llama", Requests: 16, Tokens: 1000})
+	// 1,008 slots, as many as 16 requests of 1,000 tokens in 16-token
+	// blocks, but of one layer in 2-token blocks: the sample counts slots,
+	// not bytes, and this plan is 1/32 of the bytes to write and hash.
+	plan := synthPlan(t, synth.Config{Preset: "llama", Layers: 1, BlockSize: 2, Requests: 16, Tokens: 126})
 	n := plan.Outputs
 	if n < 8*kernels.DefaultSampleMin {
 		t.Fatalf("a plan of %d outputs: want more than %d", n, 8*kernels.DefaultSampleMin)
