@@ -16,16 +16,15 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/kvaudit/kvaudit/internal/testfiles"
 )
 
 // TestProgressTerminal runs every command that shows progress with its
 // stderr on a pseudo-terminal 80 columns wide, as a person sees it, and
 // again with stderr a pipe, as CI logs get it. kvaudit is built with
-// -tags kvaudit_testprogress, which draws bars at once and redraws them
-// every few milliseconds (cmd/kvaudit/cli/progress_testhooks.go), so the
-// small inputs here show many frames. On the terminal, replayed on an
+// -tags kvaudit_testhooks (hookedKvaudit) and run with
+// KVAUDIT_TEST_FAST_PROGRESS set, which draws bars at once and redraws
+// them every few milliseconds (cmd/kvaudit/cli/progress_testhooks.go), so
+// the small inputs here show many frames. On the terminal, replayed on an
 // 80-column screen (screen): no frame is wider than the screen (a frame
 // that wraps leaves its first line behind at every redraw), the bar
 // reaches 100% where the work is counted, and what stays on the screen
@@ -41,7 +40,8 @@ func TestProgressTerminal(t *testing.T) {
 	}
 	m.Close()
 	s.Close()
-	bin := testfiles.BuildKvaudit(t, "kvaudit_testprogress")
+	t.Parallel()
+	bin := hookedKvaudit(t)
 	// A long directory name: a status line naming a path must still fit.
 	dir := filepath.Join(t.TempDir(), "a-directory-whose-name-alone-takes-most-of-an-eighty-column-line")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -132,7 +132,7 @@ func runStderr(t *testing.T, bin, dir string, tty bool, args ...string) ([]byte,
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = dir
-	env := []string{"NO_COLOR=1", "TERM=xterm-256color", "COLUMNS="}
+	env := []string{"NO_COLOR=1", "TERM=xterm-256color", "COLUMNS=", "KVAUDIT_TEST_FAST_PROGRESS=1"}
 	for _, e := range os.Environ() {
 		if k, _, _ := strings.Cut(e, "="); k != "NO_COLOR" && k != "COLUMNS" && k != "TERM" && !strings.HasPrefix(k, "KVAUDIT_") {
 			env = append(env, e)

@@ -19,7 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
+	testscript.Main(hookedMain{m}, map[string]func(){
 		"kvaudit": func() { os.Exit(cli.Main(os.Args[1:], cli.SystemStreams())) },
 		// A runner serving the kernel's Go model (script_runner_test.go).
 		"kvaudit-cuda-fake": fakeRunner,

@@ -11,13 +11,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/kvaudit/kvaudit/internal/testfiles"
 )
 
 // TestInterrupt stops inject and campaign with SIGINT and SIGTERM while
-// they copy, and synth after its first rank: it builds kvaudit with -tags
-// kvaudit_testhooks, which holds every copy after its first chunk
+// they copy, and synth after its first rank: it runs kvaudit built with
+// -tags kvaudit_testhooks (hookedKvaudit), which holds every copy after
+// its first chunk with KVAUDIT_TEST_HOLD_COPY set
 // (internal/inject/copyhook_testhooks.go), and synth after its first rank
 // with KVAUDIT_TEST_HOLD_SYNTH set (internal/synth/rankhook_testhooks.go),
 // until the command is cancelled, so the signal always lands mid-work.
@@ -28,7 +27,8 @@ func TestInterrupt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds kvaudit")
 	}
-	bin := testfiles.BuildKvaudit(t, "kvaudit_testhooks")
+	t.Parallel()
+	bin := hookedKvaudit(t)
 	side := t.TempDir()
 	if out, err := exec.Command(bin, "synth", "--out", side, "--preset", "tiny", "--tp", "2").CombinedOutput(); err != nil {
 		t.Fatalf("synth: %v\n%s", err, out)
@@ -94,7 +94,7 @@ func interrupt(t *testing.T, bin, dir string, started func() bool, sig syscall.S
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "NO_COLOR=1", "KVAUDIT_TEST_HOLD_SYNTH=1")
+	cmd.Env = append(os.Environ(), "NO_COLOR=1", "KVAUDIT_TEST_HOLD_COPY=1", "KVAUDIT_TEST_HOLD_SYNTH=1")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
