@@ -3,6 +3,7 @@ package transfer_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -369,6 +370,65 @@ func TestFailedWithNothingToPull(t *testing.T) {
 		msg := fmt.Sprintf("transfer %d ended in ERR, but request req-0 was loaded anyway (its dump on rank pp 0 tp 0 holds tokens %s as loaded)", recs[x].ID, want)
 		if (want == "" && len(failed) != 0) || (want != "" && !slices.Equal(failed, []string{msg})) {
 			t.Fatalf("lookahead %d: failed findings %q, want %q", lookahead, failed, want)
+		}
+	}
+}
+
+// TestWrittenTwiceIsOneFindingPerPair: two pairs writing one destination
+// descriptor's bytes from different sources are one written-twice finding
+// of the later pair, naming the earlier, at the bytes' layer, part, every
+// head they span and their tokens, of all their bytes: whether the pairs
+// move bytes as they lie (llama, equal blocks: a descriptor is one layer's
+// K of a block, 16 tokens, heads 0-7) or the consumer converts what it
+// receives (vLLM 16 -> 64, hnd: a descriptor is a chunk of 16 tokens of a
+// block of 64, whose bytes lie apart head by head: one finding, not one a
+// head). The pairs: req-0's pairs 0 and 1 (pair 1 made to write pair 0's
+// descriptor), or req-0's pair 0 and req-1's (written into req-1's
+// block at position 0: req-1's finding, of req-1's transfer).
+func TestWrittenTwiceIsOneFindingPerPair(t *testing.T) {
+	vllm := vllmGeometries()
+	for _, g := range []geometry{geometries()[0], vllm[slices.IndexFunc(vllm, func(g geometry) bool { return g.name == "16-to-64" })]} {
+		for _, across := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/across=%v", g.name, across), func(t *testing.T) {
+				prod, cons, logs := pull(t, t.TempDir(), g)
+				h, recs := records(t, logs[0])
+				x := firstXfer(recs)
+				y := nextXfer(recs, x)
+				if recs[x].Request != "req-0" || recs[y].Request != "req-1" {
+					t.Fatalf("transfers of %s and %s", recs[x].Request, recs[y].Request)
+				}
+				var bytes uint64
+				for _, r := range recs {
+					if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
+						bytes = r.Descs[recs[x].LocalIDs[0]].Len
+					}
+				}
+				want := transfer.Finding{Invariant: transfer.Twice, Request: "req-0", Transfer: recs[x].ID, Descriptor: 1, Group: 0, Position: 0,
+					Block: cons[0].Manifest.Request("req-0").BlockTable["0"][0], Layer: 0, LayerName: "model.layers.0.self_attn.attn", Part: "K",
+					Heads: [2]int{0, 7}, Tokens: [2]int{0, 15}, Bytes: bytes, Other: &transfer.Ref{Log: logs[0], Transfer: recs[x].ID, Descriptor: 0}}
+				if across {
+					recs[x].LocalIDs[0] = recs[y].LocalIDs[0]
+					want.Request, want.Transfer, want.Descriptor = "req-1", recs[y].ID, 0
+					want.Block = cons[0].Manifest.Request("req-1").BlockTable["0"][0]
+				} else {
+					recs[x].LocalIDs[1] = recs[x].LocalIDs[0]
+				}
+				want.Message = fmt.Sprintf("transfer %d descriptor %d wrote layer 0 K heads 0-7 tokens 0-15, which transfer %d descriptor 0 (log %q) also wrote, from another source",
+					want.Transfer, want.Descriptor, recs[x].ID, logs[0])
+				rewrite(t, logs[0], h, recs)
+				res := audit(t, logs, prod, cons)
+				var got []transfer.Finding
+				for _, f := range res.Findings {
+					if f.Invariant == transfer.Twice {
+						f.Line = 0
+						got = append(got, f)
+					}
+				}
+				want.Log = logs[0]
+				if len(got) != 1 || !reflect.DeepEqual(got[0], want) {
+					t.Fatalf("%d written-twice finding(s):\n%+v\nwant one:\n%+v", len(got), got, want)
+				}
+			})
 		}
 	}
 }

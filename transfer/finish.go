@@ -138,51 +138,79 @@ func (a *auditor) unserved(rk *rank, r *request) {
 }
 
 // twice reports bytes delivered by transfers from different sources,
-// and returns them (sorted, disjoint).
+// and returns them (sorted, disjoint). A pair's overlap with another
+// pair is one finding however many intervals it takes: a chunk the
+// consumer converts is delivered as one interval a head (hnd), and its
+// finding covers the heads, tokens and bytes of them all, as a finding of
+// a pair moving bytes as they lie does.
 func (a *auditor) twice(rk *rank, done []delivery) []ival {
-	var prev *delivery
-	var out []ival
+	type key struct{ x, desc, px, pdesc uint32 }
+	var (
+		prev  *delivery
+		out   []ival
+		order []key
+		spans map[key][]ival
+	)
 	for i := range done {
 		d := &done[i]
 		if prev != nil && d.lo < prev.hi && d.source != prev.source {
-			if lo, hi := d.lo, min(d.hi, prev.hi); len(out) > 0 && lo <= out[len(out)-1].hi {
+			lo, hi := d.lo, min(d.hi, prev.hi)
+			if len(out) > 0 && lo <= out[len(out)-1].hi {
 				out[len(out)-1].hi = max(out[len(out)-1].hi, hi)
 			} else {
 				out = append(out, ival{lo, hi})
 			}
-			x, px := a.xfers[d.x], a.xfers[prev.x]
-			f := Finding{Invariant: Twice, Descriptor: int(d.desc), Group: -1, Position: -1, Block: -1, Bytes: min(d.hi, prev.hi) - d.lo,
-				Heads: [2]int{-1, -1}, Tokens: [2]int{-1, -1}, Other: &Ref{Log: px.log.path, Transfer: px.id, Descriptor: int(prev.desc)}}
-			var cells []addrmap.Cells
-			rk.am.Resolve(d.lo, f.Bytes, func(c addrmap.Cells) error { cells = append(cells, c); return nil })
-			// The finding is the request's whose block the bytes are
-			// in (the writer's, unless it wrote into another's).
-			owner, wrote := x.req, fmt.Sprintf("%d bytes at 0x%x.. outside every cache", f.Bytes, d.lo)
-			if len(cells) > 0 {
-				c := cells[0]
-				if rg := x.req.groups[c.Region.Group.Group.ID]; rg == nil || !hasBlock(rg, c.Block) {
-					if own := rk.ownersOf(c.Region.Group.Group.ID, c.Block); len(own) > 0 {
-						if r := rk.request(own[0].req); r != nil {
-							owner = r
-						}
-					}
-				}
-				a.place(&f, &xfer{req: owner}, cells)
-				wrote = what(&f)
+			if spans == nil {
+				spans = map[key][]ival{}
 			}
-			f.Request = owner.req.ID
-			into := ""
-			if owner != x.req {
-				into = fmt.Sprintf(" (request %s's block, written by request %s's transfer)", owner.req.ID, x.req.req.ID)
+			k := key{d.x, d.desc, prev.x, prev.desc}
+			if _, ok := spans[k]; !ok {
+				order = append(order, k)
 			}
-			f.Message = fmt.Sprintf("transfer %d descriptor %d wrote %s%s, which transfer %d descriptor %d (log %q) also wrote, from another source", x.id, d.desc, wrote, into, px.id, prev.desc, px.log.path)
-			a.add(x, f)
+			spans[k] = append(spans[k], ival{lo, hi})
 		}
 		if prev == nil || d.hi > prev.hi {
 			prev = d
 		}
 	}
+	for _, k := range order {
+		a.twiceFinding(rk, a.xfers[k.x], int(k.desc), a.xfers[k.px], int(k.pdesc), spans[k])
+	}
 	return out
+}
+
+// twiceFinding reports the bytes (spans, by address) pair desc of x
+// delivered that pair pdesc of px had delivered from another source.
+func (a *auditor) twiceFinding(rk *rank, x *xfer, desc int, px *xfer, pdesc int, spans []ival) {
+	f := Finding{Invariant: Twice, Descriptor: desc, Group: -1, Position: -1, Block: -1,
+		Heads: [2]int{-1, -1}, Tokens: [2]int{-1, -1}, Other: &Ref{Log: px.log.path, Transfer: px.id, Descriptor: pdesc}}
+	var cells []addrmap.Cells
+	for _, s := range spans {
+		f.Bytes += s.hi - s.lo
+		rk.am.Resolve(s.lo, s.hi-s.lo, func(c addrmap.Cells) error { cells = append(cells, c); return nil })
+	}
+	// The finding is the request's whose block the bytes are in (the
+	// writer's, unless it wrote into another's).
+	owner, wrote := x.req, fmt.Sprintf("%d bytes at 0x%x.. outside every cache", f.Bytes, spans[0].lo)
+	if len(cells) > 0 {
+		c := cells[0]
+		if rg := x.req.groups[c.Region.Group.Group.ID]; rg == nil || !hasBlock(rg, c.Block) {
+			if own := rk.ownersOf(c.Region.Group.Group.ID, c.Block); len(own) > 0 {
+				if r := rk.request(own[0].req); r != nil {
+					owner = r
+				}
+			}
+		}
+		a.place(&f, &xfer{req: owner}, cells)
+		wrote = what(&f)
+	}
+	f.Request = owner.req.ID
+	into := ""
+	if owner != x.req {
+		into = fmt.Sprintf(" (request %s's block, written by request %s's transfer)", owner.req.ID, x.req.req.ID)
+	}
+	f.Message = fmt.Sprintf("transfer %d descriptor %d wrote %s%s, which transfer %d descriptor %d (log %q) also wrote, from another source", x.id, desc, wrote, into, px.id, pdesc, px.log.path)
+	a.add(x, f)
 }
 
 func hasBlock(rg *reqGroup, block int) bool {
