@@ -29,7 +29,12 @@ func (r CellRef) String() string {
 // for a cell the side does not hold (no such request, layer, head or copy,
 // a null or missing block) or held in device memory.
 func Locate(dumps []*layout.Dump, ref CellRef, i int) (string, int64, error) {
-	s := New(dumps)
+	return New(dumps).Locate(ref, i)
+}
+
+// Locate is the package's Locate on the index's dumps, without building
+// the index again: a caller locating many bytes builds it once.
+func (s *Index) Locate(ref CellRef, i int) (string, int64, error) {
 	var c RankCache
 	ok := false
 	for _, x := range s.Caches(ref.Group) {

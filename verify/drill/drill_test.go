@@ -29,7 +29,8 @@ type kv struct {
 	// those bytes by file.
 	changed int
 	at      map[string][]int64
-	dumps   []*layout.Dump // opened by locate
+	dumps   []*layout.Dump   // opened by locate
+	index   *dumpindex.Index // of dumps, built by locate
 }
 
 func write(t *testing.T, cfg synth.Config) *kv {
@@ -52,11 +53,13 @@ func (s *kv) locate(ref dumpindex.CellRef) (string, []int64) {
 		s.t.Cleanup(func() { layout.CloseAll(dumps) })
 		s.dumps = dumps
 	}
-	dumps := s.dumps
+	if s.index == nil {
+		s.index = dumpindex.New(s.dumps)
+	}
 	var file string
 	var offs []int64
 	for i := 0; ; i++ {
-		f, off, err := dumpindex.Locate(dumps, ref, i)
+		f, off, err := s.index.Locate(ref, i)
 		if err != nil {
 			if i == 0 {
 				s.t.Fatal(err)
