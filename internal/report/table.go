@@ -457,7 +457,7 @@ func (t *Table) layout(width int) *laidOut {
 	for i := range n {
 		if keep[i] {
 			out.cols = append(out.cols, i)
-			out.header = append(out.header, ansi.Wrap(header[i], widths[i], ""))
+			out.header = append(out.header, termtext.Wrap(header[i], widths[i]))
 			out.widths = append(out.widths, widths[i])
 		}
 	}
@@ -543,7 +543,7 @@ func (t *Table) fit(width int, r *lipgloss.Renderer) (l *laidOut, rows [][]strin
 // color.
 func (t *Table) aligned(b *strings.Builder, style Style) {
 	if t.Title != "" {
-		b.WriteString(ansi.Wrap(t.Title, widthOr(style.Width), " ") + "\n")
+		b.WriteString(termtext.Wrap(t.Title, style.Width) + "\n")
 	}
 	l, rows, notes := t.fit(style.Width, nil)
 	g := grid{box: squareBox, rows: rows}
@@ -552,15 +552,8 @@ func (t *Table) aligned(b *strings.Builder, style Style) {
 	}
 	g.draw(b)
 	for _, n := range notes {
-		b.WriteString(ansi.Wrap(n, widthOr(style.Width), " ") + "\n")
+		b.WriteString(termtext.Wrap(n, style.Width) + "\n")
 	}
-}
-
-func widthOr(w int) int {
-	if w <= 0 {
-		return 1 << 30
-	}
-	return w
 }
 
 func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
@@ -579,7 +572,7 @@ func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 		Dim:   cell.Foreground(lipgloss.Color("8")),
 	}
 	if t.Title != "" {
-		b.WriteString(title.Render(ansi.Wrap(t.Title, widthOr(style.Width), " ")) + "\n")
+		b.WriteString(title.Render(termtext.Wrap(t.Title, style.Width)) + "\n")
 	}
 	l, rows, notes := t.fit(style.Width, r)
 	tone := make([][]Tone, len(t.Rows))
@@ -610,7 +603,7 @@ func (t *Table) styled(b *strings.Builder, w io.Writer, style Style) {
 	g.draw(b)
 	faint := r.NewStyle().Faint(true)
 	for _, n := range notes {
-		for l := range strings.SplitSeq(ansi.Wrap(n, widthOr(style.Width), " "), "\n") {
+		for l := range strings.SplitSeq(termtext.Wrap(n, style.Width), "\n") {
 			b.WriteString(faint.Render(l) + "\n")
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/charmbracelet/x/ansi"
+	"github.com/kvaudit/kvaudit/internal/termtext"
 	"github.com/spf13/cobra"
 
 	"github.com/kvaudit/kvaudit/internal/blockspan"
@@ -180,7 +180,7 @@ func demoRun(ctx context.Context, opts *DemoOptions) error {
 func demoSay(s *Streams, format string, args ...any) {
 	text := fmt.Sprintf(format, args...)
 	if s.OutTerminal && s.Width > 0 {
-		text = ansi.Wrap(text, s.Width, " ")
+		text = termtext.Wrap(text, s.Width)
 	}
 	fmt.Fprint(s.Out, text)
 }
