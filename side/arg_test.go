@@ -11,14 +11,7 @@ import (
 func TestPayloadText(t *testing.T) {
 	var yes []string
 	for _, form := range []wire.PayloadForm{wire.FormNested, wire.FormFlat} {
-		p := &wire.Payload{Form: form, NumTokens: 40, Groups: []wire.PayloadGroup{{ID: 0, Fingerprint: 7, Values: []uint64{1, 2, 3}}}}
-		if form == wire.FormNested {
-			p.TPSize, p.Groups[0].BlockSize = 1, 16
-		}
-		s, err := wire.EncodePayloadBase64(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := encodedPayload(t, form)
 		yes = append(yes, s, s[:len(s)-5], " "+s+"\n")
 	}
 	yes = append(yes, `{"kv_checksums": null}`)
