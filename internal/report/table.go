@@ -492,27 +492,45 @@ func (l *laidOut) cells(row []Cell, r *lipgloss.Renderer) (out []string, per int
 	return out, per
 }
 
-// wrapCell wraps a cell's text to width cells at spaces, after hyphens
-// and after breakpoints. ansi.Wrap may end a line with a breakpoint one
-// cell past the width (a line ending "(position 0)," where the comma is
-// the 95th cell of 94), so such a line is wrapped again at spaces and
-// hyphens only.
+// wrapCell wraps a cell's text to width cells at spaces
+// (termtext.WrapWords): a word that fits a line is never broken. A word
+// wider than the column (an identifier, a path) breaks after its
+// hyphens and breakpoints (ansi.Wrap), its first piece in the rest of
+// the line when one fits there, and a piece still too wide (or one
+// ansi.Wrap left ending in a breakpoint one cell past the width) is cut
+// at the width.
 func wrapCell(text string, width int) string {
-	out := ansi.Wrap(text, width, breakpoints)
-	if width <= 0 {
-		return out
+	return termtext.WrapWords(text, width, breakWord)
+}
+
+// breakWord breaks a word wider than width for wrapCell, its first piece
+// at most room cells ("": the word starts on the next line).
+func breakWord(w string, room, width int) []string {
+	if room >= width {
+		return cutWord(w, width)
 	}
-	lines := strings.Split(out, "\n")
-	over := false
-	for i, l := range lines {
-		if ansi.StringWidth(l) > width {
-			lines[i], over = ansi.Wrap(l, width, ""), true
+	if room > 0 {
+		first, _, _ := strings.Cut(ansi.Wrap(w, room, breakpoints), "\n")
+		if first != "" && len(first) < len(w) && ansi.StringWidth(first) <= room &&
+			strings.ContainsRune("-"+breakpoints, rune(first[len(first)-1])) {
+			return append([]string{first}, cutWord(w[len(first):], width)...)
 		}
 	}
-	if !over {
-		return out
+	return append([]string{""}, cutWord(w, width)...)
+}
+
+// cutWord breaks w into pieces of at most width cells, after its hyphens
+// and breakpoints where it can.
+func cutWord(w string, width int) []string {
+	var out []string
+	for l := range strings.SplitSeq(ansi.Wrap(w, width, breakpoints), "\n") {
+		if ansi.StringWidth(l) > width {
+			out = append(out, strings.Split(ansi.Hardwrap(l, width, false), "\n")...)
+		} else if l != "" {
+			out = append(out, l)
+		}
 	}
-	return strings.Join(lines, "\n")
+	return out
 }
 
 // scaledNote says how many positions a map cell stands for.

@@ -1,6 +1,8 @@
 package report
 
 import (
+	"pgregory.net/rapid"
+
 	"bytes"
 	"strings"
 	"testing"
@@ -172,4 +174,61 @@ func TestProseBelow(t *testing.T) {
 	if strings.Count(b.String(), "which holds") != 2 {
 		t.Errorf("piped:\n%s", b.String())
 	}
+}
+
+// TestWrapCellWordsWhole: a cell wraps at spaces; a word that fits the
+// column is never broken after a hyphen ("--request", "req-0",
+// "block-size" stay whole), and only a word wider than the column is
+// broken, after its hyphens and breakpoints first.
+func TestWrapCellWordsWhole(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		width int
+		want  string
+	}{
+		{"pass --request req-0 to name it", 10, "pass\n--request\nreq-0 to\nname it"},
+		{"the block-size is TP-independent", 15, "the block-size\nis\nTP-independent"},
+		// over-long: its first piece fills the line, after a hyphen
+		{"1 (model.layers.1.self_attn.attn)", 10, "1 (model.\nlayers.1.\nself_attn.\nattn)"},
+		{"request chatcmpl-9f2b6c1e4d8a-0", 16, "request\nchatcmpl-\n9f2b6c1e4d8a-0"},
+	} {
+		if got := wrapCell(c.in, c.width); got != c.want {
+			t.Errorf("wrapCell(%q, %d) = %q, want %q", c.in, c.width, got, c.want)
+		}
+	}
+	t.Run("property", rapid.MakeCheck(func(t *rapid.T) {
+		width := rapid.IntRange(4, 30).Draw(t, "width")
+		words := rapid.SliceOfN(rapid.StringMatching(`[a-z][a-z.,-]{0,15}`), 1, 12).Draw(t, "words")
+		in := strings.Join(words, " ")
+		out := wrapCell(in, width)
+		for _, l := range strings.Split(out, "\n") {
+			if len(l) > width {
+				t.Fatalf("line %q over %d:\n%s", l, width, out)
+			}
+		}
+		tokens := strings.Fields(strings.ReplaceAll(out, "\n", " "))
+		for _, w := range words {
+			if len(tokens) == 0 {
+				t.Fatalf("word %q missing from %q", w, out)
+			}
+			if len(w) <= width {
+				if tokens[0] != w {
+					t.Fatalf("word %q (fits %d) shows as %q:\n%s", w, width, tokens[0], out)
+				}
+				tokens = tokens[1:]
+				continue
+			}
+			var got string
+			for len(got) < len(w) && len(tokens) > 0 {
+				got += tokens[0]
+				tokens = tokens[1:]
+			}
+			if got != w {
+				t.Fatalf("over-long word %q comes back as %q:\n%s", w, got, out)
+			}
+		}
+		if len(tokens) > 0 {
+			t.Fatalf("extra %q in:\n%s", tokens, out)
+		}
+	}))
 }

@@ -16,18 +16,39 @@ import (
 // (ansi.StringWidth: escape sequences take none, wide runes two). A
 // width of zero or less leaves text as it is.
 func Wrap(text string, width int) string {
+	return WrapWords(text, width, hardBreak)
+}
+
+// WrapWords wraps text as Wrap does, but breaks a word wider than width
+// with breakWord (a table cell breaks an identifier after its hyphens
+// and other breakpoints before it cuts it anywhere). breakWord returns
+// the word's pieces, in order, joined the word: the first at most room
+// cells, the cells left on the line (width when the line is empty), or
+// "" to start the word on the next line; the others at most width cells.
+func WrapWords(text string, width int, breakWord func(word string, room, width int) []string) string {
 	if width <= 0 {
 		return text
 	}
 	lines := strings.Split(text, "\n")
 	for i, l := range lines {
-		lines[i] = wrapLine(l, width)
+		lines[i] = wrapLine(l, width, breakWord)
 	}
 	return strings.Join(lines, "\n")
 }
 
-// wrapLine wraps one line of text (no newline) as Wrap does.
-func wrapLine(l string, width int) string {
+// hardBreak cuts a word into pieces of width cells, on lines of its
+// own: the first piece is "" (start on the next line) unless room is a
+// whole line.
+func hardBreak(w string, room, width int) []string {
+	p := strings.Split(ansi.Hardwrap(w, width, false), "\n")
+	if room < width {
+		return append([]string{""}, p...)
+	}
+	return p
+}
+
+// wrapLine wraps one line of text (no newline) as WrapWords does.
+func wrapLine(l string, width int, breakWord func(string, int, int) []string) string {
 	if ansi.StringWidth(l) <= width {
 		return l
 	}
@@ -63,43 +84,54 @@ func wrapLine(l string, width int) string {
 			sep = ""
 			continue
 		}
-		// w does not fit after what cur holds: end the line.
-		if hasWord {
-			out = append(out, cur.String())
-			cur.Reset()
-			curW, hasWord = 0, false
-		} else if curW+ansi.StringWidth(sep) < width {
-			// Only indentation so far, and w is wider than the rest of
-			// the line: keep the indentation, w is broken below.
-			cur.WriteString(sep)
-			curW += ansi.StringWidth(sep)
-		} else {
+		sw := ansi.StringWidth(sep)
+		var pieces []string
+		switch {
+		case ww > width && hasWord:
+			// A word wider than a whole line, after words: breakWord
+			// says whether it starts in the line's rest.
+			pieces = breakWord(w, max(0, width-curW-sw), width)
+			if pieces[0] != "" {
+				pieces[0] = sep + pieces[0]
+			}
+		case ww > width && curW+sw > 0 && curW+sw < width:
+			// Only indentation so far: keep it, the word's first piece
+			// fills the line's rest.
+			first := hardBreak(w, width-curW-sw, width-curW-sw)
+			pieces = append([]string{sep + first[0]}, breakWord(strings.Join(first[1:], ""), width, width)...)
+		case ww > width:
 			cur.Reset()
 			curW = 0
+			pieces = breakWord(w, width, width)
+		default:
+			// w fits a line of its own.
+			pieces = []string{"", w}
 		}
 		sep = ""
-		if curW+ww <= width {
-			cur.WriteString(w)
-			curW += ww
-			hasWord = true
-			continue
-		}
-		// A word wider than a whole line: break it at width cells.
-		room := width - curW
-		chunks := strings.Split(ansi.Hardwrap(w, room, false), "\n")
-		if curW > 0 && len(chunks) > 1 {
-			// The rest after the indentation's first piece fills whole lines.
-			rest := strings.Join(chunks[1:], "")
-			chunks = append(chunks[:1], strings.Split(ansi.Hardwrap(rest, width, false), "\n")...)
-		}
-		for _, c := range chunks[:len(chunks)-1] {
-			cur.WriteString(c)
-			out = append(out, cur.String())
+		if pieces[0] == "" {
+			if hasWord {
+				out = append(out, cur.String())
+			}
 			cur.Reset()
+			curW = 0
+			pieces = pieces[1:]
+		} else {
+			cur.WriteString(pieces[0])
+			if len(pieces) > 1 {
+				out = append(out, cur.String())
+				cur.Reset()
+				curW = 0
+			}
+			pieces = pieces[1:]
 		}
-		last := chunks[len(chunks)-1]
-		cur.WriteString(last)
-		curW, hasWord = ansi.StringWidth(last), true
+		for k, c := range pieces {
+			if k == len(pieces)-1 {
+				cur.WriteString(c)
+				break
+			}
+			out = append(out, c)
+		}
+		curW, hasWord = ansi.StringWidth(cur.String()), true
 	}
 	out = append(out, cur.String())
 	return strings.Join(out, "\n")

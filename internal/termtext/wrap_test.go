@@ -29,6 +29,10 @@ func TestWrapExact(t *testing.T) {
 		{"ab cd\nef gh", 2, "ab\ncd\nef\ngh"},
 		// An over-long word alone is broken, on lines of its own.
 		{"see /a/very/long/path now", 8, "see\n/a/very/\nlong/pat\nh now"},
+		// After indentation, it fills the line's rest.
+		{"  /a/very/long/path", 8, "  /a/ver\ny/long/p\nath"},
+		// A word that fits a line but not after the indentation moves.
+		{"      word", 8, "word"},
 	} {
 		if got := Wrap(c.in, c.width); got != c.want {
 			t.Errorf("Wrap(%q, %d) = %q, want %q", c.in, c.width, got, c.want)
