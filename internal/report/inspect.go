@@ -142,6 +142,16 @@ func formatBytes(n int64) string {
 	return fmt.Sprintf("%.1f %s", v, unit)
 }
 
+// hybrid says whether groups are of more than one kind.
+func hybrid(groups []InspectGroupJSON) bool {
+	for _, g := range groups {
+		if g.Kind != groups[0].Kind {
+			return true
+		}
+	}
+	return false
+}
+
 // InspectTables lays out what dumps hold: one table per dump.
 func InspectTables(in *InspectJSON) []*Table {
 	var tables []*Table
@@ -152,6 +162,13 @@ func InspectTables(in *InspectJSON) []*Table {
 			Header: []string{"group", "kind", "block size", "cache", "layer", "dtype", "layout", "heads", "replicas", "cell size", "cache size"},
 			// the cache, its layer, dtype, layout and heads tell most
 			Drop: []string{"replicas", "cell size", "cache size", "group", "block size", "kind"},
+		}
+		if hybrid(d.Groups) {
+			// Groups of more than one kind (attention and mamba state, full
+			// and sliding window attention):
+			// the kind says which a cache is, so it stays, and the layer
+			// (the cache's name holds it) and dtype go first.
+			t.Drop = []string{"replicas", "cell size", "cache size", "group", "block size", "layer", "dtype"}
 		}
 		for _, g := range d.Groups {
 			kind := g.Kind
