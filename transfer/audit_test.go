@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -132,8 +133,10 @@ func records(t testing.TB, path string) (nixl.Header, []nixl.Record) {
 	var out []nixl.Record
 	for {
 		var rec nixl.Record
-		if err := r.Next(&rec); err != nil {
+		if err := r.Next(&rec); err == io.EOF {
 			break
+		} else if err != nil {
+			t.Fatalf("%s: %v", path, err)
 		}
 		out = append(out, rec)
 	}

@@ -3,7 +3,6 @@
 package dumpindex
 
 import (
-	"slices"
 	"strconv"
 
 	"github.com/kvaudit/kvaudit/layout"
@@ -47,15 +46,7 @@ func (s *Index) RankRequest(di int, id string) *layout.Request { return s.reqs[d
 
 // RequestIDs lists the side's request ids, the first rank's first.
 func (s *Index) RequestIDs() []string {
-	var ids []string
-	for _, d := range s.Dumps {
-		for _, r := range d.Manifest.Requests {
-			if !slices.Contains(ids, r.ID) {
-				ids = append(ids, r.ID)
-			}
-		}
-	}
-	return ids
+	return firstSeen(s.Dumps, func(m *layout.Manifest) []layout.Request { return m.Requests }, func(r *layout.Request) string { return r.ID })
 }
 
 // Group returns group id as the first rank that has it describes it, or
@@ -71,11 +62,22 @@ func (s *Index) Group(id int) *layout.Group {
 
 // GroupIDs lists the side's group ids in manifest order.
 func (s *Index) GroupIDs() []int {
-	var ids []int
-	for _, d := range s.Dumps {
-		for _, g := range d.Manifest.Groups {
-			if !slices.Contains(ids, g.ID) {
-				ids = append(ids, g.ID)
+	return firstSeen(s.Dumps, func(m *layout.Manifest) []layout.Group { return m.Groups }, func(g *layout.Group) int { return g.ID })
+}
+
+// firstSeen lists the ids of the items every dump's manifest lists, each
+// once, in the order they are first seen (the first rank's first). A set
+// keeps it linear: a side of many requests would make a scan of the list
+// for each one quadratic.
+func firstSeen[T any, K comparable](dumps []*layout.Dump, items func(*layout.Manifest) []T, id func(*T) K) []K {
+	var ids []K
+	seen := map[K]bool{}
+	for _, d := range dumps {
+		xs := items(d.Manifest)
+		for i := range xs {
+			if k := id(&xs[i]); !seen[k] {
+				seen[k] = true
+				ids = append(ids, k)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package dumpindex_test
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/dumpindex"
@@ -54,6 +55,46 @@ func TestDumpIndex(t *testing.T) {
 		caches := s.Caches(g)
 		if len(caches) != want || caches[0].Dump != 0 || caches[len(caches)-1].Dump != 1 {
 			t.Errorf("group %d: %d caches, want %d over both ranks", g, len(caches), want)
+		}
+	}
+}
+
+// TestIDsFirstSeen checks RequestIDs and GroupIDs on ranks that list
+// different ids in different orders: each id once, the first rank's first,
+// then the ones only a later rank lists, in its order.
+func TestIDsFirstSeen(t *testing.T) {
+	rank := func(reqs []string, groups []int) *layout.Dump {
+		m := &layout.Manifest{}
+		for _, id := range reqs {
+			m.Requests = append(m.Requests, layout.Request{ID: id})
+		}
+		for _, id := range groups {
+			m.Groups = append(m.Groups, layout.Group{ID: id})
+		}
+		return &layout.Dump{Manifest: m}
+	}
+	s := dumpindex.New([]*layout.Dump{rank([]string{"b", "a"}, []int{2, 0}), rank([]string{"a", "c", "b", "d"}, []int{0, 1, 2})})
+	if ids := s.RequestIDs(); !slices.Equal(ids, []string{"b", "a", "c", "d"}) {
+		t.Errorf("request ids %v, want [b a c d]", ids)
+	}
+	if ids := s.GroupIDs(); !slices.Equal(ids, []int{2, 0, 1}) {
+		t.Errorf("group ids %v, want [2 0 1]", ids)
+	}
+}
+
+func BenchmarkRequestIDs(b *testing.B) {
+	var dumps []*layout.Dump
+	for range 8 {
+		m := &layout.Manifest{}
+		for i := range 2000 {
+			m.Requests = append(m.Requests, layout.Request{ID: "req-" + strconv.Itoa(i)})
+		}
+		dumps = append(dumps, &layout.Dump{Manifest: m})
+	}
+	s := dumpindex.New(dumps)
+	for b.Loop() {
+		if len(s.RequestIDs()) != 2000 {
+			b.Fatal("wrong count")
 		}
 	}
 }

@@ -59,6 +59,12 @@ type faultLog struct {
 	recs    []nixl.Record
 	cons    int // the consumer dump it records, -1: another agent's
 	changed bool
+	// dlists: the record of each handle's prepared list (the first);
+	// doneIDs: the transfers that reached DONE. The faults change
+	// neither, so they are indexed once, not looked up by a scan of
+	// the log per transfer.
+	dlists  map[int]int
+	doneIDs map[int]bool
 }
 
 // xpair is one descriptor pair of a transfer, resolved on both sides.
@@ -146,13 +152,21 @@ func readFaultLog(path string) (*faultLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &faultLog{path: path, header: r.Header()}
+	l := &faultLog{path: path, header: r.Header(), dlists: map[int]int{}, doneIDs: map[int]bool{}}
 	for {
 		var rec nixl.Record
 		if err := r.Next(&rec); err == io.EOF {
 			break
 		} else if err != nil {
 			return nil, err
+		}
+		switch {
+		case rec.Op == nixl.OpDList:
+			if _, ok := l.dlists[rec.Handle]; !ok {
+				l.dlists[rec.Handle] = len(l.recs)
+			}
+		case rec.Op == nixl.OpState && rec.State == nixl.Done:
+			l.doneIDs[rec.ID] = true
 		}
 		l.recs = append(l.recs, rec)
 	}
@@ -161,20 +175,14 @@ func readFaultLog(path string) (*faultLog, error) {
 
 // dlist returns a log's prepared list of a handle.
 func (l *faultLog) dlist(handle int) *nixl.Record {
-	for i := range l.recs {
-		if r := &l.recs[i]; r.Op == nixl.OpDList && r.Handle == handle {
-			return r
-		}
+	if i, ok := l.dlists[handle]; ok {
+		return &l.recs[i]
 	}
 	return nil
 }
 
 // done says whether a transfer of the log reached DONE.
-func (l *faultLog) done(id int) bool {
-	return slices.ContainsFunc(l.recs, func(r nixl.Record) bool {
-		return r.Op == nixl.OpState && r.ID == id && r.State == nixl.Done
-	})
-}
+func (l *faultLog) done(id int) bool { return l.doneIDs[id] }
 
 // xfers lists the transfers faults may go into: READs of a consumer's log,
 // made of prepared lists, DONE, for a request of the consumer's dump, with
