@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kvaudit/kvaudit/internal/ckplan"
-	"github.com/kvaudit/kvaudit/parse"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,8 +12,10 @@ import (
 
 	"github.com/kvaudit/kvaudit/checksum"
 	"github.com/kvaudit/kvaudit/internal/blockspan"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // rewriteManifest replaces a dump directory's manifest.json with edit's

@@ -4,16 +4,16 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/kvaudit/kvaudit/internal/ckplan"
-	"github.com/kvaudit/kvaudit/parse"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/kvaudit/kvaudit/internal/blockspan"
+	"github.com/kvaudit/kvaudit/internal/ckplan"
 	"github.com/kvaudit/kvaudit/internal/parallel"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/parse"
 	"github.com/kvaudit/kvaudit/wire"
 )
 

@@ -2,7 +2,6 @@ package layout_test
 
 import (
 	"errors"
-	"github.com/kvaudit/kvaudit/parse"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // rewriteEmbedded writes a copy of an embedded dump with its manifest

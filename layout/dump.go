@@ -6,8 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/kvaudit/kvaudit/internal/mapped"
-	"github.com/kvaudit/kvaudit/parse"
 	"io"
 	"io/fs"
 	"math"
@@ -17,9 +15,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvaudit/kvaudit/internal/mapped"
 	"github.com/kvaudit/kvaudit/internal/parallel"
 	"github.com/kvaudit/kvaudit/internal/safetensors"
 	"github.com/kvaudit/kvaudit/internal/strided"
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // Dump is one rank's KV cache: its manifest, the resolved groups and the

@@ -3,10 +3,11 @@ package layout
 import (
 	"cmp"
 	"fmt"
-	"github.com/kvaudit/kvaudit/parse"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // MaxHeadsPerLayer is H of docs/spec.md §1: the bound on a layer number's

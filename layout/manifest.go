@@ -3,10 +3,11 @@ package layout
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/kvaudit/kvaudit/parse"
 	"slices"
 	"sort"
 	"strconv"
+
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // ManifestFormat is the format tag of a dump manifest.

@@ -1,7 +1,6 @@
 package layout_test
 
 import (
-	"github.com/kvaudit/kvaudit/parse"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // TestManifestCorpus parses every manifest of testdata/manifest and checks

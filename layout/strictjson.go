@@ -208,12 +208,6 @@ func (s *jsonKeys) close() {
 	s.stack = s.stack[:len(s.stack)-1]
 }
 
-// checkJSONKeys is checkKeys's error alone.
-func checkJSONKeys(data []byte) error {
-	_, _, err := checkKeys(data)
-	return err
-}
-
 // checkKeys scans data, valid UTF-8, as JSON values one after the other
 // and returns the end of the first; more says whether another follows.
 // Its error is the first in document order of a syntax error (worded as

@@ -275,6 +275,12 @@ func sameCheck(a, b error) bool {
 	return fmt.Sprint(a) == fmt.Sprint(b) || syntax(a) && syntax(b)
 }
 
+// checkJSONKeys is checkKeys's error alone.
+func checkJSONKeys(data []byte) error {
+	_, _, err := checkKeys(data)
+	return err
+}
+
 // checkJSONTokens is the key check on encoding/json's tokenizer, the
 // reference the scanner is compared with: it reports the first of a key
 // error, nesting deeper than maxJSONDepth and a syntax error, as the

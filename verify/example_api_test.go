@@ -8,7 +8,6 @@ import (
 
 	"github.com/kvaudit/kvaudit/internal/dumpindex"
 	"github.com/kvaudit/kvaudit/internal/synth"
-	"github.com/kvaudit/kvaudit/layout"
 	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/verify"
 )
@@ -68,26 +67,7 @@ func Example() {
 
 // flipOne flips bit of byte i of a cell of the dumps at paths.
 func flipOne(paths []string, ref dumpindex.CellRef, i, bit int) {
-	dumps, err := layout.OpenSide(paths)
-	if err != nil {
-		log.Fatal(err)
-	}
-	file, off, err := dumpindex.Locate(dumps, ref, i)
-	layout.CloseAll(dumps)
-	if err != nil {
-		log.Fatal(err)
-	}
-	f, err := os.OpenFile(file, os.O_RDWR, 0)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer f.Close()
-	b := make([]byte, 1)
-	if _, err := f.ReadAt(b, off); err != nil {
-		log.Fatal(err)
-	}
-	b[0] ^= 1 << bit
-	if _, err := f.WriteAt(b, off); err != nil {
+	if _, _, err := dumpindex.FlipBit(paths, ref, i, bit); err != nil {
 		log.Fatal(err)
 	}
 }

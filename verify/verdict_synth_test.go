@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"os"
 	"slices"
 	"testing"
 
@@ -46,26 +45,7 @@ func sideChecks(t testing.TB, paths []string) *side.Checks {
 // place (the dumps are the test's own).
 func flipBit(t testing.TB, paths []string, ref dumpindex.CellRef, i, bit int) {
 	t.Helper()
-	dumps, err := layout.OpenSide(paths)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file, off, err := dumpindex.Locate(dumps, ref, i)
-	layout.CloseAll(dumps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(file, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b := make([]byte, 1)
-	if _, err := f.ReadAt(b, off); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 1 << bit
-	if _, err := f.WriteAt(b, off); err != nil {
+	if _, _, err := dumpindex.FlipBit(paths, ref, i, bit); err != nil {
 		t.Fatal(err)
 	}
 }

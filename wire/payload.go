@@ -2,8 +2,9 @@ package wire
 
 import (
 	"fmt"
-	"github.com/kvaudit/kvaudit/parse"
 	"math"
+
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // PayloadForm is the shape of a payload on the wire (docs/spec.md §8).

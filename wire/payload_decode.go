@@ -4,9 +4,10 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
-	"github.com/kvaudit/kvaudit/parse"
 	"slices"
 	"unsafe"
+
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // DecodePayloadBase64 decodes a payload from its text as vLLM's consumer

@@ -4,9 +4,10 @@ import (
 	"cmp"
 	"encoding/base64"
 	"encoding/binary"
-	"github.com/kvaudit/kvaudit/parse"
 	"math"
 	"slices"
+
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // EncodePayloadBase64 returns the standard padded base64 of EncodePayload(p).

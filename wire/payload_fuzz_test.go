@@ -1,11 +1,11 @@
 package wire
 
 import (
-	"github.com/kvaudit/kvaudit/parse"
 	"path/filepath"
 	"testing"
 
 	"github.com/kvaudit/kvaudit/internal/testfiles"
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // FuzzDecodePayload feeds arbitrary bytes to DecodePayload and, as text, to

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
-	"github.com/kvaudit/kvaudit/parse"
 	"math"
 	"path/filepath"
 	"reflect"
@@ -18,6 +17,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/kvaudit/kvaudit/internal/testfiles"
+	"github.com/kvaudit/kvaudit/parse"
 )
 
 // leValues returns the little-endian bytes of vs, as Python's

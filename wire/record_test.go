@@ -2,7 +2,6 @@ package wire_test
 
 import (
 	"context"
-	"github.com/kvaudit/kvaudit/parse"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,6 +12,7 @@ import (
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/internal/testfiles"
 	"github.com/kvaudit/kvaudit/layout"
+	"github.com/kvaudit/kvaudit/parse"
 	"github.com/kvaudit/kvaudit/side"
 	"github.com/kvaudit/kvaudit/wire"
 )

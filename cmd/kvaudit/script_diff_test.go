@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -31,22 +30,8 @@ func cmdFlipKV(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	paths, _, err := layout.FindDumps([]string{ts.MkAbs(args[0])})
 	ts.Check(err)
-	dumps, err := layout.OpenSide(paths)
-	ts.Check(err)
 	ref := dumpindex.CellRef{Request: args[1], Group: n[0], Layer: args[3], Head: n[1], Replica: n[2], Token: n[3]}
-	file, off, err := dumpindex.Locate(dumps, ref, n[4])
-	for _, d := range dumps {
-		d.Close()
-	}
-	ts.Check(err)
-	f, err := os.OpenFile(file, os.O_RDWR, 0)
-	ts.Check(err)
-	defer f.Close()
-	b := make([]byte, 1)
-	_, err = f.ReadAt(b, off)
-	ts.Check(err)
-	b[0] ^= 1 << n[5]
-	_, err = f.WriteAt(b, off)
+	file, off, err := dumpindex.FlipBit(paths, ref, n[4], n[5])
 	ts.Check(err)
 	fmt.Fprintf(ts.Stdout(), "flipped bit %d of byte %d of %s: byte %d of %s\n", n[5], n[4], ref, off, filepath.Base(file))
 }

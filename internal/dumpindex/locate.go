@@ -2,6 +2,7 @@ package dumpindex
 
 import (
 	"fmt"
+	"os"
 	"slices"
 
 	"github.com/kvaudit/kvaudit/layout"
@@ -30,6 +31,36 @@ func (r CellRef) String() string {
 // a null or missing block) or held in device memory.
 func Locate(dumps []*layout.Dump, ref CellRef, i int) (string, int64, error) {
 	return New(dumps).Locate(ref, i)
+}
+
+// FlipBit flips bit (0-7) of byte i of a cell of the side whose dumps
+// are at paths, in place (a test's or a tool's own copy), and returns the
+// file it changed and the byte's offset in it.
+func FlipBit(paths []string, ref CellRef, i, bit int) (string, int64, error) {
+	dumps, err := layout.OpenSide(paths)
+	if err != nil {
+		return "", 0, err
+	}
+	file, off, err := Locate(dumps, ref, i)
+	layout.CloseAll(dumps)
+	if err != nil {
+		return "", 0, err
+	}
+	f, err := os.OpenFile(file, os.O_RDWR, 0)
+	if err != nil {
+		return "", 0, err
+	}
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		f.Close()
+		return "", 0, err
+	}
+	b[0] ^= 1 << bit
+	if _, err := f.WriteAt(b, off); err != nil {
+		f.Close()
+		return "", 0, err
+	}
+	return file, off, f.Close()
 }
 
 // Locate is the package's Locate on the index's dumps, without building

@@ -2,37 +2,13 @@
 
 package mapped
 
-import (
-	"errors"
-	"fmt"
-	"os"
-)
+import "os"
 
-// Map reads the regular file at path into memory (this system has no
-// supported mmap): the bytes its size at open counts, as a mapping holds
-// them (readWhole). A zero-length file is an error wrapping ErrEmpty, as
-// on systems with mmap; a file that is not a regular file is a *ReadError.
-func Map(path string) (*Mapping, error) {
-	return MapIn(nil, path, path)
-}
-
-// MapIn reads the regular file name, confined to root when root is not
-// nil; display names it in errors.
-func MapIn(root *os.Root, name, display string) (*Mapping, error) {
-	f, fi, err := OpenRegular(root, name, display)
-	if err != nil {
-		var re *ReadError
-		if errors.As(err, &re) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("mapping %q: %w", display, err)
-	}
-	defer f.Close()
-	data, err := readWhole(f, fi.Size(), display)
-	if err != nil {
-		return nil, err
-	}
-	return &Mapping{Path: display, Data: data}, nil
+// mapFile reads f, whose size at open is size, into memory (this system
+// has no supported mmap): the bytes its size at open counts, as a mapping
+// holds them (readWhole).
+func mapFile(f *os.File, size int64, display string) ([]byte, error) {
+	return readWhole(f, size, display)
 }
 
 // Close releases the file's contents. Closing a closed or nil Mapping does

@@ -3,7 +3,6 @@
 package mapped
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -11,28 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Map maps the regular file at path read-only and shared. A zero-length
-// file is an error wrapping ErrEmpty (mmap of zero bytes is invalid);
-// a file that is not a regular file (a FIFO, a device) is a *ReadError,
-// refused without blocking. The file descriptor is closed before Map
-// returns; the mapping stays valid until Close.
-func Map(path string) (*Mapping, error) {
-	return MapIn(nil, path, path)
-}
-
-// MapIn maps the regular file name, confined to root when root is not nil;
-// display names it in errors.
-func MapIn(root *os.Root, name, display string) (*Mapping, error) {
-	f, fi, err := OpenRegular(root, name, display)
-	if err != nil {
-		var re *ReadError
-		if errors.As(err, &re) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("mapping %q: %w", display, err)
-	}
-	defer f.Close()
-	size := fi.Size()
+// mapFile maps f, whose size at open is size, read-only and shared; the
+// descriptor may be closed once it returns.
+func mapFile(f *os.File, size int64, display string) ([]byte, error) {
 	if size == 0 {
 		return nil, fmt.Errorf("mapping %q: %w", display, ErrEmpty)
 	}
@@ -43,7 +23,7 @@ func MapIn(root *os.Root, name, display string) (*Mapping, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mapping %q: %w", display, err)
 	}
-	return &Mapping{Path: display, Data: data}, nil
+	return data, nil
 }
 
 // Close unmaps the file. Closing a closed or nil Mapping does nothing.

@@ -7,6 +7,7 @@ package mapped
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"runtime/debug"
 )
@@ -18,6 +19,35 @@ import (
 type Mapping struct {
 	Path string // the path given to Map
 	Data []byte // the whole file, read-only
+}
+
+// Map maps the regular file at path read-only and shared (on a system
+// without mmap, reads the bytes its size at open counts into memory). A
+// zero-length file is an error wrapping ErrEmpty (mmap of zero bytes is
+// invalid); a file that is not a regular file (a FIFO, a device) is a
+// *ReadError, refused without blocking. The file descriptor is closed
+// before Map returns; the mapping stays valid until Close.
+func Map(path string) (*Mapping, error) {
+	return MapIn(nil, path, path)
+}
+
+// MapIn maps the regular file name, confined to root when root is not nil;
+// display names it in errors.
+func MapIn(root *os.Root, name, display string) (*Mapping, error) {
+	f, fi, err := OpenRegular(root, name, display)
+	if err != nil {
+		var re *ReadError
+		if errors.As(err, &re) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("mapping %q: %w", display, err)
+	}
+	defer f.Close()
+	data, err := mapFile(f, fi.Size(), display)
+	if err != nil {
+		return nil, err
+	}
+	return &Mapping{Path: display, Data: data}, nil
 }
 
 // ErrEmpty is returned (wrapped, naming the file) by Map for a file

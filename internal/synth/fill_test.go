@@ -10,8 +10,9 @@ import (
 )
 
 // fillCacheByElement is fillCache as first written: every element copied on
-// its own, every stride looked up by axis name. fillCache must write the
-// same bytes.
+// its own, every stride looked up by axis name; with ZeroTails, a slot past
+// the request's last token gets zero elements. fillCache must write the same
+// bytes.
 func (c *Config) fillCacheByElement(data []byte, ca Cache, pl placement, tables []layout.BlockIDs) {
 	stride := map[string]int64{}
 	for i, a := range pl.axes {
@@ -34,7 +35,7 @@ func (c *Config) fillCacheByElement(data []byte, ca Cache, pl placement, tables 
 			}
 			for t := range c.BlockSize {
 				tok := pos*c.BlockSize + t
-				if tok >= c.Tokens {
+				if tok >= c.Tokens && !c.ZeroTails {
 					break
 				}
 				for lh := range pl.heads {
@@ -42,7 +43,9 @@ func (c *Config) fillCacheByElement(data []byte, ca Cache, pl placement, tables 
 					seed := cellSeed(c.Seed, req, ca.Name, gh, tok)
 					for p := range P {
 						var v uint64
-						if c.Values != nil {
+						if tok >= c.Tokens {
+							v = 0 // a tail slot, zeroed
+						} else if c.Values != nil {
 							v = c.Values(ca.Layer, gh, tok, p)
 						} else {
 							v = mix(seed ^ uint64(p))
@@ -72,15 +75,17 @@ func (c *Config) fillCacheByElement(data []byte, ca Cache, pl placement, tables 
 
 // TestFillCacheSameBytes checks the fast fillCache against the element by
 // element one on every preset, layout, format, TP rank and kernel block
-// size, with and without Values, over the same noise.
+// size, with and without Values, with and without ZeroTails, over the same
+// noise.
 func TestFillCacheSameBytes(t *testing.T) {
 	checked := 0
 	for _, preset := range Presets {
 		for _, lay := range Layouts {
 			for _, format := range Formats {
 				for _, kbs := range []int{0, 1} {
-					for _, values := range []bool{false, true} {
-						cfg := Config{Preset: preset, Layout: lay, Format: format, TP: 2, KernelBlockSize: kbs, Tokens: 37, Seed: 3}
+					for _, variant := range []struct{ values, zeroTails bool }{{false, false}, {true, false}, {false, true}} {
+						values := variant.values
+						cfg := Config{Preset: preset, Layout: lay, Format: format, TP: 2, KernelBlockSize: kbs, Tokens: 37, Seed: 3, ZeroTails: variant.zeroTails}
 						if values {
 							cfg.Values = func(L, h, t, p int) uint64 { return uint64(L)<<48 | uint64(h)<<32 | uint64(t)<<8 | uint64(p) }
 						}
@@ -111,7 +116,7 @@ func TestFillCacheSameBytes(t *testing.T) {
 										for fast[i] == slow[i] {
 											i++
 										}
-										t.Fatalf("%s", fmt.Sprintf("%s/%s/%s kbs %d values %v cache %q tp %d: first difference at byte %d", preset, lay, format, kbs, values, ca.Name, tp, i))
+										t.Fatalf("%s", fmt.Sprintf("%s/%s/%s kbs %d values %v zero tails %v cache %q tp %d: first difference at byte %d", preset, lay, format, kbs, values, c.ZeroTails, ca.Name, tp, i))
 									}
 									checked++
 								}

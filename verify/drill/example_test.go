@@ -47,22 +47,7 @@ func ExampleExplain() {
 
 // flip flips one bit of one byte of a cell of the dumps at paths.
 func flip(paths []string, ref dumpindex.CellRef, i, bit int) {
-	dumps, err := layout.OpenSide(paths)
-	if err != nil {
+	if _, _, err := dumpindex.FlipBit(paths, ref, i, bit); err != nil {
 		log.Fatal(err)
 	}
-	file, off, err := dumpindex.Locate(dumps, ref, i)
-	layout.CloseAll(dumps)
-	if err != nil {
-		log.Fatal(err)
-	}
-	f, err := os.OpenFile(file, os.O_RDWR, 0)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer f.Close()
-	b := make([]byte, 1)
-	f.ReadAt(b, off)
-	b[0] ^= 1 << bit
-	f.WriteAt(b, off)
 }
