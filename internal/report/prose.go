@@ -8,15 +8,35 @@ import (
 )
 
 // sentenceBook numbers the sentences of one output's tables (Table.Prose).
-type sentenceBook struct{ sentences []string }
+type sentenceBook struct{ numbers map[string]int }
 
 // number is a sentence's number, from 1, and whether it is new.
 func (b *sentenceBook) number(s string) (int, bool) {
-	if i := slices.Index(b.sentences, s); i >= 0 {
-		return i + 1, false
+	if n, ok := b.numbers[s]; ok {
+		return n, false
 	}
-	b.sentences = append(b.sentences, s)
-	return len(b.sentences), true
+	if b.numbers == nil {
+		b.numbers = map[string]int{}
+	}
+	b.numbers[s] = len(b.numbers) + 1
+	return len(b.numbers), true
+}
+
+// has says whether the book numbered s.
+func (b *sentenceBook) has(s string) bool {
+	_, ok := b.numbers[s]
+	return ok
+}
+
+// proseCols are the indexes of the table's Prose columns.
+func (t *Table) proseCols() []int {
+	var cols []int
+	for i, h := range t.header() {
+		if slices.Contains(t.Prose, h) {
+			cols = append(cols, i)
+		}
+	}
+	return cols
 }
 
 // naturalWidth is how wide the table is unwrapped, its empty columns left
@@ -62,10 +82,11 @@ func (t *Table) proseBelow(style Style) *Table {
 	c := *t
 	c.Rows = make([][]Cell, len(t.Rows))
 	c.below = slices.Clone(t.below)
+	cols := t.proseCols()
 	for k, r := range t.Rows {
 		c.Rows[k] = slices.Clone(r)
-		for i, h := range t.header() {
-			if i >= len(r) || !slices.Contains(t.Prose, h) || ansi.StringWidth(r[i].Text) <= shortCell || r[i].Map != nil {
+		for _, i := range cols {
+			if i >= len(r) || ansi.StringWidth(r[i].Text) <= shortCell || r[i].Map != nil {
 				continue
 			}
 			n, isNew := book.number(r[i].Text)
@@ -82,12 +103,13 @@ func (t *Table) proseBelow(style Style) *Table {
 // of its rows, or in book already.
 func (t *Table) repeats(book *sentenceBook) bool {
 	seen := map[string]bool{}
+	cols := t.proseCols()
 	for _, r := range t.Rows {
-		for i, h := range t.header() {
-			if i >= len(r) || !slices.Contains(t.Prose, h) || ansi.StringWidth(r[i].Text) <= shortCell {
+		for _, i := range cols {
+			if i >= len(r) || ansi.StringWidth(r[i].Text) <= shortCell {
 				continue
 			}
-			if seen[r[i].Text] || book != nil && slices.Contains(book.sentences, r[i].Text) {
+			if seen[r[i].Text] || book != nil && book.has(r[i].Text) {
 				return true
 			}
 			seen[r[i].Text] = true
