@@ -168,6 +168,17 @@ func nextXfer(recs []nixl.Record, x int) int {
 	return x + 1 + firstXfer(recs[x+1:])
 }
 
+// prepared returns the descriptors of a log's prepared list of handle,
+// failing the test when the log has none.
+func prepared(t testing.TB, recs []nixl.Record, handle int) []nixl.Desc {
+	t.Helper()
+	i := slices.IndexFunc(recs, func(r nixl.Record) bool { return r.Op == nixl.OpDList && r.Handle == handle })
+	if i < 0 {
+		t.Fatalf("no prepared list of handle %d in the log", handle)
+	}
+	return recs[i].Descs
+}
+
 // stateOf returns the index of the state record of the transfer recs[x].
 func stateOf(recs []nixl.Record, x int) int {
 	return x + slices.IndexFunc(recs[x:], func(r nixl.Record) bool { return r.Op == nixl.OpState && r.ID == recs[x].ID })

@@ -344,12 +344,7 @@ func TestCoverageCellByCell(t *testing.T) {
 	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
 	h, orig := records(t, logs[0])
 	x := firstXfer(orig)
-	var local []nixl.Desc
-	for _, r := range orig {
-		if r.Op == nixl.OpDList && r.Handle == orig[x].Local {
-			local = r.Descs
-		}
-	}
+	local := prepared(t, orig, orig[x].Local)
 	for _, dropped := range []bool{false, true} {
 		recs := slices.Clone(orig)
 		if dropped {

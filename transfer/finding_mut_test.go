@@ -58,12 +58,7 @@ func TestWrittenTwiceFinding(t *testing.T) {
 	f := res.Findings[i]
 	block := cons[0].Manifest.Request("req-1").BlockTable["0"][0]
 	// The bytes written twice: the local descriptor both pairs name.
-	var bytes uint64
-	for _, r := range recs {
-		if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
-			bytes = r.Descs[recs[x].LocalIDs[0]].Len
-		}
-	}
+	bytes := prepared(t, recs, recs[x].Local)[recs[x].LocalIDs[0]].Len
 	if bytes == 0 || f.Bytes != bytes {
 		t.Fatalf("finding of %d bytes, the descriptor has %d: %+v", f.Bytes, bytes, f)
 	}
@@ -88,12 +83,7 @@ func TestForeignReadFinding(t *testing.T) {
 	if len(res.Findings) != 1 {
 		t.Fatalf("%d findings: %v", len(res.Findings), invariants(res))
 	}
-	var bytes uint64
-	for _, r := range recs {
-		if r.Op == nixl.OpDList && r.Handle == recs[x].Remote {
-			bytes = r.Descs[recs[x].RemoteIDs[2]].Len
-		}
-	}
+	bytes := prepared(t, recs, recs[x].Remote)[recs[x].RemoteIDs[2]].Len
 	f := res.Findings[0]
 	block := cons[0].Manifest.Request("req-0").BlockTable["0"][2]
 	if f.Invariant != transfer.Confined || f.Side != "remote" || f.Descriptor != 2 || f.Bytes != bytes || bytes == 0 ||
@@ -118,12 +108,7 @@ func TestWriteIntoAnotherRequestFinding(t *testing.T) {
 	if i < 0 {
 		t.Fatalf("no confined finding: %v", invariants(res))
 	}
-	var bytes uint64
-	for _, r := range recs {
-		if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
-			bytes = r.Descs[recs[x].LocalIDs[0]].Len
-		}
-	}
+	bytes := prepared(t, recs, recs[x].Local)[recs[x].LocalIDs[0]].Len
 	f := res.Findings[i]
 	block := cons[0].Manifest.Request("req-1").BlockTable["0"][0]
 	if f.Side != "local" || f.Request != "req-0" || f.Transfer != recs[x].ID || f.Descriptor != 0 || f.Bytes != bytes || bytes == 0 ||
@@ -149,12 +134,7 @@ func TestDroppedDescriptorBytes(t *testing.T) {
 		prod, cons, logs := pull(t, t.TempDir(), g)
 		h, recs := records(t, logs[0])
 		x := firstXfer(recs)
-		var bytes uint64
-		for _, r := range recs {
-			if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
-				bytes = r.Descs[recs[x].LocalIDs[0]].Len
-			}
-		}
+		bytes := prepared(t, recs, recs[x].Local)[recs[x].LocalIDs[0]].Len
 		recs[x].LocalIDs, recs[x].RemoteIDs = recs[x].LocalIDs[1:], recs[x].RemoteIDs[1:]
 		rewrite(t, logs[0], h, recs)
 		res := audit(t, logs, prod, cons)
@@ -282,12 +262,7 @@ func TestMisalignedPairFinding(t *testing.T) {
 	if !slices.Equal(invariants(res), []string{transfer.Aligned}) {
 		t.Fatalf("invariants %v", invariants(res))
 	}
-	var bytes uint64
-	for _, r := range recs {
-		if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
-			bytes = r.Descs[recs[x].LocalIDs[0]].Len
-		}
-	}
+	bytes := prepared(t, recs, recs[x].Local)[recs[x].LocalIDs[0]].Len
 	f := res.Findings[0]
 	pblock := prod[0].Manifest.Request("req-0").BlockTable["0"][1]
 	if f.Descriptor != 0 || f.Request != "req-0" || f.Bytes != bytes || bytes == 0 || f.Position != 0 || f.Source == nil ||
@@ -397,12 +372,7 @@ func TestWrittenTwiceIsOneFindingPerPair(t *testing.T) {
 				if recs[x].Request != "req-0" || recs[y].Request != "req-1" {
 					t.Fatalf("transfers of %s and %s", recs[x].Request, recs[y].Request)
 				}
-				var bytes uint64
-				for _, r := range recs {
-					if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
-						bytes = r.Descs[recs[x].LocalIDs[0]].Len
-					}
-				}
+				bytes := prepared(t, recs, recs[x].Local)[recs[x].LocalIDs[0]].Len
 				want := transfer.Finding{Invariant: transfer.Twice, Request: "req-0", Transfer: recs[x].ID, Descriptor: 1, Group: 0, Position: 0,
 					Block: cons[0].Manifest.Request("req-0").BlockTable["0"][0], Layer: 0, LayerName: "model.layers.0.self_attn.attn", Part: "K",
 					Heads: [2]int{0, 7}, Tokens: [2]int{0, 15}, Bytes: bytes, Other: &transfer.Ref{Log: logs[0], Transfer: recs[x].ID, Descriptor: 0}}

@@ -32,12 +32,9 @@ func TestSkippedTransferLeavesNothing(t *testing.T) {
 		t.Fatalf("transfers of %q and %q, want req-0 and req-1", orig[x].Request, orig[y].Request)
 	}
 	var bytes uint64 // what req-1's transfer moves: its local descriptors' lengths
-	for _, r := range orig {
-		if r.Op == nixl.OpDList && r.Handle == orig[y].Local {
-			for _, i := range orig[y].LocalIDs {
-				bytes += r.Descs[i].Len
-			}
-		}
+	local := prepared(t, orig, orig[y].Local)
+	for _, i := range orig[y].LocalIDs {
+		bytes += local[i].Len
 	}
 	next := transfer.RequestSummary{ID: "req-1", ProducerID: "req-1", Rank: layout.Rank{}, Transfers: []int{orig[y].ID},
 		Pairs: len(orig[y].LocalIDs), Bytes: bytes, Findings: map[string]int{}}
@@ -521,12 +518,7 @@ func TestWriteIntoAPrefixHitBlock(t *testing.T) {
 	// were written by pair 0 outside the blocks req-0 loads, the first
 	// bytes of each the token's 2048 of the K; layer 1's are the
 	// consumer's own.
-	var addr0 uint64
-	for _, r := range recs {
-		if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
-			addr0 = r.Descs[recs[x].LocalIDs[0]].Addr
-		}
-	}
+	addr0 := prepared(t, recs, recs[x].Local)[recs[x].LocalIDs[0]].Addr
 	cv := res.Coverage[slices.IndexFunc(res.Coverage, func(cv picture.Coverage) bool { return cv.Request == "req-0" })]
 	for tok := range 16 {
 		a := addr0 + uint64(tok)*2048

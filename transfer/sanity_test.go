@@ -288,12 +288,7 @@ func TestIndexPastTheList(t *testing.T) {
 	prod, cons, logs := pull(t, t.TempDir(), geometries()[0])
 	h, recs := records(t, logs[0])
 	x := firstXfer(recs)
-	n := 0
-	for _, r := range recs {
-		if r.Op == nixl.OpDList && r.Handle == recs[x].Local {
-			n = len(r.Descs)
-		}
-	}
+	n := len(prepared(t, recs, recs[x].Local))
 	recs[x].LocalIDs[1] = n - 1
 	rewrite(t, logs[0], h, recs)
 	if _, err := transfer.Audit(context.Background(), logs, prod, cons, transfer.Options{}); err != nil {

@@ -45,6 +45,8 @@ type logTamper struct {
 	// checks by place: the consumer checks a change there shows in (nil:
 	// every check).
 	checks map[Place][]int
+	// resolved: xfers' list, resolved once (nil: not yet).
+	resolved []*xref
 }
 
 type prodRank struct {
@@ -185,10 +187,20 @@ func (l *faultLog) dlist(handle int) *nixl.Record {
 func (l *faultLog) done(id int) bool { return l.doneIDs[id] }
 
 // xfers lists the transfers faults may go into: READs of a consumer's log,
-// made of prepared lists, DONE, for a request of the consumer's dump, with
-// their pairs resolved.
+// made of prepared lists, DONE, for a request of the consumer's dumps, with
+// their pairs resolved, as the logs were read. The list is resolved once:
+// pick and the searches of other pairs call xfers for each candidate, and
+// a fault changes a transfer's ids only after those searches (lateRead,
+// which lists them after, changes times, which the list does not hold).
 func (t *logTamper) xfers() []*xref {
-	var out []*xref
+	if t.resolved == nil {
+		t.resolved = t.resolveXfers()
+	}
+	return t.resolved
+}
+
+func (t *logTamper) resolveXfers() []*xref {
+	out := []*xref{}
 	for _, l := range t.logs {
 		if l.cons < 0 {
 			continue
