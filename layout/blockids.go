@@ -60,24 +60,22 @@ func (b *BlockIDs) UnmarshalJSON(data []byte) error {
 			}
 			*b = ids
 			return nil
-		case jsonscan.Null:
-			if ids == nil {
+		case jsonscan.Null, jsonscan.Number:
+			id := NoBlock
+			if k == jsonscan.Number {
+				e := sc.Bytes()
+				v, err := strconv.ParseInt(string(e), 10, strconv.IntSize)
+				if err != nil || v == NoBlock {
+					// A fraction, an exponent or a value beyond int; and
+					// the one int that would read back as null.
+					return &json.UnmarshalTypeError{Value: "number " + string(e), Type: blockIDType}
+				}
+				id = int(v)
+			}
+			if ids == nil { // the first element: size the table once
 				ids = make(BlockIDs, 0, bytes.Count(data, comma)+1)
 			}
-			ids = append(ids, NoBlock)
-			continue
-		case jsonscan.Number:
-			e := sc.Bytes()
-			v, err := strconv.ParseInt(string(e), 10, strconv.IntSize)
-			if err != nil || v == NoBlock {
-				// A fraction, an exponent or a value beyond int; and
-				// the one int that would read back as null.
-				return &json.UnmarshalTypeError{Value: "number " + string(e), Type: blockIDType}
-			}
-			if ids == nil {
-				ids = make(BlockIDs, 0, bytes.Count(data, comma)+1)
-			}
-			ids = append(ids, int(v))
+			ids = append(ids, id)
 			continue
 		}
 		return &json.UnmarshalTypeError{Value: jsonKind(k), Type: blockIDType}
