@@ -10,13 +10,14 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/kvaudit/kvaudit/internal/xattr"
 	"github.com/zeebo/xxh3"
 )
 
 var (
 	errEOF      = io.EOF
 	errNoAttr   = errors.New("no such extended attribute")
-	errNoXattrs = errors.New("the filesystem keeps no extended attributes")
+	errNoXattrs = xattr.ErrUnsupported
 )
 
 // castagnoli is CRC-32C's table: hash/crc32 takes the SSE 4.2 path with

@@ -15,6 +15,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/kvaudit/kvaudit/internal/safeio"
+	"github.com/kvaudit/kvaudit/internal/xattr"
 )
 
 // Block is one KV block (or chunk) of a store to write: its bytes and what
@@ -113,8 +114,8 @@ func writeVLLM(dir string, blocks []Block) (files, warnings []string, err error)
 		crc := make([]byte, 4)
 		binary.BigEndian.PutUint32(crc, crc32.Checksum(b.Data, castagnoli))
 		err := writeNew(p, b.Data, func(f *os.File) error {
-			err := setxattr(f, vllmXattr, crc)
-			if errors.Is(err, errNoXattrs) {
+			err := xattr.Set(f, vllmXattr, crc)
+			if errors.Is(err, xattr.ErrUnsupported) {
 				noXattrs = true
 				return nil
 			}

@@ -44,21 +44,3 @@ func blockSize(dir string) int64 {
 	}
 	return int64(st.Bsize)
 }
-
-// setxattr sets the extended attribute name of the open file f (a store
-// kvaudit writes, never one it scrubs); a filesystem without extended
-// attributes is errNoXattrs.
-func setxattr(f *os.File, name string, value []byte) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var xerr error
-	if err := rc.Control(func(fd uintptr) { xerr = unix.Fsetxattr(int(fd), name, value, 0) }); err != nil {
-		return err
-	}
-	if errors.Is(xerr, unix.ENOTSUP) || errors.Is(xerr, unix.EOPNOTSUPP) {
-		return errNoXattrs
-	}
-	return xerr
-}

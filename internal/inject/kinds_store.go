@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvaudit/kvaudit/internal/synth"
 	"github.com/kvaudit/kvaudit/internal/synthstore"
+	"github.com/kvaudit/kvaudit/internal/xattr"
 	"github.com/kvaudit/kvaudit/scrub"
 )
 
@@ -195,13 +196,13 @@ func copyStore(ctx context.Context, src, dst string) error {
 			out.Close()
 			return err
 		}
-		attrs, err := xattrs(p)
+		attrs, err := xattr.List(p)
 		if err != nil {
 			out.Close()
 			return err
 		}
 		for name, v := range attrs {
-			if err := setXattr(out, name, v); err != nil {
+			if err := xattr.Set(out, name, v); err != nil {
 				out.Close()
 				return err
 			}
@@ -297,7 +298,7 @@ func (t *storeTamper) crc() error {
 	}
 	bit := byte(1) << t.rng.IntN(8)
 	if l.Xattr != "" {
-		attrs, err := xattrs(e.Path)
+		attrs, err := xattr.List(e.Path)
 		if err != nil {
 			return err
 		}
@@ -311,7 +312,7 @@ func (t *storeTamper) crc() error {
 		if err != nil {
 			return err
 		}
-		err = setXattr(f, l.Xattr, v)
+		err = xattr.Set(f, l.Xattr, v)
 		f.Close()
 		if err != nil {
 			return err
@@ -404,7 +405,7 @@ func (t *storeTamper) missingChecksum() error {
 		if err != nil {
 			return err
 		}
-		err = setXattr(f, l.Xattr, nil)
+		err = xattr.Set(f, l.Xattr, nil)
 		f.Close()
 		if err != nil {
 			return err

@@ -1,6 +1,6 @@
 //go:build linux
 
-package inject
+package xattr
 
 import (
 	"errors"
@@ -10,12 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// errNoXattrs: the filesystem keeps no extended attributes.
-var errNoXattrs = errors.New("the filesystem keeps no extended attributes")
-
-// xattrs lists the extended attributes of the file at path with their
+// List returns the extended attributes of the file at path with their
 // values (none where the filesystem keeps none).
-func xattrs(path string) (map[string][]byte, error) {
+func List(path string) (map[string][]byte, error) {
 	buf := make([]byte, 64<<10)
 	n, err := unix.Llistxattr(path, buf)
 	if errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EOPNOTSUPP) {
@@ -39,9 +36,10 @@ func xattrs(path string) (map[string][]byte, error) {
 	return out, nil
 }
 
-// setXattr sets (value not nil) or removes (nil) an extended attribute of
-// a file kvaudit writes.
-func setXattr(f *os.File, name string, value []byte) error {
+// Set sets (value not nil) or removes (nil) the extended attribute name
+// of the open file f; setting one where the filesystem keeps none is
+// ErrUnsupported.
+func Set(f *os.File, name string, value []byte) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
@@ -57,7 +55,7 @@ func setXattr(f *os.File, name string, value []byte) error {
 		return err
 	}
 	if value != nil && (errors.Is(xerr, unix.ENOTSUP) || errors.Is(xerr, unix.EOPNOTSUPP)) {
-		return errNoXattrs
+		return ErrUnsupported
 	}
 	return xerr
 }
