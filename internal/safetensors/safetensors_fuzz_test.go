@@ -9,23 +9,31 @@ import (
 	"github.com/kvaudit/kvaudit/parse"
 )
 
+// corpusSeeds returns the files of the corpus (testdata), the seeds of
+// both fuzz tests; it fails for fewer than 20.
+func corpusSeeds(f *testing.F) [][]byte {
+	paths, err := filepath.Glob(filepath.Join(corpusDir, "*.safetensors"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	if len(paths) < 20 {
+		f.Fatalf("%s holds %d seed files, want at least 20", corpusDir, len(paths))
+	}
+	seeds := make([][]byte, len(paths))
+	for i, p := range paths {
+		if seeds[i], err = os.ReadFile(p); err != nil {
+			f.Fatal(err)
+		}
+	}
+	return seeds
+}
+
 // FuzzSafetensors checks that Parse never panics, that a
 // successful parse satisfies every invariant (re-validated from the raw
 // bytes) and survives a write/parse round trip, and that a failure returns
 // a nil result and a *parse.Error (parse.Safetensors).
 func FuzzSafetensors(f *testing.F) {
-	seeds, err := filepath.Glob(filepath.Join(corpusDir, "*.safetensors"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	if len(seeds) < 20 {
-		f.Fatalf("%s holds %d seed files, want at least 20", corpusDir, len(seeds))
-	}
-	for _, p := range seeds {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
+	for _, b := range corpusSeeds(f) {
 		f.Add(b)
 	}
 	var buf bytes.Buffer
