@@ -388,3 +388,49 @@ func TestTransfersPictureCaps(t *testing.T) {
 		t.Errorf("the page is %d bytes", len(page))
 	}
 }
+
+// TestTransfersPictureFoldsRows: consecutive rows of a group whose cells
+// are all alike are drawn as one, labelled with their layers (a range
+// when they are consecutive, else a list cut after four), and a row
+// unlike its neighbours, or of another group, stays a row of its own.
+func TestTransfersPictureFoldsRows(t *testing.T) {
+	const cols = 4
+	row := func(group, layer int, hole bool) picture.CoverageRow {
+		r := picture.CoverageRow{Group: group, Layer: layer, LayerName: fmt.Sprintf("layer.%d", layer)}
+		for k := range cols {
+			st := picture.CellDelivered
+			if hole && k == 0 {
+				st = picture.CellHole
+			}
+			r.Cells = append(r.Cells, picture.Cell{State: st, Transfer: transfer.NoTransfer, Descriptor: -1})
+		}
+		return r
+	}
+	c := picture.Coverage{Request: "req-0", NumTokens: cols, Pulled: cols, Served: true, Per: 1, Columns: cols, Rows: []picture.CoverageRow{
+		row(0, 0, false), row(0, 1, false), row(0, 2, false), row(0, 3, true), row(0, 4, false),
+		row(1, 5, false), row(1, 7, false), row(1, 9, false), row(1, 11, false), row(1, 13, false),
+	}}
+	res := &transfer.Result{Format: transfer.ResultFormat, Verdict: transfer.Clean, Coverage: []picture.Coverage{c}}
+	page := renderPicture(t, res)
+	rows := regexp.MustCompile(`<tr><th scope="row" title="([^"]*)">([^<]*)</th>(.*?)</tr>`).FindAllStringSubmatch(page, -1)
+	want := []struct{ label, title string }{
+		{"L0-2", "layers 0-2, 3 layers alike; hover names layer 0 (layer.0)"},
+		{"L3", "layer 3 (layer.3)"},
+		{"L4", "layer 4 (layer.4)"},
+		{"L5,7,9,11,… (5)", "layers 5,7,9,11,… (5), 5 layers alike; hover names layer 5 (layer.5)"},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d: %q", len(rows), len(want), rows)
+	}
+	for i, w := range want {
+		if got, title := html.UnescapeString(rows[i][2]), html.UnescapeString(rows[i][1]); got != w.label || title != w.title {
+			t.Errorf("row %d: %q (%q), want %q (%q)", i, got, title, w.label, w.title)
+		}
+		if n := len(picCellTag.FindAllString(rows[i][3], -1)); n != cols {
+			t.Errorf("row %d: %d cells, want %d", i, n, cols)
+		}
+	}
+	if tip := "layers 0-2 alike; layer 0 (layer.0), token 0: delivered"; !strings.Contains(html.UnescapeString(rows[0][3]), `title="`+tip+`"`) {
+		t.Errorf("the folded row's first cell does not say %q: %s", tip, rows[0][3])
+	}
+}
