@@ -184,6 +184,17 @@ func stateOf(recs []nixl.Record, x int) int {
 	return x + slices.IndexFunc(recs[x:], func(r nixl.Record) bool { return r.Op == nixl.OpState && r.ID == recs[x].ID })
 }
 
+// findingOf returns the first finding of invariant inv, failing the test
+// when there is none.
+func findingOf(t testing.TB, res *transfer.Result, inv string) transfer.Finding {
+	t.Helper()
+	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == inv })
+	if i < 0 {
+		t.Fatalf("no %s finding: %v", inv, invariants(res))
+	}
+	return res.Findings[i]
+}
+
 func invariants(res *transfer.Result) []string {
 	var out []string
 	for _, f := range res.Findings {
@@ -419,11 +430,7 @@ func TestPushWrite(t *testing.T) {
 	push[x].RemoteIDs[0] = push[nextXfer(push, x)].RemoteIDs[0]
 	rewrite(t, path, h, push)
 	res := audit(t, []string{path}, prod, cons)
-	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Confined })
-	if i < 0 {
-		t.Fatalf("push: no confined finding: %v", invariants(res))
-	}
-	if f := res.Findings[i]; f.Side != "remote" || f.Request != "req-0" || f.Descriptor != 0 || f.Owner == nil || f.Owner.Request != "req-1" {
+	if f := findingOf(t, res, transfer.Confined); f.Side != "remote" || f.Request != "req-0" || f.Descriptor != 0 || f.Owner == nil || f.Owner.Request != "req-1" {
 		t.Fatalf("push: %+v", f)
 	}
 }
