@@ -247,8 +247,9 @@ type logFile struct {
 	path      string
 	header    nixl.Header
 	dlists    map[int]*dlist
-	summary   *LogSummary
-	side      string
+	// summary is the log's entry of Result.Logs while it is read.
+	summary *LogSummary
+	side    string
 	// live indexes the log's transfers by id: those still without a
 	// state, and those audited; ended holds the ids of the others, whose
 	// state was read (runs of ids: a recorder numbers them in order).

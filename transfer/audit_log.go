@@ -149,12 +149,12 @@ func (lf *logFile) remote(agent string) {
 
 // record handles one record of a log.
 func (a *auditor) record(lf *logFile, rec *nixl.Record) error {
-	sum := &a.res.Logs[len(a.res.Logs)-1]
+	sum := lf.summary
 	switch rec.Op {
 	case nixl.OpXfer:
 		sum.Xfers++
 		a.lease.seen(rec.Notif, rec.Time)
-		return a.xfer(lf, rec, sum)
+		return a.xfer(lf, rec)
 	case nixl.OpPost:
 		x := lf.live[rec.ID]
 		if x == nil && !lf.ended.has(rec.ID) {
@@ -211,7 +211,7 @@ func isLocal(agent string, h nixl.Header) bool {
 }
 
 // xfer resolves a transfer's descriptor pairs and checks each.
-func (a *auditor) xfer(lf *logFile, rec *nixl.Record, sum *LogSummary) error {
+func (a *auditor) xfer(lf *logFile, rec *nixl.Record) error {
 	if prev := lf.live[rec.ID]; prev != nil {
 		return &parse.Error{Format: parse.NIXLLog, File: lf.path, Line: rec.Line, Field: "id", Msg: fmt.Sprintf("transfer %d is made twice (first on line %d)", rec.ID, prev.line)}
 	}
@@ -224,7 +224,7 @@ func (a *auditor) xfer(lf *logFile, rec *nixl.Record, sum *LogSummary) error {
 	x := &xfer{log: lf, id: rec.ID, line: rec.Line, kind: rec.Kind, at: rec.Time}
 	lf.live[rec.ID] = x
 	a.xfers = append(a.xfers, x)
-	err := a.resolveXfer(lf, rec, sum, x)
+	err := a.resolveXfer(lf, rec, x)
 	if x.skip && a.xfers[len(a.xfers)-1] == x {
 		// Not audited: nothing of it is kept but its id.
 		a.xfers = a.xfers[:len(a.xfers)-1]
@@ -233,7 +233,7 @@ func (a *auditor) xfer(lf *logFile, rec *nixl.Record, sum *LogSummary) error {
 }
 
 // resolveXfer resolves a transfer's pairs and checks each.
-func (a *auditor) resolveXfer(lf *logFile, rec *nixl.Record, sum *LogSummary, x *xfer) error {
+func (a *auditor) resolveXfer(lf *logFile, rec *nixl.Record, x *xfer) error {
 	if a.checkForeign(lf); lf.foreign {
 		x.skip = true
 		return nil
@@ -246,7 +246,7 @@ func (a *auditor) resolveXfer(lf *logFile, rec *nixl.Record, sum *LogSummary, x 
 		x.skip = true
 		return nil
 	}
-	sum.Pairs += min(ps.nl, ps.nr)
+	lf.summary.Pairs += min(ps.nl, ps.nr)
 	dstAgent, srcAgent := lf.header.Agent, ps.remoteAgent
 	if rec.Kind == nixl.Write {
 		dstAgent, srcAgent = ps.remoteAgent, lf.header.Agent

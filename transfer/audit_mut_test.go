@@ -220,11 +220,7 @@ func TestTransferLevelFinding(t *testing.T) {
 	recs[x].RemoteIDs = recs[x].RemoteIDs[:nl-1]
 	rewrite(t, logs[0], h, recs)
 	res := audit(t, logs, prod, cons)
-	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Aligned })
-	if i < 0 {
-		t.Fatalf("no aligned finding: %v", invariants(res))
-	}
-	f := res.Findings[i]
+	f := findingOf(t, res, transfer.Aligned)
 	msg := fmt.Sprintf("transfer %d pairs %d local descriptors with %d remote", recs[x].ID, nl, nl-1)
 	if f.Transfer != recs[x].ID || f.Request != "req-0" || f.Descriptor != -1 || f.Group != -1 || f.Position != -1 || f.Block != -1 || !strings.Contains(f.Message, msg) {
 		t.Fatalf("finding %+v, want transfer %d as a whole: %q", f, recs[x].ID, msg)
@@ -242,11 +238,7 @@ func TestFailedFindingIsOfTheTransfer(t *testing.T) {
 	recs[stateOf(recs, x)].State = nixl.Err
 	rewrite(t, logs[0], h, recs)
 	res := audit(t, logs, prod, cons)
-	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Failed })
-	if i < 0 {
-		t.Fatalf("no failed finding: %v", invariants(res))
-	}
-	f := res.Findings[i]
+	f := findingOf(t, res, transfer.Failed)
 	req := cons[0].Manifest.Request("req-0")
 	msg := fmt.Sprintf("transfer %d ended in ERR, but request req-0 was loaded anyway (its dump on rank pp 0 tp 0 holds tokens %d-%d as loaded)",
 		recs[x].ID, req.NumLocalComputedTokens, req.NumTokens-1)

@@ -184,6 +184,17 @@ func stateOf(recs []nixl.Record, x int) int {
 	return x + slices.IndexFunc(recs[x:], func(r nixl.Record) bool { return r.Op == nixl.OpState && r.ID == recs[x].ID })
 }
 
+// findingOf returns the first finding of invariant inv, failing the test
+// when there is none.
+func findingOf(t testing.TB, res *transfer.Result, inv string) transfer.Finding {
+	t.Helper()
+	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == inv })
+	if i < 0 {
+		t.Fatalf("no %s finding: %v", inv, invariants(res))
+	}
+	return res.Findings[i]
+}
+
 func invariants(res *transfer.Result) []string {
 	var out []string
 	for _, f := range res.Findings {
@@ -195,52 +206,79 @@ func invariants(res *transfer.Result) []string {
 	return out
 }
 
+// logEdit is a way a log goes wrong: an edit of its first transfer
+// (recs[x]).
+type logEdit struct {
+	name string
+	edit func(recs []nixl.Record, x int)
+}
+
+// logEdits are the ways a log goes wrong that TestEachInvariant finds and
+// TestCoverageOfFaults draws.
+var logEdits = []logEdit{
+	{"descriptor dropped", func(recs []nixl.Record, x int) {
+		recs[x].LocalIDs, recs[x].RemoteIDs = recs[x].LocalIDs[1:], recs[x].RemoteIDs[1:]
+	}},
+	{"remote ids shifted past the block", func(recs []nixl.Record, x int) {
+		recs[x].RemoteIDs[0]++
+	}},
+	{"remote ids of the next position", func(recs []nixl.Record, x int) {
+		recs[x].RemoteIDs[0] = recs[x].RemoteIDs[1]
+	}},
+	{"local id of another request", func(recs []nixl.Record, x int) {
+		y := nextXfer(recs, x) // the second request's transfer
+		recs[x].LocalIDs[0] = recs[y].LocalIDs[0]
+	}},
+	{"remote ids of another request", func(recs []nixl.Record, x int) {
+		y := nextXfer(recs, x)
+		copy(recs[x].RemoteIDs, recs[y].RemoteIDs)
+	}},
+	{"lengths differ", func(recs []nixl.Record, x int) {
+		recs[x].LocalIDs = recs[x].LocalIDs[:len(recs[x].LocalIDs)-1]
+	}},
+	{"ERR", func(recs []nixl.Record, x int) {
+		recs[stateOf(recs, x)].State = nixl.Err
+	}},
+}
+
+// auditEdited audits a pull of geometry g whose first log's first
+// transfer e changed; it returns the result, the changed records and the
+// transfer's index.
+func auditEdited(t *testing.T, g geometry, e logEdit) (*transfer.Result, []nixl.Record, int) {
+	t.Helper()
+	prod, cons, logs := pull(t, t.TempDir(), g)
+	h, recs := records(t, logs[0])
+	x := firstXfer(recs)
+	e.edit(recs, x)
+	rewrite(t, logs[0], h, recs)
+	return audit(t, logs, prod, cons), recs, x
+}
+
 // TestEachInvariant: each way a log goes wrong is found, by its
 // invariant, at its request, transfer and descriptor.
 func TestEachInvariant(t *testing.T) {
-	cases := []struct {
-		name string
-		edit func(recs []nixl.Record, x int)
-		want []string
-	}{
-		{"descriptor dropped", func(recs []nixl.Record, x int) {
-			recs[x].LocalIDs, recs[x].RemoteIDs = recs[x].LocalIDs[1:], recs[x].RemoteIDs[1:]
-		}, []string{transfer.Covered, transfer.Zeroed}},
-		{"remote ids shifted past the block", func(recs []nixl.Record, x int) {
-			recs[x].RemoteIDs[0]++
-		}, []string{transfer.Confined}},
-		{"remote ids of the next position", func(recs []nixl.Record, x int) {
-			recs[x].RemoteIDs[0] = recs[x].RemoteIDs[1]
-		}, []string{transfer.Aligned}},
-		{"local id of another request", func(recs []nixl.Record, x int) {
-			y := nextXfer(recs, x) // the second request's transfer
-			recs[x].LocalIDs[0] = recs[y].LocalIDs[0]
-		}, []string{transfer.Confined, transfer.Covered, transfer.Twice, transfer.Zeroed}},
-		{"remote ids of another request", func(recs []nixl.Record, x int) {
-			y := nextXfer(recs, x)
-			copy(recs[x].RemoteIDs, recs[y].RemoteIDs)
-		}, []string{transfer.Confined}},
-		{"lengths differ", func(recs []nixl.Record, x int) {
-			recs[x].LocalIDs = recs[x].LocalIDs[:len(recs[x].LocalIDs)-1]
-		}, []string{transfer.Aligned, transfer.Covered, transfer.Zeroed}},
-		{"ERR", func(recs []nixl.Record, x int) {
-			recs[stateOf(recs, x)].State = nixl.Err
-		}, []string{transfer.Covered, transfer.Failed, transfer.Zeroed}},
+	wants := map[string][]string{
+		"descriptor dropped":                {transfer.Covered, transfer.Zeroed},
+		"remote ids shifted past the block": {transfer.Confined},
+		"remote ids of the next position":   {transfer.Aligned},
+		"local id of another request":       {transfer.Confined, transfer.Covered, transfer.Twice, transfer.Zeroed},
+		"remote ids of another request":     {transfer.Confined},
+		"lengths differ":                    {transfer.Aligned, transfer.Covered, transfer.Zeroed},
+		"ERR":                               {transfer.Covered, transfer.Failed, transfer.Zeroed},
 	}
 	g := geometries()[0]
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			prod, cons, logs := pull(t, t.TempDir(), g)
-			h, recs := records(t, logs[0])
-			x := firstXfer(recs)
-			tc.edit(recs, x)
-			rewrite(t, logs[0], h, recs)
-			res := audit(t, logs, prod, cons)
-			if got := invariants(res); !slices.Equal(got, tc.want) {
+	for _, e := range logEdits {
+		t.Run(e.name, func(t *testing.T) {
+			want := wants[e.name]
+			if want == nil {
+				t.Fatalf("no invariants expected of %q", e.name)
+			}
+			res, recs, x := auditEdited(t, g, e)
+			if got := invariants(res); !slices.Equal(got, want) {
 				for _, f := range res.Findings {
 					t.Log(f.Invariant, f.Message)
 				}
-				t.Fatalf("invariants %v, want %v", got, tc.want)
+				t.Fatalf("invariants %v, want %v", got, want)
 			}
 			f := res.Findings[0]
 			if f.Request != "req-0" || f.Transfer != recs[x].ID {
@@ -392,11 +430,7 @@ func TestPushWrite(t *testing.T) {
 	push[x].RemoteIDs[0] = push[nextXfer(push, x)].RemoteIDs[0]
 	rewrite(t, path, h, push)
 	res := audit(t, []string{path}, prod, cons)
-	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Confined })
-	if i < 0 {
-		t.Fatalf("push: no confined finding: %v", invariants(res))
-	}
-	if f := res.Findings[i]; f.Side != "remote" || f.Request != "req-0" || f.Descriptor != 0 || f.Owner == nil || f.Owner.Request != "req-1" {
+	if f := findingOf(t, res, transfer.Confined); f.Side != "remote" || f.Request != "req-0" || f.Descriptor != 0 || f.Owner == nil || f.Owner.Request != "req-1" {
 		t.Fatalf("push: %+v", f)
 	}
 }

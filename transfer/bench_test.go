@@ -3,6 +3,7 @@ package transfer_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,10 +137,13 @@ func BenchmarkReadLog(b *testing.B) {
 		}
 		var rec nixl.Record
 		n := 0
-		for r.Next(&rec) == nil {
+		for err = r.Next(&rec); err == nil; err = r.Next(&rec) {
 			n++
 		}
 		f.Close()
+		if err != io.EOF {
+			b.Fatalf("record %d: %v", n+1, err)
+		}
 		if n == 0 {
 			b.Fatal("no records")
 		}

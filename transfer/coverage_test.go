@@ -62,39 +62,24 @@ func TestCoverageOfCorrectPulls(t *testing.T) {
 // TestCoverageOfFaults: each way a log goes wrong (TestEachInvariant's)
 // draws its state in the requests it concerns.
 func TestCoverageOfFaults(t *testing.T) {
-	cases := []struct {
-		name string
-		edit func(recs []nixl.Record, x int)
-		// want: per request, a state some cell must be in.
-		want map[string]picture.CellState
-	}{
-		{"descriptor dropped", func(recs []nixl.Record, x int) {
-			recs[x].LocalIDs, recs[x].RemoteIDs = recs[x].LocalIDs[1:], recs[x].RemoteIDs[1:]
-		}, map[string]picture.CellState{"req-0": picture.CellHole}},
-		{"remote ids of the next position", func(recs []nixl.Record, x int) {
-			recs[x].RemoteIDs[0] = recs[x].RemoteIDs[1]
-		}, map[string]picture.CellState{"req-0": picture.CellMisaligned}},
-		{"remote ids of another request", func(recs []nixl.Record, x int) {
-			y := nextXfer(recs, x)
-			copy(recs[x].RemoteIDs, recs[y].RemoteIDs)
-		}, map[string]picture.CellState{"req-0": picture.CellForeign}},
-		{"local id of another request", func(recs []nixl.Record, x int) {
-			y := nextXfer(recs, x)
-			recs[x].LocalIDs[0] = recs[y].LocalIDs[0]
-		}, map[string]picture.CellState{"req-0": picture.CellHole, "req-1": picture.CellTwice}},
-		{"ERR", func(recs []nixl.Record, x int) {
-			recs[stateOf(recs, x)].State = nixl.Err
-		}, map[string]picture.CellState{"req-0": picture.CellFailed}},
+	// want: per way, per request, a state some cell must be in.
+	wants := map[string]map[string]picture.CellState{
+		"descriptor dropped":                {"req-0": picture.CellHole},
+		"remote ids of the next position":   {"req-0": picture.CellMisaligned},
+		"remote ids of another request":     {"req-0": picture.CellForeign},
+		"local id of another request":       {"req-0": picture.CellHole, "req-1": picture.CellTwice},
+		"ERR":                               {"req-0": picture.CellFailed},
+		"remote ids shifted past the block": {"req-0": picture.CellForeign},
+		"lengths differ":                    {"req-0": picture.CellHole},
 	}
 	g := geometries()[0]
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			prod, cons, logs := pull(t, t.TempDir(), g)
-			h, recs := records(t, logs[0])
-			x := firstXfer(recs)
-			tc.edit(recs, x)
-			rewrite(t, logs[0], h, recs)
-			res := audit(t, logs, prod, cons)
+	for _, e := range logEdits {
+		t.Run(e.name, func(t *testing.T) {
+			want := wants[e.name]
+			if want == nil {
+				t.Fatalf("no state expected of %q", e.name)
+			}
+			res, _, _ := auditEdited(t, g, e)
 			seen := map[string]map[picture.CellState]int{}
 			for _, c := range res.Coverage {
 				if seen[c.Request] == nil {
@@ -106,14 +91,14 @@ func TestCoverageOfFaults(t *testing.T) {
 					}
 				}
 			}
-			for req, st := range tc.want {
+			for req, st := range want {
 				if seen[req][st] == 0 {
 					t.Errorf("%s: no cell in state %d (states %v)", req, st, seen[req])
 				}
 			}
 			// The other request is drawn as a correct pull leaves it.
 			for req, states := range seen {
-				if _, faulty := tc.want[req]; faulty {
+				if _, faulty := want[req]; faulty {
 					continue
 				}
 				for st := range states {
@@ -122,7 +107,7 @@ func TestCoverageOfFaults(t *testing.T) {
 					}
 				}
 			}
-			if st := picture.CellFailed; tc.name == "ERR" {
+			if st := picture.CellFailed; e.name == "ERR" {
 				// Every pulled cell of req-0 (the transfer that failed).
 				for _, c := range res.Coverage {
 					for _, r := range c.Rows {

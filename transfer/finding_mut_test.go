@@ -51,11 +51,7 @@ func TestWrittenTwiceFinding(t *testing.T) {
 	recs[x].LocalIDs[0] = recs[y].LocalIDs[0]
 	rewrite(t, logs[0], h, recs)
 	res := audit(t, logs, prod, cons)
-	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Twice })
-	if i < 0 {
-		t.Fatalf("no twice finding: %v", invariants(res))
-	}
-	f := res.Findings[i]
+	f := findingOf(t, res, transfer.Twice)
 	block := cons[0].Manifest.Request("req-1").BlockTable["0"][0]
 	// The bytes written twice: the local descriptor both pairs name.
 	bytes := prepared(t, recs, recs[x].Local)[recs[x].LocalIDs[0]].Len
@@ -104,12 +100,8 @@ func TestWriteIntoAnotherRequestFinding(t *testing.T) {
 	recs[x].LocalIDs[0] = recs[y].LocalIDs[0]
 	rewrite(t, logs[0], h, recs)
 	res := audit(t, logs, prod, cons)
-	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Confined })
-	if i < 0 {
-		t.Fatalf("no confined finding: %v", invariants(res))
-	}
+	f := findingOf(t, res, transfer.Confined)
 	bytes := prepared(t, recs, recs[x].Local)[recs[x].LocalIDs[0]].Len
-	f := res.Findings[i]
 	block := cons[0].Manifest.Request("req-1").BlockTable["0"][0]
 	if f.Side != "local" || f.Request != "req-0" || f.Transfer != recs[x].ID || f.Descriptor != 0 || f.Bytes != bytes || bytes == 0 ||
 		f.Group != 0 || f.Position != -1 || f.Block != block || f.Owner == nil || f.Owner.Request != "req-1" || f.Owner.Position != 0 {
@@ -165,11 +157,7 @@ func TestWriteIntoAFreeBlockFinding(t *testing.T) {
 	recs[x].LocalIDs[0] = id
 	rewrite(t, logs[0], h, recs)
 	res := audit(t, logs, prod, cons)
-	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Confined })
-	if i < 0 {
-		t.Fatalf("no confined finding: %v", invariants(res))
-	}
-	f := res.Findings[i]
+	f := findingOf(t, res, transfer.Confined)
 	into := fmt.Sprintf("into block %d, which no request of the consumer holds, not a block request req-0 loads", free)
 	if f.Side != "local" || f.Block != free || f.Position != -1 || f.Owner == nil || *f.Owner != (transfer.Owner{Position: -1, Block: free}) ||
 		!strings.Contains(f.Message, into) {

@@ -543,11 +543,7 @@ func TestWrittenTwiceOutsideEveryCache(t *testing.T) {
 	recs[x].LocalIDs[0], recs[x].LocalIDs[1] = id, id
 	rewrite(t, logs[0], h, recs)
 	res := audit(t, logs, prod, cons)
-	i := slices.IndexFunc(res.Findings, func(f transfer.Finding) bool { return f.Invariant == transfer.Twice })
-	if i < 0 {
-		t.Fatalf("no written-twice finding: %v", invariants(res))
-	}
-	f := res.Findings[i]
+	f := findingOf(t, res, transfer.Twice)
 	f.Line = 0
 	none := [2]int{-1, -1}
 	want := transfer.Finding{Invariant: transfer.Twice, Request: "req-0", Transfer: recs[x].ID, Descriptor: 1, Log: logs[0], Rank: layout.Rank{},
