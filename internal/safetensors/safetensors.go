@@ -155,10 +155,7 @@ func parseFile(path string, file []byte) (*File, *parse.Error) {
 		return nil, fail("data", "tensors need %d bytes but the data section holds only %d (past the end of the file: truncated?)", pos, dataLen)
 	}
 	s.DataOffset = int64(8 + n)
-	if s.index == nil {
-		s.index = make(map[string]int, len(s.Tensors))
-	}
-	for i := range s.Tensors {
+	for i := range s.Tensors { // the sort moved them: index them again
 		t := &s.Tensors[i]
 		t.Data = data[t.Begin:t.End:t.End]
 		s.index[t.Name] = i
