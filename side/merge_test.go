@@ -13,10 +13,10 @@ import (
 	"github.com/kvaudit/kvaudit/wire"
 )
 
-// TestRecordsMergeLikeDumps: records written by each rank and read back
-// merge into the same checks as the dumps themselves.
-func TestRecordsMergeLikeDumps(t *testing.T) {
-	cfg := synth.Config{Preset: "mla", TP: 2, PP: 2, Seed: 3}
+// openSynth writes the synthetic side cfg describes and opens its dumps,
+// closed when the test ends.
+func openSynth(t *testing.T, cfg synth.Config) []*layout.Dump {
+	t.Helper()
 	paths, err := synth.Write(t.TempDir(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +25,15 @@ func TestRecordsMergeLikeDumps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer layout.CloseAll(dumps)
+	t.Cleanup(func() { layout.CloseAll(dumps) })
+	return dumps
+}
+
+// TestRecordsMergeLikeDumps: records written by each rank and read back
+// merge into the same checks as the dumps themselves.
+func TestRecordsMergeLikeDumps(t *testing.T) {
+	cfg := synth.Config{Preset: "mla", TP: 2, PP: 2, Seed: 3}
+	dumps := openSynth(t, cfg)
 	recs, err := checksum.Records(context.Background(), dumps, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -78,15 +86,7 @@ func TestRecordsMergeLikeDumps(t *testing.T) {
 // and a group has no block-numbered checks once any rank's record lacks
 // values_block, whichever rank that is.
 func TestMergeValuesBlock(t *testing.T) {
-	paths, err := synth.Write(t.TempDir(), synth.Config{Preset: "llama", Layers: 2, Requests: 2, TP: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dumps, err := layout.OpenSide(paths)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer layout.CloseAll(dumps)
+	dumps := openSynth(t, synth.Config{Preset: "llama", Layers: 2, Requests: 2, TP: 2})
 	records := func() []*wire.Record {
 		recs, err := checksum.Records(context.Background(), dumps, checksum.Options{BlockValues: true})
 		if err != nil {
@@ -139,15 +139,7 @@ func TestMergeValuesBlock(t *testing.T) {
 // TestMergeMissingRanks: an incomplete side names the ranks that did not
 // report, in (pp, tp) order, at most 8 of them and then "...".
 func TestMergeMissingRanks(t *testing.T) {
-	paths, err := synth.Write(t.TempDir(), synth.Config{Preset: "tiny", Layers: 6, TP: 2, PP: 6})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dumps, err := layout.OpenSide(paths)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer layout.CloseAll(dumps)
+	dumps := openSynth(t, synth.Config{Preset: "tiny", Layers: 6, TP: 2, PP: 6})
 	recs, err := checksum.Records(context.Background(), dumps, checksum.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -215,14 +207,7 @@ func checkExpected(t *testing.T, cfg synth.Config, got *side.Checks) {
 // merging the same records again gives the same checks.
 func TestMergeLeavesRecords(t *testing.T) {
 	for _, cfg := range []synth.Config{{Preset: "llama", TP: 2, Seed: 5}, {Preset: "llama", PP: 2, Seed: 5}, {Preset: "tiny", TP: 1, Seed: 5}, {Preset: "llama", TP: 16, Seed: 5}} {
-		paths, err := synth.Write(t.TempDir(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dumps, err := layout.OpenSide(paths)
-		if err != nil {
-			t.Fatal(err)
-		}
+		dumps := openSynth(t, cfg)
 		recs, err := checksum.Records(context.Background(), dumps, checksum.Options{BlockValues: true})
 		layout.CloseAll(dumps)
 		if err != nil {
