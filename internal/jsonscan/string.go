@@ -63,7 +63,7 @@ func (s *Scanner) String() ([]byte, error) {
 		b := buf[start:j]
 		bad := len(b)
 		if !ascii && !utf8.Valid(b) {
-			bad = firstInvalid(b)
+			bad = FirstInvalid(b)
 		}
 		if max := s.opt.MaxString; max > 0 && len(b) > max && max < bad {
 			return nil, &Error{Code: ErrLongString, Offset: s.base + int64(start+max), Limit: uint64(max)}
@@ -159,8 +159,9 @@ func (s *Scanner) run() (int, error) {
 	return j, nil
 }
 
-// firstInvalid is the index of b's first byte that starts no valid rune.
-func firstInvalid(b []byte) int {
+// FirstInvalid is the index of b's first byte that starts no valid rune
+// (len(b) if b is valid UTF-8).
+func FirstInvalid(b []byte) int {
 	for i := 0; i < len(b); {
 		r, n := utf8.DecodeRune(b[i:])
 		if r == utf8.RuneError && n <= 1 {

@@ -155,10 +155,7 @@ func parseFile(path string, file []byte) (*File, *parse.Error) {
 		return nil, fail("data", "tensors need %d bytes but the data section holds only %d (past the end of the file: truncated?)", pos, dataLen)
 	}
 	s.DataOffset = int64(8 + n)
-	if s.index == nil {
-		s.index = make(map[string]int, len(s.Tensors))
-	}
-	for i := range s.Tensors {
+	for i := range s.Tensors { // the sort moved them: index them again
 		t := &s.Tensors[i]
 		t.Data = data[t.Begin:t.End:t.End]
 		s.index[t.Name] = i
@@ -241,7 +238,7 @@ func parseHeader(path string, header []byte) (*File, *parse.Error) {
 	p := &headerParser{path: path}
 	switch {
 	case !utf8.Valid(header):
-		return nil, p.fail("header", "not valid UTF-8 (at byte %d)", invalidUTF8At(header))
+		return nil, p.fail("header", "not valid UTF-8 (at byte %d)", jsonscan.FirstInvalid(header))
 	case bytes.HasPrefix(header, []byte("\uFEFF")):
 		return nil, p.fail("header", "not a JSON object: starts with a byte order mark")
 	case len(header) == 0:
@@ -515,17 +512,6 @@ func truncate(s string) string {
 // prefix returns the first few bytes of b for an error message.
 func prefix(b []byte) string {
 	return truncate(string(b[:min(len(b), 16)]))
-}
-
-func invalidUTF8At(b []byte) int {
-	for i := 0; i < len(b); {
-		r, size := utf8.DecodeRune(b[i:])
-		if r == utf8.RuneError && size <= 1 {
-			return i
-		}
-		i += size
-	}
-	return len(b)
 }
 
 // A TensorData is a tensor to write with Write.
