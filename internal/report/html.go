@@ -152,7 +152,7 @@ type htmlPage struct {
 	Summary string
 	// Lead are the notes beside the verdict: those that qualify it
 	// (verdictNote), each said once on the page.
-	Lead     []leadNote
+	Lead     []verdictNote
 	Command  string
 	Version  string
 	Time     string

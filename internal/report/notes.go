@@ -132,22 +132,17 @@ func hintNotes(res *verify.DiffResult) []string {
 	return out
 }
 
-// leadNote is a note beside the page's verdict.
-type leadNote struct {
-	Text string
-	Warn bool
-}
-
-// leadNotes draws notes beside the page's verdict, capped and clipped,
-// without the table's "note: " prefix (on the page every one is a note).
-func leadNotes(v []verdictNote) []leadNote {
-	var out []leadNote
+// leadNotes draws notes beside the page's verdict, capped, escaped and
+// clipped, without the table's "note: " prefix (on the page every one is
+// a note).
+func leadNotes(v []verdictNote) []verdictNote {
+	var out []verdictNote
 	for i, n := range v {
 		if i == htmlMaxNotes {
-			out = append(out, leadNote{Text: fmt.Sprintf("and %d more note(s)", len(v)-i)})
+			out = append(out, verdictNote{Text: fmt.Sprintf("and %d more note(s)", len(v)-i)})
 			break
 		}
-		out = append(out, leadNote{Text: clipTo(escapeText(strings.TrimPrefix(n.Text, "note: ")), htmlMaxNote), Warn: n.Warn})
+		out = append(out, verdictNote{Text: clipTo(escapeText(strings.TrimPrefix(n.Text, "note: ")), htmlMaxNote), Warn: n.Warn})
 	}
 	return out
 }
