@@ -91,7 +91,11 @@ func pictureCells(t *testing.T, page string) []pictureCell {
 		if m := picPer.FindStringSubmatch(f[0]); m != nil {
 			per, _ = strconv.Atoi(m[1])
 		}
-		for _, r := range picRow.FindAllStringSubmatch(f[0], -1) {
+		rows := picRow.FindAllStringSubmatch(f[0], -1)
+		if n := strings.Count(f[0], `<tr><th scope="row"`); n != len(rows) {
+			t.Fatalf("request %s: %d rows, %d of them read (a label of layers not a range?)", f[1], n, len(rows))
+		}
+		for _, r := range rows {
 			lo, _ := strconv.Atoi(r[1])
 			hi := lo
 			if r[2] != "" {
