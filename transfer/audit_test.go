@@ -143,14 +143,11 @@ func records(t testing.TB, path string) (nixl.Header, []nixl.Record) {
 	return r.Header(), out
 }
 
+// rewrite writes a log's header and records over path.
 func rewrite(t testing.TB, path string, h nixl.Header, recs []nixl.Record) {
 	t.Helper()
 	var b bytes.Buffer
-	w := nixl.NewWriter(&b, h)
-	for i := range recs {
-		w.Write(&recs[i])
-	}
-	if err := w.Flush(); err != nil {
+	if err := (&nixl.PlannedLog{Header: h, Records: recs}).Write(&b); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
